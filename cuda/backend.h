@@ -1,0 +1,208 @@
+// backend.h — the one interface between model code and a compute device.
+//
+// A Backend owns one logical device (its allocator, and on GPUs its streams and handles) and
+// runs every operation the Llama model needs, forward and backward. Model code is written once
+// against this interface; CpuBackend (OpenBLAS + OpenMP) is always built and is the numerical
+// oracle, CudaBackend (cuBLAS + kernels) runs the same ops on an NVIDIA GPU.
+//
+// Each public op validates its arguments here, once for all backends (shapes, dtypes, device),
+// and throws carousel::Error naming the op, the argument and both shapes; then it calls the
+// backend's do_* implementation, which may assume valid input.
+//
+// Conventions (llm.c's, made explicit):
+//   * "as a matrix" = [rows, cols] with cols = last dimension, rows = product of the others;
+//   * parameter gradients ACCUMULATE (+=): gemm with beta = 1, embedding/rmsnorm dweight;
+//   * input gradients OVERWRITE (dx =): callers add residual gradients explicitly;
+//   * every floating argument of one op has the same dtype; token ids are int32;
+//   * reductions that return to the host (sum, sum_squares) use a fixed order, so a result is
+//     bitwise reproducible for the same input on the same backend.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cuda/elementwise.h"
+#include "cuda/memory.h"
+#include "cuda/tensor.h"
+
+namespace carousel {
+
+using AdamWScalars = math::AdamWScalars;
+
+// Scalars of one AdamW step; to_scalars() folds the step count into the bias corrections.
+struct AdamWParams {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // 0 for parameters that are not decayed (norm gains)
+  double grad_scale = 1.0;    // multiplies the gradient (global-norm clipping)
+  long step = 1;              // 1-based step number, for bias correction
+  AdamWScalars to_scalars() const;
+};
+
+class Backend {
+ public:
+  explicit Backend(std::unique_ptr<DeviceAllocator> allocator);
+  virtual ~Backend();
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  virtual std::string name() const = 0;           // "cpu (OpenBLAS, 2 threads)"
+  virtual bool supports(DType dtype) const = 0;   // which floating dtypes ops accept
+  virtual void synchronize() {}                   // wait for all queued work (GPU)
+  DeviceKind kind() const { return allocator_->kind(); }
+  DeviceAllocator& allocator() const { return *allocator_; }
+
+  // ---- memory -------------------------------------------------------------------------------
+  Tensor empty(Shape shape, DType dtype = DType::F32);
+  Tensor zeros(Shape shape, DType dtype = DType::F32);
+  void upload(const void* host, const Tensor& dst);    // dst.nbytes() bytes from host
+  void download(const Tensor& src, void* host);        // src.nbytes() bytes to host
+  template <class T> Tensor from_host(const std::vector<T>& values, Shape shape) {
+    Tensor t = empty(std::move(shape), dtype_of<T>());
+    CAROUSEL_CHECK(static_cast<std::int64_t>(values.size()) == t.numel(),
+                   "from_host: {} values for shape {}", values.size(), shape_str(t.shape()));
+    upload(values.data(), t);
+    return t;
+  }
+  template <class T> std::vector<T> to_host(const Tensor& t) {
+    std::vector<T> out(t.numel());
+    CAROUSEL_CHECK(t.dtype() == dtype_of<T>(), "to_host: tensor {} read as {}", t.describe(),
+                   dtype_name(dtype_of<T>()));
+    download(t, out.data());
+    return out;
+  }
+
+  // ---- elementwise & BLAS-1 -----------------------------------------------------------------
+  void fill(const Tensor& x, double value);                          // x = value
+  void copy(const Tensor& src, const Tensor& dst);                   // dst = src (same shape)
+  void scale(const Tensor& x, double alpha);                         // x *= alpha
+  void axpy(double alpha, const Tensor& x, const Tensor& y);         // y += alpha * x
+  void add(const Tensor& a, const Tensor& b, const Tensor& out);     // out = a + b (residual)
+  double sum(const Tensor& x);                                       // fixed-order sum
+  double sum_squares(const Tensor& x);                               // fixed-order sum of x^2
+
+  // ---- GEMM ---------------------------------------------------------------------------------
+  // c[m,n] = alpha * op(a)[m,k] * op(b)[k,n] + beta * c, tensors taken as matrices;
+  // op(a) = a^T when trans_a (then a is [k,m]). beta = 1 accumulates (weight gradients).
+  void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
+            double beta, const Tensor& c);
+  // The same for each index of the leading (batch) dimension: a [batch,.,.], b [batch,.,.],
+  // c [batch,m,n], the last two dimensions of each are the matrix.
+  void gemm_strided_batched(bool trans_a, bool trans_b, double alpha, const Tensor& a,
+                            const Tensor& b, double beta, const Tensor& c);
+
+  // ---- embedding ------------------------------------------------------------------------------
+  // out[n,:] = table[tokens[n],:]; table [V,E], tokens int32 [...], out [..., E].
+  // A token outside [0, V) is an error naming the token and its position.
+  void embedding_forward(const Tensor& table, const Tensor& tokens, const Tensor& out);
+  // dtable[tokens[n],:] += dout[n,:] (scatter-add, accumulates).
+  void embedding_backward(const Tensor& dout, const Tensor& tokens, const Tensor& dtable);
+
+  // ---- RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight over the last dimension ------------
+  // x, out [N,E]; weight [E]; rstd [N] saves 1/sqrt(mean(x^2)+eps) for the backward.
+  void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& out,
+                       const Tensor& rstd);
+  // dx = (overwrite), dweight += (accumulate).
+  void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight);
+
+  // ---- RoPE (Hugging Face rotate_half) ------------------------------------------------------
+  // x, out [B,T,H,D]; cos, sin [T, D/2] from rope_tables(). out may alias x.
+  void rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out);
+  void rope_backward(const Tensor& dout, const Tensor& cos, const Tensor& sin, const Tensor& dx);
+
+  // ---- causal grouped-query attention -----------------------------------------------------------
+  // q [B,T,H,D], k and v [B,T,Hkv,D] (H % Hkv == 0: query head h uses kv head h / (H/Hkv)),
+  // out [B,T,H,D] = softmax(q k^T / sqrt(D), causal) v; lse [B,H,T] saves the row log-sum-exp.
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                         const Tensor& lse);
+  // dq, dk, dv overwrite. Recomputes the probabilities from q, k and lse (no [T,T] saved).
+  void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                          const Tensor& out, const Tensor& lse, const Tensor& dq,
+                          const Tensor& dk, const Tensor& dv);
+
+  // ---- activations ----------------------------------------------------------------------------
+  // SwiGLU: out = silu(gate) * up; all [N,F].
+  void swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out);
+  void swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
+                       const Tensor& dgate, const Tensor& dup);
+  // GELU (tanh approximation).
+  void gelu_forward(const Tensor& x, const Tensor& out);
+  void gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx);
+
+  // ---- softmax cross-entropy --------------------------------------------------------------------
+  // losses[n] = logsumexp(logits[n,:]) - logits[n, targets[n]]; logits [N,V], targets int32 [N].
+  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses);
+  // dlogits[n,:] = dloss * (softmax(logits[n,:]) - onehot(targets[n])) (overwrite). For the mean
+  // over all tokens of a global batch pass dloss = 1 / (number of tokens).
+  void cross_entropy_backward(const Tensor& logits, const Tensor& targets, double dloss,
+                              const Tensor& dlogits);
+
+  // ---- optimizer --------------------------------------------------------------------------------
+  // One AdamW step on param with grad, first moment m and second moment v (all same shape).
+  void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                    const AdamWParams& params);
+
+ protected:
+  virtual void do_upload(const void* host, const Tensor& dst) = 0;
+  virtual void do_download(const Tensor& src, void* host) = 0;
+  virtual void do_fill(const Tensor& x, double value) = 0;
+  virtual void do_copy(const Tensor& src, const Tensor& dst) = 0;
+  virtual void do_scale(const Tensor& x, double alpha) = 0;
+  virtual void do_axpy(double alpha, const Tensor& x, const Tensor& y) = 0;
+  virtual void do_add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  virtual double do_sum(const Tensor& x, bool squares) = 0;
+  // Matrix sizes already resolved: op(a) [m,k], op(b) [k,n], c [m,n], `batch` of them.
+  struct GemmDims {
+    std::int64_t batch, m, n, k;
+  };
+  virtual void do_gemm(bool trans_a, bool trans_b, const GemmDims& dims, double alpha,
+                       const Tensor& a, const Tensor& b, double beta, const Tensor& c) = 0;
+  virtual void do_embedding_forward(const Tensor& table, const Tensor& tokens,
+                                    const Tensor& out) = 0;
+  virtual void do_embedding_backward(const Tensor& dout, const Tensor& tokens,
+                                     const Tensor& dtable) = 0;
+  virtual void do_rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps,
+                                  const Tensor& out, const Tensor& rstd) = 0;
+  virtual void do_rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                   const Tensor& rstd, const Tensor& dx,
+                                   const Tensor& dweight) = 0;
+  virtual void do_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out,
+                       bool backward) = 0;
+  virtual void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const Tensor& out, const Tensor& lse) = 0;
+  virtual void do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                     const Tensor& v, const Tensor& out, const Tensor& lse,
+                                     const Tensor& dq, const Tensor& dk, const Tensor& dv) = 0;
+  virtual void do_swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
+  virtual void do_swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
+                                  const Tensor& dgate, const Tensor& dup) = 0;
+  virtual void do_gelu_forward(const Tensor& x, const Tensor& out) = 0;
+  virtual void do_gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) = 0;
+  virtual void do_cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                        const Tensor& losses) = 0;
+  virtual void do_cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                                         double dloss, const Tensor& dlogits) = 0;
+  virtual void do_adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m,
+                               const Tensor& v, const AdamWScalars& scalars) = 0;
+
+ private:
+  std::unique_ptr<DeviceAllocator> allocator_;
+};
+
+// RoPE cos and sin tables [T, head_dim/2] of `dtype` for positions 0..T-1. Angles are computed
+// in double on the host, so every backend rotates by bit-identical values:
+// angle(p, j) = p * theta^(-2j/head_dim).
+struct RopeTables {
+  Tensor cos, sin;
+};
+RopeTables make_rope_tables(Backend& backend, std::int64_t seq_len, std::int64_t head_dim,
+                            double theta, DType dtype = DType::F32);
+
+// sqrt of the sum of squares of all tensors, in the order given (bitwise reproducible).
+double global_l2_norm(Backend& backend, const std::vector<Tensor>& tensors);
+
+}  // namespace carousel

@@ -1,0 +1,126 @@
+// basic.cpp — CpuBackend: construction, host transfers, BLAS-1 ops, reductions and GEMM.
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "cuda/cpu/dispatch.h"
+#include "cuda/cpu_backend.h"
+
+namespace carousel {
+
+using cpu::dispatch_float;
+
+CpuBackend::CpuBackend(int device_index, std::size_t memory_limit_bytes)
+    : Backend(std::make_unique<CpuAllocator>(device_index, memory_limit_bytes)) {}
+
+std::string CpuBackend::name() const {
+  return fmt::format("cpu (OpenBLAS {} threads, OpenMP {} threads)", openblas_get_num_threads(),
+                     omp_get_max_threads());
+}
+
+void CpuBackend::do_upload(const void* host, const Tensor& dst) {
+  std::memcpy(dst.raw(), host, dst.nbytes());
+}
+
+void CpuBackend::do_download(const Tensor& src, void* host) {
+  std::memcpy(host, src.raw(), src.nbytes());
+}
+
+void CpuBackend::do_fill(const Tensor& x, double value) {
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* p = x.data<T>();
+    const std::int64_t n = x.numel();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) p[i] = T(value);
+  });
+}
+
+void CpuBackend::do_copy(const Tensor& src, const Tensor& dst) {
+  if (src.raw() != dst.raw()) std::memmove(dst.raw(), src.raw(), src.nbytes());
+}
+
+void CpuBackend::do_scale(const Tensor& x, double alpha) {
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* p = x.data<T>();
+    const std::int64_t n = x.numel();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) p[i] *= T(alpha);
+  });
+}
+
+void CpuBackend::do_axpy(double alpha, const Tensor& x, const Tensor& y) {
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    const std::int64_t n = x.numel();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) py[i] += T(alpha) * px[i];
+  });
+}
+
+void CpuBackend::do_add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  dispatch_float(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* po = out.data<T>();
+    const std::int64_t n = a.numel();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) po[i] = pa[i] + pb[i];
+  });
+}
+
+// Sum in double over fixed blocks of kBlock elements, then the block sums in order: the result
+// depends only on the input, not on the number of threads.
+double CpuBackend::do_sum(const Tensor& x, bool squares) {
+  constexpr std::int64_t kBlock = 4096;
+  const std::int64_t n = x.numel();
+  const std::int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<double> partial(blocks, 0.0);
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* p = x.data<T>();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t blk = 0; blk < blocks; ++blk) {
+      double acc = 0.0;
+      const std::int64_t end = std::min(n, (blk + 1) * kBlock);
+      for (std::int64_t i = blk * kBlock; i < end; ++i) {
+        const double v = double(p[i]);
+        acc += squares ? v * v : v;
+      }
+      partial[blk] = acc;
+    }
+  });
+  double total = 0.0;
+  for (double v : partial) total += v;
+  return total;
+}
+
+void CpuBackend::do_gemm(bool trans_a, bool trans_b, const GemmDims& d, double alpha,
+                         const Tensor& a, const Tensor& b, double beta, const Tensor& c) {
+  dispatch_float(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    // BLAS requires leading dimensions >= 1 even for empty matrices.
+    const std::int64_t lda = std::max<std::int64_t>(1, trans_a ? d.m : d.k);
+    const std::int64_t ldb = std::max<std::int64_t>(1, trans_b ? d.k : d.n);
+    const std::int64_t ldc = std::max<std::int64_t>(1, d.n);
+    if (d.m == 0 || d.n == 0) return;
+    if (d.k == 0) {  // op(a) op(b) is all zeros: C = beta C (OpenBLAS faults on k = 0)
+      T* pc = c.data<T>();
+      for (std::int64_t i = 0; i < d.batch * d.m * d.n; ++i) pc[i] = beta == 0 ? T(0) : T(beta) * pc[i];
+      return;
+    }
+    for (std::int64_t i = 0; i < d.batch; ++i) {
+      cpu::blas_gemm(trans_a, trans_b, d.m, d.n, d.k, T(alpha), a.data<T>() + i * d.m * d.k, lda,
+                     b.data<T>() + i * d.k * d.n, ldb, T(beta), c.data<T>() + i * d.m * d.n, ldc);
+    }
+  });
+}
+
+}  // namespace carousel

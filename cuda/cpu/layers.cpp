@@ -1,0 +1,217 @@
+// layers.cpp — CpuBackend: embedding, RMSNorm, RoPE, SwiGLU and GELU, forward and backward.
+//
+// Row-wise ops parallelise over rows; ops that reduce over rows (weight gradients, embedding
+// scatter-add) parallelise over column blocks and walk the rows in order, so each output element
+// is summed by one thread in a fixed order (deterministic, race-free).
+#include <cmath>
+
+#include "cuda/cpu/dispatch.h"
+#include "cuda/cpu_backend.h"
+#include "cuda/elementwise.h"
+
+namespace carousel {
+
+using cpu::dispatch_float;
+
+namespace {
+constexpr std::int64_t kColumnBlock = 16;
+
+// Throws if any token is outside [0, vocab): never index out of bounds.
+void check_tokens(const char* op, const Tensor& tokens, std::int64_t vocab) {
+  const std::int32_t* t = tokens.data<std::int32_t>();
+  for (std::int64_t i = 0; i < tokens.numel(); ++i) {
+    CAROUSEL_CHECK(t[i] >= 0 && t[i] < vocab,
+                   "{}: token {} at position {} of 'tokens' {} is outside the vocabulary [0, {})",
+                   op, t[i], i, shape_str(tokens.shape()), vocab);
+  }
+}
+}  // namespace
+
+void CpuBackend::do_embedding_forward(const Tensor& table, const Tensor& tokens,
+                                      const Tensor& out) {
+  const std::int64_t vocab = table.dim(0), embed = table.dim(1), n = tokens.numel();
+  check_tokens("embedding_forward", tokens, vocab);
+  const std::int32_t* tok = tokens.data<std::int32_t>();
+  dispatch_float(table.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* w = table.data<T>();
+    T* o = out.data<T>();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) {
+      const T* row = w + std::int64_t(tok[i]) * embed;
+      for (std::int64_t e = 0; e < embed; ++e) o[i * embed + e] = row[e];
+    }
+  });
+}
+
+void CpuBackend::do_embedding_backward(const Tensor& dout, const Tensor& tokens,
+                                       const Tensor& dtable) {
+  const std::int64_t vocab = dtable.dim(0), embed = dtable.dim(1), n = tokens.numel();
+  check_tokens("embedding_backward", tokens, vocab);
+  const std::int32_t* tok = tokens.data<std::int32_t>();
+  dispatch_float(dtable.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* g = dout.data<T>();
+    T* dw = dtable.data<T>();
+    const std::int64_t blocks = (embed + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t blk = 0; blk < blocks; ++blk) {
+      const std::int64_t e0 = blk * kColumnBlock, e1 = std::min(embed, e0 + kColumnBlock);
+      for (std::int64_t i = 0; i < n; ++i) {
+        T* row = dw + std::int64_t(tok[i]) * embed;
+        for (std::int64_t e = e0; e < e1; ++e) row[e] += g[i * embed + e];
+      }
+    }
+  });
+}
+
+void CpuBackend::do_rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps,
+                                    const Tensor& out, const Tensor& rstd) {
+  const std::int64_t rows = x.rows(), cols = x.cols();
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    const T* g = weight.data<T>();
+    T* po = out.data<T>();
+    T* pr = rstd.data<T>();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const T* xi = px + i * cols;
+      double ss = 0.0;
+      for (std::int64_t e = 0; e < cols; ++e) ss += double(xi[e]) * double(xi[e]);
+      const T r = T(1.0 / std::sqrt(ss / double(cols) + eps));
+      pr[i] = r;
+      for (std::int64_t e = 0; e < cols; ++e) po[i * cols + e] = xi[e] * r * g[e];
+    }
+  });
+}
+
+// y = x r g with r = (mean(x^2) + eps)^-1/2:
+//   dx = r (dy g) - x r^3 mean(dy g x);   dg += sum over rows of dy x r.
+void CpuBackend::do_rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                                     const Tensor& rstd, const Tensor& dx,
+                                     const Tensor& dweight) {
+  const std::int64_t rows = x.rows(), cols = x.cols();
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    const T* pdy = dout.data<T>();
+    const T* g = weight.data<T>();
+    const T* pr = rstd.data<T>();
+    T* pdx = dx.data<T>();
+    T* pdg = dweight.data<T>();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const T* xi = px + i * cols;
+      const T* dyi = pdy + i * cols;
+      const double r = double(pr[i]);
+      double dot = 0.0;  // sum_e dy g x
+      for (std::int64_t e = 0; e < cols; ++e) dot += double(dyi[e]) * double(g[e]) * double(xi[e]);
+      const T coef = T(r * r * r * dot / double(cols));
+      for (std::int64_t e = 0; e < cols; ++e) {
+        pdx[i * cols + e] = T(r) * dyi[e] * g[e] - xi[e] * coef;
+      }
+    }
+    const std::int64_t blocks = (cols + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t blk = 0; blk < blocks; ++blk) {
+      const std::int64_t e0 = blk * kColumnBlock, e1 = std::min(cols, e0 + kColumnBlock);
+      for (std::int64_t e = e0; e < e1; ++e) {
+        double acc = 0.0;
+        for (std::int64_t i = 0; i < rows; ++i) {
+          acc += double(pdy[i * cols + e]) * double(px[i * cols + e]) * double(pr[i]);
+        }
+        pdg[e] += T(acc);
+      }
+    }
+  });
+}
+
+void CpuBackend::do_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out,
+                         bool backward) {
+  const std::int64_t batch = x.dim(0), seq = x.dim(1), heads = x.dim(2), hd = x.dim(3);
+  const std::int64_t half = hd / 2;
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    const T* pc = cos.data<T>();
+    const T* ps = sin.data<T>();
+    T* po = out.data<T>();
+#pragma omp parallel for collapse(2) schedule(static)
+    for (std::int64_t b = 0; b < batch; ++b) {
+      for (std::int64_t t = 0; t < seq; ++t) {
+        for (std::int64_t h = 0; h < heads; ++h) {
+          const std::int64_t base = ((b * seq + t) * heads + h) * hd;
+          for (std::int64_t j = 0; j < half; ++j) {
+            const T c = pc[t * half + j], s = ps[t * half + j];
+            T y1, y2;
+            if (backward) {
+              math::rope_rotate_back(px[base + j], px[base + j + half], c, s, y1, y2);
+            } else {
+              math::rope_rotate(px[base + j], px[base + j + half], c, s, y1, y2);
+            }
+            po[base + j] = y1;
+            po[base + j + half] = y2;
+          }
+        }
+      }
+    }
+  });
+}
+
+void CpuBackend::do_swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  dispatch_float(gate.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pg = gate.data<T>();
+    const T* pu = up.data<T>();
+    T* po = out.data<T>();
+    const std::int64_t n = gate.numel();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) po[i] = math::swiglu(pg[i], pu[i]);
+  });
+}
+
+void CpuBackend::do_swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
+                                    const Tensor& dgate, const Tensor& dup) {
+  dispatch_float(gate.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pdy = dout.data<T>();
+    const T* pg = gate.data<T>();
+    const T* pu = up.data<T>();
+    T* pdg = dgate.data<T>();
+    T* pdu = dup.data<T>();
+    const std::int64_t n = gate.numel();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) {
+      T dg, du;
+      math::swiglu_grad(pdy[i], pg[i], pu[i], dg, du);
+      pdg[i] = dg;
+      pdu[i] = du;
+    }
+  });
+}
+
+void CpuBackend::do_gelu_forward(const Tensor& x, const Tensor& out) {
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* po = out.data<T>();
+    const std::int64_t n = x.numel();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) po[i] = math::gelu(px[i]);
+  });
+}
+
+void CpuBackend::do_gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) {
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pdy = dout.data<T>();
+    const T* px = x.data<T>();
+    T* pdx = dx.data<T>();
+    const std::int64_t n = x.numel();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) pdx[i] = pdy[i] * math::gelu_grad(px[i]);
+  });
+}
+
+}  // namespace carousel

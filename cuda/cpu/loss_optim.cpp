@@ -1,0 +1,85 @@
+// loss_optim.cpp — CpuBackend: softmax cross-entropy (forward, backward) and the AdamW update.
+#include <cmath>
+#include <limits>
+
+#include "cuda/cpu/dispatch.h"
+#include "cuda/cpu_backend.h"
+#include "cuda/elementwise.h"
+
+namespace carousel {
+
+using cpu::dispatch_float;
+
+namespace {
+// Row log-sum-exp in double (max-shifted).
+template <class T> double row_logsumexp(const T* row, std::int64_t n) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (std::int64_t j = 0; j < n; ++j) mx = std::max(mx, double(row[j]));
+  double sum = 0.0;
+  for (std::int64_t j = 0; j < n; ++j) sum += std::exp(double(row[j]) - mx);
+  return mx + std::log(sum);
+}
+
+void check_targets(const char* op, const Tensor& targets, std::int64_t vocab) {
+  const std::int32_t* t = targets.data<std::int32_t>();
+  for (std::int64_t i = 0; i < targets.numel(); ++i) {
+    CAROUSEL_CHECK(t[i] >= 0 && t[i] < vocab,
+                   "{}: target {} at position {} is outside the vocabulary [0, {})", op, t[i], i,
+                   vocab);
+  }
+}
+}  // namespace
+
+void CpuBackend::do_cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                          const Tensor& losses) {
+  const std::int64_t rows = logits.dim(0), vocab = logits.dim(1);
+  check_targets("cross_entropy_forward", targets, vocab);
+  const std::int32_t* tgt = targets.data<std::int32_t>();
+  dispatch_float(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pl = logits.data<T>();
+    T* out = losses.data<T>();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const T* row = pl + i * vocab;
+      out[i] = T(row_logsumexp(row, vocab) - double(row[tgt[i]]));
+    }
+  });
+}
+
+void CpuBackend::do_cross_entropy_backward(const Tensor& logits, const Tensor& targets,
+                                           double dloss, const Tensor& dlogits) {
+  const std::int64_t rows = logits.dim(0), vocab = logits.dim(1);
+  check_targets("cross_entropy_backward", targets, vocab);
+  const std::int32_t* tgt = targets.data<std::int32_t>();
+  dispatch_float(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pl = logits.data<T>();
+    T* pd = dlogits.data<T>();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const T* row = pl + i * vocab;
+      const double lse = row_logsumexp(row, vocab);
+      for (std::int64_t j = 0; j < vocab; ++j) {
+        const double prob = std::exp(double(row[j]) - lse);
+        pd[i * vocab + j] = T(dloss * (prob - (j == tgt[i] ? 1.0 : 0.0)));
+      }
+    }
+  });
+}
+
+void CpuBackend::do_adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m,
+                                 const Tensor& v, const AdamWScalars& scalars) {
+  dispatch_float(param.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* pp = param.data<T>();
+    const T* pg = grad.data<T>();
+    T* pm = m.data<T>();
+    T* pv = v.data<T>();
+    const std::int64_t n = param.numel();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) math::adamw(pp[i], pg[i], pm[i], pv[i], scalars);
+  });
+}
+
+}  // namespace carousel

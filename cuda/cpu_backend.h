@@ -1,0 +1,66 @@
+// cpu_backend.h — the CPU implementation of Backend: OpenBLAS for GEMMs, OpenMP loops with
+// static scheduling for everything else.
+//
+// It is the numerical oracle of the project: simple fp32 (and fp64, for gradient checks) code,
+// deterministic by construction: every output element is produced by one thread in a fixed
+// order, and reductions use fixed blocks summed in order, so results do not depend on the number
+// of threads. Several CpuBackends (one per simulated device) can live in one process.
+#pragma once
+
+#include <memory>
+
+#include "cuda/backend.h"
+
+namespace carousel {
+
+class CpuBackend final : public Backend {
+ public:
+  // `device_index` names the simulated device ("cpu:3"); `memory_limit_bytes` (0 = none) makes
+  // it fail like a GPU of that size when exceeded.
+  explicit CpuBackend(int device_index = 0, std::size_t memory_limit_bytes = 0);
+
+  std::string name() const override;
+  bool supports(DType dtype) const override {
+    return dtype == DType::F32 || dtype == DType::F64;
+  }
+
+ protected:
+  void do_upload(const void* host, const Tensor& dst) override;
+  void do_download(const Tensor& src, void* host) override;
+  void do_fill(const Tensor& x, double value) override;
+  void do_copy(const Tensor& src, const Tensor& dst) override;
+  void do_scale(const Tensor& x, double alpha) override;
+  void do_axpy(double alpha, const Tensor& x, const Tensor& y) override;
+  void do_add(const Tensor& a, const Tensor& b, const Tensor& out) override;
+  double do_sum(const Tensor& x, bool squares) override;
+  void do_gemm(bool trans_a, bool trans_b, const GemmDims& dims, double alpha, const Tensor& a,
+               const Tensor& b, double beta, const Tensor& c) override;
+  void do_embedding_forward(const Tensor& table, const Tensor& tokens,
+                            const Tensor& out) override;
+  void do_embedding_backward(const Tensor& dout, const Tensor& tokens,
+                             const Tensor& dtable) override;
+  void do_rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& out,
+                          const Tensor& rstd) override;
+  void do_rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
+                           const Tensor& rstd, const Tensor& dx, const Tensor& dweight) override;
+  void do_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out,
+               bool backward) override;
+  void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                            const Tensor& lse) override;
+  void do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                             const Tensor& v, const Tensor& out, const Tensor& lse,
+                             const Tensor& dq, const Tensor& dk, const Tensor& dv) override;
+  void do_swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void do_swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
+                          const Tensor& dgate, const Tensor& dup) override;
+  void do_gelu_forward(const Tensor& x, const Tensor& out) override;
+  void do_gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) override;
+  void do_cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                const Tensor& losses) override;
+  void do_cross_entropy_backward(const Tensor& logits, const Tensor& targets, double dloss,
+                                 const Tensor& dlogits) override;
+  void do_adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                       const AdamWScalars& scalars) override;
+};
+
+}  // namespace carousel

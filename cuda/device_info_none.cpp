@@ -1,0 +1,15 @@
+// device_info_none.cpp — list_cuda_devices() for builds without the CUDA backend.
+#include "cuda/device_info.h"
+
+namespace carousel {
+
+bool cuda_built() { return false; }
+
+CudaDevices list_cuda_devices() {
+  CudaDevices out;
+  out.why_none =
+      "carousel was built without CUDA (CAROUSEL_CUDA=OFF or nvcc not found at configure time)";
+  return out;
+}
+
+}  // namespace carousel

@@ -1,0 +1,44 @@
+// dtype.h — element types a Tensor can hold.
+//
+// F32 is the training dtype on every backend; F64 exists on the CPU backend so gradients can be
+// checked against finite differences in double precision; BF16 is the GPU compute dtype;
+// I32 holds token ids.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace carousel {
+
+enum class DType : std::uint8_t { F32, F64, BF16, I32 };
+
+constexpr std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F64: return 8;
+    case DType::BF16: return 2;
+    case DType::I32: return 4;
+  }
+  return 0;
+}
+
+constexpr std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "float32";
+    case DType::F64: return "float64";
+    case DType::BF16: return "bfloat16";
+    case DType::I32: return "int32";
+  }
+  return "?";
+}
+
+constexpr bool is_floating(DType t) { return t != DType::I32; }
+
+// The DType of a C++ element type (used by Tensor::data<T>() to check what the caller expects).
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::F32; }
+template <> constexpr DType dtype_of<double>() { return DType::F64; }
+template <> constexpr DType dtype_of<std::int32_t>() { return DType::I32; }
+
+}  // namespace carousel

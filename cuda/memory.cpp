@@ -1,0 +1,74 @@
+// memory.cpp — accounting shared by all device allocators, and the host allocator.
+#include "cuda/memory.h"
+
+#include <cstdlib>
+
+#include "cuda/error.h"
+
+namespace carousel {
+
+DeviceAllocator::DeviceAllocator(DeviceKind kind, int index, std::size_t limit_bytes)
+    : kind_(kind), index_(index) {
+  stats_.limit_bytes = limit_bytes;
+}
+
+std::string DeviceAllocator::name() const {
+  return fmt::format("{}:{}", kind_ == DeviceKind::CPU ? "cpu" : "cuda", index_);
+}
+
+void* DeviceAllocator::allocate(std::size_t bytes) {
+  std::lock_guard lock(mutex_);
+  if (stats_.limit_bytes && stats_.current_bytes + bytes > stats_.limit_bytes) {
+    fail("out of memory on {}: requested {} with {} in use (peak {}), limit {}", name(),
+         format_bytes(bytes), format_bytes(stats_.current_bytes), format_bytes(stats_.peak_bytes),
+         format_bytes(stats_.limit_bytes));
+  }
+  void* ptr = raw_allocate(bytes == 0 ? 1 : bytes);
+  if (!ptr) {
+    fail("out of memory on {}: allocating {} failed with {} in use", name(), format_bytes(bytes),
+         format_bytes(stats_.current_bytes));
+  }
+  stats_.current_bytes += bytes;
+  stats_.allocations += 1;
+  if (stats_.current_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.current_bytes;
+  return ptr;
+}
+
+void DeviceAllocator::deallocate(void* ptr, std::size_t bytes) {
+  if (!ptr) return;
+  raw_free(ptr);
+  std::lock_guard lock(mutex_);
+  stats_.current_bytes -= bytes;
+}
+
+MemoryStats DeviceAllocator::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void DeviceAllocator::reset_peak() {
+  std::lock_guard lock(mutex_);
+  stats_.peak_bytes = stats_.current_bytes;
+}
+
+CpuAllocator::~CpuAllocator() = default;
+
+void* CpuAllocator::raw_allocate(std::size_t bytes) {
+  constexpr std::size_t kAlign = 64;
+  return std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign);
+}
+
+void CpuAllocator::raw_free(void* ptr) { std::free(ptr); }
+
+std::string format_bytes(std::size_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024.0 && unit < 4) {
+    value /= 1024.0;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{} B", bytes) : fmt::format("{:.2f} {}", value, units[unit]);
+}
+
+}  // namespace carousel

@@ -1,0 +1,68 @@
+// memory.h — per-device allocators with exact current/peak byte accounting.
+//
+// Every device buffer (weights, activations, scratch) is obtained from the DeviceAllocator of
+// the device it lives on, so peak memory per device is exact and reportable on CPU as on GPU.
+// An optional limit makes a simulated CPU device behave like a GPU of a given size: exceeding
+// it raises a clear out-of-memory error instead of silently using host RAM.
+#pragma once
+
+#include <cstddef>
+#include <mutex>
+#include <string>
+
+namespace carousel {
+
+enum class DeviceKind { CPU, CUDA };
+
+struct MemoryStats {
+  std::size_t current_bytes = 0;    // bytes live now
+  std::size_t peak_bytes = 0;       // high-water mark since creation or reset_peak()
+  std::size_t allocations = 0;      // number of allocate() calls
+  std::size_t limit_bytes = 0;      // 0 = unlimited
+};
+
+class DeviceAllocator {
+ public:
+  DeviceAllocator(DeviceKind kind, int index, std::size_t limit_bytes);
+  virtual ~DeviceAllocator() = default;
+  DeviceAllocator(const DeviceAllocator&) = delete;
+  DeviceAllocator& operator=(const DeviceAllocator&) = delete;
+
+  // Returns memory for `bytes` bytes (64-byte aligned); throws carousel::Error when the limit
+  // would be exceeded or the underlying allocation fails.
+  void* allocate(std::size_t bytes);
+  void deallocate(void* ptr, std::size_t bytes);
+
+  MemoryStats stats() const;
+  void reset_peak();
+  DeviceKind kind() const { return kind_; }
+  int index() const { return index_; }
+  std::string name() const;  // "cpu:0", "cuda:1"
+
+ protected:
+  virtual void* raw_allocate(std::size_t bytes) = 0;  // nullptr on failure
+  virtual void raw_free(void* ptr) = 0;
+
+ private:
+  DeviceKind kind_;
+  int index_;
+  mutable std::mutex mutex_;
+  MemoryStats stats_;
+};
+
+// Host memory, 64-byte aligned.
+class CpuAllocator final : public DeviceAllocator {
+ public:
+  explicit CpuAllocator(int index = 0, std::size_t limit_bytes = 0)
+      : DeviceAllocator(DeviceKind::CPU, index, limit_bytes) {}
+  ~CpuAllocator() override;
+
+ protected:
+  void* raw_allocate(std::size_t bytes) override;
+  void raw_free(void* ptr) override;
+};
+
+// Human-readable byte count: "1.50 MiB".
+std::string format_bytes(std::size_t bytes);
+
+}  // namespace carousel

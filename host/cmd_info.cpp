@@ -1,0 +1,31 @@
+// cmd_info.cpp — `carousel info`: what this build can run on.
+#include <spdlog/spdlog.h>
+
+#include "cuda/cpu_backend.h"
+#include "cuda/device_info.h"
+#include "host/commands.h"
+
+namespace carousel {
+
+int run_info(const InfoOptions& options) {
+  spdlog::info("carousel {} — build: CUDA backend {}", CAROUSEL_VERSION,
+               cuda_built() ? "compiled in" : "not compiled");
+  for (int i = 0; i < options.cpu_devices; ++i) {
+    CpuBackend backend(i);
+    Tensor probe = backend.zeros({1024, 1024});  // shows the allocator's accounting at work
+    const MemoryStats stats = backend.allocator().stats();
+    spdlog::info("  {}: {} — probe allocation peak {}", backend.allocator().name(), backend.name(),
+                 format_bytes(stats.peak_bytes));
+  }
+  const CudaDevices gpus = list_cuda_devices();
+  if (gpus.devices.empty()) {
+    spdlog::info("  CUDA: none — {}", gpus.why_none);
+  }
+  for (const auto& d : gpus.devices) {
+    spdlog::info("  cuda:{}: {} (sm_{}{}, {})", d.index, d.name, d.cc_major, d.cc_minor,
+                 format_bytes(d.total_memory));
+  }
+  return 0;
+}
+
+}  // namespace carousel

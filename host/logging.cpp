@@ -1,0 +1,39 @@
+// logging.cpp — builds the process-wide spdlog logger described in logging.h.
+#include "host/logging.h"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "cuda/error.h"
+
+namespace carousel {
+
+void init_logging(const LogOptions& options) {
+  const auto level = spdlog::level::from_str(options.level);
+  if (level == spdlog::level::off && options.level != "off") {
+    fail("log level '{}' is not valid; use trace, debug, info, warn, error or off", options.level);
+  }
+  std::vector<spdlog::sink_ptr> sinks;
+  if (options.rank == 0) {
+    auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    console->set_level(level);
+    sinks.push_back(console);
+  }
+  if (!options.file_dir.empty()) {
+    std::filesystem::create_directories(options.file_dir);
+    auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(
+        fmt::format("{}/rank{}.log", options.file_dir, options.rank), /*truncate=*/true);
+    file->set_level(spdlog::level::debug);
+    sinks.push_back(file);
+  }
+  auto logger = std::make_shared<spdlog::logger>("carousel", sinks.begin(), sinks.end());
+  logger->set_pattern(fmt::format("[%H:%M:%S.%e] [%^%l%$] [rank {}] %v", options.rank));
+  logger->set_level(options.file_dir.empty() ? level : std::min(level, spdlog::level::debug));
+  logger->flush_on(spdlog::level::warn);
+  spdlog::set_default_logger(logger);
+}
+
+}  // namespace carousel

@@ -1,0 +1,20 @@
+// logging.h — spdlog setup: every line carries the rank; the console shows rank 0 only, and
+// each rank can also write its own file.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <string>
+
+namespace carousel {
+
+struct LogOptions {
+  int rank = 0;
+  std::string level = "info";   // trace|debug|info|warn|error|off
+  std::string file_dir;         // when set, rank r also logs (at debug) to <dir>/rank<r>.log
+};
+
+// Installs the default logger for this process. Throws carousel::Error on an unknown level.
+void init_logging(const LogOptions& options);
+
+}  // namespace carousel

@@ -1,0 +1,33 @@
+// main.cpp — the `carousel` command line: parses subcommands and runs one.
+//
+//   carousel info [--cpu-devices N]     what this build can run on
+//
+// Every error a user can cause ends as one line "error: ..." and exit code 2.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "cuda/error.h"
+#include "host/commands.h"
+#include "host/logging.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"carousel — pipeline-parallel transformer training on CPUs and GPUs"};
+  app.require_subcommand(1);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
+
+  carousel::InfoOptions info;
+  auto* info_cmd = app.add_subcommand("info", "show the build, backends and devices");
+  info_cmd->add_option("--cpu-devices", info.cpu_devices, "simulated CPU devices to list")
+      ->check(CLI::Range(1, 1024));
+
+  CLI11_PARSE(app, argc, argv);
+  try {
+    carousel::init_logging({.rank = 0, .level = log_level, .file_dir = {}});
+    if (info_cmd->parsed()) return carousel::run_info(info);
+  } catch (const carousel::Error& e) {
+    spdlog::error("{}", e.what());
+    return 2;
+  }
+  return 0;
+}

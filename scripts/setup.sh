@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# setup.sh — install every system package carousel's build, tests, benchmarks and scripts use.
+#
+# Idempotent: when everything is present it only checks (no network, about a second).
+# Run as root on Debian 12 (the CI image); elsewhere it prints what is missing and how to get it.
+set -euo pipefail
+
+# One line per package: the Debian package and why carousel needs it.
+PACKAGES=(
+  cmake                 # build system (>= 3.25)
+  ninja-build           # fast parallel builds
+  g++                   # C++20 compiler
+  pkg-config
+  libspdlog-dev         # logging
+  libfmt-dev            # formatting (spdlog's external fmt)
+  libopenblas-dev       # CPU backend GEMM (cblas_sgemm)
+  libcli11-dev          # command-line parsing
+  nlohmann-json3-dev    # config, traces, safetensors headers, metrics JSON
+  libgtest-dev          # unit tests
+  libgmock-dev
+  libbenchmark-dev      # op benchmarks
+  python3               # scripts/, test vector tools
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
+    echo "setup: need root to install: ${missing[*]}" >&2
+    echo "       run: apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+else
+  SUDO=
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"
