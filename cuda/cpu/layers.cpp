@@ -14,23 +14,13 @@ namespace carousel {
 using cpu::dispatch_float;
 
 namespace {
-constexpr std::int64_t kColumnBlock = 16;
-
-// Throws if any token is outside [0, vocab): never index out of bounds.
-void check_tokens(const char* op, const Tensor& tokens, std::int64_t vocab) {
-  const std::int32_t* t = tokens.data<std::int32_t>();
-  for (std::int64_t i = 0; i < tokens.numel(); ++i) {
-    CAROUSEL_CHECK(t[i] >= 0 && t[i] < vocab,
-                   "{}: token {} at position {} of 'tokens' {} is outside the vocabulary [0, {})",
-                   op, t[i], i, shape_str(tokens.shape()), vocab);
-  }
-}
+constexpr std::int64_t kColumnBlock = 16;  // columns per task in row-reducing loops
 }  // namespace
 
 void CpuBackend::do_embedding_forward(const Tensor& table, const Tensor& tokens,
                                       const Tensor& out) {
   const std::int64_t vocab = table.dim(0), embed = table.dim(1), n = tokens.numel();
-  check_tokens("embedding_forward", tokens, vocab);
+  cpu::check_token_range("embedding_forward", "tokens", tokens, vocab);
   const std::int32_t* tok = tokens.data<std::int32_t>();
   dispatch_float(table.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -47,7 +37,7 @@ void CpuBackend::do_embedding_forward(const Tensor& table, const Tensor& tokens,
 void CpuBackend::do_embedding_backward(const Tensor& dout, const Tensor& tokens,
                                        const Tensor& dtable) {
   const std::int64_t vocab = dtable.dim(0), embed = dtable.dim(1), n = tokens.numel();
-  check_tokens("embedding_backward", tokens, vocab);
+  cpu::check_token_range("embedding_backward", "tokens", tokens, vocab);
   const std::int32_t* tok = tokens.data<std::int32_t>();
   dispatch_float(dtable.dtype(), [&](auto tag) {
     using T = decltype(tag);

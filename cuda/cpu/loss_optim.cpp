@@ -20,20 +20,12 @@ template <class T> double row_logsumexp(const T* row, std::int64_t n) {
   return mx + std::log(sum);
 }
 
-void check_targets(const char* op, const Tensor& targets, std::int64_t vocab) {
-  const std::int32_t* t = targets.data<std::int32_t>();
-  for (std::int64_t i = 0; i < targets.numel(); ++i) {
-    CAROUSEL_CHECK(t[i] >= 0 && t[i] < vocab,
-                   "{}: target {} at position {} is outside the vocabulary [0, {})", op, t[i], i,
-                   vocab);
-  }
-}
 }  // namespace
 
 void CpuBackend::do_cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                           const Tensor& losses) {
   const std::int64_t rows = logits.dim(0), vocab = logits.dim(1);
-  check_targets("cross_entropy_forward", targets, vocab);
+  cpu::check_token_range("cross_entropy_forward", "targets", targets, vocab);
   const std::int32_t* tgt = targets.data<std::int32_t>();
   dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -50,7 +42,7 @@ void CpuBackend::do_cross_entropy_forward(const Tensor& logits, const Tensor& ta
 void CpuBackend::do_cross_entropy_backward(const Tensor& logits, const Tensor& targets,
                                            double dloss, const Tensor& dlogits) {
   const std::int64_t rows = logits.dim(0), vocab = logits.dim(1);
-  check_targets("cross_entropy_backward", targets, vocab);
+  cpu::check_token_range("cross_entropy_backward", "targets", targets, vocab);
   const std::int32_t* tgt = targets.data<std::int32_t>();
   dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
