@@ -136,7 +136,8 @@ class Backend {
   // ---- softmax cross-entropy --------------------------------------------------------------------
   // losses[n] = logsumexp(logits[n,:]) - logits[n, targets[n]]; logits [N,V], targets int32 [N].
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, const Tensor& losses);
-  // dlogits[n,:] = dloss * (softmax(logits[n,:]) - onehot(targets[n])) (overwrite). For the mean
+  // dlogits[n,:] = dloss * (softmax(logits[n,:]) - onehot(targets[n])) (overwrite; dlogits may
+  // alias logits, which saves a [N,V] buffer). For the mean
   // over all tokens of a global batch pass dloss = 1 / (number of tokens).
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, double dloss,
                               const Tensor& dlogits);

@@ -1,0 +1,31 @@
+// embed_head.h — what runs before the first layer (token embedding) and after the last
+// (final norm, lm_head, cross-entropy; or the simple model's squared error). In a pipeline they
+// live on the first and the last stage.
+#pragma once
+
+#include "cuda/backend.h"
+#include "models/model_config.h"
+#include "models/params.h"
+
+namespace carousel {
+
+// x [b,T,E] = embed[tokens]; tokens int32 [b,T].
+Tensor embed_forward(Backend& be, const ParamSet& params, const Tensor& tokens);
+// d embed += scatter of dx.
+void embed_backward(Backend& be, const ParamSet& grads, const Tensor& tokens, const Tensor& dx);
+
+struct HeadResult {
+  double loss_sum = 0;  // sum of per-token (llama) or per-element (simple) losses
+  Tensor dx;            // [b,T,E] d(loss)/d(last layer output), loss = sum * loss_scale
+};
+
+// The loss of one microbatch and its gradient in one pass (the logits are not kept):
+//   llama:  loss_i = cross_entropy(lm_head(rms(x, g_final)), targets) per token, targets int32 [b,T]
+//   simple: loss_i = (x - targets)^2 per element, targets [b,T,E]
+// loss_scale turns the sum into the global mean (1 / tokens or elements of the global batch).
+// Gradients of the final norm and lm_head (or tied embedding) accumulate into `grads`.
+HeadResult head_loss(Backend& be, const ModelConfig& cfg, const ParamSet& params,
+                     const ParamSet& grads, const Tensor& x, const Tensor& targets,
+                     double loss_scale);
+
+}  // namespace carousel

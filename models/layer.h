@@ -1,0 +1,46 @@
+// layer.h — one decoder layer, forward and backward, for each decoder block.
+//
+// llama (model.md):
+//   h = x + o_proj(attn(rope(q_proj(rms(x, g1))), rope(k_proj(rms(x, g1))), v_proj(rms(x, g1))))
+//   y = h + down_proj(silu(gate_proj(rms(h, g2))) * up_proj(rms(h, g2)))
+// simple (MaxText's pipeline test layer): y = x W.
+//
+// The forward can save what the backward needs (LayerSaved); remat recomputes it instead
+// (see stage.h). Weight gradients accumulate into `grads`; dx is overwritten.
+#pragma once
+
+#include "cuda/backend.h"
+#include "models/model_config.h"
+#include "models/params.h"
+
+namespace carousel {
+
+// Views of one layer's parameters — or of their gradients, or of a gathered copy.
+struct LayerWeights {
+  Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;  // llama
+  Tensor w;                                                          // simple
+  static LayerWeights from(const ParamSet& set, int layer);
+};
+
+// Activations of one layer's forward kept for its backward. Shapes for x [b,T,E], N = b*T:
+struct LayerSaved {
+  Tensor x;            // [b,T,E] layer input
+  Tensor xn1, rstd1;   // [N,E], [N]     rms(x, g1)
+  Tensor q, k, v;      // [b,T,H,hd], [b,T,Hkv,hd] x2   (q, k after RoPE)
+  Tensor att, lse;     // [b,T,H,hd], [b,H,T]          attention output, log-sum-exp
+  Tensor h;            // [b,T,E]        after the attention residual
+  Tensor hn, rstd2;    // [N,E], [N]     rms(h, g2)
+  Tensor gate, up, act;  // [N,Fm] x3    act = silu(gate) * up
+};
+
+// y = layer(x); x and y are [b,T,E] and distinct. When `saved` is set, the activations the
+// backward needs are allocated and kept there.
+void layer_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
+                   const RopeTables& rope, const Tensor& x, const Tensor& y, LayerSaved* saved);
+
+// dx = d layer / dx (dy); weight gradients += into `grads`. dx may not alias dy.
+void layer_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
+                    const LayerWeights& grads, const RopeTables& rope, const LayerSaved& saved,
+                    const Tensor& dy, const Tensor& dx);
+
+}  // namespace carousel

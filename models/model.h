@@ -1,0 +1,30 @@
+// model.h — the whole model on one device: embedding, all layers as one stage, head and loss.
+//
+// This is what `carousel train` runs on a single device, and the sequential reference that
+// every pipeline schedule must reproduce (maxtext-pipeline-spec.md §4.8).
+#pragma once
+
+#include <vector>
+
+#include "models/embed_head.h"
+#include "models/stage.h"
+
+namespace carousel {
+
+// One microbatch: llama takes int32 tokens [b,T] and next-token targets [b,T]; simple takes
+// activations [b,T,E] and targets [b,T,E].
+struct Microbatch {
+  Tensor inputs;
+  Tensor targets;
+};
+
+// Layer views of every layer of a parameter set, in order.
+std::vector<LayerWeights> all_layers(const ModelConfig& cfg, const ParamSet& set);
+
+// Forward and backward of one microbatch; gradients accumulate into `grads`. Returns the sum of
+// the microbatch's losses (the caller divides by the global count; loss_scale = 1 / that count).
+double model_forward_backward(Backend& be, const ModelConfig& cfg, const ParamSet& params,
+                              const ParamSet& grads, const RopeTables& rope,
+                              const Microbatch& mb, double loss_scale, RematPolicy remat);
+
+}  // namespace carousel

@@ -1,0 +1,65 @@
+// params.h — the one parameter table, and tensors allocated from it.
+//
+// param_table(cfg) lists every parameter once: its name (the Hugging Face name, so checkpoints
+// need no mapping), shape, the layer it belongs to, which dimension FSDP shards, whether weight
+// decay applies and how it is initialised. Allocation, initialisation, optimizer state,
+// checkpoints, sharding and tests all derive from this table.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda/backend.h"
+#include "models/model_config.h"
+
+namespace carousel {
+
+// What a parameter is for; layer code finds its weights by role.
+enum class ParamRole {
+  Embedding,     // model.embed_tokens.weight [V,E]
+  AttnNorm,      // input_layernorm [E]
+  Wq, Wk, Wv,    // self_attn.{q,k,v}_proj [H*hd,E], [Hkv*hd,E], [Hkv*hd,E]
+  Wo,            // self_attn.o_proj [E,H*hd]
+  MlpNorm,       // post_attention_layernorm [E]
+  WGate, WUp,    // mlp.{gate,up}_proj [Fm,E]
+  WDown,         // mlp.down_proj [E,Fm]
+  FinalNorm,     // model.norm.weight [E]
+  LmHead,        // lm_head.weight [V,E]
+  SimpleW,       // simple block: layers.{i}.w [E,E], y = x W
+};
+
+struct ParamSpec {
+  std::string name;  // Hugging Face name, e.g. model.layers.3.self_attn.q_proj.weight
+  Shape shape;
+  ParamRole role;
+  int layer = -1;          // decoder layer index, -1 for embedding / final norm / head
+  int fsdp_dim = 0;        // dimension FSDP shards
+  bool weight_decay = true;  // matrices decay, norm gains do not
+  bool init_ones = false;    // norm gains start at 1, matrices ~ Normal(0, 0.02)
+};
+
+std::vector<ParamSpec> param_table(const ModelConfig& cfg);
+
+// One tensor per entry of a parameter table (weights, gradients, or an optimizer moment), all
+// in one flat buffer so whole-model operations (zero, norm, AdamW) are single calls.
+struct ParamSet {
+  std::vector<ParamSpec> specs;
+  Tensor flat;                  // [total elements]
+  std::vector<Tensor> tensors;  // views into flat, specs[i].shape each
+
+  static ParamSet allocate(Backend& backend, const std::vector<ParamSpec>& specs, DType dtype);
+  const Tensor& at(ParamRole role, int layer = -1) const;  // throws if absent
+  bool has(ParamRole role, int layer = -1) const;
+  int index_of(const std::string& name) const;  // -1 if absent
+};
+
+// Writes the initial values of model.md: Normal(0, 0.02) from a counter-based generator keyed
+// by (seed, parameter name, element index), so a value does not depend on how the model is
+// split over devices; norm gains = 1.
+void init_params(Backend& backend, const ParamSet& params, std::uint64_t seed);
+
+// The initial values of one parameter, on the host (used by init_params and by sharded init).
+std::vector<double> initial_values(const ParamSpec& spec, std::uint64_t seed);
+
+}  // namespace carousel

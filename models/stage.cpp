@@ -1,0 +1,65 @@
+// stage.cpp — stage forward/backward over consecutive layers, with or without remat.
+#include "models/stage.h"
+
+#include "cuda/error.h"
+
+namespace carousel {
+
+RematPolicy parse_remat_policy(const std::string& name) {
+  if (name == "full") return RematPolicy::Full;
+  if (name == "none") return RematPolicy::None;
+  fail("remat_policy='{}' is not valid; use full (keep stage inputs, recompute) or none "
+       "(keep all activations)",
+       name);
+}
+
+namespace {
+// Runs the layers from x, keeping every layer's activations in `layers_saved`.
+Tensor forward_keeping_all(Backend& be, const ModelConfig& cfg,
+                           const std::vector<LayerWeights>& layers, const RopeTables& rope,
+                           const Tensor& x, std::vector<LayerSaved>& layers_saved) {
+  layers_saved.assign(layers.size(), LayerSaved{});
+  Tensor cur = x;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    Tensor next = be.empty(x.shape(), x.dtype());
+    layer_forward(be, cfg, layers[i], rope, cur, next, &layers_saved[i]);
+    cur = next;
+  }
+  return cur;
+}
+}  // namespace
+
+Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<LayerWeights>& layers,
+                     const RopeTables& rope, const Tensor& x, RematPolicy remat,
+                     StageSaved& saved) {
+  saved.input = x;
+  if (remat == RematPolicy::None) return forward_keeping_all(be, cfg, layers, rope, x, saved.layers);
+  saved.layers.clear();
+  Tensor cur = x;
+  for (const auto& w : layers) {
+    Tensor next = be.empty(x.shape(), x.dtype());
+    layer_forward(be, cfg, w, rope, cur, next, nullptr);
+    cur = next;  // the previous activation is released here
+  }
+  return cur;
+}
+
+Tensor stage_backward(Backend& be, const ModelConfig& cfg, const std::vector<LayerWeights>& layers,
+                      const std::vector<LayerWeights>& grads, const RopeTables& rope,
+                      StageSaved& saved, const Tensor& dy) {
+  CAROUSEL_CHECK(saved.input.defined(), "stage_backward called without a stage forward");
+  if (saved.layers.size() != layers.size()) {  // remat: recompute from the stage input
+    forward_keeping_all(be, cfg, layers, rope, saved.input, saved.layers);
+  }
+  Tensor grad = dy;
+  for (std::size_t i = layers.size(); i-- > 0;) {
+    Tensor dx = be.empty(dy.shape(), dy.dtype());
+    layer_backward(be, cfg, layers[i], grads[i], rope, saved.layers[i], grad, dx);
+    saved.layers[i] = LayerSaved{};  // free this layer's activations as soon as possible
+    grad = dx;
+  }
+  saved = StageSaved{};
+  return grad;
+}
+
+}  // namespace carousel

@@ -1,0 +1,198 @@
+// test_model.cpp — the whole model's gradient against finite differences in double precision,
+// remat full vs none (bitwise), parameter table and initialisation, config validation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cuda/cpu_backend.h"
+#include "models/model.h"
+#include "tests/test_util.h"
+
+namespace carousel {
+namespace {
+
+using testing::fetch;
+using testing::make;
+
+ModelConfig small_llama(bool tied) {
+  ModelConfig c;
+  c.vocab_size = 13;
+  c.emb_dim = 8;
+  c.num_layers = 2;
+  c.num_query_heads = 2;
+  c.num_kv_heads = 1;
+  c.mlp_dim = 12;
+  c.max_target_length = 5;
+  c.rope_max_timescale = 100.0;
+  c.logits_via_embedding = tied;
+  return c;
+}
+
+ModelConfig small_simple() {
+  ModelConfig c;
+  c.decoder_block = "simple";
+  c.emb_dim = 6;
+  c.num_layers = 3;
+  c.max_target_length = 4;
+  return c;
+}
+
+// Parameters with O(1) random values (not the 0.02 init) so every nonlinearity is exercised.
+void randomise(Backend& be, const ParamSet& p, std::uint64_t seed) {
+  auto v = testing::randn(p.flat.numel(), seed, 0.5);
+  std::int64_t offset = 0;
+  for (const auto& spec : p.specs) {
+    const std::int64_t n = numel(spec.shape);
+    if (spec.init_ones) {
+      for (std::int64_t i = 0; i < n; ++i) v[offset + i] = 1.0 + 0.3 * v[offset + i];
+    }
+    offset += n;
+  }
+  be.upload(v.data(), p.flat);
+}
+
+Microbatch make_batch(Backend& be, const ModelConfig& cfg, std::int64_t b, DType dtype,
+                      std::uint64_t seed) {
+  const std::int64_t T = cfg.max_target_length;
+  if (cfg.is_llama()) {
+    return {be.from_host(testing::randint(b * T, cfg.vocab_size, seed), {b, T}),
+            be.from_host(testing::randint(b * T, cfg.vocab_size, seed + 1), {b, T})};
+  }
+  const std::int64_t E = cfg.emb_dim;
+  return {make(be, testing::randn(b * T * E, seed), {b, T, E}, dtype),
+          make(be, testing::randn(b * T * E, seed + 1), {b, T, E}, dtype)};
+}
+
+// Every parameter's gradient of the mean loss against central differences, all in float64.
+void check_model_gradient(const ModelConfig& cfg, RematPolicy remat) {
+  CpuBackend be;
+  const auto specs = param_table(cfg);
+  ParamSet params = ParamSet::allocate(be, specs, DType::F64);
+  ParamSet grads = ParamSet::allocate(be, specs, DType::F64);
+  ParamSet scratch = ParamSet::allocate(be, specs, DType::F64);
+  randomise(be, params, 5);
+  const std::int64_t b = 2;
+  const Microbatch mb = make_batch(be, cfg, b, DType::F64, 7);
+  const auto rope = make_rope_tables(be, cfg.max_target_length, cfg.is_llama() ? cfg.head_dim() : 2,
+                                     cfg.rope_max_timescale, DType::F64);
+  const double count = double(b * cfg.max_target_length * (cfg.is_llama() ? 1 : cfg.emb_dim));
+  be.fill(grads.flat, 0.0);
+  model_forward_backward(be, cfg, params, grads, rope, mb, 1.0 / count, remat);
+  const auto analytic = fetch(be, grads.flat);
+
+  auto loss = [&] {
+    return model_forward_backward(be, cfg, params, scratch, rope, mb, 1.0 / count, remat) / count;
+  };
+  std::vector<double> values = fetch(be, params.flat), numeric(values.size());
+  const double h = 1e-6;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const double keep = values[i];
+    values[i] = keep + h;
+    be.upload(values.data(), params.flat);
+    const double plus = loss();
+    values[i] = keep - h;
+    be.upload(values.data(), params.flat);
+    const double minus = loss();
+    values[i] = keep;
+    numeric[i] = (plus - minus) / (2 * h);
+  }
+  be.upload(values.data(), params.flat);
+  testing::expect_close(analytic, numeric, 1e-5, 1e-8, cfg.decoder_block + " model gradient");
+}
+
+TEST(ModelGradient, LlamaMatchesFiniteDifferences) {
+  check_model_gradient(small_llama(false), RematPolicy::Full);
+}
+
+TEST(ModelGradient, LlamaTiedEmbeddingMatchesFiniteDifferences) {
+  check_model_gradient(small_llama(true), RematPolicy::None);
+}
+
+TEST(ModelGradient, SimpleMatchesFiniteDifferences) {
+  check_model_gradient(small_simple(), RematPolicy::Full);
+}
+
+TEST(Remat, FullAndNoneGiveBitwiseEqualGradients) {
+  CpuBackend be;
+  ModelConfig cfg = model_preset("tiny");
+  cfg.num_layers = 3;
+  cfg.max_target_length = 16;
+  const auto specs = param_table(cfg);
+  ParamSet params = ParamSet::allocate(be, specs, DType::F32);
+  init_params(be, params, 1);
+  const auto rope = make_rope_tables(be, cfg.max_target_length, cfg.head_dim(),
+                                     cfg.rope_max_timescale);
+  const Microbatch mb = make_batch(be, cfg, 3, DType::F32, 11);
+  ParamSet g_full = ParamSet::allocate(be, specs, DType::F32);
+  ParamSet g_none = ParamSet::allocate(be, specs, DType::F32);
+  be.fill(g_full.flat, 0.0);
+  be.fill(g_none.flat, 0.0);
+  const double l_full = model_forward_backward(be, cfg, params, g_full, rope, mb, 1.0, RematPolicy::Full);
+  const double l_none = model_forward_backward(be, cfg, params, g_none, rope, mb, 1.0, RematPolicy::None);
+  EXPECT_EQ(l_full, l_none);
+  EXPECT_TRUE(testing::bitwise_equal(be, g_full.flat, g_none.flat));
+  EXPECT_GT(be.sum_squares(g_full.flat), 0.0);  // the gradient is not trivially zero
+}
+
+TEST(ParamTable, LlamaNamesShapesAndFlags) {
+  const ModelConfig cfg = model_preset("tiny");
+  const auto specs = param_table(cfg);
+  ASSERT_EQ(specs.size(), 1u + 9u * 8u + 2u);
+  EXPECT_EQ(specs[0].name, "model.embed_tokens.weight");
+  EXPECT_EQ(specs[0].shape, (Shape{256, 64}));
+  EXPECT_EQ(specs[2].name, "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(specs[3].shape, (Shape{32, 64}));  // k_proj: Hkv*hd = 2*16
+  EXPECT_FALSE(specs[1].weight_decay);         // input_layernorm
+  EXPECT_TRUE(specs[1].init_ones);
+  EXPECT_EQ(specs.back().name, "lm_head.weight");
+  // 256*64*2 + 8 * (64*2 + 64*64*2 + 32*64*2 + 172*64*3) + 64
+  EXPECT_EQ(parameter_count(cfg), 256 * 64 * 2 + 8 * (128 + 8192 + 4096 + 33024) + 64);
+  ModelConfig tied = cfg;
+  tied.logits_via_embedding = true;
+  EXPECT_EQ(param_table(tied).back().name, "model.norm.weight");
+}
+
+TEST(Init, DependsOnSeedAndNameNotOnOrder) {
+  ParamSpec a{"model.layers.3.mlp.up_proj.weight", {172, 64}, ParamRole::WUp, 3};
+  ParamSpec b = a;
+  b.name = "model.layers.4.mlp.up_proj.weight";
+  const auto va = initial_values(a, 0), va2 = initial_values(a, 0), vb = initial_values(b, 0),
+             va_seed1 = initial_values(a, 1);
+  EXPECT_EQ(va, va2);
+  EXPECT_NE(va, vb);
+  EXPECT_NE(va, va_seed1);
+  double mean = 0, sq = 0;
+  for (double x : va) {
+    mean += x;
+    sq += x * x;
+  }
+  mean /= double(va.size());
+  const double stddev = std::sqrt(sq / double(va.size()) - mean * mean);
+  EXPECT_NEAR(mean, 0.0, 0.001);   // 11008 samples: standard error 0.0002
+  EXPECT_NEAR(stddev, 0.02, 0.0005);
+  ParamSpec gain{"model.norm.weight", {64}, ParamRole::FinalNorm, -1, 0, false, true};
+  EXPECT_EQ(initial_values(gain, 0), std::vector<double>(64, 1.0));
+}
+
+TEST(ModelConfig, ValidationNamesTheKey) {
+  ModelConfig c = model_preset("tiny");
+  c.num_kv_heads = 3;
+  try {
+    c.validate();
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("base_num_query_heads=4 must be a multiple of "
+                                         "base_num_kv_heads=3"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    model_preset("llama9");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tiny, llama2-7b"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace carousel
