@@ -1,6 +1,7 @@
 // main.cpp — the `carousel` command line: parses subcommands and runs one.
 //
-//   carousel info [--cpu-devices N]     what this build can run on
+//   carousel info [--cpu-devices N]            what this build can run on
+//   carousel train [config.yml] key=value ...  train (MaxText key names; --help-keys lists them)
 //
 // Every error a user can cause ends as one line "error: ..." and exit code 2.
 #include <CLI/CLI.hpp>
@@ -21,10 +22,23 @@ int main(int argc, char** argv) {
   info_cmd->add_option("--cpu-devices", info.cpu_devices, "simulated CPU devices to list")
       ->check(CLI::Range(1, 1024));
 
+  carousel::TrainOptions train;
+  bool help_keys = false;
+  auto* train_cmd = app.add_subcommand("train", "train a model: carousel train [config.yml] key=value ...");
+  train_cmd->add_option("args", train.args, "optional YAML config file, then key=value overrides");
+  train_cmd->add_flag("--help-keys", help_keys, "list every config key with its default and meaning");
+
   CLI11_PARSE(app, argc, argv);
   try {
     carousel::init_logging({.rank = 0, .level = log_level, .file_dir = {}});
     if (info_cmd->parsed()) return carousel::run_info(info);
+    if (train_cmd->parsed()) {
+      if (help_keys) {
+        carousel::print_config_keys();
+        return 0;
+      }
+      return carousel::run_train(train);
+    }
   } catch (const carousel::Error& e) {
     spdlog::error("{}", e.what());
     return 2;

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # demo.sh — set up, build and run the main job: the README's first command.
-# For now: show what this build can run on, then measure the CPU backend's GEMM and attention
-# throughput. (Once training lands, this becomes a short training run on simulated devices.)
+# Trains the tiny Llama on the bundled text for 100 steps on the CPU backend (configs/demo.yml),
+# from scratch each time (the previous demo run directory is moved aside, not deleted).
+# Extra arguments are config overrides: scripts/demo.sh steps=20 learning_rate=0.001
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
-build/bin/carousel info --cpu-devices 2
-build/bin/op_bench --benchmark_min_time=0.2 \
-  --benchmark_filter='GemmLinear/(512|1024)/|Attention/(forward|backward)/8/64'
+if [ -d out/demo ]; then mv out/demo "out/demo.previous.$(date +%s)"; fi
+build/bin/carousel train configs/demo.yml "$@"

@@ -13,9 +13,11 @@ PACKAGES=(
   pkg-config
   libspdlog-dev         # logging
   libfmt-dev            # formatting (spdlog's external fmt)
-  libopenblas-dev       # CPU backend GEMM (cblas_sgemm)
+  libopenblas-openmp-dev  # CPU backend GEMM (cblas_sgemm), OpenMP build: shares our thread pool
   libcli11-dev          # command-line parsing
-  nlohmann-json3-dev    # config, traces, safetensors headers, metrics JSON
+  nlohmann-json3-dev    # traces, safetensors headers, checkpoint manifests, metrics JSON
+  libyaml-cpp-dev       # config files (MaxText-style YAML)
+  zlib1g-dev            # CRC32 checksums of checkpoint files
   libgtest-dev          # unit tests
   libgmock-dev
   libbenchmark-dev      # op benchmarks

@@ -2,6 +2,8 @@
 // remat full vs none (bitwise), parameter table and initialisation, config validation.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
 
 #include "cuda/cpu_backend.h"
@@ -132,6 +134,29 @@ TEST(Remat, FullAndNoneGiveBitwiseEqualGradients) {
   EXPECT_EQ(l_full, l_none);
   EXPECT_TRUE(testing::bitwise_equal(be, g_full.flat, g_none.flat));
   EXPECT_GT(be.sum_squares(g_full.flat), 0.0);  // the gradient is not trivially zero
+}
+
+TEST(Determinism, GradientsDoNotDependOnTheThreadCount) {
+  CpuBackend be;
+  ModelConfig cfg = model_preset("tiny");
+  cfg.num_layers = 2;
+  const auto specs = param_table(cfg);
+  ParamSet params = ParamSet::allocate(be, specs, DType::F32);
+  init_params(be, params, 3);
+  const auto rope = make_rope_tables(be, cfg.max_target_length, cfg.head_dim(),
+                                     cfg.rope_max_timescale);
+  const Microbatch mb = make_batch(be, cfg, 4, DType::F32, 13);
+  std::vector<ParamSet> grads;
+  const int saved_threads = omp_get_max_threads();
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    grads.push_back(ParamSet::allocate(be, specs, DType::F32));
+    be.fill(grads.back().flat, 0.0);
+    model_forward_backward(be, cfg, params, grads.back(), rope, mb, 1.0, RematPolicy::Full);
+  }
+  omp_set_num_threads(saved_threads);
+  EXPECT_TRUE(testing::bitwise_equal(be, grads[0].flat, grads[1].flat)) << "1 vs 2 threads";
+  EXPECT_TRUE(testing::bitwise_equal(be, grads[0].flat, grads[2].flat)) << "1 vs 3 threads";
 }
 
 TEST(ParamTable, LlamaNamesShapesAndFlags) {

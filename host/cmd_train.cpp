@@ -1,0 +1,48 @@
+// cmd_train.cpp — `carousel train [config.yml] key=value ...`.
+#include <spdlog/spdlog.h>
+
+#include "host/commands.h"
+#include "host/config.h"
+#include "host/logging.h"
+#include "host/trainer.h"
+
+namespace carousel {
+
+namespace {
+// Splits "[config.yml] key=value ..." into the file (first argument without '=') and overrides.
+void split_arguments(const std::vector<std::string>& args, std::string& file,
+                     std::vector<std::string>& overrides) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (i == 0 && args[i].find('=') == std::string::npos) {
+      file = args[i];
+    } else {
+      overrides.push_back(args[i]);
+    }
+  }
+}
+}  // namespace
+
+void print_config_keys() {
+  const Config defaults;
+  fmt::print("{:<38} {:<7} {:<12} {}\n", "key", "type", "default", "meaning");
+  for (const auto& k : config_keys()) {
+    fmt::print("{:<38} {:<7} {:<12} {}\n", k.name, k.type, k.get(defaults), k.help);
+  }
+}
+
+int run_train(const TrainOptions& options) {
+  std::string file;
+  std::vector<std::string> overrides;
+  split_arguments(options.args, file, overrides);
+  const LoadedConfig loaded = load_config(file, overrides);
+  init_logging({.rank = 0, .level = loaded.config.log_level, .file_dir = {}});
+  spdlog::info("config ({} keys; non-default marked *):", loaded.table.size());
+  for (const auto& row : loaded.table) {
+    spdlog::info("  {} {:<36} {:<24} {}", row.source == "default" ? ' ' : '*', row.key, row.value,
+                 row.source == "default" ? "" : row.source);
+  }
+  train(loaded.config);
+  return 0;
+}
+
+}  // namespace carousel

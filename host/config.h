@@ -1,0 +1,95 @@
+// config.h — every run setting, with MaxText's key names, in one table.
+//
+// The table (config_keys()) is the single source of truth for each key's name, type, default,
+// help text and parsing: the CLI, YAML files, the printed config table, checkpoints and
+// docs/config.md all derive from it. A run's config is built as
+//   defaults -> preset of model_name -> YAML file keys -> command-line key=value
+// and then validated; every mistake is one error naming the key, the value and what is valid.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "models/model_config.h"
+
+namespace carousel {
+
+struct Config {
+  std::string model_name = "tiny";
+  ModelConfig model = model_preset("tiny");
+
+  // Run and outputs.
+  std::string run_name = "carousel";
+  std::string base_output_directory = "out";
+  std::int64_t steps = 200;
+  std::int64_t log_period = 1;
+  std::string metrics_file;  // default <base_output_directory>/<run_name>/metrics.jsonl
+  std::string log_level = "info";
+
+  // Batch and precision.
+  double per_device_batch_size = 8;
+  std::int64_t num_pipeline_microbatches = 1;  // one device: gradient accumulation chunks
+  std::string dtype = "float32";
+  std::string remat_policy = "full";
+  std::int64_t init_weights_seed = 0;
+
+  // Optimizer (AdamW, PyTorch semantics) and schedule (MaxText: warmup, cosine decay).
+  double learning_rate = 1e-3;
+  double adam_b1 = 0.9;
+  double adam_b2 = 0.95;
+  double adam_eps = 1e-8;
+  double adam_weight_decay = 0.1;
+  double gradient_clipping_threshold = 1.0;
+  double warmup_steps_fraction = 0.1;
+  double cosine_learning_rate_final_fraction = 0.1;
+  std::int64_t learning_rate_schedule_steps = -1;  // -1 = steps
+
+  // Data.
+  std::string dataset_type = "synthetic";  // synthetic | tokens | text
+  std::string dataset_path;
+
+  // Checkpoints.
+  bool enable_checkpointing = true;
+  std::int64_t checkpoint_period = 0;  // 0 = only at the end
+  std::string load_parameters_path;    // a checkpoint step directory to start from
+
+  // Derived values.
+  std::int64_t num_devices() const { return 1; }
+  std::int64_t global_batch() const;  // B = per_device_batch_size * devices
+  std::int64_t schedule_steps() const {
+    return learning_rate_schedule_steps < 0 ? steps : learning_rate_schedule_steps;
+  }
+  std::string run_directory() const;  // <base_output_directory>/<run_name>
+  void validate() const;
+};
+
+// One key of the table.
+struct ConfigKey {
+  std::string name;
+  std::string type;  // int | float | bool | string
+  std::string help;
+  bool model_key;    // part of the model shape (set by model_name presets)
+  std::function<std::string(const Config&)> get;
+  std::function<void(Config&, const std::string&)> set;  // throws on a bad value
+};
+const std::vector<ConfigKey>& config_keys();
+
+// Where a key's value came from, for the printed table.
+struct ConfigValueSource {
+  std::string key, value, source;  // source: default | preset | file | command line
+};
+
+struct LoadedConfig {
+  Config config;
+  std::vector<ConfigValueSource> table;  // every key in table order
+};
+
+// Builds a config from an optional YAML file (flat `key: value` map) and key=value overrides.
+LoadedConfig load_config(const std::string& yaml_path, const std::vector<std::string>& overrides);
+
+// Closest known key to `name` (edit distance), for "did you mean" hints.
+std::string closest_key(const std::string& name);
+
+}  // namespace carousel

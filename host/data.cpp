@@ -1,0 +1,165 @@
+// data.cpp — synthetic, llm.c-shard and text data loaders.
+#include "host/data.h"
+
+#include <glob.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "cuda/error.h"
+
+namespace carousel {
+
+TokenBatch DataLoader::batch(std::int64_t step, std::int64_t global_batch, std::int64_t first,
+                             std::int64_t count) const {
+  TokenBatch b;
+  b.sequences = count;
+  b.seq_len = seq_len_;
+  b.inputs.resize(count * seq_len_);
+  b.targets.resize(count * seq_len_);
+  std::vector<std::int32_t> buf(seq_len_ + 1);
+  for (std::int64_t j = 0; j < count; ++j) {
+    sequence(step * global_batch + first + j, buf.data());
+    std::copy(buf.begin(), buf.end() - 1, b.inputs.begin() + j * seq_len_);
+    std::copy(buf.begin() + 1, buf.end(), b.targets.begin() + j * seq_len_);
+  }
+  return b;
+}
+
+namespace {
+
+std::uint64_t mix(std::uint64_t x) {  // SplitMix64 finaliser
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+class SyntheticLoader final : public DataLoader {
+ public:
+  SyntheticLoader(std::int64_t seq_len, std::int64_t vocab) : DataLoader(seq_len), vocab_(vocab) {}
+  std::string describe() const override {
+    return fmt::format("synthetic arithmetic progressions mod {}", vocab_);
+  }
+
+ protected:
+  void sequence(std::int64_t g, std::int32_t* out) const override {
+    const std::uint64_t h = mix(std::uint64_t(g));
+    const std::int64_t start = std::int64_t(h % std::uint64_t(vocab_));
+    const std::int64_t stride = 1 + std::int64_t((h >> 32) % 7);
+    for (std::int64_t t = 0; t <= seq_len_; ++t) out[t] = std::int32_t((start + stride * t) % vocab_);
+  }
+
+ private:
+  std::int64_t vocab_;
+};
+
+// A token stream held in memory, read with wrap-around.
+class StreamLoader final : public DataLoader {
+ public:
+  StreamLoader(std::int64_t seq_len, std::vector<std::int32_t> tokens, std::string what)
+      : DataLoader(seq_len), tokens_(std::move(tokens)), what_(std::move(what)) {}
+  std::string describe() const override {
+    return fmt::format("{} ({} tokens)", what_, tokens_.size());
+  }
+
+ protected:
+  void sequence(std::int64_t g, std::int32_t* out) const override {
+    const std::int64_t n = std::int64_t(tokens_.size());
+    const std::int64_t offset = (g % n) * (seq_len_ % n) % n;  // (g*T) mod n without overflow
+    for (std::int64_t t = 0; t <= seq_len_; ++t) out[t] = tokens_[(offset + t) % n];
+  }
+
+ private:
+  std::vector<std::int32_t> tokens_;
+  std::string what_;
+};
+
+constexpr std::int32_t kShardMagic = 20240520;
+constexpr std::int32_t kShardVersion = 1;
+constexpr std::size_t kHeaderInts = 256;
+
+std::vector<std::string> expand_glob(const std::string& pattern) {
+  glob_t g{};
+  std::vector<std::string> files;
+  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0) {
+    for (std::size_t i = 0; i < g.gl_pathc; ++i) files.emplace_back(g.gl_pathv[i]);
+  }
+  globfree(&g);
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+void read_shard(const std::string& path, std::int64_t vocab, std::vector<std::int32_t>& out) {
+  std::ifstream in(path, std::ios::binary);
+  CAROUSEL_CHECK(in.good(), "dataset_path: cannot open token shard '{}'", path);
+  const auto size = std::filesystem::file_size(path);
+  std::int32_t header[kHeaderInts] = {};
+  CAROUSEL_CHECK(size >= sizeof(header),
+                 "token shard '{}' is {} bytes, shorter than its 1024-byte header (truncated or "
+                 "not an llm.c shard)",
+                 path, size);
+  in.read(reinterpret_cast<char*>(header), sizeof(header));
+  CAROUSEL_CHECK(header[0] == kShardMagic,
+                 "token shard '{}' has magic {} but llm.c shards start with {} (is it a token "
+                 "file? for plain text use dataset_type=text)",
+                 path, header[0], kShardMagic);
+  CAROUSEL_CHECK(header[1] == kShardVersion, "token shard '{}' has version {}; supported: {}",
+                 path, header[1], kShardVersion);
+  const std::int64_t count = header[2];
+  const std::uint64_t expected = sizeof(header) + 2 * std::uint64_t(count);
+  CAROUSEL_CHECK(count > 0 && size == expected,
+                 "token shard '{}' says {} tokens ({} bytes) but the file is {} bytes (truncated "
+                 "or corrupt)",
+                 path, count, expected, size);
+  std::vector<std::uint16_t> raw(count);
+  in.read(reinterpret_cast<char*>(raw.data()), 2 * count);
+  CAROUSEL_CHECK(in.good(), "token shard '{}': read failed", path);
+  for (std::int64_t i = 0; i < count; ++i) {
+    CAROUSEL_CHECK(raw[i] < vocab,
+                   "token shard '{}': token {} at position {} is >= vocab_size={} (data made "
+                   "for another tokenizer?)",
+                   path, raw[i], i, vocab);
+    out.push_back(raw[i]);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<DataLoader> make_data_loader(const Config& cfg) {
+  const std::int64_t T = cfg.model.max_target_length, V = cfg.model.vocab_size;
+  if (cfg.dataset_type == "synthetic") return std::make_unique<SyntheticLoader>(T, V);
+  std::vector<std::int32_t> tokens;
+  std::string what;
+  if (cfg.dataset_type == "tokens") {
+    const auto files = expand_glob(cfg.dataset_path);
+    CAROUSEL_CHECK(!files.empty(), "dataset_path='{}' matches no file", cfg.dataset_path);
+    for (const auto& f : files) read_shard(f, V, tokens);
+    what = fmt::format("{} llm.c shard(s) {}", files.size(), cfg.dataset_path);
+  } else {
+    std::ifstream in(cfg.dataset_path, std::ios::binary);
+    CAROUSEL_CHECK(in.good() && std::filesystem::is_regular_file(cfg.dataset_path),
+                   "dataset_path='{}': cannot open text file", cfg.dataset_path);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+    for (unsigned char c : bytes) tokens.push_back(c);
+    what = fmt::format("text {}", cfg.dataset_path);
+  }
+  CAROUSEL_CHECK(std::int64_t(tokens.size()) > T,
+                 "dataset '{}' has {} tokens; at least max_target_length + 1 = {} are needed",
+                 cfg.dataset_path, tokens.size(), T + 1);
+  return std::make_unique<StreamLoader>(T, std::move(tokens), what);
+}
+
+void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens) {
+  std::int32_t header[kHeaderInts] = {};
+  header[0] = kShardMagic;
+  header[1] = kShardVersion;
+  header[2] = std::int32_t(tokens.size());
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(header), sizeof(header));
+  out.write(reinterpret_cast<const char*>(tokens.data()), 2 * tokens.size());
+  CAROUSEL_CHECK(out.good(), "cannot write token shard '{}'", path);
+}
+
+}  // namespace carousel

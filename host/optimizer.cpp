@@ -1,0 +1,47 @@
+// optimizer.cpp — learning-rate schedule, clipping, AdamW over a ParamSet.
+#include "host/optimizer.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace carousel {
+
+double learning_rate_at(const Config& cfg, std::int64_t step) {
+  const double peak = cfg.learning_rate;
+  const std::int64_t total = cfg.schedule_steps();
+  const std::int64_t warmup = std::llround(cfg.warmup_steps_fraction * double(total));
+  if (step >= total) return 0.0;
+  if (step < warmup) return peak * double(step) / double(warmup);
+  const double final_lr = peak * cfg.cosine_learning_rate_final_fraction;
+  const double progress = double(step - warmup) / double(total - warmup);
+  return final_lr + 0.5 * (peak - final_lr) * (1.0 + std::cos(std::numbers::pi * progress));
+}
+
+double clip_scale(double grad_norm, double threshold) {
+  if (threshold <= 0 || grad_norm <= threshold) return 1.0;
+  return threshold / grad_norm;
+}
+
+AdamW AdamW::create(Backend& be, const std::vector<ParamSpec>& specs) {
+  AdamW opt{ParamSet::allocate(be, specs, DType::F32), ParamSet::allocate(be, specs, DType::F32)};
+  be.fill(opt.m.flat, 0.0);
+  be.fill(opt.v.flat, 0.0);
+  return opt;
+}
+
+void AdamW::update(Backend& be, const Config& cfg, const ParamSet& params, const ParamSet& grads,
+                   std::int64_t step, double lr, double grad_scale) const {
+  AdamWParams h;
+  h.lr = lr;
+  h.beta1 = cfg.adam_b1;
+  h.beta2 = cfg.adam_b2;
+  h.eps = cfg.adam_eps;
+  h.grad_scale = grad_scale;
+  h.step = step + 1;
+  for (std::size_t i = 0; i < params.specs.size(); ++i) {
+    h.weight_decay = params.specs[i].weight_decay ? cfg.adam_weight_decay : 0.0;
+    be.adamw_update(params.tensors[i], grads.tensors[i], m.tensors[i], v.tensors[i], h);
+  }
+}
+
+}  // namespace carousel

@@ -1,0 +1,32 @@
+// optimizer.h — AdamW over a parameter table, global-norm clipping and MaxText's learning-rate
+// schedule (linear warmup, cosine decay, then zero).
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/backend.h"
+#include "host/config.h"
+#include "models/params.h"
+
+namespace carousel {
+
+// lr(step) for 0-based `step`: warmup from 0 to learning_rate over
+// W = round(warmup_steps_fraction * S) steps, then cosine from learning_rate down to
+// learning_rate * cosine_learning_rate_final_fraction over the remaining S - W steps, then 0
+// (S = learning_rate_schedule_steps, default steps).
+double learning_rate_at(const Config& cfg, std::int64_t step);
+
+// Multiplier that clips the global gradient norm to the threshold (1 when off or below it).
+double clip_scale(double grad_norm, double threshold);
+
+// AdamW state (fp32 moments, one per parameter) and the update.
+struct AdamW {
+  ParamSet m, v;
+  static AdamW create(Backend& be, const std::vector<ParamSpec>& specs);
+  // One step (0-based `step`): decoupled weight decay on parameters flagged for it, Adam with
+  // bias correction; gradients are multiplied by grad_scale first.
+  void update(Backend& be, const Config& cfg, const ParamSet& params, const ParamSet& grads,
+              std::int64_t step, double lr, double grad_scale) const;
+};
+
+}  // namespace carousel

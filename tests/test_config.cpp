@@ -1,0 +1,119 @@
+// test_config.cpp — the config table: presets, precedence, parsing and the errors users see.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cuda/error.h"
+#include "host/config.h"
+#include "host/optimizer.h"
+
+namespace carousel {
+namespace {
+
+std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+std::string write_yaml(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+TEST(Config, DefaultsAreValidAndTiny) {
+  const LoadedConfig c = load_config("", {});
+  EXPECT_EQ(c.config.model.emb_dim, 64);
+  EXPECT_EQ(c.config.model.num_layers, 8);
+  EXPECT_EQ(c.config.global_batch(), 8);
+  EXPECT_EQ(c.table.size(), config_keys().size());
+}
+
+TEST(Config, PresetThenFileThenCommandLine) {
+  const std::string file = write_yaml("carousel_cfg1.yml",
+                                      "model_name: llama2-7b\nsteps: 50\nlearning_rate: 0.01\n");
+  const LoadedConfig c =
+      load_config(file, {"learning_rate=0.02", "base_num_decoder_layers=2", "dtype=float32"});
+  EXPECT_EQ(c.config.model.emb_dim, 4096);       // from the preset
+  EXPECT_EQ(c.config.model.num_layers, 2);       // command line beats the preset
+  EXPECT_EQ(c.config.steps, 50);                 // file
+  EXPECT_DOUBLE_EQ(c.config.learning_rate, 0.02);  // command line beats the file
+  for (const auto& row : c.table) {
+    if (row.key == "steps") EXPECT_EQ(row.source, "file " + file);
+    if (row.key == "learning_rate") EXPECT_EQ(row.source, "command line");
+    if (row.key == "base_mlp_dim") EXPECT_EQ(row.source, "preset llama2-7b");
+    if (row.key == "adam_b1") EXPECT_EQ(row.source, "default");
+  }
+}
+
+TEST(Config, UnknownKeySuggestsTheClosest) {
+  const std::string msg = error_of([] { load_config("", {"leraning_rate=0.1"}); });
+  EXPECT_NE(msg.find("unknown config key 'leraning_rate'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("did you mean 'learning_rate'"), std::string::npos) << msg;
+}
+
+TEST(Config, WrongTypesNameKeyAndValue) {
+  EXPECT_NE(error_of([] { load_config("", {"steps=ten"}); })
+                .find("config key 'steps' expects an integer, got 'ten'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { load_config("", {"learning_rate=fast"}); })
+                .find("'learning_rate' expects a number, got 'fast'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { load_config("", {"enable_checkpointing=maybe"}); })
+                .find("expects true or false, got 'maybe'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { load_config("", {"steps"}); }).find("is not key=value"),
+            std::string::npos);
+}
+
+TEST(Config, InvalidValuesSayWhatIsValid) {
+  EXPECT_NE(error_of([] { load_config("", {"num_pipeline_microbatches=3"}); })
+                .find("must be > 0 and divide the global batch 8"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { load_config("", {"dtype=bfloat16"}); }).find("use float32"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { load_config("", {"model_name=gpt5"}); })
+                .find("model_name='gpt5' is not a known model"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { load_config("", {"dataset_type=tokens"}); })
+                .find("needs dataset_path=FILE"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { load_config("", {"per_device_batch_size=2.5"}); })
+                .find("is not a positive whole number"),
+            std::string::npos);
+}
+
+TEST(Config, BadYamlFiles) {
+  EXPECT_NE(error_of([] { load_config("/nonexistent/c.yml", {}); }).find("does not exist"),
+            std::string::npos);
+  const std::string nested = write_yaml("carousel_cfg2.yml", "steps:\n  a: 1\n");
+  EXPECT_NE(error_of([&] { load_config(nested, {}); }).find("key 'steps' must have a single value"),
+            std::string::npos);
+  const std::string unknown = write_yaml("carousel_cfg3.yml", "stepz: 3\n");
+  EXPECT_NE(error_of([&] { load_config(unknown, {}); }).find("did you mean 'steps'"),
+            std::string::npos);
+}
+
+TEST(LearningRate, WarmupCosineThenZero) {
+  Config c;
+  c.learning_rate = 1.0;
+  c.steps = 100;
+  c.warmup_steps_fraction = 0.1;
+  c.cosine_learning_rate_final_fraction = 0.1;
+  EXPECT_DOUBLE_EQ(learning_rate_at(c, 0), 0.0);
+  EXPECT_DOUBLE_EQ(learning_rate_at(c, 5), 0.5);    // halfway through 10 warmup steps
+  EXPECT_DOUBLE_EQ(learning_rate_at(c, 10), 1.0);   // peak
+  EXPECT_NEAR(learning_rate_at(c, 55), 0.55, 1e-12);  // cosine midpoint: (1 + 0.1) / 2
+  EXPECT_DOUBLE_EQ(learning_rate_at(c, 100), 0.0);  // past the schedule
+  EXPECT_DOUBLE_EQ(clip_scale(4.0, 1.0), 0.25);
+  EXPECT_DOUBLE_EQ(clip_scale(0.5, 1.0), 1.0);
+  EXPECT_DOUBLE_EQ(clip_scale(4.0, 0.0), 1.0);  // off
+}
+
+}  // namespace
+}  // namespace carousel
