@@ -115,5 +115,15 @@ TEST(LearningRate, WarmupCosineThenZero) {
   EXPECT_DOUBLE_EQ(clip_scale(4.0, 0.0), 1.0);  // off
 }
 
+TEST(Config, DocsListEveryKey) {
+  std::ifstream in(CAROUSEL_SOURCE_DIR "/docs/config.md");
+  const std::string doc((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_FALSE(doc.empty());
+  for (const auto& k : config_keys()) {
+    EXPECT_NE(doc.find("\n" + k.name + " "), std::string::npos)
+        << k.name << " is missing from docs/config.md; regenerate it with carousel train --help-keys";
+  }
+}
+
 }  // namespace
 }  // namespace carousel
