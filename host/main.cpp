@@ -42,6 +42,9 @@ int main(int argc, char** argv) {
   } catch (const carousel::Error& e) {
     spdlog::error("{}", e.what());
     return 2;
+  } catch (const std::exception& e) {  // e.g. a filesystem error: still one line, no crash
+    spdlog::error("{}", e.what());
+    return 2;
   }
   return 0;
 }
