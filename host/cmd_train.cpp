@@ -8,10 +8,8 @@
 
 namespace carousel {
 
-namespace {
-// Splits "[config.yml] key=value ..." into the file (first argument without '=') and overrides.
-void split_arguments(const std::vector<std::string>& args, std::string& file,
-                     std::vector<std::string>& overrides) {
+void split_config_arguments(const std::vector<std::string>& args, std::string& file,
+                            std::vector<std::string>& overrides) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     if (i == 0 && args[i].find('=') == std::string::npos) {
       file = args[i];
@@ -20,7 +18,6 @@ void split_arguments(const std::vector<std::string>& args, std::string& file,
     }
   }
 }
-}  // namespace
 
 void print_config_keys() {
   const Config defaults;
@@ -33,7 +30,7 @@ void print_config_keys() {
 int run_train(const TrainOptions& options) {
   std::string file;
   std::vector<std::string> overrides;
-  split_arguments(options.args, file, overrides);
+  split_config_arguments(options.args, file, overrides);
   const LoadedConfig loaded = load_config(file, overrides);
   init_logging({.rank = 0, .level = loaded.config.log_level, .file_dir = {}});
   spdlog::info("config ({} keys; non-default marked *):", loaded.table.size());

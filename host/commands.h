@@ -17,6 +17,11 @@ struct TrainOptions {
 };
 // `carousel train`: single-device training (host/trainer.h).
 int run_train(const TrainOptions& options);
+// `carousel schedule`: a pipeline schedule, lowered, replayed and simulated (host/schedule/).
+int run_schedule(const TrainOptions& options);
+// Splits "[config.yml] key=value ..." into the file (a first argument without '=') and overrides.
+void split_config_arguments(const std::vector<std::string>& args, std::string& file,
+                            std::vector<std::string>& overrides);
 // The config key table: name, type, default, meaning.
 void print_config_keys();
 

@@ -94,10 +94,40 @@ const std::vector<ConfigKey>& config_keys() {
       key("metrics_file", &Config::metrics_file,
           "JSON-lines metrics (default <run directory>/metrics.jsonl)"),
       key("log_level", &Config::log_level, "trace | debug | info | warn | error | off"),
+      key("ici_pipeline_parallelism", &Config::ici_pipeline_parallelism,
+          "S: pipeline stages, one device group each"),
+      key("num_pipeline_microbatches", &Config::num_pipeline_microbatches,
+          "M: microbatches per step (-1 = S, or 2S with the forwarding delay); B must divide"),
+      key("num_pipeline_repeats", &Config::num_pipeline_repeats,
+          "R: circular repeats (-1 = layers / (S x L))"),
+      key("num_layers_per_pipeline_stage", &Config::num_layers_per_pipeline_stage,
+          "L: consecutive layers a stage runs per visit"),
+      key("pipeline_schedule", &Config::pipeline_schedule,
+          "circular | gpipe | 1f1b | interleaved_1f1b | zb_h1"),
+      key("pipeline_delay_activation_forwarding", &Config::pipeline_delay_activation_forwarding,
+          "circular: forward stage outputs one iteration later (MaxText's d = 2)"),
+      key("pipeline_microbatch_group_size", &Config::pipeline_microbatch_group_size,
+          "interleaved_1f1b group g (S = depth-first .. M = breadth-first; 0 = S)"),
+      key("ici_fsdp_parallelism", &Config::ici_fsdp_parallelism,
+          "F: FSDP degree inside a stage (weights gathered before use)"),
+      key("pipeline_fsdp_ag_per_repeat", &Config::pipeline_fsdp_ag_per_repeat,
+          "Buffer Sliding Window: 2 weight slots, next repeat prefetched during the current"),
+      key("pipeline_fsdp_ag_once", &Config::pipeline_fsdp_ag_once,
+          "gather every local stage's weights once per step (R slots)"),
+      key("pipeline_prefetch_lookahead", &Config::pipeline_prefetch_lookahead,
+          "issue a weight gather at most this many compute actions before use (0 = as soon as "
+          "a slot is free)"),
+      key("schedule_cost_f", &Config::schedule_cost_f, "schedule cost model: forward, per layer"),
+      key("schedule_cost_b", &Config::schedule_cost_b, "full backward, per layer"),
+      key("schedule_cost_w", &Config::schedule_cost_w,
+          "weight-gradient part of the backward (zb_h1's W), per layer"),
+      key("schedule_cost_p2p", &Config::schedule_cost_p2p, "activation hand-off latency"),
+      key("schedule_cost_all_gather", &Config::schedule_cost_all_gather,
+          "all-gather of one layer's weights"),
+      key("schedule_cost_reduce_scatter", &Config::schedule_cost_reduce_scatter,
+          "reduce-scatter of one layer's gradients"),
       key("per_device_batch_size", &Config::per_device_batch_size,
           "sequences per device per step; global batch B = this x devices"),
-      key("num_pipeline_microbatches", &Config::num_pipeline_microbatches,
-          "microbatches per step (B must divide); on one device: gradient accumulation"),
       key("dtype", &Config::dtype, "compute dtype: float32 (bfloat16 on GPU, later)"),
       key("remat_policy", &Config::remat_policy,
           "full (keep stage inputs, recompute in backward) | none"),
@@ -132,6 +162,22 @@ std::int64_t Config::global_batch() const {
   return static_cast<std::int64_t>(per_device_batch_size * double(num_devices()));
 }
 
+std::int64_t Config::microbatches() const {
+  if (num_pipeline_microbatches > 0) return num_pipeline_microbatches;
+  return ici_pipeline_parallelism * (pipeline_delay_activation_forwarding ? 2 : 1);
+}
+
+std::int64_t Config::repeats() const {
+  if (num_pipeline_repeats > 0) return num_pipeline_repeats;
+  return model.num_layers / (ici_pipeline_parallelism * num_layers_per_pipeline_stage);
+}
+
+int Config::weight_slots() const {
+  if (pipeline_fsdp_ag_per_repeat) return 2;
+  if (pipeline_fsdp_ag_once) return -1;
+  return 0;
+}
+
 std::string Config::run_directory() const {
   return (std::filesystem::path(base_output_directory) / run_name).string();
 }
@@ -145,9 +191,10 @@ void Config::validate() const {
                  "per_device_batch_size={} x {} device(s) = {} sequences is not a positive whole "
                  "number",
                  per_device_batch_size, num_devices(), batch);
-  CAROUSEL_CHECK(num_pipeline_microbatches > 0 && global_batch() % num_pipeline_microbatches == 0,
-                 "num_pipeline_microbatches={} must be > 0 and divide the global batch {}",
-                 num_pipeline_microbatches, global_batch());
+  validate_pipeline();
+  CAROUSEL_CHECK(global_batch() % microbatches() == 0,
+                 "num_pipeline_microbatches={} must divide the global batch {}", microbatches(),
+                 global_batch());
   CAROUSEL_CHECK(dtype == "float32",
                  "dtype='{}' is not valid on the CPU backend; use float32 (bfloat16 is a GPU "
                  "dtype)",
@@ -178,6 +225,43 @@ void Config::validate() const {
   CAROUSEL_CHECK(checkpoint_period >= 0, "checkpoint_period={} must be >= 0", checkpoint_period);
   CAROUSEL_CHECK(!run_name.empty() && run_name.find('/') == std::string::npos,
                  "run_name='{}' must be a non-empty name without '/'", run_name);
+}
+
+void Config::validate_pipeline() const {
+  const std::int64_t S = ici_pipeline_parallelism, L = num_layers_per_pipeline_stage;
+  const std::int64_t N = model.num_layers;
+  CAROUSEL_CHECK(S >= 1, "ici_pipeline_parallelism={} must be >= 1", S);
+  CAROUSEL_CHECK(L >= 1, "num_layers_per_pipeline_stage={} must be >= 1", L);
+  CAROUSEL_CHECK(num_pipeline_microbatches == -1 || num_pipeline_microbatches >= 1,
+                 "num_pipeline_microbatches={} must be >= 1 (or -1 for S)",
+                 num_pipeline_microbatches);
+  CAROUSEL_CHECK(num_pipeline_repeats != -1 || N % (S * L) == 0,
+                 "base_num_decoder_layers={} is not divisible by ici_pipeline_parallelism x "
+                 "num_layers_per_pipeline_stage = {} x {}; choose S and L so that S x L divides "
+                 "the layers",
+                 N, S, L);
+  CAROUSEL_CHECK(S * repeats() * L == N,
+                 "ici_pipeline_parallelism x num_pipeline_repeats x "
+                 "num_layers_per_pipeline_stage = {} x {} x {} must equal "
+                 "base_num_decoder_layers={}",
+                 S, repeats(), L, N);
+  CAROUSEL_CHECK(!pipeline_delay_activation_forwarding || pipeline_schedule == "circular",
+                 "pipeline_delay_activation_forwarding applies to pipeline_schedule=circular, not "
+                 "{}",
+                 pipeline_schedule);
+  CAROUSEL_CHECK(!(pipeline_fsdp_ag_per_repeat && pipeline_fsdp_ag_once),
+                 "pipeline_fsdp_ag_per_repeat and pipeline_fsdp_ag_once are exclusive; choose one");
+  CAROUSEL_CHECK(ici_fsdp_parallelism >= 1, "ici_fsdp_parallelism={} must be >= 1",
+                 ici_fsdp_parallelism);
+  CAROUSEL_CHECK(pipeline_prefetch_lookahead >= 0,
+                 "pipeline_prefetch_lookahead={} must be >= 0 (0 = as early as a slot is free)",
+                 pipeline_prefetch_lookahead);
+  CAROUSEL_CHECK(pipeline_microbatch_group_size >= 0,
+                 "pipeline_microbatch_group_size={} must be >= 0 (0 = S)",
+                 pipeline_microbatch_group_size);
+  CAROUSEL_CHECK(schedule_cost_w <= schedule_cost_b,
+                 "schedule_cost_w={} is part of the backward and cannot exceed schedule_cost_b={}",
+                 schedule_cost_w, schedule_cost_b);
 }
 
 std::string closest_key(const std::string& name) {

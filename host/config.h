@@ -28,9 +28,24 @@ struct Config {
   std::string metrics_file;  // default <base_output_directory>/<run_name>/metrics.jsonl
   std::string log_level = "info";
 
+  // Pipeline (MaxText names; see maxtext-pipeline-spec.md and docs/schedules.md).
+  std::int64_t ici_pipeline_parallelism = 1;        // S, pipeline stages (ranks in the ring)
+  std::int64_t num_pipeline_microbatches = -1;      // M; -1 = S (2S with the forwarding delay)
+  std::int64_t num_pipeline_repeats = -1;           // R; -1 = layers / (S L)
+  std::int64_t num_layers_per_pipeline_stage = 1;   // L
+  std::string pipeline_schedule = "circular";
+  bool pipeline_delay_activation_forwarding = false;
+  std::int64_t pipeline_microbatch_group_size = 0;  // interleaved_1f1b g; 0 = S
+  std::int64_t ici_fsdp_parallelism = 1;            // F
+  bool pipeline_fsdp_ag_per_repeat = false;         // Buffer Sliding Window: 2 weight slots
+  bool pipeline_fsdp_ag_once = false;               // every local stage resident for the step
+  std::int64_t pipeline_prefetch_lookahead = 0;     // 0 = as soon as a weight slot is free
+  // Cost model of `carousel schedule`, per layer (a stage costs L times these).
+  double schedule_cost_f = 1, schedule_cost_b = 2, schedule_cost_w = 1;
+  double schedule_cost_p2p = 0, schedule_cost_all_gather = 0, schedule_cost_reduce_scatter = 0;
+
   // Batch and precision.
   double per_device_batch_size = 8;
-  std::int64_t num_pipeline_microbatches = 1;  // one device: gradient accumulation chunks
   std::string dtype = "float32";
   std::string remat_policy = "full";
   std::int64_t init_weights_seed = 0;
@@ -57,12 +72,16 @@ struct Config {
 
   // Derived values.
   std::int64_t num_devices() const { return 1; }
+  std::int64_t microbatches() const;  // M after MaxText's defaulting
+  std::int64_t repeats() const;       // R after defaulting
+  int weight_slots() const;           // 0 default, 2 with ag_per_repeat, -1 with ag_once
   std::int64_t global_batch() const;  // B = per_device_batch_size * devices
   std::int64_t schedule_steps() const {
     return learning_rate_schedule_steps < 0 ? steps : learning_rate_schedule_steps;
   }
   std::string run_directory() const;  // <base_output_directory>/<run_name>
   void validate() const;
+  void validate_pipeline() const;  // S, M, R, L and the FSDP/BSW knobs
 };
 
 // One key of the table.

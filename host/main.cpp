@@ -2,6 +2,7 @@
 //
 //   carousel info [--cpu-devices N]            what this build can run on
 //   carousel train [config.yml] key=value ...  train (MaxText key names; --help-keys lists them)
+//   carousel schedule [config.yml] key=value ...  show, check and simulate a pipeline schedule
 //
 // Every error a user can cause ends as one line "error: ..." and exit code 2.
 #include <CLI/CLI.hpp>
@@ -28,6 +29,11 @@ int main(int argc, char** argv) {
   train_cmd->add_option("args", train.args, "optional YAML config file, then key=value overrides");
   train_cmd->add_flag("--help-keys", help_keys, "list every config key with its default and meaning");
 
+  carousel::TrainOptions schedule;
+  auto* schedule_cmd = app.add_subcommand(
+      "schedule", "print, check and simulate a pipeline schedule: carousel schedule [config.yml] key=value ...");
+  schedule_cmd->add_option("args", schedule.args, "optional YAML config file, then key=value overrides");
+
   CLI11_PARSE(app, argc, argv);
   try {
     carousel::init_logging({.rank = 0, .level = log_level, .file_dir = {}});
@@ -39,6 +45,7 @@ int main(int argc, char** argv) {
       }
       return carousel::run_train(train);
     }
+    if (schedule_cmd->parsed()) return carousel::run_schedule(schedule);
   } catch (const carousel::Error& e) {
     spdlog::error("{}", e.what());
     return 2;

@@ -38,6 +38,11 @@ TrainResult train(const Config& cfg) {
   CAROUSEL_CHECK(cfg.model.is_llama(),
                  "carousel train runs decoder_block=llama; the simple block is for pipeline "
                  "equivalence tests");
+  CAROUSEL_CHECK(cfg.ici_pipeline_parallelism == 1 && cfg.ici_fsdp_parallelism == 1,
+                 "carousel train runs on one device for now: ici_pipeline_parallelism={} and "
+                 "ici_fsdp_parallelism={} need the pipeline executor, which is not built yet "
+                 "(`carousel schedule` shows the plan such a run would follow)",
+                 cfg.ici_pipeline_parallelism, cfg.ici_fsdp_parallelism);
   CpuBackend be(0);
   const auto specs = param_table(cfg.model);
   ParamSet params = ParamSet::allocate(be, specs, DType::F32);
@@ -64,7 +69,7 @@ TrainResult train(const Config& cfg) {
   const auto rope = make_rope_tables(be, cfg.model.max_target_length, cfg.model.head_dim(),
                                      cfg.model.rope_max_timescale);
   const RematPolicy remat = parse_remat_policy(cfg.remat_policy);
-  const std::int64_t B = cfg.global_batch(), M = cfg.num_pipeline_microbatches, b = B / M;
+  const std::int64_t B = cfg.global_batch(), M = cfg.microbatches(), b = B / M;
   const std::int64_t tokens_per_step = B * cfg.model.max_target_length;
   const double flops_per_step = train_flops_per_token(cfg.model) * double(tokens_per_step);
   spdlog::info("model: {} parameters; data: {}; batch {} x {} tokens in {} microbatch(es)",

@@ -73,7 +73,7 @@ TEST(Config, WrongTypesNameKeyAndValue) {
 
 TEST(Config, InvalidValuesSayWhatIsValid) {
   EXPECT_NE(error_of([] { load_config("", {"num_pipeline_microbatches=3"}); })
-                .find("must be > 0 and divide the global batch 8"),
+                .find("num_pipeline_microbatches=3 must divide the global batch 8"),
             std::string::npos);
   EXPECT_NE(error_of([] { load_config("", {"dtype=bfloat16"}); }).find("use float32"),
             std::string::npos);

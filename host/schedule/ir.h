@@ -1,0 +1,72 @@
+// ir.h — the schedule intermediate representation: what every pipeline rank does in one step.
+//
+// A Program holds one ordered list of Actions per pipeline rank. Generators (generators.h) emit
+// compute actions only: F (forward), B (full backward) or I + W (zero-bubble split: input
+// gradient, weight gradient) of a (stage, microbatch). Lowering (lower.h) adds communication
+// and weight residency: SEND/RECV of activations and gradients, ALL_GATHER issue/wait and
+// RELEASE of weight slots, REDUCE_SCATTER of gradients, OPTIMIZER.
+//
+// "stage" is the virtual stage: layers [stage*L, (stage+1)*L) of the model; with S ranks and R
+// repeats there are S*R of them and stage v runs on rank v % S (loop placement; MaxText's repeat
+// r of stage s is virtual stage r*S + s).
+//
+// Text form (PyTorch pipelining style), one action per token:
+//   0F1  2B0  3I1  3W1        stage, kind, microbatch
+//   1SEND_F0  2RECV_F0        activation of stage 1 / into stage 2, microbatch 0
+//   2SEND_B0  1RECV_B0        gradient of stage 2's input / into stage 1, microbatch 0
+//   4AG_ISSUE1  4AG_WAIT1     gather stage 4's weights into slot 1 / wait for it
+//   2RELEASE0                 free slot 0, which held stage 2's weights
+//   3REDUCE_SCATTER           reduce-scatter stage 3's gradients
+//   OPTIMIZER
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace carousel::schedule {
+
+enum class Kind : std::uint8_t {
+  F, B, I, W,                          // compute
+  SEND_F, RECV_F, SEND_B, RECV_B,      // point-to-point between pipeline ranks
+  AG_ISSUE, AG_WAIT, RELEASE,          // weight residency (FSDP all-gather into slots)
+  REDUCE_SCATTER, OPTIMIZER,
+};
+
+struct Action {
+  Kind kind = Kind::F;
+  int stage = -1;  // virtual stage; -1 for OPTIMIZER
+  int index = -1;  // microbatch (compute, p2p) or slot (AG_*, RELEASE); -1 otherwise
+  int peer = -1;   // p2p: the other rank (set by lowering)
+
+  bool is_compute() const { return kind <= Kind::W; }
+  bool is_p2p() const { return kind >= Kind::SEND_F && kind <= Kind::RECV_B; }
+  bool operator==(const Action& o) const {
+    return kind == o.kind && stage == o.stage && index == o.index;
+  }
+};
+
+std::string to_string(const Action& a);
+Action parse_action(std::string_view text);  // throws carousel::Error on bad text
+std::string_view kind_name(Kind k);
+
+// Where stages live and how many there are.
+struct Layout {
+  int ranks = 1;        // S, pipeline ranks
+  int repeats = 1;      // R, stages per rank (circular repeats / interleaved chunks)
+  int microbatches = 1; // M
+  int stages() const { return ranks * repeats; }
+  int rank_of(int stage) const { return stage % ranks; }
+};
+
+struct Program {
+  Layout layout;
+  std::vector<std::vector<Action>> ranks;  // ranks[r] = rank r's actions in order
+};
+
+// One line per rank: "rank 0: 0F0 0F1 ...". parse_program reads the same form back.
+std::string to_text(const Program& program);
+Program parse_program(const Layout& layout, std::string_view text);
+
+}  // namespace carousel::schedule

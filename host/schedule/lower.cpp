@@ -1,0 +1,180 @@
+// lower.cpp — from a compute program to per-rank instruction lists: p2p, weight residency,
+// gradient reduce-scatter, optimizer.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "cuda/error.h"
+#include "host/schedule/passes.h"
+
+namespace carousel::schedule {
+
+namespace {
+
+// Weight residency of one rank: AG_ISSUE / AG_WAIT / RELEASE around its compute actions.
+// before[j] / after[j] collect what goes right before / after compute action j.
+struct Residency {
+  std::vector<std::vector<Action>> before, after;
+};
+
+Residency place_weights(const std::vector<Action>& computes, int slots, int lookahead) {
+  const std::size_t n = computes.size();
+  Residency out{std::vector<std::vector<Action>>(n), std::vector<std::vector<Action>>(n)};
+  if (n == 0) return out;
+  if (slots == 0) {  // gather on every use, into slot 0, released right after
+    for (std::size_t j = 0; j < n; ++j) {
+      const int v = computes[j].stage;
+      out.before[j] = {{Kind::AG_ISSUE, v, 0}, {Kind::AG_WAIT, v, 0}};
+      out.after[j] = {{Kind::RELEASE, v, 0}};
+    }
+    return out;
+  }
+  std::set<int> local;
+  for (const auto& a : computes) local.insert(a.stage);
+  const int capacity = slots < 0 ? int(local.size()) : slots;
+  // next_use[j] = index of the next compute action using the same stage after j (n if none).
+  std::vector<std::size_t> next_use(n, n);
+  std::map<int, std::size_t> upcoming;
+  for (std::size_t j = n; j-- > 0;) {
+    const auto it = upcoming.find(computes[j].stage);
+    next_use[j] = it == upcoming.end() ? n : it->second;
+    upcoming[computes[j].stage] = j;
+  }
+  struct Resident {
+    int slot;
+    std::size_t last_use;  // latest compute action that used it so far
+  };
+  std::map<int, Resident> resident;  // stage -> slot
+  std::vector<std::size_t> slot_free_after(capacity, 0);  // issue point: before compute j >= this
+  std::vector<bool> slot_used(capacity, false);
+  for (std::size_t j = 0; j < n; ++j) {
+    const int v = computes[j].stage;
+    auto it = resident.find(v);
+    if (it == resident.end()) {
+      int slot = -1;
+      for (int s = 0; s < capacity && slot < 0; ++s) {
+        if (!slot_used[s]) slot = s;
+      }
+      if (slot < 0) {  // evict the resident stage whose next use is furthest away
+        auto victim = resident.begin();
+        std::size_t furthest = 0;
+        for (auto r = resident.begin(); r != resident.end(); ++r) {
+          const std::size_t nu = next_use[r->second.last_use];
+          if (nu >= furthest) {
+            furthest = nu;
+            victim = r;
+          }
+        }
+        slot = victim->second.slot;
+        out.after[victim->second.last_use].push_back({Kind::RELEASE, victim->first, slot});
+        slot_free_after[slot] = victim->second.last_use + 1;
+        resident.erase(victim);
+      }
+      slot_used[slot] = true;
+      const std::size_t earliest =
+          lookahead > 0 && j >= std::size_t(lookahead) ? j - lookahead : 0;
+      const std::size_t issue_at = std::max(slot_free_after[slot], earliest);
+      out.before[issue_at].push_back({Kind::AG_ISSUE, v, slot});
+      out.before[j].push_back({Kind::AG_WAIT, v, slot});
+      it = resident.emplace(v, Resident{slot, j}).first;
+    }
+    it->second.last_use = j;
+  }
+  for (const auto& [v, r] : resident) out.after[r.last_use].push_back({Kind::RELEASE, v, r.slot});
+  // An issue placed before j must precede the waits placed there by earlier iterations' logic:
+  // order every before-list as issues first, then waits.
+  for (auto& list : out.before) {
+    std::stable_partition(list.begin(), list.end(),
+                          [](const Action& a) { return a.kind == Kind::AG_ISSUE; });
+  }
+  return out;
+}
+
+}  // namespace
+
+Program lower(const Program& compute, const LoweringOptions& options) {
+  validate(compute);
+  const Layout& l = compute.layout;
+  const int V = l.stages(), R = l.ranks;
+  CAROUSEL_CHECK(options.weight_slots >= -1, "weight slots must be -1 (one per stage), 0 (gather "
+                 "every use) or a positive count, got {}", options.weight_slots);
+  CAROUSEL_CHECK(options.lookahead >= 0, "prefetch lookahead must be >= 0, got {}",
+                 options.lookahead);
+  std::vector<Residency> res(R);
+  std::vector<std::map<int, std::size_t>> last_grad(R);  // stage -> its last B/W on the rank
+  for (int r = 0; r < R; ++r) {
+    const auto& prog = compute.ranks[r];
+    if (options.fsdp) res[r] = place_weights(prog, options.weight_slots, options.lookahead);
+    for (std::size_t j = 0; j < prog.size(); ++j) {
+      if (prog[j].kind == Kind::B || prog[j].kind == Kind::W) last_grad[r][prog[j].stage] = j;
+    }
+  }
+  // Lock-step walk: in each round every rank runs its next compute action if its input is there.
+  // The producer places the SEND right after its action and the consumer's RECV at the consumer's
+  // current position (the sender decides the order, so both sides agree). A receive is thus
+  // posted as soon as its data exists, and the data waits in the receiver's buffer (MaxText's
+  // circular storage) instead of blocking the ring.
+  Program out{l, std::vector<std::vector<Action>>(R)};
+  std::set<std::tuple<Kind, int, int>> done;      // compute actions run: (kind, stage, mb)
+  std::set<std::tuple<bool, int, int>> received;  // (forward?, consumer stage, mb) delivered
+  std::vector<std::size_t> ptr(R, 0);
+  auto has = [&](Kind k, int v, int m) { return done.count({k, v, m}) > 0; };
+  auto input_ready = [&](int r, const Action& a) {
+    const int v = a.stage, m = a.index;
+    switch (a.kind) {
+      case Kind::F:
+        if (v == 0) return true;
+        return l.rank_of(v - 1) == r ? has(Kind::F, v - 1, m) : received.count({true, v, m}) > 0;
+      case Kind::B:
+      case Kind::I:
+        if (v == V - 1) return has(Kind::F, v, m);
+        if (l.rank_of(v + 1) != r) return received.count({false, v, m}) > 0;
+        return has(Kind::B, v + 1, m) || has(Kind::I, v + 1, m);
+      default:  // W
+        return has(Kind::I, v, m);
+    }
+  };
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < R; ++r) {
+      const auto& prog = compute.ranks[r];
+      if (ptr[r] == prog.size() || !input_ready(r, prog[ptr[r]])) continue;
+      const std::size_t j = ptr[r]++;
+      const Action& a = prog[j];
+      auto& list = out.ranks[r];
+      if (options.fsdp) list.insert(list.end(), res[r].before[j].begin(), res[r].before[j].end());
+      list.push_back(a);
+      if (options.fsdp) list.insert(list.end(), res[r].after[j].begin(), res[r].after[j].end());
+      done.insert({a.kind, a.stage, a.index});
+      const int v = a.stage, m = a.index;
+      if (a.kind == Kind::F && v < V - 1 && l.rank_of(v + 1) != r) {
+        const int q = l.rank_of(v + 1);
+        list.push_back({Kind::SEND_F, v, m, q});
+        out.ranks[q].push_back({Kind::RECV_F, v + 1, m, r});
+        received.insert({true, v + 1, m});
+      }
+      if ((a.kind == Kind::B || a.kind == Kind::I) && v > 0 && l.rank_of(v - 1) != r) {
+        const int q = l.rank_of(v - 1);
+        list.push_back({Kind::SEND_B, v, m, q});
+        out.ranks[q].push_back({Kind::RECV_B, v - 1, m, r});
+        received.insert({false, v - 1, m});
+      }
+      if (options.fsdp && last_grad[r].count(v) && last_grad[r][v] == j) {
+        list.push_back({Kind::REDUCE_SCATTER, v, -1});
+      }
+      progress = true;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    if (ptr[r] < compute.ranks[r].size()) {
+      fail("invalid schedule: rank {} can never run {}: its input is produced after it in the "
+           "order of the ranks' programs (a dependency cycle)\n{}",
+           r, to_string(compute.ranks[r][ptr[r]]), to_text(compute));
+    }
+    out.ranks[r].push_back({Kind::OPTIMIZER, -1, -1});
+  }
+  return out;
+}
+
+}  // namespace carousel::schedule

@@ -1,0 +1,28 @@
+// maxtext.h — MaxText's iteration view of the circular pipeline (maxtext-pipeline-spec.md §3,
+// §5.4): at loop iteration t, stage s works on (microbatch, repeat) = ((t - d s) mod M,
+// floor((t - d s) / M)) when 0 <= t - d s < M R, and uses the weights of layers
+// r S L + s L .. + L - 1. With the Buffer Sliding Window, in repeat block k = floor(t / M) slot 1
+// holds repeat k's weights and slot 0 repeat k-1's; stage s reads slot 1 once
+// (t mod M) >= d s (it has crossed into the new repeat), slot 0 before (the fixed rule; MaxText
+// HEAD fills slot 1 per stage and is wrong for S >= 3, §5.5).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace carousel::schedule {
+
+struct CircularCell {
+  bool real = false;  // false: a bubble iteration for this stage
+  int microbatch = -1, repeat = -1, first_layer = -1;
+  int bsw_slot = -1;  // which BSW slot the stage reads (real cells)
+};
+
+// table[t][s] for t in [0, M R + d (S - 1)).
+std::vector<std::vector<CircularCell>> circular_table(int S, int M, int R, int d, int L);
+
+// The MaxText-style table as text: one row per iteration, "m3/r1 (L5)" cells, "--" for bubbles.
+std::string format_circular_table(const std::vector<std::vector<CircularCell>>& table, int L,
+                                  bool show_bsw);
+
+}  // namespace carousel::schedule

@@ -1,0 +1,156 @@
+// simulate.cpp — list-scheduling simulation of a program with per-action costs.
+#include "host/schedule/simulate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "cuda/error.h"
+
+namespace carousel::schedule {
+
+double Costs::cost(Kind k) const {
+  switch (k) {
+    case Kind::F: return f;
+    case Kind::B: return b;
+    case Kind::I: return i;
+    case Kind::W: return w;
+    default: return 0;
+  }
+}
+
+SimResult simulate(const Program& p, const Costs& c) {
+  const Layout& l = p.layout;
+  const int R = l.ranks, V = l.stages();
+  constexpr double kUnknown = -1;
+  std::map<std::tuple<Kind, int, int>, double> end_of;  // compute (kind, stage, mb) -> end
+  auto finished = [&](Kind k, int v, int m) {
+    const auto it = end_of.find({k, v, m});
+    return it == end_of.end() ? kUnknown : it->second;
+  };
+  // When the input of a compute action is ready (kUnknown while its producer has not run).
+  auto input_ready = [&](int rank, const Action& a) -> double {
+    const int v = a.stage, m = a.index;
+    auto cross = [&](int other) { return l.rank_of(other) != rank ? c.p2p : 0.0; };
+    switch (a.kind) {
+      case Kind::F: {
+        if (v == 0) return 0;
+        const double e = finished(Kind::F, v - 1, m);
+        if (e < 0) return kUnknown;
+        const bool remote = l.rank_of(v - 1) != rank;
+        return e + cross(v - 1) + (remote ? (c.forward_delay - 1) * c.f : 0.0);
+      }
+      case Kind::B:
+      case Kind::I: {
+        double own = finished(Kind::F, v, m);
+        if (own < 0) return kUnknown;
+        if (v == V - 1) return own;
+        double e = finished(Kind::B, v + 1, m);
+        if (e < 0) e = finished(Kind::I, v + 1, m);
+        return e < 0 ? kUnknown : std::max(own, e + cross(v + 1));
+      }
+      case Kind::W: return finished(Kind::I, v, m);
+      default: return 0;
+    }
+  };
+
+  SimResult res;
+  res.busy.assign(R, 0);
+  res.peak_activations.assign(R, 0);
+  res.peak_weight_slots.assign(R, 0);
+  res.all_gathers.assign(R, 0);
+  res.reduce_scatters.assign(R, 0);
+  std::vector<std::size_t> pos(R, 0);
+  std::vector<double> compute_free(R, 0), comm_free(R, 0);
+  std::vector<std::map<int, double>> gather_done(R);  // slot -> when its gather completes
+  std::vector<double> pending(R, 0);                   // waits collected before the next compute
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int r = 0; r < R; ++r) {
+      while (pos[r] < p.ranks[r].size()) {
+        const Action& a = p.ranks[r][pos[r]];
+        if (a.is_compute()) {
+          const double ready = input_ready(r, a);
+          if (ready < 0) break;  // the producer has not been simulated yet
+          const double start = std::max({compute_free[r], ready, pending[r]});
+          const double end = start + c.cost(a.kind);
+          end_of[{a.kind, a.stage, a.index}] = end;
+          res.timeline.push_back({r, a, start, end});
+          res.busy[r] += end - start;
+          compute_free[r] = end;
+          pending[r] = 0;
+        } else if (a.kind == Kind::AG_ISSUE) {
+          const double start = std::max(compute_free[r], comm_free[r]);
+          comm_free[r] = start + c.all_gather;
+          gather_done[r][a.index] = comm_free[r];
+          res.all_gathers[r] += 1;
+          if (c.all_gather > 0) res.timeline.push_back({r, a, start, comm_free[r]});
+        } else if (a.kind == Kind::AG_WAIT) {
+          const auto it = gather_done[r].find(a.index);
+          CAROUSEL_CHECK(it != gather_done[r].end(), "schedule: {} on rank {} waits for a "
+                         "gather that was never issued", to_string(a), r);
+          pending[r] = std::max(pending[r], it->second);
+        } else if (a.kind == Kind::REDUCE_SCATTER) {
+          const double start = std::max(compute_free[r], comm_free[r]);
+          comm_free[r] = start + c.reduce_scatter;
+          res.reduce_scatters[r] += 1;
+          if (c.reduce_scatter > 0) res.timeline.push_back({r, a, start, comm_free[r]});
+        } else if (a.kind == Kind::OPTIMIZER) {
+          compute_free[r] = std::max(compute_free[r], comm_free[r]);
+        }
+        ++pos[r];
+        progress = true;
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    if (pos[r] < p.ranks[r].size()) {
+      fail("schedule simulation is stuck: rank {} waits at {} for an input no rank produces",
+           r, to_string(p.ranks[r][pos[r]]));
+    }
+    res.step_time = std::max(res.step_time, compute_free[r]);
+  }
+  double busy = 0;
+  for (double b : res.busy) busy += b;
+  res.bubble_fraction = res.step_time > 0 ? 1.0 - busy / (double(R) * res.step_time) : 0.0;
+
+  // Activation live ranges per rank: +1 at F start, -1 at the end of B (or W when split).
+  std::vector<std::vector<std::pair<double, int>>> events(R);
+  for (const auto& iv : res.timeline) {
+    const Action& a = iv.action;
+    if (a.kind == Kind::F) events[iv.rank].push_back({iv.start, +1});
+    const bool split = finished(Kind::W, a.stage, a.index) >= 0;
+    if (a.kind == Kind::B || (a.kind == Kind::W && split)) events[iv.rank].push_back({iv.end, -1});
+  }
+  for (int r = 0; r < R; ++r) {
+    std::sort(events[r].begin(), events[r].end());  // frees (-1) sort before allocations at ties
+    int live = 0;
+    for (const auto& [t, d] : events[r]) res.peak_activations[r] = std::max(res.peak_activations[r], live += d);
+    // Weight slots: held from AG_ISSUE to RELEASE, in program order.
+    int held = 0;
+    for (const auto& a : p.ranks[r]) {
+      if (a.kind == Kind::AG_ISSUE) res.peak_weight_slots[r] = std::max(res.peak_weight_slots[r], ++held);
+      if (a.kind == Kind::RELEASE) --held;
+    }
+  }
+  return res;
+}
+
+double closed_form_bubble(const std::string& kind, const Layout& l, const Costs& c) {
+  const double S = l.ranks, M = l.microbatches, R = l.repeats;
+  const double work = M * R * (c.f + c.b);  // per rank
+  double idle = 0;
+  if (kind == "zb_h1") {
+    idle = (S - 1) * (c.f + c.i - c.w);  // (p-1)(t_F + t_B - t_W), t_B = input gradient only
+  } else if (kind == "interleaved_1f1b") {
+    idle = (S - 1) * (c.f + c.b);  // chunk costs are already 1/R of a full stage
+  } else {  // gpipe, 1f1b, circular: the fill and the drain, stretched by the forward delay
+    idle = (S - 1) * (c.forward_delay * c.f + c.b);
+  }
+  return idle / (work + idle);
+}
+
+}  // namespace carousel::schedule

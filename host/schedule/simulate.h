@@ -1,0 +1,51 @@
+// simulate.h — the cost model: predicted timeline, bubble, activation and weight memory, and
+// communication counts of a (lowered or compute-only) program, before any math runs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "host/schedule/ir.h"
+
+namespace carousel::schedule {
+
+// Durations per virtual stage (one stage = L layers), in any unit (unit costs reproduce the
+// textbook bubble formulas).
+struct Costs {
+  double f = 1, b = 2, i = 1, w = 1;  // forward, full backward, input grad, weight grad
+  double p2p = 0;        // latency of a cross-rank activation / gradient hand-off
+  double all_gather = 0, reduce_scatter = 0;  // per stage's weights, on the rank's comm stream
+  int forward_delay = 1;  // MaxText's d: a forward output reaches the next rank d-1 forwards later
+  double cost(Kind k) const;
+};
+
+struct Interval {
+  int rank;
+  Action action;
+  double start, end;
+};
+
+struct SimResult {
+  double step_time = 0;
+  double bubble_fraction = 0;  // 1 - compute busy time / (ranks x step time)
+  std::vector<Interval> timeline;           // compute and collective intervals
+  std::vector<double> busy;                 // per rank
+  std::vector<int> peak_activations;        // per rank: stage activations alive at once
+  std::vector<int> peak_weight_slots;       // per rank: gathered stage weights alive at once
+  std::vector<int> all_gathers, reduce_scatters;  // per rank
+};
+
+// Runs every rank's actions in order on a compute stream (and AG/RS on a comm stream). A compute
+// action starts when its rank is free, its input is ready (the producing action's end + p2p, or
+// + (d-1) forwards for a delayed forward), and its weights are gathered (AG_WAIT). Activations
+// of (stage, microbatch) live from the start of F to the end of B (or of W when split).
+// Throws carousel::Error if the dependencies can never be satisfied.
+SimResult simulate(const Program& program, const Costs& costs);
+
+// Closed-form bubble fraction of a schedule with unit-like costs f, b (= i + w), comm-free:
+// idle per rank = (S-1)(d f + b) for gpipe / 1f1b / circular (d = forward delay), (S-1)(f + b)
+// for interleaved_1f1b (chunk costs), (S-1)(f + i - w) for zb_h1; bubble = idle / (work + idle).
+// Valid for M >= S (circular, zb_h1) with comm-free costs; the simulator covers everything else.
+double closed_form_bubble(const std::string& kind, const Layout& layout, const Costs& costs);
+
+}  // namespace carousel::schedule

@@ -1,0 +1,33 @@
+#!/usr/bin/env python3
+"""Writes tests/data/maxtext_circular_vectors.txt from shared/tools/maxtext_replay.py.
+
+The replay tool simulates MaxText's buffer rules symbolically (maxtext-pipeline-spec.md §4);
+for each (S, M, R, d) we record, for every iteration t and stage s doing real work, the
+microbatch, repeat and layer the replay says MaxText computes. tests/test_schedule.cpp checks
+carousel's circular table against these vectors. Run from the repository root with shared/
+beside it:  python3 scripts/gen_maxtext_vectors.py
+"""
+import os
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "..", "shared", "tools"))
+import maxtext_replay  # noqa: E402
+
+configs = [(S, M, R, d) for S in (1, 2, 3, 4) for M in (S, 2 * S, 3 * S) for R in (1, 2, 3)
+           for d in (1, 2) if not (d == 2 and M < 2 * S)]
+out = os.path.join(here, "..", "tests", "data", "maxtext_circular_vectors.txt")
+with open(out, "w") as f:
+    f.write("# S M R d | t s microbatch repeat layer  (real cells; from maxtext_replay.py, L = 1)\n")
+    for S, M, R, d in configs:
+        ok, _, table = maxtext_replay.run(S, M, R, d)
+        assert ok, (S, M, R, d)
+        cells = []
+        for t, mb, rp, inputs, lay in table:
+            for s in range(S):
+                p = t - d * s
+                if 0 <= p < M * R:
+                    assert inputs[s] == mb[s], "replay fed another microbatch than it computes"
+                    cells.append(f"{t} {s} {mb[s]} {rp[s]} {lay[s]}")
+        f.write(f"{S} {M} {R} {d} | " + " , ".join(cells) + "\n")
+print(f"wrote {len(configs)} configurations to {out}")
