@@ -1,0 +1,78 @@
+// communicator.h — the one interface for moving tensors between ranks.
+//
+// Pipeline ring send/recv, FSDP all-gather/reduce-scatter and data-parallel reductions all go
+// through a Communicator. Every operation is asynchronous, like NCCL on a stream: it is enqueued
+// on the rank's communication worker and returns an Event the compute side waits on. Operations
+// on one communicator match across ranks in issue order (the k-th collective of every rank is
+// the same collective); sends and receives between two ranks match in issue order too.
+//
+// Implementations: LocalCommunicator (ranks are threads of one process, CPU memory; the test
+// and development path) and, with CUDA, the NCCL communicator.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cuda/tensor.h"
+
+namespace carousel {
+
+enum class ReduceOp { Sum, Avg };
+const char* reduce_op_name(ReduceOp op);
+
+// Completion of an asynchronous operation. wait() blocks and rethrows the operation's error.
+class Event {
+ public:
+  Event();
+  void wait() const;
+  bool ready() const;
+  // For implementations: finish the operation, successfully or with an error.
+  void complete(std::exception_ptr error = nullptr) const;
+
+ private:
+  struct State {
+    mutable std::mutex mutex;
+    mutable std::condition_variable cv;
+    bool done = false;
+    std::exception_ptr error;
+  };
+  std::shared_ptr<State> state_;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;  // e.g. "world", "world/split(1)"
+
+  // recv [size * n] = concatenation over ranks of send [n]. In place when send is the rank's
+  // slice of recv (send == recv.view(rank * n, ...)).
+  virtual Event all_gather(const Tensor& send, const Tensor& recv) = 0;
+  // recv [n] = reduction over ranks of send[rank * n, (rank + 1) * n); send [size * n]. The send
+  // count must be divisible by the number of ranks (an error otherwise: pad the tensor).
+  virtual Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) = 0;
+  // recv = reduction over ranks of send (same count); may be in place (send == recv).
+  virtual Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) = 0;
+  // recv = root's send on every rank (send is read on the root only); may be in place.
+  virtual Event broadcast(const Tensor& send, const Tensor& recv, int root) = 0;
+  virtual Event barrier() = 0;
+
+  // Point-to-point. Between group_start() and group_end() sends and receives are posted together
+  // and complete together (ncclGroupStart/End): the Event of group_end() covers them all, and
+  // the Events returned by send/recv inside a group complete with it. Outside a group each
+  // send/recv is its own group.
+  virtual void group_start() = 0;
+  virtual Event group_end() = 0;
+  virtual Event send(const Tensor& data, int peer) = 0;
+  virtual Event recv(const Tensor& data, int peer) = 0;
+
+  // Collective over this communicator: ranks passing the same color form a new communicator,
+  // ordered by (key, rank). A negative color returns nullptr (the rank joins none).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+};
+
+}  // namespace carousel

@@ -1,0 +1,538 @@
+// local_communicator.cpp — rendezvous-based collectives and mailbox-based send/recv between
+// threads, each rank's operations executed in issue order by its own worker thread.
+#include "collectives/local_communicator.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <optional>
+#include <queue>
+#include <thread>
+#include <vector>
+
+#include "cuda/error.h"
+
+namespace carousel {
+
+namespace detail {
+
+// What every rank must agree on for its k-th collective.
+struct Signature {
+  Signature(std::string o, std::int64_t c, DType d, int r = -1, std::string red = {})
+      : op(std::move(o)), count(c), dtype(d), root(r), reduce(std::move(red)) {}
+  std::string op;
+  std::int64_t count;
+  DType dtype;
+  int root;
+  std::string reduce;
+  bool operator==(const Signature&) const = default;
+  std::string str() const {
+    std::string s = fmt::format("{}(count={}, {}", op, count, dtype_name(dtype));
+    if (root >= 0) s += fmt::format(", root={}", root);
+    if (!reduce.empty()) s += ", " + reduce;
+    return s + ")";
+  }
+};
+
+// One collective instance (one sequence number) while ranks meet in it.
+struct Slot {
+  std::vector<std::optional<Signature>> signature;  // per rank, once arrived
+  std::vector<const void*> send;
+  int arrived = 0, read = 0, left = 0;
+  std::string error;
+  std::vector<int> color, key;                               // split
+  std::map<int, std::shared_ptr<LocalGroup>> children;       // split: color -> new group
+};
+
+struct P2POp {
+  bool is_send;
+  Tensor data;
+  int self, peer;
+  std::int64_t seq;  // k-th send (or receive) between this pair
+  bool done = false;
+  std::string error;
+  Event event;
+};
+
+struct Mailbox {
+  std::deque<std::shared_ptr<P2POp>> sends, recvs;
+};
+
+struct LocalGroup {
+  std::string name;
+  int size;
+  double timeout_seconds;
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::map<std::int64_t, Slot> slots;
+  std::map<std::pair<int, int>, Mailbox> mailboxes;  // (src, dst)
+  LocalGroup(std::string n, int s, double t) : name(std::move(n)), size(s), timeout_seconds(t) {}
+  auto deadline() const {
+    return std::chrono::steady_clock::now() +
+           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+               std::chrono::duration<double>(timeout_seconds));
+  }
+};
+
+}  // namespace detail
+
+namespace {
+
+using detail::LocalGroup;
+using detail::P2POp;
+using detail::Signature;
+using detail::Slot;
+
+// A thread that runs tasks in the order they were enqueued.
+class Worker {
+ public:
+  Worker() : thread_([this] { loop(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void enqueue(std::function<void()> task) {
+    {
+      std::lock_guard lock(mutex_);
+      tasks_.push(std::move(task));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop();
+      }
+      task();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::queue<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// out[i] (+)= in[i] for n elements of dtype; out = in when `first`.
+void accumulate(DType dtype, void* out, const void* in, std::int64_t n, bool first) {
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out);
+    const T* x = static_cast<const T*>(in);
+    for (std::int64_t i = 0; i < n; ++i) o[i] = first ? x[i] : o[i] + x[i];
+  };
+  switch (dtype) {
+    case DType::F32: run(float{}); break;
+    case DType::F64: run(double{}); break;
+    case DType::I32: run(std::int32_t{}); break;
+    default: fail("local communicator: cannot reduce {}", dtype_name(dtype));
+  }
+}
+
+void divide(DType dtype, void* data, std::int64_t n, int by) {
+  if (dtype == DType::F32) {
+    for (std::int64_t i = 0; i < n; ++i) static_cast<float*>(data)[i] /= float(by);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) static_cast<double*>(data)[i] /= double(by);
+  }
+}
+
+// "[1, 3]": the ranks that have not arrived in a slot.
+std::string missing_ranks(const Slot& slot) {
+  std::vector<int> missing;
+  for (std::size_t r = 0; r < slot.signature.size(); ++r) {
+    if (!slot.signature[r]) missing.push_back(int(r));
+  }
+  return fmt::format("[{}]", fmt::join(missing, ", "));
+}
+
+class LocalCommunicator final : public Communicator {
+ public:
+  LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank)
+      : group_(std::move(group)), rank_(rank), sends_(group_->size, 0), recvs_(group_->size, 0) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size; }
+  std::string name() const override { return group_->name; }
+
+  Event all_gather(const Tensor& send, const Tensor& recv) override {
+    check_pair("all_gather", send, recv, send.numel() * size(), "size x send count");
+    return collective({"all_gather", send.numel(), send.dtype()}, send, recv);
+  }
+  Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
+    CAROUSEL_CHECK(send.numel() % size() == 0,
+                   "reduce_scatter on communicator '{}': send count {} is not divisible by {} "
+                   "ranks; pad the tensor to a multiple of the rank count",
+                   name(), send.numel(), size());
+    check_pair("reduce_scatter", send, recv, send.numel() / size(), "send count / size");
+    check_reduce("reduce_scatter", send.dtype(), op);
+    return collective({"reduce_scatter", recv.numel(), send.dtype(), -1, reduce_op_name(op)},
+                      send, recv, op);
+  }
+  Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
+    check_pair("all_reduce", send, recv, send.numel(), "send count");
+    check_reduce("all_reduce", send.dtype(), op);
+    return collective({"all_reduce", send.numel(), send.dtype(), -1, reduce_op_name(op)}, send,
+                      recv, op);
+  }
+  Event broadcast(const Tensor& send, const Tensor& recv, int root) override {
+    CAROUSEL_CHECK(root >= 0 && root < size(), "broadcast on communicator '{}': root {} is not "
+                   "a rank in [0, {})", name(), root, size());
+    check_pair("broadcast", send, recv, send.numel(), "send count");
+    return collective({"broadcast", send.numel(), send.dtype(), root}, send, recv);
+  }
+  Event barrier() override { return collective({"barrier", 0, DType::F32}, Tensor(), Tensor()); }
+
+  void group_start() override {
+    CAROUSEL_CHECK(!in_group_, "group_start on communicator '{}' rank {}: already in a group",
+                   name(), rank_);
+    in_group_ = true;
+  }
+  Event group_end() override {
+    CAROUSEL_CHECK(in_group_, "group_end on communicator '{}' rank {} without group_start",
+                   name(), rank_);
+    in_group_ = false;
+    auto ops = std::move(group_ops_);
+    group_ops_.clear();
+    Event done;
+    worker_.enqueue([this, ops, done] { run_p2p(ops, done); });
+    return done;
+  }
+  Event send(const Tensor& data, int peer) override { return p2p(true, data, peer); }
+  Event recv(const Tensor& data, int peer) override { return p2p(false, data, peer); }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    const std::int64_t seq = next_seq_++;
+    std::shared_ptr<LocalGroup> child;
+    int child_rank = -1;
+    Event done;
+    worker_.enqueue([&, seq, done] {
+      try {
+        run_split(seq, color, key, child, child_rank);
+        done.complete();
+      } catch (...) {
+        done.complete(std::current_exception());
+      }
+    });
+    done.wait();
+    if (!child) return nullptr;
+    return std::make_unique<LocalCommunicator>(child, child_rank);
+  }
+
+ private:
+  void check_pair(const char* op, const Tensor& send, const Tensor& recv, std::int64_t expected,
+                  const char* rule) const {
+    CAROUSEL_CHECK(send.defined() && recv.defined(), "{} on communicator '{}': undefined tensor",
+                   op, name());
+    CAROUSEL_CHECK(send.dtype() == recv.dtype(),
+                   "{} on communicator '{}' rank {}: send is {} but recv is {}", op, name(),
+                   rank_, send.describe(), recv.describe());
+    CAROUSEL_CHECK(recv.numel() == expected,
+                   "{} on communicator '{}' rank {}: recv has {} elements but must have {} ({} "
+                   "with {} ranks; send {})",
+                   op, name(), rank_, recv.numel(), expected, rule, size(), send.describe());
+  }
+  void check_reduce(const char* op, DType dtype, ReduceOp r) const {
+    CAROUSEL_CHECK(dtype == DType::F32 || dtype == DType::F64 || dtype == DType::I32,
+                   "{} on communicator '{}': the local communicator reduces float32, float64 "
+                   "and int32, not {}", op, name(), dtype_name(dtype));
+    CAROUSEL_CHECK(r != ReduceOp::Avg || dtype != DType::I32,
+                   "{} on communicator '{}': avg needs a floating dtype, not int32", op, name());
+  }
+
+  Event collective(Signature sig, const Tensor& send, const Tensor& recv,
+                   ReduceOp op = ReduceOp::Sum) {
+    CAROUSEL_CHECK(!in_group_, "{} on communicator '{}' inside a send/recv group: only send and "
+                   "recv may be grouped", sig.op, name());
+    const std::int64_t seq = next_seq_++;
+    Event done;
+    worker_.enqueue([this, sig, send, recv, op, seq, done] {
+      try {
+        run_collective(sig, send, recv, op, seq);
+        done.complete();
+      } catch (...) {
+        done.complete(std::current_exception());
+      }
+    });
+    return done;
+  }
+
+  // Meets the other ranks in slot `seq`: everyone arrives (signatures checked), everyone reads
+  // the inputs it needs into a private buffer, everyone has read, then each writes its recv (so
+  // in-place operations never read a buffer another rank already overwrote).
+  void run_collective(const Signature& sig, const Tensor& send, const Tensor& recv, ReduceOp op,
+                      std::int64_t seq) {
+    LocalGroup& g = *group_;
+    std::unique_lock lock(g.mutex);
+    Slot& slot = arrive(lock, seq, sig, send.defined() ? send.raw() : nullptr);
+    std::vector<char> staged(recv.defined() ? recv.nbytes() : 0);
+    lock.unlock();
+    gather_inputs(sig, slot, op, recv, staged.data());
+    lock.lock();
+    slot.read += 1;
+    g.cv.notify_all();
+    wait(lock, slot, [&] { return slot.read == g.size; }, sig, seq, true);
+    lock.unlock();
+    if (!staged.empty()) std::memcpy(recv.raw(), staged.data(), staged.size());
+    lock.lock();
+    leave(seq, slot);
+  }
+
+  void gather_inputs(const Signature& sig, const Slot& slot, ReduceOp op, const Tensor& recv,
+                     char* out) const {  // recv: shape only
+    const int n = group_->size;
+    const std::size_t elt = dtype_size(sig.dtype);
+    if (sig.op == "all_gather") {
+      const std::size_t bytes = sig.count * elt;
+      for (int r = 0; r < n; ++r) std::memcpy(out + r * bytes, slot.send[r], bytes);
+    } else if (sig.op == "broadcast") {
+      std::memcpy(out, slot.send[sig.root], sig.count * elt);
+    } else if (sig.op == "all_reduce" || sig.op == "reduce_scatter") {
+      const std::size_t offset = sig.op == "reduce_scatter" ? rank_ * sig.count * elt : 0;
+      for (int r = 0; r < n; ++r) {  // rank order: bitwise identical everywhere
+        accumulate(sig.dtype, out, static_cast<const char*>(slot.send[r]) + offset, sig.count,
+                   r == 0);
+      }
+      if (op == ReduceOp::Avg) divide(sig.dtype, out, sig.count, n);
+    }
+    (void)recv;
+  }
+
+  Slot& slot_for(std::int64_t seq) {  // call with the group mutex held
+    Slot& slot = group_->slots[seq];
+    if (slot.signature.empty()) {
+      slot.signature.resize(group_->size);
+      slot.send.resize(group_->size, nullptr);
+      slot.color.resize(group_->size, -1);
+      slot.key.resize(group_->size, 0);
+    }
+    return slot;
+  }
+
+  Slot& arrive(std::unique_lock<std::mutex>& lock, std::int64_t seq, const Signature& sig,
+               const void* send) {
+    LocalGroup& g = *group_;
+    Slot& slot = slot_for(seq);
+    for (int r = 0; r < g.size && slot.error.empty(); ++r) {
+      if (slot.signature[r] && !(*slot.signature[r] == sig)) {
+        slot.error = fmt::format(
+            "collective mismatch on communicator '{}' at sequence {}: rank {} called {} but rank "
+            "{} called {}",
+            g.name, seq, r, slot.signature[r]->str(), rank_, sig.str());
+      }
+    }
+    slot.signature[rank_] = sig;
+    slot.send[rank_] = send;
+    slot.arrived += 1;
+    g.cv.notify_all();
+    wait(lock, slot, [&] { return slot.arrived == g.size; }, sig, seq, false);
+    return slot;
+  }
+
+  template <class Pred>
+  void wait(std::unique_lock<std::mutex>& lock, Slot& slot, Pred done, const Signature& sig,
+            std::int64_t seq, bool reading) {
+    LocalGroup& g = *group_;
+    const auto deadline = g.deadline();
+    while (!done() && slot.error.empty()) {
+      if (g.cv.wait_until(lock, deadline) == std::cv_status::timeout && !done() &&
+          slot.error.empty()) {
+        slot.error = fmt::format(
+            "rank {}: {} #{} on communicator '{}' timed out after {} s waiting for {} (they have "
+            "not issued it, or issued other operations first)",
+            rank_, sig.str(), seq, g.name, g.timeout_seconds,
+            reading ? std::string("ranks still reading") : "ranks " + missing_ranks(slot));
+        g.cv.notify_all();
+      }
+    }
+    if (!slot.error.empty()) {
+      const std::string error = slot.error;
+      leave(seq, slot);
+      throw Error(error);
+    }
+  }
+
+  void leave(std::int64_t seq, Slot& slot) {
+    slot.left += 1;
+    if (slot.left == group_->size) group_->slots.erase(seq);
+  }
+
+  void run_split(std::int64_t seq, int color, int key, std::shared_ptr<LocalGroup>& child,
+                 int& child_rank) {
+    LocalGroup& g = *group_;
+    std::unique_lock lock(g.mutex);
+    const Signature sig{"split", 0, DType::I32};
+    Slot& slot = slot_for(seq);
+    slot.color[rank_] = color;
+    slot.key[rank_] = key;
+    Slot& s = arrive(lock, seq, sig, nullptr);
+    if (s.children.empty()) {  // the first rank out builds every new group
+      std::map<int, std::vector<std::pair<int, int>>> members;  // color -> (key, rank)
+      for (int r = 0; r < g.size; ++r) {
+        if (s.color[r] >= 0) members[s.color[r]].push_back({s.key[r], r});
+      }
+      for (auto& [c, list] : members) {
+        std::sort(list.begin(), list.end());
+        s.children[c] = std::make_shared<LocalGroup>(fmt::format("{}/split({})", g.name, c),
+                                                     int(list.size()), g.timeout_seconds);
+      }
+      s.children[-1] = nullptr;  // marks "built" even when every color is negative
+    }
+    if (color >= 0) {
+      child = s.children[color];
+      std::vector<std::pair<int, int>> list;
+      for (int r = 0; r < g.size; ++r) {
+        if (s.color[r] == color) list.push_back({s.key[r], r});
+      }
+      std::sort(list.begin(), list.end());
+      child_rank = int(std::find(list.begin(), list.end(), std::pair{key, rank_}) - list.begin());
+    }
+    leave(seq, s);
+  }
+
+  Event p2p(bool is_send, const Tensor& data, int peer) {
+    CAROUSEL_CHECK(peer >= 0 && peer < size() && peer != rank_,
+                   "{} on communicator '{}' rank {}: peer {} is not another rank in [0, {})",
+                   is_send ? "send" : "recv", name(), rank_, peer, size());
+    CAROUSEL_CHECK(data.defined(), "{} on communicator '{}': undefined tensor",
+                   is_send ? "send" : "recv", name());
+    auto op = std::make_shared<P2POp>();
+    op->is_send = is_send;
+    op->data = data;
+    op->self = rank_;
+    op->peer = peer;
+    op->seq = is_send ? sends_[peer]++ : recvs_[peer]++;
+    if (in_group_) {
+      group_ops_.push_back(op);
+      return op->event;
+    }
+    group_start();
+    group_ops_.push_back(op);
+    return group_end();
+  }
+
+  static std::string describe(const P2POp& op) {
+    return fmt::format("{} #{} {} rank {} ({})", op.is_send ? "send" : "recv", op.seq,
+                       op.is_send ? "to" : "from", op.peer, op.data.describe());
+  }
+
+  // Posts every op of a group, matches what can be matched, waits for the rest.
+  void run_p2p(const std::vector<std::shared_ptr<P2POp>>& ops, const Event& done) {
+    LocalGroup& g = *group_;
+    std::unique_lock lock(g.mutex);
+    for (const auto& op : ops) {
+      const auto link = op->is_send ? std::pair{op->self, op->peer} : std::pair{op->peer, op->self};
+      auto& box = g.mailboxes[link];
+      (op->is_send ? box.sends : box.recvs).push_back(op);
+      while (!box.sends.empty() && !box.recvs.empty()) {
+        auto s = box.sends.front(), r = box.recvs.front();
+        box.sends.pop_front();
+        box.recvs.pop_front();
+        if (s->data.dtype() != r->data.dtype() || s->data.numel() != r->data.numel()) {
+          const std::string error = fmt::format(
+              "send/recv mismatch on communicator '{}' between rank {} and rank {} at sequence "
+              "{}: rank {} sends {} but rank {} receives into {}",
+              g.name, s->self, r->self, s->seq, s->self, s->data.describe(), r->self,
+              r->data.describe());
+          s->error = r->error = error;
+        } else {
+          std::memcpy(r->data.raw(), s->data.raw(), s->data.nbytes());
+        }
+        s->done = r->done = true;
+      }
+    }
+    g.cv.notify_all();
+    const auto deadline = g.deadline();
+    auto all_done = [&] {
+      return std::all_of(ops.begin(), ops.end(), [](const auto& o) { return o->done; });
+    };
+    while (!all_done()) {
+      if (g.cv.wait_until(lock, deadline) == std::cv_status::timeout && !all_done()) {
+        for (const auto& op : ops) {
+          if (!op->done) {
+            op->error = fmt::format(
+                "rank {}: {} on communicator '{}' was not matched by a {} within {} s", rank_,
+                describe(*op), g.name, op->is_send ? "receive" : "send", g.timeout_seconds);
+            op->done = true;
+            // Withdraw it so a late partner does not write into a buffer that is gone.
+            auto& box = g.mailboxes[op->is_send ? std::pair{op->self, op->peer}
+                                                : std::pair{op->peer, op->self}];
+            auto& q = op->is_send ? box.sends : box.recvs;
+            q.erase(std::remove(q.begin(), q.end(), op), q.end());
+          }
+        }
+      }
+    }
+    std::string error;
+    for (const auto& op : ops) {
+      if (error.empty()) error = op->error;
+    }
+    lock.unlock();
+    for (const auto& op : ops) {
+      op->event.complete(op->error.empty() ? nullptr
+                                           : std::make_exception_ptr(Error(op->error)));
+    }
+    done.complete(error.empty() ? nullptr : std::make_exception_ptr(Error(error)));
+  }
+
+  std::shared_ptr<LocalGroup> group_;
+  int rank_;
+  std::int64_t next_seq_ = 0;              // collectives issued on this communicator
+  std::vector<std::int64_t> sends_, recvs_;  // per peer
+  bool in_group_ = false;
+  std::vector<std::shared_ptr<P2POp>> group_ops_;
+  Worker worker_;  // last member: its thread stops before the rest is destroyed
+};
+
+}  // namespace
+
+LocalWorld::LocalWorld(int size, double timeout_seconds)
+    : world_(std::make_shared<LocalGroup>("world", size, timeout_seconds)) {
+  CAROUSEL_CHECK(size >= 1, "a local world needs at least one rank, got {}", size);
+  CAROUSEL_CHECK(timeout_seconds > 0, "collective_timeout_seconds must be > 0, got {}",
+                 timeout_seconds);
+}
+
+int LocalWorld::size() const { return world_->size; }
+
+std::unique_ptr<Communicator> LocalWorld::communicator(int rank) const {
+  CAROUSEL_CHECK(rank >= 0 && rank < world_->size, "rank {} is outside the world of {} ranks",
+                 rank, world_->size);
+  return std::make_unique<LocalCommunicator>(world_, rank);
+}
+
+void run_ranks(int size, const std::function<void(int rank)>& fn) {
+  std::vector<std::exception_ptr> errors(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace carousel

@@ -1,0 +1,39 @@
+// local_communicator.h — N ranks as threads of one process, exchanging CPU memory.
+//
+// Behaves like NCCL where it matters for correctness: collectives on a communicator match in
+// issue order across ranks, sends and receives between two ranks match in issue order, every
+// operation runs on the rank's own communication worker (asynchronously, in issue order), and
+// reductions add in rank order (so results are bitwise identical on every rank and every run).
+// Unlike NCCL it checks: the k-th operation of every rank must have the same signature (op,
+// count, dtype, root, reduction) and a send the same size as its receive; a mismatch is an error
+// naming the ranks, the sequence number and both signatures. Any wait longer than the timeout
+// fails with the rank, the operation, its sequence number and the ranks that have not arrived.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "collectives/communicator.h"
+
+namespace carousel {
+
+namespace detail {
+struct LocalGroup;
+}
+
+// The shared state of `size` simulated ranks; hand communicator(r) to the thread of rank r.
+class LocalWorld {
+ public:
+  explicit LocalWorld(int size, double timeout_seconds = 300.0);
+  int size() const;
+  std::unique_ptr<Communicator> communicator(int rank) const;
+
+ private:
+  std::shared_ptr<detail::LocalGroup> world_;
+};
+
+// Runs fn(rank) for rank = 0..size-1 on one thread each, joins them all, then rethrows the first
+// exception (by rank) if any rank threw.
+void run_ranks(int size, const std::function<void(int rank)>& fn);
+
+}  // namespace carousel

@@ -1,0 +1,266 @@
+// test_collectives.cpp — the local communicator: every collective over 1..8 ranks with counts
+// that do and do not divide, in and out of place, checked exactly on rank-dependent integers;
+// split communicators; send/recv rings; and the mismatch and timeout errors.
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "collectives/local_communicator.h"
+#include "cuda/cpu_backend.h"
+
+namespace carousel {
+namespace {
+
+// value of element i of rank r's input
+std::int32_t input(int r, std::int64_t i) { return std::int32_t(1000 * r + i % 997); }
+
+struct Case {
+  int ranks;
+  std::int64_t count;  // per-rank count (all_gather send, reduce_scatter recv)
+  bool in_place;
+};
+
+class Collectives : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Collectives, AllGatherReduceScatterAllReduceBroadcastAreExact) {
+  const auto [n, count, in_place] = GetParam();
+  LocalWorld world(n, 30.0);
+  run_ranks(n, [&](int r) {
+    CpuBackend be(r);
+    auto comm = world.communicator(r);
+    std::vector<std::int32_t> mine(count), full(count * n);
+    for (std::int64_t i = 0; i < count; ++i) mine[i] = input(r, i);
+    for (std::int64_t i = 0; i < count * n; ++i) full[i] = input(r, i);
+
+    // all_gather: block q of the result is rank q's input.
+    Tensor gathered = be.zeros({count * n}, DType::I32);
+    Tensor send = in_place ? gathered.view(r * count, {count}) : be.empty({count}, DType::I32);
+    be.upload(mine.data(), send);
+    comm->all_gather(send, gathered).wait();
+    const auto g = be.to_host<std::int32_t>(gathered);
+    for (int q = 0; q < n; ++q)
+      for (std::int64_t i = 0; i < count; ++i) ASSERT_EQ(g[q * count + i], input(q, i));
+
+    // reduce_scatter (sum): element i of rank r = sum over q of rank q's input[r*count + i].
+    Tensor rs_send = be.from_host(full, {count * n});
+    Tensor rs_recv = in_place ? rs_send.view(r * count, {count}) : be.empty({count}, DType::I32);
+    comm->reduce_scatter(rs_send, rs_recv, ReduceOp::Sum).wait();
+    const auto rs = be.to_host<std::int32_t>(rs_recv);
+    for (std::int64_t i = 0; i < count; ++i) {
+      std::int32_t expected = 0;
+      for (int q = 0; q < n; ++q) expected += input(q, r * count + i);
+      ASSERT_EQ(rs[i], expected) << "rank " << r << " element " << i;
+    }
+
+    // all_reduce (sum, int32) and (avg, float32 holding integers: exact).
+    Tensor ar = be.from_host(mine, {count});
+    Tensor ar_out = in_place ? ar : be.empty({count}, DType::I32);
+    comm->all_reduce(ar, ar_out, ReduceOp::Sum).wait();
+    std::vector<float> f(mine.begin(), mine.end());
+    Tensor af = be.from_host(f, {count});
+    Tensor af_out = in_place ? af : be.empty({count});
+    comm->all_reduce(af, af_out, ReduceOp::Avg).wait();
+    const auto s = be.to_host<std::int32_t>(ar_out);
+    const auto a = be.to_host<float>(af_out);
+    for (std::int64_t i = 0; i < count; ++i) {
+      std::int32_t sum = 0;
+      for (int q = 0; q < n; ++q) sum += input(q, i);
+      ASSERT_EQ(s[i], sum);
+      ASSERT_EQ(a[i], float(sum) / float(n));
+    }
+
+    // broadcast from the last rank.
+    Tensor b = be.from_host(mine, {count});
+    Tensor b_out = in_place ? b : be.zeros({count}, DType::I32);
+    comm->broadcast(b, b_out, n - 1).wait();
+    const auto bc = be.to_host<std::int32_t>(b_out);
+    for (std::int64_t i = 0; i < count; ++i) ASSERT_EQ(bc[i], input(n - 1, i));
+    comm->barrier().wait();
+  });
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (int n : {1, 2, 3, 4, 8})
+    for (std::int64_t count : {1, 7, 16, 1000})
+      for (bool in_place : {false, true}) out.push_back({n, count, in_place});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Local, Collectives, ::testing::ValuesIn(cases()), [](const auto& info) {
+  return std::to_string(info.param.ranks) + "ranks_count" + std::to_string(info.param.count) +
+         (info.param.in_place ? "_inplace" : "_outofplace");
+});
+
+TEST(Collectives, AsynchronousOperationsCompleteInIssueOrder) {
+  LocalWorld world(3);
+  run_ranks(3, [&](int r) {
+    CpuBackend be(r);
+    auto comm = world.communicator(r);
+    std::vector<Tensor> outs;
+    std::vector<Event> events;
+    for (int k = 0; k < 10; ++k) {  // ten all_reduces in flight at once
+      Tensor t = be.from_host(std::vector<std::int32_t>{r + k}, {1});
+      outs.push_back(t);
+      events.push_back(comm->all_reduce(t, t, ReduceOp::Sum));
+    }
+    for (int k = 0; k < 10; ++k) {
+      events[k].wait();
+      ASSERT_EQ(be.to_host<std::int32_t>(outs[k])[0], 3 + 3 * k);  // (0+1+2) + 3k
+    }
+  });
+}
+
+TEST(Collectives, ReduceScatterCountNotDivisibleIsAClearError) {
+  LocalWorld world(3);
+  auto comm = world.communicator(0);
+  CpuBackend be;
+  Tensor send = be.zeros({10}, DType::I32), recv = be.zeros({3}, DType::I32);
+  try {
+    comm->reduce_scatter(send, recv, ReduceOp::Sum);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("send count 10 is not divisible by 3 ranks"),
+              std::string::npos);
+  }
+}
+
+TEST(Split, ColorsFormGroupsOrderedByKey) {
+  LocalWorld world(8);
+  run_ranks(8, [&](int r) {
+    CpuBackend be(r);
+    auto comm = world.communicator(r);
+    // Even and odd ranks; keys reverse the order inside each group.
+    auto sub = comm->split(r % 2, -r);
+    ASSERT_TRUE(sub);
+    EXPECT_EQ(sub->size(), 4);
+    EXPECT_EQ(sub->rank(), 3 - r / 2);
+    Tensor t = be.from_host(std::vector<std::int32_t>{r}, {1});
+    sub->all_reduce(t, t, ReduceOp::Sum).wait();
+    EXPECT_EQ(be.to_host<std::int32_t>(t)[0], r % 2 == 0 ? 0 + 2 + 4 + 6 : 1 + 3 + 5 + 7);
+    // A second split of the split, and a rank that joins none.
+    auto pair = sub->split(sub->rank() < 2 ? 0 : -1, 0);
+    EXPECT_EQ(bool(pair), sub->rank() < 2);
+    if (pair) EXPECT_EQ(pair->size(), 2);
+  });
+}
+
+TEST(SendRecv, GroupedRingsInBothDirections) {
+  for (int n : {2, 3, 4, 8}) {
+    LocalWorld world(n);
+    run_ranks(n, [&](int r) {
+      CpuBackend be(r);
+      auto comm = world.communicator(r);
+      const int next = (r + 1) % n, prev = (r + n - 1) % n;
+      Tensor to_next = be.from_host(std::vector<std::int32_t>(5, 10 * r), {5});
+      Tensor to_prev = be.from_host(std::vector<std::int32_t>(5, 10 * r + 1), {5});
+      Tensor from_prev = be.zeros({5}, DType::I32), from_next = be.zeros({5}, DType::I32);
+      // Everyone sends before receiving: only grouping makes this complete.
+      comm->group_start();
+      comm->send(to_next, next);
+      comm->send(to_prev, prev);
+      comm->recv(from_prev, prev);
+      comm->recv(from_next, next);
+      comm->group_end().wait();
+      EXPECT_EQ(be.to_host<std::int32_t>(from_prev), std::vector<std::int32_t>(5, 10 * prev));
+      EXPECT_EQ(be.to_host<std::int32_t>(from_next), std::vector<std::int32_t>(5, 10 * next + 1));
+    });
+  }
+}
+
+TEST(SendRecv, MessagesBetweenTwoRanksMatchInIssueOrder) {
+  LocalWorld world(2);
+  run_ranks(2, [&](int r) {
+    CpuBackend be(r);
+    auto comm = world.communicator(r);
+    if (r == 0) {
+      for (int k = 0; k < 5; ++k) comm->send(be.from_host(std::vector<std::int32_t>{k}, {1}), 1);
+      comm->barrier().wait();
+    } else {
+      std::vector<Tensor> got;
+      std::vector<Event> ev;
+      for (int k = 0; k < 5; ++k) {
+        got.push_back(be.zeros({1}, DType::I32));
+        ev.push_back(comm->recv(got.back(), 0));
+      }
+      for (int k = 0; k < 5; ++k) {
+        ev[k].wait();
+        EXPECT_EQ(be.to_host<std::int32_t>(got[k])[0], k);
+      }
+      comm->barrier().wait();
+    }
+  });
+}
+
+// Runs fn on every rank and returns each rank's error message ("" when none).
+std::vector<std::string> errors_of(int n, double timeout,
+                                   const std::function<void(Communicator&, CpuBackend&)>& fn) {
+  LocalWorld world(n, timeout);
+  std::vector<std::string> errors(n);
+  run_ranks(n, [&](int r) {
+    CpuBackend be(r);
+    auto comm = world.communicator(r);
+    try {
+      fn(*comm, be);
+    } catch (const Error& e) {
+      errors[r] = e.what();
+    }
+  });
+  return errors;
+}
+
+TEST(Errors, MismatchedCollectivesNameRanksSequenceAndBothSignatures) {
+  const auto errors = errors_of(2, 5.0, [](Communicator& c, CpuBackend& be) {
+    Tensor t = be.zeros({8}, DType::I32);
+    c.barrier().wait();  // sequence 0 matches
+    if (c.rank() == 0) {
+      c.all_reduce(t, t, ReduceOp::Sum).wait();
+    } else {
+      c.broadcast(t, t, 0).wait();
+    }
+  });
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("collective mismatch on communicator 'world' at sequence 1"),
+              std::string::npos) << e;
+    EXPECT_NE(e.find("all_reduce(count=8, int32, sum)"), std::string::npos) << e;
+    EXPECT_NE(e.find("broadcast(count=8, int32, root=0)"), std::string::npos) << e;
+  }
+}
+
+TEST(Errors, AMissingRankTimesOutNamingIt) {
+  const auto errors = errors_of(3, 0.3, [](Communicator& c, CpuBackend& be) {
+    if (c.rank() == 1) return;  // never joins
+    Tensor t = be.zeros({4}, DType::F32);
+    c.all_reduce(t, t, ReduceOp::Avg).wait();
+  });
+  EXPECT_NE(errors[0].find("rank 0: all_reduce(count=4, float32, avg) #0 on communicator 'world' "
+                           "timed out after 0.3 s waiting for ranks [1]"),
+            std::string::npos)
+      << errors[0];
+  EXPECT_TRUE(errors[1].empty());
+  EXPECT_FALSE(errors[2].empty());
+}
+
+TEST(Errors, SendWithoutReceiveAndSizeMismatch) {
+  auto errors = errors_of(2, 0.3, [](Communicator& c, CpuBackend& be) {
+    if (c.rank() == 0) c.send(be.zeros({4}, DType::I32), 1).wait();
+  });
+  EXPECT_NE(errors[0].find("rank 0: send #0 to rank 1 (int32[4] on cpu:0) on communicator "
+                           "'world' was not matched by a receive within 0.3 s"),
+            std::string::npos)
+      << errors[0];
+  errors = errors_of(2, 5.0, [](Communicator& c, CpuBackend& be) {
+    if (c.rank() == 0) c.send(be.zeros({4}, DType::I32), 1).wait();
+    else c.recv(be.zeros({5}, DType::I32), 0).wait();
+  });
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("send/recv mismatch on communicator 'world' between rank 0 and rank 1 at "
+                     "sequence 0: rank 0 sends int32[4] on cpu:0 but rank 1 receives into "
+                     "int32[5] on cpu:1"),
+              std::string::npos)
+        << e;
+  }
+}
+
+}  // namespace
+}  // namespace carousel
