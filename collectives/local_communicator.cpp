@@ -274,44 +274,57 @@ class LocalCommunicator final : public Communicator {
   }
 
   // Meets the other ranks in slot `seq`: everyone arrives (signatures checked), everyone reads
-  // the inputs it needs into a private buffer, everyone has read, then each writes its recv (so
-  // in-place operations never read a buffer another rank already overwrote).
+  // the inputs it needs, everyone has read, then the slot is left. A rank whose recv overlaps its
+  // own send (in place) while other ranks still read that send stages its result in a private
+  // buffer and writes recv only after everyone has read; otherwise it writes recv directly.
   void run_collective(const Signature& sig, const Tensor& send, const Tensor& recv, ReduceOp op,
                       std::int64_t seq) {
     LocalGroup& g = *group_;
     std::unique_lock lock(g.mutex);
     Slot& slot = arrive(lock, seq, sig, send.defined() ? send.raw() : nullptr);
-    std::vector<char> staged(recv.defined() ? recv.nbytes() : 0);
     lock.unlock();
-    gather_inputs(sig, slot, op, recv, staged.data());
+    const bool stage = needs_staging(sig, send, recv);
+    if (stage && staging_.size() < recv.nbytes()) staging_.resize(recv.nbytes());
+    if (recv.defined()) {
+      gather_inputs(sig, slot, op, stage ? staging_.data() : static_cast<char*>(recv.raw()));
+    }
     lock.lock();
     slot.read += 1;
     g.cv.notify_all();
     wait(lock, slot, [&] { return slot.read == g.size; }, sig, seq, true);
     lock.unlock();
-    if (!staged.empty()) std::memcpy(recv.raw(), staged.data(), staged.size());
+    if (stage) std::memcpy(recv.raw(), staging_.data(), recv.nbytes());
     lock.lock();
     leave(seq, slot);
   }
 
-  void gather_inputs(const Signature& sig, const Slot& slot, ReduceOp op, const Tensor& recv,
-                     char* out) const {  // recv: shape only
+  // Only reductions read the rank's own recv region as input while producing it; all_gather and
+  // broadcast never overwrite bytes another rank still reads (the own slice is skipped).
+  static bool needs_staging(const Signature& sig, const Tensor& send, const Tensor& recv) {
+    if (sig.op != "all_reduce" && sig.op != "reduce_scatter") return false;
+    const char* s = static_cast<const char*>(send.raw());
+    const char* r = static_cast<const char*>(recv.raw());
+    return s < r + recv.nbytes() && r < s + send.nbytes();
+  }
+
+  void gather_inputs(const Signature& sig, const Slot& slot, ReduceOp op, char* out) const {
     const int n = group_->size;
     const std::size_t elt = dtype_size(sig.dtype);
+    const std::size_t bytes = sig.count * elt;
     if (sig.op == "all_gather") {
-      const std::size_t bytes = sig.count * elt;
-      for (int r = 0; r < n; ++r) std::memcpy(out + r * bytes, slot.send[r], bytes);
+      for (int r = 0; r < n; ++r) {
+        if (out + r * bytes != slot.send[r]) std::memcpy(out + r * bytes, slot.send[r], bytes);
+      }
     } else if (sig.op == "broadcast") {
-      std::memcpy(out, slot.send[sig.root], sig.count * elt);
+      if (out != slot.send[sig.root]) std::memcpy(out, slot.send[sig.root], bytes);
     } else if (sig.op == "all_reduce" || sig.op == "reduce_scatter") {
-      const std::size_t offset = sig.op == "reduce_scatter" ? rank_ * sig.count * elt : 0;
+      const std::size_t offset = sig.op == "reduce_scatter" ? rank_ * bytes : 0;
       for (int r = 0; r < n; ++r) {  // rank order: bitwise identical everywhere
         accumulate(sig.dtype, out, static_cast<const char*>(slot.send[r]) + offset, sig.count,
                    r == 0);
       }
       if (op == ReduceOp::Avg) divide(sig.dtype, out, sig.count, n);
     }
-    (void)recv;
   }
 
   Slot& slot_for(std::int64_t seq) {  // call with the group mutex held
@@ -497,6 +510,7 @@ class LocalCommunicator final : public Communicator {
   std::vector<std::int64_t> sends_, recvs_;  // per peer
   bool in_group_ = false;
   std::vector<std::shared_ptr<P2POp>> group_ops_;
+  std::vector<char> staging_;  // in-place reductions (used by the worker thread only)
   Worker worker_;  // last member: its thread stops before the rest is destroyed
 };
 

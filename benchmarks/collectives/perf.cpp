@@ -1,0 +1,253 @@
+// perf.cpp — the benchmark driver: flags, buffers, timing, checking and the nccl-tests table.
+#include "benchmarks/collectives/perf.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <tuple>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "collectives/local_communicator.h"
+#include "cuda/cpu_backend.h"
+
+namespace carousel::perf {
+
+namespace {
+
+std::int64_t parse_size(const std::string& text) {
+  std::size_t pos = 0;
+  const double v = std::stod(text, &pos);
+  std::int64_t mult = 1;
+  if (pos < text.size()) {
+    switch (std::toupper(static_cast<unsigned char>(text[pos]))) {
+      case 'K': mult = 1LL << 10; break;
+      case 'M': mult = 1LL << 20; break;
+      case 'G': mult = 1LL << 30; break;
+      default: throw CLI::ValidationError("size", "unknown suffix in '" + text + "' (use K, M, G)");
+    }
+  }
+  return std::int64_t(v * double(mult));
+}
+
+DType parse_dtype(const std::string& s) {
+  if (s == "float") return DType::F32;
+  if (s == "double") return DType::F64;
+  if (s == "int32") return DType::I32;
+  throw CLI::ValidationError("-d", "'" + s + "' is not supported; use float, double or int32");
+}
+
+// Integer-valued inputs keep every sum exact in float32 (below 2^24).
+double input_value(int rank, std::int64_t j) { return double((rank + 1) + (j % 7)); }
+
+void fill(Backend& be, const Tensor& t, int rank) {
+  std::vector<double> v(t.numel());
+  for (std::int64_t j = 0; j < t.numel(); ++j) v[j] = input_value(rank, j);
+  if (t.dtype() == DType::F64) be.upload(v.data(), t);
+  else if (t.dtype() == DType::F32) be.upload(std::vector<float>(v.begin(), v.end()).data(), t);
+  else be.upload(std::vector<std::int32_t>(v.begin(), v.end()).data(), t);
+}
+
+std::vector<double> values(Backend& be, const Tensor& t) {
+  if (t.dtype() == DType::F64) return be.to_host<double>(t);
+  if (t.dtype() == DType::F32) {
+    auto f = be.to_host<float>(t);
+    return {f.begin(), f.end()};
+  }
+  auto i = be.to_host<std::int32_t>(t);
+  return {i.begin(), i.end()};
+}
+
+struct Row {
+  std::int64_t bytes = 0, count = 0;
+  double time_us[2] = {0, 0}, algbw[2] = {0, 0}, busbw[2] = {0, 0};
+  std::int64_t wrong[2] = {0, 0};
+};
+
+// Best of a few large memcpys, one thread: the reference the local backend is compared with.
+double memcpy_gbps(std::int64_t bytes) {
+  std::vector<char> a(bytes, 1), b(bytes, 0);
+  double best = 1e30;
+  for (int i = 0; i < 5; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(b.data(), a.data(), bytes);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return double(bytes) / best / 1e9;
+}
+
+}  // namespace
+
+double reduce_over_ranks(int ranks, std::int64_t j, ReduceOp op, const Input& input) {
+  double sum = 0;
+  for (int q = 0; q < ranks; ++q) sum += input(q, j);
+  return op == ReduceOp::Avg ? sum / ranks : sum;
+}
+
+int run_perf(const CollectiveTest& test, int argc, char** argv) {
+  CLI::App app{test.name + "_perf — nccl-tests-style benchmark of carousel's communicator"};
+  std::string min_bytes = "32M", max_bytes = "32M", dtype_name_ = "float", op_name = "sum";
+  std::string json_file, backend = "local";
+  double factor = 2, timeout = 300;
+  int ranks = 2, iters = 20, warmup = 5, check = 1, root = 0;
+  app.add_option("-b,--minbytes", min_bytes, "smallest size (K/M/G suffixes)");
+  app.add_option("-e,--maxbytes", max_bytes, "largest size");
+  app.add_option("-f,--stepfactor", factor, "multiplicative size step")->check(CLI::Range(1.01, 1e9));
+  app.add_option("-g,--ngpus", ranks, "ranks (simulated CPU devices)")->check(CLI::Range(1, 1024));
+  app.add_option("-n,--iters", iters, "timed iterations")->check(CLI::Range(1, 1000000));
+  app.add_option("-w,--warmup_iters", warmup, "warm-up iterations")->check(CLI::Range(0, 1000000));
+  app.add_option("-c,--check", check, "check results: 1 yes, 0 no")->check(CLI::Range(0, 1));
+  app.add_option("-d,--datatype", dtype_name_, "float | double | int32");
+  app.add_option("-o,--op", op_name, "sum | avg")->check(CLI::IsMember({"sum", "avg"}));
+  app.add_option("-r,--root", root, "root rank of rooted collectives");
+  app.add_option("-T,--timeout", timeout, "fail an operation waiting longer than this (s)");
+  app.add_option("-J,--output_file", json_file, "also write results as JSON");
+  app.add_option("--backend", backend, "local (CPU threads); nccl needs a CUDA build and GPUs")
+      ->check(CLI::IsMember({"local", "nccl"}));
+  CLI11_PARSE(app, argc, argv);
+  if (backend == "nccl") {
+    fmt::print(stderr, "error: --backend nccl is not available yet in this build; use --backend "
+                       "local\n");
+    return 2;
+  }
+  const DType dtype = parse_dtype(dtype_name_);
+  const ReduceOp op = op_name == "avg" ? ReduceOp::Avg : ReduceOp::Sum;
+  if (root < 0 || root >= ranks) {
+    fmt::print(stderr, "error: root {} is not a rank in [0, {})\n", root, ranks);
+    return 2;
+  }
+  if (op == ReduceOp::Avg && dtype == DType::I32 && test.reduces) {
+    fmt::print(stderr, "error: -o avg needs -d float or double\n");
+    return 2;
+  }
+  const std::size_t elt = dtype_size(dtype);
+  const std::int64_t lo = parse_size(min_bytes), hi = parse_size(max_bytes);
+
+  fmt::print("# carousel {}_perf: backend {}, {} ranks (threads of this process)\n", test.name,
+             backend, ranks);
+  fmt::print("#  minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} "
+             "validation: {}\n#\n# Using devices\n",
+             lo, hi, factor, warmup, iters, check);
+  for (int r = 0; r < ranks; ++r) fmt::print("#  Rank {:2} on cpu:{} (simulated device)\n", r, r);
+  const double memcpy_bw = memcpy_gbps(std::max<std::int64_t>(hi, 1 << 20));
+  fmt::print("#  memcpy bandwidth, one thread, {} bytes: {:.2f} GB/s\n#\n", std::max<std::int64_t>(hi, 1 << 20), memcpy_bw);
+  fmt::print("#{:>55}{:>33}{:>33}\n", "", "out-of-place", "in-place");
+  fmt::print("#{:>11} {:>12} {:>8} {:>6} {:>6} {:>9} {:>7} {:>7} {:>6} {:>9} {:>7} {:>7} {:>6}\n",
+             "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
+             "algbw", "busbw", "#wrong");
+  fmt::print("#{:>11} {:>12} {:>8} {:>6} {:>6} {:>9} {:>7} {:>7} {:>6} {:>9} {:>7} {:>7} {:>6}\n",
+             "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
+             "(GB/s)", "");
+
+  LocalWorld world(ranks, timeout);
+  std::vector<Row> rows;
+  std::int64_t total_wrong = 0;
+  for (std::int64_t size = std::max<std::int64_t>(lo, std::int64_t(elt)); size <= hi;
+       size = std::max(size + 1, std::int64_t(double(size) * factor))) {
+    std::int64_t send_n, recv_n, count;
+    test.counts(size / std::int64_t(elt), ranks, send_n, recv_n, count);
+    if (count == 0) continue;
+    Row row;
+    row.bytes = std::max(send_n, recv_n) * std::int64_t(elt);
+    row.count = count;
+    std::vector<std::array<double, 2>> rank_time(ranks);
+    std::vector<std::array<std::int64_t, 2>> rank_wrong(ranks);
+    run_ranks(ranks, [&](int r) {
+      CpuBackend be(r);
+      auto comm = world.communicator(r);
+      for (int mode = 0; mode < 2; ++mode) {
+        const bool in_place = mode == 1;
+        if (in_place && !test.has_in_place) continue;
+        Tensor send, recv;
+        if (in_place) {
+          std::tie(send, recv) =
+              test.in_place_views(be.zeros({std::max(send_n, recv_n)}, dtype), r, count);
+        } else {
+          send = be.zeros({send_n}, dtype);
+          recv = be.zeros({recv_n}, dtype);
+        }
+        fill(be, send, r);
+        for (int i = 0; i < warmup; ++i) test.run(*comm, send, recv, root, op).wait();
+        comm->barrier().wait();
+        const auto t0 = std::chrono::steady_clock::now();
+        Event last;
+        for (int i = 0; i < iters; ++i) last = test.run(*comm, send, recv, root, op);
+        last.wait();
+        rank_time[r][mode] =
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count() / iters;
+        if (check) {  // after timing, on fresh inputs
+          if (!in_place) be.upload(std::vector<char>(recv.nbytes(), 0).data(), recv);
+          fill(be, send, r);
+          comm->barrier().wait();
+          test.run(*comm, send, recv, root, op).wait();
+          const auto got = values(be, recv);
+          std::int64_t wrong = 0;
+          for (std::int64_t i = 0; i < std::int64_t(got.size()); ++i) {
+            const double e = test.expected(r, ranks, i, count, root, op, input_value);
+            if (std::abs(got[i] - e) > 1e-6 * std::abs(e)) ++wrong;
+          }
+          rank_wrong[r][mode] = wrong;
+        }
+        comm->barrier().wait();
+      }
+    });
+    for (int mode = 0; mode < 2; ++mode) {
+      double t = 0;
+      for (int r = 0; r < ranks; ++r) t += rank_time[r][mode] / ranks;  // average over ranks
+      row.time_us[mode] = t;
+      row.algbw[mode] = t > 0 ? double(row.bytes) / t / 1e3 : 0;
+      row.busbw[mode] = row.algbw[mode] * test.busbw_factor(ranks);
+      for (int r = 0; r < ranks; ++r) row.wrong[mode] += rank_wrong[r][mode];
+      total_wrong += row.wrong[mode];
+    }
+    auto wrong_text = [&](int mode) {
+      return !check || (mode == 1 && !test.has_in_place) ? std::string("N/A")
+                                                     : std::to_string(row.wrong[mode]);
+    };
+    fmt::print(" {:>11} {:>12} {:>8} {:>6} {:>6} {:>9.1f} {:>7.2f} {:>7.2f} {:>6} ", row.bytes,
+               row.count, dtype_name_, test.reduces ? op_name : "none", test.rooted ? root : -1,
+               row.time_us[0], row.algbw[0], row.busbw[0], wrong_text(0));
+    if (test.has_in_place) {
+      fmt::print("{:>9.1f} {:>7.2f} {:>7.2f} {:>6}\n", row.time_us[1], row.algbw[1], row.busbw[1],
+                 wrong_text(1));
+    } else {
+      fmt::print("{:>9} {:>7} {:>7} {:>6}\n", "N/A", "N/A", "N/A", "N/A");
+    }
+    rows.push_back(row);
+  }
+  double avg_bus = 0;
+  int n_bus = 0;
+  for (const auto& r : rows)
+    for (int mode = 0; mode < (test.has_in_place ? 2 : 1); ++mode) avg_bus += r.busbw[mode], ++n_bus;
+  avg_bus = n_bus ? avg_bus / n_bus : 0;
+  fmt::print("# Out of bounds values : {} {}\n", total_wrong, total_wrong ? "FAILED" : "OK");
+  fmt::print("# Avg bus bandwidth    : {:.3f}\n", avg_bus);
+  if (!rows.empty()) {
+    fmt::print("# Largest size: out-of-place busbw {:.2f} GB/s = {:.0f}% of memcpy {:.2f} GB/s\n",
+               rows.back().busbw[0], 100 * rows.back().busbw[0] / memcpy_bw, memcpy_bw);
+  }
+  if (ranks == 1) fmt::print("# note: with 1 rank the busbw factor is 0, so busbw is 0\n");
+  fmt::print("#\n# Collective test concluded: {}_perf\n", test.name);
+  if (!json_file.empty()) {
+    nlohmann::json j = {{"test", test.name + "_perf"}, {"backend", backend}, {"ranks", ranks},
+                        {"datatype", dtype_name_}, {"memcpy_gbps", memcpy_bw},
+                        {"avg_bus_bandwidth", avg_bus}, {"wrong", total_wrong}};
+    for (const auto& r : rows) {
+      j["results"].push_back({{"size", r.bytes}, {"count", r.count},
+                              {"out_of_place", {{"time_us", r.time_us[0]}, {"alg_bw", r.algbw[0]},
+                                                {"bus_bw", r.busbw[0]}, {"nwrong", r.wrong[0]}}},
+                              {"in_place", {{"time_us", r.time_us[1]}, {"alg_bw", r.algbw[1]},
+                                            {"bus_bw", r.busbw[1]}, {"nwrong", r.wrong[1]}}}});
+    }
+    std::ofstream(json_file) << j.dump(2) << "\n";
+  }
+  return total_wrong ? 1 : 0;
+}
+
+}  // namespace carousel::perf
