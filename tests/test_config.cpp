@@ -44,10 +44,15 @@ TEST(Config, PresetThenFileThenCommandLine) {
   EXPECT_EQ(c.config.steps, 50);                 // file
   EXPECT_DOUBLE_EQ(c.config.learning_rate, 0.02);  // command line beats the file
   for (const auto& row : c.table) {
-    if (row.key == "steps") EXPECT_EQ(row.source, "file " + file);
-    if (row.key == "learning_rate") EXPECT_EQ(row.source, "command line");
-    if (row.key == "base_mlp_dim") EXPECT_EQ(row.source, "preset llama2-7b");
-    if (row.key == "adam_b1") EXPECT_EQ(row.source, "default");
+    if (row.key == "steps") {
+      EXPECT_EQ(row.source, "file " + file);
+    } else if (row.key == "learning_rate") {
+      EXPECT_EQ(row.source, "command line");
+    } else if (row.key == "base_mlp_dim") {
+      EXPECT_EQ(row.source, "preset llama2-7b");
+    } else if (row.key == "adam_b1") {
+      EXPECT_EQ(row.source, "default");
+    }
   }
 }
 

@@ -79,7 +79,10 @@ std::string to_text(const Program& program) {
   std::string out;
   for (std::size_t r = 0; r < program.ranks.size(); ++r) {
     out += fmt::format("rank {}:", r);
-    for (const auto& a : program.ranks[r]) out += " " + to_string(a);
+    for (const auto& a : program.ranks[r]) {
+      out += ' ';
+      out += to_string(a);
+    }
     out += "\n";
   }
   return out;
