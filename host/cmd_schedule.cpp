@@ -16,33 +16,12 @@
 #include "host/schedule/maxtext.h"
 #include "host/schedule/passes.h"
 #include "host/schedule/simulate.h"
+#include "host/schedule_config.h"
 #include "models/params.h"
 
 namespace carousel {
 
 namespace sch = schedule;
-
-sch::ScheduleSpec schedule_spec(const Config& cfg) {
-  sch::ScheduleSpec spec;
-  spec.kind = cfg.pipeline_schedule;
-  spec.layout = {int(cfg.ici_pipeline_parallelism), int(cfg.repeats()), int(cfg.microbatches())};
-  spec.group_size = int(cfg.pipeline_microbatch_group_size);
-  return spec;
-}
-
-sch::Costs schedule_costs(const Config& cfg) {
-  const double L = double(cfg.num_layers_per_pipeline_stage);
-  sch::Costs c;
-  c.f = cfg.schedule_cost_f * L;
-  c.b = cfg.schedule_cost_b * L;
-  c.w = cfg.schedule_cost_w * L;
-  c.i = c.b - c.w;
-  c.p2p = cfg.schedule_cost_p2p;
-  c.all_gather = cfg.schedule_cost_all_gather * L;
-  c.reduce_scatter = cfg.schedule_cost_reduce_scatter * L;
-  c.forward_delay = cfg.pipeline_delay_activation_forwarding ? 2 : 1;
-  return c;
-}
 
 namespace {
 void write_file(const std::filesystem::path& p, const std::string& text) {

@@ -4,14 +4,13 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "cuda/cpu_backend.h"
 #include "host/checkpoint.h"
 #include "host/data.h"
 #include "host/optimizer.h"
+#include "host/pipeline_trainer.h"
+#include "host/step_report.h"
 #include "models/model.h"
 
 namespace carousel {
@@ -26,23 +25,17 @@ Microbatch load_microbatch(Backend& be, const DataLoader& data, std::int64_t ste
           be.from_host(tb.targets, {tb.sequences, tb.seq_len})};
 }
 
-std::string metrics_path(const Config& cfg) {
-  return cfg.metrics_file.empty()
-             ? (std::filesystem::path(cfg.run_directory()) / "metrics.jsonl").string()
-             : cfg.metrics_file;
-}
-
 }  // namespace
 
 TrainResult train(const Config& cfg) {
   CAROUSEL_CHECK(cfg.model.is_llama(),
                  "carousel train runs decoder_block=llama; the simple block is for pipeline "
                  "equivalence tests");
-  CAROUSEL_CHECK(cfg.ici_pipeline_parallelism == 1 && cfg.ici_fsdp_parallelism == 1,
-                 "carousel train runs on one device for now: ici_pipeline_parallelism={} and "
-                 "ici_fsdp_parallelism={} need the pipeline executor, which is not built yet "
-                 "(`carousel schedule` shows the plan such a run would follow)",
-                 cfg.ici_pipeline_parallelism, cfg.ici_fsdp_parallelism);
+  if (cfg.ici_pipeline_parallelism > 1) return train_pipeline(cfg);
+  CAROUSEL_CHECK(cfg.ici_fsdp_parallelism == 1,
+                 "ici_fsdp_parallelism={} needs the pipeline executor with FSDP, which is not "
+                 "built yet (`carousel schedule` simulates it); use 1",
+                 cfg.ici_fsdp_parallelism);
   CpuBackend be(0);
   const auto specs = param_table(cfg.model);
   ParamSet params = ParamSet::allocate(be, specs, DType::F32);
@@ -71,14 +64,10 @@ TrainResult train(const Config& cfg) {
   const RematPolicy remat = parse_remat_policy(cfg.remat_policy);
   const std::int64_t B = cfg.global_batch(), M = cfg.microbatches(), b = B / M;
   const std::int64_t tokens_per_step = B * cfg.model.max_target_length;
-  const double flops_per_step = train_flops_per_token(cfg.model) * double(tokens_per_step);
   spdlog::info("model: {} parameters; data: {}; batch {} x {} tokens in {} microbatch(es)",
                parameter_count(cfg.model), data->describe(), B, cfg.model.max_target_length, M);
 
-  std::filesystem::create_directories(cfg.run_directory());
-  std::ofstream metrics(metrics_path(cfg), std::ios::app);
-  CAROUSEL_CHECK(metrics.good(), "cannot open metrics file '{}'", metrics_path(cfg));
-
+  StepReporter reporter(cfg);
   for (std::int64_t step = result.start_step; step < cfg.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     be.fill(grads.flat, 0.0);
@@ -88,35 +77,15 @@ TrainResult train(const Config& cfg) {
       loss_sum += model_forward_backward(be, cfg.model, params, grads, rope, mb,
                                          1.0 / double(tokens_per_step), remat);
     }
-    StepMetrics s;
-    s.step = step;
-    s.loss = loss_sum / double(tokens_per_step);
-    s.grad_norm = global_l2_norm(be, {grads.flat});
-    s.learning_rate = learning_rate_at(cfg, step);
-    opt.update(be, cfg, params, grads, step, s.learning_rate,
-               clip_scale(s.grad_norm, cfg.gradient_clipping_threshold));
+    const double grad_norm = global_l2_norm(be, {grads.flat});
+    opt.update(be, cfg, params, grads, step, learning_rate_at(cfg, step),
+               clip_scale(grad_norm, cfg.gradient_clipping_threshold));
     be.synchronize();
-    s.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    s.tokens_per_second = double(tokens_per_step) / (s.step_ms / 1e3);
-    s.flops_per_second = flops_per_step / (s.step_ms / 1e3);
-    result.steps.push_back(s);
-
-    metrics << nlohmann::json{{"step", step},           {"loss", s.loss},
-                              {"grad_norm", s.grad_norm}, {"lr", s.learning_rate},
-                              {"step_ms", s.step_ms},     {"tokens_per_s", s.tokens_per_second},
-                              {"gflops", s.flops_per_second / 1e9}}
-                   .dump()
-            << '\n';
-    if (step % cfg.log_period == 0 || step + 1 == cfg.steps) {
-      spdlog::info("step {:>5}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.1f} ms | "
-                   "{:.0f} tok/s | {:.2f} GFLOP/s",
-                   step + 1, cfg.steps, s.loss, s.grad_norm, s.learning_rate, s.step_ms,
-                   s.tokens_per_second, s.flops_per_second / 1e9);
-    }
-    const bool last = step + 1 == cfg.steps;
-    const bool periodic = cfg.checkpoint_period > 0 && (step + 1) % cfg.checkpoint_period == 0;
-    if (cfg.enable_checkpointing && (last || periodic)) {
-      metrics.flush();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    result.steps.push_back(
+        reporter.report(step, loss_sum / double(tokens_per_step), grad_norm, seconds));
+    if (reporter.checkpoint_due(step)) {
       const std::string dir = save_checkpoint(be, cfg, {&params, &opt.m, &opt.v}, {step + 1});
       spdlog::info("checkpoint saved: {}", dir);
     }

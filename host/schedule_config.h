@@ -1,0 +1,15 @@
+// schedule_config.h — the schedule and cost model a Config asks for (pipeline keys of
+// host/config.h mapped onto host/schedule types); shared by `carousel schedule` and the
+// pipeline executor.
+#pragma once
+
+#include "host/config.h"
+#include "host/schedule/generators.h"
+#include "host/schedule/simulate.h"
+
+namespace carousel {
+
+schedule::ScheduleSpec schedule_spec(const Config& cfg);
+schedule::Costs schedule_costs(const Config& cfg);
+
+}  // namespace carousel
