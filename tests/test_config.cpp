@@ -5,20 +5,12 @@
 #include <fstream>
 
 #include "cuda/error.h"
+#include "tests/test_util.h"
 #include "host/config.h"
 #include "host/optimizer.h"
 
 namespace carousel {
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 std::string write_yaml(const std::string& name, const std::string& text) {
   const auto path = std::filesystem::temp_directory_path() / name;
@@ -57,50 +49,50 @@ TEST(Config, PresetThenFileThenCommandLine) {
 }
 
 TEST(Config, UnknownKeySuggestsTheClosest) {
-  const std::string msg = error_of([] { load_config("", {"leraning_rate=0.1"}); });
+  const std::string msg = testing::error_of([] { load_config("", {"leraning_rate=0.1"}); });
   EXPECT_NE(msg.find("unknown config key 'leraning_rate'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("did you mean 'learning_rate'"), std::string::npos) << msg;
 }
 
 TEST(Config, WrongTypesNameKeyAndValue) {
-  EXPECT_NE(error_of([] { load_config("", {"steps=ten"}); })
+  EXPECT_NE(testing::error_of([] { load_config("", {"steps=ten"}); })
                 .find("config key 'steps' expects an integer, got 'ten'"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_config("", {"learning_rate=fast"}); })
+  EXPECT_NE(testing::error_of([] { load_config("", {"learning_rate=fast"}); })
                 .find("'learning_rate' expects a number, got 'fast'"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_config("", {"enable_checkpointing=maybe"}); })
+  EXPECT_NE(testing::error_of([] { load_config("", {"enable_checkpointing=maybe"}); })
                 .find("expects true or false, got 'maybe'"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_config("", {"steps"}); }).find("is not key=value"),
+  EXPECT_NE(testing::error_of([] { load_config("", {"steps"}); }).find("is not key=value"),
             std::string::npos);
 }
 
 TEST(Config, InvalidValuesSayWhatIsValid) {
-  EXPECT_NE(error_of([] { load_config("", {"num_pipeline_microbatches=3"}); })
+  EXPECT_NE(testing::error_of([] { load_config("", {"num_pipeline_microbatches=3"}); })
                 .find("num_pipeline_microbatches=3 must divide the global batch 8"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_config("", {"dtype=bfloat16"}); }).find("use float32"),
+  EXPECT_NE(testing::error_of([] { load_config("", {"dtype=bfloat16"}); }).find("use float32"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_config("", {"model_name=gpt5"}); })
+  EXPECT_NE(testing::error_of([] { load_config("", {"model_name=gpt5"}); })
                 .find("model_name='gpt5' is not a known model"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_config("", {"dataset_type=tokens"}); })
+  EXPECT_NE(testing::error_of([] { load_config("", {"dataset_type=tokens"}); })
                 .find("needs dataset_path=FILE"),
             std::string::npos);
-  EXPECT_NE(error_of([] { load_config("", {"per_device_batch_size=2.5"}); })
+  EXPECT_NE(testing::error_of([] { load_config("", {"per_device_batch_size=2.5"}); })
                 .find("is not a positive whole number"),
             std::string::npos);
 }
 
 TEST(Config, BadYamlFiles) {
-  EXPECT_NE(error_of([] { load_config("/nonexistent/c.yml", {}); }).find("does not exist"),
+  EXPECT_NE(testing::error_of([] { load_config("/nonexistent/c.yml", {}); }).find("does not exist"),
             std::string::npos);
   const std::string nested = write_yaml("carousel_cfg2.yml", "steps:\n  a: 1\n");
-  EXPECT_NE(error_of([&] { load_config(nested, {}); }).find("key 'steps' must have a single value"),
+  EXPECT_NE(testing::error_of([&] { load_config(nested, {}); }).find("key 'steps' must have a single value"),
             std::string::npos);
   const std::string unknown = write_yaml("carousel_cfg3.yml", "stepz: 3\n");
-  EXPECT_NE(error_of([&] { load_config(unknown, {}); }).find("did you mean 'steps'"),
+  EXPECT_NE(testing::error_of([&] { load_config(unknown, {}); }).find("did you mean 'steps'"),
             std::string::npos);
 }
 

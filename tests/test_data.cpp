@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "cuda/error.h"
+#include "tests/test_util.h"
 #include "host/data.h"
 
 namespace carousel {
@@ -21,15 +22,6 @@ Config config_for(const std::string& type, const std::string& path, std::int64_t
   c.model.max_target_length = T;
   c.model.vocab_size = 1000;
   return c;
-}
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
 }
 
 TEST(Data, TokenShardsFollowTheDocumentedOrder) {
@@ -83,14 +75,14 @@ TEST(Data, BadShardsAreClearErrors) {
     header[0] = 1234;
     out.write(reinterpret_cast<const char*>(header.data()), 1024);
   }
-  EXPECT_NE(error_of([&] { make_data_loader(config_for("tokens", bad_magic, 4)); })
+  EXPECT_NE(testing::error_of([&] { make_data_loader(config_for("tokens", bad_magic, 4)); })
                 .find("has magic 1234 but llm.c shards start with 20240520"),
             std::string::npos);
 
   const std::string truncated = temp("carousel_truncated.bin").string();
   write_token_shard(truncated, std::vector<std::uint16_t>(100, 1));
   fs::resize_file(truncated, 1024 + 150);
-  EXPECT_NE(error_of([&] { make_data_loader(config_for("tokens", truncated, 4)); })
+  EXPECT_NE(testing::error_of([&] { make_data_loader(config_for("tokens", truncated, 4)); })
                 .find("says 100 tokens (1224 bytes) but the file is 1174 bytes"),
             std::string::npos);
 
@@ -98,14 +90,14 @@ TEST(Data, BadShardsAreClearErrors) {
   std::vector<std::uint16_t> tokens(50, 3);
   tokens[17] = 1000;
   write_token_shard(big, tokens);
-  EXPECT_NE(error_of([&] { make_data_loader(config_for("tokens", big, 4)); })
+  EXPECT_NE(testing::error_of([&] { make_data_loader(config_for("tokens", big, 4)); })
                 .find("token 1000 at position 17 is >= vocab_size=1000"),
             std::string::npos);
 
-  EXPECT_NE(error_of([&] { make_data_loader(config_for("tokens", "/nonexistent/*.bin", 4)); })
+  EXPECT_NE(testing::error_of([&] { make_data_loader(config_for("tokens", "/nonexistent/*.bin", 4)); })
                 .find("matches no file"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { make_data_loader(config_for("text", "/nonexistent.txt", 4)); })
+  EXPECT_NE(testing::error_of([&] { make_data_loader(config_for("text", "/nonexistent.txt", 4)); })
                 .find("cannot open text file"),
             std::string::npos);
 }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "cuda/error.h"
+#include "tests/test_util.h"
 #include "host/schedule/export.h"
 #include "host/schedule/generators.h"
 #include "host/schedule/maxtext.h"
@@ -15,15 +16,6 @@
 
 namespace carousel::schedule {
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "<no error>";
-}
 
 Program make(const std::string& kind, int S, int M, int R = 1, int g = 0) {
   return generate(ScheduleSpec{kind, Layout{S, R, M}, g});
@@ -206,8 +198,8 @@ TEST(TextForm, ProgramsRoundTrip) {
   EXPECT_EQ(to_string(parse_action("12SEND_F3")), "12SEND_F3");
   EXPECT_EQ(parse_action("4AG_ISSUE1").kind, Kind::AG_ISSUE);
   EXPECT_EQ(parse_action("3REDUCE_SCATTER").stage, 3);
-  EXPECT_NE(error_of([] { parse_action("0X1"); }).find("'0X1' is not valid"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_action("F1"); }).find("takes a stage before it"),
+  EXPECT_NE(testing::error_of([] { parse_action("0X1"); }).find("'0X1' is not valid"), std::string::npos);
+  EXPECT_NE(testing::error_of([] { parse_action("F1"); }).find("takes a stage before it"),
             std::string::npos);
 }
 
@@ -228,7 +220,7 @@ TEST(Export, ChromeTraceAndSvgDescribeEveryComputeAction) {
 TEST(Broken, MissingBackwardIsShownOnTheGrid) {
   Program p = make("gpipe", 2, 2);
   p.ranks[1].pop_back();  // drop 1B0
-  const std::string msg = error_of([&] { validate(p); });
+  const std::string msg = testing::error_of([&] { validate(p); });
   EXPECT_NE(msg.find("1F0 has no backward"), std::string::npos) << msg;
   EXPECT_NE(msg.find(">>1F0<<"), std::string::npos) << msg;
 }
@@ -236,11 +228,11 @@ TEST(Broken, MissingBackwardIsShownOnTheGrid) {
 TEST(Broken, ActionOnTheWrongRankOrOutOfOrder) {
   Program p = make("gpipe", 2, 2);
   std::swap(p.ranks[0][0], p.ranks[0][3]);  // 0B0 before 0F0
-  EXPECT_NE(error_of([&] { validate(p); }).find("backward before its forward 0F0"),
+  EXPECT_NE(testing::error_of([&] { validate(p); }).find("backward before its forward 0F0"),
             std::string::npos);
   Program q = make("gpipe", 2, 2);
   q.ranks[0].push_back({Kind::F, 1, 0, -1});
-  EXPECT_NE(error_of([&] { validate(q); }).find("stage 1 runs on rank 1"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { validate(q); }).find("stage 1 runs on rank 1"), std::string::npos);
 }
 
 TEST(Broken, SwappedReceivesAreCrossed) {
@@ -248,7 +240,7 @@ TEST(Broken, SwappedReceivesAreCrossed) {
   const Program p = parse_program(l,
                                   "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B1 0B1 0RECV_B0 0B0\n"
                                   "rank 1: 1RECV_F1 1RECV_F0 1F0 1F1 1B1 1SEND_B1 1B0 1SEND_B0\n");
-  const std::string msg = error_of([&] { replay(p); });
+  const std::string msg = testing::error_of([&] { replay(p); });
   EXPECT_NE(msg.find("crossed send/receive between rank 0 and rank 1: send #0 is 0SEND_F0 but the "
                      "matching receive #0 is 1RECV_F1"),
             std::string::npos)
@@ -262,7 +254,7 @@ TEST(Broken, UngroupedSendsDeadlock) {
   const Program p = parse_program(l,
                                   "rank 0: 0F0 0SEND_F0 2F0 2RECV_F0\n"
                                   "rank 1: 1F0 1SEND_B0 3F0 1RECV_F0\n");
-  const std::string msg = error_of([&] { replay(p); });
+  const std::string msg = testing::error_of([&] { replay(p); });
   EXPECT_TRUE(msg.find("deadlock") != std::string::npos ||
               msg.find("never sends") != std::string::npos ||
               msg.find("crossed") != std::string::npos)
@@ -275,7 +267,7 @@ TEST(Broken, GenuineCircularDeadlockIsNamed) {
   const Program p = parse_program(l,
                                   "rank 0: 2RECV_F0 0F0 0SEND_F0\n"
                                   "rank 1: 1RECV_F0 1F0 1SEND_F0\n");
-  const std::string msg = error_of([&] { replay(p); });
+  const std::string msg = testing::error_of([&] { replay(p); });
   EXPECT_NE(msg.find("deadlock — no rank can progress"), std::string::npos) << msg;
   EXPECT_NE(msg.find("rank 0 blocked at 2RECV_F0"), std::string::npos) << msg;
 }
@@ -283,18 +275,18 @@ TEST(Broken, GenuineCircularDeadlockIsNamed) {
 TEST(Broken, ReceiveWithoutSend) {
   const Layout l{2, 1, 1};
   const Program p = parse_program(l, "rank 0: 0F0\nrank 1: 1RECV_F0 1F0\n");
-  EXPECT_NE(error_of([&] { replay(p); }).find("rank 1 receives 1RECV_F0 from rank 0 which never "
+  EXPECT_NE(testing::error_of([&] { replay(p); }).find("rank 1 receives 1RECV_F0 from rank 0 which never "
                                               "sends it"),
             std::string::npos);
 }
 
 TEST(Broken, GeneratorConstraintsAreClear) {
-  EXPECT_NE(error_of([] { make("1f1b", 2, 4, 2); }).find("for repeats use circular or "
+  EXPECT_NE(testing::error_of([] { make("1f1b", 2, 4, 2); }).find("for repeats use circular or "
                                                          "interleaved_1f1b"),
             std::string::npos);
-  EXPECT_NE(error_of([] { make("interleaved_1f1b", 4, 6, 2); }).find("S <= g <= M and M % g == 0"),
+  EXPECT_NE(testing::error_of([] { make("interleaved_1f1b", 4, 6, 2); }).find("S <= g <= M and M % g == 0"),
             std::string::npos);
-  EXPECT_NE(error_of([] { make("zigzag", 2, 2); }).find("pipeline_schedule='zigzag' is not valid"),
+  EXPECT_NE(testing::error_of([] { make("zigzag", 2, 2); }).find("pipeline_schedule='zigzag' is not valid"),
             std::string::npos);
 }
 

@@ -45,6 +45,16 @@ inline std::vector<double> fetch(Backend& be, const Tensor& t) {
   return {f.begin(), f.end()};
 }
 
+// The message of the carousel::Error that fn throws, or "<no error>".
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
 // Bitwise equality of two tensors' bytes.
 inline bool bitwise_equal(Backend& be, const Tensor& a, const Tensor& b) {
   if (a.nbytes() != b.nbytes()) return false;
