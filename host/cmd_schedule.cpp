@@ -32,7 +32,7 @@ void write_file(const std::filesystem::path& p, const std::string& text) {
 }
 }  // namespace
 
-int run_schedule(const TrainOptions& options) {
+int run_schedule(const ConfigArgs& options) {
   std::string file;
   std::vector<std::string> overrides;
   split_config_arguments(options.args, file, overrides);

@@ -27,7 +27,7 @@ void print_config_keys() {
   }
 }
 
-int run_train(const TrainOptions& options) {
+int run_train(const ConfigArgs& options) {
   std::string file;
   std::vector<std::string> overrides;
   split_config_arguments(options.args, file, overrides);

@@ -12,13 +12,14 @@ struct InfoOptions {
 // `carousel info`: build configuration, backends and devices this process can use.
 int run_info(const InfoOptions& options);
 
-struct TrainOptions {
+// The arguments of `train` and `schedule`: an optional YAML file, then key=value overrides.
+struct ConfigArgs {
   std::vector<std::string> args;  // [config.yml] key=value ...
 };
-// `carousel train`: single-device training (host/trainer.h).
-int run_train(const TrainOptions& options);
+// `carousel train`: training on one device or pipelined (host/trainer.h, pipeline_trainer.h).
+int run_train(const ConfigArgs& options);
 // `carousel schedule`: a pipeline schedule, lowered, replayed and simulated (host/schedule/).
-int run_schedule(const TrainOptions& options);
+int run_schedule(const ConfigArgs& options);
 // Splits "[config.yml] key=value ..." into the file (a first argument without '=') and overrides.
 void split_config_arguments(const std::vector<std::string>& args, std::string& file,
                             std::vector<std::string>& overrides);

@@ -23,13 +23,13 @@ int main(int argc, char** argv) {
   info_cmd->add_option("--cpu-devices", info.cpu_devices, "simulated CPU devices to list")
       ->check(CLI::Range(1, 1024));
 
-  carousel::TrainOptions train;
+  carousel::ConfigArgs train;
   bool help_keys = false;
   auto* train_cmd = app.add_subcommand("train", "train a model: carousel train [config.yml] key=value ...");
   train_cmd->add_option("args", train.args, "optional YAML config file, then key=value overrides");
   train_cmd->add_flag("--help-keys", help_keys, "list every config key with its default and meaning");
 
-  carousel::TrainOptions schedule;
+  carousel::ConfigArgs schedule;
   auto* schedule_cmd = app.add_subcommand(
       "schedule", "print, check and simulate a pipeline schedule: carousel schedule [config.yml] key=value ...");
   schedule_cmd->add_option("args", schedule.args, "optional YAML config file, then key=value overrides");

@@ -41,7 +41,4 @@ Program lower(const Program& compute, const LoweringOptions& options);
 // wait on another pipeline rank.
 void replay(const Program& lowered);
 
-// Number of actions of a kind on a rank.
-int count(const Program& p, int rank, Kind kind);
-
 }  // namespace carousel::schedule

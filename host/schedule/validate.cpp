@@ -9,12 +9,6 @@
 
 namespace carousel::schedule {
 
-int count(const Program& p, int rank, Kind kind) {
-  int n = 0;
-  for (const auto& a : p.ranks[rank]) n += a.kind == kind;
-  return n;
-}
-
 namespace {
 
 // "rank 1 | 1F0 1F1 >>1B3<< 1B0" — every rank's program, the faulty action bracketed.
