@@ -1,4 +1,5 @@
-// pipeline_trainer.cpp — the executor of lowered schedules on threads with LocalCommunicators.
+// pipeline_trainer.cpp — the executor of lowered schedules: pipeline stages x FSDP ranks as
+// threads, each with its own CPU device and communicators.
 #include "host/pipeline_trainer.h"
 
 #include <omp.h>
@@ -6,7 +7,6 @@
 
 #include <chrono>
 #include <map>
-#include <mutex>
 
 #include "collectives/local_communicator.h"
 #include "cuda/cpu_backend.h"
@@ -25,144 +25,271 @@ namespace sch = schedule;
 
 namespace {
 
-// Parameters a rank owns: the layers of its stages, plus the embedding on the first stage's
-// rank and the final norm and head on the last stage's rank.
-std::vector<ParamSpec> local_specs(const Config& cfg, const sch::Layout& l, int rank) {
-  const int L = int(cfg.num_layers_per_pipeline_stage), V = l.stages();
-  std::vector<ParamSpec> out;
-  for (const auto& spec : param_table(cfg.model)) {
-    const bool mine = spec.layer >= 0 ? l.rank_of(spec.layer / L) == rank
-                      : spec.role == ParamRole::Embedding ? l.rank_of(0) == rank
-                                                          : l.rank_of(V - 1) == rank;
-    if (mine) out.push_back(spec);
+// The parameters of one virtual stage on one rank. FSDP shards the stage's parameters as one
+// flat buffer of `padded` elements (their total size rounded up to a multiple of F): rank f
+// keeps elements [f * padded / F, (f + 1) * padded / F) of the weights, their gradient and both
+// AdamW moments. With F = 1 the shard is the whole stage and is used in place.
+struct StageShard {
+  std::vector<ParamSpec> specs;
+  std::int64_t padded = 0, shard = 0;
+  Tensor weights, grads, m, v;  // [shard] each
+};
+
+// A piece of a shard that belongs to one parameter (for per-parameter weight decay).
+struct Segment {
+  std::int64_t begin, length;  // within the shard
+  bool weight_decay;
+};
+
+std::vector<Segment> segments_of(const StageShard& s, int f) {
+  std::vector<Segment> out;
+  const std::int64_t lo = f * s.shard, hi = lo + s.shard;
+  std::int64_t offset = 0;
+  for (const auto& spec : s.specs) {
+    const std::int64_t a = std::max(offset, lo), b = std::min(offset + numel(spec.shape), hi);
+    if (a < b) out.push_back({a - lo, b - a, spec.weight_decay});
+    offset += numel(spec.shape);
   }
   return out;
 }
 
-std::vector<LayerWeights> stage_layers(const ParamSet& set, int stage, int L) {
-  std::vector<LayerWeights> w;
-  for (int l = 0; l < L; ++l) w.push_back(LayerWeights::from(set, stage * L + l));
-  return w;
-}
+struct RankPlace {
+  int stage_rank, fsdp_rank, S, F;
+  int device() const { return stage_rank * F + fsdp_rank; }
+};
 
-// One rank's part of a step: walks its instruction list.
+// One rank's part of a step: walks its pipeline rank's instruction list.
 class RankExecutor {
  public:
-  RankExecutor(const Config& cfg, const sch::Program& program, int rank)
-      : cfg_(cfg), layout_(program.layout), rank_(rank), actions_(program.ranks[rank]),
-        be_(rank), specs_(local_specs(cfg, layout_, rank)),
-        params_(ParamSet::allocate(be_, specs_, DType::F32)),
-        grads_(ParamSet::allocate(be_, specs_, DType::F32)), opt_(AdamW::create(be_, specs_)),
-        data_(make_data_loader(cfg)),
+  RankExecutor(const Config& cfg, const sch::Program& program, RankPlace place,
+               Communicator& world, Communicator& pipe, Communicator& fsdp)
+      : cfg_(cfg), layout_(program.layout), place_(place),
+        actions_(program.ranks[place.stage_rank]), world_(world), pipe_(pipe), fsdp_(fsdp),
+        be_(place.device()), data_(make_data_loader(cfg)),
         rope_(make_rope_tables(be_, cfg.model.max_target_length, cfg.model.head_dim(),
                                cfg.model.rope_max_timescale)),
         remat_(parse_remat_policy(cfg.remat_policy)) {
-    init_params(be_, params_, std::uint64_t(cfg.init_weights_seed));
+    const int L = int(cfg.num_layers_per_pipeline_stage), V = layout_.stages();
+    std::vector<ParamSpec> extras;
+    for (const auto& spec : param_table(cfg.model)) {
+      if (spec.layer >= 0) {
+        const int v = spec.layer / L;
+        if (layout_.rank_of(v) == place_.stage_rank) stages_[v].specs.push_back(spec);
+      } else if (spec.role == ParamRole::Embedding ? layout_.rank_of(0) == place_.stage_rank
+                                                   : layout_.rank_of(V - 1) == place_.stage_rank) {
+        extras.push_back(spec);
+      }
+    }
+    const std::uint64_t seed = std::uint64_t(cfg.init_weights_seed);
+    for (auto& [v, s] : stages_) {
+      const std::int64_t n = ParamSet::total_numel(s.specs);
+      s.padded = (n + place_.F - 1) / place_.F * place_.F;
+      s.shard = s.padded / place_.F;
+      for (Tensor* t : {&s.weights, &s.grads, &s.m, &s.v}) *t = be_.zeros({s.shard});
+      std::vector<double> full;  // initial values by name, so every layout starts the same
+      for (const auto& spec : s.specs) {
+        const auto values = initial_values(spec, seed);
+        full.insert(full.end(), values.begin(), values.end());
+      }
+      full.resize(s.padded, 0.0);
+      upload_shard(s.weights, full);
+      max_padded_ = std::max(max_padded_, s.padded);
+    }
+    extras_ = ParamSet::allocate(be_, extras, DType::F32);
+    extras_grads_ = ParamSet::allocate(be_, extras, DType::F32);
+    extras_opt_ = AdamW::create(be_, extras);
+    init_params(be_, extras_, seed);
   }
 
-  // Returns (loss, grad norm) of the step, identical on every rank.
-  std::pair<double, double> step(Communicator& comm, std::int64_t step) {
-    be_.fill(grads_.flat, 0.0);
+  // Runs one step; returns (loss, grad norm), identical on every rank.
+  std::pair<double, double> step(std::int64_t step) {
+    be_.fill(extras_grads_.flat, 0.0);
+    for (auto& [v, s] : stages_) be_.fill(s.grads, 0.0);
     const std::int64_t B = cfg_.global_batch(), M = layout_.microbatches, b = B / M;
-    const std::int64_t T = cfg_.model.max_target_length;
+    const std::int64_t T = cfg_.model.max_target_length, b_local = b / place_.F;
     const double scale = 1.0 / double(B * T);
     double loss_sum = 0;
     std::map<std::int64_t, Microbatch> batches;
-    auto batch = [&](int m) -> const Microbatch& {
+    auto batch = [&](int m) -> const Microbatch& {  // this FSDP rank's share of microbatch m
       auto it = batches.find(m);
       if (it == batches.end()) {
-        const TokenBatch tb = data_->batch(step, B, m * b, b);
-        it = batches.emplace(m, Microbatch{be_.from_host(tb.inputs, {b, T}),
-                                           be_.from_host(tb.targets, {b, T})}).first;
+        const TokenBatch tb = data_->batch(step, B, m * b + place_.fsdp_rank * b_local, b_local);
+        it = batches.emplace(m, Microbatch{be_.from_host(tb.inputs, {b_local, T}),
+                                           be_.from_host(tb.targets, {b_local, T})}).first;
       }
       return it->second;
     };
-    const int L = int(cfg_.num_layers_per_pipeline_stage), V = layout_.stages();
+    const int V = layout_.stages();
     for (std::size_t i = 0; i < actions_.size();) {
       const sch::Action& a = actions_[i];
       if (a.is_p2p()) {  // one group: the run of consecutive p2p actions
-        comm.group_start();
-        std::vector<std::pair<int, int>> sent_f, sent_b;
+        pipe_.group_start();
+        std::vector<Key> sent_f, sent_b;
         for (; i < actions_.size() && actions_[i].is_p2p(); ++i) {
           const sch::Action& p = actions_[i];
           const Key k{p.stage, p.index};
           switch (p.kind) {
-            case sch::Kind::SEND_F: comm.send(out_f_.at(k), p.peer), sent_f.push_back(k); break;
-            case sch::Kind::SEND_B: comm.send(out_b_.at(k), p.peer), sent_b.push_back(k); break;
-            case sch::Kind::RECV_F: comm.recv(in_f_[k] = activation(b, T), p.peer); break;
-            default: comm.recv(in_b_[k] = activation(b, T), p.peer); break;  // RECV_B
+            case sch::Kind::SEND_F: pipe_.send(out_f_.at(k), p.peer), sent_f.push_back(k); break;
+            case sch::Kind::SEND_B: pipe_.send(out_b_.at(k), p.peer), sent_b.push_back(k); break;
+            case sch::Kind::RECV_F: pipe_.recv(in_f_[k] = activation(b_local, T), p.peer); break;
+            default: pipe_.recv(in_b_[k] = activation(b_local, T), p.peer); break;  // RECV_B
           }
         }
-        comm.group_end().wait();
+        pipe_.group_end().wait();
         for (const auto& k : sent_f) out_f_.erase(k);
         for (const auto& k : sent_b) out_b_.erase(k);
         continue;
       }
       const int v = a.stage, m = a.index;
       const Key k{v, m};
-      if (a.kind == sch::Kind::F) {
-        Tensor x = v == 0 ? embed_forward(be_, params_, batch(m).inputs) : take(in_f_, k);
-        Tensor y = stage_forward(be_, cfg_.model, stage_layers(params_, v, L), rope_, x, remat_,
-                                 saved_[k]);
-        if (v == V - 1) {
-          HeadResult head = head_loss(be_, cfg_.model, params_, grads_, y, batch(m).targets, scale);
-          loss_sum += head.loss_sum;
-          in_b_[k] = head.dx;
-        } else if (layout_.rank_of(v + 1) == rank_) {
-          in_f_[{v + 1, m}] = y;  // local hand-off (no send)
-        } else {
-          out_f_[k] = y;
+      switch (a.kind) {
+        case sch::Kind::F: {
+          Tensor x = v == 0 ? embed_forward(be_, extras_, batch(m).inputs) : take(in_f_, k);
+          Tensor y = stage_forward(be_, cfg_.model, layers(weights(v)), rope_, x, remat_, saved_[k]);
+          if (v == V - 1) {
+            HeadResult head =
+                head_loss(be_, cfg_.model, extras_, extras_grads_, y, batch(m).targets, scale);
+            loss_sum += head.loss_sum;
+            in_b_[k] = head.dx;
+          } else if (layout_.rank_of(v + 1) == place_.stage_rank) {
+            in_f_[{v + 1, m}] = y;  // local hand-off (no send)
+          } else {
+            out_f_[k] = y;
+          }
+          break;
         }
-      } else if (a.kind == sch::Kind::B) {
-        Tensor dx = stage_backward(be_, cfg_.model, stage_layers(params_, v, L),
-                                   stage_layers(grads_, v, L), rope_, saved_.at(k), take(in_b_, k));
-        saved_.erase(k);
-        if (v == 0) {
-          embed_backward(be_, grads_, batch(m).inputs, dx);
-        } else if (layout_.rank_of(v - 1) == rank_) {
-          in_b_[{v - 1, m}] = dx;
-        } else {
-          out_b_[k] = dx;
+        case sch::Kind::B: {
+          Tensor dx = stage_backward(be_, cfg_.model, layers(weights(v)), layers(gradients(v)),
+                                     rope_, saved_.at(k), take(in_b_, k));
+          saved_.erase(k);
+          if (v == 0) {
+            embed_backward(be_, extras_grads_, batch(m).inputs, dx);
+          } else if (layout_.rank_of(v - 1) == place_.stage_rank) {
+            in_b_[{v - 1, m}] = dx;
+          } else {
+            out_b_[k] = dx;
+          }
+          break;
         }
-      } else if (a.kind == sch::Kind::OPTIMIZER) {
-        return optimizer_step(comm, step, loss_sum * scale);
-      } else {
-        fail("pipeline executor: {} is not supported yet (FSDP and the zero-bubble I/W split "
-             "run in the schedule simulator only)", sch::to_string(a));
+        case sch::Kind::AG_ISSUE: {  // gather stage v's weights into slot `index`
+          Tensor& slot = slots_[a.index];
+          if (!slot.defined()) slot = be_.empty({max_padded_});
+          const StageShard& s = stages_.at(v);
+          gathers_[a.index] = fsdp_.all_gather(s.weights, slot.view(0, {s.padded}));
+          ++all_gathers_;
+          break;
+        }
+        case sch::Kind::AG_WAIT:
+          gathers_.at(a.index).wait();
+          resident_[v] = a.index;
+          break;
+        case sch::Kind::RELEASE:
+          resident_.erase(v);
+          break;
+        case sch::Kind::REDUCE_SCATTER: {  // the stage's gradients are complete on this rank
+          const Tensor full = full_grads_.at(v);
+          reduce_scatters_.push_back(
+              {fsdp_.reduce_scatter(full, stages_.at(v).grads, ReduceOp::Sum), full});
+          full_grads_.erase(v);
+          break;
+        }
+        case sch::Kind::OPTIMIZER:
+          return optimizer_step(step, loss_sum * scale);
+        default:
+          fail("pipeline executor: {} is not supported yet (the zero-bubble I/W split runs in "
+               "the schedule simulator only)",
+               sch::to_string(a));
       }
       ++i;
     }
-    fail("pipeline executor: rank {}'s program has no OPTIMIZER action", rank_);
+    fail("pipeline executor: stage rank {}'s program has no OPTIMIZER action", place_.stage_rank);
   }
 
   std::size_t peak_bytes() const { return be_.allocator().stats().peak_bytes; }
+  std::int64_t all_gathers() const { return all_gathers_; }
 
   // Copies this rank's parameters and AdamW moments into (to_full) or out of (!to_full) the
-  // whole-model sets on `host`, by parameter name. Ranks own disjoint names, so they may run
-  // concurrently.
+  // whole-model sets on `host`, by parameter name. FSDP shards are gathered first; FSDP rank 0
+  // writes, every rank reads its own shard.
   void exchange(Backend& host, const ParamSet* full_params, const ParamSet* full_m,
                 const ParamSet* full_v, bool to_full) {
-    const std::pair<const ParamSet*, ParamSet*> pairs[] = {
-        {full_params, &params_}, {full_m, &opt_.m}, {full_v, &opt_.v}};
-    for (const auto& [full, mine] : pairs) {
-      if (!full) continue;
-      for (std::size_t i = 0; i < mine->specs.size(); ++i) {
-        const Tensor& f = full->tensors[full->index_of(mine->specs[i].name)];
+    const std::pair<const ParamSet*, Tensor StageShard::*> parts[] = {
+        {full_params, &StageShard::weights}, {full_m, &StageShard::m}, {full_v, &StageShard::v}};
+    for (auto& [v, s] : stages_) {
+      for (const auto& [full, member] : parts) {
+        if (!full) continue;
+        Tensor& shard = s.*member;
         if (to_full) {
-          host.upload(be_.to_host<float>(mine->tensors[i]).data(), f);
+          Tensor whole = be_.empty({s.padded});
+          fsdp_.all_gather(shard, whole).wait();
+          if (place_.fsdp_rank == 0) copy_by_name(be_, ParamSet::over(s.specs, whole), host, *full);
         } else {
-          be_.upload(host.to_host<float>(f).data(), mine->tensors[i]);
+          std::vector<double> values;
+          for (const auto& spec : s.specs) {
+            const auto f = host.to_host<float>(full->tensors[full->index_of(spec.name)]);
+            values.insert(values.end(), f.begin(), f.end());
+          }
+          values.resize(s.padded, 0.0);
+          upload_shard(shard, values);
         }
       }
+    }
+    const std::pair<const ParamSet*, ParamSet*> extras[] = {
+        {full_params, &extras_}, {full_m, &extras_opt_.m}, {full_v, &extras_opt_.v}};
+    for (const auto& [full, mine] : extras) {
+      if (!full) continue;
+      if (!to_full) copy_by_name(host, *full, be_, *mine);
+      else if (place_.fsdp_rank == 0) copy_by_name(be_, *mine, host, *full);
     }
   }
 
  private:
   using Key = std::pair<int, int>;  // (stage, microbatch)
 
-  Tensor activation(std::int64_t b, std::int64_t T) {
-    return be_.empty({b, T, cfg_.model.emb_dim});
+  // dst[name] = src[name] for every name of `src`.
+  static void copy_by_name(Backend& src_be, const ParamSet& src, Backend& dst_be,
+                           const ParamSet& dst) {
+    for (std::size_t i = 0; i < src.specs.size(); ++i) {
+      const int j = dst.index_of(src.specs[i].name);
+      if (j >= 0) dst_be.upload(src_be.to_host<float>(src.tensors[i]).data(), dst.tensors[j]);
+    }
   }
+
+  void upload_shard(const Tensor& shard, const std::vector<double>& full) {
+    const std::int64_t lo = place_.fsdp_rank * shard.numel();
+    const std::vector<float> part(full.begin() + lo, full.begin() + lo + shard.numel());
+    be_.upload(part.data(), shard);
+  }
+
+  // The weights of stage v: the gathered slot with FSDP, the stage's own buffer without.
+  ParamSet weights(int v) {
+    const StageShard& s = stages_.at(v);
+    if (place_.F == 1) return ParamSet::over(s.specs, s.weights);
+    const auto it = resident_.find(v);
+    CAROUSEL_CHECK(it != resident_.end(), "pipeline executor: stage {} is used without its "
+                   "weights gathered (AG_WAIT missing in the program)", v);
+    return ParamSet::over(s.specs, slots_.at(it->second));
+  }
+  // Gradients of stage v: accumulated in place without FSDP, into a full (unsharded) buffer
+  // with FSDP until its REDUCE_SCATTER.
+  ParamSet gradients(int v) {
+    const StageShard& s = stages_.at(v);
+    if (place_.F == 1) return ParamSet::over(s.specs, s.grads);
+    auto it = full_grads_.find(v);
+    if (it == full_grads_.end()) it = full_grads_.emplace(v, be_.zeros({s.padded})).first;
+    return ParamSet::over(s.specs, it->second);
+  }
+  // The stage's layers in order (its specs are grouped by layer).
+  static std::vector<LayerWeights> layers(const ParamSet& set) {
+    std::vector<LayerWeights> w;
+    int last = -1;
+    for (const auto& spec : set.specs) {
+      if (spec.layer != last) w.push_back(LayerWeights::from(set, last = spec.layer));
+    }
+    return w;
+  }
+
+  Tensor activation(std::int64_t b, std::int64_t T) { return be_.empty({b, T, cfg_.model.emb_dim}); }
   static Tensor take(std::map<Key, Tensor>& map, const Key& k) {
     auto it = map.find(k);
     CAROUSEL_CHECK(it != map.end(), "pipeline executor: no tensor for stage {} microbatch {}",
@@ -172,30 +299,64 @@ class RankExecutor {
     return t;
   }
 
-  // Loss (only the last stage's rank contributes) and the squared gradient norm are summed over
-  // ranks in rank order; then every rank clips and steps its own parameters.
-  std::pair<double, double> optimizer_step(Communicator& comm, std::int64_t step, double loss) {
-    std::vector<double> sums = {loss, be_.sum_squares(grads_.flat)};
+  // Gradients are complete once every reduce-scatter has landed and the replicated embedding /
+  // head gradients are summed over the FSDP group. Loss and squared gradient norm are summed
+  // over all ranks in rank order (the replicated extras counted once), then every rank clips and
+  // steps AdamW on what it owns.
+  std::pair<double, double> optimizer_step(std::int64_t step, double loss) {
+    for (auto& [event, buffer] : reduce_scatters_) event.wait();
+    reduce_scatters_.clear();
+    if (place_.F > 1 && extras_grads_.flat.numel() > 0) {
+      fsdp_.all_reduce(extras_grads_.flat, extras_grads_.flat, ReduceOp::Sum).wait();
+    }
+    double squares = place_.fsdp_rank == 0 ? be_.sum_squares(extras_grads_.flat) : 0.0;
+    for (const auto& [v, s] : stages_) squares += be_.sum_squares(s.grads);
+    std::vector<double> sums = {loss, squares};
     Tensor t = be_.from_host(sums, {2});
-    comm.all_reduce(t, t, ReduceOp::Sum).wait();
+    world_.all_reduce(t, t, ReduceOp::Sum).wait();
     sums = be_.to_host<double>(t);
     const double norm = std::sqrt(sums[1]);
-    opt_.update(be_, cfg_, params_, grads_, step, learning_rate_at(cfg_, step),
-                clip_scale(norm, cfg_.gradient_clipping_threshold));
+    const double lr = learning_rate_at(cfg_, step);
+    const double clip = clip_scale(norm, cfg_.gradient_clipping_threshold);
+    extras_opt_.update(be_, cfg_, extras_, extras_grads_, step, lr, clip);
+    AdamWParams h;
+    h.lr = lr;
+    h.beta1 = cfg_.adam_b1;
+    h.beta2 = cfg_.adam_b2;
+    h.eps = cfg_.adam_eps;
+    h.grad_scale = clip;
+    h.step = step + 1;
+    for (auto& [v, s] : stages_) {
+      for (const Segment& seg : segments_of(s, place_.fsdp_rank)) {
+        h.weight_decay = seg.weight_decay ? cfg_.adam_weight_decay : 0.0;
+        auto piece = [&](const Tensor& t) { return t.view(seg.begin, {seg.length}); };
+        be_.adamw_update(piece(s.weights), piece(s.grads), piece(s.m), piece(s.v), h);
+      }
+    }
     return {sums[0], norm};
   }
 
   const Config& cfg_;
   sch::Layout layout_;
-  int rank_;
+  RankPlace place_;
   std::vector<sch::Action> actions_;
+  Communicator& world_;  // every rank: the step's loss and gradient norm
+  Communicator& pipe_;
+  Communicator& fsdp_;
   CpuBackend be_;
-  std::vector<ParamSpec> specs_;
-  ParamSet params_, grads_;
-  AdamW opt_;
   std::unique_ptr<DataLoader> data_;
   RopeTables rope_;
   RematPolicy remat_;
+  std::map<int, StageShard> stages_;
+  ParamSet extras_, extras_grads_;  // embedding / final norm / head, replicated over FSDP
+  AdamW extras_opt_;
+  std::int64_t max_padded_ = 0;
+  std::map<int, Tensor> slots_;           // weight slots: gathered stage weights
+  std::map<int, Event> gathers_;          // slot -> its in-flight all-gather
+  std::map<int, int> resident_;           // stage -> slot holding its gathered weights
+  std::map<int, Tensor> full_grads_;      // stage -> unsharded gradient until REDUCE_SCATTER
+  std::vector<std::pair<Event, Tensor>> reduce_scatters_;  // in flight (buffer kept alive)
+  std::int64_t all_gathers_ = 0;
   std::map<Key, StageSaved> saved_;       // forward state kept for the backward
   std::map<Key, Tensor> in_f_, in_b_;     // received / handed-over inputs of F and B
   std::map<Key, Tensor> out_f_, out_b_;   // outputs waiting for their SEND
@@ -204,29 +365,34 @@ class RankExecutor {
 }  // namespace
 
 TrainResult train_pipeline(const Config& cfg) {
-  const int S = int(cfg.ici_pipeline_parallelism);
+  const int S = int(cfg.ici_pipeline_parallelism), F = int(cfg.ici_fsdp_parallelism);
   CAROUSEL_CHECK(cfg.model.is_llama(), "pipeline training runs decoder_block=llama");
   CAROUSEL_CHECK(!cfg.model.logits_via_embedding,
                  "logits_via_embedding=true ties the first and last stage's weights, which the "
                  "pipeline executor does not synchronise yet; use logits_via_embedding=false");
-  CAROUSEL_CHECK(cfg.ici_fsdp_parallelism == 1,
-                 "ici_fsdp_parallelism={}: FSDP inside stages is not executed yet (`carousel "
-                 "schedule` simulates it); use 1",
-                 cfg.ici_fsdp_parallelism);
   CAROUSEL_CHECK(cfg.pipeline_schedule != "zb_h1",
                  "pipeline_schedule=zb_h1 needs the I/W split of the backward, which the executor "
                  "does not run yet; use circular, gpipe, 1f1b or interleaved_1f1b");
-  const sch::Program program =
-      sch::lower(sch::generate(schedule_spec(cfg)), {0, 0, /*fsdp=*/false});
+  const std::int64_t b = cfg.global_batch() / cfg.microbatches();
+  CAROUSEL_CHECK(b % F == 0,
+                 "each microbatch has {} sequences (global batch {} / {} microbatches), which "
+                 "ici_fsdp_parallelism={} ranks cannot split evenly; choose a batch or "
+                 "microbatch count that makes it a multiple of {}",
+                 b, cfg.global_batch(), cfg.microbatches(), F, F);
+  const sch::Program program = sch::lower(
+      sch::generate(schedule_spec(cfg)),
+      {cfg.weight_slots(), int(cfg.pipeline_prefetch_lookahead), /*fsdp=*/F > 1});
   sch::replay(program);
-  spdlog::info("pipeline: {} schedule, S={} ranks (simulated CPU devices), R={} repeats, M={} "
-               "microbatches; program validated and deadlock-free",
-               cfg.pipeline_schedule, S, program.layout.repeats, program.layout.microbatches);
+  spdlog::info("pipeline: {} schedule, S={} stages x F={} FSDP = {} simulated CPU devices, R={} "
+               "repeats, M={} microbatches{}; program validated and deadlock-free",
+               cfg.pipeline_schedule, S, F, S * F, program.layout.repeats,
+               program.layout.microbatches,
+               F > 1 ? fmt::format(", weight slots {}", cfg.weight_slots()) : std::string());
 
   // Whole-model parameters and moments on a host device: checkpoints are written from and read
   // into these, so a pipeline checkpoint is the same file a single-device run writes (global
   // names, unsharded) and either can resume the other.
-  CpuBackend host(S);
+  CpuBackend host(S * F);
   const auto specs = param_table(cfg.model);
   ParamSet full_params = ParamSet::allocate(host, specs, DType::F32);
   ParamSet full_m = ParamSet::allocate(host, specs, DType::F32);
@@ -249,43 +415,50 @@ TrainResult train_pipeline(const Config& cfg) {
                  result.start_step, cfg.steps);
 
   StepReporter reporter(cfg);
-  LocalWorld world(S);
-  std::vector<std::size_t> peaks(S, 0);
-  run_ranks(S, [&](int rank) {
+  LocalWorld world(S * F);
+  std::vector<std::size_t> peaks(S * F, 0);
+  std::vector<std::int64_t> gathers(S * F, 0);
+  run_ranks(S * F, [&](int device) {
     // The ranks share the machine's cores: each rank's OpenMP loops (and OpenBLAS, which uses
-    // the same pool) get cores / S threads, at least one, so S ranks do not oversubscribe.
-    omp_set_num_threads(std::max(1, omp_get_num_procs() / S));
-    auto comm = world.communicator(rank);
-    RankExecutor exec(cfg, program, rank);
+    // the same pool) get cores / ranks threads, at least one.
+    omp_set_num_threads(std::max(1, omp_get_num_procs() / (S * F)));
+    const RankPlace place{device / F, device % F, S, F};
+    auto comm = world.communicator(device);
+    auto pipe = comm->split(place.fsdp_rank, place.stage_rank);  // ring of stages
+    auto fsdp = comm->split(place.stage_rank, place.fsdp_rank);  // FSDP group of a stage
+    RankExecutor exec(cfg, program, place, *comm, *pipe, *fsdp);
     if (load_params) {
       exec.exchange(host, &full_params, load_moments ? &full_m : nullptr,
                     load_moments ? &full_v : nullptr, /*to_full=*/false);
     }
     for (std::int64_t step = result.start_step; step < cfg.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
-      const auto [loss, norm] = exec.step(*comm, step);
+      const auto [loss, norm] = exec.step(step);
       comm->barrier().wait();
       if (reporter.checkpoint_due(step)) {
         exec.exchange(host, &full_params, &full_m, &full_v, /*to_full=*/true);
         comm->barrier().wait();
-        if (rank == 0) {
+        if (device == 0) {
           spdlog::info("checkpoint saved: {}",
                        save_checkpoint(host, cfg, {&full_params, &full_m, &full_v}, {step + 1}));
         }
         comm->barrier().wait();
       }
-      if (rank == 0) {
+      if (device == 0) {
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         result.steps.push_back(reporter.report(step, loss, norm, seconds));
       }
     }
-    peaks[rank] = exec.peak_bytes();
+    peaks[device] = exec.peak_bytes();
+    gathers[device] = exec.all_gathers();
   });
-  for (int r = 0; r < S; ++r) {
-    spdlog::info("peak memory on cpu:{}: {}", r, format_bytes(peaks[r]));
-    result.peak_device_bytes = std::max(result.peak_device_bytes, peaks[r]);
+  for (int d = 0; d < S * F; ++d) {
+    spdlog::info("cpu:{} (stage rank {}, fsdp rank {}): peak memory {}, {} weight all-gathers",
+                 d, d / F, d % F, format_bytes(peaks[d]), gathers[d]);
+    result.peak_device_bytes = std::max(result.peak_device_bytes, peaks[d]);
   }
+  result.all_gathers_per_device = gathers;
   return result;
 }
 

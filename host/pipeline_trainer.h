@@ -1,7 +1,8 @@
 // pipeline_trainer.h — training with pipeline parallelism on simulated devices.
 //
-// Each pipeline rank is a thread with its own CPU device (CpuBackend(rank), own memory
-// accounting) and its own LocalCommunicator. Every rank builds the same lowered program
+// Each rank (pipeline stage s, FSDP index f) is a thread with its own CPU device
+// (CpuBackend(s F + f), own memory accounting) and its communicators: the ring of its stage
+// ranks and the FSDP group of its stage, split from one world. Every rank builds the same lowered program
 // (host/schedule) and walks its instruction list: compute actions run the rank's stages
 // (models/stage.h), p2p actions move activations and gradients in groups, OPTIMIZER reduces
 // the loss and the gradient norm over the ranks and steps AdamW on the rank's own parameters.
@@ -14,7 +15,9 @@
 
 namespace carousel {
 
-// Requires ici_pipeline_parallelism > 1; schedules circular, gpipe, 1f1b, interleaved_1f1b.
+// S = ici_pipeline_parallelism stages x F = ici_fsdp_parallelism FSDP ranks (S x F > 1);
+// schedules circular, gpipe, 1f1b, interleaved_1f1b; weight slots from
+// pipeline_fsdp_ag_per_repeat (2, the Buffer Sliding Window) / pipeline_fsdp_ag_once / default.
 TrainResult train_pipeline(const Config& cfg);
 
 }  // namespace carousel

@@ -31,11 +31,9 @@ TrainResult train(const Config& cfg) {
   CAROUSEL_CHECK(cfg.model.is_llama(),
                  "carousel train runs decoder_block=llama; the simple block is for pipeline "
                  "equivalence tests");
-  if (cfg.ici_pipeline_parallelism > 1) return train_pipeline(cfg);
-  CAROUSEL_CHECK(cfg.ici_fsdp_parallelism == 1,
-                 "ici_fsdp_parallelism={} needs the pipeline executor with FSDP, which is not "
-                 "built yet (`carousel schedule` simulates it); use 1",
-                 cfg.ici_fsdp_parallelism);
+  if (cfg.ici_pipeline_parallelism > 1 || cfg.ici_fsdp_parallelism > 1) {
+    return train_pipeline(cfg);
+  }
   CpuBackend be(0);
   const auto specs = param_table(cfg.model);
   ParamSet params = ParamSet::allocate(be, specs, DType::F32);

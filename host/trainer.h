@@ -24,6 +24,7 @@ struct TrainResult {
   std::vector<StepMetrics> steps;  // the steps this call ran
   std::int64_t start_step = 0;     // > 0 when resumed from a checkpoint
   std::size_t peak_device_bytes = 0;
+  std::vector<std::int64_t> all_gathers_per_device;  // pipeline with FSDP: weight gathers done
 };
 
 TrainResult train(const Config& cfg);

@@ -38,12 +38,20 @@ std::vector<ParamSpec> param_table(const ModelConfig& cfg) {
   return t;
 }
 
-ParamSet ParamSet::allocate(Backend& backend, const std::vector<ParamSpec>& specs, DType dtype) {
-  ParamSet set;
-  set.specs = specs;
+std::int64_t ParamSet::total_numel(const std::vector<ParamSpec>& specs) {
   std::int64_t total = 0;
   for (const auto& s : specs) total += numel(s.shape);
-  set.flat = backend.empty({total}, dtype);
+  return total;
+}
+
+ParamSet ParamSet::allocate(Backend& backend, const std::vector<ParamSpec>& specs, DType dtype) {
+  return over(specs, backend.empty({total_numel(specs)}, dtype));
+}
+
+ParamSet ParamSet::over(const std::vector<ParamSpec>& specs, const Tensor& buffer) {
+  ParamSet set;
+  set.specs = specs;
+  set.flat = buffer.view(0, {total_numel(specs)});
   std::int64_t offset = 0;
   for (const auto& s : specs) {
     set.tensors.push_back(set.flat.view(offset, s.shape));

@@ -49,6 +49,10 @@ struct ParamSet {
   std::vector<Tensor> tensors;  // views into flat, specs[i].shape each
 
   static ParamSet allocate(Backend& backend, const std::vector<ParamSpec>& specs, DType dtype);
+  // Views of `specs` laid out back to back at the start of an existing buffer (at least the
+  // specs' total size): gathered FSDP weights, full gradient buffers.
+  static ParamSet over(const std::vector<ParamSpec>& specs, const Tensor& buffer);
+  static std::int64_t total_numel(const std::vector<ParamSpec>& specs);
   const Tensor& at(ParamRole role, int layer = -1) const;  // throws if absent
   bool has(ParamRole role, int layer = -1) const;
   int index_of(const std::string& name) const;  // -1 if absent

@@ -2,7 +2,7 @@
 //
 // The contract of every schedule (maxtext-pipeline-spec.md §4.8): the pipeline's loss and
 // gradients are those of the sequential model. Step 0's loss is compared bitwise (same math per
-// microbatch, summed in the same order); later steps within 1e-4 relative, because the order in
+// microbatch, summed in the same order; 1e-6 with FSDP); later steps within 1e-4 relative, because the order in
 // which microbatch gradients accumulate differs between schedules (circular runs the backward
 // in reverse) and the gradient norm is summed per rank.
 #include <gtest/gtest.h>
@@ -14,6 +14,8 @@
 #include "cuda/error.h"
 #include "host/config.h"
 #include "host/logging.h"
+#include "host/schedule/passes.h"
+#include "host/schedule_config.h"
 #include "host/trainer.h"
 
 namespace carousel {
@@ -34,7 +36,10 @@ std::vector<StepMetrics> run(const Config& cfg) { return train(cfg).steps; }
 
 struct PipelineCase {
   std::string name;
-  std::vector<std::string> keys;  // pipeline keys; the reference drops S, keeps M and layers
+  std::vector<std::string> keys;  // pipeline keys; the reference drops S, F, keeps M and layers
+  // false with FSDP: each rank computes part of a microbatch (other GEMM shapes, a split loss
+  // sum), so step 0 agrees to float32 rounding (1e-6) instead of bitwise.
+  bool exact_first_loss = true;
 };
 
 void PrintTo(const PipelineCase& c, std::ostream* os) { *os << c.name; }
@@ -47,14 +52,19 @@ TEST_P(PipelineEquivalence, LossesMatchTheSingleDeviceRun) {
   for (const auto& k : c.keys) {
     if (k.rfind("ici_pipeline_parallelism", 0) != 0 && k.rfind("pipeline_schedule", 0) != 0 &&
         k.rfind("num_pipeline_repeats", 0) != 0 && k.rfind("num_layers_per", 0) != 0 &&
-        k.rfind("pipeline_microbatch_group", 0) != 0) {
+        k.rfind("pipeline_microbatch_group", 0) != 0 && k.rfind("ici_fsdp", 0) != 0 &&
+        k.rfind("pipeline_fsdp", 0) != 0) {
       reference_keys.push_back(k);
     }
   }
   const auto pipe = run(run_config(c.keys));
   const auto single = run(run_config(reference_keys));
   ASSERT_EQ(pipe.size(), single.size());
-  EXPECT_EQ(pipe[0].loss, single[0].loss) << "step 0 loss must be bitwise equal";
+  if (c.exact_first_loss) {
+    EXPECT_EQ(pipe[0].loss, single[0].loss) << "step 0 loss must be bitwise equal";
+  } else {
+    EXPECT_NEAR(pipe[0].loss, single[0].loss, 1e-6 * single[0].loss);
+  }
   EXPECT_NEAR(pipe[0].grad_norm, single[0].grad_norm, 1e-6 * single[0].grad_norm);
   for (std::size_t s = 1; s < pipe.size(); ++s) {
     EXPECT_NEAR(pipe[s].loss, single[s].loss, 1e-4 * single[s].loss) << "step " << s;
@@ -80,8 +90,45 @@ INSTANTIATE_TEST_SUITE_P(
                                  "num_pipeline_microbatches=8"}},
         PipelineCase{"interleaved_S2_R4", {"ici_pipeline_parallelism=2",
                                            "pipeline_schedule=interleaved_1f1b",
-                                           "num_pipeline_microbatches=4"}}),
+                                           "num_pipeline_microbatches=4"}},
+        PipelineCase{"fsdp_circular_S2_F2_gather_every_use",
+                     {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                      "num_pipeline_microbatches=4"}, false},
+        PipelineCase{"fsdp_circular_S2_F2_bsw",
+                     {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                      "num_pipeline_microbatches=4", "pipeline_fsdp_ag_per_repeat=true"}, false},
+        PipelineCase{"fsdp_circular_S2_F2_ag_once",
+                     {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                      "num_pipeline_microbatches=2", "pipeline_fsdp_ag_once=true"}, false},
+        PipelineCase{"fsdp_only_F4_bsw", {"ici_fsdp_parallelism=4", "num_pipeline_microbatches=2",
+                                          "pipeline_fsdp_ag_per_repeat=true"}, false},
+        PipelineCase{"fsdp_1f1b_S2_F2_L4", {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                                            "num_layers_per_pipeline_stage=4",
+                                            "pipeline_schedule=1f1b",
+                                            "num_pipeline_microbatches=4",
+                                            "pipeline_fsdp_ag_per_repeat=true"}, false}),
     [](const auto& info) { return info.param.name; });
+
+// The executor gathers exactly what the schedule's lowering (and so `carousel schedule`)
+// predicts: one gather per compute action by default, 2R - 2 per step with the Buffer Sliding
+// Window on the circular schedule, R with ag_once.
+TEST(Pipeline, WeightGathersMatchTheSchedulePrediction) {
+  for (const std::string mode : {"", "pipeline_fsdp_ag_per_repeat=true", "pipeline_fsdp_ag_once=true"}) {
+    std::vector<std::string> keys = {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                                     "num_pipeline_microbatches=4"};
+    if (!mode.empty()) keys.push_back(mode);
+    const Config cfg = run_config(keys);
+    const TrainResult r = train(cfg);
+    const auto program = schedule::lower(schedule::generate(schedule_spec(cfg)),
+                                         {cfg.weight_slots(), 0, true});
+    const auto sim = schedule::simulate(program, schedule::Costs{});
+    for (int device = 0; device < 4; ++device) {
+      EXPECT_EQ(r.all_gathers_per_device[device], sim.all_gathers[device / 2] * cfg.steps)
+          << mode << " device " << device;
+    }
+  }
+  // R = 8 / 2 = 4 repeats, M = 4: 32 per step by default, 2R - 2 = 6 with BSW, R = 4 once.
+}
 
 TEST(Pipeline, TwoRunsAreBitwiseIdentical) {
   const Config cfg = run_config({"ici_pipeline_parallelism=4", "num_pipeline_microbatches=4"});
@@ -105,8 +152,10 @@ TEST(Pipeline, WhatIsNotExecutedYetIsAClearError) {
                       "pipeline_schedule=zb_h1", "num_pipeline_microbatches=4"})
                 .find("zb_h1 needs the I/W split"),
             std::string::npos);
-  EXPECT_NE(error_of({"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2"})
-                .find("FSDP inside stages is not executed yet"),
+  EXPECT_NE(error_of({"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=3",
+                      "num_pipeline_microbatches=4"})
+                .find("each microbatch has 2 sequences (global batch 8 / 4 microbatches), which "
+                      "ici_fsdp_parallelism=3 ranks cannot split evenly"),
             std::string::npos);
 }
 
