@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <charconv>
+#include <cmath>
 #include <filesystem>
 #include <map>
 
@@ -159,7 +160,7 @@ const std::vector<ConfigKey>& config_keys() {
 }
 
 std::int64_t Config::global_batch() const {
-  return static_cast<std::int64_t>(per_device_batch_size * double(num_devices()));
+  return std::llround(per_device_batch_size * double(num_devices()));
 }
 
 std::int64_t Config::microbatches() const {
@@ -187,7 +188,7 @@ void Config::validate() const {
   CAROUSEL_CHECK(steps > 0, "steps={} is not valid; it must be > 0", steps);
   CAROUSEL_CHECK(log_period > 0, "log_period={} is not valid; it must be > 0", log_period);
   const double batch = per_device_batch_size * double(num_devices());
-  CAROUSEL_CHECK(batch >= 1 && batch == double(global_batch()),
+  CAROUSEL_CHECK(batch >= 1 - 1e-9 && std::abs(batch - double(global_batch())) < 1e-9,
                  "per_device_batch_size={} x {} device(s) = {} sequences is not a positive whole "
                  "number",
                  per_device_batch_size, num_devices(), batch);

@@ -71,7 +71,7 @@ struct Config {
   std::string load_parameters_path;    // a checkpoint step directory to start from
 
   // Derived values.
-  std::int64_t num_devices() const { return 1; }
+  std::int64_t num_devices() const { return ici_pipeline_parallelism * ici_fsdp_parallelism; }
   std::int64_t microbatches() const;  // M after MaxText's defaulting
   std::int64_t repeats() const;       // R after defaulting
   int weight_slots() const;           // 0 default, 2 with ag_per_repeat, -1 with ag_once

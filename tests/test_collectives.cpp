@@ -141,7 +141,9 @@ TEST(Split, ColorsFormGroupsOrderedByKey) {
     // A second split of the split, and a rank that joins none.
     auto pair = sub->split(sub->rank() < 2 ? 0 : -1, 0);
     EXPECT_EQ(bool(pair), sub->rank() < 2);
-    if (pair) EXPECT_EQ(pair->size(), 2);
+    if (pair) {
+      EXPECT_EQ(pair->size(), 2);
+    }
   });
 }
 

@@ -21,15 +21,23 @@
 namespace carousel {
 namespace {
 
+// Every run here trains on a global batch of 8 sequences, whatever its number of devices
+// (B = per_device_batch_size x devices, as in MaxText).
+Config with_global_batch_8(Config c) {
+  c.per_device_batch_size = 8.0 / double(c.num_devices());
+  c.validate();
+  return c;
+}
+
 Config run_config(std::vector<std::string> overrides) {
   init_logging({.rank = 0, .level = "warn", .file_dir = {}});
-  std::vector<std::string> base = {"max_target_length=16", "per_device_batch_size=8",
+  std::vector<std::string> base = {"max_target_length=16",
                                    "steps=3", "enable_checkpointing=false",
                                    "learning_rate=0.003", "dataset_type=text",
                                    "dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt",
                                    "base_output_directory=/tmp/carousel_pipeline_tests"};
   base.insert(base.end(), overrides.begin(), overrides.end());
-  return load_config("", base).config;
+  return with_global_batch_8(load_config("", base).config);
 }
 
 std::vector<StepMetrics> run(const Config& cfg) { return train(cfg).steps; }
@@ -195,6 +203,7 @@ TEST(Pipeline, CheckpointsResumeExactlyAndAcrossLayouts) {
   // order, which moves the clipping scale in its last bits).
   Config single = straight;
   single.ici_pipeline_parallelism = 1;
+  single = with_global_batch_8(single);
   single.run_name = "single_from_pipeline";
   fs::remove_all(single.run_directory());
   fs::create_directories(fs::path(single.run_directory()) / "checkpoints");
