@@ -111,6 +111,8 @@ const std::vector<ConfigKey>& config_keys() {
           "interleaved_1f1b group g (S = depth-first .. M = breadth-first; 0 = S)"),
       key("ici_fsdp_parallelism", &Config::ici_fsdp_parallelism,
           "F: FSDP degree inside a stage (weights gathered before use)"),
+      key("ici_data_parallelism", &Config::ici_data_parallelism,
+          "D: data-parallel replicas of the whole pipeline (gradients all-reduced)"),
       key("pipeline_fsdp_ag_per_repeat", &Config::pipeline_fsdp_ag_per_repeat,
           "Buffer Sliding Window: 2 weight slots, next repeat prefetched during the current"),
       key("pipeline_fsdp_ag_once", &Config::pipeline_fsdp_ag_once,
@@ -254,6 +256,8 @@ void Config::validate_pipeline() const {
                  "pipeline_fsdp_ag_per_repeat and pipeline_fsdp_ag_once are exclusive; choose one");
   CAROUSEL_CHECK(ici_fsdp_parallelism >= 1, "ici_fsdp_parallelism={} must be >= 1",
                  ici_fsdp_parallelism);
+  CAROUSEL_CHECK(ici_data_parallelism >= 1, "ici_data_parallelism={} must be >= 1",
+                 ici_data_parallelism);
   CAROUSEL_CHECK(pipeline_prefetch_lookahead >= 0,
                  "pipeline_prefetch_lookahead={} must be >= 0 (0 = as early as a slot is free)",
                  pipeline_prefetch_lookahead);

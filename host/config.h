@@ -37,6 +37,7 @@ struct Config {
   bool pipeline_delay_activation_forwarding = false;
   std::int64_t pipeline_microbatch_group_size = 0;  // interleaved_1f1b g; 0 = S
   std::int64_t ici_fsdp_parallelism = 1;            // F
+  std::int64_t ici_data_parallelism = 1;            // D, data-parallel replicas
   bool pipeline_fsdp_ag_per_repeat = false;         // Buffer Sliding Window: 2 weight slots
   bool pipeline_fsdp_ag_once = false;               // every local stage resident for the step
   std::int64_t pipeline_prefetch_lookahead = 0;     // 0 = as soon as a weight slot is free
@@ -71,7 +72,9 @@ struct Config {
   std::string load_parameters_path;    // a checkpoint step directory to start from
 
   // Derived values.
-  std::int64_t num_devices() const { return ici_pipeline_parallelism * ici_fsdp_parallelism; }
+  std::int64_t num_devices() const {
+    return ici_data_parallelism * ici_pipeline_parallelism * ici_fsdp_parallelism;
+  }
   std::int64_t microbatches() const;  // M after MaxText's defaulting
   std::int64_t repeats() const;       // R after defaulting
   int weight_slots() const;           // 0 default, 2 with ag_per_repeat, -1 with ag_once

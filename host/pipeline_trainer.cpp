@@ -53,18 +53,25 @@ std::vector<Segment> segments_of(const StageShard& s, int f) {
   return out;
 }
 
+// Where a rank sits in the D x S x F mesh: data replica d, pipeline stage rank s, FSDP rank f.
 struct RankPlace {
-  int stage_rank, fsdp_rank, S, F;
-  int device() const { return stage_rank * F + fsdp_rank; }
+  int data_rank, stage_rank, fsdp_rank, D, S, F;
+  int device() const { return (data_rank * S + stage_rank) * F + fsdp_rank; }
+  // This rank's part of a microbatch: sequences are split over the F x D ranks of a stage.
+  int batch_part() const { return data_rank * F + fsdp_rank; }
+  // Writes whole-model state (checkpoints): one rank per stage, and per replicated tensor.
+  bool writes_shards() const { return data_rank == 0; }
+  bool writes_replicated() const { return data_rank == 0 && fsdp_rank == 0; }
 };
 
 // One rank's part of a step: walks its pipeline rank's instruction list.
 class RankExecutor {
  public:
   RankExecutor(const Config& cfg, const sch::Program& program, RankPlace place,
-               Communicator& world, Communicator& pipe, Communicator& fsdp)
+               Communicator& world, Communicator& pipe, Communicator& fsdp, Communicator& data)
       : cfg_(cfg), layout_(program.layout), place_(place),
         actions_(program.ranks[place.stage_rank]), world_(world), pipe_(pipe), fsdp_(fsdp),
+        data_comm_(data),
         be_(place.device()), data_(make_data_loader(cfg)),
         rope_(make_rope_tables(be_, cfg.model.max_target_length, cfg.model.head_dim(),
                                cfg.model.rope_max_timescale)),
@@ -106,14 +113,14 @@ class RankExecutor {
     be_.fill(extras_grads_.flat, 0.0);
     for (auto& [v, s] : stages_) be_.fill(s.grads, 0.0);
     const std::int64_t B = cfg_.global_batch(), M = layout_.microbatches, b = B / M;
-    const std::int64_t T = cfg_.model.max_target_length, b_local = b / place_.F;
+    const std::int64_t T = cfg_.model.max_target_length, b_local = b / (place_.F * place_.D);
     const double scale = 1.0 / double(B * T);
     double loss_sum = 0;
     std::map<std::int64_t, Microbatch> batches;
     auto batch = [&](int m) -> const Microbatch& {  // this FSDP rank's share of microbatch m
       auto it = batches.find(m);
       if (it == batches.end()) {
-        const TokenBatch tb = data_->batch(step, B, m * b + place_.fsdp_rank * b_local, b_local);
+        const TokenBatch tb = data_->batch(step, B, m * b + place_.batch_part() * b_local, b_local);
         it = batches.emplace(m, Microbatch{be_.from_host(tb.inputs, {b_local, T}),
                                            be_.from_host(tb.targets, {b_local, T})}).first;
       }
@@ -222,7 +229,9 @@ class RankExecutor {
         if (to_full) {
           Tensor whole = be_.empty({s.padded});
           fsdp_.all_gather(shard, whole).wait();
-          if (place_.fsdp_rank == 0) copy_by_name(be_, ParamSet::over(s.specs, whole), host, *full);
+          if (place_.writes_shards() && place_.fsdp_rank == 0) {
+            copy_by_name(be_, ParamSet::over(s.specs, whole), host, *full);
+          }
         } else {
           std::vector<double> values;
           for (const auto& spec : s.specs) {
@@ -239,7 +248,7 @@ class RankExecutor {
     for (const auto& [full, mine] : extras) {
       if (!full) continue;
       if (!to_full) copy_by_name(host, *full, be_, *mine);
-      else if (place_.fsdp_rank == 0) copy_by_name(be_, *mine, host, *full);
+      else if (place_.writes_replicated()) copy_by_name(be_, *mine, host, *full);
     }
   }
 
@@ -299,18 +308,27 @@ class RankExecutor {
     return t;
   }
 
-  // Gradients are complete once every reduce-scatter has landed and the replicated embedding /
-  // head gradients are summed over the FSDP group. Loss and squared gradient norm are summed
-  // over all ranks in rank order (the replicated extras counted once), then every rank clips and
-  // steps AdamW on what it owns.
+  // Gradients are complete once every reduce-scatter has landed, the shards are summed over the
+  // data replicas, and the replicated embedding / head gradients over the FSDP group and the
+  // replicas. Loss and squared gradient norm are summed over all ranks in rank order (each
+  // shard and each replicated tensor counted once), then every rank clips and steps AdamW on
+  // what it owns; replicas apply identical updates to identical values.
   std::pair<double, double> optimizer_step(std::int64_t step, double loss) {
     for (auto& [event, buffer] : reduce_scatters_) event.wait();
     reduce_scatters_.clear();
-    if (place_.F > 1 && extras_grads_.flat.numel() > 0) {
-      fsdp_.all_reduce(extras_grads_.flat, extras_grads_.flat, ReduceOp::Sum).wait();
+    if (place_.D > 1) {
+      for (auto& [v, s] : stages_) data_comm_.all_reduce(s.grads, s.grads, ReduceOp::Sum).wait();
     }
-    double squares = place_.fsdp_rank == 0 ? be_.sum_squares(extras_grads_.flat) : 0.0;
-    for (const auto& [v, s] : stages_) squares += be_.sum_squares(s.grads);
+    if (extras_grads_.flat.numel() > 0) {
+      if (place_.F > 1) fsdp_.all_reduce(extras_grads_.flat, extras_grads_.flat, ReduceOp::Sum).wait();
+      if (place_.D > 1) {
+        data_comm_.all_reduce(extras_grads_.flat, extras_grads_.flat, ReduceOp::Sum).wait();
+      }
+    }
+    double squares = place_.writes_replicated() ? be_.sum_squares(extras_grads_.flat) : 0.0;
+    if (place_.writes_shards()) {
+      for (const auto& [v, s] : stages_) squares += be_.sum_squares(s.grads);
+    }
     std::vector<double> sums = {loss, squares};
     Tensor t = be_.from_host(sums, {2});
     world_.all_reduce(t, t, ReduceOp::Sum).wait();
@@ -343,6 +361,7 @@ class RankExecutor {
   Communicator& world_;  // every rank: the step's loss and gradient norm
   Communicator& pipe_;
   Communicator& fsdp_;
+  Communicator& data_comm_;  // the same (stage, FSDP) rank in every data replica
   CpuBackend be_;
   std::unique_ptr<DataLoader> data_;
   RopeTables rope_;
@@ -365,7 +384,8 @@ class RankExecutor {
 }  // namespace
 
 TrainResult train_pipeline(const Config& cfg) {
-  const int S = int(cfg.ici_pipeline_parallelism), F = int(cfg.ici_fsdp_parallelism);
+  const int D = int(cfg.ici_data_parallelism), S = int(cfg.ici_pipeline_parallelism),
+            F = int(cfg.ici_fsdp_parallelism), N = D * S * F;
   CAROUSEL_CHECK(cfg.model.is_llama(), "pipeline training runs decoder_block=llama");
   CAROUSEL_CHECK(!cfg.model.logits_via_embedding,
                  "logits_via_embedding=true ties the first and last stage's weights, which the "
@@ -374,25 +394,26 @@ TrainResult train_pipeline(const Config& cfg) {
                  "pipeline_schedule=zb_h1 needs the I/W split of the backward, which the executor "
                  "does not run yet; use circular, gpipe, 1f1b or interleaved_1f1b");
   const std::int64_t b = cfg.global_batch() / cfg.microbatches();
-  CAROUSEL_CHECK(b % F == 0,
+  CAROUSEL_CHECK(b % (F * D) == 0,
                  "each microbatch has {} sequences (global batch {} / {} microbatches), which "
-                 "ici_fsdp_parallelism={} ranks cannot split evenly; choose a batch or "
-                 "microbatch count that makes it a multiple of {}",
-                 b, cfg.global_batch(), cfg.microbatches(), F, F);
+                 "ici_fsdp_parallelism x ici_data_parallelism = {} x {} ranks cannot split "
+                 "evenly; choose a batch or microbatch count that makes it a multiple of {}",
+                 b, cfg.global_batch(), cfg.microbatches(), F, D, F * D);
   const sch::Program program = sch::lower(
       sch::generate(schedule_spec(cfg)),
       {cfg.weight_slots(), int(cfg.pipeline_prefetch_lookahead), /*fsdp=*/F > 1});
   sch::replay(program);
-  spdlog::info("pipeline: {} schedule, S={} stages x F={} FSDP = {} simulated CPU devices, R={} "
-               "repeats, M={} microbatches{}; program validated and deadlock-free",
-               cfg.pipeline_schedule, S, F, S * F, program.layout.repeats,
+  spdlog::info("pipeline: {} schedule, D={} replicas x S={} stages x F={} FSDP = {} simulated "
+               "CPU devices, R={} repeats, M={} microbatches{}; program validated and "
+               "deadlock-free",
+               cfg.pipeline_schedule, D, S, F, N, program.layout.repeats,
                program.layout.microbatches,
                F > 1 ? fmt::format(", weight slots {}", cfg.weight_slots()) : std::string());
 
   // Whole-model parameters and moments on a host device: checkpoints are written from and read
   // into these, so a pipeline checkpoint is the same file a single-device run writes (global
   // names, unsharded) and either can resume the other.
-  CpuBackend host(S * F);
+  CpuBackend host(N);
   const auto specs = param_table(cfg.model);
   ParamSet full_params = ParamSet::allocate(host, specs, DType::F32);
   ParamSet full_m = ParamSet::allocate(host, specs, DType::F32);
@@ -415,18 +436,20 @@ TrainResult train_pipeline(const Config& cfg) {
                  result.start_step, cfg.steps);
 
   StepReporter reporter(cfg);
-  LocalWorld world(S * F);
-  std::vector<std::size_t> peaks(S * F, 0);
-  std::vector<std::int64_t> gathers(S * F, 0);
-  run_ranks(S * F, [&](int device) {
+  LocalWorld world(N);
+  std::vector<std::size_t> peaks(N, 0);
+  std::vector<std::int64_t> gathers(N, 0);
+  run_ranks(N, [&](int device) {
     // The ranks share the machine's cores: each rank's OpenMP loops (and OpenBLAS, which uses
     // the same pool) get cores / ranks threads, at least one.
-    omp_set_num_threads(std::max(1, omp_get_num_procs() / (S * F)));
-    const RankPlace place{device / F, device % F, S, F};
+    omp_set_num_threads(std::max(1, omp_get_num_procs() / N));
+    const RankPlace place{device / (S * F), device / F % S, device % F, D, S, F};
     auto comm = world.communicator(device);
-    auto pipe = comm->split(place.fsdp_rank, place.stage_rank);  // ring of stages
-    auto fsdp = comm->split(place.stage_rank, place.fsdp_rank);  // FSDP group of a stage
-    RankExecutor exec(cfg, program, place, *comm, *pipe, *fsdp);
+    const int d = place.data_rank, s = place.stage_rank, f = place.fsdp_rank;
+    auto pipe = comm->split(d * F + f, s);  // the ring of stages of one replica and FSDP index
+    auto fsdp = comm->split(d * S + s, f);  // the FSDP group of one stage
+    auto data = comm->split(s * F + f, d);  // the same rank in every replica
+    RankExecutor exec(cfg, program, place, *comm, *pipe, *fsdp, *data);
     if (load_params) {
       exec.exchange(host, &full_params, load_moments ? &full_m : nullptr,
                     load_moments ? &full_v : nullptr, /*to_full=*/false);
@@ -453,9 +476,10 @@ TrainResult train_pipeline(const Config& cfg) {
     peaks[device] = exec.peak_bytes();
     gathers[device] = exec.all_gathers();
   });
-  for (int d = 0; d < S * F; ++d) {
-    spdlog::info("cpu:{} (stage rank {}, fsdp rank {}): peak memory {}, {} weight all-gathers",
-                 d, d / F, d % F, format_bytes(peaks[d]), gathers[d]);
+  for (int d = 0; d < N; ++d) {
+    spdlog::info("cpu:{} (data rank {}, stage rank {}, fsdp rank {}): peak memory {}, {} weight "
+                 "all-gathers",
+                 d, d / (S * F), d / F % S, d % F, format_bytes(peaks[d]), gathers[d]);
     result.peak_device_bytes = std::max(result.peak_device_bytes, peaks[d]);
   }
   result.all_gathers_per_device = gathers;

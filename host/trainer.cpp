@@ -31,7 +31,7 @@ TrainResult train(const Config& cfg) {
   CAROUSEL_CHECK(cfg.model.is_llama(),
                  "carousel train runs decoder_block=llama; the simple block is for pipeline "
                  "equivalence tests");
-  if (cfg.ici_pipeline_parallelism > 1 || cfg.ici_fsdp_parallelism > 1) {
+  if (cfg.num_devices() > 1) {
     return train_pipeline(cfg);
   }
   CpuBackend be(0);

@@ -1,7 +1,7 @@
 // test_pipeline.cpp — pipeline training on simulated devices equals single-device training.
 //
 // The contract of every schedule (maxtext-pipeline-spec.md §4.8): the pipeline's loss and
-// gradients are those of the sequential model. Step 0's loss is compared bitwise (same math per
+// gradients are those of the sequential model — with FSDP and data parallelism on top too. Step 0's loss is compared bitwise (same math per
 // microbatch, summed in the same order; 1e-6 with FSDP); later steps within 1e-4 relative, because the order in
 // which microbatch gradients accumulate differs between schedules (circular runs the backward
 // in reverse) and the gradient norm is summed per rank.
@@ -61,6 +61,7 @@ TEST_P(PipelineEquivalence, LossesMatchTheSingleDeviceRun) {
     if (k.rfind("ici_pipeline_parallelism", 0) != 0 && k.rfind("pipeline_schedule", 0) != 0 &&
         k.rfind("num_pipeline_repeats", 0) != 0 && k.rfind("num_layers_per", 0) != 0 &&
         k.rfind("pipeline_microbatch_group", 0) != 0 && k.rfind("ici_fsdp", 0) != 0 &&
+        k.rfind("ici_data", 0) != 0 &&
         k.rfind("pipeline_fsdp", 0) != 0) {
       reference_keys.push_back(k);
     }
@@ -114,7 +115,14 @@ INSTANTIATE_TEST_SUITE_P(
                                             "num_layers_per_pipeline_stage=4",
                                             "pipeline_schedule=1f1b",
                                             "num_pipeline_microbatches=4",
-                                            "pipeline_fsdp_ag_per_repeat=true"}, false}),
+                                            "pipeline_fsdp_ag_per_repeat=true"}, false},
+        PipelineCase{"data_D2_S2", {"ici_data_parallelism=2", "ici_pipeline_parallelism=2",
+                                    "num_pipeline_microbatches=2"}, false},
+        PipelineCase{"data_only_D4", {"ici_data_parallelism=4", "num_pipeline_microbatches=2"},
+                     false},
+        PipelineCase{"data_D2_S2_F2_bsw", {"ici_data_parallelism=2", "ici_pipeline_parallelism=2",
+                                           "ici_fsdp_parallelism=2", "num_pipeline_microbatches=2",
+                                           "pipeline_fsdp_ag_per_repeat=true"}, false}),
     [](const auto& info) { return info.param.name; });
 
 // The executor gathers exactly what the schedule's lowering (and so `carousel schedule`)
@@ -163,7 +171,8 @@ TEST(Pipeline, WhatIsNotExecutedYetIsAClearError) {
   EXPECT_NE(error_of({"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=3",
                       "num_pipeline_microbatches=4"})
                 .find("each microbatch has 2 sequences (global batch 8 / 4 microbatches), which "
-                      "ici_fsdp_parallelism=3 ranks cannot split evenly"),
+                      "ici_fsdp_parallelism x ici_data_parallelism = 3 x 1 ranks cannot split "
+                      "evenly"),
             std::string::npos);
 }
 
