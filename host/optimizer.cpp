@@ -29,18 +29,24 @@ AdamW AdamW::create(Backend& be, const std::vector<ParamSpec>& specs) {
   return opt;
 }
 
-void AdamW::update(Backend& be, const Config& cfg, const ParamSet& params, const ParamSet& grads,
-                   std::int64_t step, double lr, double grad_scale) const {
+AdamWParams adamw_params(const Config& cfg, std::int64_t step, double lr, double grad_scale,
+                         bool weight_decay) {
   AdamWParams h;
   h.lr = lr;
   h.beta1 = cfg.adam_b1;
   h.beta2 = cfg.adam_b2;
   h.eps = cfg.adam_eps;
+  h.weight_decay = weight_decay ? cfg.adam_weight_decay : 0.0;
   h.grad_scale = grad_scale;
   h.step = step + 1;
+  return h;
+}
+
+void AdamW::update(Backend& be, const Config& cfg, const ParamSet& params, const ParamSet& grads,
+                   std::int64_t step, double lr, double grad_scale) const {
   for (std::size_t i = 0; i < params.specs.size(); ++i) {
-    h.weight_decay = params.specs[i].weight_decay ? cfg.adam_weight_decay : 0.0;
-    be.adamw_update(params.tensors[i], grads.tensors[i], m.tensors[i], v.tensors[i], h);
+    be.adamw_update(params.tensors[i], grads.tensors[i], m.tensors[i], v.tensors[i],
+                    adamw_params(cfg, step, lr, grad_scale, params.specs[i].weight_decay));
   }
 }
 

@@ -19,6 +19,11 @@ double learning_rate_at(const Config& cfg, std::int64_t step);
 // Multiplier that clips the global gradient norm to the threshold (1 when off or below it).
 double clip_scale(double grad_norm, double threshold);
 
+// The AdamW scalars of 0-based `step` from the config (weight decay: pass whether the parameter
+// decays); shared by the single-device update and the executor's per-shard updates.
+AdamWParams adamw_params(const Config& cfg, std::int64_t step, double lr, double grad_scale,
+                         bool weight_decay);
+
 // AdamW state (fp32 moments, one per parameter) and the update.
 struct AdamW {
   ParamSet m, v;

@@ -337,18 +337,11 @@ class RankExecutor {
     const double lr = learning_rate_at(cfg_, step);
     const double clip = clip_scale(norm, cfg_.gradient_clipping_threshold);
     extras_opt_.update(be_, cfg_, extras_, extras_grads_, step, lr, clip);
-    AdamWParams h;
-    h.lr = lr;
-    h.beta1 = cfg_.adam_b1;
-    h.beta2 = cfg_.adam_b2;
-    h.eps = cfg_.adam_eps;
-    h.grad_scale = clip;
-    h.step = step + 1;
     for (auto& [v, s] : stages_) {
       for (const Segment& seg : segments_of(s, place_.fsdp_rank)) {
-        h.weight_decay = seg.weight_decay ? cfg_.adam_weight_decay : 0.0;
         auto piece = [&](const Tensor& t) { return t.view(seg.begin, {seg.length}); };
-        be_.adamw_update(piece(s.weights), piece(s.grads), piece(s.m), piece(s.v), h);
+        be_.adamw_update(piece(s.weights), piece(s.grads), piece(s.m), piece(s.v),
+                         adamw_params(cfg_, step, lr, clip, seg.weight_decay));
       }
     }
     return {sums[0], norm};
