@@ -1,5 +1,5 @@
-// pipeline_trainer.cpp — the executor of lowered schedules: pipeline stages x FSDP ranks as
-// threads, each with its own CPU device and communicators.
+// pipeline_trainer.cpp — the executor of lowered schedules: data replicas x pipeline stages x
+// FSDP ranks as threads, each with its own CPU device and communicators.
 #include "host/pipeline_trainer.h"
 
 #include <omp.h>

@@ -1,8 +1,9 @@
-// pipeline_trainer.h — training with pipeline parallelism on simulated devices.
+// pipeline_trainer.h — training on several simulated devices: data replicas x pipeline stages x
+// FSDP ranks.
 //
-// Each rank (pipeline stage s, FSDP index f) is a thread with its own CPU device
-// (CpuBackend(s F + f), own memory accounting) and its communicators: the ring of its stage
-// ranks and the FSDP group of its stage, split from one world. Every rank builds the same lowered program
+// Each rank (replica d, pipeline stage s, FSDP index f) is a thread with its own CPU device
+// (own memory accounting) and its communicators, split from one world: the ring of its stage
+// ranks, the FSDP group of its stage and the data group of its (s, f) position. Every rank builds the same lowered program
 // (host/schedule) and walks its instruction list: compute actions run the rank's stages
 // (models/stage.h), p2p actions move activations and gradients in groups, OPTIMIZER reduces
 // the loss and the gradient norm over the ranks and steps AdamW on the rank's own parameters.
@@ -15,7 +16,7 @@
 
 namespace carousel {
 
-// S = ici_pipeline_parallelism stages x F = ici_fsdp_parallelism FSDP ranks (S x F > 1);
+// D = ici_data_parallelism x S = ici_pipeline_parallelism x F = ici_fsdp_parallelism > 1 ranks;
 // schedules circular, gpipe, 1f1b, interleaved_1f1b; weight slots from
 // pipeline_fsdp_ag_per_repeat (2, the Buffer Sliding Window) / pipeline_fsdp_ag_once / default.
 TrainResult train_pipeline(const Config& cfg);
