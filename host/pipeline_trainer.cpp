@@ -165,9 +165,11 @@ class RankExecutor {
           }
           break;
         }
-        case sch::Kind::B: {
+        case sch::Kind::B:
+        case sch::Kind::I: {  // I: the input gradient now, the weight gradients at W
+          std::vector<DeferredWeightGrad>* defer = a.kind == sch::Kind::I ? &deferred_[k] : nullptr;
           Tensor dx = stage_backward(be_, cfg_.model, layers(weights(v)), layers(gradients(v)),
-                                     rope_, saved_.at(k), take(in_b_, k));
+                                     rope_, saved_.at(k), take(in_b_, k), defer);
           saved_.erase(k);
           if (v == 0) {
             embed_backward(be_, extras_grads_, batch(m).inputs, dx);
@@ -178,6 +180,10 @@ class RankExecutor {
           }
           break;
         }
+        case sch::Kind::W:
+          apply_weight_grads(be_, deferred_.at(k));
+          deferred_.erase(k);
+          break;
         case sch::Kind::AG_ISSUE: {  // gather stage v's weights into slot `index`
           Tensor& slot = slots_[a.index];
           if (!slot.defined()) slot = be_.empty({max_padded_});
@@ -203,9 +209,7 @@ class RankExecutor {
         case sch::Kind::OPTIMIZER:
           return optimizer_step(step, loss_sum * scale);
         default:
-          fail("pipeline executor: {} is not supported yet (the zero-bubble I/W split runs in "
-               "the schedule simulator only)",
-               sch::to_string(a));
+          fail("pipeline executor: unexpected action {}", sch::to_string(a));
       }
       ++i;
     }
@@ -370,6 +374,7 @@ class RankExecutor {
   std::vector<std::pair<Event, Tensor>> reduce_scatters_;  // in flight (buffer kept alive)
   std::int64_t all_gathers_ = 0;
   std::map<Key, StageSaved> saved_;       // forward state kept for the backward
+  std::map<Key, std::vector<DeferredWeightGrad>> deferred_;  // I done, W pending
   std::map<Key, Tensor> in_f_, in_b_;     // received / handed-over inputs of F and B
   std::map<Key, Tensor> out_f_, out_b_;   // outputs waiting for their SEND
 };
@@ -383,9 +388,6 @@ TrainResult train_pipeline(const Config& cfg) {
   CAROUSEL_CHECK(!cfg.model.logits_via_embedding,
                  "logits_via_embedding=true ties the first and last stage's weights, which the "
                  "pipeline executor does not synchronise yet; use logits_via_embedding=false");
-  CAROUSEL_CHECK(cfg.pipeline_schedule != "zb_h1",
-                 "pipeline_schedule=zb_h1 needs the I/W split of the backward, which the executor "
-                 "does not run yet; use circular, gpipe, 1f1b or interleaved_1f1b");
   const std::int64_t b = cfg.global_batch() / cfg.microbatches();
   CAROUSEL_CHECK(b % (F * D) == 0,
                  "each microbatch has {} sequences (global batch {} / {} microbatches), which "

@@ -23,6 +23,16 @@ LayerWeights LayerWeights::from(const ParamSet& set, int layer) {
 
 namespace {
 
+// grad += a^T b now, or later when deferring (I/W split).
+void weight_grad(Backend& be, const Tensor& a, const Tensor& b, const Tensor& grad,
+                 std::vector<DeferredWeightGrad>* deferred) {
+  if (deferred) {
+    deferred->push_back({a, b, grad});
+  } else {
+    be.gemm(true, false, 1.0, a, b, 1.0, grad);
+  }
+}
+
 void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                    const RopeTables& rope, const Tensor& x, const Tensor& y, LayerSaved& s) {
   const DType dt = x.dtype();
@@ -65,7 +75,7 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
 
 void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                     const LayerWeights& g, const RopeTables& rope, const LayerSaved& s,
-                    const Tensor& dy, const Tensor& dx) {
+                    const Tensor& dy, const Tensor& dx, std::vector<DeferredWeightGrad>* defer) {
   const DType dt = dy.dtype();
   const std::int64_t b = dy.dim(0), T = dy.dim(1), E = dy.dim(2), N = b * T;
   const std::int64_t H = cfg.num_query_heads, Hkv = cfg.num_kv_heads, hd = cfg.head_dim();
@@ -73,15 +83,15 @@ void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   // MLP block: y = h + act Wd^T.
   Tensor dact = be.empty({N, Fm}, dt);
   be.gemm(false, false, 1.0, dy, w.w_down, 0.0, dact);  // [N,E] x [E,Fm]
-  be.gemm(true, false, 1.0, dy, s.act, 1.0, g.w_down);  // dWd += dy^T act
+  weight_grad(be, dy, s.act, g.w_down, defer);  // dWd += dy^T act
   Tensor dgate = be.empty({N, Fm}, dt), dup = be.empty({N, Fm}, dt);
   be.swiglu_backward(dact, s.gate, s.up, dgate, dup);
   dact = Tensor();
   Tensor dhn = be.empty({N, E}, dt);
   be.gemm(false, false, 1.0, dgate, w.w_gate, 0.0, dhn);
   be.gemm(false, false, 1.0, dup, w.w_up, 1.0, dhn);
-  be.gemm(true, false, 1.0, dgate, s.hn, 1.0, g.w_gate);
-  be.gemm(true, false, 1.0, dup, s.hn, 1.0, g.w_up);
+  weight_grad(be, dgate, s.hn, g.w_gate, defer);
+  weight_grad(be, dup, s.hn, g.w_up, defer);
   Tensor dh = be.empty({b, T, E}, dt);
   be.rmsnorm_backward(dhn, s.h.reshape({N, E}), w.mlp_norm, s.rstd2, dh.reshape({N, E}),
                       g.mlp_norm);
@@ -89,7 +99,7 @@ void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   // Attention block: h = x + att Wo^T.
   Tensor datt = be.empty(s.att.shape(), dt);
   be.gemm(false, false, 1.0, dh, w.wo, 0.0, datt.reshape({N, H * hd}));
-  be.gemm(true, false, 1.0, dh, s.att.reshape({N, H * hd}), 1.0, g.wo);
+  weight_grad(be, dh, s.att.reshape({N, H * hd}), g.wo, defer);
   Tensor dq = be.empty(s.q.shape(), dt), dk = be.empty(s.k.shape(), dt),
          dv = be.empty(s.v.shape(), dt);
   be.attention_backward(datt, s.q, s.k, s.v, s.att, s.lse, dq, dk, dv);
@@ -102,9 +112,9 @@ void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   be.gemm(false, false, 1.0, dq2, w.wq, 0.0, dxn1);
   be.gemm(false, false, 1.0, dk2, w.wk, 1.0, dxn1);
   be.gemm(false, false, 1.0, dv2, w.wv, 1.0, dxn1);
-  be.gemm(true, false, 1.0, dq2, s.xn1, 1.0, g.wq);
-  be.gemm(true, false, 1.0, dk2, s.xn1, 1.0, g.wk);
-  be.gemm(true, false, 1.0, dv2, s.xn1, 1.0, g.wv);
+  weight_grad(be, dq2, s.xn1, g.wq, defer);
+  weight_grad(be, dk2, s.xn1, g.wk, defer);
+  weight_grad(be, dv2, s.xn1, g.wv, defer);
   be.rmsnorm_backward(dxn1, s.x.reshape({N, E}), w.attn_norm, s.rstd1, dx.reshape({N, E}),
                       g.attn_norm);
   be.axpy(1.0, dh, dx);  // residual
@@ -125,13 +135,18 @@ void layer_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
 
 void layer_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                     const LayerWeights& grads, const RopeTables& rope, const LayerSaved& saved,
-                    const Tensor& dy, const Tensor& dx) {
+                    const Tensor& dy, const Tensor& dx,
+                    std::vector<DeferredWeightGrad>* deferred) {
   if (!cfg.is_llama()) {
-    be.gemm(false, true, 1.0, dy, w.w, 0.0, dx);         // dx = dy W^T
-    be.gemm(true, false, 1.0, saved.x, dy, 1.0, grads.w);  // dW += x^T dy
+    be.gemm(false, true, 1.0, dy, w.w, 0.0, dx);          // dx = dy W^T
+    weight_grad(be, saved.x, dy, grads.w, deferred);        // dW += x^T dy
     return;
   }
-  llama_backward(be, cfg, w, grads, rope, saved, dy, dx);
+  llama_backward(be, cfg, w, grads, rope, saved, dy, dx, deferred);
+}
+
+void apply_weight_grads(Backend& be, const std::vector<DeferredWeightGrad>& deferred) {
+  for (const auto& d : deferred) be.gemm(true, false, 1.0, d.a, d.b, 1.0, d.grad);
 }
 
 }  // namespace carousel

@@ -9,6 +9,8 @@
 // (see stage.h). Weight gradients accumulate into `grads`; dx is overwritten.
 #pragma once
 
+#include <vector>
+
 #include "cuda/backend.h"
 #include "models/model_config.h"
 #include "models/params.h"
@@ -38,9 +40,21 @@ struct LayerSaved {
 void layer_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                    const RopeTables& rope, const Tensor& x, const Tensor& y, LayerSaved* saved);
 
-// dx = d layer / dx (dy); weight gradients += into `grads`. dx may not alias dy.
+// One weight-gradient GEMM, grad += a^T b, kept for later: the zero-bubble schedules split the
+// backward into I (input gradients, on the critical path) and W (these GEMMs).
+struct DeferredWeightGrad {
+  Tensor a, b, grad;
+};
+
+// dx = d layer / dx (dy); weight gradients += into `grads`, or, when `deferred` is set, the
+// weight-gradient GEMMs are appended there instead (norm gains are still done here: they are
+// cheap vector ops). dx may not alias dy.
 void layer_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                     const LayerWeights& grads, const RopeTables& rope, const LayerSaved& saved,
-                    const Tensor& dy, const Tensor& dx);
+                    const Tensor& dy, const Tensor& dx,
+                    std::vector<DeferredWeightGrad>* deferred = nullptr);
+
+// Runs deferred weight-gradient GEMMs (the W of an I/W split), in the order they were made.
+void apply_weight_grads(Backend& be, const std::vector<DeferredWeightGrad>& deferred);
 
 }  // namespace carousel

@@ -46,7 +46,8 @@ Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<Laye
 
 Tensor stage_backward(Backend& be, const ModelConfig& cfg, const std::vector<LayerWeights>& layers,
                       const std::vector<LayerWeights>& grads, const RopeTables& rope,
-                      StageSaved& saved, const Tensor& dy) {
+                      StageSaved& saved, const Tensor& dy,
+                      std::vector<DeferredWeightGrad>* deferred) {
   CAROUSEL_CHECK(saved.input.defined(), "stage_backward called without a stage forward");
   if (saved.layers.size() != layers.size()) {  // remat: recompute from the stage input
     forward_keeping_all(be, cfg, layers, rope, saved.input, saved.layers);
@@ -54,7 +55,7 @@ Tensor stage_backward(Backend& be, const ModelConfig& cfg, const std::vector<Lay
   Tensor grad = dy;
   for (std::size_t i = layers.size(); i-- > 0;) {
     Tensor dx = be.empty(dy.shape(), dy.dtype());
-    layer_backward(be, cfg, layers[i], grads[i], rope, saved.layers[i], grad, dx);
+    layer_backward(be, cfg, layers[i], grads[i], rope, saved.layers[i], grad, dx, deferred);
     saved.layers[i] = LayerSaved{};  // free this layer's activations as soon as possible
     grad = dx;
   }

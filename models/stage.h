@@ -27,10 +27,12 @@ Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<Laye
                      const RopeTables& rope, const Tensor& x, RematPolicy remat,
                      StageSaved& saved);
 
-// dx for dy = d(loss)/d(y); weight gradients accumulate into `grads` (one per layer). Frees
-// what `saved` held.
+// dx for dy = d(loss)/d(y); weight gradients accumulate into `grads` (one per layer), or with
+// `deferred` set their GEMMs are collected there for a later apply_weight_grads (the I of an
+// I/W split). Frees what `saved` held.
 Tensor stage_backward(Backend& be, const ModelConfig& cfg, const std::vector<LayerWeights>& layers,
                       const std::vector<LayerWeights>& grads, const RopeTables& rope,
-                      StageSaved& saved, const Tensor& dy);
+                      StageSaved& saved, const Tensor& dy,
+                      std::vector<DeferredWeightGrad>* deferred = nullptr);
 
 }  // namespace carousel

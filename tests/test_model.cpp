@@ -136,6 +136,45 @@ TEST(Remat, FullAndNoneGiveBitwiseEqualGradients) {
   EXPECT_GT(be.sum_squares(g_full.flat), 0.0);  // the gradient is not trivially zero
 }
 
+// The zero-bubble split: input gradients first (I), weight-gradient GEMMs later (W), gives the
+// same bits as the fused backward (same GEMMs, same order per gradient tensor).
+TEST(IWSplit, DeferredWeightGradientsEqualTheFusedBackward) {
+  CpuBackend be;
+  ModelConfig cfg = model_preset("tiny");
+  cfg.num_layers = 2;
+  const auto specs = param_table(cfg);
+  ParamSet params = ParamSet::allocate(be, specs, DType::F32);
+  init_params(be, params, 4);
+  const auto rope = make_rope_tables(be, cfg.max_target_length, cfg.head_dim(),
+                                     cfg.rope_max_timescale);
+  const auto layers = all_layers(cfg, params);
+  Tensor x = make(be, testing::randn(2 * cfg.max_target_length * cfg.emb_dim, 3),
+                  {2, cfg.max_target_length, cfg.emb_dim}, DType::F32);
+  Tensor dy = make(be, testing::randn(x.numel(), 4), x.shape(), DType::F32);
+  ParamSet fused = ParamSet::allocate(be, specs, DType::F32);
+  ParamSet split = ParamSet::allocate(be, specs, DType::F32);
+  Tensor dx_fused, dx_split;
+  for (ParamSet* g : {&fused, &split}) {
+    be.fill(g->flat, 0.0);
+    StageSaved saved;
+    stage_forward(be, cfg, layers, rope, x, RematPolicy::Full, saved);
+    std::vector<DeferredWeightGrad> deferred;
+    Tensor dx = stage_backward(be, cfg, layers, all_layers(cfg, *g), rope, saved, dy,
+                               g == &split ? &deferred : nullptr);
+    if (g == &split) {
+      EXPECT_EQ(deferred.size(), 2u * 7u);  // q, k, v, o, gate, up, down per layer
+      EXPECT_GT(be.sum_squares(g->at(ParamRole::AttnNorm, 0)), 0.0);  // norms done in I
+      EXPECT_EQ(be.sum_squares(g->at(ParamRole::Wq, 0)), 0.0);        // GEMMs not yet
+      apply_weight_grads(be, deferred);
+      dx_split = dx;
+    } else {
+      dx_fused = dx;
+    }
+  }
+  EXPECT_TRUE(testing::bitwise_equal(be, dx_fused, dx_split));
+  EXPECT_TRUE(testing::bitwise_equal(be, fused.flat, split.flat));
+}
+
 TEST(Determinism, GradientsDoNotDependOnTheThreadCount) {
   CpuBackend be;
   ModelConfig cfg = model_preset("tiny");
