@@ -17,3 +17,17 @@ namespace carousel::detail {
     if (carousel_err_ != cudaSuccess)                                                 \
       ::carousel::detail::throw_cuda_error(carousel_err_, #stmt, __FILE__, __LINE__); \
   } while (0)
+
+#include <cublas_v2.h>
+
+namespace carousel::detail {
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, const char* stmt, const char* file,
+                                     int line);
+}
+
+#define CUBLAS_CHECK(stmt)                                                                \
+  do {                                                                                    \
+    cublasStatus_t carousel_status_ = (stmt);                                             \
+    if (carousel_status_ != CUBLAS_STATUS_SUCCESS)                                        \
+      ::carousel::detail::throw_cublas_error(carousel_status_, #stmt, __FILE__, __LINE__); \
+  } while (0)

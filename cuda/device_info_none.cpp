@@ -13,3 +13,15 @@ CudaDevices list_cuda_devices() {
 }
 
 }  // namespace carousel
+
+#include "cuda/cuda_backend.h"
+#include "cuda/error.h"
+
+namespace carousel {
+
+std::unique_ptr<Backend> make_cuda_backend(int, int) {
+  fail("device=cuda: carousel was built without CUDA (CAROUSEL_CUDA=OFF or nvcc not found at "
+       "configure time); rebuild with CAROUSEL_CUDA=ON or use device=cpu");
+}
+
+}  // namespace carousel
