@@ -132,6 +132,8 @@ const std::vector<ConfigKey>& config_keys() {
       key("per_device_batch_size", &Config::per_device_batch_size,
           "sequences per device per step; global batch B = this x devices"),
       key("dtype", &Config::dtype, "compute dtype: float32 (bfloat16 on GPU, later)"),
+      key("device", &Config::device,
+          "cpu | cuda | auto (cuda when a GPU is visible); multi-device runs use cpu"),
       key("remat_policy", &Config::remat_policy,
           "full (keep stage inputs, recompute in backward) | none"),
       key("init_weights_seed", &Config::init_weights_seed, "parameter initialisation seed"),
@@ -202,6 +204,12 @@ void Config::validate() const {
                  "dtype='{}' is not valid on the CPU backend; use float32 (bfloat16 is a GPU "
                  "dtype)",
                  dtype);
+  CAROUSEL_CHECK(device == "cpu" || device == "cuda" || device == "auto",
+                 "device='{}' is not valid; use cpu, cuda or auto", device);
+  CAROUSEL_CHECK(device != "cuda" || num_devices() == 1,
+                 "device=cuda runs one device for now ({} devices asked for); multi-GPU runs need "
+                 "the NCCL communicator, which is not built yet; use device=cpu to simulate them",
+                 num_devices());
   CAROUSEL_CHECK(remat_policy == "full" || remat_policy == "none",
                  "remat_policy='{}' is not valid; use full or none", remat_policy);
   CAROUSEL_CHECK(learning_rate >= 0, "learning_rate={} must be >= 0", learning_rate);

@@ -48,6 +48,7 @@ struct Config {
   // Batch and precision.
   double per_device_batch_size = 8;
   std::string dtype = "float32";
+  std::string device = "cpu";  // cpu | cuda | auto (cuda when a GPU is visible)
   std::string remat_policy = "full";
   std::int64_t init_weights_seed = 0;
 

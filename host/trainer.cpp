@@ -6,6 +6,8 @@
 #include <chrono>
 
 #include "cuda/cpu_backend.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/device_info.h"
 #include "host/checkpoint.h"
 #include "host/data.h"
 #include "host/optimizer.h"
@@ -25,6 +27,13 @@ Microbatch load_microbatch(Backend& be, const DataLoader& data, std::int64_t ste
           be.from_host(tb.targets, {tb.sequences, tb.seq_len})};
 }
 
+// The device of a single-device run: device=cpu (default), cuda, or auto (cuda when visible).
+std::unique_ptr<Backend> make_device_backend(const Config& cfg) {
+  const bool gpu_visible = !list_cuda_devices().devices.empty();
+  if (cfg.device == "cuda" || (cfg.device == "auto" && gpu_visible)) return make_cuda_backend(0);
+  return std::make_unique<CpuBackend>(0);
+}
+
 }  // namespace
 
 TrainResult train(const Config& cfg) {
@@ -34,7 +43,9 @@ TrainResult train(const Config& cfg) {
   if (cfg.num_devices() > 1) {
     return train_pipeline(cfg);
   }
-  CpuBackend be(0);
+  std::unique_ptr<Backend> backend = make_device_backend(cfg);
+  Backend& be = *backend;
+  spdlog::info("device: {}", be.name());
   const auto specs = param_table(cfg.model);
   ParamSet params = ParamSet::allocate(be, specs, DType::F32);
   ParamSet grads = ParamSet::allocate(be, specs, DType::F32);
