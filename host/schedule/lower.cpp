@@ -18,28 +18,28 @@ struct Residency {
   std::vector<std::vector<Action>> before, after;
 };
 
-Residency place_weights(const std::vector<Action>& computes, int slots, int lookahead) {
-  const std::size_t n = computes.size();
+// Residency over a sequence of weight uses, `stages[j]` = the stage the j-th use reads.
+Residency place_on_uses(const std::vector<int>& stages, int slots, int lookahead) {
+  const std::size_t n = stages.size();
   Residency out{std::vector<std::vector<Action>>(n), std::vector<std::vector<Action>>(n)};
   if (n == 0) return out;
   if (slots == 0) {  // gather on every use, into slot 0, released right after
     for (std::size_t j = 0; j < n; ++j) {
-      const int v = computes[j].stage;
+      const int v = stages[j];
       out.before[j] = {{Kind::AG_ISSUE, v, 0}, {Kind::AG_WAIT, v, 0}};
       out.after[j] = {{Kind::RELEASE, v, 0}};
     }
     return out;
   }
-  std::set<int> local;
-  for (const auto& a : computes) local.insert(a.stage);
+  const std::set<int> local(stages.begin(), stages.end());
   const int capacity = slots < 0 ? int(local.size()) : slots;
   // next_use[j] = index of the next compute action using the same stage after j (n if none).
   std::vector<std::size_t> next_use(n, n);
   std::map<int, std::size_t> upcoming;
   for (std::size_t j = n; j-- > 0;) {
-    const auto it = upcoming.find(computes[j].stage);
+    const auto it = upcoming.find(stages[j]);
     next_use[j] = it == upcoming.end() ? n : it->second;
-    upcoming[computes[j].stage] = j;
+    upcoming[stages[j]] = j;
   }
   struct Resident {
     int slot;
@@ -49,7 +49,7 @@ Residency place_weights(const std::vector<Action>& computes, int slots, int look
   std::vector<std::size_t> slot_free_after(capacity, 0);  // issue point: before compute j >= this
   std::vector<bool> slot_used(capacity, false);
   for (std::size_t j = 0; j < n; ++j) {
-    const int v = computes[j].stage;
+    const int v = stages[j];
     auto it = resident.find(v);
     if (it == resident.end()) {
       int slot = -1;
@@ -87,6 +87,26 @@ Residency place_weights(const std::vector<Action>& computes, int slots, int look
   for (auto& list : out.before) {
     std::stable_partition(list.begin(), list.end(),
                           [](const Action& a) { return a.kind == Kind::AG_ISSUE; });
+  }
+  return out;
+}
+
+// Residency of one rank's compute actions. W (the weight-gradient GEMMs of a zero-bubble split)
+// reads activations and output gradients only, never the weights, so it is not a use.
+Residency place_weights(const std::vector<Action>& computes, int slots, int lookahead) {
+  std::vector<std::size_t> uses;
+  std::vector<int> stages;
+  for (std::size_t j = 0; j < computes.size(); ++j) {
+    if (computes[j].kind == Kind::W) continue;
+    uses.push_back(j);
+    stages.push_back(computes[j].stage);
+  }
+  const Residency on_uses = place_on_uses(stages, slots, lookahead);
+  Residency out{std::vector<std::vector<Action>>(computes.size()),
+                std::vector<std::vector<Action>>(computes.size())};
+  for (std::size_t u = 0; u < uses.size(); ++u) {
+    out.before[uses[u]] = on_uses.before[u];
+    out.after[uses[u]] = on_uses.after[u];
   }
   return out;
 }
