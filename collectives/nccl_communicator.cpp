@@ -1,0 +1,261 @@
+// nccl_communicator.cpp — NCCL collectives and grouped send/recv on a per-communicator stream,
+// with host-side Events and a watchdog that turns hangs and async errors into errors.
+#include "collectives/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <list>
+#include <mutex>
+#include <thread>
+
+#include "cuda/cuda_check.h"
+#include "cuda/error.h"
+
+#define NCCL_CHECK(stmt)                                                                   \
+  do {                                                                                     \
+    ncclResult_t carousel_nccl_ = (stmt);                                                  \
+    if (carousel_nccl_ != ncclSuccess)                                                     \
+      ::carousel::fail("NCCL error {} ({}) in '{}' at {}:{}", int(carousel_nccl_),         \
+                       ncclGetErrorString(carousel_nccl_), #stmt, __FILE__, __LINE__);     \
+  } while (0)
+
+namespace carousel {
+
+namespace {
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::F32: return ncclFloat32;
+    case DType::F64: return ncclFloat64;
+    case DType::BF16: return ncclBfloat16;
+    case DType::I32: return ncclInt32;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclAvg; }
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int gpu, std::string name, double timeout)
+      : comm_(comm), gpu_(gpu), name_(std::move(name)), timeout_(timeout) {
+    CUDA_CHECK(cudaSetDevice(gpu_));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaMalloc(&barrier_buffer_, sizeof(float)));
+    NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
+    NCCL_CHECK(ncclCommCount(comm_, &size_));
+    watchdog_ = std::thread([this] { watch(); });
+  }
+  ~NcclCommunicator() override {
+    stop_ = true;
+    watchdog_.join();
+    cudaSetDevice(gpu_);
+    cudaStreamSynchronize(stream_);
+    cudaFree(barrier_buffer_);
+    cudaStreamDestroy(stream_);
+    ncclCommDestroy(comm_);
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return name_; }
+
+  Event all_gather(const Tensor& send, const Tensor& recv) override {
+    return enqueue("all_gather", [&] {
+      NCCL_CHECK(ncclAllGather(send.raw(), recv.raw(), send.numel(), nccl_type(send.dtype()),
+                               comm_, stream_));
+    });
+  }
+  Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
+    CAROUSEL_CHECK(send.numel() % size_ == 0,
+                   "reduce_scatter on communicator '{}': send count {} is not divisible by {} "
+                   "ranks; pad the tensor to a multiple of the rank count",
+                   name_, send.numel(), size_);
+    return enqueue("reduce_scatter", [&] {
+      NCCL_CHECK(ncclReduceScatter(send.raw(), recv.raw(), recv.numel(), nccl_type(send.dtype()),
+                                   nccl_op(op), comm_, stream_));
+    });
+  }
+  Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
+    return enqueue("all_reduce", [&] {
+      NCCL_CHECK(ncclAllReduce(send.raw(), recv.raw(), send.numel(), nccl_type(send.dtype()),
+                               nccl_op(op), comm_, stream_));
+    });
+  }
+  Event broadcast(const Tensor& send, const Tensor& recv, int root) override {
+    return enqueue("broadcast", [&] {
+      NCCL_CHECK(ncclBroadcast(send.raw(), recv.raw(), send.numel(), nccl_type(send.dtype()), root,
+                               comm_, stream_));
+    });
+  }
+  Event barrier() override {
+    return enqueue("barrier", [&] {
+      NCCL_CHECK(ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_,
+                               stream_));
+    });
+  }
+
+  void group_start() override {
+    CAROUSEL_CHECK(!in_group_, "group_start on communicator '{}' rank {}: already in a group",
+                   name_, rank_);
+    in_group_ = true;
+    group_events_.clear();
+    CUDA_CHECK(cudaSetDevice(gpu_));
+    NCCL_CHECK(ncclGroupStart());
+  }
+  Event group_end() override {
+    CAROUSEL_CHECK(in_group_, "group_end on communicator '{}' rank {} without group_start", name_,
+                   rank_);
+    in_group_ = false;
+    NCCL_CHECK(ncclGroupEnd());
+    for (const Event& e : group_events_) completion("send/recv", e);  // complete with the group
+    group_events_.clear();
+    return completion("send/recv group");
+  }
+  Event send(const Tensor& data, int peer) override { return p2p(true, data, peer); }
+  Event recv(const Tensor& data, int peer) override { return p2p(false, data, peer); }
+
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    CUDA_CHECK(cudaSetDevice(gpu_));
+    ncclComm_t child = nullptr;
+    NCCL_CHECK(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr));
+    if (!child) return nullptr;
+    return std::make_unique<NcclCommunicator>(child, gpu_, fmt::format("{}/split({})", name_, color),
+                                              timeout_);
+  }
+
+ private:
+  struct Pending {
+    Event event;
+    std::string what;
+    std::chrono::steady_clock::time_point issued;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+
+  Event p2p(bool is_send, const Tensor& data, int peer) {
+    CAROUSEL_CHECK(peer >= 0 && peer < size_ && peer != rank_,
+                   "{} on communicator '{}' rank {}: peer {} is not another rank in [0, {})",
+                   is_send ? "send" : "recv", name_, rank_, peer, size_);
+    const bool single = !in_group_;
+    if (single) group_start();
+    if (is_send) {
+      NCCL_CHECK(ncclSend(data.raw(), data.numel(), nccl_type(data.dtype()), peer, comm_, stream_));
+    } else {
+      NCCL_CHECK(ncclRecv(data.raw(), data.numel(), nccl_type(data.dtype()), peer, comm_, stream_));
+    }
+    if (single) return group_end();
+    group_events_.emplace_back();
+    return group_events_.back();
+  }
+
+  template <class Fn> Event enqueue(const char* op, Fn&& issue) {
+    CAROUSEL_CHECK(!in_group_, "{} on communicator '{}' inside a send/recv group", op, name_);
+    CUDA_CHECK(cudaSetDevice(gpu_));
+    issue();
+    return completion(op);
+  }
+
+  // An Event completed by the stream itself when it reaches this point.
+  Event completion(const std::string& op, Event event = Event()) {
+    Pending p{event, fmt::format("{} #{}", op, seq_++), std::chrono::steady_clock::now(),
+              std::make_shared<std::atomic<bool>>(false)};
+    auto* payload = new Pending(p);
+    CUDA_CHECK(cudaLaunchHostFunc(
+        stream_,
+        [](void* arg) {
+          auto* done = static_cast<Pending*>(arg);
+          done->done->store(true);
+          done->event.complete();
+          delete done;
+        },
+        payload));
+    std::lock_guard lock(mutex_);
+    pending_.push_back(p);
+    return p.event;
+  }
+
+  // Polls async errors and timeouts; aborts the communicator and fails what is pending.
+  void watch() {
+    while (!stop_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      std::lock_guard lock(mutex_);
+      pending_.remove_if([](const Pending& p) { return p.done->load(); });
+      if (pending_.empty() || aborted_) continue;
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      const auto age = std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                                     pending_.front().issued).count();
+      if (async == ncclSuccess && age < timeout_) continue;
+      const std::string why =
+          async != ncclSuccess
+              ? fmt::format("NCCL reported {} ({})", int(async), ncclGetErrorString(async))
+              : fmt::format("timed out after {} s", timeout_);
+      ncclCommAbort(comm_);
+      aborted_ = true;
+      for (auto& p : pending_) {
+        p.event.complete(std::make_exception_ptr(Error(fmt::format(
+            "rank {}: {} on NCCL communicator '{}' failed: {}; the communicator was aborted",
+            rank_, p.what, name_, why))));
+      }
+      pending_.clear();
+    }
+  }
+
+  ncclComm_t comm_;
+  int gpu_;
+  std::string name_;
+  double timeout_;
+  int rank_ = 0, size_ = 1;
+  cudaStream_t stream_ = nullptr;
+  void* barrier_buffer_ = nullptr;
+  bool in_group_ = false;
+  std::vector<Event> group_events_;
+  std::int64_t seq_ = 0;
+  std::mutex mutex_;
+  std::list<Pending> pending_;
+  bool aborted_ = false;
+  std::atomic<bool> stop_{false};
+  std::thread watchdog_;
+};
+
+}  // namespace
+
+struct NcclWorld::Impl {
+  int size;
+  double timeout;
+  ncclUniqueId id;
+};
+
+NcclWorld::NcclWorld(int size, double timeout_seconds) : impl_(std::make_unique<Impl>()) {
+  CAROUSEL_CHECK(size >= 1, "an NCCL world needs at least one rank, got {}", size);
+  int gpus = 0;
+  const cudaError_t err = cudaGetDeviceCount(&gpus);
+  CAROUSEL_CHECK(err == cudaSuccess && gpus > 0, "NCCL communicator: no usable CUDA device ({})",
+                 err == cudaSuccess ? "none visible" : cudaGetErrorString(err));
+  CAROUSEL_CHECK(size <= gpus,
+                 "NCCL communicator: {} ranks need {} GPUs but {} are visible (NCCL runs one "
+                 "rank per GPU; use the local communicator to simulate more)",
+                 size, size, gpus);
+  impl_->size = size;
+  impl_->timeout = timeout_seconds;
+  NCCL_CHECK(ncclGetUniqueId(&impl_->id));
+}
+
+NcclWorld::~NcclWorld() = default;
+
+int NcclWorld::size() const { return impl_->size; }
+
+std::unique_ptr<Communicator> NcclWorld::communicator(int rank) const {
+  CAROUSEL_CHECK(rank >= 0 && rank < impl_->size, "rank {} is outside the NCCL world of {}", rank,
+                 impl_->size);
+  CUDA_CHECK(cudaSetDevice(rank));
+  ncclComm_t comm = nullptr;
+  NCCL_CHECK(ncclCommInitRank(&comm, impl_->size, impl_->id, rank));
+  return std::make_unique<NcclCommunicator>(comm, rank, "world", impl_->timeout);
+}
+
+}  // namespace carousel

@@ -1,0 +1,31 @@
+// nccl_communicator.h — the Communicator on NCCL: ranks are threads of this process, one GPU
+// each (rank r on GPU r % visible GPUs), tensors in that GPU's memory (a CudaBackend's).
+//
+// Every operation is enqueued on the communicator's own CUDA stream and returns an Event that
+// completes when the stream reaches it (cudaLaunchHostFunc). A watchdog thread polls
+// ncclCommGetAsyncError and the timeout; on either it aborts the communicator (ncclCommAbort)
+// and fails every pending Event with a message naming the rank, the operation and its sequence
+// number — a hang becomes an error. Built only with CUDA and NCCL (CAROUSEL_NCCL).
+#pragma once
+
+#include <memory>
+
+#include "collectives/communicator.h"
+
+namespace carousel {
+
+class NcclWorld {
+ public:
+  // Creates the NCCL unique id shared by the `size` ranks of this process.
+  NcclWorld(int size, double timeout_seconds = 300.0);
+  ~NcclWorld();
+  int size() const;
+  // Called by every rank's thread at the same time (ncclCommInitRank is collective).
+  std::unique_ptr<Communicator> communicator(int rank) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace carousel
