@@ -15,6 +15,10 @@
 
 #include "collectives/local_communicator.h"
 #include "cuda/cpu_backend.h"
+#include "cuda/cuda_backend.h"
+#ifdef CAROUSEL_HAVE_NCCL
+#include "collectives/nccl_communicator.h"
+#endif
 
 namespace carousel::perf {
 
@@ -110,11 +114,13 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   app.add_option("--backend", backend, "local (CPU threads); nccl needs a CUDA build and GPUs")
       ->check(CLI::IsMember({"local", "nccl"}));
   CLI11_PARSE(app, argc, argv);
+#ifndef CAROUSEL_HAVE_NCCL
   if (backend == "nccl") {
-    fmt::print(stderr, "error: --backend nccl is not available yet in this build; use --backend "
-                       "local\n");
+    fmt::print(stderr, "error: --backend nccl: this build has no NCCL communicator (needs CUDA "
+                       "and NCCL at configure time); use --backend local\n");
     return 2;
   }
+#endif
   const DType dtype = parse_dtype(dtype_name_);
   const ReduceOp op = op_name == "avg" ? ReduceOp::Avg : ReduceOp::Sum;
   if (root < 0 || root >= ranks) {
@@ -133,7 +139,10 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   fmt::print("#  minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} "
              "validation: {}\n#\n# Using devices\n",
              lo, hi, factor, warmup, iters, check);
-  for (int r = 0; r < ranks; ++r) fmt::print("#  Rank {:2} on cpu:{} (simulated device)\n", r, r);
+  for (int r = 0; r < ranks; ++r) {
+    if (backend == "nccl") fmt::print("#  Rank {:2} on cuda:{}\n", r, r);
+    else fmt::print("#  Rank {:2} on cpu:{} (simulated device)\n", r, r);
+  }
   const double memcpy_bw = memcpy_gbps(std::max<std::int64_t>(hi, 1 << 20));
   fmt::print("#  memcpy bandwidth, one thread, {} bytes: {:.2f} GB/s\n#\n", std::max<std::int64_t>(hi, 1 << 20), memcpy_bw);
   fmt::print("#{:>55}{:>33}{:>33}\n", "", "out-of-place", "in-place");
@@ -144,7 +153,32 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
              "(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)",
              "(GB/s)", "");
 
-  LocalWorld world(ranks, timeout);
+  // One device and one communicator per rank, made once by the ranks' own threads (NCCL's
+  // communicator creation is collective).
+  std::vector<std::unique_ptr<Backend>> devices(ranks);
+  std::vector<std::unique_ptr<Communicator>> comms(ranks);
+  try {
+    std::unique_ptr<LocalWorld> local;
+#ifdef CAROUSEL_HAVE_NCCL
+    std::unique_ptr<NcclWorld> nccl;
+    if (backend == "nccl") nccl = std::make_unique<NcclWorld>(ranks, timeout);
+#endif
+    if (backend == "local") local = std::make_unique<LocalWorld>(ranks, timeout);
+    run_ranks(ranks, [&](int r) {
+#ifdef CAROUSEL_HAVE_NCCL
+      if (nccl) {
+        devices[r] = make_cuda_backend(r);
+        comms[r] = nccl->communicator(r);
+        return;
+      }
+#endif
+      devices[r] = std::make_unique<CpuBackend>(r);
+      comms[r] = local->communicator(r);
+    });
+  } catch (const Error& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  }
   std::vector<Row> rows;
   std::int64_t total_wrong = 0;
   for (std::int64_t size = std::max<std::int64_t>(lo, std::int64_t(elt)); size <= hi;
@@ -158,8 +192,8 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
     std::vector<std::array<double, 2>> rank_time(ranks);
     std::vector<std::array<std::int64_t, 2>> rank_wrong(ranks);
     run_ranks(ranks, [&](int r) {
-      CpuBackend be(r);
-      auto comm = world.communicator(r);
+      Backend& be = *devices[r];
+      Communicator* comm = comms[r].get();
       for (int mode = 0; mode < 2; ++mode) {
         const bool in_place = mode == 1;
         if (in_place && !test.has_in_place) continue;
