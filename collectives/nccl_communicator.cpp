@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <list>
 #include <mutex>
 #include <thread>
@@ -256,6 +258,28 @@ std::unique_ptr<Communicator> NcclWorld::communicator(int rank) const {
   ncclComm_t comm = nullptr;
   NCCL_CHECK(ncclCommInitRank(&comm, impl_->size, impl_->id, rank));
   return std::make_unique<NcclCommunicator>(comm, rank, "world", impl_->timeout);
+}
+
+std::unique_ptr<Communicator> NcclWorld::connect(const RendezvousConfig& cfg) {
+  int gpus = 0;
+  const cudaError_t err = cudaGetDeviceCount(&gpus);
+  CAROUSEL_CHECK(err == cudaSuccess && gpus > 0, "NCCL communicator on rank {}: no usable CUDA "
+                 "device ({})", cfg.rank, err == cudaSuccess ? "none visible" : cudaGetErrorString(err));
+  const char* local = std::getenv("LOCAL_RANK");
+  const int gpu = local ? std::atoi(local) : cfg.rank % gpus;
+  CAROUSEL_CHECK(gpu >= 0 && gpu < gpus, "LOCAL_RANK={} is not a visible GPU (0..{})", gpu,
+                 gpus - 1);
+  ncclUniqueId id{};
+  if (cfg.rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  const std::vector<char> bytes = rendezvous_broadcast(
+      cfg, std::vector<char>(reinterpret_cast<char*>(&id), reinterpret_cast<char*>(&id) + sizeof(id)));
+  CAROUSEL_CHECK(bytes.size() == sizeof(id), "rendezvous: rank {} received {} bytes for the NCCL "
+                 "id, expected {}", cfg.rank, bytes.size(), sizeof(id));
+  std::memcpy(&id, bytes.data(), sizeof(id));
+  CUDA_CHECK(cudaSetDevice(gpu));
+  ncclComm_t comm = nullptr;
+  NCCL_CHECK(ncclCommInitRank(&comm, cfg.world_size, id, cfg.rank));
+  return std::make_unique<NcclCommunicator>(comm, gpu, "world", cfg.timeout_seconds);
 }
 
 }  // namespace carousel

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "collectives/communicator.h"
+#include "collectives/rendezvous.h"
 
 namespace carousel {
 
@@ -22,6 +23,11 @@ class NcclWorld {
   int size() const;
   // Called by every rank's thread at the same time (ncclCommInitRank is collective).
   std::unique_ptr<Communicator> communicator(int rank) const;
+
+  // Multi-process: this process is rank cfg.rank of cfg.world_size (launched with RANK,
+  // WORLD_SIZE, MASTER_ADDR, MASTER_PORT; see rendezvous.h). Rank 0 creates the NCCL id and
+  // sends it to the others over TCP. The GPU is LOCAL_RANK when set, else rank % visible GPUs.
+  static std::unique_ptr<Communicator> connect(const RendezvousConfig& cfg);
 
  private:
   struct Impl;
