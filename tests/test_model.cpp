@@ -65,6 +65,30 @@ Microbatch make_batch(Backend& be, const ModelConfig& cfg, std::int64_t b, DType
           make(be, testing::randn(b * T * E, seed + 1), {b, T, E}, dtype)};
 }
 
+// The tiny preset with `layers` layers and T tokens, initialised (float32), with its RoPE tables.
+struct Tiny {
+  ModelConfig cfg;
+  std::vector<ParamSpec> specs;
+  ParamSet params;
+  RopeTables rope;
+  ParamSet zero_grads(Backend& be) const {
+    ParamSet g = ParamSet::allocate(be, specs, DType::F32);
+    be.fill(g.flat, 0.0);
+    return g;
+  }
+};
+Tiny tiny(Backend& be, int layers, std::uint64_t seed, std::int64_t T = 64) {
+  Tiny t;
+  t.cfg = model_preset("tiny");
+  t.cfg.num_layers = layers;
+  t.cfg.max_target_length = T;
+  t.specs = param_table(t.cfg);
+  t.params = ParamSet::allocate(be, t.specs, DType::F32);
+  init_params(be, t.params, seed);
+  t.rope = make_rope_tables(be, T, t.cfg.head_dim(), t.cfg.rope_max_timescale);
+  return t;
+}
+
 // Every parameter's gradient of the mean loss against central differences, all in float64.
 void check_model_gradient(const ModelConfig& cfg, RematPolicy remat) {
   CpuBackend be;
@@ -116,21 +140,13 @@ TEST(ModelGradient, SimpleMatchesFiniteDifferences) {
 
 TEST(Remat, FullAndNoneGiveBitwiseEqualGradients) {
   CpuBackend be;
-  ModelConfig cfg = model_preset("tiny");
-  cfg.num_layers = 3;
-  cfg.max_target_length = 16;
-  const auto specs = param_table(cfg);
-  ParamSet params = ParamSet::allocate(be, specs, DType::F32);
-  init_params(be, params, 1);
-  const auto rope = make_rope_tables(be, cfg.max_target_length, cfg.head_dim(),
-                                     cfg.rope_max_timescale);
-  const Microbatch mb = make_batch(be, cfg, 3, DType::F32, 11);
-  ParamSet g_full = ParamSet::allocate(be, specs, DType::F32);
-  ParamSet g_none = ParamSet::allocate(be, specs, DType::F32);
-  be.fill(g_full.flat, 0.0);
-  be.fill(g_none.flat, 0.0);
-  const double l_full = model_forward_backward(be, cfg, params, g_full, rope, mb, 1.0, RematPolicy::Full);
-  const double l_none = model_forward_backward(be, cfg, params, g_none, rope, mb, 1.0, RematPolicy::None);
+  const Tiny m = tiny(be, 3, 1, 16);
+  const Microbatch mb = make_batch(be, m.cfg, 3, DType::F32, 11);
+  ParamSet g_full = m.zero_grads(be), g_none = m.zero_grads(be);
+  const double l_full =
+      model_forward_backward(be, m.cfg, m.params, g_full, m.rope, mb, 1.0, RematPolicy::Full);
+  const double l_none =
+      model_forward_backward(be, m.cfg, m.params, g_none, m.rope, mb, 1.0, RematPolicy::None);
   EXPECT_EQ(l_full, l_none);
   EXPECT_TRUE(testing::bitwise_equal(be, g_full.flat, g_none.flat));
   EXPECT_GT(be.sum_squares(g_full.flat), 0.0);  // the gradient is not trivially zero
@@ -140,26 +156,18 @@ TEST(Remat, FullAndNoneGiveBitwiseEqualGradients) {
 // same bits as the fused backward (same GEMMs, same order per gradient tensor).
 TEST(IWSplit, DeferredWeightGradientsEqualTheFusedBackward) {
   CpuBackend be;
-  ModelConfig cfg = model_preset("tiny");
-  cfg.num_layers = 2;
-  const auto specs = param_table(cfg);
-  ParamSet params = ParamSet::allocate(be, specs, DType::F32);
-  init_params(be, params, 4);
-  const auto rope = make_rope_tables(be, cfg.max_target_length, cfg.head_dim(),
-                                     cfg.rope_max_timescale);
-  const auto layers = all_layers(cfg, params);
-  Tensor x = make(be, testing::randn(2 * cfg.max_target_length * cfg.emb_dim, 3),
-                  {2, cfg.max_target_length, cfg.emb_dim}, DType::F32);
+  const Tiny m = tiny(be, 2, 4);
+  const auto layers = all_layers(m.cfg, m.params);
+  const std::int64_t T = m.cfg.max_target_length, E = m.cfg.emb_dim;
+  Tensor x = make(be, testing::randn(2 * T * E, 3), {2, T, E}, DType::F32);
   Tensor dy = make(be, testing::randn(x.numel(), 4), x.shape(), DType::F32);
-  ParamSet fused = ParamSet::allocate(be, specs, DType::F32);
-  ParamSet split = ParamSet::allocate(be, specs, DType::F32);
+  ParamSet fused = m.zero_grads(be), split = m.zero_grads(be);
   Tensor dx_fused, dx_split;
   for (ParamSet* g : {&fused, &split}) {
-    be.fill(g->flat, 0.0);
     StageSaved saved;
-    stage_forward(be, cfg, layers, rope, x, RematPolicy::Full, saved);
+    stage_forward(be, m.cfg, layers, m.rope, x, RematPolicy::Full, saved);
     std::vector<DeferredWeightGrad> deferred;
-    Tensor dx = stage_backward(be, cfg, layers, all_layers(cfg, *g), rope, saved, dy,
+    Tensor dx = stage_backward(be, m.cfg, layers, all_layers(m.cfg, *g), m.rope, saved, dy,
                                g == &split ? &deferred : nullptr);
     if (g == &split) {
       EXPECT_EQ(deferred.size(), 2u * 7u);  // q, k, v, o, gate, up, down per layer
@@ -177,21 +185,14 @@ TEST(IWSplit, DeferredWeightGradientsEqualTheFusedBackward) {
 
 TEST(Determinism, GradientsDoNotDependOnTheThreadCount) {
   CpuBackend be;
-  ModelConfig cfg = model_preset("tiny");
-  cfg.num_layers = 2;
-  const auto specs = param_table(cfg);
-  ParamSet params = ParamSet::allocate(be, specs, DType::F32);
-  init_params(be, params, 3);
-  const auto rope = make_rope_tables(be, cfg.max_target_length, cfg.head_dim(),
-                                     cfg.rope_max_timescale);
-  const Microbatch mb = make_batch(be, cfg, 4, DType::F32, 13);
+  const Tiny m = tiny(be, 2, 3);
+  const Microbatch mb = make_batch(be, m.cfg, 4, DType::F32, 13);
   std::vector<ParamSet> grads;
   const int saved_threads = omp_get_max_threads();
   for (int threads : {1, 2, 3}) {
     omp_set_num_threads(threads);
-    grads.push_back(ParamSet::allocate(be, specs, DType::F32));
-    be.fill(grads.back().flat, 0.0);
-    model_forward_backward(be, cfg, params, grads.back(), rope, mb, 1.0, RematPolicy::Full);
+    grads.push_back(m.zero_grads(be));
+    model_forward_backward(be, m.cfg, m.params, grads.back(), m.rope, mb, 1.0, RematPolicy::Full);
   }
   omp_set_num_threads(saved_threads);
   EXPECT_TRUE(testing::bitwise_equal(be, grads[0].flat, grads[1].flat)) << "1 vs 2 threads";
