@@ -76,6 +76,19 @@ class OpCheck {
   const Backend& backend_;
 };
 
+// Ids index tables: every id must be in [0, vocab) before any backend reads with it. Checked
+// on the host (a copy of the ids), once for all backends.
+void check_token_range(Backend& be, const char* op, const char* arg, const Tensor& tokens,
+                       std::int64_t vocab) {
+  const auto ids = be.to_host<std::int32_t>(tokens);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    CAROUSEL_CHECK(ids[i] >= 0 && ids[i] < vocab,
+                   "{}: {} {} at position {} of '{}' {} is outside the vocabulary [0, {})", op,
+                   std::string_view(arg) == "targets" ? "target" : "token", ids[i], i, arg,
+                   shape_str(tokens.shape()), vocab);
+  }
+}
+
 // "the last dimension of x [3,64]"
 std::string from(const char* what, const char* name, const Tensor& t) {
   return fmt::format("{} of '{}' {}", what, name, shape_str(t.shape()));
@@ -210,6 +223,7 @@ void Backend::embedding_forward(const Tensor& table, const Tensor& tokens, const
   expected.push_back(table.dim(1));
   check.same_dtype("out", out, "table", table)
       .shape("out", out, expected, "tokens shape + embed dim of 'table'");
+  check_token_range(*this, "embedding_forward", "tokens", tokens, table.dim(0));
   do_embedding_forward(table, tokens, out);
 }
 
@@ -220,6 +234,7 @@ void Backend::embedding_backward(const Tensor& dout, const Tensor& tokens, const
   expected.push_back(dtable.dim(1));
   check.same_dtype("dout", dout, "dtable", dtable)
       .shape("dout", dout, expected, "tokens shape + embed dim of 'dtable'");
+  check_token_range(*this, "embedding_backward", "tokens", tokens, dtable.dim(0));
   do_embedding_backward(dout, tokens, dtable);
 }
 
@@ -334,12 +349,13 @@ void Backend::gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& d
 }
 
 namespace {
-void check_cross_entropy(const char* op, const Backend& backend, const Tensor& logits,
+void check_cross_entropy(const char* op, Backend& backend, const Tensor& logits,
                          const Tensor& targets) {
   OpCheck check(op, backend);
   check.floating("logits", logits).rank("logits", logits, 2, "[tokens, vocab]");
   check.tokens("targets", targets)
       .shape("targets", targets, {logits.dim(0)}, from("one per row", "logits", logits));
+  check_token_range(backend, op, "targets", targets, logits.dim(1));
 }
 }  // namespace
 

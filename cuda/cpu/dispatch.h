@@ -1,11 +1,9 @@
-// dispatch.h — helpers shared by the CPU kernel files: dtype dispatch, the BLAS wrapper and
-// the token range check.
+// dispatch.h — helpers shared by the CPU kernel files: dtype dispatch and the BLAS wrapper.
 #pragma once
 
 #include <cblas.h>
 
 #include <cstdint>
-#include <string_view>
 
 #include "cuda/tensor.h"
 
@@ -33,19 +31,6 @@ inline void blas_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int
                       std::int64_t ldb, double beta, double* c, std::int64_t ldc) {
   cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
               int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
-}
-
-// Throws if any id in `tokens` is outside [0, vocab), naming the op, the argument, the id and
-// its position: ops index tables with these ids and must never read out of bounds.
-inline void check_token_range(const char* op, const char* arg, const Tensor& tokens,
-                              std::int64_t vocab) {
-  const std::int32_t* t = tokens.data<std::int32_t>();
-  for (std::int64_t i = 0; i < tokens.numel(); ++i) {
-    CAROUSEL_CHECK(t[i] >= 0 && t[i] < vocab,
-                   "{}: {} {} at position {} of '{}' {} is outside the vocabulary [0, {})", op,
-                   arg == std::string_view("targets") ? "target" : "token", t[i], i, arg,
-                   shape_str(tokens.shape()), vocab);
-  }
 }
 
 }  // namespace carousel::cpu

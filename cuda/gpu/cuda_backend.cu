@@ -157,7 +157,6 @@ class CudaBackend final : public Backend {
   }
   void do_embedding_forward(const Tensor& table, const Tensor& tokens,
                             const Tensor& out) override {
-    check_tokens("embedding_forward", "tokens", tokens, table.dim(0));
     dispatch(table.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const std::int64_t n = tokens.numel(), e = table.dim(1);
@@ -167,7 +166,6 @@ class CudaBackend final : public Backend {
   }
   void do_embedding_backward(const Tensor& dout, const Tensor& tokens,
                              const Tensor& dtable) override {
-    check_tokens("embedding_backward", "tokens", tokens, dtable.dim(0));
     dispatch(dtable.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const std::int64_t n = tokens.numel(), e = dtable.dim(1);
@@ -253,7 +251,6 @@ class CudaBackend final : public Backend {
   }
   void do_cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                 const Tensor& losses) override {
-    check_tokens("cross_entropy_forward", "targets", targets, logits.dim(1));
     dispatch(logits.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::cross_entropy_kernel<T>, logits.dim(0), logits.data<T>(),
@@ -263,7 +260,6 @@ class CudaBackend final : public Backend {
   }
   void do_cross_entropy_backward(const Tensor& logits, const Tensor& targets, double dloss,
                                  const Tensor& dlogits) override {
-    check_tokens("cross_entropy_backward", "targets", targets, logits.dim(1));
     dispatch(logits.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::cross_entropy_kernel<T>, logits.dim(0), logits.data<T>(),
@@ -287,17 +283,6 @@ class CudaBackend final : public Backend {
     kernel<<<blocks_for(threads), kThreads, 0, stream_>>>(args...);
     CUDA_CHECK(cudaGetLastError());
   }
-  // Ids index tables: check them on the host before any kernel reads with them.
-  void check_tokens(const char* op, const char* arg, const Tensor& tokens, std::int64_t vocab) {
-    const auto ids = to_host<std::int32_t>(tokens);
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      CAROUSEL_CHECK(ids[i] >= 0 && ids[i] < vocab,
-                     "{}: {} {} at position {} of '{}' {} is outside the vocabulary [0, {})", op,
-                     std::string_view(arg) == "targets" ? "target" : "token", ids[i], i, arg,
-                     shape_str(tokens.shape()), vocab);
-    }
-  }
-
   int gpu_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
