@@ -1,5 +1,11 @@
-// communicator.cpp — Event and small helpers shared by communicator implementations.
+// communicator.cpp — Event, and the checks, host reductions and worker thread shared by the
+// communicator implementations (common.h).
 #include "collectives/communicator.h"
+
+#include <fmt/format.h>
+
+#include "collectives/common.h"
+#include "cuda/error.h"
 
 namespace carousel {
 
@@ -27,4 +33,125 @@ void Event::complete(std::exception_ptr error) const {
   state_->cv.notify_all();
 }
 
+namespace comm {
+
+namespace {
+
+void check_pair(const Communicator& c, const char* op, const Tensor& send, const Tensor& recv,
+                std::int64_t expected, const char* rule) {
+  CAROUSEL_CHECK(send.defined() && recv.defined(), "{} on communicator '{}': undefined tensor",
+                 op, c.name());
+  CAROUSEL_CHECK(send.dtype() == recv.dtype(),
+                 "{} on communicator '{}' rank {}: send is {} but recv is {}", op, c.name(),
+                 c.rank(), send.describe(), recv.describe());
+  CAROUSEL_CHECK(recv.numel() == expected,
+                 "{} on communicator '{}' rank {}: recv has {} elements but must have {} ({} "
+                 "with {} ranks; send {})",
+                 op, c.name(), c.rank(), recv.numel(), expected, rule, c.size(), send.describe());
+}
+
+}  // namespace
+
+std::string Signature::str() const {
+  std::string s = fmt::format("{}(count={}, {}", op, count, dtype_name(dtype));
+  if (root >= 0) s += fmt::format(", root={}", root);
+  if (!reduce.empty()) s += ", " + reduce;
+  return s + ")";
+}
+
+void check_all_gather(const Communicator& c, const Tensor& send, const Tensor& recv) {
+  check_pair(c, "all_gather", send, recv, send.numel() * c.size(), "size x send count");
+}
+
+void check_reduce_scatter(const Communicator& c, const Tensor& send, const Tensor& recv) {
+  CAROUSEL_CHECK(send.numel() % c.size() == 0,
+                 "reduce_scatter on communicator '{}': send count {} is not divisible by {} "
+                 "ranks; pad the tensor to a multiple of the rank count",
+                 c.name(), send.numel(), c.size());
+  check_pair(c, "reduce_scatter", send, recv, send.numel() / c.size(), "send count / size");
+}
+
+void check_all_reduce(const Communicator& c, const Tensor& send, const Tensor& recv) {
+  check_pair(c, "all_reduce", send, recv, send.numel(), "send count");
+}
+
+void check_broadcast(const Communicator& c, const Tensor& send, const Tensor& recv, int root) {
+  CAROUSEL_CHECK(root >= 0 && root < c.size(),
+                 "broadcast on communicator '{}': root {} is not a rank in [0, {})", c.name(),
+                 root, c.size());
+  check_pair(c, "broadcast", send, recv, send.numel(), "send count");
+}
+
+void check_peer(const Communicator& c, const char* op, const Tensor& data, int peer) {
+  CAROUSEL_CHECK(peer >= 0 && peer < c.size() && peer != c.rank(),
+                 "{} on communicator '{}' rank {}: peer {} is not another rank in [0, {})", op,
+                 c.name(), c.rank(), peer, c.size());
+  CAROUSEL_CHECK(data.defined(), "{} on communicator '{}': undefined tensor", op, c.name());
+}
+
+void check_host_reduction(const Communicator& c, const char* op, DType dtype, ReduceOp r) {
+  CAROUSEL_CHECK(dtype == DType::F32 || dtype == DType::F64 || dtype == DType::I32,
+                 "{} on communicator '{}': host reductions handle float32, float64 and int32, "
+                 "not {}", op, c.name(), dtype_name(dtype));
+  CAROUSEL_CHECK(r != ReduceOp::Avg || dtype != DType::I32,
+                 "{} on communicator '{}': avg needs a floating dtype, not int32", op, c.name());
+}
+
+void accumulate(DType dtype, void* out, const void* in, std::int64_t n, bool first) {
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    T* o = static_cast<T*>(out);
+    const T* x = static_cast<const T*>(in);
+    for (std::int64_t i = 0; i < n; ++i) o[i] = first ? x[i] : o[i] + x[i];
+  };
+  switch (dtype) {
+    case DType::F32: run(float{}); break;
+    case DType::F64: run(double{}); break;
+    case DType::I32: run(std::int32_t{}); break;
+    default: fail("host reduction: cannot reduce {}", dtype_name(dtype));
+  }
+}
+
+void divide(DType dtype, void* data, std::int64_t n, int by) {
+  if (dtype == DType::F32) {
+    for (std::int64_t i = 0; i < n; ++i) static_cast<float*>(data)[i] /= float(by);
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) static_cast<double*>(data)[i] /= double(by);
+  }
+}
+
+Worker::Worker() : thread_([this] { loop(); }) {}
+
+Worker::~Worker() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Worker::enqueue(std::function<void()> task) {
+  {
+    std::lock_guard lock(mutex_);
+    tasks_.push(std::move(task));
+  }
+  cv_.notify_all();
+}
+
+void Worker::loop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+      if (tasks_.empty()) return;
+      task = std::move(tasks_.front());
+      tasks_.pop();
+    }
+    task();
+  }
+}
+
+}  // namespace comm
 }  // namespace carousel

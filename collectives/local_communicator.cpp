@@ -11,37 +11,19 @@
 #include <deque>
 #include <map>
 #include <optional>
-#include <queue>
 #include <thread>
 #include <vector>
 
+#include "collectives/common.h"
 #include "cuda/error.h"
 
 namespace carousel {
 
 namespace detail {
 
-// What every rank must agree on for its k-th collective.
-struct Signature {
-  Signature(std::string o, std::int64_t c, DType d, int r = -1, std::string red = {})
-      : op(std::move(o)), count(c), dtype(d), root(r), reduce(std::move(red)) {}
-  std::string op;
-  std::int64_t count;
-  DType dtype;
-  int root;
-  std::string reduce;
-  bool operator==(const Signature&) const = default;
-  std::string str() const {
-    std::string s = fmt::format("{}(count={}, {}", op, count, dtype_name(dtype));
-    if (root >= 0) s += fmt::format(", root={}", root);
-    if (!reduce.empty()) s += ", " + reduce;
-    return s + ")";
-  }
-};
-
 // One collective instance (one sequence number) while ranks meet in it.
 struct Slot {
-  std::vector<std::optional<Signature>> signature;  // per rank, once arrived
+  std::vector<std::optional<comm::Signature>> signature;  // per rank, once arrived
   std::vector<const void*> send;
   int arrived = 0, read = 0, left = 0;
   std::string error;
@@ -85,73 +67,8 @@ namespace {
 
 using detail::LocalGroup;
 using detail::P2POp;
-using detail::Signature;
+using comm::Signature;
 using detail::Slot;
-
-// A thread that runs tasks in the order they were enqueued.
-class Worker {
- public:
-  Worker() : thread_([this] { loop(); }) {}
-  ~Worker() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void enqueue(std::function<void()> task) {
-    {
-      std::lock_guard lock(mutex_);
-      tasks_.push(std::move(task));
-    }
-    cv_.notify_all();
-  }
-
- private:
-  void loop() {
-    for (;;) {
-      std::function<void()> task;
-      {
-        std::unique_lock lock(mutex_);
-        cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
-        if (tasks_.empty()) return;
-        task = std::move(tasks_.front());
-        tasks_.pop();
-      }
-      task();
-    }
-  }
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  std::queue<std::function<void()>> tasks_;
-  bool stop_ = false;
-  std::thread thread_;
-};
-
-// out[i] (+)= in[i] for n elements of dtype; out = in when `first`.
-void accumulate(DType dtype, void* out, const void* in, std::int64_t n, bool first) {
-  auto run = [&](auto tag) {
-    using T = decltype(tag);
-    T* o = static_cast<T*>(out);
-    const T* x = static_cast<const T*>(in);
-    for (std::int64_t i = 0; i < n; ++i) o[i] = first ? x[i] : o[i] + x[i];
-  };
-  switch (dtype) {
-    case DType::F32: run(float{}); break;
-    case DType::F64: run(double{}); break;
-    case DType::I32: run(std::int32_t{}); break;
-    default: fail("local communicator: cannot reduce {}", dtype_name(dtype));
-  }
-}
-
-void divide(DType dtype, void* data, std::int64_t n, int by) {
-  if (dtype == DType::F32) {
-    for (std::int64_t i = 0; i < n; ++i) static_cast<float*>(data)[i] /= float(by);
-  } else {
-    for (std::int64_t i = 0; i < n; ++i) static_cast<double*>(data)[i] /= double(by);
-  }
-}
 
 // "[1, 3]": the ranks that have not arrived in a slot.
 std::string missing_ranks(const Slot& slot) {
@@ -172,29 +89,23 @@ class LocalCommunicator final : public Communicator {
   std::string name() const override { return group_->name; }
 
   Event all_gather(const Tensor& send, const Tensor& recv) override {
-    check_pair("all_gather", send, recv, send.numel() * size(), "size x send count");
+    comm::check_all_gather(*this, send, recv);
     return collective({"all_gather", send.numel(), send.dtype()}, send, recv);
   }
   Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
-    CAROUSEL_CHECK(send.numel() % size() == 0,
-                   "reduce_scatter on communicator '{}': send count {} is not divisible by {} "
-                   "ranks; pad the tensor to a multiple of the rank count",
-                   name(), send.numel(), size());
-    check_pair("reduce_scatter", send, recv, send.numel() / size(), "send count / size");
-    check_reduce("reduce_scatter", send.dtype(), op);
+    comm::check_reduce_scatter(*this, send, recv);
+    comm::check_host_reduction(*this, "reduce_scatter", send.dtype(), op);
     return collective({"reduce_scatter", recv.numel(), send.dtype(), -1, reduce_op_name(op)},
                       send, recv, op);
   }
   Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
-    check_pair("all_reduce", send, recv, send.numel(), "send count");
-    check_reduce("all_reduce", send.dtype(), op);
+    comm::check_all_reduce(*this, send, recv);
+    comm::check_host_reduction(*this, "all_reduce", send.dtype(), op);
     return collective({"all_reduce", send.numel(), send.dtype(), -1, reduce_op_name(op)}, send,
                       recv, op);
   }
   Event broadcast(const Tensor& send, const Tensor& recv, int root) override {
-    CAROUSEL_CHECK(root >= 0 && root < size(), "broadcast on communicator '{}': root {} is not "
-                   "a rank in [0, {})", name(), root, size());
-    check_pair("broadcast", send, recv, send.numel(), "send count");
+    comm::check_broadcast(*this, send, recv, root);
     return collective({"broadcast", send.numel(), send.dtype(), root}, send, recv);
   }
   Event barrier() override { return collective({"barrier", 0, DType::F32}, Tensor(), Tensor()); }
@@ -236,26 +147,6 @@ class LocalCommunicator final : public Communicator {
   }
 
  private:
-  void check_pair(const char* op, const Tensor& send, const Tensor& recv, std::int64_t expected,
-                  const char* rule) const {
-    CAROUSEL_CHECK(send.defined() && recv.defined(), "{} on communicator '{}': undefined tensor",
-                   op, name());
-    CAROUSEL_CHECK(send.dtype() == recv.dtype(),
-                   "{} on communicator '{}' rank {}: send is {} but recv is {}", op, name(),
-                   rank_, send.describe(), recv.describe());
-    CAROUSEL_CHECK(recv.numel() == expected,
-                   "{} on communicator '{}' rank {}: recv has {} elements but must have {} ({} "
-                   "with {} ranks; send {})",
-                   op, name(), rank_, recv.numel(), expected, rule, size(), send.describe());
-  }
-  void check_reduce(const char* op, DType dtype, ReduceOp r) const {
-    CAROUSEL_CHECK(dtype == DType::F32 || dtype == DType::F64 || dtype == DType::I32,
-                   "{} on communicator '{}': the local communicator reduces float32, float64 "
-                   "and int32, not {}", op, name(), dtype_name(dtype));
-    CAROUSEL_CHECK(r != ReduceOp::Avg || dtype != DType::I32,
-                   "{} on communicator '{}': avg needs a floating dtype, not int32", op, name());
-  }
-
   Event collective(Signature sig, const Tensor& send, const Tensor& recv,
                    ReduceOp op = ReduceOp::Sum) {
     CAROUSEL_CHECK(!in_group_, "{} on communicator '{}' inside a send/recv group: only send and "
@@ -320,10 +211,10 @@ class LocalCommunicator final : public Communicator {
     } else if (sig.op == "all_reduce" || sig.op == "reduce_scatter") {
       const std::size_t offset = sig.op == "reduce_scatter" ? rank_ * bytes : 0;
       for (int r = 0; r < n; ++r) {  // rank order: bitwise identical everywhere
-        accumulate(sig.dtype, out, static_cast<const char*>(slot.send[r]) + offset, sig.count,
+        comm::accumulate(sig.dtype, out, static_cast<const char*>(slot.send[r]) + offset, sig.count,
                    r == 0);
       }
-      if (op == ReduceOp::Avg) divide(sig.dtype, out, sig.count, n);
+      if (op == ReduceOp::Avg) comm::divide(sig.dtype, out, sig.count, n);
     }
   }
 
@@ -420,11 +311,7 @@ class LocalCommunicator final : public Communicator {
   }
 
   Event p2p(bool is_send, const Tensor& data, int peer) {
-    CAROUSEL_CHECK(peer >= 0 && peer < size() && peer != rank_,
-                   "{} on communicator '{}' rank {}: peer {} is not another rank in [0, {})",
-                   is_send ? "send" : "recv", name(), rank_, peer, size());
-    CAROUSEL_CHECK(data.defined(), "{} on communicator '{}': undefined tensor",
-                   is_send ? "send" : "recv", name());
+    comm::check_peer(*this, is_send ? "send" : "recv", data, peer);
     auto op = std::make_shared<P2POp>();
     op->is_send = is_send;
     op->data = data;
@@ -511,7 +398,7 @@ class LocalCommunicator final : public Communicator {
   bool in_group_ = false;
   std::vector<std::shared_ptr<P2POp>> group_ops_;
   std::vector<char> staging_;  // in-place reductions (used by the worker thread only)
-  Worker worker_;  // last member: its thread stops before the rest is destroyed
+  comm::Worker worker_;  // last member: its thread stops before the rest is destroyed
 };
 
 }  // namespace

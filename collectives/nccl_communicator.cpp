@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "collectives/common.h"
 #include "cuda/cuda_check.h"
 #include "cuda/error.h"
 
@@ -67,28 +68,28 @@ class NcclCommunicator final : public Communicator {
   std::string name() const override { return name_; }
 
   Event all_gather(const Tensor& send, const Tensor& recv) override {
+    comm::check_all_gather(*this, send, recv);
     return enqueue("all_gather", [&] {
       NCCL_CHECK(ncclAllGather(send.raw(), recv.raw(), send.numel(), nccl_type(send.dtype()),
                                comm_, stream_));
     });
   }
   Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
-    CAROUSEL_CHECK(send.numel() % size_ == 0,
-                   "reduce_scatter on communicator '{}': send count {} is not divisible by {} "
-                   "ranks; pad the tensor to a multiple of the rank count",
-                   name_, send.numel(), size_);
+    comm::check_reduce_scatter(*this, send, recv);
     return enqueue("reduce_scatter", [&] {
       NCCL_CHECK(ncclReduceScatter(send.raw(), recv.raw(), recv.numel(), nccl_type(send.dtype()),
                                    nccl_op(op), comm_, stream_));
     });
   }
   Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
+    comm::check_all_reduce(*this, send, recv);
     return enqueue("all_reduce", [&] {
       NCCL_CHECK(ncclAllReduce(send.raw(), recv.raw(), send.numel(), nccl_type(send.dtype()),
                                nccl_op(op), comm_, stream_));
     });
   }
   Event broadcast(const Tensor& send, const Tensor& recv, int root) override {
+    comm::check_broadcast(*this, send, recv, root);
     return enqueue("broadcast", [&] {
       NCCL_CHECK(ncclBroadcast(send.raw(), recv.raw(), send.numel(), nccl_type(send.dtype()), root,
                                comm_, stream_));
@@ -139,9 +140,7 @@ class NcclCommunicator final : public Communicator {
   };
 
   Event p2p(bool is_send, const Tensor& data, int peer) {
-    CAROUSEL_CHECK(peer >= 0 && peer < size_ && peer != rank_,
-                   "{} on communicator '{}' rank {}: peer {} is not another rank in [0, {})",
-                   is_send ? "send" : "recv", name_, rank_, peer, size_);
+    comm::check_peer(*this, is_send ? "send" : "recv", data, peer);
     const bool single = !in_group_;
     if (single) group_start();
     if (is_send) {

@@ -1,0 +1,65 @@
+// common.h — what every Communicator implementation shares.
+//
+// - Argument checks, so the local, MPI and NCCL communicators reject a wrong count, dtype, root
+//   or peer with the same message (naming the communicator, the rank and both shapes).
+// - Rank-order reductions on host memory: out = ((in_0 + in_1) + in_2) + ..., then / size for
+//   avg. The local and MPI communicators both reduce this way, so their results are bitwise
+//   equal to each other on every rank and every run.
+// - Worker: a thread that runs tasks in the order they were enqueued — the host-side stand-in
+//   for a communication stream.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <queue>
+#include <string>
+#include <thread>
+
+#include "collectives/communicator.h"
+
+namespace carousel::comm {
+
+// What every rank must agree on for its k-th collective.
+struct Signature {
+  Signature(std::string o, std::int64_t c, DType d, int r = -1, std::string red = {})
+      : op(std::move(o)), count(c), dtype(d), root(r), reduce(std::move(red)) {}
+  std::string op;
+  std::int64_t count;
+  DType dtype;
+  int root;
+  std::string reduce;
+  bool operator==(const Signature&) const = default;
+  std::string str() const;  // "all_reduce(count=8, int32, sum)"
+};
+
+void check_all_gather(const Communicator& c, const Tensor& send, const Tensor& recv);
+void check_reduce_scatter(const Communicator& c, const Tensor& send, const Tensor& recv);
+void check_all_reduce(const Communicator& c, const Tensor& send, const Tensor& recv);
+void check_broadcast(const Communicator& c, const Tensor& send, const Tensor& recv, int root);
+void check_peer(const Communicator& c, const char* op, const Tensor& data, int peer);
+// Host reductions handle float32, float64 and int32 (avg: floating only).
+void check_host_reduction(const Communicator& c, const char* op, DType dtype, ReduceOp r);
+
+// out[i] = in[i] when `first`, else out[i] + in[i]; n elements of dtype (F32, F64 or I32).
+void accumulate(DType dtype, void* out, const void* in, std::int64_t n, bool first);
+// data[i] /= by (F32 or F64): the last step of an avg.
+void divide(DType dtype, void* data, std::int64_t n, int by);
+
+class Worker {
+ public:
+  Worker();
+  ~Worker();  // finishes the queued tasks, then joins
+  void enqueue(std::function<void()> task);
+
+ private:
+  void loop();
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::queue<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts after the members above exist
+};
+
+}  // namespace carousel::comm
