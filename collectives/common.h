@@ -16,6 +16,7 @@
 #include <queue>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "collectives/communicator.h"
 
@@ -51,13 +52,20 @@ class Worker {
  public:
   Worker();
   ~Worker();  // finishes the queued tasks, then joins
-  void enqueue(std::function<void()> task);
+  // Runs body on the worker thread, destroys it (and so the tensors it holds: their owner may
+  // free its allocator as soon as it sees the operation done), then completes every event in
+  // `done` with body's exception, if it threw.
+  void enqueue(std::function<void()> body, std::vector<Event> done);
 
  private:
+  struct Task {
+    std::function<void()> body;
+    std::vector<Event> done;
+  };
   void loop();
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::queue<std::function<void()>> tasks_;
+  std::queue<Task> tasks_;
   bool stop_ = false;
   std::thread thread_;  // last: starts after the members above exist
 };

@@ -131,17 +131,17 @@ Worker::~Worker() {
   thread_.join();
 }
 
-void Worker::enqueue(std::function<void()> task) {
+void Worker::enqueue(std::function<void()> body, std::vector<Event> done) {
   {
     std::lock_guard lock(mutex_);
-    tasks_.push(std::move(task));
+    tasks_.push({std::move(body), std::move(done)});
   }
   cv_.notify_all();
 }
 
 void Worker::loop() {
   for (;;) {
-    std::function<void()> task;
+    Task task;
     {
       std::unique_lock lock(mutex_);
       cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
@@ -149,7 +149,14 @@ void Worker::loop() {
       task = std::move(tasks_.front());
       tasks_.pop();
     }
-    task();
+    std::exception_ptr error;
+    try {
+      task.body();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    task.body = nullptr;
+    for (const Event& e : task.done) e.complete(error);
   }
 }
 

@@ -121,9 +121,10 @@ class LocalCommunicator final : public Communicator {
     in_group_ = false;
     auto ops = std::move(group_ops_);
     group_ops_.clear();
-    Event done;
-    worker_.enqueue([this, ops, done] { run_p2p(ops, done); });
-    return done;
+    std::vector<Event> events = {Event()};  // the group's, then each operation's
+    for (const auto& op : ops) events.push_back(op->event);
+    worker_.enqueue([this, ops] { run_p2p(ops); }, events);
+    return events.front();
   }
   Event send(const Tensor& data, int peer) override { return p2p(true, data, peer); }
   Event recv(const Tensor& data, int peer) override { return p2p(false, data, peer); }
@@ -133,14 +134,7 @@ class LocalCommunicator final : public Communicator {
     std::shared_ptr<LocalGroup> child;
     int child_rank = -1;
     Event done;
-    worker_.enqueue([&, seq, done] {
-      try {
-        run_split(seq, color, key, child, child_rank);
-        done.complete();
-      } catch (...) {
-        done.complete(std::current_exception());
-      }
-    });
+    worker_.enqueue([&, seq] { run_split(seq, color, key, child, child_rank); }, {done});
     done.wait();
     if (!child) return nullptr;
     return std::make_unique<LocalCommunicator>(child, child_rank);
@@ -153,14 +147,8 @@ class LocalCommunicator final : public Communicator {
                    "recv may be grouped", sig.op, name());
     const std::int64_t seq = next_seq_++;
     Event done;
-    worker_.enqueue([this, sig, send, recv, op, seq, done] {
-      try {
-        run_collective(sig, send, recv, op, seq);
-        done.complete();
-      } catch (...) {
-        done.complete(std::current_exception());
-      }
-    });
+    worker_.enqueue([this, sig, send, recv, op, seq] { run_collective(sig, send, recv, op, seq); },
+                    {done});
     return done;
   }
 
@@ -333,7 +321,7 @@ class LocalCommunicator final : public Communicator {
   }
 
   // Posts every op of a group, matches what can be matched, waits for the rest.
-  void run_p2p(const std::vector<std::shared_ptr<P2POp>>& ops, const Event& done) {
+  void run_p2p(const std::vector<std::shared_ptr<P2POp>>& ops) {
     LocalGroup& g = *group_;
     std::unique_lock lock(g.mutex);
     for (const auto& op : ops) {
@@ -379,16 +367,9 @@ class LocalCommunicator final : public Communicator {
         }
       }
     }
-    std::string error;
     for (const auto& op : ops) {
-      if (error.empty()) error = op->error;
+      if (!op->error.empty()) throw Error(op->error);  // the group fails with its first error
     }
-    lock.unlock();
-    for (const auto& op : ops) {
-      op->event.complete(op->error.empty() ? nullptr
-                                           : std::make_exception_ptr(Error(op->error)));
-    }
-    done.complete(error.empty() ? nullptr : std::make_exception_ptr(Error(error)));
   }
 
   std::shared_ptr<LocalGroup> group_;

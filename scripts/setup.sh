@@ -22,6 +22,8 @@ PACKAGES=(
   libgmock-dev
   libbenchmark-dev      # op benchmarks
   python3               # scripts/, test vector tools
+  libopenmpi-dev        # MPI communicator: ranks as separate processes (mpirun)
+  openmpi-bin           # mpirun, for the multiproc tests
 )
 
 missing=()

@@ -7,12 +7,10 @@
 
 #include "collectives/local_communicator.h"
 #include "cuda/cpu_backend.h"
+#include "tests/collective_checks.h"
 
 namespace carousel {
 namespace {
-
-// value of element i of rank r's input
-std::int32_t input(int r, std::int64_t i) { return std::int32_t(1000 * r + i % 997); }
 
 struct Case {
   int ranks;
@@ -28,54 +26,7 @@ TEST_P(Collectives, AllGatherReduceScatterAllReduceBroadcastAreExact) {
   run_ranks(n, [&](int r) {
     CpuBackend be(r);
     auto comm = world.communicator(r);
-    std::vector<std::int32_t> mine(count), full(count * n);
-    for (std::int64_t i = 0; i < count; ++i) mine[i] = input(r, i);
-    for (std::int64_t i = 0; i < count * n; ++i) full[i] = input(r, i);
-
-    // all_gather: block q of the result is rank q's input.
-    Tensor gathered = be.zeros({count * n}, DType::I32);
-    Tensor send = in_place ? gathered.view(r * count, {count}) : be.empty({count}, DType::I32);
-    be.upload(mine.data(), send);
-    comm->all_gather(send, gathered).wait();
-    const auto g = be.to_host<std::int32_t>(gathered);
-    for (int q = 0; q < n; ++q)
-      for (std::int64_t i = 0; i < count; ++i) ASSERT_EQ(g[q * count + i], input(q, i));
-
-    // reduce_scatter (sum): element i of rank r = sum over q of rank q's input[r*count + i].
-    Tensor rs_send = be.from_host(full, {count * n});
-    Tensor rs_recv = in_place ? rs_send.view(r * count, {count}) : be.empty({count}, DType::I32);
-    comm->reduce_scatter(rs_send, rs_recv, ReduceOp::Sum).wait();
-    const auto rs = be.to_host<std::int32_t>(rs_recv);
-    for (std::int64_t i = 0; i < count; ++i) {
-      std::int32_t expected = 0;
-      for (int q = 0; q < n; ++q) expected += input(q, r * count + i);
-      ASSERT_EQ(rs[i], expected) << "rank " << r << " element " << i;
-    }
-
-    // all_reduce (sum, int32) and (avg, float32 holding integers: exact).
-    Tensor ar = be.from_host(mine, {count});
-    Tensor ar_out = in_place ? ar : be.empty({count}, DType::I32);
-    comm->all_reduce(ar, ar_out, ReduceOp::Sum).wait();
-    std::vector<float> f(mine.begin(), mine.end());
-    Tensor af = be.from_host(f, {count});
-    Tensor af_out = in_place ? af : be.empty({count});
-    comm->all_reduce(af, af_out, ReduceOp::Avg).wait();
-    const auto s = be.to_host<std::int32_t>(ar_out);
-    const auto a = be.to_host<float>(af_out);
-    for (std::int64_t i = 0; i < count; ++i) {
-      std::int32_t sum = 0;
-      for (int q = 0; q < n; ++q) sum += input(q, i);
-      ASSERT_EQ(s[i], sum);
-      ASSERT_EQ(a[i], float(sum) / float(n));
-    }
-
-    // broadcast from the last rank.
-    Tensor b = be.from_host(mine, {count});
-    Tensor b_out = in_place ? b : be.zeros({count}, DType::I32);
-    comm->broadcast(b, b_out, n - 1).wait();
-    const auto bc = be.to_host<std::int32_t>(b_out);
-    for (std::int64_t i = 0; i < count; ++i) ASSERT_EQ(bc[i], input(n - 1, i));
-    comm->barrier().wait();
+    testing::check_collectives_exact(*comm, be, count, in_place);
   });
 }
 
@@ -153,19 +104,7 @@ TEST(SendRecv, GroupedRingsInBothDirections) {
     run_ranks(n, [&](int r) {
       CpuBackend be(r);
       auto comm = world.communicator(r);
-      const int next = (r + 1) % n, prev = (r + n - 1) % n;
-      Tensor to_next = be.from_host(std::vector<std::int32_t>(5, 10 * r), {5});
-      Tensor to_prev = be.from_host(std::vector<std::int32_t>(5, 10 * r + 1), {5});
-      Tensor from_prev = be.zeros({5}, DType::I32), from_next = be.zeros({5}, DType::I32);
-      // Everyone sends before receiving: only grouping makes this complete.
-      comm->group_start();
-      comm->send(to_next, next);
-      comm->send(to_prev, prev);
-      comm->recv(from_prev, prev);
-      comm->recv(from_next, next);
-      comm->group_end().wait();
-      EXPECT_EQ(be.to_host<std::int32_t>(from_prev), std::vector<std::int32_t>(5, 10 * prev));
-      EXPECT_EQ(be.to_host<std::int32_t>(from_next), std::vector<std::int32_t>(5, 10 * next + 1));
+      testing::check_grouped_rings(*comm, be);
     });
   }
 }
