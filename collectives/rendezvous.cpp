@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -86,6 +87,14 @@ sockaddr_in address(const RendezvousConfig& cfg) {
 }
 
 }  // namespace
+
+int mpi_launch_size() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
+    const char* v = std::getenv(name);
+    if (v && *v) return std::max(1, std::atoi(v));
+  }
+  return 0;
+}
 
 RendezvousConfig rendezvous_from_env(double timeout_seconds) {
   RendezvousConfig cfg;

@@ -22,6 +22,10 @@ struct RendezvousConfig {
 // that is missing or invalid and what would be valid.
 RendezvousConfig rendezvous_from_env(double timeout_seconds = 300.0);
 
+// How many processes mpirun (Open MPI, MPICH or a PMI launcher such as srun) started this job
+// with, read from the launcher's environment; 0 when this process was not started that way.
+int mpi_launch_size();
+
 // Rank 0 passes `payload`; every rank returns rank 0's payload.
 std::vector<char> rendezvous_broadcast(const RendezvousConfig& cfg, std::vector<char> payload);
 

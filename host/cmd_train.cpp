@@ -3,6 +3,7 @@
 
 #include "host/commands.h"
 #include "host/config.h"
+#include "host/launch.h"
 #include "host/logging.h"
 #include "host/trainer.h"
 
@@ -32,13 +33,22 @@ int run_train(const ConfigArgs& options) {
   std::vector<std::string> overrides;
   split_config_arguments(options.args, file, overrides);
   const LoadedConfig loaded = load_config(file, overrides);
-  init_logging({.rank = 0, .level = loaded.config.log_level, .file_dir = {}});
+  const auto processes = ProcessGroup::join(loaded.config.collective_timeout_seconds);
+  init_logging({.rank = processes->rank(), .level = loaded.config.log_level, .file_dir = {}});
   spdlog::info("config ({} keys; non-default marked *):", loaded.table.size());
   for (const auto& row : loaded.table) {
     spdlog::info("  {} {:<36} {:<24} {}", row.source == "default" ? ' ' : '*', row.key, row.value,
                  row.source == "default" ? "" : row.source);
   }
-  train(loaded.config);
+  try {
+    train(loaded.config, processes->world());
+  } catch (const std::exception& e) {
+    if (processes->size() > 1) {  // the other processes would wait for this one forever
+      spdlog::error("{}", e.what());
+      processes->abort(2);
+    }
+    throw;
+  }
   return 0;
 }
 

@@ -120,6 +120,8 @@ const std::vector<ConfigKey>& config_keys() {
       key("pipeline_prefetch_lookahead", &Config::pipeline_prefetch_lookahead,
           "issue a weight gather at most this many compute actions before use (0 = as soon as "
           "a slot is free)"),
+      key("collective_timeout_seconds", &Config::collective_timeout_seconds,
+          "a communication waiting longer than this fails, naming the rank and operation"),
       key("schedule_cost_f", &Config::schedule_cost_f, "schedule cost model: forward, per layer"),
       key("schedule_cost_b", &Config::schedule_cost_b, "full backward, per layer"),
       key("schedule_cost_w", &Config::schedule_cost_w,
@@ -234,6 +236,8 @@ void Config::validate() const {
                  "dataset_type=text uses bytes as tokens and needs vocab_size >= 256, got {}",
                  model.vocab_size);
   CAROUSEL_CHECK(checkpoint_period >= 0, "checkpoint_period={} must be >= 0", checkpoint_period);
+  CAROUSEL_CHECK(collective_timeout_seconds > 0, "collective_timeout_seconds={} must be > 0",
+                 collective_timeout_seconds);
   CAROUSEL_CHECK(!run_name.empty() && run_name.find('/') == std::string::npos,
                  "run_name='{}' must be a non-empty name without '/'", run_name);
 }

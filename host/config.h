@@ -41,6 +41,7 @@ struct Config {
   bool pipeline_fsdp_ag_per_repeat = false;         // Buffer Sliding Window: 2 weight slots
   bool pipeline_fsdp_ag_once = false;               // every local stage resident for the step
   std::int64_t pipeline_prefetch_lookahead = 0;     // 0 = as soon as a weight slot is free
+  double collective_timeout_seconds = 300;          // a collective waiting longer is an error
   // Cost model of `carousel schedule`, per layer (a stage costs L times these).
   double schedule_cost_f = 1, schedule_cost_b = 2, schedule_cost_w = 1;
   double schedule_cost_p2p = 0, schedule_cost_all_gather = 0, schedule_cost_reduce_scatter = 0;

@@ -17,9 +17,9 @@ void init_logging(const LogOptions& options) {
     fail("log level '{}' is not valid; use trace, debug, info, warn, error or off", options.level);
   }
   std::vector<spdlog::sink_ptr> sinks;
-  if (options.rank == 0) {
+  {  // other ranks (processes of a job) show only their warnings and errors
     auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
-    console->set_level(level);
+    console->set_level(options.rank == 0 ? level : std::max(level, spdlog::level::warn));
     sinks.push_back(console);
   }
   if (!options.file_dir.empty()) {

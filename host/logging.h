@@ -1,5 +1,5 @@
-// logging.h — spdlog setup: every line carries the rank; the console shows rank 0 only, and
-// each rank can also write its own file.
+// logging.h — spdlog setup: every line carries the rank; the console shows everything rank 0
+// logs and the warnings and errors of other ranks; each rank can also write its own file.
 #pragma once
 
 #include <spdlog/spdlog.h>

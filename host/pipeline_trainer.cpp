@@ -5,8 +5,11 @@
 #include <omp.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
+#include <optional>
 
 #include "collectives/local_communicator.h"
 #include "cuda/cpu_backend.h"
@@ -221,9 +224,10 @@ class RankExecutor {
 
   // Copies this rank's parameters and AdamW moments into (to_full) or out of (!to_full) the
   // whole-model sets on `host`, by parameter name. FSDP shards are gathered first; FSDP rank 0
-  // writes, every rank reads its own shard.
-  void exchange(Backend& host, const ParamSet* full_params, const ParamSet* full_m,
-                const ParamSet* full_v, bool to_full) {
+  // writes, every rank reads its own shard. Returns the names this rank wrote.
+  std::vector<std::string> exchange(Backend& host, const ParamSet* full_params,
+                                    const ParamSet* full_m, const ParamSet* full_v, bool to_full) {
+    std::vector<std::string> written;
     const std::pair<const ParamSet*, Tensor StageShard::*> parts[] = {
         {full_params, &StageShard::weights}, {full_m, &StageShard::m}, {full_v, &StageShard::v}};
     for (auto& [v, s] : stages_) {
@@ -235,6 +239,9 @@ class RankExecutor {
           fsdp_.all_gather(shard, whole).wait();
           if (place_.writes_shards() && place_.fsdp_rank == 0) {
             copy_by_name(be_, ParamSet::over(s.specs, whole), host, *full);
+            if (member == &StageShard::weights) {
+              for (const auto& spec : s.specs) written.push_back(spec.name);
+            }
           }
         } else {
           std::vector<double> values;
@@ -251,9 +258,16 @@ class RankExecutor {
         {full_params, &extras_}, {full_m, &extras_opt_.m}, {full_v, &extras_opt_.v}};
     for (const auto& [full, mine] : extras) {
       if (!full) continue;
-      if (!to_full) copy_by_name(host, *full, be_, *mine);
-      else if (place_.writes_replicated()) copy_by_name(be_, *mine, host, *full);
+      if (!to_full) {
+        copy_by_name(host, *full, be_, *mine);
+      } else if (place_.writes_replicated()) {
+        copy_by_name(be_, *mine, host, *full);
+        if (mine == &extras_) {
+          for (const auto& spec : mine->specs) written.push_back(spec.name);
+        }
+      }
     }
+    return written;
   }
 
  private:
@@ -379,9 +393,42 @@ class RankExecutor {
   std::map<Key, Tensor> out_f_, out_b_;   // outputs waiting for their SEND
 };
 
+// With ranks in separate processes each process's whole-model sets hold only what its rank
+// wrote (exchange). Process 0 receives the rest: every process announces which parameters it
+// wrote (an all-reduce of writer ids: each parameter has exactly one writer), then each writer
+// sends its sets to process 0, which keeps the parameters that writer owns.
+void collect_on_rank_zero(Communicator& comm, Backend& be, const std::vector<std::string>& written,
+                          const std::vector<ParamSet*>& sets) {
+  const ParamSet& layout = *sets.front();
+  std::vector<std::int32_t> writer(layout.specs.size(), 0);  // writer rank + 1
+  for (const auto& name : written) writer[layout.index_of(name)] = comm.rank() + 1;
+  Tensor t = be.from_host(writer, {std::int64_t(writer.size())});
+  comm.all_reduce(t, t, ReduceOp::Sum).wait();
+  writer = be.to_host<std::int32_t>(t);
+  for (int r = 1; r < comm.size(); ++r) {
+    if (std::find(writer.begin(), writer.end(), r + 1) == writer.end()) continue;
+    for (ParamSet* set : sets) {
+      if (comm.rank() == r) comm.send(set->flat, 0).wait();
+      if (comm.rank() != 0) continue;
+      Tensor theirs = be.empty(set->flat.shape());
+      comm.recv(theirs, r).wait();
+      const ParamSet from = ParamSet::over(set->specs, theirs);
+      for (std::size_t i = 0; i < writer.size(); ++i) {
+        if (writer[i] == r + 1) be.copy(from.tensors[i], set->tensors[i]);
+      }
+    }
+  }
+}
+
+// How many processes of the job share this machine (Open MPI tells; else assume one).
+int local_processes() {
+  const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return v ? std::max(1, std::atoi(v)) : 1;
+}
+
 }  // namespace
 
-TrainResult train_pipeline(const Config& cfg) {
+TrainResult train_pipeline(const Config& cfg, Communicator* process_world) {
   const int D = int(cfg.ici_data_parallelism), S = int(cfg.ici_pipeline_parallelism),
             F = int(cfg.ici_fsdp_parallelism), N = D * S * F;
   CAROUSEL_CHECK(cfg.model.is_llama(), "pipeline training runs decoder_block=llama");
@@ -394,14 +441,20 @@ TrainResult train_pipeline(const Config& cfg) {
                  "ici_fsdp_parallelism x ici_data_parallelism = {} x {} ranks cannot split "
                  "evenly; choose a batch or microbatch count that makes it a multiple of {}",
                  b, cfg.global_batch(), cfg.microbatches(), F, D, F * D);
+  CAROUSEL_CHECK(!process_world || process_world->size() == N,
+                 "mpirun started {} processes but the config has D x S x F = {} x {} x {} = {} "
+                 "devices (ici_data_parallelism x ici_pipeline_parallelism x "
+                 "ici_fsdp_parallelism); start {} processes (mpirun -np {}) or change the mesh",
+                 process_world ? process_world->size() : 0, D, S, F, N, N, N);
   const sch::Program program = sch::lower(
       sch::generate(schedule_spec(cfg)),
       {cfg.weight_slots(), int(cfg.pipeline_prefetch_lookahead), /*fsdp=*/F > 1});
   sch::replay(program);
-  spdlog::info("pipeline: {} schedule, D={} replicas x S={} stages x F={} FSDP = {} simulated "
-               "CPU devices, R={} repeats, M={} microbatches{}; program validated and "
-               "deadlock-free",
-               cfg.pipeline_schedule, D, S, F, N, program.layout.repeats,
+  spdlog::info("pipeline: {} schedule, D={} replicas x S={} stages x F={} FSDP = {} CPU devices "
+               "({}), R={} repeats, M={} microbatches{}; program validated and deadlock-free",
+               cfg.pipeline_schedule, D, S, F, N,
+               process_world ? "one process each" : "threads of this process",
+               program.layout.repeats,
                program.layout.microbatches,
                F > 1 ? fmt::format(", weight slots {}", cfg.weight_slots()) : std::string());
 
@@ -430,21 +483,20 @@ TrainResult train_pipeline(const Config& cfg) {
                  "continue training",
                  result.start_step, cfg.steps);
 
-  StepReporter reporter(cfg);
-  LocalWorld world(N);
-  std::vector<std::size_t> peaks(N, 0);
-  std::vector<std::int64_t> gathers(N, 0);
-  run_ranks(N, [&](int device) {
-    // The ranks share the machine's cores: each rank's OpenMP loops (and OpenBLAS, which uses
-    // the same pool) get cores / ranks threads, at least one.
-    omp_set_num_threads(std::max(1, omp_get_num_procs() / N));
+  // One rank: its communicators split from `comm` (the world of all N ranks), its executor,
+  // the steps. Rank 0 reports; checkpoints are gathered to whole-model sets and written by it.
+  const int processes = process_world ? process_world->size() : 1;
+  std::optional<StepReporter> reporter;
+  if (!process_world || process_world->rank() == 0) reporter.emplace(cfg);
+  std::vector<double> peaks(N, 0), gathers(N, 0);
+  auto run_rank = [&](Communicator& comm) {
+    const int device = comm.rank();
     const RankPlace place{device / (S * F), device / F % S, device % F, D, S, F};
-    auto comm = world.communicator(device);
     const int d = place.data_rank, s = place.stage_rank, f = place.fsdp_rank;
-    auto pipe = comm->split(d * F + f, s);  // the ring of stages of one replica and FSDP index
-    auto fsdp = comm->split(d * S + s, f);  // the FSDP group of one stage
-    auto data = comm->split(s * F + f, d);  // the same rank in every replica
-    RankExecutor exec(cfg, program, place, *comm, *pipe, *fsdp, *data);
+    auto pipe = comm.split(d * F + f, s);  // the ring of stages of one replica and FSDP index
+    auto fsdp = comm.split(d * S + s, f);  // the FSDP group of one stage
+    auto data = comm.split(s * F + f, d);  // the same rank in every replica
+    RankExecutor exec(cfg, program, place, comm, *pipe, *fsdp, *data);
     if (load_params) {
       exec.exchange(host, &full_params, load_moments ? &full_m : nullptr,
                     load_moments ? &full_v : nullptr, /*to_full=*/false);
@@ -452,32 +504,54 @@ TrainResult train_pipeline(const Config& cfg) {
     for (std::int64_t step = result.start_step; step < cfg.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       const auto [loss, norm] = exec.step(step);
-      comm->barrier().wait();
-      if (reporter.checkpoint_due(step)) {
-        exec.exchange(host, &full_params, &full_m, &full_v, /*to_full=*/true);
-        comm->barrier().wait();
+      comm.barrier().wait();
+      if (checkpoint_due(cfg, step)) {
+        const auto written = exec.exchange(host, &full_params, &full_m, &full_v, /*to_full=*/true);
+        comm.barrier().wait();
+        if (processes > 1) collect_on_rank_zero(comm, host, written, {&full_params, &full_m, &full_v});
         if (device == 0) {
           spdlog::info("checkpoint saved: {}",
                        save_checkpoint(host, cfg, {&full_params, &full_m, &full_v}, {step + 1}));
         }
-        comm->barrier().wait();
+        comm.barrier().wait();
       }
       if (device == 0) {
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        result.steps.push_back(reporter.report(step, loss, norm, seconds));
+        result.steps.push_back(reporter->report(step, loss, norm, seconds));
       }
     }
-    peaks[device] = exec.peak_bytes();
-    gathers[device] = exec.all_gathers();
-  });
+    peaks[device] = double(exec.peak_bytes());
+    gathers[device] = double(exec.all_gathers());
+    if (processes > 1) {  // every process learns every rank's figures
+      CpuBackend be(device);
+      for (std::vector<double>* v : {&peaks, &gathers}) {
+        Tensor all = be.zeros({N}, DType::F64);
+        comm.all_gather(be.from_host(std::vector<double>{(*v)[device]}, {1}), all).wait();
+        *v = be.to_host<double>(all);
+      }
+    }
+  };
+  if (process_world) {
+    omp_set_num_threads(std::max(1, omp_get_num_procs() / local_processes()));
+    run_rank(*process_world);
+  } else {
+    LocalWorld world(N, cfg.collective_timeout_seconds);
+    run_ranks(N, [&](int device) {
+      // The ranks share the machine's cores: each rank's OpenMP loops (and OpenBLAS, which uses
+      // the same pool) get cores / ranks threads, at least one.
+      omp_set_num_threads(std::max(1, omp_get_num_procs() / N));
+      run_rank(*world.communicator(device));
+    });
+  }
   for (int d = 0; d < N; ++d) {
     spdlog::info("cpu:{} (data rank {}, stage rank {}, fsdp rank {}): peak memory {}, {} weight "
                  "all-gathers",
-                 d, d / (S * F), d / F % S, d % F, format_bytes(peaks[d]), gathers[d]);
-    result.peak_device_bytes = std::max(result.peak_device_bytes, peaks[d]);
+                 d, d / (S * F), d / F % S, d % F, format_bytes(std::size_t(peaks[d])),
+                 std::int64_t(gathers[d]));
+    result.peak_device_bytes = std::max(result.peak_device_bytes, std::size_t(peaks[d]));
+    result.all_gathers_per_device.push_back(std::int64_t(gathers[d]));
   }
-  result.all_gathers_per_device = gathers;
   return result;
 }
 

@@ -11,6 +11,7 @@
 // single-device run and computes the same math (tested against it).
 #pragma once
 
+#include "collectives/communicator.h"
 #include "host/config.h"
 #include "host/trainer.h"
 
@@ -19,6 +20,8 @@ namespace carousel {
 // D = ici_data_parallelism x S = ici_pipeline_parallelism x F = ici_fsdp_parallelism > 1 ranks;
 // schedules circular, gpipe, 1f1b, interleaved_1f1b; weight slots from
 // pipeline_fsdp_ag_per_repeat (2, the Buffer Sliding Window) / pipeline_fsdp_ag_once / default.
-TrainResult train_pipeline(const Config& cfg);
+// process_world: nullptr runs the D x S x F ranks as threads of this process; otherwise this
+// process is rank process_world->rank() of a job of exactly D x S x F processes (mpirun).
+TrainResult train_pipeline(const Config& cfg, Communicator* process_world = nullptr);
 
 }  // namespace carousel

@@ -50,9 +50,9 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
   return s;
 }
 
-bool StepReporter::checkpoint_due(std::int64_t step) const {
-  const bool periodic = cfg_.checkpoint_period > 0 && (step + 1) % cfg_.checkpoint_period == 0;
-  return cfg_.enable_checkpointing && (periodic || step + 1 == cfg_.steps);
+bool checkpoint_due(const Config& cfg, std::int64_t step) {
+  const bool periodic = cfg.checkpoint_period > 0 && (step + 1) % cfg.checkpoint_period == 0;
+  return cfg.enable_checkpointing && (periodic || step + 1 == cfg.steps);
 }
 
 }  // namespace carousel

@@ -11,12 +11,15 @@
 
 namespace carousel {
 
+// Whether a checkpoint is written after 0-based `step`: every checkpoint_period steps and at the
+// end, when enable_checkpointing.
+bool checkpoint_due(const Config& cfg, std::int64_t step);
+
 class StepReporter {
  public:
   explicit StepReporter(const Config& cfg);  // opens the metrics file; throws if it cannot
   // Completes the metrics of a finished step (lr, throughput) and reports them.
   StepMetrics report(std::int64_t step, double loss, double grad_norm, double seconds);
-  bool checkpoint_due(std::int64_t step) const;  // after 0-based `step`
 
  private:
   const Config& cfg_;

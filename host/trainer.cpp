@@ -36,13 +36,11 @@ std::unique_ptr<Backend> make_device_backend(const Config& cfg) {
 
 }  // namespace
 
-TrainResult train(const Config& cfg) {
+TrainResult train(const Config& cfg, Communicator* process_world) {
   CAROUSEL_CHECK(cfg.model.is_llama(),
                  "carousel train runs decoder_block=llama; the simple block is for pipeline "
                  "equivalence tests");
-  if (cfg.num_devices() > 1) {
-    return train_pipeline(cfg);
-  }
+  if (cfg.num_devices() > 1 || process_world) return train_pipeline(cfg, process_world);
   std::unique_ptr<Backend> backend = make_device_backend(cfg);
   Backend& be = *backend;
   spdlog::info("device: {}", be.name());
@@ -94,7 +92,7 @@ TrainResult train(const Config& cfg) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     result.steps.push_back(
         reporter.report(step, loss_sum / double(tokens_per_step), grad_norm, seconds));
-    if (reporter.checkpoint_due(step)) {
+    if (checkpoint_due(cfg, step)) {
       const std::string dir = save_checkpoint(be, cfg, {&params, &opt.m, &opt.v}, {step + 1});
       spdlog::info("checkpoint saved: {}", dir);
     }

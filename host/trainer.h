@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "collectives/communicator.h"
 #include "host/config.h"
 
 namespace carousel {
@@ -27,6 +28,8 @@ struct TrainResult {
   std::vector<std::int64_t> all_gathers_per_device;  // pipeline with FSDP: weight gathers done
 };
 
-TrainResult train(const Config& cfg);
+// More than one device (D x S x F > 1) goes to the pipeline executor (pipeline_trainer.h), as
+// threads of this process, or as the processes of `process_world` when mpirun started them.
+TrainResult train(const Config& cfg, Communicator* process_world = nullptr);
 
 }  // namespace carousel

@@ -167,8 +167,12 @@ TEST(Properties, EveryGeneratorValidatesLowersReplaysAndMeetsItsClosedForm) {
             const SimResult sim = simulate(lowered, Costs{});
             for (int r = 0; r < S; ++r) {
               const int local = R;  // stages per rank
-              if (slots == 2) EXPECT_LE(sim.peak_weight_slots[r], 2);
-              if (slots == -1) EXPECT_EQ(sim.all_gathers[r], local);
+              if (slots == 2) {
+                EXPECT_LE(sim.peak_weight_slots[r], 2);
+              }
+              if (slots == -1) {
+                EXPECT_EQ(sim.all_gathers[r], local);
+              }
               if (slots == 0) {  // one gather per use; W reads no weights
                 int uses = 0;
                 for (const auto& a : p.ranks[r]) uses += a.kind != Kind::W;

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# multiproc_train.sh CAROUSEL SOURCE_DIR WORK_DIR — `carousel train` as 4 MPI processes must train
+# exactly as 4 threads do: the same losses and gradient norms at every step, and byte-identical
+# model and optimizer checkpoints. The process run stops after 3 steps and resumes (checkpoint
+# load with ranks in processes), the threaded run goes straight through. Then a job of the wrong
+# size must fail with the error that names both sizes.
+set -euo pipefail
+carousel=$1 src=$2 work=$3
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work"
+mkdir -p "$work"
+common=("$src/configs/demo.yml" "dataset_path=$src/tests/data/tiny_corpus.txt"
+        "base_output_directory=$work" checkpoint_period=3 log_level=warn
+        learning_rate_schedule_steps=6)  # the same schedule for the 3-step and 6-step runs
+
+"$carousel" train "${common[@]}" steps=6 run_name=threads
+"$here/mpirun.sh" 4 "$carousel" train "${common[@]}" steps=3 run_name=processes
+"$here/mpirun.sh" 4 "$carousel" train "${common[@]}" steps=6 run_name=processes
+
+status=0
+for f in model optimizer; do
+  if ! cmp "$work/threads/checkpoints/6/$f.safetensors" "$work/processes/checkpoints/6/$f.safetensors"; then
+    echo "FAIL: $f.safetensors after 6 steps differs between threads and processes"
+    status=1
+  fi
+done
+python3 - "$work/threads/metrics.jsonl" "$work/processes/metrics.jsonl" <<'PY' || status=1
+import json, sys
+runs = [[json.loads(line) for line in open(path)] for path in sys.argv[1:]]
+pick = lambda run: [(r["step"], r["loss"], r["grad_norm"]) for r in run]
+threads, processes = map(pick, runs)
+assert len(threads) == 6, threads
+if threads != processes:
+    sys.exit(f"FAIL: (step, loss, grad norm) differ\n threads   {threads}\n processes {processes}")
+print(f"6 steps equal, bitwise: final loss {threads[-1][1]!r}")
+PY
+
+# A job whose process count is not the mesh's device count: one clear error, every process ends.
+if out=$("$here/mpirun.sh" 2 "$carousel" train "${common[@]}" steps=1 run_name=wrong 2>&1); then
+  echo "FAIL: 2 processes for a 4-device mesh did not fail"
+  status=1
+elif ! grep -q "mpirun started 2 processes but the config has D x S x F = 1 x 2 x 2 = 4" <<<"$out"; then
+  echo "FAIL: unexpected error for 2 processes on a 4-device mesh:"
+  echo "$out"
+  status=1
+fi
+exit $status
