@@ -7,7 +7,9 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <fstream>
 #include <tuple>
 #include <nlohmann/json.hpp>
@@ -18,6 +20,9 @@
 #include "cuda/cuda_backend.h"
 #ifdef CAROUSEL_HAVE_NCCL
 #include "collectives/nccl_communicator.h"
+#endif
+#ifdef CAROUSEL_HAVE_MPI
+#include "collectives/mpi_communicator.h"
 #endif
 
 namespace carousel::perf {
@@ -93,6 +98,20 @@ double reduce_over_ranks(int ranks, std::int64_t j, ReduceOp op, const Input& in
   return op == ReduceOp::Avg ? sum / ranks : sum;
 }
 
+// Processes fill only their own rank's entries; a sum over the ranks gives everyone all of them.
+void share_with_every_rank(Communicator& comm, std::vector<std::array<double, 2>>& time,
+                           std::vector<std::array<double, 2>>& wrong) {
+  CpuBackend be(comm.rank());
+  for (auto* v : {&time, &wrong}) {
+    std::vector<double> flat;
+    for (const auto& a : *v) flat.insert(flat.end(), a.begin(), a.end());
+    Tensor t = be.from_host(flat, {std::int64_t(flat.size())});
+    comm.all_reduce(t, t, ReduceOp::Sum).wait();
+    flat = be.to_host<double>(t);
+    for (std::size_t r = 0; r < v->size(); ++r) (*v)[r] = {flat[2 * r], flat[2 * r + 1]};
+  }
+}
+
 int run_perf(const CollectiveTest& test, int argc, char** argv) {
   CLI::App app{test.name + "_perf — nccl-tests-style benchmark of carousel's communicator"};
   std::string min_bytes = "32M", max_bytes = "32M", dtype_name_ = "float", op_name = "sum";
@@ -102,7 +121,8 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   app.add_option("-b,--minbytes", min_bytes, "smallest size (K/M/G suffixes)");
   app.add_option("-e,--maxbytes", max_bytes, "largest size");
   app.add_option("-f,--stepfactor", factor, "multiplicative size step")->check(CLI::Range(1.01, 1e9));
-  app.add_option("-g,--ngpus", ranks, "ranks (simulated CPU devices)")->check(CLI::Range(1, 1024));
+  auto* ranks_option = app.add_option("-g,--ngpus", ranks, "ranks (simulated CPU devices)")
+                          ->check(CLI::Range(1, 1024));
   app.add_option("-n,--iters", iters, "timed iterations")->check(CLI::Range(1, 1000000));
   app.add_option("-w,--warmup_iters", warmup, "warm-up iterations")->check(CLI::Range(0, 1000000));
   app.add_option("-c,--check", check, "check results: 1 yes, 0 no")->check(CLI::Range(0, 1));
@@ -111,9 +131,34 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   app.add_option("-r,--root", root, "root rank of rooted collectives");
   app.add_option("-T,--timeout", timeout, "fail an operation waiting longer than this (s)");
   app.add_option("-J,--output_file", json_file, "also write results as JSON");
-  app.add_option("--backend", backend, "local (CPU threads); nccl needs a CUDA build and GPUs")
-      ->check(CLI::IsMember({"local", "nccl"}));
+  app.add_option("--backend", backend,
+                 "local (CPU threads); mpi (one rank per process, under mpirun); nccl (GPUs)")
+      ->check(CLI::IsMember({"local", "mpi", "nccl"}));
   CLI11_PARSE(app, argc, argv);
+  (void)ranks_option;
+#ifndef CAROUSEL_HAVE_MPI
+  if (backend == "mpi") {
+    fmt::print(stderr, "error: --backend mpi: this build has no MPI communicator (install "
+                       "libopenmpi-dev and rebuild); use --backend local\n");
+    return 2;
+  }
+#else
+  // With MPI each process is one rank: -g counts ranks per process and must be 1. Only rank 0
+  // prints (as nccl-tests does); the others' stdout goes nowhere.
+  std::unique_ptr<MpiRuntime> mpi;
+  int my_rank = -1;  // this process's rank under MPI; -1: every rank is a thread here
+  if (backend == "mpi") {
+    if (ranks_option->count() > 0 && ranks != 1) {
+      fmt::print(stderr, "error: --backend mpi runs one rank per process; start N processes "
+                         "with mpirun -np N and leave -g at 1\n");
+      return 2;
+    }
+    mpi = std::make_unique<MpiRuntime>();
+    ranks = mpi->size();
+    my_rank = mpi->rank();
+    if (my_rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 2;
+  }
+#endif
 #ifndef CAROUSEL_HAVE_NCCL
   if (backend == "nccl") {
     fmt::print(stderr, "error: --backend nccl: this build has no NCCL communicator (needs CUDA "
@@ -134,13 +179,14 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   const std::size_t elt = dtype_size(dtype);
   const std::int64_t lo = parse_size(min_bytes), hi = parse_size(max_bytes);
 
-  fmt::print("# carousel {}_perf: backend {}, {} ranks (threads of this process)\n", test.name,
-             backend, ranks);
+  fmt::print("# carousel {}_perf: backend {}, {} ranks ({})\n", test.name, backend, ranks,
+             backend == "mpi" ? "one process each" : "threads of this process");
   fmt::print("#  minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} "
              "validation: {}\n#\n# Using devices\n",
              lo, hi, factor, warmup, iters, check);
   for (int r = 0; r < ranks; ++r) {
     if (backend == "nccl") fmt::print("#  Rank {:2} on cuda:{}\n", r, r);
+    else if (backend == "mpi") fmt::print("#  Rank {:2} on cpu:{} (process {})\n", r, r, r);
     else fmt::print("#  Rank {:2} on cpu:{} (simulated device)\n", r, r);
   }
   const double memcpy_bw = memcpy_gbps(std::max<std::int64_t>(hi, 1 << 20));
@@ -157,6 +203,13 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   // communicator creation is collective).
   std::vector<std::unique_ptr<Backend>> devices(ranks);
   std::vector<std::unique_ptr<Communicator>> comms(ranks);
+  // Runs fn(rank) for every rank this process hosts: one under MPI, all (as threads) otherwise.
+  auto for_local_ranks = [&](const std::function<void(int)>& fn) {
+#ifdef CAROUSEL_HAVE_MPI
+    if (mpi) return fn(my_rank);
+#endif
+    run_ranks(ranks, fn);
+  };
   try {
     std::unique_ptr<LocalWorld> local;
 #ifdef CAROUSEL_HAVE_NCCL
@@ -164,7 +217,7 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
     if (backend == "nccl") nccl = std::make_unique<NcclWorld>(ranks, timeout);
 #endif
     if (backend == "local") local = std::make_unique<LocalWorld>(ranks, timeout);
-    run_ranks(ranks, [&](int r) {
+    for_local_ranks([&](int r) {
 #ifdef CAROUSEL_HAVE_NCCL
       if (nccl) {
         devices[r] = make_cuda_backend(r);
@@ -173,6 +226,12 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
       }
 #endif
       devices[r] = std::make_unique<CpuBackend>(r);
+#ifdef CAROUSEL_HAVE_MPI
+      if (mpi) {
+        comms[r] = mpi->world(timeout);
+        return;
+      }
+#endif
       comms[r] = local->communicator(r);
     });
   } catch (const Error& e) {
@@ -190,8 +249,8 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
     row.bytes = std::max(send_n, recv_n) * std::int64_t(elt);
     row.count = count;
     std::vector<std::array<double, 2>> rank_time(ranks);
-    std::vector<std::array<std::int64_t, 2>> rank_wrong(ranks);
-    run_ranks(ranks, [&](int r) {
+    std::vector<std::array<double, 2>> rank_wrong(ranks);
+    for_local_ranks([&](int r) {
       Backend& be = *devices[r];
       Communicator* comm = comms[r].get();
       for (int mode = 0; mode < 2; ++mode) {
@@ -230,6 +289,9 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
         }
         comm->barrier().wait();
       }
+#ifdef CAROUSEL_HAVE_MPI
+      if (mpi) share_with_every_rank(*comm, rank_time, rank_wrong);
+#endif
     });
     for (int mode = 0; mode < 2; ++mode) {
       double t = 0;
@@ -237,7 +299,7 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
       row.time_us[mode] = t;
       row.algbw[mode] = t > 0 ? double(row.bytes) / t / 1e3 : 0;
       row.busbw[mode] = row.algbw[mode] * test.busbw_factor(ranks);
-      for (int r = 0; r < ranks; ++r) row.wrong[mode] += rank_wrong[r][mode];
+      for (int r = 0; r < ranks; ++r) row.wrong[mode] += std::int64_t(rank_wrong[r][mode]);
       total_wrong += row.wrong[mode];
     }
     auto wrong_text = [&](int mode) {
