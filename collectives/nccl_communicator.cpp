@@ -10,11 +10,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <list>
 #include <mutex>
 #include <thread>
 
 #include "collectives/common.h"
+#include "cuda/cpu_backend.h"
 #include "cuda/cuda_check.h"
 #include "cuda/error.h"
 
@@ -259,26 +261,55 @@ std::unique_ptr<Communicator> NcclWorld::communicator(int rank) const {
   return std::make_unique<NcclCommunicator>(comm, rank, "world", impl_->timeout);
 }
 
-std::unique_ptr<Communicator> NcclWorld::connect(const RendezvousConfig& cfg) {
+int process_gpu(int rank) {
   int gpus = 0;
   const cudaError_t err = cudaGetDeviceCount(&gpus);
   CAROUSEL_CHECK(err == cudaSuccess && gpus > 0, "NCCL communicator on rank {}: no usable CUDA "
-                 "device ({})", cfg.rank, err == cudaSuccess ? "none visible" : cudaGetErrorString(err));
+                 "device ({})", rank, err == cudaSuccess ? "none visible" : cudaGetErrorString(err));
   const char* local = std::getenv("LOCAL_RANK");
-  const int gpu = local ? std::atoi(local) : cfg.rank % gpus;
+  const int gpu = local ? std::atoi(local) : rank % gpus;
   CAROUSEL_CHECK(gpu >= 0 && gpu < gpus, "LOCAL_RANK={} is not a visible GPU (0..{})", gpu,
                  gpus - 1);
+  return gpu;
+}
+
+namespace {
+
+// One process's NCCL rank on its GPU (process_gpu): gets rank 0's NCCL id through `share`
+// (which returns rank 0's bytes on every rank) and joins.
+std::unique_ptr<Communicator> join_nccl(int rank, int size, double timeout,
+                                        const std::function<std::vector<char>(std::vector<char>)>& share) {
+  const int gpu = process_gpu(rank);
   ncclUniqueId id{};
-  if (cfg.rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
-  const std::vector<char> bytes = rendezvous_broadcast(
-      cfg, std::vector<char>(reinterpret_cast<char*>(&id), reinterpret_cast<char*>(&id) + sizeof(id)));
-  CAROUSEL_CHECK(bytes.size() == sizeof(id), "rendezvous: rank {} received {} bytes for the NCCL "
-                 "id, expected {}", cfg.rank, bytes.size(), sizeof(id));
+  if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  const auto* raw = reinterpret_cast<const char*>(&id);
+  const std::vector<char> bytes = share(std::vector<char>(raw, raw + sizeof(id)));
+  CAROUSEL_CHECK(bytes.size() == sizeof(id), "rank {} received {} bytes for the NCCL id, "
+                 "expected {}", rank, bytes.size(), sizeof(id));
   std::memcpy(&id, bytes.data(), sizeof(id));
   CUDA_CHECK(cudaSetDevice(gpu));
   ncclComm_t comm = nullptr;
-  NCCL_CHECK(ncclCommInitRank(&comm, cfg.world_size, id, cfg.rank));
-  return std::make_unique<NcclCommunicator>(comm, gpu, "world", cfg.timeout_seconds);
+  NCCL_CHECK(ncclCommInitRank(&comm, size, id, rank));
+  return std::make_unique<NcclCommunicator>(comm, gpu, "world", timeout);
+}
+
+}  // namespace
+
+std::unique_ptr<Communicator> NcclWorld::connect(const RendezvousConfig& cfg) {
+  return join_nccl(cfg.rank, cfg.world_size, cfg.timeout_seconds,
+                   [&](std::vector<char> id) { return rendezvous_broadcast(cfg, std::move(id)); });
+}
+
+std::unique_ptr<Communicator> NcclWorld::connect(Communicator& processes, double timeout_seconds) {
+  return join_nccl(processes.rank(), processes.size(), timeout_seconds, [&](std::vector<char> id) {
+    static_assert(sizeof(ncclUniqueId) % 4 == 0, "the NCCL id travels as int32 words");
+    CpuBackend host(processes.rank());
+    Tensor words = host.zeros({std::int64_t(sizeof(ncclUniqueId) / 4)}, DType::I32);
+    host.upload(id.data(), words);
+    processes.broadcast(words, words, 0).wait();
+    host.download(words, id.data());
+    return id;
+  });
 }
 
 }  // namespace carousel

@@ -15,6 +15,10 @@
 
 namespace carousel {
 
+// The GPU of a process that is rank `rank` of a multi-process job: LOCAL_RANK when set, else
+// rank % visible GPUs. Throws when no GPU is visible or LOCAL_RANK is not one.
+int process_gpu(int rank);
+
 class NcclWorld {
  public:
   // Creates the NCCL unique id shared by the `size` ranks of this process.
@@ -28,6 +32,9 @@ class NcclWorld {
   // WORLD_SIZE, MASTER_ADDR, MASTER_PORT; see rendezvous.h). Rank 0 creates the NCCL id and
   // sends it to the others over TCP. The GPU is LOCAL_RANK when set, else rank % visible GPUs.
   static std::unique_ptr<Communicator> connect(const RendezvousConfig& cfg);
+  // Multi-process under mpirun: the NCCL id travels over `processes` (the MPI communicator,
+  // host memory) from its rank 0; this process's NCCL rank is its rank there.
+  static std::unique_ptr<Communicator> connect(Communicator& processes, double timeout_seconds);
 
  private:
   struct Impl;

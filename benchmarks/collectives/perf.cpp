@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "collectives/local_communicator.h"
+#include "collectives/rendezvous.h"
 #include "cuda/cpu_backend.h"
 #include "cuda/cuda_backend.h"
 #ifdef CAROUSEL_HAVE_NCCL
@@ -136,6 +137,7 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
       ->check(CLI::IsMember({"local", "mpi", "nccl"}));
   CLI11_PARSE(app, argc, argv);
   (void)ranks_option;
+  int my_rank = -1;  // this process's rank under mpirun; -1: every rank is a thread here
 #ifndef CAROUSEL_HAVE_MPI
   if (backend == "mpi") {
     fmt::print(stderr, "error: --backend mpi: this build has no MPI communicator (install "
@@ -143,14 +145,15 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
     return 2;
   }
 #else
-  // With MPI each process is one rank: -g counts ranks per process and must be 1. Only rank 0
-  // prints (as nccl-tests does); the others' stdout goes nowhere.
+  // Under mpirun (--backend mpi, or nccl started by mpirun) each process is one rank: -g counts
+  // ranks per process and must be 1. Only rank 0 prints (as nccl-tests does); the others'
+  // stdout goes nowhere.
   std::unique_ptr<MpiRuntime> mpi;
-  int my_rank = -1;  // this process's rank under MPI; -1: every rank is a thread here
-  if (backend == "mpi") {
+  std::unique_ptr<Communicator> mpi_world;  // NCCL under mpirun: carries the NCCL id
+  if (backend == "mpi" || (backend == "nccl" && mpi_launch_size() > 1)) {
     if (ranks_option->count() > 0 && ranks != 1) {
-      fmt::print(stderr, "error: --backend mpi runs one rank per process; start N processes "
-                         "with mpirun -np N and leave -g at 1\n");
+      fmt::print(stderr, "error: under mpirun each process is one rank; start N processes with "
+                         "mpirun -np N and leave -g at 1\n");
       return 2;
     }
     mpi = std::make_unique<MpiRuntime>();
@@ -205,19 +208,25 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   std::vector<std::unique_ptr<Communicator>> comms(ranks);
   // Runs fn(rank) for every rank this process hosts: one under MPI, all (as threads) otherwise.
   auto for_local_ranks = [&](const std::function<void(int)>& fn) {
-#ifdef CAROUSEL_HAVE_MPI
-    if (mpi) return fn(my_rank);
-#endif
+    if (my_rank >= 0) return fn(my_rank);
     run_ranks(ranks, fn);
   };
   try {
     std::unique_ptr<LocalWorld> local;
 #ifdef CAROUSEL_HAVE_NCCL
     std::unique_ptr<NcclWorld> nccl;
-    if (backend == "nccl") nccl = std::make_unique<NcclWorld>(ranks, timeout);
+    if (backend == "nccl" && my_rank < 0) nccl = std::make_unique<NcclWorld>(ranks, timeout);
 #endif
     if (backend == "local") local = std::make_unique<LocalWorld>(ranks, timeout);
     for_local_ranks([&](int r) {
+#if defined(CAROUSEL_HAVE_NCCL) && defined(CAROUSEL_HAVE_MPI)
+      if (backend == "nccl" && mpi) {
+        mpi_world = mpi->world(timeout);
+        devices[r] = make_cuda_backend(process_gpu(r));
+        comms[r] = NcclWorld::connect(*mpi_world, timeout);
+        return;
+      }
+#endif
 #ifdef CAROUSEL_HAVE_NCCL
       if (nccl) {
         devices[r] = make_cuda_backend(r);
@@ -290,7 +299,7 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
         comm->barrier().wait();
       }
 #ifdef CAROUSEL_HAVE_MPI
-      if (mpi) share_with_every_rank(*comm, rank_time, rank_wrong);
+      if (mpi) share_with_every_rank(mpi_world ? *mpi_world : *comm, rank_time, rank_wrong);
 #endif
     });
     for (int mode = 0; mode < 2; ++mode) {
