@@ -16,14 +16,20 @@ class OpCheck {
  public:
   OpCheck(const char* op, const Backend& backend) : op_(op), backend_(backend) {}
 
-  // Defined, on this backend's device, floating dtype the backend supports.
+  // Defined, on this backend's device, float32 or float64 (every op computes in these).
   const OpCheck& floating(const char* name, const Tensor& t) const {
     on_device(name, t);
-    CAROUSEL_CHECK(is_floating(t.dtype()) && backend_.supports(t.dtype()),
-                   "{}: argument '{}' is {} which the {} backend does not support{}", op_, name,
-                   dtype_name(t.dtype()), backend_.name(),
-                   t.dtype() == DType::BF16 ? " (bfloat16 runs on the CUDA backend; use float32)"
-                                            : "");
+    CAROUSEL_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64,
+                   "{}: argument '{}' is {}, but {} runs in float32 or float64{}", op_, name,
+                   dtype_name(t.dtype()), op_,
+                   t.dtype() == DType::BF16 ? " (bfloat16 so far: fill, cast and gemm)" : "");
+    return *this;
+  }
+  // Like floating(), bfloat16 allowed too (ops that load bf16 and compute in float32).
+  const OpCheck& floating_or_bf16(const char* name, const Tensor& t) const {
+    on_device(name, t);
+    CAROUSEL_CHECK(is_floating(t.dtype()), "{}: argument '{}' is {}, not a floating dtype", op_,
+                   name, dtype_name(t.dtype()));
     return *this;
   }
   const OpCheck& tokens(const char* name, const Tensor& t) const {
@@ -38,10 +44,10 @@ class OpCheck {
                    "{}: argument '{}' lives on {} but this backend runs on {}", op_, name,
                    t.device().name(), backend_.allocator().name());
   }
-  // `t` has the same dtype as `ref`.
+  // `t` has the same dtype as `ref` (which was checked already).
   const OpCheck& same_dtype(const char* name, const Tensor& t, const char* ref_name,
                             const Tensor& ref) const {
-    floating(name, t);
+    on_device(name, t);
     CAROUSEL_CHECK(t.dtype() == ref.dtype(), "{}: argument '{}' is {} but must be {} like '{}'",
                    op_, name, dtype_name(t.dtype()), dtype_name(ref.dtype()), ref_name);
     return *this;
@@ -86,6 +92,19 @@ void check_token_range(Backend& be, const char* op, const char* arg, const Tenso
                    "{}: {} {} at position {} of '{}' {} is outside the vocabulary [0, {})", op,
                    std::string_view(arg) == "targets" ? "target" : "token", ids[i], i, arg,
                    shape_str(tokens.shape()), vocab);
+  }
+}
+
+// a, b, c alike (float32 or float64), or a, b bfloat16 with c float32 or bfloat16.
+void check_gemm_dtypes(const OpCheck& check, const Tensor& a, const Tensor& b, const Tensor& c) {
+  check.floating_or_bf16("a", a).same_dtype("b", b, "a", a);
+  if (a.dtype() == DType::BF16) {
+    check.floating_or_bf16("c", c).that(
+        c.dtype() == DType::BF16 || c.dtype() == DType::F32,
+        fmt::format("bfloat16 inputs accumulate into float32 or bfloat16, not {} ('c' {})",
+                    dtype_name(c.dtype()), c.describe()));
+  } else {
+    check.same_dtype("c", c, "a", a);
   }
 }
 
@@ -137,7 +156,7 @@ void Backend::download(const Tensor& src, void* host) {
 }
 
 void Backend::fill(const Tensor& x, double value) {
-  OpCheck("fill", *this).floating("x", x);
+  OpCheck("fill", *this).floating_or_bf16("x", x);
   do_fill(x, value);
 }
 
@@ -149,6 +168,13 @@ void Backend::copy(const Tensor& src, const Tensor& dst) {
          fmt::format("'src' {} and 'dst' {} must have the same dtype and shape", src.describe(),
                      dst.describe()));
   do_copy(src, dst);
+}
+
+void Backend::cast(const Tensor& src, const Tensor& dst) {
+  OpCheck c("cast", *this);
+  c.floating_or_bf16("src", src).floating_or_bf16("dst", dst);
+  c.shape("dst", dst, src.shape(), "the shape of 'src'");
+  do_cast(src, dst);
 }
 
 void Backend::scale(const Tensor& x, double alpha) {
@@ -179,7 +205,7 @@ double Backend::sum_squares(const Tensor& x) {
 void Backend::gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
                    double beta, const Tensor& c) {
   OpCheck check("gemm", *this);
-  check.floating("a", a).same_dtype("b", b, "a", a).same_dtype("c", c, "a", a);
+  check_gemm_dtypes(check, a, b, c);
   const std::int64_t m = trans_a ? a.cols() : a.rows();
   const std::int64_t k = trans_a ? a.rows() : a.cols();
   const std::int64_t kb = trans_b ? b.cols() : b.rows();
@@ -197,7 +223,7 @@ void Backend::gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, co
 void Backend::gemm_strided_batched(bool trans_a, bool trans_b, double alpha, const Tensor& a,
                                    const Tensor& b, double beta, const Tensor& c) {
   OpCheck check("gemm_strided_batched", *this);
-  check.floating("a", a).same_dtype("b", b, "a", a).same_dtype("c", c, "a", a);
+  check_gemm_dtypes(check, a, b, c);
   check.rank("a", a, 3, "[batch, rows, cols]")
       .rank("b", b, 3, "[batch, rows, cols]")
       .rank("c", c, 3, "[batch, rows, cols]");

@@ -50,7 +50,6 @@ class Backend {
   Backend& operator=(const Backend&) = delete;
 
   virtual std::string name() const = 0;           // "cpu (OpenBLAS, 2 threads)"
-  virtual bool supports(DType dtype) const = 0;   // which floating dtypes ops accept
   virtual void synchronize() {}                   // wait for all queued work (GPU)
   DeviceKind kind() const { return allocator_->kind(); }
   DeviceAllocator& allocator() const { return *allocator_; }
@@ -78,6 +77,9 @@ class Backend {
   // ---- elementwise & BLAS-1 -----------------------------------------------------------------
   void fill(const Tensor& x, double value);                          // x = value
   void copy(const Tensor& src, const Tensor& dst);                   // dst = src (same shape)
+  // dst = src converted to dst's dtype (float32, float64, bfloat16; same shape). To bfloat16:
+  // round to nearest even (a float64 rounds to float32 first).
+  void cast(const Tensor& src, const Tensor& dst);
   void scale(const Tensor& x, double alpha);                         // x *= alpha
   void axpy(double alpha, const Tensor& x, const Tensor& y);         // y += alpha * x
   void add(const Tensor& a, const Tensor& b, const Tensor& out);     // out = a + b (residual)
@@ -87,6 +89,8 @@ class Backend {
   // ---- GEMM ---------------------------------------------------------------------------------
   // c[m,n] = alpha * op(a)[m,k] * op(b)[k,n] + beta * c, tensors taken as matrices;
   // op(a) = a^T when trans_a (then a is [k,m]). beta = 1 accumulates (weight gradients).
+  // dtypes: a, b and c alike, or a and b bfloat16 with c float32 or bfloat16 (products and sums
+  // in float32: mixed precision).
   void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
             double beta, const Tensor& c);
   // The same for each index of the leading (batch) dimension: a [batch,.,.], b [batch,.,.],
@@ -152,6 +156,7 @@ class Backend {
   virtual void do_download(const Tensor& src, void* host) = 0;
   virtual void do_fill(const Tensor& x, double value) = 0;
   virtual void do_copy(const Tensor& src, const Tensor& dst) = 0;
+  virtual void do_cast(const Tensor& src, const Tensor& dst) = 0;
   virtual void do_scale(const Tensor& x, double alpha) = 0;
   virtual void do_axpy(double alpha, const Tensor& x, const Tensor& y) = 0;
   virtual void do_add(const Tensor& a, const Tensor& b, const Tensor& out) = 0;

@@ -20,15 +20,17 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int device_index = 0, std::size_t memory_limit_bytes = 0);
 
   std::string name() const override;
-  bool supports(DType dtype) const override {
-    return dtype == DType::F32 || dtype == DType::F64;
-  }
+
+ private:
+  void gemm_bf16(bool trans_a, bool trans_b, const GemmDims& dims, double alpha, const Tensor& a,
+                 const Tensor& b, double beta, const Tensor& c);
 
  protected:
   void do_upload(const void* host, const Tensor& dst) override;
   void do_download(const Tensor& src, void* host) override;
   void do_fill(const Tensor& x, double value) override;
   void do_copy(const Tensor& src, const Tensor& dst) override;
+  void do_cast(const Tensor& src, const Tensor& dst) override;
   void do_scale(const Tensor& x, double alpha) override;
   void do_axpy(double alpha, const Tensor& x, const Tensor& y) override;
   void do_add(const Tensor& a, const Tensor& b, const Tensor& out) override;

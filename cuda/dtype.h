@@ -1,7 +1,8 @@
 // dtype.h — element types a Tensor can hold.
 //
 // F32 is the training dtype on every backend; F64 exists on the CPU backend so gradients can be
-// checked against finite differences in double precision; BF16 is the GPU compute dtype;
+// checked against finite differences in double precision; BF16 is the GPU compute dtype (so far
+// accepted by fill, cast and gemm on both backends; the CPU computes it in float32);
 // I32 holds token ids.
 #pragma once
 
@@ -35,10 +36,16 @@ constexpr std::string_view dtype_name(DType t) {
 
 constexpr bool is_floating(DType t) { return t != DType::I32; }
 
+// bfloat16 as stored: the upper 16 bits of a float32 (conversions in cuda/bfloat16.h).
+struct bf16 {
+  std::uint16_t bits;
+};
+
 // The DType of a C++ element type (used by Tensor::data<T>() to check what the caller expects).
 template <class T> constexpr DType dtype_of();
 template <> constexpr DType dtype_of<float>() { return DType::F32; }
 template <> constexpr DType dtype_of<double>() { return DType::F64; }
 template <> constexpr DType dtype_of<std::int32_t>() { return DType::I32; }
+template <> constexpr DType dtype_of<bf16>() { return DType::BF16; }
 
 }  // namespace carousel

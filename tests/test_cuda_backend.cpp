@@ -1,11 +1,13 @@
 // test_cuda_backend.cpp — every CUDA op against the CPU op (the oracle) on the same seeded
-// inputs, float32 (rtol 1e-5 / atol 1e-6, attention and reductions 1e-4) and float64 (1e-10).
+// inputs, float32 (rtol 1e-5 / atol 1e-6, attention and reductions 1e-4) and float64 (1e-10);
+// bfloat16 cast (bitwise) and bf16-input GEMM.
 // Label gpu. Without a visible GPU every case skips and says why (CUDA not built, no driver, or
 // no device), so `ctest -L gpu` on a GPU-less machine reports them as skipped, not passed.
 #include <gtest/gtest.h>
 
 #include <functional>
 
+#include "cuda/bfloat16.h"
 #include "cuda/cpu_backend.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_info.h"
@@ -154,6 +156,44 @@ TEST_P(CudaVsCpu, MatchesTheCpuBackend) {
 
 INSTANTIATE_TEST_SUITE_P(Ops, CudaVsCpu, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
+
+// bfloat16: cast must give the same bits as the CPU (one rounding function, cuda/bfloat16.h);
+// GEMM with bf16 inputs sums in float32 in another order than OpenBLAS: float32 outputs agree to
+// 1e-5 relative (k = 53), bfloat16 outputs to one bf16 ulp (2^-7 relative).
+TEST(CudaBf16, CastIsBitwiseAndGemmMatchesTheCpu) {
+  std::unique_ptr<Backend> gpu;
+  try {
+    gpu = make_cuda_backend(0);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no GPU to test on: " << e.what();
+  }
+  CpuBackend cpu;
+  const auto values = testing::randn(4099, 30, 100.0);
+  auto bits = [](Backend& be, const std::vector<double>& v) {
+    return be.to_host<bf16>(make(be, v, {std::int64_t(v.size())}, DType::BF16));
+  };
+  const auto g = bits(*gpu, values), c = bits(cpu, values);
+  for (std::size_t i = 0; i < values.size(); ++i) ASSERT_EQ(g[i].bits, c[i].bits) << values[i];
+  for (DType out : {DType::F32, DType::BF16}) {
+    auto run = [&](Backend& be) {
+      std::vector<double> all;
+      for (bool ta : {false, true})
+        for (bool tb : {false, true}) {
+          const int m = 37, n = 29, k = 53;
+          Tensor a = make(be, testing::randn(m * k, 1), ta ? Shape{k, m} : Shape{m, k}, DType::BF16);
+          Tensor b = make(be, testing::randn(k * n, 2), tb ? Shape{n, k} : Shape{k, n}, DType::BF16);
+          Tensor cc = make(be, testing::randn(m * n, 3), {m, n}, out);
+          be.gemm(ta, tb, 0.5, a, b, 1.0, cc);
+          const auto v = fetch(be, cc);
+          all.insert(all.end(), v.begin(), v.end());
+        }
+      return all;
+    };
+    const double rtol = out == DType::F32 ? 1e-5 : std::ldexp(1.0, -7);
+    testing::expect_close(run(*gpu), run(cpu), rtol, rtol, "bf16 gemm into " +
+                          std::string(dtype_name(out)));
+  }
+}
 
 TEST(CudaDevice, AsksForCudaWithoutAGpuIsAClearError) {
   if (!list_cuda_devices().devices.empty()) GTEST_SKIP() << "a GPU is visible";

@@ -43,10 +43,18 @@ TEST(OpErrors, DtypeMismatchNamesBothDtypes) {
   expect_error([&] { be.add(a, b, out); }, {"add", "'b'", "float64", "float32", "'a'"});
 }
 
-TEST(OpErrors, Bfloat16IsRejectedByTheCpuBackend) {
+TEST(OpErrors, Bfloat16IsRejectedByOpsThatComputeInFloat) {
   CpuBackend be;
-  Tensor x = be.empty({4}, DType::BF16);
-  expect_error([&] { be.fill(x, 1.0); }, {"fill", "'x'", "bfloat16", "CUDA backend"});
+  Tensor x = be.zeros({4}, DType::BF16), y = be.zeros({4}, DType::BF16);
+  expect_error([&] { be.add(x, y, y); },
+               {"add", "'a'", "bfloat16", "float32 or float64", "fill, cast and gemm"});
+  Tensor a = be.zeros({2, 3}, DType::BF16), b = be.zeros({3, 2}, DType::BF16);
+  Tensor c64 = be.zeros({2, 2}, DType::F64);
+  expect_error([&] { be.gemm(false, false, 1.0, a, b, 0.0, c64); },
+               {"gemm", "bfloat16 inputs accumulate into float32 or bfloat16, not float64"});
+  Tensor tokens = be.zeros({4}, DType::I32);
+  expect_error([&] { be.cast(tokens, x); }, {"cast", "'src'", "int32", "not a floating dtype"});
+  expect_error([&] { be.cast(be.zeros({5}), x); }, {"cast", "'dst'", "[4]", "[5]"});
 }
 
 TEST(OpErrors, AttentionHeadsMustDivide) {

@@ -32,17 +32,27 @@ inline std::vector<std::int32_t> randint(std::size_t n, std::int32_t hi, std::ui
   return v;
 }
 
-// A tensor of `dtype` (F32 or F64) holding `values` (rounded to the dtype).
+// A tensor of `dtype` (F32, F64 or BF16) holding `values` (rounded to the dtype; BF16 through
+// float32 and the backend's cast).
 inline Tensor make(Backend& be, const std::vector<double>& values, Shape shape, DType dtype) {
   if (dtype == DType::F64) return be.from_host(values, std::move(shape));
-  return be.from_host(std::vector<float>(values.begin(), values.end()), std::move(shape));
+  Tensor f = be.from_host(std::vector<float>(values.begin(), values.end()), std::move(shape));
+  if (dtype == DType::F32) return f;
+  Tensor t = be.empty(f.shape(), dtype);
+  be.cast(f, t);
+  return t;
 }
 
-// The values of a F32 or F64 tensor, as doubles.
+// The values of a F32, F64 or BF16 tensor, as doubles.
 inline std::vector<double> fetch(Backend& be, const Tensor& t) {
   if (t.dtype() == DType::F64) return be.to_host<double>(t);
-  auto f = be.to_host<float>(t);
-  return {f.begin(), f.end()};
+  Tensor f = t;
+  if (t.dtype() != DType::F32) {
+    f = be.empty(t.shape(), DType::F32);
+    be.cast(t, f);
+  }
+  auto v = be.to_host<float>(f);
+  return {v.begin(), v.end()};
 }
 
 // The message of the carousel::Error that fn throws, or "<no error>".

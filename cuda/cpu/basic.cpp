@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "cuda/bfloat16.h"
 #include "cuda/cpu/dispatch.h"
 #include "cuda/cpu_backend.h"
 
@@ -30,6 +31,11 @@ void CpuBackend::do_download(const Tensor& src, void* host) {
 }
 
 void CpuBackend::do_fill(const Tensor& x, double value) {
+  if (x.dtype() == DType::BF16) {
+    const bf16 v = math::to_bf16(float(value));
+    std::fill_n(x.data<bf16>(), x.numel(), v);
+    return;
+  }
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* p = x.data<T>();
@@ -41,6 +47,20 @@ void CpuBackend::do_fill(const Tensor& x, double value) {
 
 void CpuBackend::do_copy(const Tensor& src, const Tensor& dst) {
   if (src.raw() != dst.raw()) std::memmove(dst.raw(), src.raw(), src.nbytes());
+}
+
+void CpuBackend::do_cast(const Tensor& src, const Tensor& dst) {
+  cpu::dispatch_storage(src.dtype(), [&](auto from) {
+    cpu::dispatch_storage(dst.dtype(), [&](auto to) {
+      using From = decltype(from);
+      using To = decltype(to);
+      const From* s = src.data<From>();
+      To* d = dst.data<To>();
+      const std::int64_t n = src.numel();
+#pragma omp parallel for schedule(static)
+      for (std::int64_t i = 0; i < n; ++i) d[i] = math::Convert<To>::from(s[i]);
+    });
+  });
 }
 
 void CpuBackend::do_scale(const Tensor& x, double alpha) {
@@ -102,8 +122,24 @@ double CpuBackend::do_sum(const Tensor& x, bool squares) {
   return total;
 }
 
+// bfloat16 inputs: widened to float32, multiplied by sgemm (float32 products and sums, as the
+// GPU's tensor cores do with fp32 accumulation), the result rounded if c is bfloat16.
+void CpuBackend::gemm_bf16(bool trans_a, bool trans_b, const GemmDims& d, double alpha,
+                           const Tensor& a, const Tensor& b, double beta, const Tensor& c) {
+  auto widened = [&](const Tensor& t) {
+    Tensor f = empty(t.shape(), DType::F32);
+    cast(t, f);
+    return f;
+  };
+  const Tensor fa = widened(a), fb = widened(b);
+  const Tensor fc = c.dtype() == DType::F32 ? c : widened(c);
+  do_gemm(trans_a, trans_b, d, alpha, fa, fb, beta, fc);
+  if (c.dtype() == DType::BF16) cast(fc, c);
+}
+
 void CpuBackend::do_gemm(bool trans_a, bool trans_b, const GemmDims& d, double alpha,
                          const Tensor& a, const Tensor& b, double beta, const Tensor& c) {
+  if (a.dtype() == DType::BF16) return gemm_bf16(trans_a, trans_b, d, alpha, a, b, beta, c);
   dispatch_float(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     // BLAS requires leading dimensions >= 1 even for empty matrices.

@@ -19,6 +19,15 @@ template <class Fn> void dispatch_float(DType dtype, Fn&& fn) {
   }
 }
 
+// Calls fn(T{}) with T = float, double or bf16: the storage types cast converts between.
+template <class Fn> void dispatch_storage(DType dtype, Fn&& fn) {
+  if (dtype == DType::BF16) {
+    fn(bf16{});
+  } else {
+    dispatch_float(dtype, fn);
+  }
+}
+
 // Row-major GEMM on raw pointers with leading dimensions: C = alpha op(A) op(B) + beta C.
 inline void blas_gemm(bool ta, bool tb, std::int64_t m, std::int64_t n, std::int64_t k,
                       float alpha, const float* a, std::int64_t lda, const float* b,

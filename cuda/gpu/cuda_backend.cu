@@ -53,6 +53,19 @@ template <class Fn> void dispatch(DType dtype, Fn&& fn) {
   if (dtype == DType::F64) fn(double{});
   else fn(float{});
 }
+// float, double or bf16: the storage types cast converts between.
+template <class Fn> void dispatch_storage(DType dtype, Fn&& fn) {
+  if (dtype == DType::BF16) fn(bf16{});
+  else dispatch(dtype, fn);
+}
+
+cudaDataType_t cublas_type(DType t) {
+  switch (t) {
+    case DType::F64: return CUDA_R_64F;
+    case DType::BF16: return CUDA_R_16BF;
+    default: return CUDA_R_32F;
+  }
+}
 
 class CudaBackend final : public Backend {
  public:
@@ -74,7 +87,6 @@ class CudaBackend final : public Backend {
     cudaGetDeviceProperties(&prop, gpu_);
     return fmt::format("cuda:{} ({})", gpu_, prop.name);
   }
-  bool supports(DType dtype) const override { return dtype == DType::F32 || dtype == DType::F64; }
   void synchronize() override {
     CUDA_CHECK(cudaSetDevice(gpu_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -92,6 +104,11 @@ class CudaBackend final : public Backend {
     synchronize();
   }
   void do_fill(const Tensor& x, double value) override {
+    if (x.dtype() == DType::BF16) {
+      launch(gpu::fill_kernel<bf16>, x.numel(), x.data<bf16>(), x.numel(),
+             math::to_bf16(float(value)));
+      return;
+    }
     dispatch(x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::fill_kernel<T>, x.numel(), x.data<T>(), x.numel(), T(value));
@@ -100,6 +117,16 @@ class CudaBackend final : public Backend {
   void do_copy(const Tensor& src, const Tensor& dst) override {
     CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice,
                                stream_));
+  }
+  void do_cast(const Tensor& src, const Tensor& dst) override {
+    dispatch_storage(src.dtype(), [&](auto from) {
+      dispatch_storage(dst.dtype(), [&](auto to) {
+        using From = decltype(from);
+        using To = decltype(to);
+        launch(gpu::cast_kernel<From, To>, src.numel(), src.data<From>(), dst.data<To>(),
+               src.numel());
+      });
+    });
   }
   void do_scale(const Tensor& x, double alpha) override {
     dispatch(x.dtype(), [&](auto tag) {
@@ -143,7 +170,13 @@ class CudaBackend final : public Backend {
     const int ldb = int(std::max<std::int64_t>(1, tb ? d.k : d.n));
     const int ldc = int(std::max<std::int64_t>(1, d.n));
     const long long sa = d.m * d.k, sb = d.k * d.n, sc = d.m * d.n;
-    if (a.dtype() == DType::F64) {
+    if (a.dtype() == DType::BF16) {  // bf16 inputs, float32 products and sums (tensor cores)
+      const float al = float(alpha), be = float(beta);
+      CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+          blas_, opb, opa, int(d.n), int(d.m), int(d.k), &al, b.raw(), CUDA_R_16BF, ldb, sb,
+          a.raw(), CUDA_R_16BF, lda, sa, &be, c.raw(), cublas_type(c.dtype()), ldc, sc,
+          int(d.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else if (a.dtype() == DType::F64) {
       const double al = alpha, be = beta;
       CUBLAS_CHECK(cublasDgemmStridedBatched(blas_, opb, opa, int(d.n), int(d.m), int(d.k), &al,
                                              b.data<double>(), ldb, sb, a.data<double>(), lda, sa,

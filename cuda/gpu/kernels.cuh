@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "cuda/bfloat16.h"
 #include "cuda/elementwise.h"
 
 namespace carousel::gpu {
@@ -16,6 +17,14 @@ template <class T> __global__ void fill_kernel(T* x, std::int64_t n, T value) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] = value;
 }
+
+// dst[i] = src[i] converted (bfloat16 rounding shared with the CPU backend: cuda/bfloat16.h).
+template <class From, class To>
+__global__ void cast_kernel(const From* src, To* dst, std::int64_t n) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = math::Convert<To>::from(src[i]);
+}
+
 template <class T> __global__ void scale_kernel(T* x, std::int64_t n, T alpha) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= alpha;
