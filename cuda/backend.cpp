@@ -22,7 +22,8 @@ class OpCheck {
     CAROUSEL_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64,
                    "{}: argument '{}' is {}, but {} runs in float32 or float64{}", op_, name,
                    dtype_name(t.dtype()), op_,
-                   t.dtype() == DType::BF16 ? " (bfloat16 so far: fill, cast and gemm)" : "");
+                   t.dtype() == DType::BF16 ? " (bfloat16 here: parameters and moments stay float32)"
+                                            : "");
     return *this;
   }
   // Like floating(), bfloat16 allowed too (ops that load bf16 and compute in float32).
@@ -108,6 +109,44 @@ void check_gemm_dtypes(const OpCheck& check, const Tensor& a, const Tensor& b, c
   }
 }
 
+// Float32 stand-ins for the bfloat16 arguments of one op call. Ops without a bfloat16 kernel
+// run in float32 on widened copies (exact: every bf16 value is a float32), then finish() rounds
+// each bf16 output once. That is what a bf16 kernel computing in float32 registers does, so
+// the CPU backend (the oracle) and the CUDA backend agree, and native kernels can replace this
+// op by op. A tensor passed twice (in place) gets one stand-in.
+class Float32Staging {
+ public:
+  Float32Staging(Backend& be, std::initializer_list<Tensor> outputs)
+      : be_(be), outputs_(outputs) {}
+  Tensor operator()(const Tensor& t) {
+    if (t.dtype() != DType::BF16) return t;
+    for (const auto& [original, wide] : staged_) {
+      if (original.raw() == t.raw() && original.numel() == t.numel()) return wide;
+    }
+    Tensor wide = be_.empty(t.shape(), DType::F32);
+    be_.cast(t, wide);
+    staged_.push_back({t, wide});
+    return wide;
+  }
+  void finish() {
+    for (const Tensor& out : outputs_) {
+      if (out.dtype() == DType::BF16) be_.cast((*this)(out), out);
+    }
+  }
+
+ private:
+  Backend& be_;
+  std::vector<Tensor> outputs_;
+  std::vector<std::pair<Tensor, Tensor>> staged_;  // (bf16 argument, float32 stand-in)
+};
+
+bool any_bf16(std::initializer_list<Tensor> tensors) {
+  for (const Tensor& t : tensors) {
+    if (t.defined() && t.dtype() == DType::BF16) return true;
+  }
+  return false;
+}
+
 // "the last dimension of x [3,64]"
 std::string from(const char* what, const char* name, const Tensor& t) {
   return fmt::format("{} of '{}' {}", what, name, shape_str(t.shape()));
@@ -178,26 +217,49 @@ void Backend::cast(const Tensor& src, const Tensor& dst) {
 }
 
 void Backend::scale(const Tensor& x, double alpha) {
+  if (any_bf16({x})) {
+    Float32Staging f(*this, {x});
+    scale(f(x), alpha);
+    return f.finish();
+  }
   OpCheck("scale", *this).floating("x", x);
   do_scale(x, alpha);
 }
 
 void Backend::axpy(double alpha, const Tensor& x, const Tensor& y) {
+  if (any_bf16({x, y})) {
+    Float32Staging f(*this, {y});
+    axpy(alpha, f(x), f(y));
+    return f.finish();
+  }
   OpCheck("axpy", *this).floating("x", x).like("y", y, "x", x);
   do_axpy(alpha, x, y);
 }
 
 void Backend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  if (any_bf16({a, b, out})) {
+    Float32Staging f(*this, {out});
+    add(f(a), f(b), f(out));
+    return f.finish();
+  }
   OpCheck("add", *this).floating("a", a).like("b", b, "a", a).like("out", out, "a", a);
   do_add(a, b, out);
 }
 
 double Backend::sum(const Tensor& x) {
+  if (any_bf16({x})) {
+    Float32Staging f(*this, {});
+    return sum(f(x));
+  }
   OpCheck("sum", *this).floating("x", x);
   return do_sum(x, false);
 }
 
 double Backend::sum_squares(const Tensor& x) {
+  if (any_bf16({x})) {
+    Float32Staging f(*this, {});
+    return sum_squares(f(x));
+  }
   OpCheck("sum_squares", *this).floating("x", x);
   return do_sum(x, true);
 }
@@ -243,6 +305,11 @@ void Backend::gemm_strided_batched(bool trans_a, bool trans_b, double alpha, con
 }
 
 void Backend::embedding_forward(const Tensor& table, const Tensor& tokens, const Tensor& out) {
+  if (any_bf16({table, out})) {
+    Float32Staging f(*this, {out});
+    embedding_forward(f(table), tokens, f(out));
+    return f.finish();
+  }
   OpCheck check("embedding_forward", *this);
   check.floating("table", table).rank("table", table, 2, "[vocab, embed]").tokens("tokens", tokens);
   Shape expected = tokens.shape();
@@ -254,6 +321,11 @@ void Backend::embedding_forward(const Tensor& table, const Tensor& tokens, const
 }
 
 void Backend::embedding_backward(const Tensor& dout, const Tensor& tokens, const Tensor& dtable) {
+  if (any_bf16({dout, dtable})) {
+    Float32Staging f(*this, {dtable});
+    embedding_backward(f(dout), tokens, f(dtable));
+    return f.finish();
+  }
   OpCheck check("embedding_backward", *this);
   check.floating("dtable", dtable).rank("dtable", dtable, 2, "[vocab, embed]").tokens("tokens", tokens);
   Shape expected = tokens.shape();
@@ -266,6 +338,11 @@ void Backend::embedding_backward(const Tensor& dout, const Tensor& tokens, const
 
 void Backend::rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& out,
                               const Tensor& rstd) {
+  if (any_bf16({x, weight, out, rstd})) {
+    Float32Staging f(*this, {out, rstd});
+    rmsnorm_forward(f(x), f(weight), eps, f(out), f(rstd));
+    return f.finish();
+  }
   OpCheck check("rmsnorm_forward", *this);
   check.floating("x", x).same_dtype("weight", weight, "x", x);
   check.shape("weight", weight, {x.cols()}, from("the last dimension", "x", x));
@@ -277,6 +354,11 @@ void Backend::rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps,
 
 void Backend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                const Tensor& rstd, const Tensor& dx, const Tensor& dweight) {
+  if (any_bf16({dout, x, weight, rstd, dx, dweight})) {
+    Float32Staging f(*this, {dx, dweight});
+    rmsnorm_backward(f(dout), f(x), f(weight), f(rstd), f(dx), f(dweight));
+    return f.finish();
+  }
   OpCheck check("rmsnorm_backward", *this);
   check.floating("x", x).like("dout", dout, "x", x).like("dx", dx, "x", x);
   check.same_dtype("weight", weight, "x", x)
@@ -301,12 +383,22 @@ void check_rope(const char* op, const Backend& backend, const Tensor& x, const T
 
 void Backend::rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
                            const Tensor& out) {
+  if (any_bf16({x, cos, sin, out})) {
+    Float32Staging f(*this, {out});
+    rope_forward(f(x), f(cos), f(sin), f(out));
+    return f.finish();
+  }
   check_rope("rope_forward", *this, x, cos, sin, out);
   do_rope(x, cos, sin, out, /*backward=*/false);
 }
 
 void Backend::rope_backward(const Tensor& dout, const Tensor& cos, const Tensor& sin,
                             const Tensor& dx) {
+  if (any_bf16({dout, cos, sin, dx})) {
+    Float32Staging f(*this, {dx});
+    rope_backward(f(dout), f(cos), f(sin), f(dx));
+    return f.finish();
+  }
   check_rope("rope_backward", *this, dout, cos, sin, dx);
   do_rope(dout, cos, sin, dx, /*backward=*/true);
 }
@@ -330,6 +422,11 @@ void check_attention(const char* op, const Backend& backend, const Tensor& q, co
 
 void Backend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& out, const Tensor& lse) {
+  if (any_bf16({q, k, v, out, lse})) {
+    Float32Staging f(*this, {out, lse});
+    attention_forward(f(q), f(k), f(v), f(out), f(lse));
+    return f.finish();
+  }
   check_attention("attention_forward", *this, q, k, v, out, lse);
   do_attention_forward(q, k, v, out, lse);
 }
@@ -337,6 +434,11 @@ void Backend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& 
 void Backend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                  const Tensor& v, const Tensor& out, const Tensor& lse,
                                  const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  if (any_bf16({dout, q, k, v, out, lse, dq, dk, dv})) {
+    Float32Staging f(*this, {dq, dk, dv});
+    attention_backward(f(dout), f(q), f(k), f(v), f(out), f(lse), f(dq), f(dk), f(dv));
+    return f.finish();
+  }
   check_attention("attention_backward", *this, q, k, v, out, lse);
   OpCheck("attention_backward", *this)
       .like("dout", dout, "q", q)
@@ -347,6 +449,11 @@ void Backend::attention_backward(const Tensor& dout, const Tensor& q, const Tens
 }
 
 void Backend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  if (any_bf16({gate, up, out})) {
+    Float32Staging f(*this, {out});
+    swiglu_forward(f(gate), f(up), f(out));
+    return f.finish();
+  }
   OpCheck("swiglu_forward", *this).floating("gate", gate).like("up", up, "gate", gate).like(
       "out", out, "gate", gate);
   do_swiglu_forward(gate, up, out);
@@ -354,6 +461,11 @@ void Backend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor&
 
 void Backend::swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                               const Tensor& dgate, const Tensor& dup) {
+  if (any_bf16({dout, gate, up, dgate, dup})) {
+    Float32Staging f(*this, {dgate, dup});
+    swiglu_backward(f(dout), f(gate), f(up), f(dgate), f(dup));
+    return f.finish();
+  }
   OpCheck("swiglu_backward", *this)
       .floating("gate", gate)
       .like("dout", dout, "gate", gate)
@@ -364,11 +476,21 @@ void Backend::swiglu_backward(const Tensor& dout, const Tensor& gate, const Tens
 }
 
 void Backend::gelu_forward(const Tensor& x, const Tensor& out) {
+  if (any_bf16({x, out})) {
+    Float32Staging f(*this, {out});
+    gelu_forward(f(x), f(out));
+    return f.finish();
+  }
   OpCheck("gelu_forward", *this).floating("x", x).like("out", out, "x", x);
   do_gelu_forward(x, out);
 }
 
 void Backend::gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) {
+  if (any_bf16({dout, x, dx})) {
+    Float32Staging f(*this, {dx});
+    gelu_backward(f(dout), f(x), f(dx));
+    return f.finish();
+  }
   OpCheck("gelu_backward", *this).floating("x", x).like("dout", dout, "x", x).like("dx", dx, "x",
                                                                                     x);
   do_gelu_backward(dout, x, dx);
@@ -387,6 +509,11 @@ void check_cross_entropy(const char* op, Backend& backend, const Tensor& logits,
 
 void Backend::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                     const Tensor& losses) {
+  if (any_bf16({logits, losses})) {
+    Float32Staging f(*this, {losses});
+    cross_entropy_forward(f(logits), targets, f(losses));
+    return f.finish();
+  }
   check_cross_entropy("cross_entropy_forward", *this, logits, targets);
   OpCheck("cross_entropy_forward", *this)
       .same_dtype("losses", losses, "logits", logits)
@@ -396,6 +523,11 @@ void Backend::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
 
 void Backend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, double dloss,
                                      const Tensor& dlogits) {
+  if (any_bf16({logits, dlogits})) {
+    Float32Staging f(*this, {dlogits});
+    cross_entropy_backward(f(logits), targets, dloss, f(dlogits));
+    return f.finish();
+  }
   check_cross_entropy("cross_entropy_backward", *this, logits, targets);
   OpCheck("cross_entropy_backward", *this).like("dlogits", dlogits, "logits", logits);
   do_cross_entropy_backward(logits, targets, dloss, dlogits);

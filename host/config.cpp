@@ -133,7 +133,11 @@ const std::vector<ConfigKey>& config_keys() {
           "reduce-scatter of one layer's gradients"),
       key("per_device_batch_size", &Config::per_device_batch_size,
           "sequences per device per step; global batch B = this x devices"),
-      key("dtype", &Config::dtype, "compute dtype: float32 (bfloat16 on GPU, later)"),
+      key("dtype", &Config::dtype,
+          "compute dtype: float32 | bfloat16 (bf16 weight copies and activations, float32 sums; "
+          "the CPU emulates it)"),
+      key("weight_dtype", &Config::weight_dtype,
+          "master weights, gradients, optimizer state: float32"),
       key("device", &Config::device,
           "cpu | cuda | auto (cuda when a GPU is visible); multi-device runs use cpu"),
       key("remat_policy", &Config::remat_policy,
@@ -202,10 +206,16 @@ void Config::validate() const {
   CAROUSEL_CHECK(global_batch() % microbatches() == 0,
                  "num_pipeline_microbatches={} must divide the global batch {}", microbatches(),
                  global_batch());
-  CAROUSEL_CHECK(dtype == "float32",
-                 "dtype='{}' is not valid on the CPU backend; use float32 (bfloat16 is a GPU "
-                 "dtype)",
-                 dtype);
+  CAROUSEL_CHECK(dtype == "float32" || dtype == "bfloat16",
+                 "dtype='{}' is not valid; use float32 or bfloat16 (activations and weights for "
+                 "compute in bfloat16, sums in float32)", dtype);
+  CAROUSEL_CHECK(weight_dtype == "float32",
+                 "weight_dtype='{}' is not valid; master weights, gradients and optimizer "
+                 "state are float32 (use dtype=bfloat16 for bfloat16 compute)", weight_dtype);
+  CAROUSEL_CHECK(dtype == "float32" || num_devices() == 1,
+                 "dtype=bfloat16 runs on one device so far ({} devices asked for); the pipeline "
+                 "executor moves float32 activations; use dtype=float32 or one device",
+                 num_devices());
   CAROUSEL_CHECK(device == "cpu" || device == "cuda" || device == "auto",
                  "device='{}' is not valid; use cpu, cuda or auto", device);
   CAROUSEL_CHECK(device != "cuda" || num_devices() == 1,

@@ -48,7 +48,8 @@ struct Config {
 
   // Batch and precision.
   double per_device_batch_size = 8;
-  std::string dtype = "float32";
+  std::string dtype = "float32";         // compute: float32 | bfloat16 (mixed precision)
+  std::string weight_dtype = "float32";  // master weights, gradients, AdamW moments
   std::string device = "cpu";  // cpu | cuda | auto (cuda when a GPU is visible)
   std::string remat_policy = "full";
   std::int64_t init_weights_seed = 0;

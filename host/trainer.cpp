@@ -65,6 +65,13 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
                  "continue training",
                  result.start_step, cfg.steps);
 
+  // Mixed precision (dtype=bfloat16): the forward and backward read a bfloat16 copy of the
+  // float32 master weights, refreshed after every optimizer step; gradients accumulate in
+  // float32 (bf16 x bf16 GEMMs into float32), and AdamW updates the float32 masters.
+  const bool bf16 = cfg.dtype == "bfloat16";
+  ParamSet compute = bf16 ? ParamSet::allocate(be, specs, DType::BF16) : params;
+  if (bf16) be.cast(params.flat, compute.flat);
+
   const auto data = make_data_loader(cfg);
   const auto rope = make_rope_tables(be, cfg.model.max_target_length, cfg.model.head_dim(),
                                      cfg.model.rope_max_timescale);
@@ -81,12 +88,13 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
     double loss_sum = 0;
     for (std::int64_t m = 0; m < M; ++m) {
       const Microbatch mb = load_microbatch(be, *data, step, B, m * b, b);
-      loss_sum += model_forward_backward(be, cfg.model, params, grads, rope, mb,
+      loss_sum += model_forward_backward(be, cfg.model, compute, grads, rope, mb,
                                          1.0 / double(tokens_per_step), remat);
     }
     const double grad_norm = global_l2_norm(be, {grads.flat});
     opt.update(be, cfg, params, grads, step, learning_rate_at(cfg, step),
                clip_scale(grad_norm, cfg.gradient_clipping_threshold));
+    if (bf16) be.cast(params.flat, compute.flat);
     be.synchronize();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

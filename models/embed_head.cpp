@@ -1,6 +1,8 @@
 // embed_head.cpp — embedding, final norm + lm_head + cross-entropy, simple squared error.
 #include "models/embed_head.h"
 
+#include "models/layer.h"  // stats_dtype
+
 namespace carousel {
 
 Tensor embed_forward(Backend& be, const ParamSet& params, const Tensor& tokens) {
@@ -40,9 +42,9 @@ HeadResult head_loss(Backend& be, const ModelConfig& cfg, const ParamSet& params
   const std::int64_t V = cfg.vocab_size;
   const Tensor& head = head_weight(cfg, params);
   // Forward: xn = rms(x, g_final) [N,E]; logits = xn head^T [N,V]; losses [N].
-  Tensor xn = be.empty({N, E}, dt), rstd = be.empty({N}, dt);
+  Tensor xn = be.empty({N, E}, dt), rstd = be.empty({N}, stats_dtype(dt));
   be.rmsnorm_forward(x.reshape({N, E}), params.at(ParamRole::FinalNorm), cfg.norm_eps, xn, rstd);
-  Tensor logits = be.empty({N, V}, dt), losses = be.empty({N}, dt);
+  Tensor logits = be.empty({N, V}, dt), losses = be.empty({N}, stats_dtype(dt));
   be.gemm(false, true, 1.0, xn, head, 0.0, logits);
   const Tensor flat_targets = targets.reshape({N});
   be.cross_entropy_forward(logits, flat_targets, losses);

@@ -42,7 +42,7 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   s.x = x;
   // Attention block.
   s.xn1 = be.empty({N, E}, dt);
-  s.rstd1 = be.empty({N}, dt);
+  s.rstd1 = be.empty({N}, stats_dtype(dt));
   be.rmsnorm_forward(x.reshape({N, E}), w.attn_norm, cfg.norm_eps, s.xn1, s.rstd1);
   s.q = be.empty({b, T, H, hd}, dt);
   s.k = be.empty({b, T, Hkv, hd}, dt);
@@ -54,14 +54,14 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   be.rope_forward(s.q, rope.cos, rope.sin, s.q);  // in place: the un-rotated q is not needed
   be.rope_forward(s.k, rope.cos, rope.sin, s.k);
   s.att = be.empty({b, T, H, hd}, dt);
-  s.lse = be.empty({b, H, T}, dt);
+  s.lse = be.empty({b, H, T}, stats_dtype(dt));
   be.attention_forward(s.q, s.k, s.v, s.att, s.lse);
   s.h = be.empty({b, T, E}, dt);
   be.copy(x, s.h);
   be.gemm(false, true, 1.0, s.att.reshape({N, H * hd}), w.wo, 1.0, s.h);  // h = x + att Wo^T
   // MLP block.
   s.hn = be.empty({N, E}, dt);
-  s.rstd2 = be.empty({N}, dt);
+  s.rstd2 = be.empty({N}, stats_dtype(dt));
   be.rmsnorm_forward(s.h.reshape({N, E}), w.mlp_norm, cfg.norm_eps, s.hn, s.rstd2);
   s.gate = be.empty({N, Fm}, dt);
   s.up = be.empty({N, Fm}, dt);

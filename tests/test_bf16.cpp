@@ -157,5 +157,36 @@ TEST(Bf16, BatchedGemmEqualsOneGemmPerBatch) {
   }
 }
 
+// Ops without a bf16 kernel run in float32 on the exact widened values and round each output
+// once: bitwise the float32 op on widened inputs, then a cast. In place works (one stand-in).
+TEST(Bf16, OpsRunInFloat32AndRoundTheirOutputsOnce) {
+  CpuBackend be;
+  const std::int64_t rows = 5, cols = 67;
+  Tensor x = make(be, testing::randn(rows * cols, 7), {rows, cols}, DType::BF16);
+  Tensor w = make(be, testing::randn(cols, 8), {cols}, DType::BF16);
+  Tensor out = be.empty({rows, cols}, DType::BF16), rstd = be.empty({rows}, DType::F32);
+  be.rmsnorm_forward(x, w, 1e-5, out, rstd);  // bf16 in and out, float32 statistics
+
+  Tensor xf = be.empty({rows, cols}), wf = be.empty({cols});
+  be.cast(x, xf);
+  be.cast(w, wf);
+  Tensor out_f = be.empty({rows, cols}), rstd_f = be.empty({rows});
+  be.rmsnorm_forward(xf, wf, 1e-5, out_f, rstd_f);
+  Tensor out_rounded = be.empty({rows, cols}, DType::BF16);
+  be.cast(out_f, out_rounded);
+  EXPECT_TRUE(testing::bitwise_equal(be, out, out_rounded));
+  EXPECT_TRUE(testing::bitwise_equal(be, rstd, rstd_f));
+
+  // In place: y = x + y with y bf16.
+  Tensor y = make(be, testing::randn(rows * cols, 9), {rows, cols}, DType::BF16);
+  const auto before = fetch(be, y), xs = fetch(be, x);
+  be.add(x, y, y);
+  const auto after = fetch(be, y);
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    const float sum = float(xs[i]) + float(before[i]);
+    ASSERT_EQ(after[i], double(math::to_float(math::to_bf16(sum)))) << i;
+  }
+}
+
 }  // namespace
 }  // namespace carousel

@@ -72,7 +72,15 @@ TEST(Config, InvalidValuesSayWhatIsValid) {
   EXPECT_NE(testing::error_of([] { load_config("", {"num_pipeline_microbatches=3"}); })
                 .find("num_pipeline_microbatches=3 must divide the global batch 8"),
             std::string::npos);
-  EXPECT_NE(testing::error_of([] { load_config("", {"dtype=bfloat16"}); }).find("use float32"),
+  EXPECT_NE(testing::error_of([] { load_config("", {"dtype=float16"}); })
+                .find("dtype='float16' is not valid; use float32 or bfloat16"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([] { load_config("", {"weight_dtype=bfloat16"}); })
+                .find("weight_dtype='bfloat16' is not valid; master weights"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([] {
+              load_config("", {"dtype=bfloat16", "ici_pipeline_parallelism=2"});
+            }).find("dtype=bfloat16 runs on one device so far (2 devices asked for)"),
             std::string::npos);
   EXPECT_NE(testing::error_of([] { load_config("", {"model_name=gpt5"}); })
                 .find("model_name='gpt5' is not a known model"),

@@ -152,6 +152,30 @@ TEST(Remat, FullAndNoneGiveBitwiseEqualGradients) {
   EXPECT_GT(be.sum_squares(g_full.flat), 0.0);  // the gradient is not trivially zero
 }
 
+// Mixed precision: the model on a bfloat16 copy of the weights (bf16 activations, float32
+// statistics and weight gradients) against the float32 model. Measured here: loss ratio
+// 1 + 4e-6, gradient relative L2 error 0.56 %. The bounds are about 3x those; keeping the
+// statistics (rstd, log-sum-exp, losses) in bf16 instead moves the loss by 1.2e-4 and fails.
+TEST(MixedPrecision, Bf16ModelTracksTheFloat32Model) {
+  CpuBackend be;
+  const Tiny m = tiny(be, 2, 3, 32);
+  const Microbatch mb = make_batch(be, m.cfg, 4, DType::F32, 21);
+  ParamSet compute = ParamSet::allocate(be, m.specs, DType::BF16);
+  be.cast(m.params.flat, compute.flat);
+  ParamSet g32 = m.zero_grads(be), g16 = m.zero_grads(be);
+  const double scale = 1.0 / double(4 * 32);
+  const double l32 =
+      model_forward_backward(be, m.cfg, m.params, g32, m.rope, mb, scale, RematPolicy::Full);
+  const double l16 =
+      model_forward_backward(be, m.cfg, compute, g16, m.rope, mb, scale, RematPolicy::Full);
+  EXPECT_NEAR(l16 / l32, 1.0, 2e-5);
+  const auto a = fetch(be, g16.flat), b = fetch(be, g32.flat);
+  double diff = 0, norm = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff += (a[i] - b[i]) * (a[i] - b[i]), norm += b[i] * b[i];
+  EXPECT_LT(std::sqrt(diff / norm), 0.015) << "relative L2 error of the bf16 gradient";
+  EXPECT_GT(std::sqrt(diff / norm), 0.0) << "bf16 did not change anything: not exercised";
+}
+
 // The zero-bubble split: input gradients first (I), weight-gradient GEMMs later (W), gives the
 // same bits as the fused backward (same GEMMs, same order per gradient tensor).
 TEST(IWSplit, DeferredWeightGradientsEqualTheFusedBackward) {
