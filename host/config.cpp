@@ -212,10 +212,6 @@ void Config::validate() const {
   CAROUSEL_CHECK(weight_dtype == "float32",
                  "weight_dtype='{}' is not valid; master weights, gradients and optimizer "
                  "state are float32 (use dtype=bfloat16 for bfloat16 compute)", weight_dtype);
-  CAROUSEL_CHECK(dtype == "float32" || num_devices() == 1,
-                 "dtype=bfloat16 runs on one device so far ({} devices asked for); the pipeline "
-                 "executor moves float32 activations; use dtype=float32 or one device",
-                 num_devices());
   CAROUSEL_CHECK(device == "cpu" || device == "cuda" || device == "auto",
                  "device='{}' is not valid; use cpu, cuda or auto", device);
   CAROUSEL_CHECK(device != "cuda" || num_devices() == 1,

@@ -35,7 +35,8 @@ namespace {
 struct StageShard {
   std::vector<ParamSpec> specs;
   std::int64_t padded = 0, shard = 0;
-  Tensor weights, grads, m, v;  // [shard] each
+  Tensor weights, grads, m, v;  // [shard] each, float32
+  Tensor compute;               // [shard] the weights in the compute dtype (= weights in float32)
 };
 
 // A piece of a shard that belongs to one parameter (for per-parameter weight decay).
@@ -75,7 +76,8 @@ class RankExecutor {
       : cfg_(cfg), layout_(program.layout), place_(place),
         actions_(program.ranks[place.stage_rank]), world_(world), pipe_(pipe), fsdp_(fsdp),
         data_comm_(data),
-        be_(place.device()), data_(make_data_loader(cfg)),
+        compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32), be_(place.device()),
+        data_(make_data_loader(cfg)),
         rope_(make_rope_tables(be_, cfg.model.max_target_length, cfg.model.head_dim(),
                                cfg.model.rope_max_timescale)),
         remat_(parse_remat_policy(cfg.remat_policy)) {
@@ -109,10 +111,21 @@ class RankExecutor {
     extras_grads_ = ParamSet::allocate(be_, extras, DType::F32);
     extras_opt_ = AdamW::create(be_, extras);
     init_params(be_, extras_, seed);
+    // dtype=bfloat16: forward and backward read bf16 copies of the float32 weights (refreshed at
+    // the start of every step), FSDP gathers those (half the bytes), activations are bf16.
+    for (auto& [v, s] : stages_) {
+      s.compute = compute_ == DType::F32 ? s.weights : be_.empty({s.shard}, compute_);
+    }
+    extras_compute_ =
+        compute_ == DType::F32 ? extras_ : ParamSet::allocate(be_, extras, compute_);
   }
 
   // Runs one step; returns (loss, grad norm), identical on every rank.
   std::pair<double, double> step(std::int64_t step) {
+    if (compute_ != DType::F32) {
+      for (auto& [v, s] : stages_) be_.cast(s.weights, s.compute);
+      be_.cast(extras_.flat, extras_compute_.flat);
+    }
     be_.fill(extras_grads_.flat, 0.0);
     for (auto& [v, s] : stages_) be_.fill(s.grads, 0.0);
     const std::int64_t B = cfg_.global_batch(), M = layout_.microbatches, b = B / M;
@@ -154,11 +167,11 @@ class RankExecutor {
       const Key k{v, m};
       switch (a.kind) {
         case sch::Kind::F: {
-          Tensor x = v == 0 ? embed_forward(be_, extras_, batch(m).inputs) : take(in_f_, k);
+          Tensor x = v == 0 ? embed_forward(be_, extras_compute_, batch(m).inputs) : take(in_f_, k);
           Tensor y = stage_forward(be_, cfg_.model, layers(weights(v)), rope_, x, remat_, saved_[k]);
           if (v == V - 1) {
             HeadResult head =
-                head_loss(be_, cfg_.model, extras_, extras_grads_, y, batch(m).targets, scale);
+                head_loss(be_, cfg_.model, extras_compute_, extras_grads_, y, batch(m).targets, scale);
             loss_sum += head.loss_sum;
             in_b_[k] = head.dx;
           } else if (layout_.rank_of(v + 1) == place_.stage_rank) {
@@ -189,9 +202,9 @@ class RankExecutor {
           break;
         case sch::Kind::AG_ISSUE: {  // gather stage v's weights into slot `index`
           Tensor& slot = slots_[a.index];
-          if (!slot.defined()) slot = be_.empty({max_padded_});
+          if (!slot.defined()) slot = be_.empty({max_padded_}, compute_);
           const StageShard& s = stages_.at(v);
-          gathers_[a.index] = fsdp_.all_gather(s.weights, slot.view(0, {s.padded}));
+          gathers_[a.index] = fsdp_.all_gather(s.compute, slot.view(0, {s.padded}));
           ++all_gathers_;
           break;
         }
@@ -291,7 +304,7 @@ class RankExecutor {
   // The weights of stage v: the gathered slot with FSDP, the stage's own buffer without.
   ParamSet weights(int v) {
     const StageShard& s = stages_.at(v);
-    if (place_.F == 1) return ParamSet::over(s.specs, s.weights);
+    if (place_.F == 1) return ParamSet::over(s.specs, s.compute);
     const auto it = resident_.find(v);
     CAROUSEL_CHECK(it != resident_.end(), "pipeline executor: stage {} is used without its "
                    "weights gathered (AG_WAIT missing in the program)", v);
@@ -316,7 +329,9 @@ class RankExecutor {
     return w;
   }
 
-  Tensor activation(std::int64_t b, std::int64_t T) { return be_.empty({b, T, cfg_.model.emb_dim}); }
+  Tensor activation(std::int64_t b, std::int64_t T) {
+    return be_.empty({b, T, cfg_.model.emb_dim}, compute_);
+  }
   static Tensor take(std::map<Key, Tensor>& map, const Key& k) {
     auto it = map.find(k);
     CAROUSEL_CHECK(it != map.end(), "pipeline executor: no tensor for stage {} microbatch {}",
@@ -373,12 +388,14 @@ class RankExecutor {
   Communicator& pipe_;
   Communicator& fsdp_;
   Communicator& data_comm_;  // the same (stage, FSDP) rank in every data replica
+  DType compute_;  // float32, or bfloat16 (mixed precision)
   CpuBackend be_;
   std::unique_ptr<DataLoader> data_;
   RopeTables rope_;
   RematPolicy remat_;
   std::map<int, StageShard> stages_;
   ParamSet extras_, extras_grads_;  // embedding / final norm / head, replicated over FSDP
+  ParamSet extras_compute_;          // extras_ in the compute dtype (= extras_ in float32)
   AdamW extras_opt_;
   std::int64_t max_padded_ = 0;
   std::map<int, Tensor> slots_;           // weight slots: gathered stage weights
