@@ -113,6 +113,9 @@ const std::vector<ConfigKey>& config_keys() {
           "F: FSDP degree inside a stage (weights gathered before use)"),
       key("ici_data_parallelism", &Config::ici_data_parallelism,
           "D: data-parallel replicas of the whole pipeline (gradients all-reduced)"),
+      key("shard_optimizer_over_data", &Config::shard_optimizer_over_data,
+          "ZeRO-1: AdamW state and update sharded over the D data replicas (gradients "
+          "reduce-scattered, updated weights all-gathered)"),
       key("pipeline_fsdp_ag_per_repeat", &Config::pipeline_fsdp_ag_per_repeat,
           "Buffer Sliding Window: 2 weight slots, next repeat prefetched during the current"),
       key("pipeline_fsdp_ag_once", &Config::pipeline_fsdp_ag_once,

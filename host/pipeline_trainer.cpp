@@ -32,10 +32,18 @@ namespace {
 // flat buffer of `padded` elements (their total size rounded up to a multiple of F): rank f
 // keeps elements [f * padded / F, (f + 1) * padded / F) of the weights, their gradient and both
 // AdamW moments. With F = 1 the shard is the whole stage and is used in place.
+//
+// ZeRO-1 (shard_optimizer_over_data, D > 1) splits each shard once more over the D data
+// replicas for the optimizer: data rank d owns elements [d * zero, d * zero + zero) of the
+// shard (the last piece may be shorter or empty), keeps AdamW moments only for them, receives
+// the replicas' summed gradient only for them (a reduce-scatter instead of an all-reduce), and
+// all-gathers the updated weights.
 struct StageShard {
   std::vector<ParamSpec> specs;
   std::int64_t padded = 0, shard = 0;
-  Tensor weights, grads, m, v;  // [shard] each, float32
+  std::int64_t zero = 0;        // ZeRO-1 piece length (= shard without ZeRO-1)
+  Tensor weights, grads;        // [shard] each, float32
+  Tensor m, v;                  // [zero] AdamW moments of the owned piece, float32
   Tensor compute;               // [shard] the weights in the compute dtype (= weights in float32)
 };
 
@@ -45,13 +53,15 @@ struct Segment {
   bool weight_decay;
 };
 
-std::vector<Segment> segments_of(const StageShard& s, int f) {
+// The parameter pieces of shard elements [begin, begin + length) of FSDP rank f.
+std::vector<Segment> segments_of(const StageShard& s, int f, std::int64_t begin,
+                                 std::int64_t length) {
   std::vector<Segment> out;
-  const std::int64_t lo = f * s.shard, hi = lo + s.shard;
+  const std::int64_t shard_lo = f * s.shard, lo = shard_lo + begin, hi = lo + length;
   std::int64_t offset = 0;
   for (const auto& spec : s.specs) {
     const std::int64_t a = std::max(offset, lo), b = std::min(offset + numel(spec.shape), hi);
-    if (a < b) out.push_back({a - lo, b - a, spec.weight_decay});
+    if (a < b) out.push_back({a - shard_lo, b - a, spec.weight_decay});
     offset += numel(spec.shape);
   }
   return out;
@@ -76,6 +86,7 @@ class RankExecutor {
       : cfg_(cfg), layout_(program.layout), place_(place),
         actions_(program.ranks[place.stage_rank]), world_(world), pipe_(pipe), fsdp_(fsdp),
         data_comm_(data),
+        zero1_(cfg.shard_optimizer_over_data && place.D > 1),
         compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32), be_(place.device()),
         data_(make_data_loader(cfg)),
         rope_(make_rope_tables(be_, cfg.model.max_target_length, cfg.model.head_dim(),
@@ -97,14 +108,16 @@ class RankExecutor {
       const std::int64_t n = ParamSet::total_numel(s.specs);
       s.padded = (n + place_.F - 1) / place_.F * place_.F;
       s.shard = s.padded / place_.F;
-      for (Tensor* t : {&s.weights, &s.grads, &s.m, &s.v}) *t = be_.zeros({s.shard});
+      s.zero = zero1_ ? (s.shard + place_.D - 1) / place_.D : s.shard;
+      for (Tensor* t : {&s.weights, &s.grads}) *t = be_.zeros({s.shard});
+      for (Tensor* t : {&s.m, &s.v}) *t = be_.zeros({s.zero});
       std::vector<double> full;  // initial values by name, so every layout starts the same
       for (const auto& spec : s.specs) {
         const auto values = initial_values(spec, seed);
         full.insert(full.end(), values.begin(), values.end());
       }
       full.resize(s.padded, 0.0);
-      upload_shard(s.weights, full);
+      upload_shard(s, s.weights, full);
       max_padded_ = std::max(max_padded_, s.padded);
     }
     extras_ = ParamSet::allocate(be_, extras, DType::F32);
@@ -246,8 +259,10 @@ class RankExecutor {
     for (auto& [v, s] : stages_) {
       for (const auto& [full, member] : parts) {
         if (!full) continue;
-        Tensor& shard = s.*member;
+        const Tensor& mine = s.*member;  // [shard], or a ZeRO-1 piece [zero] of a moment
+        const bool piece = zero1_ && member != &StageShard::weights;
         if (to_full) {
+          const Tensor shard = piece ? gather_over_data(s, mine) : mine;
           Tensor whole = be_.empty({s.padded});
           fsdp_.all_gather(shard, whole).wait();
           if (place_.writes_shards() && place_.fsdp_rank == 0) {
@@ -263,7 +278,7 @@ class RankExecutor {
             values.insert(values.end(), f.begin(), f.end());
           }
           values.resize(s.padded, 0.0);
-          upload_shard(shard, values);
+          upload_shard(s, mine, values, piece ? owned_begin(s) : 0);
         }
       }
     }
@@ -295,10 +310,28 @@ class RankExecutor {
     }
   }
 
-  void upload_shard(const Tensor& shard, const std::vector<double>& full) {
-    const std::int64_t lo = place_.fsdp_rank * shard.numel();
-    const std::vector<float> part(full.begin() + lo, full.begin() + lo + shard.numel());
-    be_.upload(part.data(), shard);
+  // t = this rank's part of the stage's whole flat values `full` [padded]: shard elements
+  // [begin, begin + t.numel()), zero past the shard's end (the padding of a ZeRO-1 piece).
+  void upload_shard(const StageShard& s, const Tensor& t, const std::vector<double>& full,
+                    std::int64_t begin = 0) {
+    const std::int64_t lo = place_.fsdp_rank * s.shard + begin;
+    std::vector<float> part(t.numel(), 0.0f);
+    for (std::int64_t i = 0; i < t.numel() && begin + i < s.shard; ++i) part[i] = float(full[lo + i]);
+    be_.upload(part.data(), t);
+  }
+
+  // ZeRO-1: the shard elements this data rank owns, [owned_begin, owned_begin + owned_length).
+  std::int64_t owned_begin(const StageShard& s) const {
+    return zero1_ ? std::min(s.shard, place_.data_rank * s.zero) : 0;
+  }
+  std::int64_t owned_length(const StageShard& s) const {
+    return std::min(s.zero, s.shard - owned_begin(s));
+  }
+  // The whole shard [shard] from every data rank's [zero] piece (all-gather over the replicas).
+  Tensor gather_over_data(const StageShard& s, const Tensor& piece) {
+    Tensor all = be_.empty({s.zero * place_.D});
+    data_comm_.all_gather(piece, all).wait();
+    return all.view(0, {s.shard});
   }
 
   // The weights of stage v: the gathered slot with FSDP, the stage's own buffer without.
@@ -350,7 +383,20 @@ class RankExecutor {
     for (auto& [event, buffer] : reduce_scatters_) event.wait();
     reduce_scatters_.clear();
     if (place_.D > 1) {
-      for (auto& [v, s] : stages_) data_comm_.all_reduce(s.grads, s.grads, ReduceOp::Sum).wait();
+      for (auto& [v, s] : stages_) {
+        if (!zero1_) {
+          data_comm_.all_reduce(s.grads, s.grads, ReduceOp::Sum).wait();
+          continue;
+        }
+        // ZeRO-1: only the owned piece of the sum, into its place in s.grads.
+        Tensor padded = be_.zeros({s.zero * place_.D});
+        be_.copy(s.grads, padded.view(0, {s.shard}));
+        const Tensor piece = padded.view(place_.data_rank * s.zero, {s.zero});
+        data_comm_.reduce_scatter(padded, piece, ReduceOp::Sum).wait();
+        if (owned_length(s) > 0) {
+          be_.copy(piece.view(0, {owned_length(s)}), s.grads.view(owned_begin(s), {owned_length(s)}));
+        }
+      }
     }
     if (extras_grads_.flat.numel() > 0) {
       if (place_.F > 1) fsdp_.all_reduce(extras_grads_.flat, extras_grads_.flat, ReduceOp::Sum).wait();
@@ -359,8 +405,12 @@ class RankExecutor {
       }
     }
     double squares = place_.writes_replicated() ? be_.sum_squares(extras_grads_.flat) : 0.0;
-    if (place_.writes_shards()) {
-      for (const auto& [v, s] : stages_) squares += be_.sum_squares(s.grads);
+    if (zero1_ || place_.writes_shards()) {  // each element of each shard counted once
+      for (const auto& [v, s] : stages_) {
+        if (owned_length(s) > 0) {
+          squares += be_.sum_squares(s.grads.view(owned_begin(s), {owned_length(s)}));
+        }
+      }
     }
     std::vector<double> sums = {loss, squares};
     Tensor t = be_.from_host(sums, {2});
@@ -371,10 +421,19 @@ class RankExecutor {
     const double clip = clip_scale(norm, cfg_.gradient_clipping_threshold);
     extras_opt_.update(be_, cfg_, extras_, extras_grads_, step, lr, clip);
     for (auto& [v, s] : stages_) {
-      for (const Segment& seg : segments_of(s, place_.fsdp_rank)) {
-        auto piece = [&](const Tensor& t) { return t.view(seg.begin, {seg.length}); };
-        be_.adamw_update(piece(s.weights), piece(s.grads), piece(s.m), piece(s.v),
+      const std::int64_t begin = owned_begin(s);
+      for (const Segment& seg : segments_of(s, place_.fsdp_rank, begin, owned_length(s))) {
+        auto in_shard = [&](const Tensor& t) { return t.view(seg.begin, {seg.length}); };
+        auto in_piece = [&](const Tensor& t) { return t.view(seg.begin - begin, {seg.length}); };
+        be_.adamw_update(in_shard(s.weights), in_shard(s.grads), in_piece(s.m), in_piece(s.v),
                          adamw_params(cfg_, step, lr, clip, seg.weight_decay));
+      }
+      if (zero1_) {  // every replica gets every updated piece
+        Tensor mine = be_.zeros({s.zero});
+        if (owned_length(s) > 0) {
+          be_.copy(s.weights.view(begin, {owned_length(s)}), mine.view(0, {owned_length(s)}));
+        }
+        be_.copy(gather_over_data(s, mine), s.weights);
       }
     }
     return {sums[0], norm};
@@ -388,6 +447,7 @@ class RankExecutor {
   Communicator& pipe_;
   Communicator& fsdp_;
   Communicator& data_comm_;  // the same (stage, FSDP) rank in every data replica
+  bool zero1_;     // shard_optimizer_over_data with D > 1 (ZeRO-1)
   DType compute_;  // float32, or bfloat16 (mixed precision)
   CpuBackend be_;
   std::unique_ptr<DataLoader> data_;
