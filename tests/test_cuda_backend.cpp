@@ -195,6 +195,30 @@ TEST(CudaBf16, CastIsBitwiseAndGemmMatchesTheCpu) {
   }
 }
 
+// Several logical devices share one GPU (multi-device logic on a single card): each has its own
+// stream, pool-backed allocations and accounting, and refuses the other's tensors.
+TEST(CudaDevice, LogicalDevicesOnOneGpuKeepTheirOwnAccounting) {
+  std::unique_ptr<Backend> a, b;
+  try {
+    a = make_cuda_backend(0, 0);
+    b = make_cuda_backend(0, 1);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no GPU to test on: " << e.what();
+  }
+  {
+    Tensor x = a->zeros({1000});
+    EXPECT_GE(a->allocator().stats().current_bytes, 4000u);
+    EXPECT_EQ(b->allocator().stats().current_bytes, 0u);
+    const std::string msg = testing::error_of([&] { b->fill(x, 1.0); });
+    EXPECT_NE(msg.find("lives on cuda:0 but this backend runs on cuda:1"), std::string::npos) << msg;
+    Tensor y = b->from_host(std::vector<float>(1000, 2.0f), {1000});
+    b->scale(y, 0.5);
+    EXPECT_EQ(b->to_host<float>(y), std::vector<float>(1000, 1.0f));
+  }
+  EXPECT_EQ(a->allocator().stats().current_bytes, 0u);  // freed into the pool, accounted
+  EXPECT_EQ(b->allocator().stats().current_bytes, 0u);
+}
+
 TEST(CudaDevice, AsksForCudaWithoutAGpuIsAClearError) {
   if (!list_cuda_devices().devices.empty()) GTEST_SKIP() << "a GPU is visible";
   const std::string msg = testing::error_of([] { make_cuda_backend(0); });

@@ -6,6 +6,7 @@
 // column-major [n,m] one with the operands swapped.
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "cuda/cuda_backend.h"
@@ -30,23 +31,44 @@ namespace {
 using gpu::blocks_for;
 using gpu::kThreads;
 
+// Device memory from the GPU's stream-ordered pool: cudaMallocAsync / cudaFreeAsync on the
+// logical device's stream, with the pool keeping freed blocks (release threshold = unlimited)
+// so a training step reuses memory without cudaMalloc's device-wide synchronisation. A free is
+// ordered after the work queued on the stream so far; a tensor that another stream uses (NCCL)
+// must stay alive until that work's Event has completed (the executor keeps such buffers).
+// Accounting (current / peak bytes) is DeviceAllocator's, as on the CPU.
 class CudaAllocator final : public DeviceAllocator {
  public:
-  CudaAllocator(int gpu, int logical) : DeviceAllocator(DeviceKind::CUDA, logical, 0), gpu_(gpu) {}
+  CudaAllocator(int gpu, int logical) : DeviceAllocator(DeviceKind::CUDA, logical, 0), gpu_(gpu) {
+    CUDA_CHECK(cudaSetDevice(gpu_));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    cudaMemPool_t pool = nullptr;
+    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, gpu_));
+    std::uint64_t keep_everything = UINT64_MAX;
+    CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
+  }
+  ~CudaAllocator() override {
+    cudaSetDevice(gpu_);
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  // The logical device's stream: its kernels, cuBLAS calls, copies and allocations.
+  cudaStream_t stream() const { return stream_; }
 
  protected:
   void* raw_allocate(std::size_t bytes) override {
     CUDA_CHECK(cudaSetDevice(gpu_));
     void* p = nullptr;
-    return cudaMalloc(&p, bytes) == cudaSuccess ? p : (cudaGetLastError(), nullptr);
+    return cudaMallocAsync(&p, bytes, stream_) == cudaSuccess ? p : (cudaGetLastError(), nullptr);
   }
   void raw_free(void* p) override {
     cudaSetDevice(gpu_);
-    cudaFree(p);  // no throw from destructors' path
+    cudaFreeAsync(p, stream_);  // no throw on the destructors' path
   }
 
  private:
   int gpu_;
+  cudaStream_t stream_ = nullptr;
 };
 
 template <class Fn> void dispatch(DType dtype, Fn&& fn) {
@@ -70,16 +92,15 @@ cudaDataType_t cublas_type(DType t) {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int gpu, int logical)
-      : Backend(std::make_unique<CudaAllocator>(gpu, logical)), gpu_(gpu) {
+      : Backend(std::make_unique<CudaAllocator>(gpu, logical)), gpu_(gpu),
+        stream_(static_cast<CudaAllocator&>(allocator()).stream()) {
     CUDA_CHECK(cudaSetDevice(gpu_));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     CUBLAS_CHECK(cublasCreate(&blas_));
     CUBLAS_CHECK(cublasSetStream(blas_, stream_));
   }
   ~CudaBackend() override {
     cudaSetDevice(gpu_);
     cublasDestroy(blas_);
-    cudaStreamDestroy(stream_);
   }
 
   std::string name() const override {
@@ -317,7 +338,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaGetLastError());
   }
   int gpu_;
-  cudaStream_t stream_ = nullptr;
+  cudaStream_t stream_;  // owned by the allocator: allocations are ordered with the work
   cublasHandle_t blas_ = nullptr;
 };
 
