@@ -562,8 +562,8 @@ RopeTables make_rope_tables(Backend& backend, std::int64_t seq_len, std::int64_t
     tables.cos = backend.from_host(c, {seq_len, half});
     tables.sin = backend.from_host(s, {seq_len, half});
   } else {
-    CAROUSEL_CHECK(dtype == DType::F32, "rope tables are float32 or float64, not {}",
-                   dtype_name(dtype));
+    CAROUSEL_CHECK(dtype == DType::F32, "rope tables are float32 or float64 (bfloat16 "
+                   "activations rotate by float32 tables), not {}", dtype_name(dtype));
     tables.cos = backend.from_host(std::vector<float>(c.begin(), c.end()), {seq_len, half});
     tables.sin = backend.from_host(std::vector<float>(s.begin(), s.end()), {seq_len, half});
   }
