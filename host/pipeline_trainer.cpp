@@ -81,11 +81,14 @@ struct RankPlace {
 // One rank's part of a step: walks its pipeline rank's instruction list.
 class RankExecutor {
  public:
+  // tie: with logits_via_embedding, the two ranks (same data and FSDP index) of the first and
+  // the last stage, which both hold the embedding; nullptr when one rank holds both or untied.
   RankExecutor(const Config& cfg, const sch::Program& program, RankPlace place,
-               Communicator& world, Communicator& pipe, Communicator& fsdp, Communicator& data)
+               Communicator& world, Communicator& pipe, Communicator& fsdp, Communicator& data,
+               Communicator* tie)
       : cfg_(cfg), layout_(program.layout), place_(place),
         actions_(program.ranks[place.stage_rank]), world_(world), pipe_(pipe), fsdp_(fsdp),
-        data_comm_(data),
+        data_comm_(data), tie_(tie),
         zero1_(cfg.shard_optimizer_over_data && place.D > 1),
         compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32), be_(place.device()),
         data_(make_data_loader(cfg)),
@@ -98,8 +101,7 @@ class RankExecutor {
       if (spec.layer >= 0) {
         const int v = spec.layer / L;
         if (layout_.rank_of(v) == place_.stage_rank) stages_[v].specs.push_back(spec);
-      } else if (spec.role == ParamRole::Embedding ? layout_.rank_of(0) == place_.stage_rank
-                                                   : layout_.rank_of(V - 1) == place_.stage_rank) {
+      } else if (holds_extra(spec.role)) {
         extras.push_back(spec);
       }
     }
@@ -288,10 +290,12 @@ class RankExecutor {
       if (!full) continue;
       if (!to_full) {
         copy_by_name(host, *full, be_, *mine);
-      } else if (place_.writes_replicated()) {
-        copy_by_name(be_, *mine, host, *full);
-        if (mine == &extras_) {
-          for (const auto& spec : mine->specs) written.push_back(spec.name);
+      } else if (place_.writes_replicated()) {  // a tied copy is the first stage's to write
+        for (std::size_t i = 0; i < mine->specs.size(); ++i) {
+          if (tied_copy(mine->specs[i].role)) continue;
+          host.upload(be_.to_host<float>(mine->tensors[i]).data(),
+                      full->tensors[full->index_of(mine->specs[i].name)]);
+          if (mine == &extras_) written.push_back(mine->specs[i].name);
         }
       }
     }
@@ -300,6 +304,22 @@ class RankExecutor {
 
  private:
   using Key = std::pair<int, int>;  // (stage, microbatch)
+
+  // Whether this rank keeps a replica of a non-layer parameter: the embedding on the first
+  // stage's rank (and, with logits_via_embedding, on the last stage's, which multiplies by it),
+  // the final norm and lm_head on the last stage's.
+  bool holds_extra(ParamRole role) const {
+    const bool first = layout_.rank_of(0) == place_.stage_rank;
+    const bool last = layout_.rank_of(layout_.stages() - 1) == place_.stage_rank;
+    if (role == ParamRole::Embedding) return first || (last && cfg_.model.logits_via_embedding);
+    return last;
+  }
+  // Tied embeddings on two ranks: the last stage's replica is a copy (not counted in the norm,
+  // not written to checkpoints); the first stage's is the original.
+  bool tied_copy(ParamRole role) const {
+    return role == ParamRole::Embedding && tie_ != nullptr &&
+           layout_.rank_of(0) != place_.stage_rank;
+  }
 
   // dst[name] = src[name] for every name of `src`.
   static void copy_by_name(Backend& src_be, const ParamSet& src, Backend& dst_be,
@@ -404,7 +424,16 @@ class RankExecutor {
         data_comm_.all_reduce(extras_grads_.flat, extras_grads_.flat, ReduceOp::Sum).wait();
       }
     }
-    double squares = place_.writes_replicated() ? be_.sum_squares(extras_grads_.flat) : 0.0;
+    if (tie_) {  // embedding uses on both ranks: each gets the sum (first stage's part first)
+      const Tensor& g = extras_grads_.at(ParamRole::Embedding);
+      tie_->all_reduce(g, g, ReduceOp::Sum).wait();
+    }
+    double squares = 0;
+    if (place_.writes_replicated()) {
+      for (std::size_t i = 0; i < extras_grads_.specs.size(); ++i) {
+        if (!tied_copy(extras_grads_.specs[i].role)) squares += be_.sum_squares(extras_grads_.tensors[i]);
+      }
+    }
     if (zero1_ || place_.writes_shards()) {  // each element of each shard counted once
       for (const auto& [v, s] : stages_) {
         if (owned_length(s) > 0) {
@@ -447,6 +476,7 @@ class RankExecutor {
   Communicator& pipe_;
   Communicator& fsdp_;
   Communicator& data_comm_;  // the same (stage, FSDP) rank in every data replica
+  Communicator* tie_;        // first and last stage's ranks when they share the embedding
   bool zero1_;     // shard_optimizer_over_data with D > 1 (ZeRO-1)
   DType compute_;  // float32, or bfloat16 (mixed precision)
   CpuBackend be_;
@@ -509,9 +539,6 @@ TrainResult train_pipeline(const Config& cfg, Communicator* process_world) {
   const int D = int(cfg.ici_data_parallelism), S = int(cfg.ici_pipeline_parallelism),
             F = int(cfg.ici_fsdp_parallelism), N = D * S * F;
   CAROUSEL_CHECK(cfg.model.is_llama(), "pipeline training runs decoder_block=llama");
-  CAROUSEL_CHECK(!cfg.model.logits_via_embedding,
-                 "logits_via_embedding=true ties the first and last stage's weights, which the "
-                 "pipeline executor does not synchronise yet; use logits_via_embedding=false");
   const std::int64_t b = cfg.global_batch() / cfg.microbatches();
   CAROUSEL_CHECK(b % (F * D) == 0,
                  "each microbatch has {} sequences (global batch {} / {} microbatches), which "
@@ -573,7 +600,10 @@ TrainResult train_pipeline(const Config& cfg, Communicator* process_world) {
     auto pipe = comm.split(d * F + f, s);  // the ring of stages of one replica and FSDP index
     auto fsdp = comm.split(d * S + s, f);  // the FSDP group of one stage
     auto data = comm.split(s * F + f, d);  // the same rank in every replica
-    RankExecutor exec(cfg, program, place, comm, *pipe, *fsdp, *data);
+    const int first = program.layout.rank_of(0), last = program.layout.rank_of(program.layout.stages() - 1);
+    const bool tied = cfg.model.logits_via_embedding && first != last && (s == first || s == last);
+    auto tie = comm.split(tied ? d * F + f : -1, s == first ? 0 : 1);  // first stage, then last
+    RankExecutor exec(cfg, program, place, comm, *pipe, *fsdp, *data, tie.get());
     if (load_params) {
       exec.exchange(host, &full_params, load_moments ? &full_m : nullptr,
                     load_moments ? &full_v : nullptr, /*to_full=*/false);

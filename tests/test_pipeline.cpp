@@ -144,6 +144,18 @@ INSTANTIATE_TEST_SUITE_P(
                                          "num_pipeline_microbatches=1",
                                          "pipeline_fsdp_ag_per_repeat=true",
                                          "shard_optimizer_over_data=true"}, 1e-6},
+        // Tied embeddings: the first and the last stage's ranks both hold the table and sum
+        // their gradients; FSDP-only keeps both uses on one rank.
+        PipelineCase{"tied_circular_S4", {"ici_pipeline_parallelism=4",
+                                          "num_pipeline_microbatches=4",
+                                          "logits_via_embedding=true"}},
+        PipelineCase{"tied_1f1b_S2_F2_D2", {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                                            "num_layers_per_pipeline_stage=4",
+                                            "ici_data_parallelism=2", "pipeline_schedule=1f1b",
+                                            "num_pipeline_microbatches=2",
+                                            "logits_via_embedding=true"}, 1e-6},
+        PipelineCase{"tied_fsdp_only_F2", {"ici_fsdp_parallelism=2", "num_pipeline_microbatches=2",
+                                           "logits_via_embedding=true"}, 1e-6},
         PipelineCase{"data_D2_S2_F2_bsw", {"ici_data_parallelism=2", "ici_pipeline_parallelism=2",
                                            "ici_fsdp_parallelism=2", "num_pipeline_microbatches=2",
                                            "pipeline_fsdp_ag_per_repeat=true"}, 1e-6}),
@@ -179,7 +191,7 @@ TEST(Pipeline, TwoRunsAreBitwiseIdentical) {
   }
 }
 
-TEST(Pipeline, WhatIsNotExecutedYetIsAClearError) {
+TEST(Pipeline, AMeshThatCannotSplitTheBatchIsAClearError) {
   auto error_of = [](std::vector<std::string> keys) {
     try {
       run(run_config(std::move(keys)));
@@ -243,6 +255,34 @@ TEST(Pipeline, CheckpointsResumeExactlyAndAcrossLayouts) {
   ASSERT_EQ(cross.steps.size(), 2u);
   EXPECT_NEAR(cross.steps[0].loss, full[2].loss, 1e-5 * full[2].loss);
   EXPECT_NEAR(cross.steps[1].loss, full[3].loss, 1e-5 * full[3].loss);
+}
+
+// Tied embeddings: the pipeline's checkpoint holds the one shared table (written by the first
+// stage's rank; the last stage's copy is identical), so a single-device run resumes it and
+// continues like the pipeline did (1e-5: the gradient norm is summed in another order).
+TEST(Pipeline, TiedCheckpointResumesOnOneDevice) {
+  namespace fs = std::filesystem;
+  Config pipe = run_config({"ici_pipeline_parallelism=2", "num_pipeline_microbatches=2",
+                            "logits_via_embedding=true", "enable_checkpointing=true",
+                            "learning_rate_schedule_steps=4"});
+  pipe.steps = 4;
+  pipe.checkpoint_period = 2;
+  pipe.run_name = "tied_pipe";
+  fs::remove_all(pipe.run_directory());
+  const auto full = run(pipe);
+  Config single = pipe;
+  single.ici_pipeline_parallelism = 1;
+  single = with_global_batch_8(single);
+  single.run_name = "tied_single";
+  fs::remove_all(single.run_directory());
+  fs::create_directories(fs::path(single.run_directory()) / "checkpoints");
+  fs::copy(fs::path(pipe.run_directory()) / "checkpoints/2",
+           fs::path(single.run_directory()) / "checkpoints/2", fs::copy_options::recursive);
+  const TrainResult resumed = train(single);
+  EXPECT_EQ(resumed.start_step, 2);
+  ASSERT_EQ(resumed.steps.size(), 2u);
+  EXPECT_NEAR(resumed.steps[0].loss, full[2].loss, 1e-5 * full[2].loss);
+  EXPECT_NEAR(resumed.steps[1].loss, full[3].loss, 1e-5 * full[3].loss);
 }
 
 // ZeRO-1 changes where AdamW state lives, not the math: the replicas' gradient sums are the
