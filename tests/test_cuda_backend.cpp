@@ -138,15 +138,22 @@ std::vector<GpuCase> cases() {
   return c;
 }
 
+// Logical device `logical` on GPU 0, or nullptr with the reason there is none.
+std::unique_ptr<Backend> cuda_backend_or_why(int logical, std::string& why) {
+  try {
+    return make_cuda_backend(0, logical);
+  } catch (const Error& e) {
+    why = e.what();
+    return nullptr;
+  }
+}
+
 class CudaVsCpu : public ::testing::TestWithParam<GpuCase> {};
 
 TEST_P(CudaVsCpu, MatchesTheCpuBackend) {
-  std::unique_ptr<Backend> gpu;
-  try {
-    gpu = make_cuda_backend(0);
-  } catch (const Error& e) {
-    GTEST_SKIP() << "no GPU to test on: " << e.what();
-  }
+  std::string why;
+  std::unique_ptr<Backend> gpu = cuda_backend_or_why(0, why);
+  if (!gpu) GTEST_SKIP() << "no GPU to test on: " << why;
   const GpuCase& c = GetParam();
   CpuBackend cpu;
   for (DType dt : {DType::F32, DType::F64, DType::BF16}) {
@@ -166,12 +173,9 @@ INSTANTIATE_TEST_SUITE_P(Ops, CudaVsCpu, ::testing::ValuesIn(cases()),
 // GEMM with bf16 inputs sums in float32 in another order than OpenBLAS: float32 outputs agree to
 // 1e-5 relative (k = 53), bfloat16 outputs to one bf16 ulp (2^-7 relative).
 TEST(CudaBf16, CastIsBitwiseAndGemmMatchesTheCpu) {
-  std::unique_ptr<Backend> gpu;
-  try {
-    gpu = make_cuda_backend(0);
-  } catch (const Error& e) {
-    GTEST_SKIP() << "no GPU to test on: " << e.what();
-  }
+  std::string why;
+  std::unique_ptr<Backend> gpu = cuda_backend_or_why(0, why);
+  if (!gpu) GTEST_SKIP() << "no GPU to test on: " << why;
   CpuBackend cpu;
   const auto values = testing::randn(4099, 30, 100.0);
   auto bits = [](Backend& be, const std::vector<double>& v) {
@@ -203,13 +207,9 @@ TEST(CudaBf16, CastIsBitwiseAndGemmMatchesTheCpu) {
 // Several logical devices share one GPU (multi-device logic on a single card): each has its own
 // stream, pool-backed allocations and accounting, and refuses the other's tensors.
 TEST(CudaDevice, LogicalDevicesOnOneGpuKeepTheirOwnAccounting) {
-  std::unique_ptr<Backend> a, b;
-  try {
-    a = make_cuda_backend(0, 0);
-    b = make_cuda_backend(0, 1);
-  } catch (const Error& e) {
-    GTEST_SKIP() << "no GPU to test on: " << e.what();
-  }
+  std::string why;
+  std::unique_ptr<Backend> a = cuda_backend_or_why(0, why), b = cuda_backend_or_why(1, why);
+  if (!a || !b) GTEST_SKIP() << "no GPU to test on: " << why;
   {
     Tensor x = a->zeros({1000});
     EXPECT_GE(a->allocator().stats().current_bytes, 4000u);

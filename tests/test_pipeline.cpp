@@ -43,6 +43,27 @@ Config run_config(std::vector<std::string> overrides) {
 
 std::vector<StepMetrics> run(const Config& cfg) { return train(cfg).steps; }
 
+std::vector<char> read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+// A single-device run (named `run_name`, same global batch) that resumes the checkpoint of
+// `step` from the run directory of `pipeline` and trains to its `steps`.
+TrainResult resume_on_one_device(const Config& pipeline, const std::string& run_name, int step) {
+  namespace fs = std::filesystem;
+  Config single = pipeline;
+  single.ici_pipeline_parallelism = single.ici_fsdp_parallelism = single.ici_data_parallelism = 1;
+  single = with_global_batch_8(single);
+  single.run_name = run_name;
+  fs::remove_all(single.run_directory());
+  fs::create_directories(fs::path(single.run_directory()) / "checkpoints");
+  const std::string dir = "checkpoints/" + std::to_string(step);
+  fs::copy(fs::path(pipeline.run_directory()) / dir, fs::path(single.run_directory()) / dir,
+           fs::copy_options::recursive);
+  return train(single);
+}
+
 struct PipelineCase {
   std::string name;
   std::vector<std::string> keys;  // pipeline keys; the reference drops S, F, keeps M and layers
@@ -212,10 +233,6 @@ TEST(Pipeline, AMeshThatCannotSplitTheBatchIsAClearError) {
 // bitwise, and a single-device run can resume from it too.
 TEST(Pipeline, CheckpointsResumeExactlyAndAcrossLayouts) {
   namespace fs = std::filesystem;
-  auto read = [](const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
-  };
   const std::vector<std::string> shape = {"ici_pipeline_parallelism=2", "num_pipeline_microbatches=2",
                                           "pipeline_schedule=1f1b", "base_num_decoder_layers=2",
                                           "enable_checkpointing=true", "learning_rate_schedule_steps=4"};
@@ -236,21 +253,13 @@ TEST(Pipeline, CheckpointsResumeExactlyAndAcrossLayouts) {
   EXPECT_EQ(second.steps[0].loss, full[2].loss);
   EXPECT_EQ(second.steps[1].loss, full[3].loss);
   for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
-    EXPECT_EQ(read(fs::path(straight.run_directory()) / "checkpoints/4" / f),
-              read(fs::path(resumed.run_directory()) / "checkpoints/4" / f)) << f;
+    EXPECT_EQ(read_bytes(fs::path(straight.run_directory()) / "checkpoints/4" / f),
+              read_bytes(fs::path(resumed.run_directory()) / "checkpoints/4" / f)) << f;
   }
   // The checkpoint is layout-free: a single-device run resumes the pipeline's step-2 checkpoint
   // and continues like the pipeline did (not bitwise: the gradient norm is summed in another
   // order, which moves the clipping scale in its last bits).
-  Config single = straight;
-  single.ici_pipeline_parallelism = 1;
-  single = with_global_batch_8(single);
-  single.run_name = "single_from_pipeline";
-  fs::remove_all(single.run_directory());
-  fs::create_directories(fs::path(single.run_directory()) / "checkpoints");
-  fs::copy(fs::path(resumed.run_directory()) / "checkpoints/2",
-           fs::path(single.run_directory()) / "checkpoints/2", fs::copy_options::recursive);
-  const TrainResult cross = train(single);
+  const TrainResult cross = resume_on_one_device(resumed, "single_from_pipeline", 2);
   EXPECT_EQ(cross.start_step, 2);
   ASSERT_EQ(cross.steps.size(), 2u);
   EXPECT_NEAR(cross.steps[0].loss, full[2].loss, 1e-5 * full[2].loss);
@@ -270,15 +279,7 @@ TEST(Pipeline, TiedCheckpointResumesOnOneDevice) {
   pipe.run_name = "tied_pipe";
   fs::remove_all(pipe.run_directory());
   const auto full = run(pipe);
-  Config single = pipe;
-  single.ici_pipeline_parallelism = 1;
-  single = with_global_batch_8(single);
-  single.run_name = "tied_single";
-  fs::remove_all(single.run_directory());
-  fs::create_directories(fs::path(single.run_directory()) / "checkpoints");
-  fs::copy(fs::path(pipe.run_directory()) / "checkpoints/2",
-           fs::path(single.run_directory()) / "checkpoints/2", fs::copy_options::recursive);
-  const TrainResult resumed = train(single);
+  const TrainResult resumed = resume_on_one_device(pipe, "tied_single", 2);
   EXPECT_EQ(resumed.start_step, 2);
   ASSERT_EQ(resumed.steps.size(), 2u);
   EXPECT_NEAR(resumed.steps[0].loss, full[2].loss, 1e-5 * full[2].loss);
@@ -292,10 +293,6 @@ TEST(Pipeline, TiedCheckpointResumesOnOneDevice) {
 // each rank holds 1/D of the moments.
 TEST(Pipeline, ZeroOneEqualsDataParallelAndHoldsLess) {
   namespace fs = std::filesystem;
-  auto read = [](const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
-  };
   Config plain = run_config({"ici_data_parallelism=2", "ici_pipeline_parallelism=2",
                              "ici_fsdp_parallelism=2", "num_pipeline_microbatches=1",
                              "enable_checkpointing=true", "learning_rate_schedule_steps=4"});
@@ -313,8 +310,8 @@ TEST(Pipeline, ZeroOneEqualsDataParallelAndHoldsLess) {
   const TrainResult second = train(zero);
   EXPECT_EQ(second.start_step, 2);
   for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
-    EXPECT_EQ(read(fs::path(plain.run_directory()) / "checkpoints/4" / f),
-              read(fs::path(zero.run_directory()) / "checkpoints/4" / f)) << f;
+    EXPECT_EQ(read_bytes(fs::path(plain.run_directory()) / "checkpoints/4" / f),
+              read_bytes(fs::path(zero.run_directory()) / "checkpoints/4" / f)) << f;
   }
   EXPECT_LT(first.peak_device_bytes, a.peak_device_bytes);
 }
