@@ -159,10 +159,13 @@ class LocalCommunicator final : public Communicator {
   void run_collective(const Signature& sig, const Tensor& send, const Tensor& recv, ReduceOp op,
                       std::int64_t seq) {
     LocalGroup& g = *group_;
+    // Device memory (a GPU's) is read and written through host copies.
+    const void* send_bytes = send.defined() ? host_bytes(send, send_copy_) : nullptr;
     std::unique_lock lock(g.mutex);
-    Slot& slot = arrive(lock, seq, sig, send.defined() ? send.raw() : nullptr);
+    Slot& slot = arrive(lock, seq, sig, send_bytes);
     lock.unlock();
-    const bool stage = needs_staging(sig, send, recv);
+    const bool device_recv = recv.defined() && !recv.device().host_accessible();
+    const bool stage = device_recv || needs_staging(sig, send, recv);
     if (stage && staging_.size() < recv.nbytes()) staging_.resize(recv.nbytes());
     if (recv.defined()) {
       gather_inputs(sig, slot, op, stage ? staging_.data() : static_cast<char*>(recv.raw()));
@@ -172,9 +175,27 @@ class LocalCommunicator final : public Communicator {
     g.cv.notify_all();
     wait(lock, slot, [&] { return slot.read == g.size; }, sig, seq, true);
     lock.unlock();
-    if (stage) std::memcpy(recv.raw(), staging_.data(), recv.nbytes());
+    if (stage) recv.device().copy_from_host(recv.raw(), staging_.data(), recv.nbytes());
     lock.lock();
     leave(seq, slot);
+  }
+
+  // t's bytes in host memory: t's own when the CPU can read them, else a copy into `copy`.
+  static const void* host_bytes(const Tensor& t, std::vector<char>& copy) {
+    if (t.device().host_accessible()) return t.raw();
+    copy.resize(t.nbytes());
+    t.device().copy_to_host(copy.data(), t.raw(), t.nbytes());
+    return copy.data();
+  }
+
+  // dst's bytes = src's (same size), whatever device memory either lives in.
+  static void copy_bytes(const Tensor& dst, const Tensor& src) {
+    if (dst.device().host_accessible()) {
+      src.device().copy_to_host(dst.raw(), src.raw(), src.nbytes());
+    } else {
+      std::vector<char> copy;
+      dst.device().copy_from_host(dst.raw(), host_bytes(src, copy), src.nbytes());
+    }
   }
 
   // Only reductions read the rank's own recv region as input while producing it; all_gather and
@@ -340,7 +361,7 @@ class LocalCommunicator final : public Communicator {
               r->data.describe());
           s->error = r->error = error;
         } else {
-          std::memcpy(r->data.raw(), s->data.raw(), s->data.nbytes());
+          copy_bytes(r->data, s->data);
         }
         s->done = r->done = true;
       }
@@ -378,7 +399,8 @@ class LocalCommunicator final : public Communicator {
   std::vector<std::int64_t> sends_, recvs_;  // per peer
   bool in_group_ = false;
   std::vector<std::shared_ptr<P2POp>> group_ops_;
-  std::vector<char> staging_;  // in-place reductions (used by the worker thread only)
+  std::vector<char> staging_;    // in-place reductions, device results (worker thread only)
+  std::vector<char> send_copy_;  // host copy of a device send buffer (worker thread only)
   comm::Worker worker_;  // last member: its thread stops before the rest is destroyed
 };
 

@@ -8,6 +8,9 @@
 // count, dtype, root, reduction) and a send the same size as its receive; a mismatch is an error
 // naming the ranks, the sequence number and both signatures. Any wait longer than the timeout
 // fails with the rank, the operation, its sequence number and the ranks that have not arrived.
+// Tensors may live in any device's memory: memory the CPU cannot touch (a GPU's) moves through
+// host copies (DeviceAllocator::copy_to_host / copy_from_host), so several logical devices on
+// one GPU can run the multi-device code — correct, not fast (NCCL is the fast path).
 #pragma once
 
 #include <functional>

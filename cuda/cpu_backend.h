@@ -18,6 +18,8 @@ class CpuBackend final : public Backend {
   // `device_index` names the simulated device ("cpu:3"); `memory_limit_bytes` (0 = none) makes
   // it fail like a GPU of that size when exceeded.
   explicit CpuBackend(int device_index = 0, std::size_t memory_limit_bytes = 0);
+  // On host memory from another allocator (tests use one that poses as device memory).
+  explicit CpuBackend(std::unique_ptr<DeviceAllocator> allocator);
 
   std::string name() const override;
 

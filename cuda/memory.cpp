@@ -2,6 +2,7 @@
 #include "cuda/memory.h"
 
 #include <cstdlib>
+#include <cstring>
 
 #include "cuda/error.h"
 
@@ -39,6 +40,14 @@ void DeviceAllocator::deallocate(void* ptr, std::size_t bytes) {
   raw_free(ptr);
   std::lock_guard lock(mutex_);
   stats_.current_bytes -= bytes;
+}
+
+void DeviceAllocator::copy_to_host(void* host, const void* src, std::size_t bytes) const {
+  std::memcpy(host, src, bytes);
+}
+
+void DeviceAllocator::copy_from_host(void* dst, const void* host, std::size_t bytes) const {
+  std::memcpy(dst, host, bytes);
 }
 
 MemoryStats DeviceAllocator::stats() const {

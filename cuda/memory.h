@@ -39,6 +39,14 @@ class DeviceAllocator {
   int index() const { return index_; }
   std::string name() const;  // "cpu:0", "cuda:1"
 
+  // Whether the CPU may read and write this memory directly (host memory: yes; a GPU's: no).
+  virtual bool host_accessible() const { return true; }
+  // Copies between this device's memory and the host, ordered after the work already queued
+  // on the device and complete on return (host memory: memcpy). Used by code that moves any
+  // device's bytes through the host, like the local communicator.
+  virtual void copy_to_host(void* host, const void* src, std::size_t bytes) const;
+  virtual void copy_from_host(void* dst, const void* host, std::size_t bytes) const;
+
  protected:
   virtual void* raw_allocate(std::size_t bytes) = 0;  // nullptr on failure
   virtual void raw_free(void* ptr) = 0;

@@ -142,7 +142,8 @@ const std::vector<ConfigKey>& config_keys() {
       key("weight_dtype", &Config::weight_dtype,
           "master weights, gradients, optimizer state: float32"),
       key("device", &Config::device,
-          "cpu | cuda | auto (cuda when a GPU is visible); multi-device runs use cpu"),
+          "cpu | cuda | auto (cuda when a GPU is visible); with several devices on cuda, device "
+          "d is a logical device on GPU d % visible GPUs"),
       key("remat_policy", &Config::remat_policy,
           "full (keep stage inputs, recompute in backward) | none"),
       key("init_weights_seed", &Config::init_weights_seed, "parameter initialisation seed"),
@@ -217,10 +218,6 @@ void Config::validate() const {
                  "state are float32 (use dtype=bfloat16 for bfloat16 compute)", weight_dtype);
   CAROUSEL_CHECK(device == "cpu" || device == "cuda" || device == "auto",
                  "device='{}' is not valid; use cpu, cuda or auto", device);
-  CAROUSEL_CHECK(device != "cuda" || num_devices() == 1,
-                 "device=cuda runs one device for now ({} devices asked for); multi-GPU runs need "
-                 "the NCCL communicator, which is not built yet; use device=cpu to simulate them",
-                 num_devices());
   CAROUSEL_CHECK(remat_policy == "full" || remat_policy == "none",
                  "remat_policy='{}' is not valid; use full or none", remat_policy);
   CAROUSEL_CHECK(learning_rate >= 0, "learning_rate={} must be >= 0", learning_rate);

@@ -13,6 +13,7 @@
 
 #include "collectives/local_communicator.h"
 #include "cuda/cpu_backend.h"
+#include "cuda/device_info.h"
 #include "host/checkpoint.h"
 #include "host/data.h"
 #include "host/optimizer.h"
@@ -90,7 +91,8 @@ class RankExecutor {
         actions_(program.ranks[place.stage_rank]), world_(world), pipe_(pipe), fsdp_(fsdp),
         data_comm_(data), tie_(tie),
         zero1_(cfg.shard_optimizer_over_data && place.D > 1),
-        compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32), be_(place.device()),
+        compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32),
+        backend_(make_device_backend(cfg, place.device())), be_(*backend_),
         data_(make_data_loader(cfg)),
         rope_(make_rope_tables(be_, cfg.model.max_target_length, cfg.model.head_dim(),
                                cfg.model.rope_max_timescale)),
@@ -248,6 +250,7 @@ class RankExecutor {
   }
 
   std::size_t peak_bytes() const { return be_.allocator().stats().peak_bytes; }
+  std::string device_name() const { return be_.allocator().name(); }
   std::int64_t all_gathers() const { return all_gathers_; }
 
   // Copies this rank's parameters and AdamW moments into (to_full) or out of (!to_full) the
@@ -479,7 +482,8 @@ class RankExecutor {
   Communicator* tie_;        // first and last stage's ranks when they share the embedding
   bool zero1_;     // shard_optimizer_over_data with D > 1 (ZeRO-1)
   DType compute_;  // float32, or bfloat16 (mixed precision)
-  CpuBackend be_;
+  std::unique_ptr<Backend> backend_;  // this rank's device (CPU, or a logical device on a GPU)
+  Backend& be_;
   std::unique_ptr<DataLoader> data_;
   RopeTables rope_;
   RematPolicy remat_;
@@ -554,9 +558,16 @@ TrainResult train_pipeline(const Config& cfg, Communicator* process_world) {
       sch::generate(schedule_spec(cfg)),
       {cfg.weight_slots(), int(cfg.pipeline_prefetch_lookahead), /*fsdp=*/F > 1});
   sch::replay(program);
-  spdlog::info("pipeline: {} schedule, D={} replicas x S={} stages x F={} FSDP = {} CPU devices "
+  const bool on_gpus = cfg.device == "cuda" ||
+                       (cfg.device == "auto" && !list_cuda_devices().devices.empty());
+  CAROUSEL_CHECK(!on_gpus || !process_world,
+                 "device={} with ranks as mpirun processes needs the NCCL communicator inside the "
+                 "pipeline executor, which is not built yet; run without mpirun (the logical "
+                 "devices then share the visible GPUs, exchanging through host memory) or use "
+                 "device=cpu", cfg.device);
+  spdlog::info("pipeline: {} schedule, D={} replicas x S={} stages x F={} FSDP = {} {} devices "
                "({}), R={} repeats, M={} microbatches{}; program validated and deadlock-free",
-               cfg.pipeline_schedule, D, S, F, N,
+               cfg.pipeline_schedule, D, S, F, N, on_gpus ? "logical GPU" : "CPU",
                process_world ? "one process each" : "threads of this process",
                program.layout.repeats,
                program.layout.microbatches,
@@ -593,6 +604,7 @@ TrainResult train_pipeline(const Config& cfg, Communicator* process_world) {
   std::optional<StepReporter> reporter;
   if (!process_world || process_world->rank() == 0) reporter.emplace(cfg);
   std::vector<double> peaks(N, 0), gathers(N, 0);
+  std::vector<std::string> names(N);  // with processes, only this process's own is known
   auto run_rank = [&](Communicator& comm) {
     const int device = comm.rank();
     const RankPlace place{device / (S * F), device / F % S, device % F, D, S, F};
@@ -629,6 +641,7 @@ TrainResult train_pipeline(const Config& cfg, Communicator* process_world) {
       }
     }
     peaks[device] = double(exec.peak_bytes());
+    names[device] = exec.device_name();
     gathers[device] = double(exec.all_gathers());
     if (processes > 1) {  // every process learns every rank's figures
       CpuBackend be(device);
@@ -652,9 +665,9 @@ TrainResult train_pipeline(const Config& cfg, Communicator* process_world) {
     });
   }
   for (int d = 0; d < N; ++d) {
-    spdlog::info("cpu:{} (data rank {}, stage rank {}, fsdp rank {}): peak memory {}, {} weight "
-                 "all-gathers",
-                 d, d / (S * F), d / F % S, d % F, format_bytes(std::size_t(peaks[d])),
+    spdlog::info("rank {} {}(data rank {}, stage rank {}, fsdp rank {}): peak memory {}, {} "
+                 "weight all-gathers",
+                 d, names[d].empty() ? "" : "on " + names[d] + " ", d / (S * F), d / F % S, d % F, format_bytes(std::size_t(peaks[d])),
                  std::int64_t(gathers[d]));
     result.peak_device_bytes = std::max(result.peak_device_bytes, std::size_t(peaks[d]));
     result.all_gathers_per_device.push_back(std::int64_t(gathers[d]));

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "cuda/cpu_backend.h"
@@ -27,21 +28,23 @@ Microbatch load_microbatch(Backend& be, const DataLoader& data, std::int64_t ste
           be.from_host(tb.targets, {tb.sequences, tb.seq_len})};
 }
 
-// The device of a single-device run: device=cpu (default), cuda, or auto (cuda when visible).
-std::unique_ptr<Backend> make_device_backend(const Config& cfg) {
-  const bool gpu_visible = !list_cuda_devices().devices.empty();
-  if (cfg.device == "cuda" || (cfg.device == "auto" && gpu_visible)) return make_cuda_backend(0);
-  return std::make_unique<CpuBackend>(0);
-}
-
 }  // namespace
+
+std::unique_ptr<Backend> make_device_backend(const Config& cfg, int device) {
+  const CudaDevices gpus = list_cuda_devices();
+  if (cfg.device == "cuda" || (cfg.device == "auto" && !gpus.devices.empty())) {
+    const int visible = std::max<int>(1, int(gpus.devices.size()));
+    return make_cuda_backend(device % visible, device);
+  }
+  return std::make_unique<CpuBackend>(device);
+}
 
 TrainResult train(const Config& cfg, Communicator* process_world) {
   CAROUSEL_CHECK(cfg.model.is_llama(),
                  "carousel train runs decoder_block=llama; the simple block is for pipeline "
                  "equivalence tests");
   if (cfg.num_devices() > 1 || process_world) return train_pipeline(cfg, process_world);
-  std::unique_ptr<Backend> backend = make_device_backend(cfg);
+  std::unique_ptr<Backend> backend = make_device_backend(cfg, 0);
   Backend& be = *backend;
   spdlog::info("device: {}", be.name());
   const auto specs = param_table(cfg.model);

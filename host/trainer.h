@@ -10,7 +10,10 @@
 #include <cstdint>
 #include <vector>
 
+#include <memory>
+
 #include "collectives/communicator.h"
+#include "cuda/backend.h"
 #include "host/config.h"
 
 namespace carousel {
@@ -31,5 +34,9 @@ struct TrainResult {
 // More than one device (D x S x F > 1) goes to the pipeline executor (pipeline_trainer.h), as
 // threads of this process, or as the processes of `process_world` when mpirun started them.
 TrainResult train(const Config& cfg, Communicator* process_world = nullptr);
+
+// Device `device` of a run: a CPU device (device=cpu, the default), or logical device `device`
+// on GPU device % visible GPUs (device=cuda, or auto when a GPU is visible).
+std::unique_ptr<Backend> make_device_backend(const Config& cfg, int device);
 
 }  // namespace carousel

@@ -27,7 +27,9 @@ run() {  # run NAME COMMAND...: log to $out/NAME.log, print its tail
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
+export CAROUSEL_TEST_DATA_DIR=$PWD/tests/data
 run gpu_tests "$bin/test_cuda_backend"
+run pipeline_gpu "$bin/test_pipeline_gpu"
 run nccl_tests "$bin/test_nccl"
 run op_bench "$bin/op_bench" --benchmark_filter=Cuda --benchmark_min_time=0.5s
 run train_cuda_f32 "$bin/carousel" train configs/demo.yml ici_pipeline_parallelism=1 \

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <cstring>
 
 #include "collectives/local_communicator.h"
 #include "cuda/cpu_backend.h"
@@ -42,6 +44,50 @@ INSTANTIATE_TEST_SUITE_P(Local, Collectives, ::testing::ValuesIn(cases()), [](co
   return std::to_string(info.param.ranks) + "ranks_count" + std::to_string(info.param.count) +
          (info.param.in_place ? "_inplace" : "_outofplace");
 });
+
+// Host memory posing as a GPU's: the CPU "cannot touch" it, so the communicator must go through
+// copy_to_host / copy_from_host, as it does with CUDA tensors (counted, to prove it did).
+class DeviceLikeAllocator final : public DeviceAllocator {
+ public:
+  DeviceLikeAllocator(int index, std::atomic<int>& copies)
+      : DeviceAllocator(DeviceKind::CPU, index, 0), copies_(copies) {}
+  bool host_accessible() const override { return false; }
+  void copy_to_host(void* host, const void* src, std::size_t bytes) const override {
+    ++copies_;
+    std::memcpy(host, src, bytes);
+  }
+  void copy_from_host(void* dst, const void* host, std::size_t bytes) const override {
+    ++copies_;
+    std::memcpy(dst, host, bytes);
+  }
+
+ protected:
+  void* raw_allocate(std::size_t bytes) override { return std::aligned_alloc(64, (bytes + 63) / 64 * 64); }
+  void raw_free(void* p) override { std::free(p); }
+
+ private:
+  std::atomic<int>& copies_;
+};
+
+// Even ranks on device-like memory, odd ranks on host memory: every collective and the rings
+// stay exact, through host copies where needed.
+TEST(Collectives, DeviceMemoryMovesThroughHostCopies) {
+  for (int n : {1, 2, 3, 4}) {
+    std::atomic<int> copies{0};
+    LocalWorld world(n, 30.0);
+    run_ranks(n, [&](int r) {
+      std::unique_ptr<CpuBackend> be =
+          r % 2 == 0 ? std::make_unique<CpuBackend>(std::make_unique<DeviceLikeAllocator>(r, copies))
+                     : std::make_unique<CpuBackend>(r);
+      auto comm = world.communicator(r);
+      for (std::int64_t count : {1, 7, 1000}) {
+        for (bool in_place : {false, true}) testing::check_collectives_exact(*comm, *be, count, in_place);
+      }
+      if (n > 1) testing::check_grouped_rings(*comm, *be);
+    });
+    EXPECT_GT(copies.load(), 0) << n << " ranks";
+  }
+}
 
 TEST(Collectives, AsynchronousOperationsCompleteInIssueOrder) {
   LocalWorld world(3);

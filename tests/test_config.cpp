@@ -88,11 +88,6 @@ TEST(Config, InvalidValuesSayWhatIsValid) {
   EXPECT_NE(testing::error_of([] { load_config("", {"device=gpu"}); })
                 .find("device='gpu' is not valid; use cpu, cuda or auto"),
             std::string::npos);
-  EXPECT_NE(testing::error_of([] {
-              load_config("", {"device=cuda", "ici_pipeline_parallelism=2",
-                               "base_num_decoder_layers=8"});
-            }).find("device=cuda runs one device for now (2 devices asked for)"),
-            std::string::npos);
   EXPECT_NE(testing::error_of([] { load_config("", {"per_device_batch_size=2.5"}); })
                 .find("is not a positive whole number"),
             std::string::npos);

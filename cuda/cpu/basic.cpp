@@ -17,6 +17,9 @@ using cpu::dispatch_float;
 CpuBackend::CpuBackend(int device_index, std::size_t memory_limit_bytes)
     : Backend(std::make_unique<CpuAllocator>(device_index, memory_limit_bytes)) {}
 
+CpuBackend::CpuBackend(std::unique_ptr<DeviceAllocator> allocator)
+    : Backend(std::move(allocator)) {}
+
 std::string CpuBackend::name() const {
   return fmt::format("cpu (OpenBLAS {} threads, OpenMP {} threads)", openblas_get_num_threads(),
                      omp_get_max_threads());

@@ -55,6 +55,18 @@ class CudaAllocator final : public DeviceAllocator {
   // The logical device's stream: its kernels, cuBLAS calls, copies and allocations.
   cudaStream_t stream() const { return stream_; }
 
+  bool host_accessible() const override { return false; }
+  void copy_to_host(void* host, const void* src, std::size_t bytes) const override {
+    CUDA_CHECK(cudaSetDevice(gpu_));
+    CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy_from_host(void* dst, const void* host, std::size_t bytes) const override {
+    CUDA_CHECK(cudaSetDevice(gpu_));
+    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
  protected:
   void* raw_allocate(std::size_t bytes) override {
     CUDA_CHECK(cudaSetDevice(gpu_));
