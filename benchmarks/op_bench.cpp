@@ -46,7 +46,7 @@ BENCHMARK(BM_GemmLinear)
     ->Args({512, 512, 512})
     ->Args({1024, 1024, 1024})
     ->Args({2048, 2048, 2048})
-    ->Args({4096, 172, 64})    // tiny llama MLP up-projection: 64 sequences x 64 tokens
+    ->Args({4096, 172, 64})  // tiny llama MLP up-projection: 64 sequences x 64 tokens
     ->Args({1024, 4096, 1024})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
@@ -72,7 +72,7 @@ void BM_Attention(benchmark::State& state, bool backward) {
   set_flops(state, backward ? 2.5 * forward_flops : forward_flops);
 }
 BENCHMARK_CAPTURE(BM_Attention, forward, false)
-    ->Args({8, 64, 4, 2, 16})     // tiny
+    ->Args({8, 64, 4, 2, 16})  // tiny
     ->Args({4, 512, 8, 8, 64})
     ->Args({1, 2048, 8, 2, 128})
     ->Unit(benchmark::kMillisecond)

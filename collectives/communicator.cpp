@@ -39,8 +39,8 @@ namespace {
 
 void check_pair(const Communicator& c, const char* op, const Tensor& send, const Tensor& recv,
                 std::int64_t expected, const char* rule) {
-  CAROUSEL_CHECK(send.defined() && recv.defined(), "{} on communicator '{}': undefined tensor",
-                 op, c.name());
+  CAROUSEL_CHECK(send.defined() && recv.defined(), "{} on communicator '{}': undefined tensor", op,
+                 c.name());
   CAROUSEL_CHECK(send.dtype() == recv.dtype(),
                  "{} on communicator '{}' rank {}: send is {} but recv is {}", op, c.name(),
                  c.rank(), send.describe(), recv.describe());
@@ -77,8 +77,8 @@ void check_all_reduce(const Communicator& c, const Tensor& send, const Tensor& r
 
 void check_broadcast(const Communicator& c, const Tensor& send, const Tensor& recv, int root) {
   CAROUSEL_CHECK(root >= 0 && root < c.size(),
-                 "broadcast on communicator '{}': root {} is not a rank in [0, {})", c.name(),
-                 root, c.size());
+                 "broadcast on communicator '{}': root {} is not a rank in [0, {})", c.name(), root,
+                 c.size());
   check_pair(c, "broadcast", send, recv, send.numel(), "send count");
 }
 
@@ -92,7 +92,8 @@ void check_peer(const Communicator& c, const char* op, const Tensor& data, int p
 void check_host_reduction(const Communicator& c, const char* op, DType dtype, ReduceOp r) {
   CAROUSEL_CHECK(dtype == DType::F32 || dtype == DType::F64 || dtype == DType::I32,
                  "{} on communicator '{}': host reductions handle float32, float64 and int32, "
-                 "not {}", op, c.name(), dtype_name(dtype));
+                 "not {}",
+                 op, c.name(), dtype_name(dtype));
   CAROUSEL_CHECK(r != ReduceOp::Avg || dtype != DType::I32,
                  "{} on communicator '{}': avg needs a floating dtype, not int32", op, c.name());
 }
@@ -105,10 +106,17 @@ void accumulate(DType dtype, void* out, const void* in, std::int64_t n, bool fir
     for (std::int64_t i = 0; i < n; ++i) o[i] = first ? x[i] : o[i] + x[i];
   };
   switch (dtype) {
-    case DType::F32: run(float{}); break;
-    case DType::F64: run(double{}); break;
-    case DType::I32: run(std::int32_t{}); break;
-    default: fail("host reduction: cannot reduce {}", dtype_name(dtype));
+    case DType::F32:
+      run(float{});
+      break;
+    case DType::F64:
+      run(double{});
+      break;
+    case DType::I32:
+      run(std::int32_t{});
+      break;
+    default:
+      fail("host reduction: cannot reduce {}", dtype_name(dtype));
   }
 }
 

@@ -27,8 +27,8 @@ struct Slot {
   std::vector<const void*> send;
   int arrived = 0, read = 0, left = 0;
   std::string error;
-  std::vector<int> color, key;                               // split
-  std::map<int, std::shared_ptr<LocalGroup>> children;       // split: color -> new group
+  std::vector<int> color, key;                          // split
+  std::map<int, std::shared_ptr<LocalGroup>> children;  // split: color -> new group
 };
 
 struct P2POp {
@@ -65,9 +65,9 @@ struct LocalGroup {
 
 namespace {
 
+using comm::Signature;
 using detail::LocalGroup;
 using detail::P2POp;
-using comm::Signature;
 using detail::Slot;
 
 // "[1, 3]": the ranks that have not arrived in a slot.
@@ -95,8 +95,8 @@ class LocalCommunicator final : public Communicator {
   Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     comm::check_reduce_scatter(*this, send, recv);
     comm::check_host_reduction(*this, "reduce_scatter", send.dtype(), op);
-    return collective({"reduce_scatter", recv.numel(), send.dtype(), -1, reduce_op_name(op)},
-                      send, recv, op);
+    return collective({"reduce_scatter", recv.numel(), send.dtype(), -1, reduce_op_name(op)}, send,
+                      recv, op);
   }
   Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     comm::check_all_reduce(*this, send, recv);
@@ -116,8 +116,8 @@ class LocalCommunicator final : public Communicator {
     in_group_ = true;
   }
   Event group_end() override {
-    CAROUSEL_CHECK(in_group_, "group_end on communicator '{}' rank {} without group_start",
-                   name(), rank_);
+    CAROUSEL_CHECK(in_group_, "group_end on communicator '{}' rank {} without group_start", name(),
+                   rank_);
     in_group_ = false;
     auto ops = std::move(group_ops_);
     group_ops_.clear();
@@ -143,8 +143,10 @@ class LocalCommunicator final : public Communicator {
  private:
   Event collective(Signature sig, const Tensor& send, const Tensor& recv,
                    ReduceOp op = ReduceOp::Sum) {
-    CAROUSEL_CHECK(!in_group_, "{} on communicator '{}' inside a send/recv group: only send and "
-                   "recv may be grouped", sig.op, name());
+    CAROUSEL_CHECK(!in_group_,
+                   "{} on communicator '{}' inside a send/recv group: only send and "
+                   "recv may be grouped",
+                   sig.op, name());
     const std::int64_t seq = next_seq_++;
     Event done;
     worker_.enqueue([this, sig, send, recv, op, seq] { run_collective(sig, send, recv, op, seq); },
@@ -173,7 +175,8 @@ class LocalCommunicator final : public Communicator {
     lock.lock();
     slot.read += 1;
     g.cv.notify_all();
-    wait(lock, slot, [&] { return slot.read == g.size; }, sig, seq, true);
+    wait(
+        lock, slot, [&] { return slot.read == g.size; }, sig, seq, true);
     lock.unlock();
     if (stage) recv.device().copy_from_host(recv.raw(), staging_.data(), recv.nbytes());
     lock.lock();
@@ -221,7 +224,7 @@ class LocalCommunicator final : public Communicator {
       const std::size_t offset = sig.op == "reduce_scatter" ? rank_ * bytes : 0;
       for (int r = 0; r < n; ++r) {  // rank order: bitwise identical everywhere
         comm::accumulate(sig.dtype, out, static_cast<const char*>(slot.send[r]) + offset, sig.count,
-                   r == 0);
+                         r == 0);
       }
       if (op == ReduceOp::Avg) comm::divide(sig.dtype, out, sig.count, n);
     }
@@ -254,7 +257,8 @@ class LocalCommunicator final : public Communicator {
     slot.send[rank_] = send;
     slot.arrived += 1;
     g.cv.notify_all();
-    wait(lock, slot, [&] { return slot.arrived == g.size; }, sig, seq, false);
+    wait(
+        lock, slot, [&] { return slot.arrived == g.size; }, sig, seq, false);
     return slot;
   }
 
@@ -395,13 +399,13 @@ class LocalCommunicator final : public Communicator {
 
   std::shared_ptr<LocalGroup> group_;
   int rank_;
-  std::int64_t next_seq_ = 0;              // collectives issued on this communicator
+  std::int64_t next_seq_ = 0;                // collectives issued on this communicator
   std::vector<std::int64_t> sends_, recvs_;  // per peer
   bool in_group_ = false;
   std::vector<std::shared_ptr<P2POp>> group_ops_;
   std::vector<char> staging_;    // in-place reductions, device results (worker thread only)
   std::vector<char> send_copy_;  // host copy of a device send buffer (worker thread only)
-  comm::Worker worker_;  // last member: its thread stops before the rest is destroyed
+  comm::Worker worker_;          // last member: its thread stops before the rest is destroyed
 };
 
 }  // namespace
@@ -416,8 +420,8 @@ LocalWorld::LocalWorld(int size, double timeout_seconds)
 int LocalWorld::size() const { return world_->size; }
 
 std::unique_ptr<Communicator> LocalWorld::communicator(int rank) const {
-  CAROUSEL_CHECK(rank >= 0 && rank < world_->size, "rank {} is outside the world of {} ranks",
-                 rank, world_->size);
+  CAROUSEL_CHECK(rank >= 0 && rank < world_->size, "rank {} is outside the world of {} ranks", rank,
+                 world_->size);
   return std::make_unique<LocalCommunicator>(world_, rank);
 }
 

@@ -8,23 +8,25 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
-#include <exception>
 #include <cstring>
+#include <exception>
 #include <thread>
 #include <vector>
 
 #include "collectives/common.h"
 #include "cuda/error.h"
 
-#define MPI_CHECK(stmt)                                                                    \
-  do {                                                                                     \
-    const int carousel_mpi_ = (stmt);                                                      \
-    if (carousel_mpi_ != MPI_SUCCESS) {                                                    \
-      ::carousel::fail("MPI error {} ({}) in '{}' at {}:{}", carousel_mpi_,                \
-                       ::carousel::mpi_error_string(carousel_mpi_), #stmt, __FILE__,       \
-                       __LINE__);                                                          \
-    }                                                                                      \
+#define MPI_CHECK(stmt)                                                                         \
+  do {                                                                                          \
+    const int carousel_mpi_ = (stmt);                                                           \
+    if (carousel_mpi_ != MPI_SUCCESS) {                                                         \
+      ::carousel::fail("MPI error {} ({}) in '{}' at {}:{}", carousel_mpi_,                     \
+                       ::carousel::mpi_error_string(carousel_mpi_), #stmt, __FILE__, __LINE__); \
+    }                                                                                           \
   } while (0)
+
+// Issues a nonblocking MPI call and returns its request; an error names the call and file:line.
+#define MPI_ISSUE(call, ...) issue(#call, __FILE__, __LINE__, call, __VA_ARGS__)
 
 namespace carousel {
 
@@ -39,10 +41,14 @@ std::string mpi_error_string(int code) {
 
 MPI_Datatype mpi_type(DType t) {
   switch (t) {
-    case DType::F32: return MPI_FLOAT;
-    case DType::F64: return MPI_DOUBLE;
-    case DType::BF16: return MPI_UINT16_T;  // moved as bits; never reduced by MPI
-    case DType::I32: return MPI_INT32_T;
+    case DType::F32:
+      return MPI_FLOAT;
+    case DType::F64:
+      return MPI_DOUBLE;
+    case DType::BF16:
+      return MPI_UINT16_T;  // moved as bits; never reduced by MPI
+    case DType::I32:
+      return MPI_INT32_T;
   }
   return MPI_BYTE;
 }
@@ -54,8 +60,8 @@ struct WireSignature {
   std::int64_t count = 0;
   std::int32_t dtype = 0, root = -1;
 
-  explicit WireSignature(const comm::Signature& s) : count(s.count), dtype(int(s.dtype)),
-                                                     root(s.root) {
+  explicit WireSignature(const comm::Signature& s)
+      : count(s.count), dtype(int(s.dtype)), root(s.root) {
     std::strncpy(op, s.op.c_str(), sizeof(op) - 1);
     std::strncpy(reduce, s.reduce.c_str(), sizeof(reduce) - 1);
   }
@@ -66,7 +72,9 @@ struct WireSignature {
 class MpiCommunicator final : public Communicator {
  public:
   MpiCommunicator(MPI_Comm comm, std::string name, double timeout)
-      : comm_(comm), name_(std::move(name)), timeout_(timeout),
+      : comm_(comm),
+        name_(std::move(name)),
+        timeout_(timeout),
         worker_(std::make_unique<comm::Worker>()) {
     MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN));
     MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
@@ -93,8 +101,8 @@ class MpiCommunicator final : public Communicator {
                     static_cast<const char*>(send.raw()) + send.nbytes());
         input = copy.data();
       }
-      wait(issue(MPI_Iallgather, input, n, mpi_type(send.dtype()), recv.raw(), n,
-                 mpi_type(send.dtype()), comm_));
+      wait(MPI_ISSUE(MPI_Iallgather, input, n, mpi_type(send.dtype()), recv.raw(), n,
+                     mpi_type(send.dtype()), comm_));
     });
   }
 
@@ -115,34 +123,36 @@ class MpiCommunicator final : public Communicator {
   Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     comm::check_all_reduce(*this, send, recv);
     comm::check_host_reduction(*this, "all_reduce", send.dtype(), op);
-    return collective(
-        {"all_reduce", send.numel(), send.dtype(), -1, reduce_op_name(op)}, {send, recv},
-        [=, this] {
-          const std::size_t elt = dtype_size(send.dtype());
-          const std::int64_t block = (send.numel() + size_ - 1) / size_;
-          std::vector<char> padded(block * size_ * elt, 0), blocks(padded.size());
-          std::memcpy(padded.data(), send.raw(), send.nbytes());
-          exchange_blocks(padded.data(), blocks.data(), block, send.dtype());
-          char* mine = padded.data() + rank_ * block * elt;  // padded is free again: reuse it
-          reduce_blocks(blocks.data(), mine, block, send.dtype(), op);
-          const int n = int_count(block);
-          wait(issue(MPI_Iallgather, MPI_IN_PLACE, n, mpi_type(send.dtype()), padded.data(), n,
-                     mpi_type(send.dtype()), comm_));
-          std::memcpy(recv.raw(), padded.data(), recv.nbytes());
-        });
+    return collective({"all_reduce", send.numel(), send.dtype(), -1, reduce_op_name(op)},
+                      {send, recv}, [=, this] {
+                        const std::size_t elt = dtype_size(send.dtype());
+                        const std::int64_t block = (send.numel() + size_ - 1) / size_;
+                        std::vector<char> padded(block * size_ * elt, 0), blocks(padded.size());
+                        std::memcpy(padded.data(), send.raw(), send.nbytes());
+                        exchange_blocks(padded.data(), blocks.data(), block, send.dtype());
+                        char* mine =
+                            padded.data() + rank_ * block * elt;  // padded is free again: reuse it
+                        reduce_blocks(blocks.data(), mine, block, send.dtype(), op);
+                        const int n = int_count(block);
+                        wait(MPI_ISSUE(MPI_Iallgather, MPI_IN_PLACE, n, mpi_type(send.dtype()),
+                                       padded.data(), n, mpi_type(send.dtype()), comm_));
+                        std::memcpy(recv.raw(), padded.data(), recv.nbytes());
+                      });
   }
 
   Event broadcast(const Tensor& send, const Tensor& recv, int root) override {
     comm::check_broadcast(*this, send, recv, root);
     return collective({"broadcast", send.numel(), send.dtype(), root}, {send, recv}, [=, this] {
-      if (rank_ == root && send.raw() != recv.raw()) std::memcpy(recv.raw(), send.raw(), send.nbytes());
-      wait(issue(MPI_Ibcast, recv.raw(), int_count(recv.numel()), mpi_type(recv.dtype()), root,
-                 comm_));
+      if (rank_ == root && send.raw() != recv.raw())
+        std::memcpy(recv.raw(), send.raw(), send.nbytes());
+      wait(MPI_ISSUE(MPI_Ibcast, recv.raw(), int_count(recv.numel()), mpi_type(recv.dtype()), root,
+                     comm_));
     });
   }
 
   Event barrier() override {
-    return collective({"barrier", 0, DType::F32}, {}, [this] { wait(issue(MPI_Ibarrier, comm_)); });
+    return collective({"barrier", 0, DType::F32}, {},
+                      [this] { wait(MPI_ISSUE(MPI_Ibarrier, comm_)); });
   }
 
   void group_start() override {
@@ -151,8 +161,8 @@ class MpiCommunicator final : public Communicator {
     in_group_ = true;
   }
   Event group_end() override {
-    CAROUSEL_CHECK(in_group_, "group_end on communicator '{}' rank {} without group_start",
-                   name_, rank_);
+    CAROUSEL_CHECK(in_group_, "group_end on communicator '{}' rank {} without group_start", name_,
+                   rank_);
     in_group_ = false;
     std::vector<P2P> ops = std::move(group_);
     group_.clear();
@@ -190,8 +200,10 @@ class MpiCommunicator final : public Communicator {
   };
 
   int int_count(std::int64_t n) const {
-    CAROUSEL_CHECK(n <= INT_MAX, "communicator '{}': {} elements is more than MPI's int count "
-                   "allows ({}); split the tensor", name_, n, INT_MAX);
+    CAROUSEL_CHECK(n <= INT_MAX,
+                   "communicator '{}': {} elements is more than MPI's int count "
+                   "allows ({}); split the tensor",
+                   name_, n, INT_MAX);
     return int(n);
   }
 
@@ -204,15 +216,19 @@ class MpiCommunicator final : public Communicator {
   static void check_host(const Communicator& c, const Tensor& t) {
     CAROUSEL_CHECK(!t.defined() || t.device().kind() == DeviceKind::CPU,
                    "communicator '{}': the MPI communicator moves CPU memory, not {} (GPU "
-                   "tensors go through the NCCL communicator)", c.name(), t.describe());
+                   "tensors go through the NCCL communicator)",
+                   c.name(), t.describe());
   }
 
-  // Issues an MPI nonblocking call; returns its request.
+  // Issues an MPI nonblocking call (through MPI_ISSUE, which names it and its file:line);
+  // returns its request.
   template <class Fn, class... Args>
-  static MPI_Request issue(Fn fn, Args... args) {
+  static MPI_Request issue(const char* call, const char* file, int line, Fn fn, Args... args) {
     MPI_Request request = MPI_REQUEST_NULL;
     const int code = fn(args..., &request);
-    if (code != MPI_SUCCESS) fail("MPI error {} ({}) issuing a nonblocking call", code, mpi_error_string(code));
+    if (code != MPI_SUCCESS) {
+      fail("MPI error {} ({}) in {} at {}:{}", code, mpi_error_string(code), call, file, line);
+    }
     return request;
   }
 
@@ -231,9 +247,10 @@ class MpiCommunicator final : public Communicator {
       const double waited =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       if (waited > timeout_) {
-        broken_ = fmt::format("rank {}: {} on communicator '{}' timed out after {} s (a rank "
-                              "has not issued it, or issued other operations first)",
-                              rank_, current_, name_, timeout_);
+        broken_ = fmt::format(
+            "rank {}: {} on communicator '{}' timed out after {} s (a rank "
+            "has not issued it, or issued other operations first)",
+            rank_, current_, name_, timeout_);
         fail("{}", broken_);
       }
       if (waited < 0.02) {
@@ -254,8 +271,10 @@ class MpiCommunicator final : public Communicator {
   // Enqueues a collective: every rank first all-gathers the signatures and compares them.
   template <class Body>
   Event collective(comm::Signature sig, std::initializer_list<Tensor> tensors, Body body) {
-    CAROUSEL_CHECK(!in_group_, "{} on communicator '{}' inside a send/recv group: only send and "
-                   "recv may be grouped", sig.op, name_);
+    CAROUSEL_CHECK(!in_group_,
+                   "{} on communicator '{}' inside a send/recv group: only send and "
+                   "recv may be grouped",
+                   sig.op, name_);
     for (const Tensor& t : tensors) check_host(*this, t);
     const std::int64_t seq = next_seq_++;
     Event done;
@@ -273,20 +292,21 @@ class MpiCommunicator final : public Communicator {
   void check_signatures(const comm::Signature& sig, std::int64_t seq) {
     std::vector<WireSignature> all(size_);
     all[rank_] = WireSignature(sig);
-    wait(issue(MPI_Iallgather, MPI_IN_PLACE, int(sizeof(WireSignature)), MPI_BYTE, all.data(),
-               int(sizeof(WireSignature)), MPI_BYTE, comm_));
+    wait(MPI_ISSUE(MPI_Iallgather, MPI_IN_PLACE, int(sizeof(WireSignature)), MPI_BYTE, all.data(),
+                   int(sizeof(WireSignature)), MPI_BYTE, comm_));
     for (int r = 0; r < size_; ++r) {
       const comm::Signature theirs = all[r].decode();
-      CAROUSEL_CHECK(theirs == sig, "collective mismatch on communicator '{}' at sequence {}: "
-                     "rank {} called {} but rank {} called {}", name_, seq, r, theirs.str(),
-                     rank_, sig.str());
+      CAROUSEL_CHECK(theirs == sig,
+                     "collective mismatch on communicator '{}' at sequence {}: "
+                     "rank {} called {} but rank {} called {}",
+                     name_, seq, r, theirs.str(), rank_, sig.str());
     }
   }
 
   // blocks [size][count] on this rank = block `rank` of every rank's `send` [size][count].
   void exchange_blocks(const void* send, void* blocks, std::int64_t count, DType dtype) {
     const int n = int_count(count);
-    wait(issue(MPI_Ialltoall, send, n, mpi_type(dtype), blocks, n, mpi_type(dtype), comm_));
+    wait(MPI_ISSUE(MPI_Ialltoall, send, n, mpi_type(dtype), blocks, n, mpi_type(dtype), comm_));
   }
   // out [count] = blocks[0] + blocks[1] + ... in rank order (/ size for avg).
   void reduce_blocks(const char* blocks, void* out, std::int64_t count, DType dtype,
@@ -318,10 +338,10 @@ class MpiCommunicator final : public Communicator {
     std::vector<MPI_Request> requests;
     for (const P2P& op : ops) {
       const int n = int_count(op.data.numel());
-      requests.push_back(op.is_send ? issue(MPI_Isend, op.data.raw(), n, mpi_type(op.data.dtype()),
-                                            op.peer, 0, comm_)
-                                    : issue(MPI_Irecv, op.data.raw(), n, mpi_type(op.data.dtype()),
-                                            op.peer, 0, comm_));
+      requests.push_back(op.is_send ? MPI_ISSUE(MPI_Isend, op.data.raw(), n,
+                                                mpi_type(op.data.dtype()), op.peer, 0, comm_)
+                                    : MPI_ISSUE(MPI_Irecv, op.data.raw(), n,
+                                                mpi_type(op.data.dtype()), op.peer, 0, comm_));
     }
     std::vector<MPI_Status> statuses(ops.size());
     wait_all(requests.data(), int(requests.size()), statuses.data());
@@ -329,9 +349,10 @@ class MpiCommunicator final : public Communicator {
       if (ops[i].is_send) continue;
       int got = 0;
       MPI_CHECK(MPI_Get_count(&statuses[i], mpi_type(ops[i].data.dtype()), &got));
-      CAROUSEL_CHECK(got == ops[i].data.numel(), "send/recv mismatch on communicator '{}': "
-                     "rank {} receives #{} into {} but rank {} sent {} elements", name_,
-                     rank_, ops[i].seq, ops[i].data.describe(), ops[i].peer, got);
+      CAROUSEL_CHECK(got == ops[i].data.numel(),
+                     "send/recv mismatch on communicator '{}': "
+                     "rank {} receives #{} into {} but rank {} sent {} elements",
+                     name_, rank_, ops[i].seq, ops[i].data.describe(), ops[i].peer, got);
     }
   }
 
@@ -353,15 +374,18 @@ class MpiCommunicator final : public Communicator {
 MpiRuntime::MpiRuntime() {
   int initialized = 0;
   MPI_CHECK(MPI_Initialized(&initialized));
-  CAROUSEL_CHECK(!initialized, "MPI is already initialised in this process; create one "
+  CAROUSEL_CHECK(!initialized,
+                 "MPI is already initialised in this process; create one "
                  "MpiRuntime");
   int provided = 0;
   MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided));
   if (provided < MPI_THREAD_MULTIPLE) {
     MPI_Finalize();
-    fail("this MPI library provides thread level {} but carousel's MPI communicator needs "
-         "MPI_THREAD_MULTIPLE ({}); use Open MPI (Debian's libopenmpi-dev) or run the ranks as "
-         "threads (no mpirun)", provided, int(MPI_THREAD_MULTIPLE));
+    fail(
+        "this MPI library provides thread level {} but carousel's MPI communicator needs "
+        "MPI_THREAD_MULTIPLE ({}); use Open MPI (Debian's libopenmpi-dev) or run the ranks as "
+        "threads (no mpirun)",
+        provided, int(MPI_THREAD_MULTIPLE));
   }
 }
 

@@ -20,12 +20,12 @@
 #include "cuda/cuda_check.h"
 #include "cuda/error.h"
 
-#define NCCL_CHECK(stmt)                                                                   \
-  do {                                                                                     \
-    ncclResult_t carousel_nccl_ = (stmt);                                                  \
-    if (carousel_nccl_ != ncclSuccess)                                                     \
-      ::carousel::fail("NCCL error {} ({}) in '{}' at {}:{}", int(carousel_nccl_),         \
-                       ncclGetErrorString(carousel_nccl_), #stmt, __FILE__, __LINE__);     \
+#define NCCL_CHECK(stmt)                                                               \
+  do {                                                                                 \
+    ncclResult_t carousel_nccl_ = (stmt);                                              \
+    if (carousel_nccl_ != ncclSuccess)                                                 \
+      ::carousel::fail("NCCL error {} ({}) in '{}' at {}:{}", int(carousel_nccl_),     \
+                       ncclGetErrorString(carousel_nccl_), #stmt, __FILE__, __LINE__); \
   } while (0)
 
 namespace carousel {
@@ -34,10 +34,14 @@ namespace {
 
 ncclDataType_t nccl_type(DType t) {
   switch (t) {
-    case DType::F32: return ncclFloat32;
-    case DType::F64: return ncclFloat64;
-    case DType::BF16: return ncclBfloat16;
-    case DType::I32: return ncclInt32;
+    case DType::F32:
+      return ncclFloat32;
+    case DType::F64:
+      return ncclFloat64;
+    case DType::BF16:
+      return ncclBfloat16;
+    case DType::I32:
+      return ncclInt32;
   }
   return ncclFloat32;
 }
@@ -72,8 +76,8 @@ class NcclCommunicator final : public Communicator {
   Event all_gather(const Tensor& send, const Tensor& recv) override {
     comm::check_all_gather(*this, send, recv);
     return enqueue("all_gather", [&] {
-      NCCL_CHECK(ncclAllGather(send.raw(), recv.raw(), send.numel(), nccl_type(send.dtype()),
-                               comm_, stream_));
+      NCCL_CHECK(ncclAllGather(send.raw(), recv.raw(), send.numel(), nccl_type(send.dtype()), comm_,
+                               stream_));
     });
   }
   Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
@@ -99,8 +103,8 @@ class NcclCommunicator final : public Communicator {
   }
   Event barrier() override {
     return enqueue("barrier", [&] {
-      NCCL_CHECK(ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_,
-                               stream_));
+      NCCL_CHECK(
+          ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_, stream_));
     });
   }
 
@@ -129,8 +133,8 @@ class NcclCommunicator final : public Communicator {
     ncclComm_t child = nullptr;
     NCCL_CHECK(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr));
     if (!child) return nullptr;
-    return std::make_unique<NcclCommunicator>(child, gpu_, fmt::format("{}/split({})", name_, color),
-                                              timeout_);
+    return std::make_unique<NcclCommunicator>(child, gpu_,
+                                              fmt::format("{}/split({})", name_, color), timeout_);
   }
 
  private:
@@ -155,7 +159,8 @@ class NcclCommunicator final : public Communicator {
     return group_events_.back();
   }
 
-  template <class Fn> Event enqueue(const char* op, Fn&& issue) {
+  template <class Fn>
+  Event enqueue(const char* op, Fn&& issue) {
     CAROUSEL_CHECK(!in_group_, "{} on communicator '{}' inside a send/recv group", op, name_);
     CUDA_CHECK(cudaSetDevice(gpu_));
     issue();
@@ -190,8 +195,9 @@ class NcclCommunicator final : public Communicator {
       if (pending_.empty() || aborted_) continue;
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
-      const auto age = std::chrono::duration<double>(std::chrono::steady_clock::now() -
-                                                     pending_.front().issued).count();
+      const auto age =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - pending_.front().issued)
+              .count();
       if (async == ncclSuccess && age < timeout_) continue;
       const std::string why =
           async != ncclSuccess
@@ -201,8 +207,8 @@ class NcclCommunicator final : public Communicator {
       aborted_ = true;
       for (auto& p : pending_) {
         p.event.complete(std::make_exception_ptr(Error(fmt::format(
-            "rank {}: {} on NCCL communicator '{}' failed: {}; the communicator was aborted",
-            rank_, p.what, name_, why))));
+            "rank {}: {} on NCCL communicator '{}' failed: {}; the communicator was aborted", rank_,
+            p.what, name_, why))));
       }
       pending_.clear();
     }
@@ -264,8 +270,10 @@ std::unique_ptr<Communicator> NcclWorld::communicator(int rank) const {
 int process_gpu(int rank) {
   int gpus = 0;
   const cudaError_t err = cudaGetDeviceCount(&gpus);
-  CAROUSEL_CHECK(err == cudaSuccess && gpus > 0, "NCCL communicator on rank {}: no usable CUDA "
-                 "device ({})", rank, err == cudaSuccess ? "none visible" : cudaGetErrorString(err));
+  CAROUSEL_CHECK(err == cudaSuccess && gpus > 0,
+                 "NCCL communicator on rank {}: no usable CUDA "
+                 "device ({})",
+                 rank, err == cudaSuccess ? "none visible" : cudaGetErrorString(err));
   const char* local = std::getenv("LOCAL_RANK");
   const int gpu = local ? std::atoi(local) : rank % gpus;
   CAROUSEL_CHECK(gpu >= 0 && gpu < gpus, "LOCAL_RANK={} is not a visible GPU (0..{})", gpu,
@@ -277,15 +285,18 @@ namespace {
 
 // One process's NCCL rank on its GPU (process_gpu): gets rank 0's NCCL id through `share`
 // (which returns rank 0's bytes on every rank) and joins.
-std::unique_ptr<Communicator> join_nccl(int rank, int size, double timeout,
-                                        const std::function<std::vector<char>(std::vector<char>)>& share) {
+std::unique_ptr<Communicator> join_nccl(
+    int rank, int size, double timeout,
+    const std::function<std::vector<char>(std::vector<char>)>& share) {
   const int gpu = process_gpu(rank);
   ncclUniqueId id{};
   if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   const auto* raw = reinterpret_cast<const char*>(&id);
   const std::vector<char> bytes = share(std::vector<char>(raw, raw + sizeof(id)));
-  CAROUSEL_CHECK(bytes.size() == sizeof(id), "rank {} received {} bytes for the NCCL id, "
-                 "expected {}", rank, bytes.size(), sizeof(id));
+  CAROUSEL_CHECK(bytes.size() == sizeof(id),
+                 "rank {} received {} bytes for the NCCL id, "
+                 "expected {}",
+                 rank, bytes.size(), sizeof(id));
   std::memcpy(&id, bytes.data(), sizeof(id));
   CUDA_CHECK(cudaSetDevice(gpu));
   ncclComm_t comm = nullptr;

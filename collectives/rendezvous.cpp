@@ -22,8 +22,10 @@ namespace {
 
 int env_int(const char* name, int lo, int hi, const char* meaning) {
   const char* v = std::getenv(name);
-  CAROUSEL_CHECK(v && *v, "launch: environment variable {} is not set ({}); set RANK, "
-                 "WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun does", name, meaning);
+  CAROUSEL_CHECK(v && *v,
+                 "launch: environment variable {} is not set ({}); set RANK, "
+                 "WORLD_SIZE, MASTER_ADDR and MASTER_PORT as torchrun does",
+                 name, meaning);
   char* end = nullptr;
   const long x = std::strtol(v, &end, 10);
   CAROUSEL_CHECK(end && *end == 0 && x >= lo && x <= hi,
@@ -101,7 +103,8 @@ RendezvousConfig rendezvous_from_env(double timeout_seconds) {
   cfg.world_size = env_int("WORLD_SIZE", 1, 1 << 20, "the number of processes");
   cfg.rank = env_int("RANK", 0, cfg.world_size - 1, "this process's rank, below WORLD_SIZE");
   const char* addr = std::getenv("MASTER_ADDR");
-  CAROUSEL_CHECK(addr && *addr, "launch: environment variable MASTER_ADDR is not set (the host "
+  CAROUSEL_CHECK(addr && *addr,
+                 "launch: environment variable MASTER_ADDR is not set (the host "
                  "of rank 0, e.g. 127.0.0.1)");
   cfg.master_addr = addr;
   cfg.master_port = env_int("MASTER_PORT", 1, 65535, "the TCP port rank 0 listens on");
@@ -111,9 +114,8 @@ RendezvousConfig rendezvous_from_env(double timeout_seconds) {
 
 std::vector<char> rendezvous_broadcast(const RendezvousConfig& cfg, std::vector<char> payload) {
   if (cfg.world_size == 1) return payload;
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                         std::chrono::duration<double>(cfg.timeout_seconds));
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(cfg.timeout_seconds));
   const sockaddr_in addr = address(cfg);
   if (cfg.rank == 0) {
     Socket server(::socket(AF_INET, SOCK_STREAM, 0));

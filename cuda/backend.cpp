@@ -19,11 +19,11 @@ class OpCheck {
   // Defined, on this backend's device, float32 or float64 (every op computes in these).
   const OpCheck& floating(const char* name, const Tensor& t) const {
     on_device(name, t);
-    CAROUSEL_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64,
-                   "{}: argument '{}' is {}, but {} runs in float32 or float64{}", op_, name,
-                   dtype_name(t.dtype()), op_,
-                   t.dtype() == DType::BF16 ? " (bfloat16 here: parameters and moments stay float32)"
-                                            : "");
+    CAROUSEL_CHECK(
+        t.dtype() == DType::F32 || t.dtype() == DType::F64,
+        "{}: argument '{}' is {}, but {} runs in float32 or float64{}", op_, name,
+        dtype_name(t.dtype()), op_,
+        t.dtype() == DType::BF16 ? " (bfloat16 here: parameters and moments stay float32)" : "");
     return *this;
   }
   // Like floating(), bfloat16 allowed too (ops that load bf16 and compute in float32).
@@ -57,15 +57,16 @@ class OpCheck {
   const OpCheck& like(const char* name, const Tensor& t, const char* ref_name,
                       const Tensor& ref) const {
     same_dtype(name, t, ref_name, ref);
-    CAROUSEL_CHECK(t.shape() == ref.shape(), "{}: argument '{}' has shape {} but must match '{}' {}",
-                   op_, name, shape_str(t.shape()), ref_name, shape_str(ref.shape()));
+    CAROUSEL_CHECK(t.shape() == ref.shape(),
+                   "{}: argument '{}' has shape {} but must match '{}' {}", op_, name,
+                   shape_str(t.shape()), ref_name, shape_str(ref.shape()));
     return *this;
   }
   // `t` has exactly `expected`; `why` says where the expectation comes from.
   const OpCheck& shape(const char* name, const Tensor& t, const Shape& expected,
                        const std::string& why) const {
-    CAROUSEL_CHECK(t.shape() == expected, "{}: argument '{}' has shape {} but must be {} ({})",
-                   op_, name, shape_str(t.shape()), shape_str(expected), why);
+    CAROUSEL_CHECK(t.shape() == expected, "{}: argument '{}' has shape {} but must be {} ({})", op_,
+                   name, shape_str(t.shape()), shape_str(expected), why);
     return *this;
   }
   const OpCheck& rank(const char* name, const Tensor& t, int rank, const char* layout) const {
@@ -116,8 +117,7 @@ void check_gemm_dtypes(const OpCheck& check, const Tensor& a, const Tensor& b, c
 // op by op. A tensor passed twice (in place) gets one stand-in.
 class Float32Staging {
  public:
-  Float32Staging(Backend& be, std::initializer_list<Tensor> outputs)
-      : be_(be), outputs_(outputs) {}
+  Float32Staging(Backend& be, std::initializer_list<Tensor> outputs) : be_(be), outputs_(outputs) {}
   Tensor operator()(const Tensor& t) {
     if (t.dtype() != DType::BF16) return t;
     for (const auto& [original, wide] : staged_) {
@@ -327,7 +327,9 @@ void Backend::embedding_backward(const Tensor& dout, const Tensor& tokens, const
     return f.finish();
   }
   OpCheck check("embedding_backward", *this);
-  check.floating("dtable", dtable).rank("dtable", dtable, 2, "[vocab, embed]").tokens("tokens", tokens);
+  check.floating("dtable", dtable)
+      .rank("dtable", dtable, 2, "[vocab, embed]")
+      .tokens("tokens", tokens);
   Shape expected = tokens.shape();
   expected.push_back(dtable.dim(1));
   check.same_dtype("dout", dout, "dtable", dtable)
@@ -454,8 +456,10 @@ void Backend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor&
     swiglu_forward(f(gate), f(up), f(out));
     return f.finish();
   }
-  OpCheck("swiglu_forward", *this).floating("gate", gate).like("up", up, "gate", gate).like(
-      "out", out, "gate", gate);
+  OpCheck("swiglu_forward", *this)
+      .floating("gate", gate)
+      .like("up", up, "gate", gate)
+      .like("out", out, "gate", gate);
   do_swiglu_forward(gate, up, out);
 }
 
@@ -491,8 +495,10 @@ void Backend::gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& d
     gelu_backward(f(dout), f(x), f(dx));
     return f.finish();
   }
-  OpCheck("gelu_backward", *this).floating("x", x).like("dout", dout, "x", x).like("dx", dx, "x",
-                                                                                    x);
+  OpCheck("gelu_backward", *this)
+      .floating("x", x)
+      .like("dout", dout, "x", x)
+      .like("dx", dx, "x", x);
   do_gelu_backward(dout, x, dx);
 }
 
@@ -562,8 +568,10 @@ RopeTables make_rope_tables(Backend& backend, std::int64_t seq_len, std::int64_t
     tables.cos = backend.from_host(c, {seq_len, half});
     tables.sin = backend.from_host(s, {seq_len, half});
   } else {
-    CAROUSEL_CHECK(dtype == DType::F32, "rope tables are float32 or float64 (bfloat16 "
-                   "activations rotate by float32 tables), not {}", dtype_name(dtype));
+    CAROUSEL_CHECK(dtype == DType::F32,
+                   "rope tables are float32 or float64 (bfloat16 "
+                   "activations rotate by float32 tables), not {}",
+                   dtype_name(dtype));
     tables.cos = backend.from_host(std::vector<float>(c.begin(), c.end()), {seq_len, half});
     tables.sin = backend.from_host(std::vector<float>(s.begin(), s.end()), {seq_len, half});
   }

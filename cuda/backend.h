@@ -49,24 +49,26 @@ class Backend {
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
 
-  virtual std::string name() const = 0;           // "cpu (OpenBLAS, 2 threads)"
-  virtual void synchronize() {}                   // wait for all queued work (GPU)
+  virtual std::string name() const = 0;  // "cpu (OpenBLAS, 2 threads)"
+  virtual void synchronize() {}          // wait for all queued work (GPU)
   DeviceKind kind() const { return allocator_->kind(); }
   DeviceAllocator& allocator() const { return *allocator_; }
 
   // ---- memory -------------------------------------------------------------------------------
   Tensor empty(Shape shape, DType dtype = DType::F32);
   Tensor zeros(Shape shape, DType dtype = DType::F32);
-  void upload(const void* host, const Tensor& dst);    // dst.nbytes() bytes from host
-  void download(const Tensor& src, void* host);        // src.nbytes() bytes to host
-  template <class T> Tensor from_host(const std::vector<T>& values, Shape shape) {
+  void upload(const void* host, const Tensor& dst);  // dst.nbytes() bytes from host
+  void download(const Tensor& src, void* host);      // src.nbytes() bytes to host
+  template <class T>
+  Tensor from_host(const std::vector<T>& values, Shape shape) {
     Tensor t = empty(std::move(shape), dtype_of<T>());
     CAROUSEL_CHECK(static_cast<std::int64_t>(values.size()) == t.numel(),
                    "from_host: {} values for shape {}", values.size(), shape_str(t.shape()));
     upload(values.data(), t);
     return t;
   }
-  template <class T> std::vector<T> to_host(const Tensor& t) {
+  template <class T>
+  std::vector<T> to_host(const Tensor& t) {
     std::vector<T> out(t.numel());
     CAROUSEL_CHECK(t.dtype() == dtype_of<T>(), "to_host: tensor {} read as {}", t.describe(),
                    dtype_name(dtype_of<T>()));
@@ -75,24 +77,24 @@ class Backend {
   }
 
   // ---- elementwise & BLAS-1 -----------------------------------------------------------------
-  void fill(const Tensor& x, double value);                          // x = value
-  void copy(const Tensor& src, const Tensor& dst);                   // dst = src (same shape)
+  void fill(const Tensor& x, double value);         // x = value
+  void copy(const Tensor& src, const Tensor& dst);  // dst = src (same shape)
   // dst = src converted to dst's dtype (float32, float64, bfloat16; same shape). To bfloat16:
   // round to nearest even (a float64 rounds to float32 first).
   void cast(const Tensor& src, const Tensor& dst);
-  void scale(const Tensor& x, double alpha);                         // x *= alpha
-  void axpy(double alpha, const Tensor& x, const Tensor& y);         // y += alpha * x
-  void add(const Tensor& a, const Tensor& b, const Tensor& out);     // out = a + b (residual)
-  double sum(const Tensor& x);                                       // fixed-order sum
-  double sum_squares(const Tensor& x);                               // fixed-order sum of x^2
+  void scale(const Tensor& x, double alpha);                      // x *= alpha
+  void axpy(double alpha, const Tensor& x, const Tensor& y);      // y += alpha * x
+  void add(const Tensor& a, const Tensor& b, const Tensor& out);  // out = a + b (residual)
+  double sum(const Tensor& x);                                    // fixed-order sum
+  double sum_squares(const Tensor& x);                            // fixed-order sum of x^2
 
   // ---- GEMM ---------------------------------------------------------------------------------
   // c[m,n] = alpha * op(a)[m,k] * op(b)[k,n] + beta * c, tensors taken as matrices;
   // op(a) = a^T when trans_a (then a is [k,m]). beta = 1 accumulates (weight gradients).
   // dtypes: a, b and c alike, or a and b bfloat16 with c float32 or bfloat16 (products and sums
   // in float32: mixed precision).
-  void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
-            double beta, const Tensor& c);
+  void gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b, double beta,
+            const Tensor& c);
   // The same for each index of the leading (batch) dimension: a [batch,.,.], b [batch,.,.],
   // c [batch,m,n], the last two dimensions of each are the matrix.
   void gemm_strided_batched(bool trans_a, bool trans_b, double alpha, const Tensor& a,
@@ -125,8 +127,8 @@ class Backend {
                          const Tensor& lse);
   // dq, dk, dv overwrite. Recomputes the probabilities from q, k and lse (no [T,T] saved).
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& out, const Tensor& lse, const Tensor& dq,
-                          const Tensor& dk, const Tensor& dv);
+                          const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
+                          const Tensor& dv);
 
   // ---- activations ----------------------------------------------------------------------------
   // SwiGLU: out = silu(gate) * up; all [N,F].
@@ -174,8 +176,7 @@ class Backend {
   virtual void do_rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps,
                                   const Tensor& out, const Tensor& rstd) = 0;
   virtual void do_rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                                   const Tensor& rstd, const Tensor& dx,
-                                   const Tensor& dweight) = 0;
+                                   const Tensor& rstd, const Tensor& dx, const Tensor& dweight) = 0;
   virtual void do_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out,
                        bool backward) = 0;
   virtual void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
@@ -190,8 +191,8 @@ class Backend {
   virtual void do_gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) = 0;
   virtual void do_cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                         const Tensor& losses) = 0;
-  virtual void do_cross_entropy_backward(const Tensor& logits, const Tensor& targets,
-                                         double dloss, const Tensor& dlogits) = 0;
+  virtual void do_cross_entropy_backward(const Tensor& logits, const Tensor& targets, double dloss,
+                                         const Tensor& dlogits) = 0;
   virtual void do_adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m,
                                const Tensor& v, const AdamWScalars& scalars) = 0;
 

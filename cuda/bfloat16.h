@@ -1,5 +1,6 @@
-// bfloat16.h — conversions to and from the bfloat16 storage type (cuda/dtype.h), one definition for the CPU backend
-// and the CUDA kernels, so a value rounds to the same bits on both.
+// bfloat16.h — conversions to and from the bfloat16 storage type (cuda/dtype.h), one
+// definition for the CPU backend and the CUDA kernels, so a value rounds to the same bits on
+// both.
 //
 // bfloat16 keeps float32's sign and 8 exponent bits and the top 7 mantissa bits. float -> bf16
 // rounds to nearest, ties to even (as __float2bfloat16_rn and PyTorch do); NaN stays a (quiet)
@@ -50,12 +51,20 @@ CAROUSEL_HD float to_float(bf16 h) { return float_from_bits(std::uint32_t(h.bits
 
 // Element conversions used by cast and the bf16 GEMM paths: To(x) for float types, through
 // float for bfloat16 (a double rounds to float first).
-template <class To> struct Convert {
-  template <class From> CAROUSEL_HD static To from(From x) { return To(x); }
+template <class To>
+struct Convert {
+  template <class From>
+  CAROUSEL_HD static To from(From x) {
+    return To(x);
+  }
   CAROUSEL_HD static To from(bf16 x) { return To(to_float(x)); }
 };
-template <> struct Convert<bf16> {
-  template <class From> CAROUSEL_HD static bf16 from(From x) { return to_bf16(float(x)); }
+template <>
+struct Convert<bf16> {
+  template <class From>
+  CAROUSEL_HD static bf16 from(From x) {
+    return to_bf16(float(x));
+  }
   CAROUSEL_HD static bf16 from(bf16 x) { return x; }
 };
 

@@ -39,8 +39,7 @@ class CpuBackend final : public Backend {
   double do_sum(const Tensor& x, bool squares) override;
   void do_gemm(bool trans_a, bool trans_b, const GemmDims& dims, double alpha, const Tensor& a,
                const Tensor& b, double beta, const Tensor& c) override;
-  void do_embedding_forward(const Tensor& table, const Tensor& tokens,
-                            const Tensor& out) override;
+  void do_embedding_forward(const Tensor& table, const Tensor& tokens, const Tensor& out) override;
   void do_embedding_backward(const Tensor& dout, const Tensor& tokens,
                              const Tensor& dtable) override;
   void do_rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& out,
@@ -51,9 +50,9 @@ class CpuBackend final : public Backend {
                bool backward) override;
   void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                             const Tensor& lse) override;
-  void do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
-                             const Tensor& v, const Tensor& out, const Tensor& lse,
-                             const Tensor& dq, const Tensor& dk, const Tensor& dv) override;
+  void do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& lse, const Tensor& dq,
+                             const Tensor& dk, const Tensor& dv) override;
   void do_swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void do_swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                           const Tensor& dgate, const Tensor& dup) override;

@@ -16,20 +16,28 @@ enum class DType : std::uint8_t { F32, F64, BF16, I32 };
 
 constexpr std::size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::F64: return 8;
-    case DType::BF16: return 2;
-    case DType::I32: return 4;
+    case DType::F32:
+      return 4;
+    case DType::F64:
+      return 8;
+    case DType::BF16:
+      return 2;
+    case DType::I32:
+      return 4;
   }
   return 0;
 }
 
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "float32";
-    case DType::F64: return "float64";
-    case DType::BF16: return "bfloat16";
-    case DType::I32: return "int32";
+    case DType::F32:
+      return "float32";
+    case DType::F64:
+      return "float64";
+    case DType::BF16:
+      return "bfloat16";
+    case DType::I32:
+      return "int32";
   }
   return "?";
 }
@@ -42,10 +50,23 @@ struct bf16 {
 };
 
 // The DType of a C++ element type (used by Tensor::data<T>() to check what the caller expects).
-template <class T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::F32; }
-template <> constexpr DType dtype_of<double>() { return DType::F64; }
-template <> constexpr DType dtype_of<std::int32_t>() { return DType::I32; }
-template <> constexpr DType dtype_of<bf16>() { return DType::BF16; }
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::F32;
+}
+template <>
+constexpr DType dtype_of<double>() {
+  return DType::F64;
+}
+template <>
+constexpr DType dtype_of<std::int32_t>() {
+  return DType::I32;
+}
+template <>
+constexpr DType dtype_of<bf16>() {
+  return DType::BF16;
+}
 
 }  // namespace carousel

@@ -15,10 +15,10 @@ namespace carousel {
 enum class DeviceKind { CPU, CUDA };
 
 struct MemoryStats {
-  std::size_t current_bytes = 0;    // bytes live now
-  std::size_t peak_bytes = 0;       // high-water mark since creation or reset_peak()
-  std::size_t allocations = 0;      // number of allocate() calls
-  std::size_t limit_bytes = 0;      // 0 = unlimited
+  std::size_t current_bytes = 0;  // bytes live now
+  std::size_t peak_bytes = 0;     // high-water mark since creation or reset_peak()
+  std::size_t allocations = 0;    // number of allocate() calls
+  std::size_t limit_bytes = 0;    // 0 = unlimited
 };
 
 class DeviceAllocator {

@@ -41,14 +41,16 @@ std::string to_text(double v) { return fmt::format("{}", v); }
 std::string to_text(bool v) { return v ? "true" : "false"; }
 std::string to_text(const std::string& v) { return v; }
 
-template <class T> const char* type_name() {
+template <class T>
+const char* type_name() {
   if constexpr (std::is_same_v<T, std::int64_t>) return "int";
   if constexpr (std::is_same_v<T, double>) return "float";
   if constexpr (std::is_same_v<T, bool>) return "bool";
   return "string";
 }
 
-template <class T> T parse(const std::string& key, const std::string& text) {
+template <class T>
+T parse(const std::string& key, const std::string& text) {
   if constexpr (std::is_same_v<T, std::int64_t>) return parse_int(key, text);
   if constexpr (std::is_same_v<T, double>) return parse_float(key, text);
   if constexpr (std::is_same_v<T, bool>) return parse_bool(key, text);
@@ -56,15 +58,23 @@ template <class T> T parse(const std::string& key, const std::string& text) {
 }
 
 // A key stored in Config.
-template <class T> ConfigKey key(const char* name, T Config::*member, const char* help) {
-  return {name, type_name<T>(), help, false,
+template <class T>
+ConfigKey key(const char* name, T Config::*member, const char* help) {
+  return {name,
+          type_name<T>(),
+          help,
+          false,
           [member](const Config& c) { return to_text(c.*member); },
           [member, name](Config& c, const std::string& v) { c.*member = parse<T>(name, v); }};
 }
 
 // A key stored in Config::model (a model shape key, set by presets).
-template <class T> ConfigKey model_key(const char* name, T ModelConfig::*member, const char* help) {
-  return {name, type_name<T>(), help, true,
+template <class T>
+ConfigKey model_key(const char* name, T ModelConfig::*member, const char* help) {
+  return {name,
+          type_name<T>(),
+          help,
+          true,
           [member](const Config& c) { return to_text(c.model.*member); },
           [member, name](Config& c, const std::string& v) { c.model.*member = parse<T>(name, v); }};
 }
@@ -212,10 +222,12 @@ void Config::validate() const {
                  global_batch());
   CAROUSEL_CHECK(dtype == "float32" || dtype == "bfloat16",
                  "dtype='{}' is not valid; use float32 or bfloat16 (activations and weights for "
-                 "compute in bfloat16, sums in float32)", dtype);
+                 "compute in bfloat16, sums in float32)",
+                 dtype);
   CAROUSEL_CHECK(weight_dtype == "float32",
                  "weight_dtype='{}' is not valid; master weights, gradients and optimizer "
-                 "state are float32 (use dtype=bfloat16 for bfloat16 compute)", weight_dtype);
+                 "state are float32 (use dtype=bfloat16 for bfloat16 compute)",
+                 weight_dtype);
   CAROUSEL_CHECK(device == "cpu" || device == "cuda" || device == "auto",
                  "device='{}' is not valid; use cpu, cuda or auto", device);
   CAROUSEL_CHECK(remat_policy == "full" || remat_policy == "none",
@@ -230,10 +242,10 @@ void Config::validate() const {
                  gradient_clipping_threshold);
   CAROUSEL_CHECK(warmup_steps_fraction >= 0 && warmup_steps_fraction <= 1,
                  "warmup_steps_fraction={} must be in [0, 1]", warmup_steps_fraction);
-  CAROUSEL_CHECK(cosine_learning_rate_final_fraction >= 0 &&
-                     cosine_learning_rate_final_fraction <= 1,
-                 "cosine_learning_rate_final_fraction={} must be in [0, 1]",
-                 cosine_learning_rate_final_fraction);
+  CAROUSEL_CHECK(
+      cosine_learning_rate_final_fraction >= 0 && cosine_learning_rate_final_fraction <= 1,
+      "cosine_learning_rate_final_fraction={} must be in [0, 1]",
+      cosine_learning_rate_final_fraction);
   CAROUSEL_CHECK(dataset_type == "synthetic" || dataset_type == "tokens" || dataset_type == "text",
                  "dataset_type='{}' is not valid; use synthetic, tokens or text", dataset_type);
   CAROUSEL_CHECK(dataset_type == "synthetic" || !dataset_path.empty(),
@@ -341,8 +353,7 @@ std::vector<Assignment> read_yaml(const std::string& path) {
     CAROUSEL_CHECK(item.second.IsScalar() || item.second.IsNull(),
                    "config file '{}': key '{}' must have a single value, not a list or map", path,
                    k);
-    out.push_back({k, item.second.IsNull() ? "" : item.second.as<std::string>(),
-                   "file " + path});
+    out.push_back({k, item.second.IsNull() ? "" : item.second.as<std::string>(), "file " + path});
   }
   return out;
 }

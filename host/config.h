@@ -29,10 +29,10 @@ struct Config {
   std::string log_level = "info";
 
   // Pipeline (MaxText names; see maxtext-pipeline-spec.md and docs/schedules.md).
-  std::int64_t ici_pipeline_parallelism = 1;        // S, pipeline stages (ranks in the ring)
-  std::int64_t num_pipeline_microbatches = -1;      // M; -1 = S (2S with the forwarding delay)
-  std::int64_t num_pipeline_repeats = -1;           // R; -1 = layers / (S L)
-  std::int64_t num_layers_per_pipeline_stage = 1;   // L
+  std::int64_t ici_pipeline_parallelism = 1;       // S, pipeline stages (ranks in the ring)
+  std::int64_t num_pipeline_microbatches = -1;     // M; -1 = S (2S with the forwarding delay)
+  std::int64_t num_pipeline_repeats = -1;          // R; -1 = layers / (S L)
+  std::int64_t num_layers_per_pipeline_stage = 1;  // L
   std::string pipeline_schedule = "circular";
   bool pipeline_delay_activation_forwarding = false;
   std::int64_t pipeline_microbatch_group_size = 0;  // interleaved_1f1b g; 0 = S
@@ -51,7 +51,7 @@ struct Config {
   double per_device_batch_size = 8;
   std::string dtype = "float32";         // compute: float32 | bfloat16 (mixed precision)
   std::string weight_dtype = "float32";  // master weights, gradients, AdamW moments
-  std::string device = "cpu";  // cpu | cuda | auto (cuda when a GPU is visible)
+  std::string device = "cpu";            // cpu | cuda | auto (cuda when a GPU is visible)
   std::string remat_policy = "full";
   std::int64_t init_weights_seed = 0;
 
@@ -96,7 +96,7 @@ struct ConfigKey {
   std::string name;
   std::string type;  // int | float | bool | string
   std::string help;
-  bool model_key;    // part of the model shape (set by model_name presets)
+  bool model_key;  // part of the model shape (set by model_name presets)
   std::function<std::string(const Config&)> get;
   std::function<void(Config&, const std::string&)> set;  // throws on a bad value
 };

@@ -25,7 +25,8 @@ std::unique_ptr<ProcessGroup> ProcessGroup::join(double timeout_seconds) {
   if (launched == 0) return group;
 #if CAROUSEL_HAVE_MPI
   group->impl_->mpi = std::make_unique<MpiRuntime>();
-  if (group->impl_->mpi->size() > 1) group->impl_->world = group->impl_->mpi->world(timeout_seconds);
+  if (group->impl_->mpi->size() > 1)
+    group->impl_->world = group->impl_->mpi->world(timeout_seconds);
 #else
   CAROUSEL_CHECK(launched == 1,
                  "this process was started by mpirun as one of {} processes, but carousel was "

@@ -42,10 +42,10 @@ namespace {
 struct StageShard {
   std::vector<ParamSpec> specs;
   std::int64_t padded = 0, shard = 0;
-  std::int64_t zero = 0;        // ZeRO-1 piece length (= shard without ZeRO-1)
-  Tensor weights, grads;        // [shard] each, float32
-  Tensor m, v;                  // [zero] AdamW moments of the owned piece, float32
-  Tensor compute;               // [shard] the weights in the compute dtype (= weights in float32)
+  std::int64_t zero = 0;  // ZeRO-1 piece length (= shard without ZeRO-1)
+  Tensor weights, grads;  // [shard] each, float32
+  Tensor m, v;            // [zero] AdamW moments of the owned piece, float32
+  Tensor compute;         // [shard] the weights in the compute dtype (= weights in float32)
 };
 
 // A piece of a shard that belongs to one parameter (for per-parameter weight decay).
@@ -84,20 +84,26 @@ class RankExecutor {
  public:
   // tie: with logits_via_embedding, the two ranks (same data and FSDP index) of the first and
   // the last stage, which both hold the embedding; nullptr when one rank holds both or untied.
-  RankExecutor(const Config& cfg, const sch::Program& program, RankPlace place,
-               Communicator& world, Communicator& pipe, Communicator& fsdp, Communicator& data,
-               Communicator* tie)
-      : cfg_(cfg), layout_(program.layout), place_(place),
-        actions_(program.ranks[place.stage_rank]), world_(world), pipe_(pipe), fsdp_(fsdp),
-        data_comm_(data), tie_(tie),
+  RankExecutor(const Config& cfg, const sch::Program& program, RankPlace place, Communicator& world,
+               Communicator& pipe, Communicator& fsdp, Communicator& data, Communicator* tie)
+      : cfg_(cfg),
+        layout_(program.layout),
+        place_(place),
+        actions_(program.ranks[place.stage_rank]),
+        world_(world),
+        pipe_(pipe),
+        fsdp_(fsdp),
+        data_comm_(data),
+        tie_(tie),
         zero1_(cfg.shard_optimizer_over_data && place.D > 1),
         compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32),
-        backend_(make_device_backend(cfg, place.device())), be_(*backend_),
+        backend_(make_device_backend(cfg, place.device())),
+        be_(*backend_),
         data_(make_data_loader(cfg)),
         rope_(make_rope_tables(be_, cfg.model.max_target_length, cfg.model.head_dim(),
                                cfg.model.rope_max_timescale)),
         remat_(parse_remat_policy(cfg.remat_policy)) {
-    const int L = int(cfg.num_layers_per_pipeline_stage), V = layout_.stages();
+    const int L = int(cfg.num_layers_per_pipeline_stage);
     std::vector<ParamSpec> extras;
     for (const auto& spec : param_table(cfg.model)) {
       if (spec.layer >= 0) {
@@ -133,8 +139,7 @@ class RankExecutor {
     for (auto& [v, s] : stages_) {
       s.compute = compute_ == DType::F32 ? s.weights : be_.empty({s.shard}, compute_);
     }
-    extras_compute_ =
-        compute_ == DType::F32 ? extras_ : ParamSet::allocate(be_, extras, compute_);
+    extras_compute_ = compute_ == DType::F32 ? extras_ : ParamSet::allocate(be_, extras, compute_);
   }
 
   // Runs one step; returns (loss, grad norm), identical on every rank.
@@ -154,8 +159,10 @@ class RankExecutor {
       auto it = batches.find(m);
       if (it == batches.end()) {
         const TokenBatch tb = data_->batch(step, B, m * b + place_.batch_part() * b_local, b_local);
-        it = batches.emplace(m, Microbatch{be_.from_host(tb.inputs, {b_local, T}),
-                                           be_.from_host(tb.targets, {b_local, T})}).first;
+        it = batches
+                 .emplace(m, Microbatch{be_.from_host(tb.inputs, {b_local, T}),
+                                        be_.from_host(tb.targets, {b_local, T})})
+                 .first;
       }
       return it->second;
     };
@@ -169,10 +176,18 @@ class RankExecutor {
           const sch::Action& p = actions_[i];
           const Key k{p.stage, p.index};
           switch (p.kind) {
-            case sch::Kind::SEND_F: pipe_.send(out_f_.at(k), p.peer), sent_f.push_back(k); break;
-            case sch::Kind::SEND_B: pipe_.send(out_b_.at(k), p.peer), sent_b.push_back(k); break;
-            case sch::Kind::RECV_F: pipe_.recv(in_f_[k] = activation(b_local, T), p.peer); break;
-            default: pipe_.recv(in_b_[k] = activation(b_local, T), p.peer); break;  // RECV_B
+            case sch::Kind::SEND_F:
+              pipe_.send(out_f_.at(k), p.peer), sent_f.push_back(k);
+              break;
+            case sch::Kind::SEND_B:
+              pipe_.send(out_b_.at(k), p.peer), sent_b.push_back(k);
+              break;
+            case sch::Kind::RECV_F:
+              pipe_.recv(in_f_[k] = activation(b_local, T), p.peer);
+              break;
+            default:
+              pipe_.recv(in_b_[k] = activation(b_local, T), p.peer);
+              break;  // RECV_B
           }
         }
         pipe_.group_end().wait();
@@ -185,10 +200,11 @@ class RankExecutor {
       switch (a.kind) {
         case sch::Kind::F: {
           Tensor x = v == 0 ? embed_forward(be_, extras_compute_, batch(m).inputs) : take(in_f_, k);
-          Tensor y = stage_forward(be_, cfg_.model, layers(weights(v)), rope_, x, remat_, saved_[k]);
+          Tensor y =
+              stage_forward(be_, cfg_.model, layers(weights(v)), rope_, x, remat_, saved_[k]);
           if (v == V - 1) {
-            HeadResult head =
-                head_loss(be_, cfg_.model, extras_compute_, extras_grads_, y, batch(m).targets, scale);
+            HeadResult head = head_loss(be_, cfg_.model, extras_compute_, extras_grads_, y,
+                                        batch(m).targets, scale);
             loss_sum += head.loss_sum;
             in_b_[k] = head.dx;
           } else if (layout_.rank_of(v + 1) == place_.stage_rank) {
@@ -339,7 +355,8 @@ class RankExecutor {
                     std::int64_t begin = 0) {
     const std::int64_t lo = place_.fsdp_rank * s.shard + begin;
     std::vector<float> part(t.numel(), 0.0f);
-    for (std::int64_t i = 0; i < t.numel() && begin + i < s.shard; ++i) part[i] = float(full[lo + i]);
+    for (std::int64_t i = 0; i < t.numel() && begin + i < s.shard; ++i)
+      part[i] = float(full[lo + i]);
     be_.upload(part.data(), t);
   }
 
@@ -362,8 +379,10 @@ class RankExecutor {
     const StageShard& s = stages_.at(v);
     if (place_.F == 1) return ParamSet::over(s.specs, s.compute);
     const auto it = resident_.find(v);
-    CAROUSEL_CHECK(it != resident_.end(), "pipeline executor: stage {} is used without its "
-                   "weights gathered (AG_WAIT missing in the program)", v);
+    CAROUSEL_CHECK(it != resident_.end(),
+                   "pipeline executor: stage {} is used without its "
+                   "weights gathered (AG_WAIT missing in the program)",
+                   v);
     return ParamSet::over(s.specs, slots_.at(it->second));
   }
   // Gradients of stage v: accumulated in place without FSDP, into a full (unsharded) buffer
@@ -417,12 +436,14 @@ class RankExecutor {
         const Tensor piece = padded.view(place_.data_rank * s.zero, {s.zero});
         data_comm_.reduce_scatter(padded, piece, ReduceOp::Sum).wait();
         if (owned_length(s) > 0) {
-          be_.copy(piece.view(0, {owned_length(s)}), s.grads.view(owned_begin(s), {owned_length(s)}));
+          be_.copy(piece.view(0, {owned_length(s)}),
+                   s.grads.view(owned_begin(s), {owned_length(s)}));
         }
       }
     }
     if (extras_grads_.flat.numel() > 0) {
-      if (place_.F > 1) fsdp_.all_reduce(extras_grads_.flat, extras_grads_.flat, ReduceOp::Sum).wait();
+      if (place_.F > 1)
+        fsdp_.all_reduce(extras_grads_.flat, extras_grads_.flat, ReduceOp::Sum).wait();
       if (place_.D > 1) {
         data_comm_.all_reduce(extras_grads_.flat, extras_grads_.flat, ReduceOp::Sum).wait();
       }
@@ -434,7 +455,8 @@ class RankExecutor {
     double squares = 0;
     if (place_.writes_replicated()) {
       for (std::size_t i = 0; i < extras_grads_.specs.size(); ++i) {
-        if (!tied_copy(extras_grads_.specs[i].role)) squares += be_.sum_squares(extras_grads_.tensors[i]);
+        if (!tied_copy(extras_grads_.specs[i].role))
+          squares += be_.sum_squares(extras_grads_.tensors[i]);
       }
     }
     if (zero1_ || place_.writes_shards()) {  // each element of each shard counted once
@@ -478,10 +500,10 @@ class RankExecutor {
   Communicator& world_;  // every rank: the step's loss and gradient norm
   Communicator& pipe_;
   Communicator& fsdp_;
-  Communicator& data_comm_;  // the same (stage, FSDP) rank in every data replica
-  Communicator* tie_;        // first and last stage's ranks when they share the embedding
-  bool zero1_;     // shard_optimizer_over_data with D > 1 (ZeRO-1)
-  DType compute_;  // float32, or bfloat16 (mixed precision)
+  Communicator& data_comm_;           // the same (stage, FSDP) rank in every data replica
+  Communicator* tie_;                 // first and last stage's ranks when they share the embedding
+  bool zero1_;                        // shard_optimizer_over_data with D > 1 (ZeRO-1)
+  DType compute_;                     // float32, or bfloat16 (mixed precision)
   std::unique_ptr<Backend> backend_;  // this rank's device (CPU, or a logical device on a GPU)
   Backend& be_;
   std::unique_ptr<DataLoader> data_;
@@ -489,19 +511,19 @@ class RankExecutor {
   RematPolicy remat_;
   std::map<int, StageShard> stages_;
   ParamSet extras_, extras_grads_;  // embedding / final norm / head, replicated over FSDP
-  ParamSet extras_compute_;          // extras_ in the compute dtype (= extras_ in float32)
+  ParamSet extras_compute_;         // extras_ in the compute dtype (= extras_ in float32)
   AdamW extras_opt_;
   std::int64_t max_padded_ = 0;
-  std::map<int, Tensor> slots_;           // weight slots: gathered stage weights
-  std::map<int, Event> gathers_;          // slot -> its in-flight all-gather
-  std::map<int, int> resident_;           // stage -> slot holding its gathered weights
-  std::map<int, Tensor> full_grads_;      // stage -> unsharded gradient until REDUCE_SCATTER
+  std::map<int, Tensor> slots_;       // weight slots: gathered stage weights
+  std::map<int, Event> gathers_;      // slot -> its in-flight all-gather
+  std::map<int, int> resident_;       // stage -> slot holding its gathered weights
+  std::map<int, Tensor> full_grads_;  // stage -> unsharded gradient until REDUCE_SCATTER
   std::vector<std::pair<Event, Tensor>> reduce_scatters_;  // in flight (buffer kept alive)
   std::int64_t all_gathers_ = 0;
-  std::map<Key, StageSaved> saved_;       // forward state kept for the backward
+  std::map<Key, StageSaved> saved_;                          // forward state kept for the backward
   std::map<Key, std::vector<DeferredWeightGrad>> deferred_;  // I done, W pending
-  std::map<Key, Tensor> in_f_, in_b_;     // received / handed-over inputs of F and B
-  std::map<Key, Tensor> out_f_, out_b_;   // outputs waiting for their SEND
+  std::map<Key, Tensor> in_f_, in_b_;    // received / handed-over inputs of F and B
+  std::map<Key, Tensor> out_f_, out_b_;  // outputs waiting for their SEND
 };
 
 // With ranks in separate processes each process's whole-model sets hold only what its rank
@@ -554,24 +576,25 @@ TrainResult train_pipeline(const Config& cfg, Communicator* process_world) {
                  "devices (ici_data_parallelism x ici_pipeline_parallelism x "
                  "ici_fsdp_parallelism); start {} processes (mpirun -np {}) or change the mesh",
                  process_world ? process_world->size() : 0, D, S, F, N, N, N);
-  const sch::Program program = sch::lower(
-      sch::generate(schedule_spec(cfg)),
-      {cfg.weight_slots(), int(cfg.pipeline_prefetch_lookahead), /*fsdp=*/F > 1});
+  const sch::Program program =
+      sch::lower(sch::generate(schedule_spec(cfg)),
+                 {cfg.weight_slots(), int(cfg.pipeline_prefetch_lookahead), /*fsdp=*/F > 1});
   sch::replay(program);
-  const bool on_gpus = cfg.device == "cuda" ||
-                       (cfg.device == "auto" && !list_cuda_devices().devices.empty());
+  const bool on_gpus =
+      cfg.device == "cuda" || (cfg.device == "auto" && !list_cuda_devices().devices.empty());
   CAROUSEL_CHECK(!on_gpus || !process_world,
                  "device={} with ranks as mpirun processes needs the NCCL communicator inside the "
                  "pipeline executor, which is not built yet; run without mpirun (the logical "
                  "devices then share the visible GPUs, exchanging through host memory) or use "
-                 "device=cpu", cfg.device);
-  spdlog::info("pipeline: {} schedule, D={} replicas x S={} stages x F={} FSDP = {} {} devices "
-               "({}), R={} repeats, M={} microbatches{}; program validated and deadlock-free",
-               cfg.pipeline_schedule, D, S, F, N, on_gpus ? "logical GPU" : "CPU",
-               process_world ? "one process each" : "threads of this process",
-               program.layout.repeats,
-               program.layout.microbatches,
-               F > 1 ? fmt::format(", weight slots {}", cfg.weight_slots()) : std::string());
+                 "device=cpu",
+                 cfg.device);
+  spdlog::info(
+      "pipeline: {} schedule, D={} replicas x S={} stages x F={} FSDP = {} {} devices "
+      "({}), R={} repeats, M={} microbatches{}; program validated and deadlock-free",
+      cfg.pipeline_schedule, D, S, F, N, on_gpus ? "logical GPU" : "CPU",
+      process_world ? "one process each" : "threads of this process", program.layout.repeats,
+      program.layout.microbatches,
+      F > 1 ? fmt::format(", weight slots {}", cfg.weight_slots()) : std::string());
 
   // Whole-model parameters and moments on a host device: checkpoints are written from and read
   // into these, so a pipeline checkpoint is the same file a single-device run writes (global
@@ -612,7 +635,8 @@ TrainResult train_pipeline(const Config& cfg, Communicator* process_world) {
     auto pipe = comm.split(d * F + f, s);  // the ring of stages of one replica and FSDP index
     auto fsdp = comm.split(d * S + s, f);  // the FSDP group of one stage
     auto data = comm.split(s * F + f, d);  // the same rank in every replica
-    const int first = program.layout.rank_of(0), last = program.layout.rank_of(program.layout.stages() - 1);
+    const int first = program.layout.rank_of(0),
+              last = program.layout.rank_of(program.layout.stages() - 1);
     const bool tied = cfg.model.logits_via_embedding && first != last && (s == first || s == last);
     auto tie = comm.split(tied ? d * F + f : -1, s == first ? 0 : 1);  // first stage, then last
     RankExecutor exec(cfg, program, place, comm, *pipe, *fsdp, *data, tie.get());
@@ -627,7 +651,8 @@ TrainResult train_pipeline(const Config& cfg, Communicator* process_world) {
       if (checkpoint_due(cfg, step)) {
         const auto written = exec.exchange(host, &full_params, &full_m, &full_v, /*to_full=*/true);
         comm.barrier().wait();
-        if (processes > 1) collect_on_rank_zero(comm, host, written, {&full_params, &full_m, &full_v});
+        if (processes > 1)
+          collect_on_rank_zero(comm, host, written, {&full_params, &full_m, &full_v});
         if (device == 0) {
           spdlog::info("checkpoint saved: {}",
                        save_checkpoint(host, cfg, {&full_params, &full_m, &full_v}, {step + 1}));
@@ -665,10 +690,11 @@ TrainResult train_pipeline(const Config& cfg, Communicator* process_world) {
     });
   }
   for (int d = 0; d < N; ++d) {
-    spdlog::info("rank {} {}(data rank {}, stage rank {}, fsdp rank {}): peak memory {}, {} "
-                 "weight all-gathers",
-                 d, names[d].empty() ? "" : "on " + names[d] + " ", d / (S * F), d / F % S, d % F, format_bytes(std::size_t(peaks[d])),
-                 std::int64_t(gathers[d]));
+    spdlog::info(
+        "rank {} {}(data rank {}, stage rank {}, fsdp rank {}): peak memory {}, {} "
+        "weight all-gathers",
+        d, names[d].empty() ? "" : "on " + names[d] + " ", d / (S * F), d / F % S, d % F,
+        format_bytes(std::size_t(peaks[d])), std::int64_t(gathers[d]));
     result.peak_device_bytes = std::max(result.peak_device_bytes, std::size_t(peaks[d]));
     result.all_gathers_per_device.push_back(std::int64_t(gathers[d]));
   }

@@ -3,12 +3,12 @@
 //
 // Each rank (replica d, pipeline stage s, FSDP index f) is a thread with its own CPU device
 // (own memory accounting) and its communicators, split from one world: the ring of its stage
-// ranks, the FSDP group of its stage and the data group of its (s, f) position. Every rank builds the same lowered program
-// (host/schedule) and walks its instruction list: compute actions run the rank's stages
-// (models/stage.h), p2p actions move activations and gradients in groups, OPTIMIZER reduces
-// the loss and the gradient norm over the ranks and steps AdamW on the rank's own parameters.
-// Parameters are initialised by name, so a pipeline run starts from exactly the weights of the
-// single-device run and computes the same math (tested against it).
+// ranks, the FSDP group of its stage and the data group of its (s, f) position. Every rank builds
+// the same lowered program (host/schedule) and walks its instruction list: compute actions run the
+// rank's stages (models/stage.h), p2p actions move activations and gradients in groups, OPTIMIZER
+// reduces the loss and the gradient norm over the ranks and steps AdamW on the rank's own
+// parameters. Parameters are initialised by name, so a pipeline run starts from exactly the weights
+// of the single-device run and computes the same math (tested against it).
 #pragma once
 
 #include "collectives/communicator.h"

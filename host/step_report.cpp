@@ -24,8 +24,7 @@ StepReporter::StepReporter(const Config& cfg)
   CAROUSEL_CHECK(metrics_.good(), "cannot open metrics file '{}'", path);
 }
 
-StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_norm,
-                                 double seconds) {
+StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_norm, double seconds) {
   StepMetrics s;
   s.step = step;
   s.loss = loss;
@@ -34,18 +33,22 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
   s.step_ms = seconds * 1e3;
   s.tokens_per_second = tokens_per_step_ / seconds;
   s.flops_per_second = flops_per_token_ * tokens_per_step_ / seconds;
-  metrics_ << nlohmann::json{{"step", step},           {"loss", s.loss},
-                             {"grad_norm", s.grad_norm}, {"lr", s.learning_rate},
-                             {"step_ms", s.step_ms},     {"tokens_per_s", s.tokens_per_second},
+  metrics_ << nlohmann::json{{"step", step},
+                             {"loss", s.loss},
+                             {"grad_norm", s.grad_norm},
+                             {"lr", s.learning_rate},
+                             {"step_ms", s.step_ms},
+                             {"tokens_per_s", s.tokens_per_second},
                              {"gflops", s.flops_per_second / 1e9}}
                   .dump()
            << '\n';
   metrics_.flush();
   if (step % cfg_.log_period == 0 || step + 1 == cfg_.steps) {
-    spdlog::info("step {:>5}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.1f} ms | "
-                 "{:.0f} tok/s | {:.2f} GFLOP/s",
-                 step + 1, cfg_.steps, s.loss, s.grad_norm, s.learning_rate, s.step_ms,
-                 s.tokens_per_second, s.flops_per_second / 1e9);
+    spdlog::info(
+        "step {:>5}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.1f} ms | "
+        "{:.0f} tok/s | {:.2f} GFLOP/s",
+        step + 1, cfg_.steps, s.loss, s.grad_norm, s.learning_rate, s.step_ms, s.tokens_per_second,
+        s.flops_per_second / 1e9);
   }
   return s;
 }

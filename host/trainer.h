@@ -8,9 +8,8 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
-
 #include <memory>
+#include <vector>
 
 #include "collectives/communicator.h"
 #include "cuda/backend.h"

@@ -52,7 +52,7 @@ HeadResult head_loss(Backend& be, const ModelConfig& cfg, const ParamSet& params
   // Backward, reusing the logits buffer for their gradient.
   be.cross_entropy_backward(logits, flat_targets, loss_scale, logits);
   Tensor dxn = be.empty({N, E}, dt);
-  be.gemm(false, false, 1.0, logits, head, 0.0, dxn);                  // [N,V] x [V,E]
+  be.gemm(false, false, 1.0, logits, head, 0.0, dxn);                   // [N,V] x [V,E]
   be.gemm(true, false, 1.0, logits, xn, 1.0, head_weight(cfg, grads));  // d head += dlogits^T xn
   be.rmsnorm_backward(dxn, x.reshape({N, E}), params.at(ParamRole::FinalNorm), rstd,
                       r.dx.reshape({N, E}), grads.at(ParamRole::FinalNorm));

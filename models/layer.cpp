@@ -83,7 +83,7 @@ void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   // MLP block: y = h + act Wd^T.
   Tensor dact = be.empty({N, Fm}, dt);
   be.gemm(false, false, 1.0, dy, w.w_down, 0.0, dact);  // [N,E] x [E,Fm]
-  weight_grad(be, dy, s.act, g.w_down, defer);  // dWd += dy^T act
+  weight_grad(be, dy, s.act, g.w_down, defer);          // dWd += dy^T act
   Tensor dgate = be.empty({N, Fm}, dt), dup = be.empty({N, Fm}, dt);
   be.swiglu_backward(dact, s.gate, s.up, dgate, dup);
   dact = Tensor();
@@ -135,11 +135,10 @@ void layer_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
 
 void layer_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                     const LayerWeights& grads, const RopeTables& rope, const LayerSaved& saved,
-                    const Tensor& dy, const Tensor& dx,
-                    std::vector<DeferredWeightGrad>* deferred) {
+                    const Tensor& dy, const Tensor& dx, std::vector<DeferredWeightGrad>* deferred) {
   if (!cfg.is_llama()) {
-    be.gemm(false, true, 1.0, dy, w.w, 0.0, dx);          // dx = dy W^T
-    weight_grad(be, saved.x, dy, grads.w, deferred);        // dW += x^T dy
+    be.gemm(false, true, 1.0, dy, w.w, 0.0, dx);      // dx = dy W^T
+    weight_grad(be, saved.x, dy, grads.w, deferred);  // dW += x^T dy
     return;
   }
   llama_backward(be, cfg, w, grads, rope, saved, dy, dx, deferred);

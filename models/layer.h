@@ -33,12 +33,12 @@ struct LayerWeights {
 
 // Activations of one layer's forward kept for its backward. Shapes for x [b,T,E], N = b*T:
 struct LayerSaved {
-  Tensor x;            // [b,T,E] layer input
-  Tensor xn1, rstd1;   // [N,E], [N]     rms(x, g1)
-  Tensor q, k, v;      // [b,T,H,hd], [b,T,Hkv,hd] x2   (q, k after RoPE)
-  Tensor att, lse;     // [b,T,H,hd], [b,H,T]          attention output, log-sum-exp
-  Tensor h;            // [b,T,E]        after the attention residual
-  Tensor hn, rstd2;    // [N,E], [N]     rms(h, g2)
+  Tensor x;              // [b,T,E] layer input
+  Tensor xn1, rstd1;     // [N,E], [N]     rms(x, g1)
+  Tensor q, k, v;        // [b,T,H,hd], [b,T,Hkv,hd] x2   (q, k after RoPE)
+  Tensor att, lse;       // [b,T,H,hd], [b,H,T]          attention output, log-sum-exp
+  Tensor h;              // [b,T,E]        after the attention residual
+  Tensor hn, rstd2;      // [N,E], [N]     rms(h, g2)
   Tensor gate, up, act;  // [N,Fm] x3    act = silu(gate) * up
 };
 

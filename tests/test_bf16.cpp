@@ -103,8 +103,8 @@ TEST(Bf16, FillRounds) {
 // op(a) op(b) in double from the tensors' own (bf16) values, and per element the float32
 // error bound of a k-term sum: 2 k eps32 sum_k |a||b| (products of bf16 values are exact in
 // float32; only the additions round).
-void reference(const std::vector<double>& a, const std::vector<double>& b, bool ta, bool tb,
-               int m, int n, int k, std::vector<double>& value, std::vector<double>& bound) {
+void reference(const std::vector<double>& a, const std::vector<double>& b, bool ta, bool tb, int m,
+               int n, int k, std::vector<double>& value, std::vector<double>& bound) {
   value.assign(m * n, 0);
   bound.assign(m * n, 0);
   for (int i = 0; i < m; ++i)
@@ -124,8 +124,8 @@ TEST(Bf16, GemmAccumulatesInFloat32) {
   for (bool ta : {false, true})
     for (bool tb : {false, true})
       for (DType out : {DType::F32, DType::BF16}) {
-        SCOPED_TRACE(::testing::Message() << "ta " << ta << " tb " << tb << " c "
-                                          << dtype_name(out));
+        SCOPED_TRACE(::testing::Message()
+                     << "ta " << ta << " tb " << tb << " c " << dtype_name(out));
         Tensor a = make(be, testing::randn(m * k, 1), ta ? Shape{k, m} : Shape{m, k}, DType::BF16);
         Tensor b = make(be, testing::randn(k * n, 2), tb ? Shape{n, k} : Shape{k, n}, DType::BF16);
         Tensor c = make(be, testing::randn(m * n, 3), {m, n}, out);

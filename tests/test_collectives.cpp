@@ -62,7 +62,9 @@ class DeviceLikeAllocator final : public DeviceAllocator {
   }
 
  protected:
-  void* raw_allocate(std::size_t bytes) override { return std::aligned_alloc(64, (bytes + 63) / 64 * 64); }
+  void* raw_allocate(std::size_t bytes) override {
+    return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  }
   void raw_free(void* p) override { std::free(p); }
 
  private:
@@ -77,11 +79,13 @@ TEST(Collectives, DeviceMemoryMovesThroughHostCopies) {
     LocalWorld world(n, 30.0);
     run_ranks(n, [&](int r) {
       std::unique_ptr<CpuBackend> be =
-          r % 2 == 0 ? std::make_unique<CpuBackend>(std::make_unique<DeviceLikeAllocator>(r, copies))
-                     : std::make_unique<CpuBackend>(r);
+          r % 2 == 0
+              ? std::make_unique<CpuBackend>(std::make_unique<DeviceLikeAllocator>(r, copies))
+              : std::make_unique<CpuBackend>(r);
       auto comm = world.communicator(r);
       for (std::int64_t count : {1, 7, 1000}) {
-        for (bool in_place : {false, true}) testing::check_collectives_exact(*comm, *be, count, in_place);
+        for (bool in_place : {false, true})
+          testing::check_collectives_exact(*comm, *be, count, in_place);
       }
       if (n > 1) testing::check_grouped_rings(*comm, *be);
     });
@@ -208,7 +212,8 @@ TEST(Errors, MismatchedCollectivesNameRanksSequenceAndBothSignatures) {
   });
   for (const auto& e : errors) {
     EXPECT_NE(e.find("collective mismatch on communicator 'world' at sequence 1"),
-              std::string::npos) << e;
+              std::string::npos)
+        << e;
     EXPECT_NE(e.find("all_reduce(count=8, int32, sum)"), std::string::npos) << e;
     EXPECT_NE(e.find("broadcast(count=8, int32, root=0)"), std::string::npos) << e;
   }
@@ -239,8 +244,10 @@ TEST(Errors, SendWithoutReceiveAndSizeMismatch) {
             std::string::npos)
       << errors[0];
   errors = errors_of(2, 5.0, [](Communicator& c, CpuBackend& be) {
-    if (c.rank() == 0) c.send(be.zeros({4}, DType::I32), 1).wait();
-    else c.recv(be.zeros({5}, DType::I32), 0).wait();
+    if (c.rank() == 0)
+      c.send(be.zeros({4}, DType::I32), 1).wait();
+    else
+      c.recv(be.zeros({5}, DType::I32), 0).wait();
   });
   for (const auto& e : errors) {
     EXPECT_NE(e.find("send/recv mismatch on communicator 'world' between rank 0 and rank 1 at "

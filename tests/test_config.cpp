@@ -5,9 +5,9 @@
 #include <fstream>
 
 #include "cuda/error.h"
-#include "tests/test_util.h"
 #include "host/config.h"
 #include "host/optimizer.h"
+#include "tests/test_util.h"
 
 namespace carousel {
 namespace {
@@ -27,13 +27,13 @@ TEST(Config, DefaultsAreValidAndTiny) {
 }
 
 TEST(Config, PresetThenFileThenCommandLine) {
-  const std::string file = write_yaml("carousel_cfg1.yml",
-                                      "model_name: llama2-7b\nsteps: 50\nlearning_rate: 0.01\n");
+  const std::string file =
+      write_yaml("carousel_cfg1.yml", "model_name: llama2-7b\nsteps: 50\nlearning_rate: 0.01\n");
   const LoadedConfig c =
       load_config(file, {"learning_rate=0.02", "base_num_decoder_layers=2", "dtype=float32"});
-  EXPECT_EQ(c.config.model.emb_dim, 4096);       // from the preset
-  EXPECT_EQ(c.config.model.num_layers, 2);       // command line beats the preset
-  EXPECT_EQ(c.config.steps, 50);                 // file
+  EXPECT_EQ(c.config.model.emb_dim, 4096);         // from the preset
+  EXPECT_EQ(c.config.model.num_layers, 2);         // command line beats the preset
+  EXPECT_EQ(c.config.steps, 50);                   // file
   EXPECT_DOUBLE_EQ(c.config.learning_rate, 0.02);  // command line beats the file
   for (const auto& row : c.table) {
     if (row.key == "steps") {
@@ -55,41 +55,51 @@ TEST(Config, UnknownKeySuggestsTheClosest) {
 }
 
 TEST(Config, WrongTypesNameKeyAndValue) {
-  EXPECT_NE(testing::error_of([] { load_config("", {"steps=ten"}); })
-                .find("config key 'steps' expects an integer, got 'ten'"),
+  EXPECT_NE(testing::error_of([] {
+              load_config("", {"steps=ten"});
+            }).find("config key 'steps' expects an integer, got 'ten'"),
             std::string::npos);
-  EXPECT_NE(testing::error_of([] { load_config("", {"learning_rate=fast"}); })
-                .find("'learning_rate' expects a number, got 'fast'"),
+  EXPECT_NE(testing::error_of([] {
+              load_config("", {"learning_rate=fast"});
+            }).find("'learning_rate' expects a number, got 'fast'"),
             std::string::npos);
-  EXPECT_NE(testing::error_of([] { load_config("", {"enable_checkpointing=maybe"}); })
-                .find("expects true or false, got 'maybe'"),
+  EXPECT_NE(testing::error_of([] {
+              load_config("", {"enable_checkpointing=maybe"});
+            }).find("expects true or false, got 'maybe'"),
             std::string::npos);
   EXPECT_NE(testing::error_of([] { load_config("", {"steps"}); }).find("is not key=value"),
             std::string::npos);
 }
 
 TEST(Config, InvalidValuesSayWhatIsValid) {
-  EXPECT_NE(testing::error_of([] { load_config("", {"num_pipeline_microbatches=3"}); })
-                .find("num_pipeline_microbatches=3 must divide the global batch 8"),
+  EXPECT_NE(testing::error_of([] {
+              load_config("", {"num_pipeline_microbatches=3"});
+            }).find("num_pipeline_microbatches=3 must divide the global batch 8"),
             std::string::npos);
-  EXPECT_NE(testing::error_of([] { load_config("", {"dtype=float16"}); })
-                .find("dtype='float16' is not valid; use float32 or bfloat16"),
+  EXPECT_NE(testing::error_of([] {
+              load_config("", {"dtype=float16"});
+            }).find("dtype='float16' is not valid; use float32 or bfloat16"),
             std::string::npos);
-  EXPECT_NE(testing::error_of([] { load_config("", {"weight_dtype=bfloat16"}); })
-                .find("weight_dtype='bfloat16' is not valid; master weights"),
+  EXPECT_NE(testing::error_of([] {
+              load_config("", {"weight_dtype=bfloat16"});
+            }).find("weight_dtype='bfloat16' is not valid; master weights"),
             std::string::npos);
 
-  EXPECT_NE(testing::error_of([] { load_config("", {"model_name=gpt5"}); })
-                .find("model_name='gpt5' is not a known model"),
+  EXPECT_NE(testing::error_of([] {
+              load_config("", {"model_name=gpt5"});
+            }).find("model_name='gpt5' is not a known model"),
             std::string::npos);
-  EXPECT_NE(testing::error_of([] { load_config("", {"dataset_type=tokens"}); })
-                .find("needs dataset_path=FILE"),
+  EXPECT_NE(testing::error_of([] {
+              load_config("", {"dataset_type=tokens"});
+            }).find("needs dataset_path=FILE"),
             std::string::npos);
-  EXPECT_NE(testing::error_of([] { load_config("", {"device=gpu"}); })
-                .find("device='gpu' is not valid; use cpu, cuda or auto"),
+  EXPECT_NE(testing::error_of([] {
+              load_config("", {"device=gpu"});
+            }).find("device='gpu' is not valid; use cpu, cuda or auto"),
             std::string::npos);
-  EXPECT_NE(testing::error_of([] { load_config("", {"per_device_batch_size=2.5"}); })
-                .find("is not a positive whole number"),
+  EXPECT_NE(testing::error_of([] {
+              load_config("", {"per_device_batch_size=2.5"});
+            }).find("is not a positive whole number"),
             std::string::npos);
 }
 
@@ -97,7 +107,9 @@ TEST(Config, BadYamlFiles) {
   EXPECT_NE(testing::error_of([] { load_config("/nonexistent/c.yml", {}); }).find("does not exist"),
             std::string::npos);
   const std::string nested = write_yaml("carousel_cfg2.yml", "steps:\n  a: 1\n");
-  EXPECT_NE(testing::error_of([&] { load_config(nested, {}); }).find("key 'steps' must have a single value"),
+  EXPECT_NE(testing::error_of([&] {
+              load_config(nested, {});
+            }).find("key 'steps' must have a single value"),
             std::string::npos);
   const std::string unknown = write_yaml("carousel_cfg3.yml", "stepz: 3\n");
   EXPECT_NE(testing::error_of([&] { load_config(unknown, {}); }).find("did you mean 'steps'"),
@@ -111,10 +123,10 @@ TEST(LearningRate, WarmupCosineThenZero) {
   c.warmup_steps_fraction = 0.1;
   c.cosine_learning_rate_final_fraction = 0.1;
   EXPECT_DOUBLE_EQ(learning_rate_at(c, 0), 0.0);
-  EXPECT_DOUBLE_EQ(learning_rate_at(c, 5), 0.5);    // halfway through 10 warmup steps
-  EXPECT_DOUBLE_EQ(learning_rate_at(c, 10), 1.0);   // peak
+  EXPECT_DOUBLE_EQ(learning_rate_at(c, 5), 0.5);      // halfway through 10 warmup steps
+  EXPECT_DOUBLE_EQ(learning_rate_at(c, 10), 1.0);     // peak
   EXPECT_NEAR(learning_rate_at(c, 55), 0.55, 1e-12);  // cosine midpoint: (1 + 0.1) / 2
-  EXPECT_DOUBLE_EQ(learning_rate_at(c, 100), 0.0);  // past the schedule
+  EXPECT_DOUBLE_EQ(learning_rate_at(c, 100), 0.0);    // past the schedule
   EXPECT_DOUBLE_EQ(clip_scale(4.0, 1.0), 0.25);
   EXPECT_DOUBLE_EQ(clip_scale(0.5, 1.0), 1.0);
   EXPECT_DOUBLE_EQ(clip_scale(4.0, 0.0), 1.0);  // off
@@ -126,7 +138,8 @@ TEST(Config, DocsListEveryKey) {
   ASSERT_FALSE(doc.empty());
   for (const auto& k : config_keys()) {
     EXPECT_NE(doc.find("\n" + k.name + " "), std::string::npos)
-        << k.name << " is missing from docs/config.md; regenerate it with carousel train --help-keys";
+        << k.name
+        << " is missing from docs/config.md; regenerate it with carousel train --help-keys";
   }
 }
 

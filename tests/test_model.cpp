@@ -1,7 +1,6 @@
 // test_model.cpp — the whole model's gradient against finite differences in double precision,
 // remat full vs none (bitwise), parameter table and initialisation, config validation.
 #include <gtest/gtest.h>
-
 #include <omp.h>
 
 #include <cmath>
@@ -171,7 +170,8 @@ TEST(MixedPrecision, Bf16ModelTracksTheFloat32Model) {
   EXPECT_NEAR(l16 / l32, 1.0, 2e-5);
   const auto a = fetch(be, g16.flat), b = fetch(be, g32.flat);
   double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) diff += (a[i] - b[i]) * (a[i] - b[i]), norm += b[i] * b[i];
+  for (std::size_t i = 0; i < a.size(); ++i)
+    diff += (a[i] - b[i]) * (a[i] - b[i]), norm += b[i] * b[i];
   EXPECT_LT(std::sqrt(diff / norm), 0.015) << "relative L2 error of the bf16 gradient";
   EXPECT_GT(std::sqrt(diff / norm), 0.0) << "bf16 did not change anything: not exercised";
 }
@@ -257,7 +257,7 @@ TEST(Init, DependsOnSeedAndNameNotOnOrder) {
   }
   mean /= double(va.size());
   const double stddev = std::sqrt(sq / double(va.size()) - mean * mean);
-  EXPECT_NEAR(mean, 0.0, 0.001);   // 11008 samples: standard error 0.0002
+  EXPECT_NEAR(mean, 0.0, 0.001);  // 11008 samples: standard error 0.0002
   EXPECT_NEAR(stddev, 0.02, 0.0005);
   ParamSpec gain{"model.norm.weight", {64}, ParamRole::FinalNorm, -1, 0, false, true};
   EXPECT_EQ(initial_values(gain, 0), std::vector<double>(64, 1.0));

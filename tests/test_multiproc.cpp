@@ -32,7 +32,7 @@ TEST(Multiproc, CollectivesAreExactOnOneToFourProcesses) {
     for (std::int64_t count : {1, 7, 16, 1000}) {
       for (bool in_place : {false, true}) {
         SCOPED_TRACE(::testing::Message() << n << " ranks, count " << count
-                                        << (in_place ? ", in place" : ", out of place"));
+                                          << (in_place ? ", in place" : ", out of place"));
         testing::check_collectives_exact(*comm, be, count, in_place);
       }
     }
@@ -94,10 +94,12 @@ TEST(Multiproc, MismatchedCollectivesNameRanksSequenceAndBothSignatures) {
     }
   });
   EXPECT_NE(error.find("collective mismatch on communicator 'world' at sequence 1"),
-            std::string::npos) << error;
+            std::string::npos)
+      << error;
   EXPECT_NE(error.find(world->rank() == 0 ? "broadcast(count=8, int32, root=0)"
                                           : "all_reduce(count=8, int32, sum)"),
-            std::string::npos) << error;
+            std::string::npos)
+      << error;
 }
 
 TEST(Multiproc, ReceiveOfTheWrongSizeIsAnError) {
@@ -105,13 +107,16 @@ TEST(Multiproc, ReceiveOfTheWrongSizeIsAnError) {
   CpuBackend be(world->rank());
   if (world->size() < 2 || world->rank() > 1) return;
   const std::string error = testing::error_of([&] {
-    if (world->rank() == 0) world->send(be.zeros({4}, DType::I32), 1).wait();
-    else world->recv(be.zeros({5}, DType::I32), 0).wait();
+    if (world->rank() == 0)
+      world->send(be.zeros({4}, DType::I32), 1).wait();
+    else
+      world->recv(be.zeros({5}, DType::I32), 0).wait();
   });
   if (world->rank() == 1) {
     EXPECT_NE(error.find("send/recv mismatch on communicator 'world': rank 1 receives #0 into "
                          "int32[5] on cpu:1 but rank 0 sent 4 elements"),
-              std::string::npos) << error;
+              std::string::npos)
+        << error;
   } else {
     EXPECT_EQ(error, "<no error>");
   }

@@ -22,7 +22,8 @@ TEST(Nccl, CollectivesAndRingAreExactOnEveryGpu) {
     auto be = make_cuda_backend(r);
     auto comm = world.communicator(r);
     for (std::int64_t count : {1, 7, 1000}) {
-      for (bool in_place : {false, true}) testing::check_collectives_exact(*comm, *be, count, in_place);
+      for (bool in_place : {false, true})
+        testing::check_collectives_exact(*comm, *be, count, in_place);
     }
     if (n > 1) testing::check_grouped_rings(*comm, *be);
     auto sub = comm->split(0, -r);

@@ -9,7 +9,8 @@ namespace carousel {
 namespace {
 
 // Runs fn, expects carousel::Error, and checks the message contains every fragment.
-template <class Fn> void expect_error(Fn&& fn, const std::vector<std::string>& fragments) {
+template <class Fn>
+void expect_error(Fn&& fn, const std::vector<std::string>& fragments) {
   try {
     fn();
     ADD_FAILURE() << "expected carousel::Error";

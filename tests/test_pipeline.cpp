@@ -1,10 +1,11 @@
 // test_pipeline.cpp — pipeline training on simulated devices equals single-device training.
 //
 // The contract of every schedule (maxtext-pipeline-spec.md §4.8): the pipeline's loss and
-// gradients are those of the sequential model — with FSDP and data parallelism on top too. Step 0's loss is compared bitwise (same math per
-// microbatch, summed in the same order; 1e-6 with FSDP); later steps within 1e-4 relative, because the order in
-// which microbatch gradients accumulate differs between schedules (circular runs the backward
-// in reverse) and the gradient norm is summed per rank.
+// gradients are those of the sequential model — with FSDP, data parallelism, ZeRO-1, tied
+// embeddings and bfloat16 on top too. Step 0's loss is compared bitwise (same math per
+// microbatch, summed in the same order; 1e-6 with FSDP); later steps within 1e-4 relative,
+// because the order in which microbatch gradients accumulate differs between schedules
+// (circular runs the backward in reverse) and the gradient norm is summed per rank.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,8 +34,10 @@ Config with_global_batch_8(Config c) {
 Config run_config(std::vector<std::string> overrides) {
   init_logging({.rank = 0, .level = "warn", .file_dir = {}});
   std::vector<std::string> base = {"max_target_length=16",
-                                   "steps=3", "enable_checkpointing=false",
-                                   "learning_rate=0.003", "dataset_type=text",
+                                   "steps=3",
+                                   "enable_checkpointing=false",
+                                   "learning_rate=0.003",
+                                   "dataset_type=text",
                                    "dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt",
                                    "base_output_directory=/tmp/carousel_pipeline_tests"};
   base.insert(base.end(), overrides.begin(), overrides.end());
@@ -109,91 +112,114 @@ TEST_P(PipelineEquivalence, LossesMatchTheSingleDeviceRun) {
 INSTANTIATE_TEST_SUITE_P(
     Schedules, PipelineEquivalence,
     ::testing::Values(
-        PipelineCase{"circular_S4_R2_M4", {"ici_pipeline_parallelism=4", "num_pipeline_microbatches=4"}},
-        PipelineCase{"circular_S4_R2_M8", {"ici_pipeline_parallelism=4", "num_pipeline_microbatches=8"}},
+        PipelineCase{"circular_S4_R2_M4",
+                     {"ici_pipeline_parallelism=4", "num_pipeline_microbatches=4"}},
+        PipelineCase{"circular_S4_R2_M8",
+                     {"ici_pipeline_parallelism=4", "num_pipeline_microbatches=8"}},
         PipelineCase{"circular_S2_L2_R2_remat_none",
                      {"ici_pipeline_parallelism=2", "num_layers_per_pipeline_stage=2",
                       "num_pipeline_microbatches=4", "remat_policy=none"}},
-        PipelineCase{"circular_S3_R1_M2", {"ici_pipeline_parallelism=3",
-                                           "base_num_decoder_layers=3",
-                                           "num_pipeline_microbatches=2"}},
-        PipelineCase{"gpipe_S4", {"ici_pipeline_parallelism=4", "base_num_decoder_layers=4",
-                                  "pipeline_schedule=gpipe", "num_pipeline_microbatches=8"}},
-        PipelineCase{"1f1b_S4", {"ici_pipeline_parallelism=4", "base_num_decoder_layers=8",
-                                 "num_layers_per_pipeline_stage=2", "pipeline_schedule=1f1b",
-                                 "num_pipeline_microbatches=8"}},
-        PipelineCase{"interleaved_S2_R4", {"ici_pipeline_parallelism=2",
-                                           "pipeline_schedule=interleaved_1f1b",
-                                           "num_pipeline_microbatches=4"}},
-        PipelineCase{"fsdp_circular_S2_F2_gather_every_use",
-                     {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
-                      "num_pipeline_microbatches=4"}, 1e-6},
+        PipelineCase{"circular_S3_R1_M2",
+                     {"ici_pipeline_parallelism=3", "base_num_decoder_layers=3",
+                      "num_pipeline_microbatches=2"}},
+        PipelineCase{"gpipe_S4",
+                     {"ici_pipeline_parallelism=4", "base_num_decoder_layers=4",
+                      "pipeline_schedule=gpipe", "num_pipeline_microbatches=8"}},
+        PipelineCase{"1f1b_S4",
+                     {"ici_pipeline_parallelism=4", "base_num_decoder_layers=8",
+                      "num_layers_per_pipeline_stage=2", "pipeline_schedule=1f1b",
+                      "num_pipeline_microbatches=8"}},
+        PipelineCase{"interleaved_S2_R4",
+                     {"ici_pipeline_parallelism=2", "pipeline_schedule=interleaved_1f1b",
+                      "num_pipeline_microbatches=4"}},
+        PipelineCase{
+            "fsdp_circular_S2_F2_gather_every_use",
+            {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2", "num_pipeline_microbatches=4"},
+            1e-6},
         PipelineCase{"fsdp_circular_S2_F2_bsw",
                      {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
-                      "num_pipeline_microbatches=4", "pipeline_fsdp_ag_per_repeat=true"}, 1e-6},
+                      "num_pipeline_microbatches=4", "pipeline_fsdp_ag_per_repeat=true"},
+                     1e-6},
         PipelineCase{"fsdp_circular_S2_F2_ag_once",
                      {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
-                      "num_pipeline_microbatches=2", "pipeline_fsdp_ag_once=true"}, 1e-6},
-        PipelineCase{"fsdp_only_F4_bsw", {"ici_fsdp_parallelism=4", "num_pipeline_microbatches=2",
-                                          "pipeline_fsdp_ag_per_repeat=true"}, 1e-6},
-        PipelineCase{"fsdp_1f1b_S2_F2_L4", {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
-                                            "num_layers_per_pipeline_stage=4",
-                                            "pipeline_schedule=1f1b",
-                                            "num_pipeline_microbatches=4",
-                                            "pipeline_fsdp_ag_per_repeat=true"}, 1e-6},
-        PipelineCase{"zb_h1_S4", {"ici_pipeline_parallelism=4", "base_num_decoder_layers=8",
-                                  "num_layers_per_pipeline_stage=2", "pipeline_schedule=zb_h1",
-                                  "num_pipeline_microbatches=8"}},
-        PipelineCase{"zb_h1_S2_F2_bsw", {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
-                                         "num_layers_per_pipeline_stage=4",
-                                         "pipeline_schedule=zb_h1", "num_pipeline_microbatches=4",
-                                         "pipeline_fsdp_ag_per_repeat=true"}, 1e-6},
-        PipelineCase{"data_D2_S2", {"ici_data_parallelism=2", "ici_pipeline_parallelism=2",
-                                    "num_pipeline_microbatches=2"}, 1e-6},
-        PipelineCase{"data_only_D4", {"ici_data_parallelism=4", "num_pipeline_microbatches=2"},
+                      "num_pipeline_microbatches=2", "pipeline_fsdp_ag_once=true"},
                      1e-6},
-        PipelineCase{"bf16_circular_S4_R2_M4", {"ici_pipeline_parallelism=4",
-                                                "num_pipeline_microbatches=4", "dtype=bfloat16"}},
-        PipelineCase{"bf16_fsdp_circular_S2_F2_bsw",
+        PipelineCase{"fsdp_only_F4_bsw",
+                     {"ici_fsdp_parallelism=4", "num_pipeline_microbatches=2",
+                      "pipeline_fsdp_ag_per_repeat=true"},
+                     1e-6},
+        PipelineCase{"fsdp_1f1b_S2_F2_L4",
                      {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
-                      "num_pipeline_microbatches=4", "pipeline_fsdp_ag_per_repeat=true",
-                      "dtype=bfloat16"}, 1e-4},
-        PipelineCase{"zero1_D2_S2", {"ici_data_parallelism=2", "ici_pipeline_parallelism=2",
-                                     "num_pipeline_microbatches=2",
-                                     "shard_optimizer_over_data=true"}, 1e-6},
-        PipelineCase{"zero1_D4_F2_bsw", {"ici_data_parallelism=4", "ici_fsdp_parallelism=2",
-                                         "num_pipeline_microbatches=1",
-                                         "pipeline_fsdp_ag_per_repeat=true",
-                                         "shard_optimizer_over_data=true"}, 1e-6},
+                      "num_layers_per_pipeline_stage=4", "pipeline_schedule=1f1b",
+                      "num_pipeline_microbatches=4", "pipeline_fsdp_ag_per_repeat=true"},
+                     1e-6},
+        PipelineCase{"zb_h1_S4",
+                     {"ici_pipeline_parallelism=4", "base_num_decoder_layers=8",
+                      "num_layers_per_pipeline_stage=2", "pipeline_schedule=zb_h1",
+                      "num_pipeline_microbatches=8"}},
+        PipelineCase{"zb_h1_S2_F2_bsw",
+                     {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                      "num_layers_per_pipeline_stage=4", "pipeline_schedule=zb_h1",
+                      "num_pipeline_microbatches=4", "pipeline_fsdp_ag_per_repeat=true"},
+                     1e-6},
+        PipelineCase{
+            "data_D2_S2",
+            {"ici_data_parallelism=2", "ici_pipeline_parallelism=2", "num_pipeline_microbatches=2"},
+            1e-6},
+        PipelineCase{
+            "data_only_D4", {"ici_data_parallelism=4", "num_pipeline_microbatches=2"}, 1e-6},
+        PipelineCase{
+            "bf16_circular_S4_R2_M4",
+            {"ici_pipeline_parallelism=4", "num_pipeline_microbatches=4", "dtype=bfloat16"}},
+        PipelineCase{
+            "bf16_fsdp_circular_S2_F2_bsw",
+            {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2", "num_pipeline_microbatches=4",
+             "pipeline_fsdp_ag_per_repeat=true", "dtype=bfloat16"},
+            1e-4},
+        PipelineCase{"zero1_D2_S2",
+                     {"ici_data_parallelism=2", "ici_pipeline_parallelism=2",
+                      "num_pipeline_microbatches=2", "shard_optimizer_over_data=true"},
+                     1e-6},
+        PipelineCase{
+            "zero1_D4_F2_bsw",
+            {"ici_data_parallelism=4", "ici_fsdp_parallelism=2", "num_pipeline_microbatches=1",
+             "pipeline_fsdp_ag_per_repeat=true", "shard_optimizer_over_data=true"},
+            1e-6},
         // Tied embeddings: the first and the last stage's ranks both hold the table and sum
         // their gradients; FSDP-only keeps both uses on one rank.
-        PipelineCase{"tied_circular_S4", {"ici_pipeline_parallelism=4",
-                                          "num_pipeline_microbatches=4",
-                                          "logits_via_embedding=true"}},
-        PipelineCase{"tied_1f1b_S2_F2_D2", {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
-                                            "num_layers_per_pipeline_stage=4",
-                                            "ici_data_parallelism=2", "pipeline_schedule=1f1b",
-                                            "num_pipeline_microbatches=2",
-                                            "logits_via_embedding=true"}, 1e-6},
-        PipelineCase{"tied_fsdp_only_F2", {"ici_fsdp_parallelism=2", "num_pipeline_microbatches=2",
-                                           "logits_via_embedding=true"}, 1e-6},
-        PipelineCase{"data_D2_S2_F2_bsw", {"ici_data_parallelism=2", "ici_pipeline_parallelism=2",
-                                           "ici_fsdp_parallelism=2", "num_pipeline_microbatches=2",
-                                           "pipeline_fsdp_ag_per_repeat=true"}, 1e-6}),
+        PipelineCase{"tied_circular_S4",
+                     {"ici_pipeline_parallelism=4", "num_pipeline_microbatches=4",
+                      "logits_via_embedding=true"}},
+        PipelineCase{
+            "tied_1f1b_S2_F2_D2",
+            {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+             "num_layers_per_pipeline_stage=4", "ici_data_parallelism=2", "pipeline_schedule=1f1b",
+             "num_pipeline_microbatches=2", "logits_via_embedding=true"},
+            1e-6},
+        PipelineCase{
+            "tied_fsdp_only_F2",
+            {"ici_fsdp_parallelism=2", "num_pipeline_microbatches=2", "logits_via_embedding=true"},
+            1e-6},
+        PipelineCase{
+            "data_D2_S2_F2_bsw",
+            {"ici_data_parallelism=2", "ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+             "num_pipeline_microbatches=2", "pipeline_fsdp_ag_per_repeat=true"},
+            1e-6}),
     [](const auto& info) { return info.param.name; });
 
 // The executor gathers exactly what the schedule's lowering (and so `carousel schedule`)
 // predicts: one gather per compute action by default, 2R - 2 per step with the Buffer Sliding
 // Window on the circular schedule, R with ag_once.
 TEST(Pipeline, WeightGathersMatchTheSchedulePrediction) {
-  for (const std::string mode : {"", "pipeline_fsdp_ag_per_repeat=true", "pipeline_fsdp_ag_once=true"}) {
+  for (const std::string mode :
+       {"", "pipeline_fsdp_ag_per_repeat=true", "pipeline_fsdp_ag_once=true"}) {
     std::vector<std::string> keys = {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
                                      "num_pipeline_microbatches=4"};
     if (!mode.empty()) keys.push_back(mode);
     const Config cfg = run_config(keys);
     const TrainResult r = train(cfg);
-    const auto program = schedule::lower(schedule::generate(schedule_spec(cfg)),
-                                         {cfg.weight_slots(), 0, true});
+    const auto program =
+        schedule::lower(schedule::generate(schedule_spec(cfg)), {cfg.weight_slots(), 0, true});
     const auto sim = schedule::simulate(program, schedule::Costs{});
     for (int device = 0; device < 4; ++device) {
       EXPECT_EQ(r.all_gathers_per_device[device], sim.all_gathers[device / 2] * cfg.steps)
@@ -233,9 +259,10 @@ TEST(Pipeline, AMeshThatCannotSplitTheBatchIsAClearError) {
 // bitwise, and a single-device run can resume from it too.
 TEST(Pipeline, CheckpointsResumeExactlyAndAcrossLayouts) {
   namespace fs = std::filesystem;
-  const std::vector<std::string> shape = {"ici_pipeline_parallelism=2", "num_pipeline_microbatches=2",
-                                          "pipeline_schedule=1f1b", "base_num_decoder_layers=2",
-                                          "enable_checkpointing=true", "learning_rate_schedule_steps=4"};
+  const std::vector<std::string> shape = {
+      "ici_pipeline_parallelism=2", "num_pipeline_microbatches=2",
+      "pipeline_schedule=1f1b",     "base_num_decoder_layers=2",
+      "enable_checkpointing=true",  "learning_rate_schedule_steps=4"};
   Config straight = run_config(shape);
   straight.steps = 4;
   straight.run_name = "pipe_straight";
@@ -254,7 +281,8 @@ TEST(Pipeline, CheckpointsResumeExactlyAndAcrossLayouts) {
   EXPECT_EQ(second.steps[1].loss, full[3].loss);
   for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
     EXPECT_EQ(read_bytes(fs::path(straight.run_directory()) / "checkpoints/4" / f),
-              read_bytes(fs::path(resumed.run_directory()) / "checkpoints/4" / f)) << f;
+              read_bytes(fs::path(resumed.run_directory()) / "checkpoints/4" / f))
+        << f;
   }
   // The checkpoint is layout-free: a single-device run resumes the pipeline's step-2 checkpoint
   // and continues like the pipeline did (not bitwise: the gradient norm is summed in another
@@ -311,7 +339,8 @@ TEST(Pipeline, ZeroOneEqualsDataParallelAndHoldsLess) {
   EXPECT_EQ(second.start_step, 2);
   for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
     EXPECT_EQ(read_bytes(fs::path(plain.run_directory()) / "checkpoints/4" / f),
-              read_bytes(fs::path(zero.run_directory()) / "checkpoints/4" / f)) << f;
+              read_bytes(fs::path(zero.run_directory()) / "checkpoints/4" / f))
+        << f;
   }
   EXPECT_LT(first.peak_device_bytes, a.peak_device_bytes);
 }

@@ -22,15 +22,15 @@ std::string data_dir() {
 
 std::vector<double> losses(const std::string& device, const std::string& dtype) {
   init_logging({.rank = 0, .level = "warn", .file_dir = {}});
-  const Config c = load_config("", {"max_target_length=32", "steps=4", "enable_checkpointing=false",
-                                    "learning_rate=0.003", "dataset_type=text",
-                                    "dataset_path=" + data_dir() + "/tiny_corpus.txt",
-                                    "ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
-                                    "num_pipeline_microbatches=4", "per_device_batch_size=2",
-                                    "pipeline_fsdp_ag_per_repeat=true", "device=" + device,
-                                    "dtype=" + dtype,
-                                    "base_output_directory=/tmp/carousel_pipeline_gpu"})
-                       .config;
+  const Config c =
+      load_config(
+          "",
+          {"max_target_length=32", "steps=4", "enable_checkpointing=false", "learning_rate=0.003",
+           "dataset_type=text", "dataset_path=" + data_dir() + "/tiny_corpus.txt",
+           "ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2", "num_pipeline_microbatches=4",
+           "per_device_batch_size=2", "pipeline_fsdp_ag_per_repeat=true", "device=" + device,
+           "dtype=" + dtype, "base_output_directory=/tmp/carousel_pipeline_gpu"})
+          .config;
   std::vector<double> out;
   for (const auto& s : train(c).steps) out.push_back(s.loss);
   return out;

@@ -7,12 +7,12 @@
 #include <sstream>
 
 #include "cuda/error.h"
-#include "tests/test_util.h"
 #include "host/schedule/export.h"
 #include "host/schedule/generators.h"
 #include "host/schedule/maxtext.h"
 #include "host/schedule/passes.h"
 #include "host/schedule/simulate.h"
+#include "tests/test_util.h"
 
 namespace carousel::schedule {
 namespace {
@@ -206,7 +206,8 @@ TEST(TextForm, ProgramsRoundTrip) {
   EXPECT_EQ(to_string(parse_action("12SEND_F3")), "12SEND_F3");
   EXPECT_EQ(parse_action("4AG_ISSUE1").kind, Kind::AG_ISSUE);
   EXPECT_EQ(parse_action("3REDUCE_SCATTER").stage, 3);
-  EXPECT_NE(testing::error_of([] { parse_action("0X1"); }).find("'0X1' is not valid"), std::string::npos);
+  EXPECT_NE(testing::error_of([] { parse_action("0X1"); }).find("'0X1' is not valid"),
+            std::string::npos);
   EXPECT_NE(testing::error_of([] { parse_action("F1"); }).find("takes a stage before it"),
             std::string::npos);
 }
@@ -240,7 +241,8 @@ TEST(Broken, ActionOnTheWrongRankOrOutOfOrder) {
             std::string::npos);
   Program q = make("gpipe", 2, 2);
   q.ranks[0].push_back({Kind::F, 1, 0, -1});
-  EXPECT_NE(testing::error_of([&] { validate(q); }).find("stage 1 runs on rank 1"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { validate(q); }).find("stage 1 runs on rank 1"),
+            std::string::npos);
 }
 
 TEST(Broken, SwappedReceivesAreCrossed) {
@@ -283,18 +285,24 @@ TEST(Broken, GenuineCircularDeadlockIsNamed) {
 TEST(Broken, ReceiveWithoutSend) {
   const Layout l{2, 1, 1};
   const Program p = parse_program(l, "rank 0: 0F0\nrank 1: 1RECV_F0 1F0\n");
-  EXPECT_NE(testing::error_of([&] { replay(p); }).find("rank 1 receives 1RECV_F0 from rank 0 which never "
-                                              "sends it"),
+  EXPECT_NE(testing::error_of([&] { replay(p); })
+                .find("rank 1 receives 1RECV_F0 from rank 0 which never "
+                      "sends it"),
             std::string::npos);
 }
 
 TEST(Broken, GeneratorConstraintsAreClear) {
-  EXPECT_NE(testing::error_of([] { make("1f1b", 2, 4, 2); }).find("for repeats use circular or "
-                                                         "interleaved_1f1b"),
+  EXPECT_NE(testing::error_of([] { make("1f1b", 2, 4, 2); })
+                .find("for repeats use circular or "
+                      "interleaved_1f1b"),
             std::string::npos);
-  EXPECT_NE(testing::error_of([] { make("interleaved_1f1b", 4, 6, 2); }).find("S <= g <= M and M % g == 0"),
+  EXPECT_NE(testing::error_of([] {
+              make("interleaved_1f1b", 4, 6, 2);
+            }).find("S <= g <= M and M % g == 0"),
             std::string::npos);
-  EXPECT_NE(testing::error_of([] { make("zigzag", 2, 2); }).find("pipeline_schedule='zigzag' is not valid"),
+  EXPECT_NE(testing::error_of([] {
+              make("zigzag", 2, 2);
+            }).find("pipeline_schedule='zigzag' is not valid"),
             std::string::npos);
 }
 

@@ -1,18 +1,18 @@
 // perf.cpp — the benchmark driver: flags, buffers, timing, checking and the nccl-tests table.
 #include "benchmarks/collectives/perf.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <functional>
 #include <fstream>
-#include <tuple>
+#include <functional>
 #include <nlohmann/json.hpp>
+#include <tuple>
 #include <vector>
 
 #include "collectives/local_communicator.h"
@@ -36,10 +36,17 @@ std::int64_t parse_size(const std::string& text) {
   std::int64_t mult = 1;
   if (pos < text.size()) {
     switch (std::toupper(static_cast<unsigned char>(text[pos]))) {
-      case 'K': mult = 1LL << 10; break;
-      case 'M': mult = 1LL << 20; break;
-      case 'G': mult = 1LL << 30; break;
-      default: throw CLI::ValidationError("size", "unknown suffix in '" + text + "' (use K, M, G)");
+      case 'K':
+        mult = 1LL << 10;
+        break;
+      case 'M':
+        mult = 1LL << 20;
+        break;
+      case 'G':
+        mult = 1LL << 30;
+        break;
+      default:
+        throw CLI::ValidationError("size", "unknown suffix in '" + text + "' (use K, M, G)");
     }
   }
   return std::int64_t(v * double(mult));
@@ -58,9 +65,12 @@ double input_value(int rank, std::int64_t j) { return double((rank + 1) + (j % 7
 void fill(Backend& be, const Tensor& t, int rank) {
   std::vector<double> v(t.numel());
   for (std::int64_t j = 0; j < t.numel(); ++j) v[j] = input_value(rank, j);
-  if (t.dtype() == DType::F64) be.upload(v.data(), t);
-  else if (t.dtype() == DType::F32) be.upload(std::vector<float>(v.begin(), v.end()).data(), t);
-  else be.upload(std::vector<std::int32_t>(v.begin(), v.end()).data(), t);
+  if (t.dtype() == DType::F64)
+    be.upload(v.data(), t);
+  else if (t.dtype() == DType::F32)
+    be.upload(std::vector<float>(v.begin(), v.end()).data(), t);
+  else
+    be.upload(std::vector<std::int32_t>(v.begin(), v.end()).data(), t);
 }
 
 std::vector<double> values(Backend& be, const Tensor& t) {
@@ -86,7 +96,8 @@ double memcpy_gbps(std::int64_t bytes) {
   for (int i = 0; i < 5; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     std::memcpy(b.data(), a.data(), bytes);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return double(bytes) / best / 1e9;
 }
@@ -121,9 +132,10 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   int ranks = 2, iters = 20, warmup = 5, check = 1, root = 0;
   app.add_option("-b,--minbytes", min_bytes, "smallest size (K/M/G suffixes)");
   app.add_option("-e,--maxbytes", max_bytes, "largest size");
-  app.add_option("-f,--stepfactor", factor, "multiplicative size step")->check(CLI::Range(1.01, 1e9));
+  app.add_option("-f,--stepfactor", factor, "multiplicative size step")
+      ->check(CLI::Range(1.01, 1e9));
   auto* ranks_option = app.add_option("-g,--ngpus", ranks, "ranks (simulated CPU devices)")
-                          ->check(CLI::Range(1, 1024));
+                           ->check(CLI::Range(1, 1024));
   app.add_option("-n,--iters", iters, "timed iterations")->check(CLI::Range(1, 1000000));
   app.add_option("-w,--warmup_iters", warmup, "warm-up iterations")->check(CLI::Range(0, 1000000));
   app.add_option("-c,--check", check, "check results: 1 yes, 0 no")->check(CLI::Range(0, 1));
@@ -140,8 +152,9 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   int my_rank = -1;  // this process's rank under mpirun; -1: every rank is a thread here
 #ifndef CAROUSEL_HAVE_MPI
   if (backend == "mpi") {
-    fmt::print(stderr, "error: --backend mpi: this build has no MPI communicator (install "
-                       "libopenmpi-dev and rebuild); use --backend local\n");
+    fmt::print(stderr,
+               "error: --backend mpi: this build has no MPI communicator (install "
+               "libopenmpi-dev and rebuild); use --backend local\n");
     return 2;
   }
 #else
@@ -152,8 +165,9 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   std::unique_ptr<Communicator> mpi_world;  // NCCL under mpirun: carries the NCCL id
   if (backend == "mpi" || (backend == "nccl" && mpi_launch_size() > 1)) {
     if (ranks_option->count() > 0 && ranks != 1) {
-      fmt::print(stderr, "error: under mpirun each process is one rank; start N processes with "
-                         "mpirun -np N and leave -g at 1\n");
+      fmt::print(stderr,
+                 "error: under mpirun each process is one rank; start N processes with "
+                 "mpirun -np N and leave -g at 1\n");
       return 2;
     }
     mpi = std::make_unique<MpiRuntime>();
@@ -164,8 +178,9 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
 #endif
 #ifndef CAROUSEL_HAVE_NCCL
   if (backend == "nccl") {
-    fmt::print(stderr, "error: --backend nccl: this build has no NCCL communicator (needs CUDA "
-                       "and NCCL at configure time); use --backend local\n");
+    fmt::print(stderr,
+               "error: --backend nccl: this build has no NCCL communicator (needs CUDA "
+               "and NCCL at configure time); use --backend local\n");
     return 2;
   }
 #endif
@@ -184,16 +199,21 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
 
   fmt::print("# carousel {}_perf: backend {}, {} ranks ({})\n", test.name, backend, ranks,
              backend == "mpi" ? "one process each" : "threads of this process");
-  fmt::print("#  minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} "
-             "validation: {}\n#\n# Using devices\n",
-             lo, hi, factor, warmup, iters, check);
+  fmt::print(
+      "#  minBytes {} maxBytes {} step: {}(factor) warmup iters: {} iters: {} "
+      "validation: {}\n#\n# Using devices\n",
+      lo, hi, factor, warmup, iters, check);
   for (int r = 0; r < ranks; ++r) {
-    if (backend == "nccl") fmt::print("#  Rank {:2} on cuda:{}\n", r, r);
-    else if (backend == "mpi") fmt::print("#  Rank {:2} on cpu:{} (process {})\n", r, r, r);
-    else fmt::print("#  Rank {:2} on cpu:{} (simulated device)\n", r, r);
+    if (backend == "nccl")
+      fmt::print("#  Rank {:2} on cuda:{}\n", r, r);
+    else if (backend == "mpi")
+      fmt::print("#  Rank {:2} on cpu:{} (process {})\n", r, r, r);
+    else
+      fmt::print("#  Rank {:2} on cpu:{} (simulated device)\n", r, r);
   }
   const double memcpy_bw = memcpy_gbps(std::max<std::int64_t>(hi, 1 << 20));
-  fmt::print("#  memcpy bandwidth, one thread, {} bytes: {:.2f} GB/s\n#\n", std::max<std::int64_t>(hi, 1 << 20), memcpy_bw);
+  fmt::print("#  memcpy bandwidth, one thread, {} bytes: {:.2f} GB/s\n#\n",
+             std::max<std::int64_t>(hi, 1 << 20), memcpy_bw);
   fmt::print("#{:>55}{:>33}{:>33}\n", "", "out-of-place", "in-place");
   fmt::print("#{:>11} {:>12} {:>8} {:>6} {:>6} {:>9} {:>7} {:>7} {:>6} {:>9} {:>7} {:>7} {:>6}\n",
              "size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time",
@@ -282,7 +302,8 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
         last.wait();
         rank_time[r][mode] =
             std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
-                .count() / iters;
+                .count() /
+            iters;
         if (check) {  // after timing, on fresh inputs
           if (!in_place) be.upload(std::vector<char>(recv.nbytes(), 0).data(), recv);
           fill(be, send, r);
@@ -313,7 +334,7 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
     }
     auto wrong_text = [&](int mode) {
       return !check || (mode == 1 && !test.has_in_place) ? std::string("N/A")
-                                                     : std::to_string(row.wrong[mode]);
+                                                         : std::to_string(row.wrong[mode]);
     };
     fmt::print(" {:>11} {:>12} {:>8} {:>6} {:>6} {:>9.1f} {:>7.2f} {:>7.2f} {:>6} ", row.bytes,
                row.count, dtype_name_, test.reduces ? op_name : "none", test.rooted ? root : -1,
@@ -329,7 +350,8 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   double avg_bus = 0;
   int n_bus = 0;
   for (const auto& r : rows)
-    for (int mode = 0; mode < (test.has_in_place ? 2 : 1); ++mode) avg_bus += r.busbw[mode], ++n_bus;
+    for (int mode = 0; mode < (test.has_in_place ? 2 : 1); ++mode)
+      avg_bus += r.busbw[mode], ++n_bus;
   avg_bus = n_bus ? avg_bus / n_bus : 0;
   fmt::print("# Out of bounds values : {} {}\n", total_wrong, total_wrong ? "FAILED" : "OK");
   fmt::print("# Avg bus bandwidth    : {:.3f}\n", avg_bus);
@@ -340,15 +362,23 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   if (ranks == 1) fmt::print("# note: with 1 rank the busbw factor is 0, so busbw is 0\n");
   fmt::print("#\n# Collective test concluded: {}_perf\n", test.name);
   if (!json_file.empty()) {
-    nlohmann::json j = {{"test", test.name + "_perf"}, {"backend", backend}, {"ranks", ranks},
-                        {"datatype", dtype_name_}, {"memcpy_gbps", memcpy_bw},
-                        {"avg_bus_bandwidth", avg_bus}, {"wrong", total_wrong}};
+    nlohmann::json j = {
+        {"test", test.name + "_perf"}, {"backend", backend},       {"ranks", ranks},
+        {"datatype", dtype_name_},     {"memcpy_gbps", memcpy_bw}, {"avg_bus_bandwidth", avg_bus},
+        {"wrong", total_wrong}};
     for (const auto& r : rows) {
-      j["results"].push_back({{"size", r.bytes}, {"count", r.count},
-                              {"out_of_place", {{"time_us", r.time_us[0]}, {"alg_bw", r.algbw[0]},
-                                                {"bus_bw", r.busbw[0]}, {"nwrong", r.wrong[0]}}},
-                              {"in_place", {{"time_us", r.time_us[1]}, {"alg_bw", r.algbw[1]},
-                                            {"bus_bw", r.busbw[1]}, {"nwrong", r.wrong[1]}}}});
+      j["results"].push_back({{"size", r.bytes},
+                              {"count", r.count},
+                              {"out_of_place",
+                               {{"time_us", r.time_us[0]},
+                                {"alg_bw", r.algbw[0]},
+                                {"bus_bw", r.busbw[0]},
+                                {"nwrong", r.wrong[0]}}},
+                              {"in_place",
+                               {{"time_us", r.time_us[1]},
+                                {"alg_bw", r.algbw[1]},
+                                {"bus_bw", r.busbw[1]},
+                                {"nwrong", r.wrong[1]}}}});
     }
     std::ofstream(json_file) << j.dump(2) << "\n";
   }

@@ -152,7 +152,8 @@ void CpuBackend::do_gemm(bool trans_a, bool trans_b, const GemmDims& d, double a
     if (d.m == 0 || d.n == 0) return;
     if (d.k == 0) {  // op(a) op(b) is all zeros: C = beta C (OpenBLAS faults on k = 0)
       T* pc = c.data<T>();
-      for (std::int64_t i = 0; i < d.batch * d.m * d.n; ++i) pc[i] = beta == 0 ? T(0) : T(beta) * pc[i];
+      for (std::int64_t i = 0; i < d.batch * d.m * d.n; ++i)
+        pc[i] = beta == 0 ? T(0) : T(beta) * pc[i];
       return;
     }
     for (std::int64_t i = 0; i < d.batch; ++i) {

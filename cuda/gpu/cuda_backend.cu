@@ -83,28 +83,38 @@ class CudaAllocator final : public DeviceAllocator {
   cudaStream_t stream_ = nullptr;
 };
 
-template <class Fn> void dispatch(DType dtype, Fn&& fn) {
-  if (dtype == DType::F64) fn(double{});
-  else fn(float{});
+template <class Fn>
+void dispatch(DType dtype, Fn&& fn) {
+  if (dtype == DType::F64)
+    fn(double{});
+  else
+    fn(float{});
 }
 // float, double or bf16: the storage types cast converts between.
-template <class Fn> void dispatch_storage(DType dtype, Fn&& fn) {
-  if (dtype == DType::BF16) fn(bf16{});
-  else dispatch(dtype, fn);
+template <class Fn>
+void dispatch_storage(DType dtype, Fn&& fn) {
+  if (dtype == DType::BF16)
+    fn(bf16{});
+  else
+    dispatch(dtype, fn);
 }
 
 cudaDataType_t cublas_type(DType t) {
   switch (t) {
-    case DType::F64: return CUDA_R_64F;
-    case DType::BF16: return CUDA_R_16BF;
-    default: return CUDA_R_32F;
+    case DType::F64:
+      return CUDA_R_64F;
+    case DType::BF16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
   }
 }
 
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int gpu, int logical)
-      : Backend(std::make_unique<CudaAllocator>(gpu, logical)), gpu_(gpu),
+      : Backend(std::make_unique<CudaAllocator>(gpu, logical)),
+        gpu_(gpu),
         stream_(static_cast<CudaAllocator&>(allocator()).stream()) {
     CUDA_CHECK(cudaSetDevice(gpu_));
     CUBLAS_CHECK(cublasCreate(&blas_));
@@ -148,8 +158,8 @@ class CudaBackend final : public Backend {
     });
   }
   void do_copy(const Tensor& src, const Tensor& dst) override {
-    CUDA_CHECK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice,
-                               stream_));
+    CUDA_CHECK(
+        cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
   }
   void do_cast(const Tensor& src, const Tensor& dst) override {
     dispatch_storage(src.dtype(), [&](auto from) {
@@ -221,13 +231,12 @@ class CudaBackend final : public Backend {
                                              &be, c.data<float>(), ldc, sc, int(d.batch)));
     }
   }
-  void do_embedding_forward(const Tensor& table, const Tensor& tokens,
-                            const Tensor& out) override {
+  void do_embedding_forward(const Tensor& table, const Tensor& tokens, const Tensor& out) override {
     dispatch(table.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const std::int64_t n = tokens.numel(), e = table.dim(1);
-      launch(gpu::embedding_forward_kernel<T>, n * e, table.data<T>(),
-             tokens.data<std::int32_t>(), out.data<T>(), n, e);
+      launch(gpu::embedding_forward_kernel<T>, n * e, table.data<T>(), tokens.data<std::int32_t>(),
+             out.data<T>(), n, e);
     });
   }
   void do_embedding_backward(const Tensor& dout, const Tensor& tokens,
@@ -274,9 +283,9 @@ class CudaBackend final : public Backend {
              k.dim(2), q.dim(3));
     });
   }
-  void do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
-                             const Tensor& v, const Tensor& out, const Tensor& lse,
-                             const Tensor& dq, const Tensor& dk, const Tensor& dv) override {
+  void do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& out, const Tensor& lse, const Tensor& dq,
+                             const Tensor& dk, const Tensor& dv) override {
     dispatch(q.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const std::int64_t B = q.dim(0), Tn = q.dim(1), H = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
@@ -343,7 +352,8 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  template <class Kernel, class... Args> void launch(Kernel kernel, std::int64_t threads, Args... args) {
+  template <class Kernel, class... Args>
+  void launch(Kernel kernel, std::int64_t threads, Args... args) {
     if (threads <= 0) return;
     CUDA_CHECK(cudaSetDevice(gpu_));
     kernel<<<blocks_for(threads), kThreads, 0, stream_>>>(args...);

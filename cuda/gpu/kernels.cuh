@@ -13,7 +13,8 @@ namespace carousel::gpu {
 constexpr int kThreads = 256;
 inline int blocks_for(std::int64_t n) { return int((n + kThreads - 1) / kThreads); }
 
-template <class T> __global__ void fill_kernel(T* x, std::int64_t n, T value) {
+template <class T>
+__global__ void fill_kernel(T* x, std::int64_t n, T value) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] = value;
 }
@@ -25,15 +26,18 @@ __global__ void cast_kernel(const From* src, To* dst, std::int64_t n) {
   if (i < n) dst[i] = math::Convert<To>::from(src[i]);
 }
 
-template <class T> __global__ void scale_kernel(T* x, std::int64_t n, T alpha) {
+template <class T>
+__global__ void scale_kernel(T* x, std::int64_t n, T alpha) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= alpha;
 }
-template <class T> __global__ void axpy_kernel(const T* x, T* y, std::int64_t n, T alpha) {
+template <class T>
+__global__ void axpy_kernel(const T* x, T* y, std::int64_t n, T alpha) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) y[i] += alpha * x[i];
 }
-template <class T> __global__ void add_kernel(const T* a, const T* b, T* out, std::int64_t n) {
+template <class T>
+__global__ void add_kernel(const T* a, const T* b, T* out, std::int64_t n) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = a[i] + b[i];
 }
@@ -67,7 +71,8 @@ __global__ void embedding_backward_kernel(const T* dout, const std::int32_t* tok
                                           std::int64_t n, std::int64_t embed) {
   const std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= embed) return;
-  for (std::int64_t i = 0; i < n; ++i) dtable[std::int64_t(tokens[i]) * embed + e] += dout[i * embed + e];
+  for (std::int64_t i = 0; i < n; ++i)
+    dtable[std::int64_t(tokens[i]) * embed + e] += dout[i * embed + e];
 }
 
 // One thread per row.
@@ -121,8 +126,10 @@ __global__ void rope_kernel(const T* x, const T* cosv, const T* sinv, T* out, st
   const std::int64_t base = bth * hd;
   const T c = cosv[t * half + j], s = sinv[t * half + j];
   T y1, y2;
-  if (backward) math::rope_rotate_back(x[base + j], x[base + j + half], c, s, y1, y2);
-  else math::rope_rotate(x[base + j], x[base + j + half], c, s, y1, y2);
+  if (backward)
+    math::rope_rotate_back(x[base + j], x[base + j + half], c, s, y1, y2);
+  else
+    math::rope_rotate(x[base + j], x[base + j + half], c, s, y1, y2);
   out[base + j] = y1;
   out[base + j + half] = y2;
 }
@@ -192,10 +199,9 @@ __device__ double attention_ds(const T* q, const T* k, const T* v, const T* out,
 
 // dq: one thread per (batch, head, query i), keys j <= i in order.
 template <class T>
-__global__ void attention_dq_kernel(const T* q, const T* k, const T* v, const T* out,
-                                    const T* dout, const T* lse, T* dq, std::int64_t B,
-                                    std::int64_t Tn, std::int64_t H, std::int64_t Hkv,
-                                    std::int64_t D) {
+__global__ void attention_dq_kernel(const T* q, const T* k, const T* v, const T* out, const T* dout,
+                                    const T* lse, T* dq, std::int64_t B, std::int64_t Tn,
+                                    std::int64_t H, std::int64_t Hkv, std::int64_t D) {
   const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= B * H * Tn) return;
   const std::int64_t i = idx % Tn, h = (idx / Tn) % H, b = idx / (Tn * H);
@@ -257,7 +263,8 @@ __global__ void swiglu_backward_kernel(const T* dy, const T* g, const T* u, T* d
   dg[i] = a;
   du[i] = b;
 }
-template <class T> __global__ void gelu_forward_kernel(const T* x, T* out, std::int64_t n) {
+template <class T>
+__global__ void gelu_forward_kernel(const T* x, T* out, std::int64_t n) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) out[i] = math::gelu(x[i]);
 }
