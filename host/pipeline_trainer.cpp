@@ -48,21 +48,21 @@ struct StageShard {
   Tensor compute;         // [shard] the weights in the compute dtype (= weights in float32)
 };
 
-// A piece of a shard that belongs to one parameter (for per-parameter weight decay).
+// A piece of a flat parameter buffer that belongs to one parameter (for per-parameter weight
+// decay, and to know which parameter it is).
 struct Segment {
-  std::int64_t begin, length;  // within the shard
-  bool weight_decay;
+  std::int64_t begin, length;  // in the flat buffer of `specs`
+  const ParamSpec* spec;
 };
 
-// The parameter pieces of shard elements [begin, begin + length) of FSDP rank f.
-std::vector<Segment> segments_of(const StageShard& s, int f, std::int64_t begin,
-                                 std::int64_t length) {
+// The parameter pieces of elements [lo, hi) of the flat buffer of `specs` (laid out in order).
+std::vector<Segment> segments_in(const std::vector<ParamSpec>& specs, std::int64_t lo,
+                                 std::int64_t hi) {
   std::vector<Segment> out;
-  const std::int64_t shard_lo = f * s.shard, lo = shard_lo + begin, hi = lo + length;
   std::int64_t offset = 0;
-  for (const auto& spec : s.specs) {
+  for (const auto& spec : specs) {
     const std::int64_t a = std::max(offset, lo), b = std::min(offset + numel(spec.shape), hi);
-    if (a < b) out.push_back({a - shard_lo, b - a, spec.weight_decay});
+    if (a < b) out.push_back({a, b - a, &spec});
     offset += numel(spec.shape);
   }
   return out;
@@ -132,8 +132,10 @@ class RankExecutor {
     }
     extras_ = ParamSet::allocate(be_, extras, DType::F32);
     extras_grads_ = ParamSet::allocate(be_, extras, DType::F32);
-    extras_opt_ = AdamW::create(be_, extras);
     init_params(be_, extras_, seed);
+    extras_piece_ = (extras_.flat.numel() + place_.F - 1) / place_.F;
+    extras_m_ = be_.zeros({extras_piece_});
+    extras_v_ = be_.zeros({extras_piece_});
     // dtype=bfloat16: forward and backward read bf16 copies of the float32 weights (refreshed at
     // the start of every step), FSDP gathers those (half the bytes), activations are bf16.
     for (auto& [v, s] : stages_) {
@@ -303,19 +305,30 @@ class RankExecutor {
         }
       }
     }
-    const std::pair<const ParamSet*, ParamSet*> extras[] = {
-        {full_params, &extras_}, {full_m, &extras_opt_.m}, {full_v, &extras_opt_.v}};
+    // The replicated weights are whole on every rank; the moments are pieces (FSDP rank f owns
+    // extras elements [f * piece, f * piece + piece)), gathered to write, cut out to read.
+    const std::pair<const ParamSet*, Tensor> extras[] = {
+        {full_params, extras_.flat}, {full_m, extras_m_}, {full_v, extras_v_}};
     for (const auto& [full, mine] : extras) {
-      if (!full) continue;
-      if (!to_full) {
-        copy_by_name(host, *full, be_, *mine);
-      } else if (place_.writes_replicated()) {  // a tied copy is the first stage's to write
-        for (std::size_t i = 0; i < mine->specs.size(); ++i) {
-          if (tied_copy(mine->specs[i].role)) continue;
-          host.upload(be_.to_host<float>(mine->tensors[i]).data(),
-                      full->tensors[full->index_of(mine->specs[i].name)]);
-          if (mine == &extras_) written.push_back(mine->specs[i].name);
+      if (!full || extras_.flat.numel() == 0) continue;
+      const bool whole = mine.raw() == extras_.flat.raw();  // the weights, not a moment piece
+      if (to_full) {
+        const ParamSet set = ParamSet::over(extras_.specs, whole ? mine : gather_extras(mine));
+        if (!place_.writes_replicated()) continue;
+        for (std::size_t i = 0; i < set.specs.size(); ++i) {
+          if (tied_copy(set.specs[i].role)) continue;  // the first stage's to write
+          host.upload(be_.to_host<float>(set.tensors[i]).data(),
+                      full->tensors[full->index_of(set.specs[i].name)]);
+          if (whole) written.push_back(set.specs[i].name);
         }
+      } else {
+        std::vector<float> values;
+        for (const auto& spec : extras_.specs) {
+          const auto f = host.to_host<float>(full->tensors[full->index_of(spec.name)]);
+          values.insert(values.end(), f.begin(), f.end());
+        }
+        values.resize(extras_piece_ * place_.F, 0.0f);
+        be_.upload(values.data() + (whole ? 0 : place_.fsdp_rank * extras_piece_), mine);
       }
     }
     return written;
@@ -367,6 +380,13 @@ class RankExecutor {
   std::int64_t owned_length(const StageShard& s) const {
     return std::min(s.zero, s.shard - owned_begin(s));
   }
+  // The whole extras buffer from every FSDP rank's [piece] (all-gather over the FSDP group).
+  Tensor gather_extras(const Tensor& piece) {
+    Tensor all = be_.empty({extras_piece_ * place_.F});
+    fsdp_.all_gather(piece, all).wait();
+    return all.view(0, {extras_.flat.numel()});
+  }
+
   // The whole shard [shard] from every data rank's [zero] piece (all-gather over the replicas).
   Tensor gather_over_data(const StageShard& s, const Tensor& piece) {
     Tensor all = be_.empty({s.zero * place_.D});
@@ -441,22 +461,31 @@ class RankExecutor {
         }
       }
     }
-    if (extras_grads_.flat.numel() > 0) {
-      if (place_.F > 1)
-        fsdp_.all_reduce(extras_grads_.flat, extras_grads_.flat, ReduceOp::Sum).wait();
-      if (place_.D > 1) {
-        data_comm_.all_reduce(extras_grads_.flat, extras_grads_.flat, ReduceOp::Sum).wait();
-      }
-    }
-    if (tie_) {  // embedding uses on both ranks: each gets the sum (first stage's part first)
+    // Extras: the tied table's two uses first (full gradients on both ranks), then FSDP rank f
+    // gets the group's sum for its piece only, summed over the replicas too.
+    if (tie_) {
       const Tensor& g = extras_grads_.at(ParamRole::Embedding);
       tie_->all_reduce(g, g, ReduceOp::Sum).wait();
     }
+    const std::int64_t extras_begin = std::min(extras_.flat.numel(), place_.fsdp_rank * extras_piece_);
+    const std::int64_t extras_length = std::min(extras_piece_, extras_.flat.numel() - extras_begin);
+    if (extras_.flat.numel() > 0) {
+      Tensor padded = be_.zeros({extras_piece_ * place_.F});
+      be_.copy(extras_grads_.flat, padded.view(0, {extras_.flat.numel()}));
+      const Tensor piece = padded.view(place_.fsdp_rank * extras_piece_, {extras_piece_});
+      fsdp_.reduce_scatter(padded, piece, ReduceOp::Sum).wait();
+      if (place_.D > 1) data_comm_.all_reduce(piece, piece, ReduceOp::Sum).wait();
+      if (extras_length > 0) {
+        be_.copy(piece.view(0, {extras_length}), extras_grads_.flat.view(extras_begin, {extras_length}));
+      }
+    }
     double squares = 0;
-    if (place_.writes_replicated()) {
-      for (std::size_t i = 0; i < extras_grads_.specs.size(); ++i) {
-        if (!tied_copy(extras_grads_.specs[i].role))
-          squares += be_.sum_squares(extras_grads_.tensors[i]);
+    if (place_.data_rank == 0) {  // each extras element once per FSDP group, a tied copy never
+      for (const Segment& seg :
+           segments_in(extras_.specs, extras_begin, extras_begin + extras_length)) {
+        if (!tied_copy(seg.spec->role)) {
+          squares += be_.sum_squares(extras_grads_.flat.view(seg.begin, {seg.length}));
+        }
       }
     }
     if (zero1_ || place_.writes_shards()) {  // each element of each shard counted once
@@ -473,14 +502,29 @@ class RankExecutor {
     const double norm = std::sqrt(sums[1]);
     const double lr = learning_rate_at(cfg_, step);
     const double clip = clip_scale(norm, cfg_.gradient_clipping_threshold);
-    extras_opt_.update(be_, cfg_, extras_, extras_grads_, step, lr, clip);
+    for (const Segment& seg :
+         segments_in(extras_.specs, extras_begin, extras_begin + extras_length)) {
+      auto whole = [&](const Tensor& t) { return t.view(seg.begin, {seg.length}); };
+      auto piece = [&](const Tensor& t) { return t.view(seg.begin - extras_begin, {seg.length}); };
+      be_.adamw_update(whole(extras_.flat), whole(extras_grads_.flat), piece(extras_m_),
+                       piece(extras_v_), adamw_params(cfg_, step, lr, clip, seg.spec->weight_decay));
+    }
+    if (extras_.flat.numel() > 0) {  // every FSDP rank gets every updated piece
+      Tensor mine = be_.zeros({extras_piece_});
+      if (extras_length > 0) {
+        be_.copy(extras_.flat.view(extras_begin, {extras_length}), mine.view(0, {extras_length}));
+      }
+      be_.copy(gather_extras(mine), extras_.flat);
+    }
     for (auto& [v, s] : stages_) {
-      const std::int64_t begin = owned_begin(s);
-      for (const Segment& seg : segments_of(s, place_.fsdp_rank, begin, owned_length(s))) {
-        auto in_shard = [&](const Tensor& t) { return t.view(seg.begin, {seg.length}); };
-        auto in_piece = [&](const Tensor& t) { return t.view(seg.begin - begin, {seg.length}); };
+      const std::int64_t begin = owned_begin(s), shard_lo = place_.fsdp_rank * s.shard;
+      for (const Segment& seg :
+           segments_in(s.specs, shard_lo + begin, shard_lo + begin + owned_length(s))) {
+        const std::int64_t at = seg.begin - shard_lo;  // in the shard
+        auto in_shard = [&](const Tensor& t) { return t.view(at, {seg.length}); };
+        auto in_piece = [&](const Tensor& t) { return t.view(at - begin, {seg.length}); };
         be_.adamw_update(in_shard(s.weights), in_shard(s.grads), in_piece(s.m), in_piece(s.v),
-                         adamw_params(cfg_, step, lr, clip, seg.weight_decay));
+                         adamw_params(cfg_, step, lr, clip, seg.spec->weight_decay));
       }
       if (zero1_) {  // every replica gets every updated piece
         Tensor mine = be_.zeros({s.zero});
@@ -510,9 +554,13 @@ class RankExecutor {
   RopeTables rope_;
   RematPolicy remat_;
   std::map<int, StageShard> stages_;
-  ParamSet extras_, extras_grads_;  // embedding / final norm / head, replicated over FSDP
-  ParamSet extras_compute_;         // extras_ in the compute dtype (= extras_ in float32)
-  AdamW extras_opt_;
+  // Embedding / final norm / head: weights and gradients replicated over the FSDP group (each
+  // microbatch part needs them whole), AdamW moments sharded over it: FSDP rank f keeps them
+  // for extras elements [f * extras_piece_, (f + 1) * extras_piece_) only.
+  ParamSet extras_, extras_grads_;
+  ParamSet extras_compute_;  // extras_ in the compute dtype (= extras_ in float32)
+  std::int64_t extras_piece_ = 0;
+  Tensor extras_m_, extras_v_;  // [extras_piece_]
   std::int64_t max_padded_ = 0;
   std::map<int, Tensor> slots_;       // weight slots: gathered stage weights
   std::map<int, Event> gathers_;      // slot -> its in-flight all-gather
