@@ -1,6 +1,7 @@
 // cmd_info.cpp — `carousel info`: what this build can run on.
 #include <spdlog/spdlog.h>
 
+#include "collectives/rendezvous.h"
 #include "cuda/cpu_backend.h"
 #include "cuda/device_info.h"
 #include "host/commands.h"
@@ -8,8 +9,17 @@
 namespace carousel {
 
 int run_info(const InfoOptions& options) {
-  spdlog::info("carousel {} — build: CUDA backend {}", CAROUSEL_VERSION,
-               cuda_built() ? "compiled in" : "not compiled");
+#if CAROUSEL_HAVE_MPI
+  constexpr bool mpi_built = true;
+#else
+  constexpr bool mpi_built = false;
+#endif
+  spdlog::info("carousel {} — build: CUDA backend {}, MPI communicator {}", CAROUSEL_VERSION,
+               cuda_built() ? "compiled in" : "not compiled",
+               mpi_built ? "compiled in (mpirun -np N carousel train ...)" : "not compiled");
+  if (const int launched = mpi_launch_size(); launched > 0) {
+    spdlog::info("  started by mpirun as one of {} processes", launched);
+  }
   for (int i = 0; i < options.cpu_devices; ++i) {
     CpuBackend backend(i);
     Tensor probe = backend.zeros({1024, 1024});  // shows the allocator's accounting at work
