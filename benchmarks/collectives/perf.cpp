@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <tuple>
 #include <vector>
@@ -110,10 +111,11 @@ double reduce_over_ranks(int ranks, std::int64_t j, ReduceOp op, const Input& in
   return op == ReduceOp::Avg ? sum / ranks : sum;
 }
 
-// Processes fill only their own rank's entries; a sum over the ranks gives everyone all of them.
-void share_with_every_rank(Communicator& comm, std::vector<std::array<double, 2>>& time,
+// Processes fill only their own rank's entries; a sum over the ranks gives everyone all of them
+// (on the rank's own device and communicator: host memory for MPI, the GPU's for NCCL).
+void share_with_every_rank(Communicator& comm, Backend& be,
+                           std::vector<std::array<double, 2>>& time,
                            std::vector<std::array<double, 2>>& wrong) {
-  CpuBackend be(comm.rank());
   for (auto* v : {&time, &wrong}) {
     std::vector<double> flat;
     for (const auto& a : *v) flat.insert(flat.end(), a.begin(), a.end());
@@ -176,6 +178,21 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
     if (my_rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 2;
   }
 #endif
+  // NCCL launched torchrun-style (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; no mpirun): one
+  // rank per process, the NCCL id sent over TCP by rank 0.
+  std::optional<RendezvousConfig> rendezvous;
+  if (backend == "nccl" && my_rank < 0 && std::getenv("WORLD_SIZE") &&
+      std::atoi(std::getenv("WORLD_SIZE")) > 1) {
+    try {
+      rendezvous = rendezvous_from_env(timeout);
+    } catch (const Error& e) {
+      fmt::print(stderr, "error: {}\n", e.what());
+      return 2;
+    }
+    ranks = rendezvous->world_size;
+    my_rank = rendezvous->rank;
+    if (my_rank != 0 && !std::freopen("/dev/null", "w", stdout)) return 2;
+  }
 #ifndef CAROUSEL_HAVE_NCCL
   if (backend == "nccl") {
     fmt::print(stderr,
@@ -248,6 +265,11 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
       }
 #endif
 #ifdef CAROUSEL_HAVE_NCCL
+      if (rendezvous) {
+        devices[r] = make_cuda_backend(process_gpu(r));
+        comms[r] = NcclWorld::connect(*rendezvous);
+        return;
+      }
       if (nccl) {
         devices[r] = make_cuda_backend(r);
         comms[r] = nccl->communicator(r);
@@ -320,7 +342,7 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
         comm->barrier().wait();
       }
 #ifdef CAROUSEL_HAVE_MPI
-      if (mpi) share_with_every_rank(mpi_world ? *mpi_world : *comm, rank_time, rank_wrong);
+      if (my_rank >= 0) share_with_every_rank(*comm, be, rank_time, rank_wrong);
 #endif
     });
     for (int mode = 0; mode < 2; ++mode) {
