@@ -106,38 +106,18 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  // All-to-all gives every rank the size x count block it reduces; it adds them in rank order.
   Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     comm::check_reduce_scatter(*this, send, recv);
     comm::check_host_reduction(*this, "reduce_scatter", send.dtype(), op);
     return collective({"reduce_scatter", recv.numel(), send.dtype(), -1, reduce_op_name(op)},
-                      {send, recv}, [=, this] {
-                        std::vector<char> blocks(send.nbytes());
-                        exchange_blocks(send.raw(), blocks.data(), recv.numel(), send.dtype());
-                        reduce_blocks(blocks.data(), recv.raw(), recv.numel(), send.dtype(), op);
-                      });
+                      {send, recv}, [=, this] { run_reduce_scatter(send, recv, op); });
   }
 
-  // Reduce-scatter of the padded tensor, then all-gather of the reduced blocks: the bandwidth
-  // of a ring all-reduce and the rank-order sums of the local communicator.
   Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     comm::check_all_reduce(*this, send, recv);
     comm::check_host_reduction(*this, "all_reduce", send.dtype(), op);
     return collective({"all_reduce", send.numel(), send.dtype(), -1, reduce_op_name(op)},
-                      {send, recv}, [=, this] {
-                        const std::size_t elt = dtype_size(send.dtype());
-                        const std::int64_t block = (send.numel() + size_ - 1) / size_;
-                        std::vector<char> padded(block * size_ * elt, 0), blocks(padded.size());
-                        std::memcpy(padded.data(), send.raw(), send.nbytes());
-                        exchange_blocks(padded.data(), blocks.data(), block, send.dtype());
-                        char* mine =
-                            padded.data() + rank_ * block * elt;  // padded is free again: reuse it
-                        reduce_blocks(blocks.data(), mine, block, send.dtype(), op);
-                        const int n = int_count(block);
-                        wait(MPI_ISSUE(MPI_Iallgather, MPI_IN_PLACE, n, mpi_type(send.dtype()),
-                                       padded.data(), n, mpi_type(send.dtype()), comm_));
-                        std::memcpy(recv.raw(), padded.data(), recv.nbytes());
-                      });
+                      {send, recv}, [=, this] { run_all_reduce(send, recv, op); });
   }
 
   Event broadcast(const Tensor& send, const Tensor& recv, int root) override {
@@ -301,6 +281,29 @@ class MpiCommunicator final : public Communicator {
                      "rank {} called {} but rank {} called {}",
                      name_, seq, r, theirs.str(), rank_, sig.str());
     }
+  }
+
+  // All-to-all gives every rank the size x count blocks it reduces; it adds them in rank order.
+  void run_reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) {
+    std::vector<char> blocks(send.nbytes());
+    exchange_blocks(send.raw(), blocks.data(), recv.numel(), send.dtype());
+    reduce_blocks(blocks.data(), recv.raw(), recv.numel(), send.dtype(), op);
+  }
+
+  // Reduce-scatter of the padded tensor, then all-gather of the reduced blocks: the bandwidth
+  // of a ring all-reduce and the rank-order sums of the local communicator.
+  void run_all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) {
+    const std::size_t elt = dtype_size(send.dtype());
+    const std::int64_t block = (send.numel() + size_ - 1) / size_;
+    std::vector<char> padded(block * size_ * elt, 0), blocks(padded.size());
+    std::memcpy(padded.data(), send.raw(), send.nbytes());
+    exchange_blocks(padded.data(), blocks.data(), block, send.dtype());
+    char* mine = padded.data() + rank_ * block * elt;  // padded is free again: reuse it
+    reduce_blocks(blocks.data(), mine, block, send.dtype(), op);
+    const int n = int_count(block);
+    wait(MPI_ISSUE(MPI_Iallgather, MPI_IN_PLACE, n, mpi_type(send.dtype()), padded.data(), n,
+                   mpi_type(send.dtype()), comm_));
+    std::memcpy(recv.raw(), padded.data(), recv.nbytes());
   }
 
   // blocks [size][count] on this rank = block `rank` of every rank's `send` [size][count].
