@@ -285,7 +285,7 @@ class RankExecutor {
         const Tensor& mine = s.*member;  // [shard], or a ZeRO-1 piece [zero] of a moment
         const bool piece = zero1_ && member != &StageShard::weights;
         if (to_full) {
-          const Tensor shard = piece ? gather_over_data(s, mine) : mine;
+          const Tensor shard = piece ? gather_pieces(stage_pieces(s), mine) : mine;
           Tensor whole = be_.empty({s.padded});
           fsdp_.all_gather(shard, whole).wait();
           if (place_.writes_shards() && place_.fsdp_rank == 0) {
@@ -301,7 +301,7 @@ class RankExecutor {
             values.insert(values.end(), f.begin(), f.end());
           }
           values.resize(s.padded, 0.0);
-          upload_shard(s, mine, values, piece ? owned_begin(s) : 0);
+          upload_shard(s, mine, values, piece ? stage_pieces(s).begin() : 0);
         }
       }
     }
@@ -313,7 +313,8 @@ class RankExecutor {
       if (!full || extras_.flat.numel() == 0) continue;
       const bool whole = mine.raw() == extras_.flat.raw();  // the weights, not a moment piece
       if (to_full) {
-        const ParamSet set = ParamSet::over(extras_.specs, whole ? mine : gather_extras(mine));
+        const ParamSet set =
+            ParamSet::over(extras_.specs, whole ? mine : gather_pieces(extras_pieces(), mine));
         if (!place_.writes_replicated()) continue;
         for (std::size_t i = 0; i < set.specs.size(); ++i) {
           if (tied_copy(set.specs[i].role)) continue;  // the first stage's to write
@@ -373,25 +374,42 @@ class RankExecutor {
     be_.upload(part.data(), t);
   }
 
-  // ZeRO-1: the shard elements this data rank owns, [owned_begin, owned_begin + owned_length).
-  std::int64_t owned_begin(const StageShard& s) const {
-    return zero1_ ? std::min(s.shard, place_.data_rank * s.zero) : 0;
+  // A flat buffer of n elements split over `group` in pieces of `piece` elements (the ZeRO-1
+  // layout): its rank r owns elements [r * piece, r * piece + piece) of [0, n). Without a group
+  // the one rank owns all of it.
+  struct Pieces {
+    Communicator* group;
+    std::int64_t n, piece;
+    std::int64_t begin() const { return group ? std::min(n, group->rank() * piece) : 0; }
+    std::int64_t length() const { return std::min(piece, n - begin()); }
+  };
+  // Stage shards: over the data replicas with ZeRO-1. Extras: their moments over the FSDP group.
+  Pieces stage_pieces(const StageShard& s) const {
+    return zero1_ ? Pieces{&data_comm_, s.shard, s.zero} : Pieces{nullptr, s.shard, s.shard};
   }
-  std::int64_t owned_length(const StageShard& s) const {
-    return std::min(s.zero, s.shard - owned_begin(s));
-  }
-  // The whole extras buffer from every FSDP rank's [piece] (all-gather over the FSDP group).
-  Tensor gather_extras(const Tensor& piece) {
-    Tensor all = be_.empty({extras_piece_ * place_.F});
-    fsdp_.all_gather(piece, all).wait();
-    return all.view(0, {extras_.flat.numel()});
-  }
+  Pieces extras_pieces() const { return {&fsdp_, extras_.flat.numel(), extras_piece_}; }
 
-  // The whole shard [shard] from every data rank's [zero] piece (all-gather over the replicas).
-  Tensor gather_over_data(const StageShard& s, const Tensor& piece) {
-    Tensor all = be_.empty({s.zero * place_.D});
-    data_comm_.all_gather(piece, all).wait();
-    return all.view(0, {s.shard});
+  // buffer [n]: its owned range becomes the group's sum over that range (a reduce-scatter),
+  // then summed over `also` (the replicas) when given; the rest of buffer is left as it was.
+  void reduce_into_owned(const Pieces& p, const Tensor& buffer, Communicator* also = nullptr) {
+    Tensor padded = be_.zeros({p.piece * p.group->size()});
+    be_.copy(buffer, padded.view(0, {p.n}));
+    const Tensor mine = padded.view(p.group->rank() * p.piece, {p.piece});
+    p.group->reduce_scatter(padded, mine, ReduceOp::Sum).wait();
+    if (also) also->all_reduce(mine, mine, ReduceOp::Sum).wait();
+    if (p.length() > 0) be_.copy(mine.view(0, {p.length()}), buffer.view(p.begin(), {p.length()}));
+  }
+  // The whole [n] from every rank's [piece] tensor (an all-gather).
+  Tensor gather_pieces(const Pieces& p, const Tensor& piece) {
+    Tensor all = be_.empty({p.piece * p.group->size()});
+    p.group->all_gather(piece, all).wait();
+    return all.view(0, {p.n});
+  }
+  // buffer [n] = every rank's owned range of it.
+  void gather_owned(const Pieces& p, const Tensor& buffer) {
+    Tensor mine = be_.zeros({p.piece});
+    if (p.length() > 0) be_.copy(buffer.view(p.begin(), {p.length()}), mine.view(0, {p.length()}));
+    be_.copy(gather_pieces(p, mine), buffer);
   }
 
   // The weights of stage v: the gathered slot with FSDP, the stage's own buffer without.
@@ -450,15 +468,7 @@ class RankExecutor {
           data_comm_.all_reduce(s.grads, s.grads, ReduceOp::Sum).wait();
           continue;
         }
-        // ZeRO-1: only the owned piece of the sum, into its place in s.grads.
-        Tensor padded = be_.zeros({s.zero * place_.D});
-        be_.copy(s.grads, padded.view(0, {s.shard}));
-        const Tensor piece = padded.view(place_.data_rank * s.zero, {s.zero});
-        data_comm_.reduce_scatter(padded, piece, ReduceOp::Sum).wait();
-        if (owned_length(s) > 0) {
-          be_.copy(piece.view(0, {owned_length(s)}),
-                   s.grads.view(owned_begin(s), {owned_length(s)}));
-        }
+        reduce_into_owned(stage_pieces(s), s.grads);  // ZeRO-1: only the owned piece's sum
       }
     }
     // Extras: the tied table's two uses first (full gradients on both ranks), then FSDP rank f
@@ -467,22 +477,13 @@ class RankExecutor {
       const Tensor& g = extras_grads_.at(ParamRole::Embedding);
       tie_->all_reduce(g, g, ReduceOp::Sum).wait();
     }
-    const std::int64_t extras_begin = std::min(extras_.flat.numel(), place_.fsdp_rank * extras_piece_);
-    const std::int64_t extras_length = std::min(extras_piece_, extras_.flat.numel() - extras_begin);
-    if (extras_.flat.numel() > 0) {
-      Tensor padded = be_.zeros({extras_piece_ * place_.F});
-      be_.copy(extras_grads_.flat, padded.view(0, {extras_.flat.numel()}));
-      const Tensor piece = padded.view(place_.fsdp_rank * extras_piece_, {extras_piece_});
-      fsdp_.reduce_scatter(padded, piece, ReduceOp::Sum).wait();
-      if (place_.D > 1) data_comm_.all_reduce(piece, piece, ReduceOp::Sum).wait();
-      if (extras_length > 0) {
-        be_.copy(piece.view(0, {extras_length}), extras_grads_.flat.view(extras_begin, {extras_length}));
-      }
-    }
+    const Pieces extras = extras_pieces();
+    if (extras.n > 0)
+      reduce_into_owned(extras, extras_grads_.flat, place_.D > 1 ? &data_comm_ : nullptr);
     double squares = 0;
     if (place_.data_rank == 0) {  // each extras element once per FSDP group, a tied copy never
       for (const Segment& seg :
-           segments_in(extras_.specs, extras_begin, extras_begin + extras_length)) {
+           segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
         if (!tied_copy(seg.spec->role)) {
           squares += be_.sum_squares(extras_grads_.flat.view(seg.begin, {seg.length}));
         }
@@ -490,9 +491,8 @@ class RankExecutor {
     }
     if (zero1_ || place_.writes_shards()) {  // each element of each shard counted once
       for (const auto& [v, s] : stages_) {
-        if (owned_length(s) > 0) {
-          squares += be_.sum_squares(s.grads.view(owned_begin(s), {owned_length(s)}));
-        }
+        const Pieces p = stage_pieces(s);
+        if (p.length() > 0) squares += be_.sum_squares(s.grads.view(p.begin(), {p.length()}));
       }
     }
     std::vector<double> sums = {loss, squares};
@@ -503,36 +503,28 @@ class RankExecutor {
     const double lr = learning_rate_at(cfg_, step);
     const double clip = clip_scale(norm, cfg_.gradient_clipping_threshold);
     for (const Segment& seg :
-         segments_in(extras_.specs, extras_begin, extras_begin + extras_length)) {
+         segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
       auto whole = [&](const Tensor& t) { return t.view(seg.begin, {seg.length}); };
-      auto piece = [&](const Tensor& t) { return t.view(seg.begin - extras_begin, {seg.length}); };
+      auto piece = [&](const Tensor& t) {
+        return t.view(seg.begin - extras.begin(), {seg.length});
+      };
       be_.adamw_update(whole(extras_.flat), whole(extras_grads_.flat), piece(extras_m_),
-                       piece(extras_v_), adamw_params(cfg_, step, lr, clip, seg.spec->weight_decay));
+                       piece(extras_v_),
+                       adamw_params(cfg_, step, lr, clip, seg.spec->weight_decay));
     }
-    if (extras_.flat.numel() > 0) {  // every FSDP rank gets every updated piece
-      Tensor mine = be_.zeros({extras_piece_});
-      if (extras_length > 0) {
-        be_.copy(extras_.flat.view(extras_begin, {extras_length}), mine.view(0, {extras_length}));
-      }
-      be_.copy(gather_extras(mine), extras_.flat);
-    }
+    if (extras.n > 0) gather_owned(extras, extras_.flat);  // every FSDP rank gets every piece
     for (auto& [v, s] : stages_) {
-      const std::int64_t begin = owned_begin(s), shard_lo = place_.fsdp_rank * s.shard;
+      const Pieces p = stage_pieces(s);
+      const std::int64_t begin = p.begin(), shard_lo = place_.fsdp_rank * s.shard;
       for (const Segment& seg :
-           segments_in(s.specs, shard_lo + begin, shard_lo + begin + owned_length(s))) {
+           segments_in(s.specs, shard_lo + begin, shard_lo + begin + p.length())) {
         const std::int64_t at = seg.begin - shard_lo;  // in the shard
         auto in_shard = [&](const Tensor& t) { return t.view(at, {seg.length}); };
         auto in_piece = [&](const Tensor& t) { return t.view(at - begin, {seg.length}); };
         be_.adamw_update(in_shard(s.weights), in_shard(s.grads), in_piece(s.m), in_piece(s.v),
                          adamw_params(cfg_, step, lr, clip, seg.spec->weight_decay));
       }
-      if (zero1_) {  // every replica gets every updated piece
-        Tensor mine = be_.zeros({s.zero});
-        if (owned_length(s) > 0) {
-          be_.copy(s.weights.view(begin, {owned_length(s)}), mine.view(0, {owned_length(s)}));
-        }
-        be_.copy(gather_over_data(s, mine), s.weights);
-      }
+      if (zero1_) gather_owned(p, s.weights);  // every replica gets every updated piece
     }
     return {sums[0], norm};
   }
