@@ -45,15 +45,31 @@ struct Mailbox {
   std::deque<std::shared_ptr<P2POp>> sends, recvs;
 };
 
+struct LocalGroup;
+
+// Shared by every communicator of one LocalWorld: once a rank has failed (LocalWorld::abort),
+// ranks waiting for others to arrive fail at once instead of at the timeout.
+struct WorldAbort {
+  std::mutex mutex;
+  std::string reason;  // empty while nothing failed
+  std::vector<std::weak_ptr<LocalGroup>> groups;
+  std::string get() {
+    std::lock_guard lock(mutex);
+    return reason;
+  }
+};
+
 struct LocalGroup {
   std::string name;
   int size;
   double timeout_seconds;
+  std::shared_ptr<WorldAbort> world_abort;
   std::mutex mutex;
   std::condition_variable cv;
   std::map<std::int64_t, Slot> slots;
   std::map<std::pair<int, int>, Mailbox> mailboxes;  // (src, dst)
-  LocalGroup(std::string n, int s, double t) : name(std::move(n)), size(s), timeout_seconds(t) {}
+  LocalGroup(std::string n, int s, double t, std::shared_ptr<WorldAbort> a)
+      : name(std::move(n)), size(s), timeout_seconds(t), world_abort(std::move(a)) {}
   auto deadline() const {
     return std::chrono::steady_clock::now() +
            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
@@ -61,12 +77,22 @@ struct LocalGroup {
   }
 };
 
+// A new group that a LocalWorld::abort reaches.
+std::shared_ptr<LocalGroup> make_group(std::string name, int size, double timeout,
+                                       std::shared_ptr<WorldAbort> abort) {
+  auto group = std::make_shared<LocalGroup>(std::move(name), size, timeout, abort);
+  std::lock_guard lock(abort->mutex);
+  abort->groups.push_back(group);
+  return group;
+}
+
 }  // namespace detail
 
 namespace {
 
 using comm::Signature;
 using detail::LocalGroup;
+using detail::make_group;
 using detail::P2POp;
 using detail::Slot;
 
@@ -268,6 +294,13 @@ class LocalCommunicator final : public Communicator {
     LocalGroup& g = *group_;
     const auto deadline = g.deadline();
     while (!done() && slot.error.empty()) {
+      // Another rank failed: stop waiting for ranks that may never come. (Only while ranks are
+      // missing: once all have arrived they are reading each other's buffers and will finish.)
+      if (const std::string why = reading ? std::string() : g.world_abort->get(); !why.empty()) {
+        leave(seq, slot);
+        throw Error(fmt::format("rank {}: {} #{} on communicator '{}' abandoned: {}", rank_,
+                                sig.str(), seq, g.name, why));
+      }
       if (g.cv.wait_until(lock, deadline) == std::cv_status::timeout && !done() &&
           slot.error.empty()) {
         slot.error = fmt::format(
@@ -306,8 +339,8 @@ class LocalCommunicator final : public Communicator {
       }
       for (auto& [c, list] : members) {
         std::sort(list.begin(), list.end());
-        s.children[c] = std::make_shared<LocalGroup>(fmt::format("{}/split({})", g.name, c),
-                                                     int(list.size()), g.timeout_seconds);
+        s.children[c] = make_group(fmt::format("{}/split({})", g.name, c), int(list.size()),
+                                   g.timeout_seconds, g.world_abort);
       }
       s.children[-1] = nullptr;  // marks "built" even when every color is negative
     }
@@ -376,12 +409,20 @@ class LocalCommunicator final : public Communicator {
       return std::all_of(ops.begin(), ops.end(), [](const auto& o) { return o->done; });
     };
     while (!all_done()) {
-      if (g.cv.wait_until(lock, deadline) == std::cv_status::timeout && !all_done()) {
+      // Abandoned (another rank failed) or timed out: withdraw what is still unmatched.
+      const std::string abandoned = g.world_abort->get();
+      if ((!abandoned.empty() || g.cv.wait_until(lock, deadline) == std::cv_status::timeout) &&
+          !all_done()) {
         for (const auto& op : ops) {
           if (!op->done) {
-            op->error = fmt::format(
-                "rank {}: {} on communicator '{}' was not matched by a {} within {} s", rank_,
-                describe(*op), g.name, op->is_send ? "receive" : "send", g.timeout_seconds);
+            op->error =
+                abandoned.empty()
+                    ? fmt::format("rank {}: {} on communicator '{}' was not matched by a {} "
+                                  "within {} s",
+                                  rank_, describe(*op), g.name, op->is_send ? "receive" : "send",
+                                  g.timeout_seconds)
+                    : fmt::format("rank {}: {} on communicator '{}' abandoned: {}", rank_,
+                                  describe(*op), g.name, abandoned);
             op->done = true;
             // Withdraw it so a late partner does not write into a buffer that is gone.
             auto& box = g.mailboxes[op->is_send ? std::pair{op->self, op->peer}
@@ -411,7 +452,7 @@ class LocalCommunicator final : public Communicator {
 }  // namespace
 
 LocalWorld::LocalWorld(int size, double timeout_seconds)
-    : world_(std::make_shared<LocalGroup>("world", size, timeout_seconds)) {
+    : world_(make_group("world", size, timeout_seconds, std::make_shared<detail::WorldAbort>())) {
   CAROUSEL_CHECK(size >= 1, "a local world needs at least one rank, got {}", size);
   CAROUSEL_CHECK(timeout_seconds > 0, "collective_timeout_seconds must be > 0, got {}",
                  timeout_seconds);
@@ -419,28 +460,54 @@ LocalWorld::LocalWorld(int size, double timeout_seconds)
 
 int LocalWorld::size() const { return world_->size; }
 
+void LocalWorld::abort(const std::string& reason) const {
+  std::vector<std::shared_ptr<LocalGroup>> groups;
+  {
+    std::lock_guard lock(world_->world_abort->mutex);
+    if (!world_->world_abort->reason.empty()) return;  // the first failure is the cause
+    world_->world_abort->reason = reason;
+    for (const auto& weak : world_->world_abort->groups) {
+      if (auto group = weak.lock()) groups.push_back(group);
+    }
+  }
+  for (const auto& group : groups) {  // wake every waiter so it sees the abort
+    std::lock_guard lock(group->mutex);
+    group->cv.notify_all();
+  }
+}
+
 std::unique_ptr<Communicator> LocalWorld::communicator(int rank) const {
   CAROUSEL_CHECK(rank >= 0 && rank < world_->size, "rank {} is outside the world of {} ranks", rank,
                  world_->size);
   return std::make_unique<LocalCommunicator>(world_, rank);
 }
 
-void run_ranks(int size, const std::function<void(int rank)>& fn) {
-  std::vector<std::exception_ptr> errors(size);
+void run_ranks(int size, const std::function<void(int rank)>& fn, const LocalWorld* world) {
+  std::mutex mutex;
+  std::exception_ptr first;  // the first failure in time: the cause, not a rank it abandoned
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       try {
         fn(r);
       } catch (...) {
-        errors[r] = std::current_exception();
+        std::string what = "unknown error";
+        try {
+          throw;
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        {
+          std::lock_guard lock(mutex);
+          if (!first) first = std::current_exception();
+        }
+        if (world) world->abort(fmt::format("rank {} failed: {}", r, what));
       }
     });
   }
   for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace carousel

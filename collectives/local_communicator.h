@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "collectives/communicator.h"
 
@@ -30,13 +31,18 @@ class LocalWorld {
   explicit LocalWorld(int size, double timeout_seconds = 300.0);
   int size() const;
   std::unique_ptr<Communicator> communicator(int rank) const;
+  // A rank failed: operations waiting for ranks to arrive, now and later, fail at once with
+  // `reason` ("rank 2 failed: ...") instead of waiting for the timeout. The first reason stays.
+  void abort(const std::string& reason) const;
 
  private:
   std::shared_ptr<detail::LocalGroup> world_;
 };
 
-// Runs fn(rank) for rank = 0..size-1 on one thread each, joins them all, then rethrows the first
-// exception (by rank) if any rank threw.
-void run_ranks(int size, const std::function<void(int rank)>& fn);
+// Runs fn(rank) for rank = 0..size-1 on one thread each, joins them all, then rethrows the
+// first exception (in time) if any rank threw. With `world`, a rank's failure aborts it, so the
+// other ranks stop waiting for the failed one.
+void run_ranks(int size, const std::function<void(int rank)>& fn,
+               const LocalWorld* world = nullptr);
 
 }  // namespace carousel

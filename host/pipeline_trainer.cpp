@@ -722,12 +722,15 @@ TrainResult train_pipeline(const Config& cfg, Communicator* process_world) {
     run_rank(*process_world);
   } else {
     LocalWorld world(N, cfg.collective_timeout_seconds);
-    run_ranks(N, [&](int device) {
-      // The ranks share the machine's cores: each rank's OpenMP loops (and OpenBLAS, which uses
-      // the same pool) get cores / ranks threads, at least one.
-      omp_set_num_threads(std::max(1, omp_get_num_procs() / N));
-      run_rank(*world.communicator(device));
-    });
+    run_ranks(
+        N,
+        [&](int device) {
+          // The ranks share the machine's cores: each rank's OpenMP loops (and OpenBLAS, which
+          // uses the same pool) get cores / ranks threads, at least one.
+          omp_set_num_threads(std::max(1, omp_get_num_procs() / N));
+          run_rank(*world.communicator(device));
+        },
+        &world);  // a rank's error ends the others' waits at once
   }
   for (int d = 0; d < N; ++d) {
     spdlog::info(

@@ -4,12 +4,16 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <future>
+#include <thread>
 
 #include "collectives/local_communicator.h"
 #include "cuda/cpu_backend.h"
 #include "tests/collective_checks.h"
+#include "tests/test_util.h"
 
 namespace carousel {
 namespace {
@@ -233,6 +237,53 @@ TEST(Errors, AMissingRankTimesOutNamingIt) {
         << errors[r];
   }
   EXPECT_TRUE(errors[1].empty());
+}
+
+// A rank that fails (here before its first collective) must not leave the others waiting for
+// the timeout: run_ranks aborts the world, waiting collectives and receives fail at once naming
+// the cause, and the cause (not an abandoned rank's error) is what run_ranks rethrows.
+TEST(Errors, AFailedRankEndsTheOthersWaitsAtOnce) {
+  LocalWorld world(3, 30.0);
+  std::vector<std::string> errors(3);
+  auto run = std::async(std::launch::async, [&] {
+    return testing::error_of([&] {
+      run_ranks(
+          3,
+          [&](int r) {
+            CpuBackend be(r);
+            auto comm = world.communicator(r);
+            auto pair = comm->split(r == 0 ? -1 : 0, r);  // ranks 1 and 2: nobody else wakes it
+            if (r == 1) throw Error("boom");
+            // Let rank 1 fail first: the abort must also reach operations issued after it.
+            std::this_thread::sleep_for(std::chrono::milliseconds(200));
+            try {
+              if (r == 0) {
+                Tensor t = be.zeros({4});
+                comm->all_reduce(t, t, ReduceOp::Sum).wait();
+              } else {
+                pair->recv(be.zeros({4}), 0).wait();  // from rank 1
+              }
+            } catch (const Error& e) {
+              errors[r] = e.what();
+              throw;
+            }
+          },
+          &world);
+    });
+  });
+  // A hang detector, not a speed test: without the abort the others wait the 30 s timeout.
+  EXPECT_EQ(run.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "ranks still waiting 10 s after rank 1 failed";
+  const std::string thrown = run.get();
+  EXPECT_EQ(thrown, "boom");
+  EXPECT_NE(errors[0].find("rank 0: all_reduce(count=4, float32, sum) #1 on communicator 'world' "
+                           "abandoned: rank 1 failed: boom"),
+            std::string::npos)
+      << errors[0];
+  EXPECT_NE(errors[2].find("rank 1: recv #0 from rank 0 (float32[4] on cpu:2) on communicator "
+                           "'world/split(0)' abandoned: rank 1 failed: boom"),
+            std::string::npos)
+      << errors[2];
 }
 
 TEST(Errors, SendWithoutReceiveAndSizeMismatch) {
