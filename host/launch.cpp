@@ -1,6 +1,8 @@
 // launch.cpp — ProcessGroup: MPI when mpirun started this process and the build has it.
 #include "host/launch.h"
 
+#include <cstdlib>
+
 #include "collectives/rendezvous.h"
 #include "cuda/error.h"
 #if CAROUSEL_HAVE_MPI
@@ -22,7 +24,17 @@ ProcessGroup::~ProcessGroup() = default;
 std::unique_ptr<ProcessGroup> ProcessGroup::join(double timeout_seconds) {
   std::unique_ptr<ProcessGroup> group(new ProcessGroup());
   const int launched = mpi_launch_size();
-  if (launched == 0) return group;
+  if (launched == 0) {
+    // Started torchrun-style: every process would run the whole job and write the same run
+    // directory. Refuse rather than train N times over each other.
+    const char* world_size = std::getenv("WORLD_SIZE");
+    CAROUSEL_CHECK(!world_size || std::atoi(world_size) <= 1,
+                   "this process was started with WORLD_SIZE={} (torchrun-style), but carousel "
+                   "train runs ranks as processes only under mpirun (mpirun -np {} carousel train "
+                   "...); without a launcher start one process: its devices run as threads",
+                   world_size ? world_size : "", world_size ? world_size : "");
+    return group;
+  }
 #if CAROUSEL_HAVE_MPI
   group->impl_->mpi = std::make_unique<MpiRuntime>();
   if (group->impl_->mpi->size() > 1)

@@ -3,11 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
 
+#include "collectives/rendezvous.h"
 #include "host/config.h"
+#include "host/launch.h"
 #include "host/logging.h"
 #include "host/trainer.h"
+#include "tests/test_util.h"
 
 namespace carousel {
 namespace {
@@ -64,6 +68,25 @@ TEST(Train, Bfloat16TracksFloat32AndIsReproducible) {
   EXPECT_NE(bf16, f32);  // it did run in bfloat16
   EXPECT_LT(bf16.back(), bf16.front() - 0.5);
   EXPECT_EQ(losses(train(c)), bf16);
+}
+
+// Started torchrun-style without mpirun, each process would train the whole job into the same
+// run directory: one clear error instead. Alone, the process is a group of one.
+TEST(Launch, TorchrunStyleStartWithoutMpirunIsAClearError) {
+  if (mpi_launch_size() > 0) GTEST_SKIP() << "this test process was started by mpirun";
+  const char* before = std::getenv("WORLD_SIZE");
+  const std::string saved = before ? before : "";
+  setenv("WORLD_SIZE", "4", 1);
+  const std::string msg = testing::error_of([] { ProcessGroup::join(5.0); });
+  if (before) setenv("WORLD_SIZE", saved.c_str(), 1);
+  else unsetenv("WORLD_SIZE");
+  EXPECT_NE(msg.find("started with WORLD_SIZE=4 (torchrun-style)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("mpirun -np 4 carousel train"), std::string::npos) << msg;
+  if (!before || std::atoi(saved.c_str()) <= 1) {
+    const auto alone = ProcessGroup::join(5.0);
+    EXPECT_EQ(alone->size(), 1);
+    EXPECT_EQ(alone->world(), nullptr);
+  }
 }
 
 TEST(Train, ResumeContinuesExactlyAsTheUninterruptedRun) {
