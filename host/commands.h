@@ -16,7 +16,7 @@ int run_info(const InfoOptions& options);
 struct ConfigArgs {
   std::vector<std::string> args;  // [config.yml] key=value ...
 };
-// `carousel train`: training on one device or pipelined (host/trainer.h, pipeline_trainer.h).
+// `carousel train`: training on one device or pipelined (host/trainer.h).
 int run_train(const ConfigArgs& options);
 // `carousel schedule`: a pipeline schedule, lowered, replayed and simulated (host/schedule/).
 int run_schedule(const ConfigArgs& options);

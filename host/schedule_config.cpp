@@ -1,6 +1,8 @@
 // schedule_config.cpp — Config -> ScheduleSpec and Costs.
 #include "host/schedule_config.h"
 
+#include "host/schedule/passes.h"
+
 namespace carousel {
 
 namespace sch = schedule;
@@ -25,6 +27,16 @@ sch::Costs schedule_costs(const Config& cfg) {
   c.reduce_scatter = cfg.schedule_cost_reduce_scatter * L;
   c.forward_delay = cfg.pipeline_delay_activation_forwarding ? 2 : 1;
   return c;
+}
+
+sch::Program lowered_program(const Config& cfg) {
+  sch::ScheduleSpec spec = schedule_spec(cfg);
+  if (cfg.num_devices() == 1) spec = {.kind = "1f1b", .layout = {1, 1, int(cfg.microbatches())}};
+  const sch::Program program = sch::lower(
+      sch::generate(spec), {cfg.weight_slots(), int(cfg.pipeline_prefetch_lookahead),
+                            /*fsdp=*/cfg.ici_fsdp_parallelism > 1});
+  sch::replay(program);
+  return program;
 }
 
 }  // namespace carousel

@@ -12,4 +12,9 @@ namespace carousel {
 schedule::ScheduleSpec schedule_spec(const Config& cfg);
 schedule::Costs schedule_costs(const Config& cfg);
 
+// The lowered, deadlock-checked program every rank of a training run walks. One device (the
+// trivial mesh) runs the whole model as one stage and its microbatches one after the other,
+// forward then backward (gradient accumulation), whatever pipeline_schedule says.
+schedule::Program lowered_program(const Config& cfg);
+
 }  // namespace carousel

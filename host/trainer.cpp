@@ -1,116 +1,167 @@
-// trainer.cpp — the single-device training loop.
+// trainer.cpp — the training loop: mesh checks, resume or init, steps, reports, checkpoints.
 #include "host/trainer.h"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "cuda/cpu_backend.h"
-#include "cuda/cuda_backend.h"
-#include "cuda/device_info.h"
 #include "host/checkpoint.h"
 #include "host/data.h"
-#include "host/optimizer.h"
-#include "host/pipeline_trainer.h"
+#include "host/mesh.h"
+#include "host/rank_executor.h"
+#include "host/schedule_config.h"
+#include "host/sharded_checkpoint.h"
+#include "host/sharded_params.h"
 #include "host/step_report.h"
-#include "models/model.h"
 
 namespace carousel {
 
 namespace {
 
-// Uploads sequences [first, first+count) of the step's global batch as one microbatch.
-Microbatch load_microbatch(Backend& be, const DataLoader& data, std::int64_t step,
-                           std::int64_t global_batch, std::int64_t first, std::int64_t count) {
-  TokenBatch tb = data.batch(step, global_batch, first, count);
-  return {be.from_host(tb.inputs, {tb.sequences, tb.seq_len}),
-          be.from_host(tb.targets, {tb.sequences, tb.seq_len})};
+// Mesh rules that depend on more than one key, and the process count of an mpirun job.
+void check_mesh(const Config& cfg, const MeshShape& mesh, const Communicator* process_world) {
+  CAROUSEL_CHECK(cfg.model.is_llama(),
+                 "carousel train runs decoder_block=llama; the simple block is for pipeline "
+                 "equivalence tests");
+  const std::int64_t b = cfg.global_batch() / cfg.microbatches();
+  const int fsdp = mesh.fsdp, data = mesh.data, ranks = mesh.ranks();
+  CAROUSEL_CHECK(b % (fsdp * data) == 0,
+                 "each microbatch has {} sequences (global batch {} / {} microbatches), which "
+                 "ici_fsdp_parallelism x ici_data_parallelism = {} x {} ranks cannot split "
+                 "evenly; choose a batch or microbatch count that makes it a multiple of {}",
+                 b, cfg.global_batch(), cfg.microbatches(), fsdp, data, fsdp * data);
+  CAROUSEL_CHECK(!process_world || process_world->size() == ranks,
+                 "mpirun started {} processes but the config has D x S x F = {} x {} x {} = {} "
+                 "devices (ici_data_parallelism x ici_pipeline_parallelism x "
+                 "ici_fsdp_parallelism); start {} processes (mpirun -np {}) or change the mesh",
+                 process_world ? process_world->size() : 0, data, mesh.stages, fsdp, ranks, ranks,
+                 ranks);
+  CAROUSEL_CHECK(!runs_on_gpus(cfg) || !process_world,
+                 "device={} with ranks as mpirun processes needs the NCCL communicator inside the "
+                 "pipeline executor, which is not built yet; run without mpirun (the logical "
+                 "devices then share the visible GPUs, exchanging through host memory) or use "
+                 "device=cpu",
+                 cfg.device);
+}
+
+void log_plan(const Config& cfg, const MeshShape& mesh, const schedule::Program& program,
+              const Communicator* process_world) {
+  const char* devices = runs_on_gpus(cfg) ? "GPU" : "CPU";
+  if (mesh.ranks() == 1) {
+    spdlog::info("one {} device: the whole model as one stage, {} microbatch(es) in turn",
+                 devices, program.layout.microbatches);
+  } else {
+    spdlog::info(
+        "pipeline: {} schedule, D={} replicas x S={} stages x F={} FSDP = {} logical {} devices "
+        "({}), R={} repeats, M={} microbatches{}; program validated and deadlock-free",
+        cfg.pipeline_schedule, mesh.data, mesh.stages, mesh.fsdp, mesh.ranks(), devices,
+        process_world ? "one process each" : "threads of this process", program.layout.repeats,
+        program.layout.microbatches,
+        mesh.fsdp > 1 ? fmt::format(", weight slots {}", cfg.weight_slots()) : std::string());
+  }
+  spdlog::info("model: {} parameters; data: {}; batch {} x {} tokens", parameter_count(cfg.model),
+               make_data_loader(cfg)->describe(), cfg.global_batch(), cfg.model.max_target_length);
+}
+
+// Each rank's end-of-run figures, known to every process.
+struct RankFigures {
+  std::vector<double> peak_bytes, all_gathers;
+  std::vector<std::string> device_names;  // with processes, only this process's own is known
+};
+
+void share_figures(Communicator& world, int rank, RankFigures& figures) {
+  CpuBackend be(rank);
+  for (std::vector<double>* v : {&figures.peak_bytes, &figures.all_gathers}) {
+    Tensor all = be.zeros({world.size()}, DType::F64);
+    world.all_gather(be.from_host(std::vector<double>{(*v)[rank]}, {1}), all).wait();
+    *v = be.to_host<double>(all);
+  }
 }
 
 }  // namespace
 
-std::unique_ptr<Backend> make_device_backend(const Config& cfg, int device) {
-  const CudaDevices gpus = list_cuda_devices();
-  if (cfg.device == "cuda" || (cfg.device == "auto" && !gpus.devices.empty())) {
-    const int visible = std::max<int>(1, int(gpus.devices.size()));
-    return make_cuda_backend(device % visible, device);
-  }
-  return std::make_unique<CpuBackend>(device);
-}
-
 TrainResult train(const Config& cfg, Communicator* process_world) {
-  CAROUSEL_CHECK(cfg.model.is_llama(),
-                 "carousel train runs decoder_block=llama; the simple block is for pipeline "
-                 "equivalence tests");
-  if (cfg.num_devices() > 1 || process_world) return train_pipeline(cfg, process_world);
-  std::unique_ptr<Backend> backend = make_device_backend(cfg, 0);
-  Backend& be = *backend;
-  spdlog::info("device: {}", be.name());
-  const auto specs = param_table(cfg.model);
-  ParamSet params = ParamSet::allocate(be, specs, DType::F32);
-  ParamSet grads = ParamSet::allocate(be, specs, DType::F32);
-  AdamW opt = AdamW::create(be, specs);
+  const MeshShape mesh = MeshShape::of(cfg);
+  check_mesh(cfg, mesh, process_world);
+  const schedule::Program program = lowered_program(cfg);
+  log_plan(cfg, mesh, program, process_world);
 
+  // Whole-model parameters and moments on the host: checkpoints are written from and read into
+  // these, so every layout writes the files of the single-device run and reads them back.
+  CpuBackend host(mesh.ranks());
+  const auto specs = param_table(cfg.model);
+  const ParamSet whole_params = ParamSet::allocate(host, specs, DType::F32);
+  const ParamSet whole_m = ParamSet::allocate(host, specs, DType::F32);
+  const ParamSet whole_v = ParamSet::allocate(host, specs, DType::F32);
+  const CheckpointContents whole{&whole_params, &whole_m, &whole_v};
   TrainResult result;
-  const auto resume_from = cfg.enable_checkpointing ? latest_checkpoint(cfg) : std::nullopt;
-  if (resume_from) {
-    result.start_step = load_checkpoint(be, *resume_from, {&params, &opt.m, &opt.v}).step;
-    spdlog::info("resuming from {} at step {}", *resume_from, result.start_step);
+  std::optional<CheckpointContents> start_from;  // none: the initial values
+  if (const auto dir = cfg.enable_checkpointing ? latest_checkpoint(cfg) : std::nullopt) {
+    result.start_step = load_checkpoint(host, *dir, whole).step;
+    start_from = whole;
+    spdlog::info("resuming from {} at step {}", *dir, result.start_step);
   } else if (!cfg.load_parameters_path.empty()) {
-    load_checkpoint(be, cfg.load_parameters_path, {&params, nullptr, nullptr});
+    load_checkpoint(host, cfg.load_parameters_path, {&whole_params, nullptr, nullptr});
+    start_from = CheckpointContents{&whole_params, nullptr, nullptr};
     spdlog::info("parameters loaded from {}", cfg.load_parameters_path);
-  } else {
-    init_params(be, params, std::uint64_t(cfg.init_weights_seed));
   }
   CAROUSEL_CHECK(result.start_step <= cfg.steps,
                  "the run directory's checkpoint is at step {} but steps={}; raise steps to "
                  "continue training",
                  result.start_step, cfg.steps);
 
-  // Mixed precision (dtype=bfloat16): the forward and backward read a bfloat16 copy of the
-  // float32 master weights, refreshed after every optimizer step; gradients accumulate in
-  // float32 (bf16 x bf16 GEMMs into float32), and AdamW updates the float32 masters.
-  const bool bf16 = cfg.dtype == "bfloat16";
-  ParamSet compute = bf16 ? ParamSet::allocate(be, specs, DType::BF16) : params;
-  if (bf16) be.cast(params.flat, compute.flat);
+  const int processes = process_world ? process_world->size() : 1;
+  std::optional<StepReporter> reporter;  // rank 0 reports
+  if (!process_world || process_world->rank() == 0) reporter.emplace(cfg);
+  RankFigures figures{std::vector<double>(mesh.ranks()), std::vector<double>(mesh.ranks()),
+                      std::vector<std::string>(mesh.ranks())};
 
-  const auto data = make_data_loader(cfg);
-  const auto rope = make_rope_tables(be, cfg.model.max_target_length, cfg.model.head_dim(),
-                                     cfg.model.rope_max_timescale);
-  const RematPolicy remat = parse_remat_policy(cfg.remat_policy);
-  const std::int64_t B = cfg.global_batch(), M = cfg.microbatches(), b = B / M;
-  const std::int64_t tokens_per_step = B * cfg.model.max_target_length;
-  spdlog::info("model: {} parameters; data: {}; batch {} x {} tokens in {} microbatch(es)",
-               parameter_count(cfg.model), data->describe(), B, cfg.model.max_target_length, M);
+  launch_ranks(cfg, mesh.ranks(), process_world, [&](int rank, Backend& be, Communicator& world) {
+    const RankPlace place = RankPlace::of(rank, mesh);
+    RankCommunicators comms =
+        split_communicators(world, place, program.layout, cfg.model.logits_via_embedding);
+    ShardedParams params(cfg, program.layout, place, be, comms);
+    RankExecutor executor(cfg, program, place, be, comms, params);
+    if (start_from) params.exchange(host, *start_from, /*to_whole=*/false);
+    for (std::int64_t step = result.start_step; step < cfg.steps; ++step) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const StepOutcome outcome = executor.step(step);
+      be.synchronize();
+      world.barrier().wait();
+      if (checkpoint_due(cfg, step)) {
+        const auto written = params.exchange(host, whole, /*to_whole=*/true);
+        world.barrier().wait();
+        if (processes > 1) collect_on_rank_zero(world, host, written, {whole.params, whole.adam_m, whole.adam_v});
+        if (rank == 0) spdlog::info("checkpoint saved: {}", save_checkpoint(host, cfg, whole, {step + 1}));
+        world.barrier().wait();
+      }
+      if (rank == 0) {
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        result.steps.push_back(reporter->report(step, outcome.loss, outcome.grad_norm, seconds));
+      }
+    }
+    figures.peak_bytes[rank] = double(be.allocator().stats().peak_bytes);
+    figures.all_gathers[rank] = double(params.all_gathers());
+    figures.device_names[rank] = be.allocator().name();
+    if (processes > 1) share_figures(world, rank, figures);
+  });
 
-  StepReporter reporter(cfg);
-  for (std::int64_t step = result.start_step; step < cfg.steps; ++step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    be.fill(grads.flat, 0.0);
-    double loss_sum = 0;
-    for (std::int64_t m = 0; m < M; ++m) {
-      const Microbatch mb = load_microbatch(be, *data, step, B, m * b, b);
-      loss_sum += model_forward_backward(be, cfg.model, compute, grads, rope, mb,
-                                         1.0 / double(tokens_per_step), remat);
-    }
-    const double grad_norm = global_l2_norm(be, {grads.flat});
-    opt.update(be, cfg, params, grads, step, learning_rate_at(cfg, step),
-               clip_scale(grad_norm, cfg.gradient_clipping_threshold));
-    if (bf16) be.cast(params.flat, compute.flat);
-    be.synchronize();
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    result.steps.push_back(
-        reporter.report(step, loss_sum / double(tokens_per_step), grad_norm, seconds));
-    if (checkpoint_due(cfg, step)) {
-      const std::string dir = save_checkpoint(be, cfg, {&params, &opt.m, &opt.v}, {step + 1});
-      spdlog::info("checkpoint saved: {}", dir);
-    }
+  for (int rank = 0; rank < mesh.ranks(); ++rank) {
+    const RankPlace place = RankPlace::of(rank, mesh);
+    const std::string& name = figures.device_names[rank];
+    spdlog::info("rank {} {}(data rank {}, stage rank {}, fsdp rank {}): peak memory {}, {} weight "
+                 "all-gathers",
+                 rank, name.empty() ? "" : "on " + name + " ", place.data_rank, place.stage_rank,
+                 place.fsdp_rank, format_bytes(std::size_t(figures.peak_bytes[rank])),
+                 std::int64_t(figures.all_gathers[rank]));
+    result.peak_device_bytes =
+        std::max(result.peak_device_bytes, std::size_t(figures.peak_bytes[rank]));
+    result.all_gathers_per_device.push_back(std::int64_t(figures.all_gathers[rank]));
   }
-  result.peak_device_bytes = be.allocator().stats().peak_bytes;
-  spdlog::info("peak memory on {}: {}", be.allocator().name(),
-               format_bytes(result.peak_device_bytes));
   return result;
 }
 

@@ -1,18 +1,20 @@
-// trainer.h — `carousel train` on one device: the training loop.
+// trainer.h — `carousel train`: the one training loop, for every mesh.
 //
-// Per step: zero the gradients; for each microbatch run the model forward and backward
-// (gradients accumulate; the loss is the mean over every token of the global batch); clip the
-// global gradient norm; AdamW with the scheduled learning rate; log a line and a JSON record;
-// checkpoint every checkpoint_period steps and at the end. A run whose run directory holds a
-// checkpoint resumes from the newest one and continues bitwise as if never interrupted.
+// A run has D data replicas x S pipeline stages x F FSDP ranks (host/mesh.h); one device is the
+// trivial mesh 1 x 1 x 1, whose program runs the whole model as one stage and the microbatches
+// one after the other (gradient accumulation). Every rank builds the same lowered program
+// (host/schedule), owns its parameters (host/sharded_params.h) and walks its instructions
+// (host/rank_executor.h). Around the steps, the loop here does, once for every mesh: resume from
+// the newest checkpoint of the run directory or start from load_parameters_path or the initial
+// values, time and report each step (rank 0), and write checkpoints on their cadence (the
+// whole-model files a single-device run writes, so any layout resumes any other, bitwise when
+// the layout is the same).
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "cuda/backend.h"
 #include "host/config.h"
 
 namespace carousel {
@@ -26,16 +28,12 @@ struct StepMetrics {
 struct TrainResult {
   std::vector<StepMetrics> steps;  // the steps this call ran
   std::int64_t start_step = 0;     // > 0 when resumed from a checkpoint
-  std::size_t peak_device_bytes = 0;
-  std::vector<std::int64_t> all_gathers_per_device;  // pipeline with FSDP: weight gathers done
+  std::size_t peak_device_bytes = 0;                 // the largest over the ranks
+  std::vector<std::int64_t> all_gathers_per_device;  // FSDP weight gathers done, per rank
 };
 
-// More than one device (D x S x F > 1) goes to the pipeline executor (pipeline_trainer.h), as
-// threads of this process, or as the processes of `process_world` when mpirun started them.
+// process_world: nullptr runs the D x S x F ranks as threads of this process; otherwise this
+// process is rank process_world->rank() of a job of exactly D x S x F processes (mpirun).
 TrainResult train(const Config& cfg, Communicator* process_world = nullptr);
-
-// Device `device` of a run: a CPU device (device=cpu, the default), or logical device `device`
-// on GPU device % visible GPUs (device=cuda, or auto when a GPU is visible).
-std::unique_ptr<Backend> make_device_backend(const Config& cfg, int device);
 
 }  // namespace carousel

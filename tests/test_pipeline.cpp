@@ -1,4 +1,5 @@
-// test_pipeline.cpp — pipeline training on simulated devices equals single-device training.
+// test_pipeline.cpp — pipeline training on simulated devices equals single-device training (the
+// sequential oracle of tests/sequential_training.h).
 //
 // The contract of every schedule (maxtext-pipeline-spec.md §4.8): the pipeline's loss and
 // gradients are those of the sequential model — with FSDP, data parallelism, ZeRO-1, tied
@@ -19,6 +20,7 @@
 #include "host/schedule/passes.h"
 #include "host/schedule_config.h"
 #include "host/trainer.h"
+#include "tests/sequential_training.h"
 
 namespace carousel {
 namespace {
@@ -94,7 +96,7 @@ TEST_P(PipelineEquivalence, LossesMatchTheSingleDeviceRun) {
     }
   }
   const auto pipe = run(run_config(c.keys));
-  const auto single = run(run_config(reference_keys));
+  const auto single = train_sequentially(run_config(reference_keys));
   ASSERT_EQ(pipe.size(), single.size());
   if (c.first_rtol == 0) {
     EXPECT_EQ(pipe[0].loss, single[0].loss) << "step 0 loss must be bitwise equal";

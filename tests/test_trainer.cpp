@@ -11,6 +11,7 @@
 #include "host/launch.h"
 #include "host/logging.h"
 #include "host/trainer.h"
+#include "tests/sequential_training.h"
 #include "tests/test_util.h"
 
 namespace carousel {
@@ -41,6 +42,27 @@ std::vector<double> losses(const TrainResult& r) {
 std::vector<char> read_bytes(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// One device is the trivial mesh of the executor; it must compute what the sequential model
+// computes: step 0's loss bitwise (same ops per microbatch, summed in the same order; B x T is
+// a power of two, so the mean's scaling is exact either way), the gradient norm to float32
+// rounding (its sum of squares is split per parameter group), later steps within 1e-5.
+TEST(Train, OneDeviceEqualsTheSequentialModel) {
+  for (const char* dtype : {"float32", "bfloat16"}) {
+    Config c = small_run("oracle", 4);
+    c.enable_checkpointing = false;
+    c.dtype = dtype;
+    const auto executor = train(c).steps;
+    const auto oracle = train_sequentially(c);
+    ASSERT_EQ(executor.size(), oracle.size());
+    EXPECT_EQ(executor[0].loss, oracle[0].loss) << dtype;
+    for (std::size_t s = 0; s < oracle.size(); ++s) {
+      EXPECT_NEAR(executor[s].loss, oracle[s].loss, 1e-5 * oracle[s].loss) << dtype << s;
+      EXPECT_NEAR(executor[s].grad_norm, oracle[s].grad_norm, 1e-5 * oracle[s].grad_norm)
+          << dtype << " step " << s;
+    }
+  }
 }
 
 TEST(Train, TwoRunsGiveBitwiseIdenticalLosses) {

@@ -1,0 +1,75 @@
+// mesh.h — the device mesh of a run: where each rank sits, the communicators it talks on, the
+// device it computes on, and how the ranks are started.
+//
+// A run has D data replicas x S pipeline stages x F FSDP ranks = N ranks (one device is the
+// trivial mesh 1 x 1 x 1). Rank numbers run FSDP-fastest: rank = (data * S + stage) * F + fsdp.
+// Every rank gets its communicators by splitting one world: the ring of its replica's pipeline
+// stages, the FSDP group of its stage, the data group of its (stage, fsdp) position and, with
+// tied embeddings on two stages, the pair of first and last stage.
+//
+// Ranks are threads of this process (in-process communicator), or this process is one rank of
+// an mpirun job (MPI communicator).
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "collectives/communicator.h"
+#include "cuda/backend.h"
+#include "host/config.h"
+#include "host/schedule/ir.h"
+
+namespace carousel {
+
+struct MeshShape {
+  int data = 1, stages = 1, fsdp = 1;  // D, S, F
+  int ranks() const { return data * stages * fsdp; }
+  static MeshShape of(const Config& cfg);
+};
+
+// Where rank `rank` sits in the mesh.
+struct RankPlace {
+  MeshShape mesh;
+  int data_rank = 0, stage_rank = 0, fsdp_rank = 0;
+
+  static RankPlace of(int rank, const MeshShape& mesh);
+  int rank() const { return (data_rank * mesh.stages + stage_rank) * mesh.fsdp + fsdp_rank; }
+  // This rank's part of a microbatch: its sequences are split over the F x D ranks of a stage.
+  int batch_part() const { return data_rank * mesh.fsdp + fsdp_rank; }
+  // Writes whole-model state (checkpoints): one rank per stage, and per replicated tensor.
+  bool writes_shards() const { return data_rank == 0; }
+  bool writes_replicated() const { return data_rank == 0 && fsdp_rank == 0; }
+};
+
+// A rank's communicators, split from the world of all ranks. Communicators of size one are
+// real communicators too (their operations complete at once), so the code has no special case.
+struct RankCommunicators {
+  Communicator* world;                // every rank: the step's loss and gradient norm
+  std::unique_ptr<Communicator> pipe;  // the stage ring of this replica and FSDP index
+  std::unique_ptr<Communicator> fsdp;  // the FSDP group of this stage
+  std::unique_ptr<Communicator> data;  // the same (stage, fsdp) rank in every replica
+  // With logits_via_embedding, the first and the last stage's ranks (same data and FSDP
+  // index), which both hold the embedding; nullptr when one rank holds both, or untied.
+  std::unique_ptr<Communicator> tie;
+};
+RankCommunicators split_communicators(Communicator& world, const RankPlace& place,
+                                      const schedule::Layout& layout, bool tied_embeddings);
+
+// Whether the ranks compute on GPUs: device=cuda, or device=auto with a GPU visible.
+bool runs_on_gpus(const Config& cfg);
+
+// The device of rank `rank`: a CPU device, or on GPUs logical device `rank` on GPU
+// rank % visible GPUs (several logical devices share a GPU when there are more ranks).
+std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank);
+
+// Runs `rank_main(rank, device, world)` for every rank this process hosts: with `process_world`
+// (mpirun) its one rank; otherwise all `ranks` as threads of this process over an in-process
+// world (one rank runs on the calling thread). Each rank's device (make_device_backend) is made
+// before its world communicator and outlives it, so a communicator never frees a tensor into a
+// device that is gone, even when a rank fails mid-step. A rank's failure ends the other ranks'
+// waits at once and is rethrown. Each rank's OpenMP loops get an equal share of the cores.
+using RankMain = std::function<void(int rank, Backend& device, Communicator& world)>;
+void launch_ranks(const Config& cfg, int ranks, Communicator* process_world,
+                  const RankMain& rank_main);
+
+}  // namespace carousel

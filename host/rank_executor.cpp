@@ -1,0 +1,188 @@
+// rank_executor.cpp — walks one rank's actions for a step.
+#include "host/rank_executor.h"
+
+namespace carousel {
+
+namespace sch = schedule;
+
+namespace {
+
+// The stage's layers in order (its specs are grouped by layer).
+std::vector<LayerWeights> layers(const ParamSet& set) {
+  std::vector<LayerWeights> out;
+  int last = -1;
+  for (const auto& spec : set.specs) {
+    if (spec.layer != last) out.push_back(LayerWeights::from(set, last = spec.layer));
+  }
+  return out;
+}
+
+Tensor take(std::map<std::pair<int, int>, Tensor>& map, const std::pair<int, int>& key) {
+  auto it = map.find(key);
+  CAROUSEL_CHECK(it != map.end(), "pipeline executor: no tensor for stage {} microbatch {}",
+                 key.first, key.second);
+  Tensor t = it->second;
+  map.erase(it);
+  return t;
+}
+
+}  // namespace
+
+RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const RankPlace& place,
+                           Backend& be, RankCommunicators& comms, ShardedParams& params)
+    : cfg_(cfg),
+      layout_(program.layout),
+      place_(place),
+      actions_(program.ranks.at(place.stage_rank)),
+      be_(be),
+      comms_(comms),
+      params_(params),
+      compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32),
+      data_(make_data_loader(cfg)),
+      rope_(make_rope_tables(be, cfg.model.max_target_length, cfg.model.head_dim(),
+                             cfg.model.rope_max_timescale)),
+      remat_(parse_remat_policy(cfg.remat_policy)),
+      microbatch_size_(cfg.global_batch() / program.layout.microbatches /
+                       (place.mesh.fsdp * place.mesh.data)) {}
+
+StepOutcome RankExecutor::step(std::int64_t step) {
+  step_ = step;
+  loss_sum_ = 0;
+  batches_.clear();
+  params_.begin_step();
+  for (std::size_t i = 0; i < actions_.size();) {
+    const sch::Action& a = actions_[i];
+    if (a.is_p2p()) {
+      run_p2p_group(i);
+      continue;
+    }
+    switch (a.kind) {
+      case sch::Kind::F:
+        forward(a.stage, a.index);
+        break;
+      case sch::Kind::B:
+        backward(a.stage, a.index, /*defer_weight_grads=*/false);
+        break;
+      case sch::Kind::I:  // the input gradient now, the weight gradients at W
+        backward(a.stage, a.index, /*defer_weight_grads=*/true);
+        break;
+      case sch::Kind::W: {
+        const Key key{a.stage, a.index};
+        apply_weight_grads(be_, deferred_.at(key));
+        deferred_.erase(key);
+        break;
+      }
+      case sch::Kind::AG_ISSUE:  // gather the stage's weights into slot `index`
+        params_.issue_gather(a.stage, a.index);
+        break;
+      case sch::Kind::AG_WAIT:
+        params_.wait_gather(a.stage, a.index);
+        break;
+      case sch::Kind::RELEASE:
+        params_.release(a.stage);
+        break;
+      case sch::Kind::REDUCE_SCATTER:  // the stage's gradients are complete on this rank
+        params_.reduce_scatter(a.stage);
+        break;
+      case sch::Kind::OPTIMIZER: {
+        const double scale = 1.0 / double(cfg_.global_batch() * cfg_.model.max_target_length);
+        const auto [loss, norm] = params_.optimizer_step(step, loss_sum_ * scale);
+        return {loss, norm};
+      }
+      default:
+        fail("pipeline executor: unexpected action {}", sch::to_string(a));
+    }
+    ++i;
+  }
+  fail("pipeline executor: stage rank {}'s program has no OPTIMIZER action", place_.stage_rank);
+}
+
+void RankExecutor::run_p2p_group(std::size_t& i) {
+  comms_.pipe->group_start();
+  std::vector<Key> sent_f, sent_b;
+  for (; i < actions_.size() && actions_[i].is_p2p(); ++i) {
+    const sch::Action& p = actions_[i];
+    const Key key{p.stage, p.index};
+    switch (p.kind) {
+      case sch::Kind::SEND_F:
+        comms_.pipe->send(out_f_.at(key), p.peer);
+        sent_f.push_back(key);
+        break;
+      case sch::Kind::SEND_B:
+        comms_.pipe->send(out_b_.at(key), p.peer);
+        sent_b.push_back(key);
+        break;
+      case sch::Kind::RECV_F:
+        comms_.pipe->recv(in_f_[key] = activation(), p.peer);
+        break;
+      case sch::Kind::RECV_B:
+        comms_.pipe->recv(in_b_[key] = activation(), p.peer);
+        break;
+      default:
+        fail("pipeline executor: {} is not a p2p action", sch::to_string(p));
+    }
+  }
+  comms_.pipe->group_end().wait();
+  for (const auto& key : sent_f) out_f_.erase(key);  // sent: the buffers may go
+  for (const auto& key : sent_b) out_b_.erase(key);
+}
+
+void RankExecutor::forward(int stage, int microbatch) {
+  const Key key{stage, microbatch};
+  const Tensor x = stage == 0 ? embed_forward(be_, params_.extras_weights(),
+                                              batch(step_, microbatch).inputs)
+                              : take(in_f_, key);
+  const Tensor y = stage_forward(be_, cfg_.model, layers(params_.weights(stage)), rope_, x,
+                                 remat_, saved_[key]);
+  if (stage == layout_.stages() - 1) {
+    const double scale = 1.0 / double(cfg_.global_batch() * cfg_.model.max_target_length);
+    HeadResult head = head_loss(be_, cfg_.model, params_.extras_weights(), params_.extras_grads(),
+                                y, batch(step_, microbatch).targets, scale);
+    loss_sum_ += head.loss_sum;
+    in_b_[key] = head.dx;
+  } else if (layout_.rank_of(stage + 1) == place_.stage_rank) {
+    in_f_[{stage + 1, microbatch}] = y;  // the next stage is local: no send
+  } else {
+    out_f_[key] = y;
+  }
+}
+
+void RankExecutor::backward(int stage, int microbatch, bool defer_weight_grads) {
+  const Key key{stage, microbatch};
+  std::vector<DeferredWeightGrad>* defer = defer_weight_grads ? &deferred_[key] : nullptr;
+  const Tensor dx = stage_backward(be_, cfg_.model, layers(params_.weights(stage)),
+                                   layers(params_.gradients(stage)), rope_, saved_.at(key),
+                                   take(in_b_, key), defer);
+  saved_.erase(key);
+  if (stage == 0) {
+    embed_backward(be_, params_.extras_grads(), batch(step_, microbatch).inputs, dx);
+  } else if (layout_.rank_of(stage - 1) == place_.stage_rank) {
+    in_b_[{stage - 1, microbatch}] = dx;
+  } else {
+    out_b_[key] = dx;
+  }
+}
+
+// This rank's share of microbatch m: sequences [m * b + part * b_local, ... + b_local) of the
+// step's global batch, uploaded once per step.
+const Microbatch& RankExecutor::batch(std::int64_t step, int microbatch) {
+  auto it = batches_.find(microbatch);
+  if (it == batches_.end()) {
+    const std::int64_t global = cfg_.global_batch(), T = cfg_.model.max_target_length;
+    const std::int64_t b = global / layout_.microbatches;
+    const TokenBatch tokens = data_->batch(
+        step, global, microbatch * b + place_.batch_part() * microbatch_size_, microbatch_size_);
+    it = batches_
+             .emplace(microbatch, Microbatch{be_.from_host(tokens.inputs, {microbatch_size_, T}),
+                                             be_.from_host(tokens.targets, {microbatch_size_, T})})
+             .first;
+  }
+  return it->second;
+}
+
+Tensor RankExecutor::activation() const {
+  return be_.empty({microbatch_size_, cfg_.model.max_target_length, cfg_.model.emb_dim},
+                   compute_);
+}
+
+}  // namespace carousel

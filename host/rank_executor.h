@@ -1,0 +1,70 @@
+// rank_executor.h — the interpreter of one rank's lowered program: what the rank does in a step.
+//
+// A step walks the rank's actions in order (host/schedule/ir.h): F and B / I / W run the
+// forward and backward of a (virtual stage, microbatch) through models/stage.h, with the
+// embedding before stage 0 and the fused head + loss after the last stage; runs of consecutive
+// SEND/RECV actions are one p2p group on the stage ring; AG_ISSUE, AG_WAIT, RELEASE and
+// REDUCE_SCATTER move weights and gradients through the rank's ShardedParams; OPTIMIZER ends
+// the step. Activations travel between actions in maps keyed by (stage, microbatch).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "host/data.h"
+#include "host/schedule/ir.h"
+#include "host/sharded_params.h"
+#include "models/model.h"
+
+namespace carousel {
+
+// What one step produced, the same on every rank.
+struct StepOutcome {
+  double loss = 0;       // mean over every token of the global batch
+  double grad_norm = 0;  // global L2 norm before clipping
+};
+
+class RankExecutor {
+ public:
+  // `actions`: this rank's instructions (the program's list of its pipeline rank).
+  RankExecutor(const Config& cfg, const schedule::Program& program, const RankPlace& place,
+               Backend& be, RankCommunicators& comms, ShardedParams& params);
+
+  StepOutcome step(std::int64_t step);
+
+ private:
+  using Key = std::pair<int, int>;  // (virtual stage, microbatch)
+
+  void run_p2p_group(std::size_t& i);  // actions i.. while p2p; leaves i past the group
+  void forward(int stage, int microbatch);
+  void backward(int stage, int microbatch, bool defer_weight_grads);
+  const Microbatch& batch(std::int64_t step, int microbatch);
+  Tensor activation() const;  // [b_local, T, E] in the compute dtype
+
+  const Config& cfg_;
+  schedule::Layout layout_;
+  RankPlace place_;
+  const std::vector<schedule::Action>& actions_;
+  Backend& be_;
+  RankCommunicators& comms_;
+  ShardedParams& params_;
+  DType compute_;
+  std::unique_ptr<DataLoader> data_;
+  RopeTables rope_;
+  RematPolicy remat_;
+  std::int64_t microbatch_size_;  // sequences of a microbatch this rank computes (b / (F x D))
+
+  // Per step.
+  std::int64_t step_ = 0;
+  double loss_sum_ = 0;                                      // this rank's head losses
+  std::map<int, Microbatch> batches_;                        // microbatch -> this rank's part
+  std::map<Key, StageSaved> saved_;                          // forward state for the backward
+  std::map<Key, std::vector<DeferredWeightGrad>> deferred_;  // I done, W pending
+  std::map<Key, Tensor> in_f_, in_b_;                        // inputs of F and B
+  std::map<Key, Tensor> out_f_, out_b_;                      // outputs waiting for their SEND
+};
+
+}  // namespace carousel

@@ -1,0 +1,53 @@
+// sequential_training.h — the numerical oracle for training runs: the whole model on one CPU
+// device, microbatch after microbatch through model_forward_backward, then the global norm,
+// clipping and AdamW over whole parameter sets. It shares no code with the executor (the mesh,
+// sharded parameters, the lowered program), only the model, the data order and the optimizer's
+// arithmetic, so a run of `train()` on any mesh can be compared with it.
+#pragma once
+
+#include <vector>
+
+#include "cuda/cpu_backend.h"
+#include "host/config.h"
+#include "host/data.h"
+#include "host/optimizer.h"
+#include "host/trainer.h"
+#include "models/model.h"
+
+namespace carousel {
+
+// Losses and gradient norms of cfg.steps steps from the initial values (no checkpoints).
+inline std::vector<StepMetrics> train_sequentially(const Config& cfg) {
+  CpuBackend be;
+  const auto specs = param_table(cfg.model);
+  const ParamSet params = ParamSet::allocate(be, specs, DType::F32);
+  const ParamSet grads = ParamSet::allocate(be, specs, DType::F32);
+  const AdamW opt = AdamW::create(be, specs);
+  init_params(be, params, std::uint64_t(cfg.init_weights_seed));
+  const bool bf16 = cfg.dtype == "bfloat16";  // compute on bf16 copies of the float32 masters
+  const ParamSet compute = bf16 ? ParamSet::allocate(be, specs, DType::BF16) : params;
+  const auto data = make_data_loader(cfg);
+  const auto rope = make_rope_tables(be, cfg.model.max_target_length, cfg.model.head_dim(),
+                                     cfg.model.rope_max_timescale);
+  const std::int64_t B = cfg.global_batch(), M = cfg.microbatches(), b = B / M;
+  const std::int64_t T = cfg.model.max_target_length;
+  std::vector<StepMetrics> out;
+  for (std::int64_t step = 0; step < cfg.steps; ++step) {
+    if (bf16) be.cast(params.flat, compute.flat);
+    be.fill(grads.flat, 0.0);
+    double loss_sum = 0;
+    for (std::int64_t m = 0; m < M; ++m) {
+      const TokenBatch tokens = data->batch(step, B, m * b, b);
+      const Microbatch mb{be.from_host(tokens.inputs, {b, T}), be.from_host(tokens.targets, {b, T})};
+      loss_sum += model_forward_backward(be, cfg.model, compute, grads, rope, mb,
+                                         1.0 / double(B * T), parse_remat_policy(cfg.remat_policy));
+    }
+    const double norm = global_l2_norm(be, {grads.flat});
+    opt.update(be, cfg, params, grads, step, learning_rate_at(cfg, step),
+               clip_scale(norm, cfg.gradient_clipping_threshold));
+    out.push_back({.step = step, .loss = loss_sum / double(B * T), .grad_norm = norm});
+  }
+  return out;
+}
+
+}  // namespace carousel
