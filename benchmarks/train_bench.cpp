@@ -47,7 +47,7 @@ void run(benchmark::State& state, const std::vector<std::string>& overrides) {
   state.counters["peak_MiB"] = double(be.allocator().stats().peak_bytes) / (1 << 20);
 }
 
-// tiny (model.md): V 256, E 64, N 8, H 4, Hkv 2, Fm 172, T 64; batch 8.
+// tiny (docs/model.md#named-shapes): V 256, E 64, N 8, H 4, Hkv 2, Fm 172, T 64; batch 8.
 BENCHMARK_CAPTURE(run, tiny_remat_full, {"per_device_batch_size=8"})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_CAPTURE(run, tiny_remat_none, {"per_device_batch_size=8", "remat_policy=none"})

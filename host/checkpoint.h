@@ -1,4 +1,4 @@
-// checkpoint.h — saving and restoring a run (model.md's checkpoint conventions).
+// checkpoint.h — saving and restoring a run (docs/model.md#checkpoints).
 //
 // <base_output_directory>/<run_name>/checkpoints/<step>/ holds
 //   model.safetensors      full (unsharded) parameters under Hugging Face Llama names

@@ -28,7 +28,7 @@ struct Config {
   std::string metrics_file;  // default <base_output_directory>/<run_name>/metrics.jsonl
   std::string log_level = "info";
 
-  // Pipeline (MaxText names; see maxtext-pipeline-spec.md and docs/schedules.md).
+  // Pipeline (MaxText names; see docs/circular-pipeline.md and docs/schedules.md).
   std::int64_t ici_pipeline_parallelism = 1;       // S, pipeline stages (ranks in the ring)
   std::int64_t num_pipeline_microbatches = -1;     // M; -1 = S (2S with the forwarding delay)
   std::int64_t num_pipeline_repeats = -1;          // R; -1 = layers / (S L)

@@ -1,4 +1,4 @@
-// data.h — training data in model.md's deterministic order.
+// data.h — training data in a deterministic order (docs/model.md#data-order).
 //
 // Sequence j of step i is global sequence g = i*B + j. For file data it starts at token offset
 // g*T of the concatenated stream (wrapping at the end): inputs = tokens[o, o+T), targets =

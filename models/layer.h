@@ -1,6 +1,6 @@
 // layer.h — one decoder layer, forward and backward, for each decoder block.
 //
-// llama (model.md):
+// llama (docs/model.md#the-llama-block):
 //   h = x + o_proj(attn(rope(q_proj(rms(x, g1))), rope(k_proj(rms(x, g1))), v_proj(rms(x, g1))))
 //   y = h + down_proj(silu(gate_proj(rms(h, g2))) * up_proj(rms(h, g2)))
 // simple (MaxText's pipeline test layer): y = x W.

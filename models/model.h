@@ -1,7 +1,7 @@
 // model.h — the whole model on one device: embedding, all layers as one stage, head and loss.
 //
 // This is what `carousel train` runs on a single device, and the sequential reference that
-// every pipeline schedule must reproduce (maxtext-pipeline-spec.md §4.8).
+// every pipeline schedule must reproduce (docs/circular-pipeline.md#the-contract).
 #pragma once
 
 #include <vector>

@@ -58,9 +58,9 @@ struct ParamSet {
   int index_of(const std::string& name) const;  // -1 if absent
 };
 
-// Writes the initial values of model.md: Normal(0, 0.02) from a counter-based generator keyed
-// by (seed, parameter name, element index), so a value does not depend on how the model is
-// split over devices; norm gains = 1.
+// Writes the initial values of docs/model.md#initialisation: Normal(0, 0.02) from a
+// counter-based generator keyed by (seed, parameter name, element index), so a value does not
+// depend on how the model is split over devices; norm gains = 1.
 void init_params(Backend& backend, const ParamSet& params, std::uint64_t seed);
 
 // The initial values of one parameter, on the host (used by init_params and by sharded init).

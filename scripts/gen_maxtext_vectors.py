@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Writes tests/data/maxtext_circular_vectors.txt from shared/tools/maxtext_replay.py.
+"""Writes tests/data/maxtext_circular_vectors.txt from a symbolic replay of MaxText's buffers.
 
-The replay tool simulates MaxText's buffer rules symbolically (maxtext-pipeline-spec.md §4);
-for each (S, M, R, d) we record, for every iteration t and stage s doing real work, the
-microbatch, repeat and layer the replay says MaxText computes. tests/test_schedule.cpp checks
-carousel's circular table against these vectors. Run from the repository root with shared/
-beside it:  python3 scripts/gen_maxtext_vectors.py
+The replay module (maxtext_replay, developer tooling that is not part of this repository)
+simulates MaxText's activation buffer rules symbolically (docs/circular-pipeline.md, sections
+"Activation buffers in MaxText" and "Test vectors"); for each (S, M, R, d) we record, for every
+iteration t and stage s doing real work, the microbatch, repeat and layer the replay says MaxText
+computes. tests/test_schedule.cpp checks carousel's circular table against these vectors; the
+vectors file is checked in, so the tests do not need this script.
+Usage, with the replay module importable:  python3 scripts/gen_maxtext_vectors.py
 """
 import os
 import sys

@@ -1,5 +1,5 @@
 // reference.h — naive double-precision reference implementations of the forward ops, written
-// straight from the formulas in docs (model.md), with no code shared with the backends: plain
+// straight from the formulas in docs/model.md, with no code shared with the backends: plain
 // loops, no BLAS, no tables, no shared elementwise helpers.
 #pragma once
 

@@ -1,4 +1,4 @@
-// test_data.cpp — data order of model.md, the three loaders, and bad data files.
+// test_data.cpp — data order of docs/model.md#data-order, the three loaders, and bad data files.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -36,7 +36,7 @@ TEST(Data, TokenShardsFollowTheDocumentedOrder) {
   for (std::int64_t step : {0, 3, 9}) {
     const TokenBatch batch = loader->batch(step, B, 0, B);
     for (std::int64_t j = 0; j < B; ++j) {
-      const std::int64_t offset = (step * B + j) * T;  // model.md: (i*B + j) * T, wrapping
+      const std::int64_t offset = (step * B + j) * T;  // docs/model.md: (i*B + j) * T, wrapping
       for (std::int64_t t = 0; t < T; ++t) {
         EXPECT_EQ(batch.inputs[j * T + t], (offset + t) % 500) << step << " " << j << " " << t;
         EXPECT_EQ(batch.targets[j * T + t], (offset + t + 1) % 500);

@@ -1,7 +1,7 @@
 // test_pipeline.cpp — pipeline training on simulated devices equals single-device training (the
 // sequential oracle of tests/sequential_training.h).
 //
-// The contract of every schedule (maxtext-pipeline-spec.md §4.8): the pipeline's loss and
+// The contract of every schedule (docs/circular-pipeline.md#the-contract): the pipeline's loss and
 // gradients are those of the sequential model — with FSDP, data parallelism, ZeRO-1, tied
 // embeddings and bfloat16 on top too. Step 0's loss is compared bitwise (same math per
 // microbatch, summed in the same order; 1e-6 with FSDP); later steps within 1e-4 relative,

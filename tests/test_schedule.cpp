@@ -23,7 +23,7 @@ Program make(const std::string& kind, int S, int M, int R = 1, int g = 0) {
 
 // ---- MaxText's circular table -------------------------------------------------------------
 
-TEST(CircularTable, WorkedExampleOfTheSpec) {  // maxtext-pipeline-spec.md §3.2
+TEST(CircularTable, WorkedExampleOfTheSpec) {  // docs/circular-pipeline.md#worked-example
   const auto t = circular_table(4, 8, 2, 1, 1);
   ASSERT_EQ(t.size(), 19u);
   auto cell = [&](int it, int s) {
@@ -42,7 +42,7 @@ TEST(CircularTable, WorkedExampleOfTheSpec) {  // maxtext-pipeline-spec.md §3.2
   EXPECT_EQ(cell(17, 1), "--");
 }
 
-TEST(CircularTable, DelayExampleOfTheSpec) {  // §3.3: S=4, M=8, R=2, d=2, T=22
+TEST(CircularTable, DelayExampleOfTheSpec) {  // #forwarding-delay: S=4, M=8, R=2, d=2, T=22
   const auto t = circular_table(4, 8, 2, 2, 1);
   ASSERT_EQ(t.size(), 22u);
   EXPECT_TRUE(t[6][3].real && t[6][3].microbatch == 0 && t[6][3].repeat == 0);
@@ -83,8 +83,9 @@ TEST(CircularTable, MatchesTheMaxTextReplayVectors) {
   EXPECT_EQ(configs, 60);
 }
 
-// §5.4: in repeat block k slot 1 holds W[k], slot 0 W[k-1]; the slot a stage reads must hold
-// the layer it runs (MaxText HEAD's rule fails this for S >= 3, §5.5).
+// docs/circular-pipeline.md#slot-rule: in repeat block k slot 1 holds W[k], slot 0 W[k-1]; the
+// slot a stage reads must hold the layer it runs (MaxText's original rule fails this for S >= 3,
+// #the-original-slot-rule-and-its-bug).
 TEST(CircularTable, BufferSlidingWindowSlotHoldsTheLayerInUse) {
   for (int S : {2, 3, 4, 8})
     for (int k : {1, 2, 4})
@@ -103,7 +104,7 @@ TEST(CircularTable, BufferSlidingWindowSlotHoldsTheLayerInUse) {
       }
 }
 
-// ---- closed forms (schedules-survey.md, p=4, m=8, v=2, t_F=t_B=t_W=1) -----------------------
+// ---- closed forms (docs/schedules.md#closed-forms: S=4, M=8, R=2, f=i=w=1) ----------------
 
 struct ClosedFormCase {
   std::string kind;

@@ -1,10 +1,11 @@
-// maxtext.h — MaxText's iteration view of the circular pipeline (maxtext-pipeline-spec.md §3,
-// §5.4): at loop iteration t, stage s works on (microbatch, repeat) = ((t - d s) mod M,
-// floor((t - d s) / M)) when 0 <= t - d s < M R, and uses the weights of layers
-// r S L + s L .. + L - 1. With the Buffer Sliding Window, in repeat block k = floor(t / M) slot 1
+// maxtext.h — MaxText's iteration view of the circular pipeline (docs/circular-pipeline.md,
+// sections "The iteration table" and "Slot rule"): at loop iteration t, stage s works on
+// (microbatch, repeat) = ((t - d s) mod M, floor((t - d s) / M)) when 0 <= t - d s < M R, and
+// uses the weights of layers r S L + s L .. + L - 1. With the Buffer Sliding Window, in repeat block k = floor(t / M) slot 1
 // holds repeat k's weights and slot 0 repeat k-1's; stage s reads slot 1 once
-// (t mod M) >= d s (it has crossed into the new repeat), slot 0 before (the fixed rule; MaxText
-// HEAD fills slot 1 per stage and is wrong for S >= 3, §5.5).
+// (t mod M) >= d s (it has crossed into the new repeat), slot 0 before (the fixed rule; MaxText's
+// original rule fills slot 1 per stage and is wrong for S >= 3: "The original slot rule and its
+// bug").
 #pragma once
 
 #include <string>
