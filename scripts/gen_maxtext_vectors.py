@@ -7,13 +7,16 @@ simulates MaxText's activation buffer rules symbolically (docs/circular-pipeline
 iteration t and stage s doing real work, the microbatch, repeat and layer the replay says MaxText
 computes. tests/test_schedule.cpp checks carousel's circular table against these vectors; the
 vectors file is checked in, so the tests do not need this script.
-Usage, with the replay module importable:  python3 scripts/gen_maxtext_vectors.py
+Usage:  python3 scripts/gen_maxtext_vectors.py DIRECTORY_HOLDING_maxtext_replay.py
 """
 import os
 import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(here, "..", "..", "shared", "tools"))
+if len(sys.argv) != 2 or not os.path.isfile(os.path.join(sys.argv[1], "maxtext_replay.py")):
+    sys.exit("usage: gen_maxtext_vectors.py DIR, where DIR holds maxtext_replay.py (the replay "
+             "module of MaxText's buffer rules; not part of this repository)")
+sys.path.insert(0, sys.argv[1])
 import maxtext_replay  # noqa: E402
 
 configs = [(S, M, R, d) for S in (1, 2, 3, 4) for M in (S, 2 * S, 3 * S) for R in (1, 2, 3)
