@@ -71,9 +71,11 @@ struct LocalGroup {
   LocalGroup(std::string n, int s, double t, std::shared_ptr<WorldAbort> a)
       : name(std::move(n)), size(s), timeout_seconds(t), world_abort(std::move(a)) {}
   auto deadline() const {
+    // Capped at 30 years: a larger timeout (or inf) would overflow the clock's nanoseconds.
+    const double seconds = std::min(timeout_seconds, 1e9);
     return std::chrono::steady_clock::now() +
            std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-               std::chrono::duration<double>(timeout_seconds));
+               std::chrono::duration<double>(seconds));
   }
 };
 

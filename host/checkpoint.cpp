@@ -166,7 +166,7 @@ std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointCont
     files.push_back("optimizer.safetensors");
   }
   write_text(tmp / "config.json", hf_config_json(cfg.model));
-  nlohmann::ordered_json st = {{"format_version", kFormatVersion}, {"step", state.step}};
+  nlohmann::ordered_json st = {{"format_version", kFormatVersion}, {"step", state.step}, {"skipped_steps", state.skipped_steps}};
   for (const auto& key : config_keys()) st["config"][key.name] = key.get(cfg);
   write_text(tmp / "state.json", st.dump(2));
 
@@ -217,6 +217,7 @@ TrainingState load_checkpoint(Backend& be, const std::string& directory,
   }
   TrainingState state;
   state.step = st.at("step").get<std::int64_t>();
+  state.skipped_steps = st.value("skipped_steps", std::int64_t(0));  // absent before it existed
   return state;
 }
 

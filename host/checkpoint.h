@@ -22,7 +22,8 @@
 namespace carousel {
 
 struct TrainingState {
-  std::int64_t step = 0;  // completed steps; the next step to run
+  std::int64_t step = 0;           // completed steps; the next step to run
+  std::int64_t skipped_steps = 0;  // of those, skipped as non-finite (no update applied)
 };
 
 struct CheckpointContents {

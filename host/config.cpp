@@ -164,6 +164,9 @@ const std::vector<ConfigKey>& config_keys() {
       key("adam_weight_decay", &Config::adam_weight_decay, "decoupled weight decay (matrices)"),
       key("gradient_clipping_threshold", &Config::gradient_clipping_threshold,
           "clip the global gradient L2 norm to this (0 = off)"),
+      key("skip_step_on_nonfinite", &Config::skip_step_on_nonfinite,
+          "a step whose loss or gradient norm is NaN or infinite is skipped on every rank (no "
+          "update; counted and logged) instead of stopping the run"),
       key("warmup_steps_fraction", &Config::warmup_steps_fraction,
           "linear warmup over this fraction of the schedule"),
       key("cosine_learning_rate_final_fraction", &Config::cosine_learning_rate_final_fraction,
@@ -254,8 +257,11 @@ void Config::validate() const {
                  "dataset_type=text uses bytes as tokens and needs vocab_size >= 256, got {}",
                  model.vocab_size);
   CAROUSEL_CHECK(checkpoint_period >= 0, "checkpoint_period={} must be >= 0", checkpoint_period);
-  CAROUSEL_CHECK(collective_timeout_seconds > 0, "collective_timeout_seconds={} must be > 0",
-                 collective_timeout_seconds);
+  CAROUSEL_CHECK(std::isfinite(collective_timeout_seconds) && collective_timeout_seconds > 0 &&
+                     collective_timeout_seconds <= kMaxCollectiveTimeoutSeconds,
+                 "collective_timeout_seconds={} is not valid; it must be a number of seconds in "
+                 "(0, {}] (30 days)",
+                 collective_timeout_seconds, kMaxCollectiveTimeoutSeconds);
   CAROUSEL_CHECK(!run_name.empty() && run_name.find('/') == std::string::npos,
                  "run_name='{}' must be a non-empty name without '/'", run_name);
 }

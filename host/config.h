@@ -16,6 +16,9 @@
 
 namespace carousel {
 
+// The longest collective_timeout_seconds accepted (30 days): deadlines stay representable.
+inline constexpr double kMaxCollectiveTimeoutSeconds = 30 * 24 * 3600.0;
+
 struct Config {
   std::string model_name = "tiny";
   ModelConfig model = model_preset("tiny");
@@ -62,6 +65,7 @@ struct Config {
   double adam_eps = 1e-8;
   double adam_weight_decay = 0.1;
   double gradient_clipping_threshold = 1.0;
+  bool skip_step_on_nonfinite = false;  // skip (not stop at) a step with a NaN/inf loss or norm
   double warmup_steps_fraction = 0.1;
   double cosine_learning_rate_final_fraction = 0.1;
   std::int64_t learning_rate_schedule_steps = -1;  // -1 = steps

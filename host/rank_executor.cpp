@@ -1,6 +1,8 @@
 // rank_executor.cpp — walks one rank's actions for a step.
 #include "host/rank_executor.h"
 
+#include "host/fault_injection.h"
+
 namespace carousel {
 
 namespace sch = schedule;
@@ -29,7 +31,8 @@ Tensor take(std::map<std::pair<int, int>, Tensor>& map, const std::pair<int, int
 }  // namespace
 
 RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const RankPlace& place,
-                           Backend& be, RankCommunicators& comms, ShardedParams& params)
+                           Backend& be, RankCommunicators& comms, ShardedParams& params,
+                           FlightRecorder& recorder)
     : cfg_(cfg),
       layout_(program.layout),
       place_(place),
@@ -37,6 +40,7 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
       be_(be),
       comms_(comms),
       params_(params),
+      recorder_(recorder),
       compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32),
       data_(make_data_loader(cfg)),
       rope_(make_rope_tables(be, cfg.model.max_target_length, cfg.model.head_dim(),
@@ -45,15 +49,18 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
       microbatch_size_(cfg.global_batch() / program.layout.microbatches /
                        (place.mesh.fsdp * place.mesh.data)) {}
 
-StepOutcome RankExecutor::step(std::int64_t step) {
+StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update) {
   step_ = step;
   loss_sum_ = 0;
   batches_.clear();
   params_.begin_step();
   for (std::size_t i = 0; i < actions_.size();) {
     const sch::Action& a = actions_[i];
+    maybe_stall(place_.rank(), step, std::int64_t(i));  // a test's fault
+    recorder_.start(step, std::int64_t(i), a);
     if (a.is_p2p()) {
-      run_p2p_group(i);
+      run_p2p_group(i);  // the group's first action stands for it in the recorder
+      recorder_.complete();
       continue;
     }
     switch (a.kind) {
@@ -86,12 +93,14 @@ StepOutcome RankExecutor::step(std::int64_t step) {
         break;
       case sch::Kind::OPTIMIZER: {
         const double scale = 1.0 / double(cfg_.global_batch() * cfg_.model.max_target_length);
-        const auto [loss, norm] = params_.optimizer_step(step, loss_sum_ * scale);
-        return {loss, norm};
+        const StepOutcome outcome = params_.optimizer_step(step, update, loss_sum_ * scale);
+        recorder_.complete();
+        return outcome;
       }
       default:
         fail("pipeline executor: unexpected action {}", sch::to_string(a));
     }
+    recorder_.complete();
     ++i;
   }
   fail("pipeline executor: stage rank {}'s program has no OPTIMIZER action", place_.stage_rank);

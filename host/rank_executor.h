@@ -15,25 +15,23 @@
 #include <vector>
 
 #include "host/data.h"
+#include "host/flight_recorder.h"
 #include "host/schedule/ir.h"
 #include "host/sharded_params.h"
 #include "models/model.h"
 
 namespace carousel {
 
-// What one step produced, the same on every rank.
-struct StepOutcome {
-  double loss = 0;       // mean over every token of the global batch
-  double grad_norm = 0;  // global L2 norm before clipping
-};
-
 class RankExecutor {
  public:
-  // `actions`: this rank's instructions (the program's list of its pipeline rank).
+  // Walks the program's action list of the rank's pipeline rank; notes each action in
+  // `recorder` (which must outlive the executor) for failure reports.
   RankExecutor(const Config& cfg, const schedule::Program& program, const RankPlace& place,
-               Backend& be, RankCommunicators& comms, ShardedParams& params);
+               Backend& be, RankCommunicators& comms, ShardedParams& params,
+               FlightRecorder& recorder);
 
-  StepOutcome step(std::int64_t step);
+  // `update`: the optimizer updates applied before this step (ShardedParams::optimizer_step).
+  StepOutcome step(std::int64_t step, std::int64_t update);
 
  private:
   using Key = std::pair<int, int>;  // (virtual stage, microbatch)
@@ -51,6 +49,7 @@ class RankExecutor {
   Backend& be_;
   RankCommunicators& comms_;
   ShardedParams& params_;
+  FlightRecorder& recorder_;
   DType compute_;
   std::unique_ptr<DataLoader> data_;
   RopeTables rope_;

@@ -4,6 +4,7 @@
 #include "host/sharded_checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "host/sharded_params.h"
 
@@ -88,6 +89,14 @@ std::vector<std::string> ShardedParams::exchange(Backend& host, const Checkpoint
     }
   }
   return written;
+}
+
+bool ShardedParams::weights_finite() {
+  double squares = extras_.flat.numel() > 0 ? be_.sum_squares(extras_.flat) : 0.0;
+  for (const auto& [stage, s] : stages_) squares += be_.sum_squares(s.weights);
+  Tensor t = be_.from_host(std::vector<double>{squares}, {1});
+  comms_.world->all_reduce(t, t, ReduceOp::Sum).wait();
+  return std::isfinite(be_.to_host<double>(t)[0]);
 }
 
 void collect_on_rank_zero(Communicator& world, Backend& host,

@@ -10,12 +10,15 @@
 #include "cuda/cpu_backend.h"
 #include "host/checkpoint.h"
 #include "host/data.h"
+#include "host/fault_injection.h"
+#include "host/flight_recorder.h"
 #include "host/mesh.h"
 #include "host/rank_executor.h"
 #include "host/schedule_config.h"
 #include "host/sharded_checkpoint.h"
 #include "host/sharded_params.h"
 #include "host/step_report.h"
+#include "host/stop_signals.h"
 
 namespace carousel {
 
@@ -72,6 +75,15 @@ struct RankFigures {
   std::vector<std::string> device_names;  // with processes, only this process's own is known
 };
 
+// Whether any rank was asked to stop (a signal may reach the processes of a job, or be seen by
+// the rank threads of one process, at different steps): a sum over all ranks, so every rank
+// decides the same. It is also the end-of-step barrier.
+bool agree_to_stop(Communicator& world, Backend& be, bool asked) {
+  Tensor flag = be.from_host(std::vector<std::int32_t>{asked ? 1 : 0}, {1});
+  world.all_reduce(flag, flag, ReduceOp::Sum).wait();
+  return be.to_host<std::int32_t>(flag)[0] > 0;
+}
+
 void share_figures(Communicator& world, int rank, RankFigures& figures) {
   CpuBackend be(rank);
   for (std::vector<double>* v : {&figures.peak_bytes, &figures.all_gathers}) {
@@ -100,7 +112,9 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
   TrainResult result;
   std::optional<CheckpointContents> start_from;  // none: the initial values
   if (const auto dir = cfg.enable_checkpointing ? latest_checkpoint(cfg) : std::nullopt) {
-    result.start_step = load_checkpoint(host, *dir, whole).step;
+    const TrainingState state = load_checkpoint(host, *dir, whole);
+    result.start_step = state.step;
+    result.skipped_steps = state.skipped_steps;
     start_from = whole;
     spdlog::info("resuming from {} at step {}", *dir, result.start_step);
   } else if (!cfg.load_parameters_path.empty()) {
@@ -118,37 +132,84 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
   if (!process_world || process_world->rank() == 0) reporter.emplace(cfg);
   RankFigures figures{std::vector<double>(mesh.ranks()), std::vector<double>(mesh.ranks()),
                       std::vector<std::string>(mesh.ranks())};
+  std::vector<FlightRecorder> recorders(mesh.ranks());  // this process's ranks' last actions
+  const StopSignals stop_signals;  // SIGTERM / SIGINT: finish the step, save, exit 0
 
-  launch_ranks(cfg, mesh.ranks(), process_world, [&](int rank, Backend& be, Communicator& world) {
+  auto rank_main = [&](int rank, Backend& be, Communicator& world) {
     const RankPlace place = RankPlace::of(rank, mesh);
+    FlightRecorder& recorder = recorders[rank];
     RankCommunicators comms =
         split_communicators(world, place, program.layout, cfg.model.logits_via_embedding);
     ShardedParams params(cfg, program.layout, place, be, comms);
-    RankExecutor executor(cfg, program, place, be, comms, params);
+    RankExecutor executor(cfg, program, place, be, comms, params, recorder);
     if (start_from) params.exchange(host, *start_from, /*to_whole=*/false);
+    std::int64_t skipped = result.skipped_steps;
     for (std::int64_t step = result.start_step; step < cfg.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
-      const StepOutcome outcome = executor.step(step);
+      const StepOutcome outcome = executor.step(step, step - skipped);
       be.synchronize();
-      world.barrier().wait();
-      if (checkpoint_due(cfg, step)) {
+      if (outcome.skipped) ++skipped;
+      if (process_world || rank == 0) maybe_raise_signal(step);  // a test's fault
+      recorder.note(step, "end-of-step agreement");
+      const bool stop = agree_to_stop(world, be, StopSignals::received() != 0);
+      recorder.complete();
+      if (checkpoint_due(cfg, step) || (stop && cfg.enable_checkpointing)) {
+        recorder.note(step, "checkpoint");
+        CAROUSEL_CHECK(params.weights_finite(),
+                       "step {}: a parameter is not finite after the update; no checkpoint is "
+                       "written (the previous ones are kept)",
+                       step + 1);
         const auto written = params.exchange(host, whole, /*to_whole=*/true);
         world.barrier().wait();
-        if (processes > 1) collect_on_rank_zero(world, host, written, {whole.params, whole.adam_m, whole.adam_v});
-        if (rank == 0) spdlog::info("checkpoint saved: {}", save_checkpoint(host, cfg, whole, {step + 1}));
+        if (processes > 1) {
+          collect_on_rank_zero(world, host, written, {whole.params, whole.adam_m, whole.adam_v});
+        }
+        if (rank == 0) {
+          spdlog::info("checkpoint saved: {}",
+                       save_checkpoint(host, cfg, whole, {step + 1, skipped}));
+        }
         world.barrier().wait();
+        recorder.complete();
       }
       if (rank == 0) {
         const double seconds =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         result.steps.push_back(reporter->report(step, outcome.loss, outcome.grad_norm, seconds));
+        if (outcome.skipped) {
+          spdlog::warn("step {}: loss {} / gradient norm {} is not finite; update skipped "
+                       "(skip_step_on_nonfinite; {} skipped in this run so far)",
+                       step + 1, outcome.loss, outcome.grad_norm, skipped);
+        }
+      }
+      if (stop) {
+        if (rank == 0) result.stopped_by_signal = true;
+        break;
       }
     }
+    if (rank == 0) result.skipped_steps = skipped;
     figures.peak_bytes[rank] = double(be.allocator().stats().peak_bytes);
     figures.all_gathers[rank] = double(params.all_gathers());
     figures.device_names[rank] = be.allocator().name();
     if (processes > 1) share_figures(world, rank, figures);
-  });
+  };
+  try {
+    launch_ranks(cfg, mesh.ranks(), process_world, rank_main);
+  } catch (const NonFiniteError&) {
+    throw;  // every rank stopped at the same point, by design
+  } catch (const std::exception&) {
+    // Where every rank of this process was when the run failed: the stuck edge of a stall can
+    // be read off (one rank in a RECV, its peer still computing or waiting elsewhere).
+    for (int rank = 0; rank < mesh.ranks(); ++rank) {
+      if (process_world && rank != process_world->rank()) continue;
+      spdlog::error("rank {}: {}", rank, recorders[rank].report());
+    }
+    throw;
+  }
+  if (result.stopped_by_signal) {
+    spdlog::warn("stopped by {} after step {} of {}{}; run the same command to resume",
+                 signal_name(StopSignals::received()), result.start_step + std::int64_t(result.steps.size()),
+                 cfg.steps, cfg.enable_checkpointing ? ", checkpoint saved" : " (enable_checkpointing=false: nothing saved)");
+  }
 
   for (int rank = 0; rank < mesh.ranks(); ++rank) {
     const RankPlace place = RankPlace::of(rank, mesh);

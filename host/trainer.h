@@ -28,6 +28,8 @@ struct StepMetrics {
 struct TrainResult {
   std::vector<StepMetrics> steps;  // the steps this call ran
   std::int64_t start_step = 0;     // > 0 when resumed from a checkpoint
+  std::int64_t skipped_steps = 0;  // non-finite steps skipped so far (skip_step_on_nonfinite)
+  bool stopped_by_signal = false;  // SIGTERM/SIGINT: stopped early after saving a checkpoint
   std::size_t peak_device_bytes = 0;                 // the largest over the ranks
   std::vector<std::int64_t> all_gathers_per_device;  // FSDP weight gathers done, per rank
 };

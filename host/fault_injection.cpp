@@ -1,0 +1,130 @@
+// fault_injection.cpp — parsing CAROUSEL_FAULT and the hooks the executor and the loop call.
+#include "host/fault_injection.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "cuda/error.h"
+
+namespace carousel {
+
+namespace {
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  std::size_t begin = 0;
+  while (begin <= text.size()) {
+    const std::size_t end = std::min(text.find(separator, begin), text.size());
+    if (end > begin) parts.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return parts;
+}
+
+double number(const std::string& fault, const std::string& key, const std::string& value) {
+  try {
+    std::size_t used = 0;
+    const double x = std::stod(value, &used);
+    if (used == value.size()) return x;
+  } catch (const std::exception&) {
+  }
+  fail("CAROUSEL_FAULT '{}': {}={} is not a number", fault, key, value);
+}
+
+}  // namespace
+
+std::vector<Fault> parse_faults(const std::string& text) {
+  const std::map<std::string, Fault::Kind> kinds = {
+      {"stall", Fault::Kind::Stall}, {"nan", Fault::Kind::NonFinite}, {"signal", Fault::Kind::Signal}};
+  const std::map<std::string, int> signals = {{"TERM", SIGTERM}, {"INT", SIGINT}};
+  std::vector<Fault> faults;
+  for (const std::string& item : split(text, ';')) {
+    const std::size_t colon = item.find(':');
+    const auto kind = kinds.find(item.substr(0, colon));
+    CAROUSEL_CHECK(kind != kinds.end(), "CAROUSEL_FAULT '{}': the kind must be stall, nan or signal",
+                   item);
+    Fault fault{kind->second};
+    if (fault.kind == Fault::Kind::Signal) fault.signal = SIGTERM;
+    for (const std::string& pair : split(colon == std::string::npos ? "" : item.substr(colon + 1), ',')) {
+      const std::size_t eq = pair.find('=');
+      CAROUSEL_CHECK(eq != std::string::npos, "CAROUSEL_FAULT '{}': '{}' is not key=value", item,
+                     pair);
+      const std::string key = pair.substr(0, eq), value = pair.substr(eq + 1);
+      if (key == "rank") {
+        fault.rank = int(number(item, key, value));
+      } else if (key == "step") {
+        fault.step = std::int64_t(number(item, key, value));
+      } else if (key == "action" && fault.kind == Fault::Kind::Stall) {
+        fault.action = std::int64_t(number(item, key, value));
+      } else if (key == "seconds" && fault.kind == Fault::Kind::Stall) {
+        fault.seconds = number(item, key, value);
+      } else if (key == "signal" && fault.kind == Fault::Kind::Signal) {
+        const auto it = signals.find(value);
+        CAROUSEL_CHECK(it != signals.end(), "CAROUSEL_FAULT '{}': signal must be TERM or INT", item);
+        fault.signal = it->second;
+      } else {
+        fail("CAROUSEL_FAULT '{}': unknown key '{}' for this kind (stall: rank, step, action, "
+             "seconds; nan: rank, step; signal: step, signal)",
+             item, key);
+      }
+    }
+    faults.push_back(fault);
+  }
+  return faults;
+}
+
+namespace {
+
+std::mutex faults_mutex;
+std::optional<std::vector<Fault>> faults;  // unset until first use or inject_faults
+
+}  // namespace
+
+std::vector<Fault> injected_faults() {
+  std::lock_guard lock(faults_mutex);
+  if (!faults) {
+    const char* text = std::getenv("CAROUSEL_FAULT");
+    faults = text ? parse_faults(text) : std::vector<Fault>{};
+  }
+  return *faults;
+}
+
+void inject_faults(const std::string& text) {
+  std::vector<Fault> parsed = parse_faults(text);
+  std::lock_guard lock(faults_mutex);
+  faults = std::move(parsed);
+}
+
+void maybe_stall(int rank, std::int64_t step, std::int64_t action) {
+  for (const Fault& f : injected_faults()) {
+    if (f.kind == Fault::Kind::Stall && f.rank == rank && f.step == step && f.action == action) {
+      spdlog::warn("fault injection: rank {} stalls {} s before action {} of step {}", rank,
+                   f.seconds, action, step);
+      std::this_thread::sleep_for(std::chrono::duration<double>(f.seconds));
+    }
+  }
+}
+
+bool should_inject_nonfinite(int rank, std::int64_t step) {
+  for (const Fault& f : injected_faults()) {
+    if (f.kind == Fault::Kind::NonFinite && (f.rank < 0 || f.rank == rank) && f.step == step) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void maybe_raise_signal(std::int64_t step) {
+  for (const Fault& f : injected_faults()) {
+    if (f.kind == Fault::Kind::Signal && f.step == step) std::raise(f.signal);
+  }
+}
+
+}  // namespace carousel

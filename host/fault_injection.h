@@ -1,0 +1,40 @@
+// fault_injection.h — faults on demand, so tests can prove how carousel behaves when a rank
+// stalls, a value goes non-finite or the job is told to stop. Test-only: read from the
+// environment variable CAROUSEL_FAULT, which a user never needs to set.
+//
+//   CAROUSEL_FAULT="stall:rank=1,step=0,action=5,seconds=3"   rank 1 sleeps before action 5
+//   CAROUSEL_FAULT="nan:rank=0,step=2"                        a NaN in rank 0's step-2 gradient
+//   CAROUSEL_FAULT="signal:step=1,signal=TERM"                 SIGTERM to this process after step 1
+// Several faults are separated by ';'. A malformed value is an error naming the part that is
+// wrong, so a test cannot silently run without its fault.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace carousel {
+
+struct Fault {
+  enum class Kind { Stall, NonFinite, Signal } kind;
+  int rank = -1;            // -1: every rank (signal: the process)
+  std::int64_t step = 0;    // 0-based step
+  std::int64_t action = 0;  // stall: index in the rank's action list
+  double seconds = 0;       // stall: how long
+  int signal = 0;           // signal: the number
+};
+
+// Parses `text` (the CAROUSEL_FAULT syntax above); throws carousel::Error on a mistake.
+std::vector<Fault> parse_faults(const std::string& text);
+
+// The faults of this process: CAROUSEL_FAULT, parsed at first use (empty when unset), or what
+// the last inject_faults() set (tests in one process inject different faults in turn).
+std::vector<Fault> injected_faults();
+void inject_faults(const std::string& text);
+
+// The hooks: each does nothing unless a matching fault was injected.
+void maybe_stall(int rank, std::int64_t step, std::int64_t action);
+bool should_inject_nonfinite(int rank, std::int64_t step);
+void maybe_raise_signal(std::int64_t step);  // after `step` completed
+
+}  // namespace carousel
