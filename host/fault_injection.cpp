@@ -121,9 +121,10 @@ bool should_inject_nonfinite(int rank, std::int64_t step) {
   return false;
 }
 
-void maybe_raise_signal(std::int64_t step) {
+void maybe_raise_signal(int rank, bool first_rank_of_process, std::int64_t step) {
   for (const Fault& f : injected_faults()) {
-    if (f.kind == Fault::Kind::Signal && f.step == step) std::raise(f.signal);
+    const bool mine = f.rank < 0 ? first_rank_of_process : f.rank == rank;
+    if (f.kind == Fault::Kind::Signal && f.step == step && mine) std::raise(f.signal);
   }
 }
 

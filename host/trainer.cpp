@@ -149,7 +149,7 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
       const StepOutcome outcome = executor.step(step, step - skipped);
       be.synchronize();
       if (outcome.skipped) ++skipped;
-      if (process_world || rank == 0) maybe_raise_signal(step);  // a test's fault
+      maybe_raise_signal(rank, process_world || rank == 0, step);  // a test's fault
       recorder.note(step, "end-of-step agreement");
       const bool stop = agree_to_stop(world, be, StopSignals::received() != 0);
       recorder.complete();

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# multiproc_faults.sh CAROUSEL SOURCE_DIR WORK_DIR — faults in a job of 4 MPI processes:
+#  1. a rank that stalls past collective_timeout_seconds ends the job with an error (exit code
+#     not 0, not a signal) within the stall plus a few seconds, naming the timed-out operation;
+#  2. SIGTERM to one process (rank 2, after step 2) stops every process after that step with a
+#     checkpoint and exit code 0; the resumed job equals an uninterrupted threaded run bitwise;
+#  3. a real SIGTERM sent to a threaded run from outside, at whatever step it is, does the same.
+set -uo pipefail
+carousel=$1 src=$2 work=$3
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work"
+mkdir -p "$work"
+common=("$src/configs/demo.yml" "dataset_path=$src/tests/data/tiny_corpus.txt"
+        "base_output_directory=$work" log_level=warn)
+status=0
+fail() { echo "FAIL: $*"; status=1; }
+
+# 1. Stall.
+start=$(date +%s)
+out=$(CAROUSEL_FAULT="stall:rank=1,step=1,action=3,seconds=4" "$here/mpirun.sh" 4 "$carousel" train \
+      "${common[@]}" steps=3 collective_timeout_seconds=1 enable_checkpointing=false run_name=stall 2>&1)
+rc=$?
+elapsed=$(( $(date +%s) - start ))
+if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then fail "stalled job exit code $rc (want 1..127)"; fi
+if [ $elapsed -gt 30 ]; then fail "stalled job took $elapsed s"; fi
+if ! grep -Eq "timed out after 1 s|within 1 s" <<<"$out"; then fail "no timeout error:"; echo "$out"; fi
+echo "stall: exit code $rc after $elapsed s"
+
+# 2. SIGTERM to one process of the job.
+"$carousel" train "${common[@]}" steps=5 enable_checkpointing=false run_name=straight || fail "straight run"
+CAROUSEL_FAULT="signal:rank=2,step=1" "$here/mpirun.sh" 4 "$carousel" train "${common[@]}" steps=5 \
+  run_name=preempted
+rc=$?
+[ $rc -eq 0 ] || fail "preempted job exit code $rc (want 0)"
+[ -f "$work/preempted/checkpoints/2/manifest.json" ] || fail "no checkpoint 2 after SIGTERM"
+"$here/mpirun.sh" 4 "$carousel" train "${common[@]}" steps=5 run_name=preempted || fail "resume"
+
+# 3. A real SIGTERM from outside, to a threaded run.
+"$carousel" train "${common[@]}" steps=40 checkpoint_period=1000 run_name=killed &
+pid=$!
+for _ in $(seq 200); do  # until two steps are logged
+  [ "$(wc -l < "$work/killed/metrics.jsonl" 2>/dev/null || echo 0)" -ge 2 ] && break
+  sleep 0.05
+done
+kill -TERM $pid
+wait $pid
+rc=$?
+[ $rc -eq 0 ] || fail "SIGTERM'd threaded run exit code $rc (want 0)"
+ls "$work/killed/checkpoints" | grep -qx '[0-9]*' || fail "no checkpoint after SIGTERM"
+"$carousel" train "${common[@]}" steps=40 checkpoint_period=1000 run_name=killed || fail "resume"
+"$carousel" train "${common[@]}" steps=40 enable_checkpointing=false run_name=straight40 || fail "straight 40"
+
+python3 - "$work" <<'PY' || status=1
+import json, sys
+work = sys.argv[1]
+def losses(run):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(f"{work}/{run}/metrics.jsonl"))}
+for stopped, straight, n in (("preempted", "straight", 5), ("killed", "straight40", 40)):
+    a, b = losses(stopped), losses(straight)
+    if sorted(a) != list(range(n)) or a != b:
+        sys.exit(f"FAIL: {stopped} and {straight} differ:\n {a}\n {b}")
+    print(f"{stopped}: stopped, resumed, {n} steps bitwise equal to {straight}")
+PY
+exit $status
