@@ -7,8 +7,11 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <utility>
 
 #include "cuda/error.h"
+#include "host/schedule/registry.h"
+#include "host/schedule_config.h"
 
 namespace carousel {
 
@@ -59,10 +62,10 @@ T parse(const std::string& key, const std::string& text) {
 
 // A key stored in Config.
 template <class T>
-ConfigKey key(const char* name, T Config::*member, const char* help) {
+ConfigKey key(const char* name, T Config::*member, std::string help) {
   return {name,
           type_name<T>(),
-          help,
+          std::move(help),
           false,
           [member](const Config& c) { return to_text(c.*member); },
           [member, name](Config& c, const std::string& v) { c.*member = parse<T>(name, v); }};
@@ -113,8 +116,7 @@ const std::vector<ConfigKey>& config_keys() {
           "R: circular repeats (-1 = layers / (S x L))"),
       key("num_layers_per_pipeline_stage", &Config::num_layers_per_pipeline_stage,
           "L: consecutive layers a stage runs per visit"),
-      key("pipeline_schedule", &Config::pipeline_schedule,
-          "circular | gpipe | 1f1b | interleaved_1f1b | zb_h1"),
+      key("pipeline_schedule", &Config::pipeline_schedule, schedule::schedule_names(" | ")),
       key("pipeline_delay_activation_forwarding", &Config::pipeline_delay_activation_forwarding,
           "circular: forward stage outputs one iteration later (MaxText's d = 2)"),
       key("pipeline_microbatch_group_size", &Config::pipeline_microbatch_group_size,
@@ -284,10 +286,14 @@ void Config::validate_pipeline() const {
                  "num_layers_per_pipeline_stage = {} x {} x {} must equal "
                  "base_num_decoder_layers={}",
                  S, repeats(), L, N);
-  CAROUSEL_CHECK(!pipeline_delay_activation_forwarding || pipeline_schedule == "circular",
-                 "pipeline_delay_activation_forwarding applies to pipeline_schedule=circular, not "
-                 "{}",
-                 pipeline_schedule);
+  // The schedule, by the registry's checks (generate()'s messages). A run on one device generates
+  // no schedule (trainer.cpp), so only the name and its knobs are checked there.
+  const schedule::ScheduleSpec spec = schedule_spec(*this);
+  if (num_devices() > 1) {
+    schedule::check_schedule(spec);
+  } else {
+    schedule::check_schedule_knobs(spec);
+  }
   CAROUSEL_CHECK(!(pipeline_fsdp_ag_per_repeat && pipeline_fsdp_ag_once),
                  "pipeline_fsdp_ag_per_repeat and pipeline_fsdp_ag_once are exclusive; choose one");
   CAROUSEL_CHECK(ici_fsdp_parallelism >= 1, "ici_fsdp_parallelism={} must be >= 1",

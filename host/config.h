@@ -92,7 +92,7 @@ struct Config {
   }
   std::string run_directory() const;  // <base_output_directory>/<run_name>
   void validate() const;
-  void validate_pipeline() const;  // S, M, R, L and the FSDP/BSW knobs
+  void validate_pipeline() const;  // S, M, R, L, the schedule (registry) and FSDP/BSW knobs
 };
 
 // One key of the table.

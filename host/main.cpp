@@ -5,12 +5,14 @@
 //   carousel schedule [config.yml] key=value ...  show, check and simulate a pipeline schedule
 //
 // Every error a user can cause ends as one line "error: ..." and exit code 2.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
 
 #include "cuda/error.h"
 #include "host/commands.h"
 #include "host/logging.h"
+#include "host/schedule/registry.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"carousel — pipeline-parallel transformer training on CPUs and GPUs"};
@@ -25,14 +27,19 @@ int main(int argc, char** argv) {
 
   carousel::ConfigArgs train;
   bool help_keys = false;
-  auto* train_cmd = app.add_subcommand("train", "train a model: carousel train [config.yml] key=value ...");
+  auto* train_cmd =
+      app.add_subcommand("train", "train a model: carousel train [config.yml] key=value ...");
   train_cmd->add_option("args", train.args, "optional YAML config file, then key=value overrides");
-  train_cmd->add_flag("--help-keys", help_keys, "list every config key with its default and meaning");
+  train_cmd->add_flag("--help-keys", help_keys,
+                      "list every config key with its default and meaning");
 
   carousel::ConfigArgs schedule;
-  auto* schedule_cmd = app.add_subcommand(
-      "schedule", "print, check and simulate a pipeline schedule: carousel schedule [config.yml] key=value ...");
-  schedule_cmd->add_option("args", schedule.args, "optional YAML config file, then key=value overrides");
+  auto* schedule_cmd = app.add_subcommand("schedule",
+                                          "print, check and simulate a pipeline schedule: carousel "
+                                          "schedule [config.yml] key=value ...");
+  schedule_cmd->add_option("args", schedule.args,
+                           "optional YAML config file, then key=value overrides");
+  schedule_cmd->footer("pipeline_schedule=NAME, one of:\n" + carousel::schedule::schedules_help());
 
   CLI11_PARSE(app, argc, argv);
   try {

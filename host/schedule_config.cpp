@@ -12,6 +12,7 @@ sch::ScheduleSpec schedule_spec(const Config& cfg) {
   spec.kind = cfg.pipeline_schedule;
   spec.layout = {int(cfg.ici_pipeline_parallelism), int(cfg.repeats()), int(cfg.microbatches())};
   spec.group_size = int(cfg.pipeline_microbatch_group_size);
+  spec.forward_delay = cfg.pipeline_delay_activation_forwarding ? 2 : 1;
   return spec;
 }
 
@@ -25,7 +26,7 @@ sch::Costs schedule_costs(const Config& cfg) {
   c.p2p = cfg.schedule_cost_p2p;
   c.all_gather = cfg.schedule_cost_all_gather * L;
   c.reduce_scatter = cfg.schedule_cost_reduce_scatter * L;
-  c.forward_delay = cfg.pipeline_delay_activation_forwarding ? 2 : 1;
+  c.forward_delay = schedule_spec(cfg).forward_delay;
   return c;
 }
 

@@ -1,6 +1,6 @@
 // schedule_config.h — the schedule and cost model a Config asks for (pipeline keys of
-// host/config.h mapped onto host/schedule types); shared by `carousel schedule` and the
-// pipeline executor.
+// host/config.h mapped onto host/schedule types); shared by config validation (the registry's
+// checks), `carousel schedule` and the pipeline executor.
 #pragma once
 
 #include "host/config.h"

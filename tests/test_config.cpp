@@ -7,6 +7,7 @@
 #include "cuda/error.h"
 #include "host/config.h"
 #include "host/optimizer.h"
+#include "host/schedule/registry.h"
 #include "tests/test_util.h"
 
 namespace carousel {
@@ -100,6 +101,58 @@ TEST(Config, InvalidValuesSayWhatIsValid) {
   EXPECT_NE(testing::error_of([] {
               load_config("", {"per_device_batch_size=2.5"});
             }).find("is not a positive whole number"),
+            std::string::npos);
+}
+
+// The pipeline_schedule key's help (and so docs/config.md) comes from the schedule registry.
+TEST(Config, ScheduleKeyHelpListsEveryRegisteredSchedule) {
+  for (const auto& k : config_keys()) {
+    if (k.name != "pipeline_schedule") continue;
+    for (const auto& row : schedule::schedules()) {
+      EXPECT_NE(k.help.find(std::string(row.name)), std::string::npos) << row.name;
+    }
+    return;
+  }
+  FAIL() << "no pipeline_schedule key";
+}
+
+// Config validation runs the registry's checks: `carousel train` and `carousel schedule` reject
+// a schedule with the message generate() gives, before any math runs.
+TEST(Config, ScheduleErrorsAreTheRegistrysBeforeAnyMath) {
+  const std::string unknown =
+      testing::error_of([] { load_config("", {"pipeline_schedule=zigzag"}); });
+  EXPECT_EQ(unknown, testing::error_of([] { schedule::find_schedule("zigzag"); }));
+  for (const auto& row : schedule::schedules()) {
+    EXPECT_NE(unknown.find(std::string(row.name)), std::string::npos) << unknown;
+  }
+  // S = 2, 8 layers, L = 1: R = 4 repeats, which 1f1b cannot run.
+  const std::string repeats = testing::error_of([] {
+    load_config("", {"pipeline_schedule=1f1b", "ici_pipeline_parallelism=2"});
+  });
+  EXPECT_NE(repeats.find("for repeats use circular or interleaved_1f1b"), std::string::npos)
+      << repeats;
+  EXPECT_EQ(repeats, testing::error_of([] {
+              schedule::generate({.kind = "1f1b", .layout = {2, 4, 2}});
+            }));
+  const std::string group = testing::error_of([] {
+    load_config("", {"pipeline_schedule=interleaved_1f1b", "ici_pipeline_parallelism=2",
+                     "num_pipeline_microbatches=4", "pipeline_microbatch_group_size=3"});
+  });
+  EXPECT_NE(group.find("S <= g <= M and M % g == 0 (S=2, M=4, g=3)"), std::string::npos) << group;
+  EXPECT_NE(testing::error_of([] {
+              load_config(
+                  "", {"pipeline_schedule=gpipe", "base_num_decoder_layers=2",
+                       "ici_pipeline_parallelism=2", "pipeline_delay_activation_forwarding=true"});
+            }).find("pipeline_delay_activation_forwarding applies to pipeline_schedule=circular"),
+            std::string::npos);
+  EXPECT_NO_THROW(load_config("", {"pipeline_schedule=circular", "ici_pipeline_parallelism=2",
+                                   "pipeline_delay_activation_forwarding=true"}));
+  // One device generates no schedule: only the name and its knobs are checked (R = 8 is fine).
+  EXPECT_NO_THROW(load_config("", {"pipeline_schedule=1f1b"}));
+  EXPECT_NE(testing::error_of([] {
+              load_config("", {"pipeline_schedule=1f1b", "base_num_decoder_layers=2",
+                               "pipeline_delay_activation_forwarding=true"});
+            }).find("applies to pipeline_schedule=circular, not 1f1b"),
             std::string::npos);
 }
 

@@ -1,9 +1,11 @@
 // test_schedule.cpp — the schedule IR, generators, lowering passes, deadlock replay and cost
 // model against MaxText's tables, the textbook closed forms and deliberately broken programs.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "cuda/error.h"
@@ -11,6 +13,7 @@
 #include "host/schedule/generators.h"
 #include "host/schedule/maxtext.h"
 #include "host/schedule/passes.h"
+#include "host/schedule/registry.h"
 #include "host/schedule/simulate.h"
 #include "tests/test_util.h"
 
@@ -18,7 +21,7 @@ namespace carousel::schedule {
 namespace {
 
 Program make(const std::string& kind, int S, int M, int R = 1, int g = 0) {
-  return generate(ScheduleSpec{kind, Layout{S, R, M}, g});
+  return generate(ScheduleSpec{.kind = kind, .layout = Layout{S, R, M}, .group_size = g});
 }
 
 // ---- MaxText's circular table -------------------------------------------------------------
@@ -305,6 +308,121 @@ TEST(Broken, GeneratorConstraintsAreClear) {
               make("zigzag", 2, 2);
             }).find("pipeline_schedule='zigzag' is not valid"),
             std::string::npos);
+}
+
+// ---- the registry ------------------------------------------------------------------------------
+
+// Every row, on every layout its check accepts, generates a program that validates, lowers with
+// each weight-slot budget and replays without deadlock; each row accepts some layouts of each
+// size, and a rejected layout fails generate() with exactly the check's message.
+TEST(Registry, EveryRowGeneratesValidReplayablePrograms) {
+  ASSERT_GE(schedules().size(), 5u);
+  for (const ScheduleInfo& row : schedules()) {
+    int accepted = 0;
+    for (int S : {1, 2, 3, 4})
+      for (int M : {1, 2, 4, 6, 8})
+        for (int R : {1, 2, 3})
+          for (int g : {0, 4}) {
+            const ScheduleSpec spec{
+                .kind = std::string(row.name), .layout = Layout{S, R, M}, .group_size = g};
+            SCOPED_TRACE(std::string(row.name) + " S=" + std::to_string(S) + " M=" +
+                         std::to_string(M) + " R=" + std::to_string(R) + " g=" + std::to_string(g));
+            const std::string rejected = testing::error_of([&] { check_schedule(spec); });
+            if (rejected != "<no error>") {
+              EXPECT_EQ(testing::error_of([&] { generate(spec); }), rejected);
+              continue;
+            }
+            const Program p = generate(spec);
+            EXPECT_EQ(to_text(p), to_text(row.generate(spec)));
+            ASSERT_NO_THROW(validate(p));
+            for (int slots : {0, 2, -1}) {
+              const Program lowered = lower(p, {slots, 0, true});
+              ASSERT_NO_THROW(replay(lowered));
+              ASSERT_NO_THROW(simulate(lowered, Costs{}));
+            }
+            ++accepted;
+          }
+    EXPECT_GE(accepted, 8) << row.name;
+  }
+}
+
+TEST(Registry, NamesAreUniqueAndEachHasHelp) {
+  std::set<std::string_view> names;
+  for (const ScheduleInfo& row : schedules()) {
+    EXPECT_TRUE(names.insert(row.name).second) << row.name << " is registered twice";
+    EXPECT_FALSE(row.help.empty()) << row.name;
+    EXPECT_EQ(row.help.find('\n'), std::string_view::npos) << row.name << ": one line";
+    EXPECT_EQ(&find_schedule(row.name), &row);
+  }
+  EXPECT_EQ(schedules().front().name, ScheduleSpec{}.kind);  // the default is the first row
+}
+
+TEST(Registry, AnUnknownNameListsEveryRegisteredName) {
+  const std::string msg = testing::error_of([] { make("zigzag", 2, 2); });
+  EXPECT_NE(msg.find("pipeline_schedule='zigzag' is not valid; use "), std::string::npos) << msg;
+  for (const ScheduleInfo& row : schedules()) {
+    EXPECT_NE(msg.find(fmt::format(" {}", row.name)), std::string::npos) << row.name << ": " << msg;
+  }
+  EXPECT_EQ(testing::error_of([] { find_schedule("zigzag"); }), msg);
+}
+
+TEST(Registry, HelpListsEveryScheduleWithItsLine) {
+  const std::string help = schedules_help();
+  const std::string names = schedule_names(" | ");
+  for (const ScheduleInfo& row : schedules()) {
+    EXPECT_NE(help.find(fmt::format("  {} ", row.name)), std::string::npos) << row.name;
+    EXPECT_NE(help.find(std::string(row.help)), std::string::npos) << row.name;
+    EXPECT_NE(names.find(std::string(row.name)), std::string::npos) << row.name;
+  }
+}
+
+// The flags of the table: a row without them rejects R > 1 or the forwarding delay, naming the
+// rows that accept it.
+TEST(Registry, FlagsRejectRepeatsAndTheDelayNamingTheRowsThatAcceptThem) {
+  std::vector<std::string_view> with_repeats, with_delay;
+  for (const ScheduleInfo& row : schedules()) {
+    if (row.repeats) with_repeats.push_back(row.name);
+    if (row.forward_delay) with_delay.push_back(row.name);
+  }
+  auto names_or = [](const std::vector<std::string_view>& names) {  // "a, b or c"
+    std::string out;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      out += fmt::format("{}{}", i == 0 ? "" : i + 1 == names.size() ? " or " : ", ", names[i]);
+    }
+    return out;
+  };
+  for (const ScheduleInfo& row : schedules()) {
+    SCOPED_TRACE(std::string(row.name));
+    const std::string kind(row.name);
+    const std::string repeats = testing::error_of([&] {
+      check_schedule({.kind = kind, .layout = Layout{2, 2, 4}});
+    });
+    const std::string delay = testing::error_of([&] {
+      check_schedule_knobs({.kind = kind, .layout = Layout{2, 1, 4}, .forward_delay = 2});
+    });
+    if (row.repeats) {
+      EXPECT_EQ(repeats, "<no error>");
+    } else {
+      EXPECT_NE(repeats.find(fmt::format("for repeats use {}", names_or(with_repeats))),
+                std::string::npos)
+          << repeats;
+    }
+    if (row.forward_delay) {
+      EXPECT_EQ(delay, "<no error>");
+    } else {
+      EXPECT_NE(delay.find(fmt::format("applies to pipeline_schedule={}, not {}",
+                                       names_or(with_delay), row.name)),
+                std::string::npos)
+          << delay;
+    }
+  }
+  EXPECT_NE(testing::error_of([] {
+              generate({.kind = "1f1b", .layout = Layout{2, 1, 4}, .forward_delay = 2});
+            })
+                .find("pipeline_delay_activation_forwarding applies to pipeline_schedule=circular, "
+                      "not 1f1b"),
+            std::string::npos);
+  EXPECT_NO_THROW(generate({.kind = "circular", .layout = Layout{2, 1, 4}, .forward_delay = 2}));
 }
 
 }  // namespace

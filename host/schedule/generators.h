@@ -1,4 +1,6 @@
-// generators.h — schedules as pure functions (layout, knobs) -> compute-only Program.
+// generators.h — schedules as pure functions (layout, knobs) -> compute-only Program: one
+// ordered list of F / B (or I + W) actions per rank. Each schedule is one row of the registry
+// (registry.h), which checks its constraints before calling its generator.
 //
 //   circular          MaxText's circular pipeline: rank s runs microbatch m of repeat r in
 //                     breadth-first order (r = 0..R-1, m = 0..M-1), the backward in exactly the
@@ -18,12 +20,24 @@
 namespace carousel::schedule {
 
 struct ScheduleSpec {
-  std::string kind = "circular";  // circular | gpipe | 1f1b | interleaved_1f1b | zb_h1
+  std::string kind = "circular";  // a name in the registry (registry.h)
   Layout layout;
-  int group_size = 0;  // interleaved_1f1b microbatch group g; 0 = S (Megatron's default)
+  int group_size = 0;     // interleaved_1f1b microbatch group g; 0 = S (Megatron's default)
+  int forward_delay = 1;  // MaxText's d: 2 with pipeline_delay_activation_forwarding (circular)
+
+  int group() const { return group_size > 0 ? group_size : layout.ranks; }  // g after defaulting
 };
 
-// Throws carousel::Error naming the constraint when the schedule cannot run the layout.
+// Checks spec against the registry (unknown name, the schedule's constraints) and runs its
+// generator; throws carousel::Error naming the constraint. Defined in registry.cpp.
 Program generate(const ScheduleSpec& spec);
+
+// The generators of the registry's rows. Each assumes its row's check has passed (call
+// generate() unless you have checked the spec yourself).
+Program generate_circular(const ScheduleSpec& spec);
+Program generate_gpipe(const ScheduleSpec& spec);
+Program generate_1f1b(const ScheduleSpec& spec);
+Program generate_interleaved_1f1b(const ScheduleSpec& spec);
+Program generate_zb_h1(const ScheduleSpec& spec);
 
 }  // namespace carousel::schedule

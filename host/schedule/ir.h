@@ -1,10 +1,11 @@
 // ir.h — the schedule intermediate representation: what every pipeline rank does in one step.
 //
-// A Program holds one ordered list of Actions per pipeline rank. Generators (generators.h) emit
-// compute actions only: F (forward), B (full backward) or I + W (zero-bubble split: input
-// gradient, weight gradient) of a (stage, microbatch). Lowering (lower.h) adds communication
-// and weight residency: SEND/RECV of activations and gradients, ALL_GATHER issue/wait and
-// RELEASE of weight slots, REDUCE_SCATTER of gradients, OPTIMIZER.
+// A Program holds one ordered list of Actions per pipeline rank. Generators (generators.h, one
+// per schedule of registry.h) emit compute actions only: F (forward), B (full backward) or I + W
+// (zero-bubble split: input gradient, weight gradient) of a (stage, microbatch). Lowering (lower()
+// in passes.h) adds communication and weight residency: SEND/RECV of activations and gradients,
+// AG_ISSUE/AG_WAIT (all-gather) and RELEASE of weight slots, REDUCE_SCATTER of gradients,
+// OPTIMIZER.
 //
 // "stage" is the virtual stage: layers [stage*L, (stage+1)*L) of the model; with S ranks and R
 // repeats there are S*R of them and stage v runs on rank v % S (loop placement; MaxText's repeat
@@ -27,18 +28,20 @@
 
 namespace carousel::schedule {
 
+// clang-format off
 enum class Kind : std::uint8_t {
   F, B, I, W,                          // compute
   SEND_F, RECV_F, SEND_B, RECV_B,      // point-to-point between pipeline ranks
   AG_ISSUE, AG_WAIT, RELEASE,          // weight residency (FSDP all-gather into slots)
   REDUCE_SCATTER, OPTIMIZER,
 };
+// clang-format on
 
 struct Action {
   Kind kind = Kind::F;
   int stage = -1;  // virtual stage; -1 for OPTIMIZER
   int index = -1;  // microbatch (compute, p2p) or slot (AG_*, RELEASE); -1 otherwise
-  int peer = -1;   // p2p: the other rank (set by lowering)
+  int peer = -1;   // p2p: the other rank (set by lowering and parse_program)
 
   bool is_compute() const { return kind <= Kind::W; }
   bool is_p2p() const { return kind >= Kind::SEND_F && kind <= Kind::RECV_B; }
@@ -53,9 +56,9 @@ std::string_view kind_name(Kind k);
 
 // Where stages live and how many there are.
 struct Layout {
-  int ranks = 1;        // S, pipeline ranks
-  int repeats = 1;      // R, stages per rank (circular repeats / interleaved chunks)
-  int microbatches = 1; // M
+  int ranks = 1;         // S, pipeline ranks
+  int repeats = 1;       // R, stages per rank (circular repeats / interleaved chunks)
+  int microbatches = 1;  // M
   int stages() const { return ranks * repeats; }
   int rank_of(int stage) const { return stage % ranks; }
 };

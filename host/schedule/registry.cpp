@@ -1,0 +1,109 @@
+// registry.cpp — the table of pipeline schedules and the checks that read it.
+#include "host/schedule/registry.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "cuda/error.h"
+
+namespace carousel::schedule {
+
+namespace {
+
+// ---- checks beyond the table's flags, one per row ---------------------------------------------
+
+void no_more_constraints(const ScheduleSpec&) {}
+
+void check_interleaved_1f1b(const ScheduleSpec& spec) {
+  const int S = spec.layout.ranks, M = spec.layout.microbatches, g = spec.group();
+  CAROUSEL_CHECK(g >= S && g <= M && M % g == 0,
+                 "interleaved_1f1b needs a microbatch group size g with S <= g <= M and M % g == "
+                 "0 (S={}, M={}, g={}); set pipeline_microbatch_group_size or num_pipeline_"
+                 "microbatches",
+                 S, M, g);
+}
+
+// ---- the table -------------------------------------------------------------------------------
+
+constexpr ScheduleInfo kSchedules[] = {
+    // name, help, generator, check, repeats (R > 1), forward_delay (d = 2)
+    {"circular", "MaxText: forwards breadth-first over (repeat, microbatch), backwards reversed",
+     generate_circular, no_more_constraints, true, true},
+    {"gpipe", "all forwards, then all backwards in reverse order; R = 1", generate_gpipe,
+     no_more_constraints, false, false},
+    {"1f1b", "PipeDream-flush: S-s-1 warmup forwards, then one forward / one backward; R = 1",
+     generate_1f1b, no_more_constraints, false, false},
+    {"interleaved_1f1b", "Megatron: R chunks per rank, microbatch groups of g; S <= g <= M, g | M",
+     generate_interleaved_1f1b, check_interleaved_1f1b, true, false},
+    {"zb_h1", "Zero Bubble H1: 1f1b with B split into I and W, Ws deferred to the cooldown; R = 1",
+     generate_zb_h1, no_more_constraints, false, false},
+};
+
+// The names of the rows with `flag` set (every row when null): "a", "a or b", "a, b or c".
+std::string names_or(bool ScheduleInfo::*flag = nullptr) {
+  std::vector<std::string_view> names;
+  for (const auto& row : kSchedules) {
+    if (!flag || row.*flag) names.push_back(row.name);
+  }
+  std::string out;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) out += i + 1 == names.size() ? " or " : ", ";
+    out += names[i];
+  }
+  return out;
+}
+
+}  // namespace
+
+std::span<const ScheduleInfo> schedules() { return kSchedules; }
+
+const ScheduleInfo& find_schedule(std::string_view name) {
+  for (const auto& row : kSchedules) {
+    if (row.name == name) return row;
+  }
+  fail("pipeline_schedule='{}' is not valid; use {}", name, names_or());
+}
+
+const ScheduleInfo& check_schedule_knobs(const ScheduleSpec& spec) {
+  const ScheduleInfo& row = find_schedule(spec.kind);
+  CAROUSEL_CHECK(spec.forward_delay == 1 || row.forward_delay,
+                 "pipeline_delay_activation_forwarding applies to pipeline_schedule={}, not {}",
+                 names_or(&ScheduleInfo::forward_delay), spec.kind);
+  return row;
+}
+
+void check_schedule(const ScheduleSpec& spec) {
+  const Layout& l = spec.layout;
+  CAROUSEL_CHECK(l.ranks >= 1 && l.microbatches >= 1 && l.repeats >= 1,
+                 "schedule needs ranks, microbatches and repeats >= 1 (got S={}, M={}, R={})",
+                 l.ranks, l.microbatches, l.repeats);
+  const ScheduleInfo& row = check_schedule_knobs(spec);
+  CAROUSEL_CHECK(l.repeats == 1 || row.repeats,
+                 "pipeline_schedule={} runs one stage per rank (num_pipeline_repeats=1), got "
+                 "R={}; for repeats use {}",
+                 spec.kind, l.repeats, names_or(&ScheduleInfo::repeats));
+  row.check(spec);
+}
+
+Program generate(const ScheduleSpec& spec) {
+  check_schedule(spec);
+  return find_schedule(spec.kind).generate(spec);
+}
+
+std::string schedule_names(std::string_view separator) {
+  std::string out;
+  for (const auto& row : kSchedules) {
+    if (!out.empty()) out += separator;
+    out += row.name;
+  }
+  return out;
+}
+
+std::string schedules_help() {
+  std::string out;
+  for (const auto& row : kSchedules) out += fmt::format("  {:<18}{}\n", row.name, row.help);
+  return out;
+}
+
+}  // namespace carousel::schedule
