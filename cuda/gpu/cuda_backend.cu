@@ -4,27 +4,19 @@
 // Every CUDA and cuBLAS call is checked (statement, file:line, device). Row-major tensors meet
 // column-major cuBLAS through the identity C^T = B^T A^T: a row-major [m,n] product is cuBLAS'
 // column-major [n,m] one with the operands swapped.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include <cstdint>
 #include <vector>
 
 #include "cuda/cuda_backend.h"
-#include "cuda/cuda_check.h"
 #include "cuda/device_info.h"
 #include "cuda/error.h"
 #include "cuda/gpu/kernels.cuh"
 
 namespace carousel {
-
-namespace detail {
-void throw_cublas_error(cublasStatus_t status, const char* stmt, const char* file, int line) {
-  int device = -1;
-  cudaGetDevice(&device);
-  throw Error(fmt::format("cuBLAS error {} ({}) in '{}' at {}:{} on device {}", int(status),
-                          cublasGetStatusString(status), stmt, file, line, device));
-}
-}  // namespace detail
 
 namespace {
 
