@@ -1,6 +1,9 @@
-// error.cpp — the out-of-line halves of the check macros in error.h: they format the message
-// and throw carousel::Error, so each use site carries only a comparison and one call.
+// error.cpp — the out-of-line halves of the check macros in error.h (and of the dtype
+// dispatcher's error, dispatch.h): they format the message and throw carousel::Error, so each
+// use site carries only a comparison and one call.
 #include "cuda/error.h"
+
+#include "cuda/dispatch.h"
 
 namespace carousel {
 
@@ -42,6 +45,13 @@ void library_error(const char* library, const char* stmt, const char* file, int 
   text += fmt::format(" in '{}' at {}:{}", stmt, source_path(file), line);
   if (device) text += fmt::format(" on device {}", *device);
   throw Error(text, file, line);
+}
+
+void unsupported_dtype(const char* op, DType dtype, const DType* handled, int n) {
+  std::string names;
+  for (int i = 0; i < n; ++i) names += fmt::format("{}{}", i ? ", " : "", dtype_name(handled[i]));
+  throw Error(fmt::format("internal error: {} has no {} implementation (it handles {})", op,
+                          dtype_name(dtype), names));
 }
 
 }  // namespace detail

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda/cpu_backend.h"
+#include "cuda/dispatch.h"
 #include "tests/test_util.h"
 
 namespace carousel {
@@ -129,6 +130,16 @@ TEST(CheckMacros, LibraryErrorNamesLibraryStatementFileLineAndMessage) {
                {"FAKE error 3 (no luck) in 'fake_call(1)' at tests/test_op_errors.cpp:12"});
   expect_error([] { detail::library_error("FAKE", "f()", __FILE__, 1, 3, "bad", "FAKE_BAD", 2); },
                {"FAKE error FAKE_BAD (bad) in 'f()'", "on device 2"});
+}
+
+TEST(Dispatch, CallsWithTheTypeAndNamesOpAndDtypeOtherwise) {
+  DType seen = DType::I32;
+  dispatch(StorageTypes{}, "cast", DType::BF16,
+           [&](auto tag) { seen = dtype_of<decltype(tag)>(); });
+  EXPECT_EQ(seen, DType::BF16);
+  expect_error(
+      [] { dispatch(FloatTypes{}, "scale", DType::BF16, [](auto) {}); },
+      {"internal error: scale has no bfloat16 implementation (it handles float32, float64)"});
 }
 
 }  // namespace
