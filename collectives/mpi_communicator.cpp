@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "collectives/common.h"
+#include "cuda/dispatch.h"
 #include "cuda/error.h"
 
 namespace carousel {
@@ -27,18 +28,8 @@ std::string detail::mpi_error_string(int code) {
 
 namespace {
 
-MPI_Datatype mpi_type(DType t) {
-  switch (t) {
-    case DType::F32:
-      return MPI_FLOAT;
-    case DType::F64:
-      return MPI_DOUBLE;
-    case DType::BF16:
-      return MPI_UINT16_T;  // moved as bits; never reduced by MPI
-    case DType::I32:
-      return MPI_INT32_T;
-  }
-  return MPI_BYTE;
+MPI_Datatype mpi_type(DType t) {  // bf16 is moved as bits, never reduced by MPI
+  return per_dtype(t, MPI_FLOAT, MPI_DOUBLE, MPI_UINT16_T, MPI_INT32_T);
 }
 
 // A collective's signature as fixed-size bytes, so ranks can all-gather and compare them.

@@ -17,6 +17,7 @@
 
 #include "collectives/common.h"
 #include "cuda/cpu_backend.h"
+#include "cuda/dispatch.h"
 #include "cuda/error.h"
 
 namespace carousel {
@@ -24,17 +25,7 @@ namespace carousel {
 namespace {
 
 ncclDataType_t nccl_type(DType t) {
-  switch (t) {
-    case DType::F32:
-      return ncclFloat32;
-    case DType::F64:
-      return ncclFloat64;
-    case DType::BF16:
-      return ncclBfloat16;
-    case DType::I32:
-      return ncclInt32;
-  }
-  return ncclFloat32;
+  return per_dtype(t, ncclFloat32, ncclFloat64, ncclBfloat16, ncclInt32);
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclAvg; }

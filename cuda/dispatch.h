@@ -6,7 +6,7 @@
 // the list; any other dtype is an internal error naming the op and the dtype (the Backend and
 // Communicator front ends reject bad dtypes with a user-facing message before any kernel runs).
 // Used by the CPU loops, the CUDA backend (so it compiles as C++17 under nvcc) and the host
-// reductions of the communicators.
+// reductions of the communicators; per_dtype() below maps a dtype to a library's type code.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +34,24 @@ void dispatch(TypeList<Ts...>, const char* op, DType dtype, Fn&& fn) {
     constexpr DType handled[] = {dtype_of<Ts>()...};
     detail::unsupported_dtype(op, dtype, handled, int(sizeof...(Ts)));
   }
+}
+
+// The value form, for a library's code of each dtype (MPI_Datatype, ncclDataType_t, ...):
+// per_dtype(t, f32, f64, bf16, i32) is the argument standing for `t`, one table instead of a
+// switch per library.
+template <class V>
+V per_dtype(DType dtype, V f32, V f64, V bf16, V i32) {
+  switch (dtype) {
+    case DType::F32:
+      return f32;
+    case DType::F64:
+      return f64;
+    case DType::BF16:
+      return bf16;
+    case DType::I32:
+      return i32;
+  }
+  return f32;
 }
 
 }  // namespace carousel

@@ -77,14 +77,7 @@ class CudaAllocator final : public DeviceAllocator {
 };
 
 cudaDataType_t cublas_type(DType t) {
-  switch (t) {
-    case DType::F64:
-      return CUDA_R_64F;
-    case DType::BF16:
-      return CUDA_R_16BF;
-    default:
-      return CUDA_R_32F;
-  }
+  return per_dtype(t, CUDA_R_32F, CUDA_R_64F, CUDA_R_16BF, CUDA_R_32I);
 }
 
 class CudaBackend final : public Backend {
