@@ -71,7 +71,9 @@ std::string mpi_error_string(int code);
       ::carousel::detail::assert_failed(__FILE__, __LINE__, ::fmt::format(__VA_ARGS__)); \
   } while (0)
 
-// The shared shape of the library checks; `text` is the statement as written at the use site.
+// The shared shape of the library checks: `text` is the statement as written at the use site,
+// `message` maps the failing value to the library's text, and the trailing arguments (code
+// name, device) are passed on to library_error(); they may read the failing value carousel_rc_.
 #define CAROUSEL_LIBRARY_CHECK_(library, text, stmt, success, message, ...)   \
   do {                                                                        \
     const auto carousel_rc_ = (stmt);                                         \
