@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "collectives/common.h"
+#include "cuda/dispatch.h"
 #include "cuda/error.h"
 
 namespace carousel {
@@ -99,33 +100,19 @@ void check_host_reduction(const Communicator& c, const char* op, DType dtype, Re
 }
 
 void accumulate(DType dtype, void* out, const void* in, std::int64_t n, bool first) {
-  auto run = [&](auto tag) {
+  dispatch(ReduceTypes{}, "host reduction", dtype, [&](auto tag) {
     using T = decltype(tag);
     T* o = static_cast<T*>(out);
     const T* x = static_cast<const T*>(in);
     for (std::int64_t i = 0; i < n; ++i) o[i] = first ? x[i] : o[i] + x[i];
-  };
-  switch (dtype) {
-    case DType::F32:
-      run(float{});
-      break;
-    case DType::F64:
-      run(double{});
-      break;
-    case DType::I32:
-      run(std::int32_t{});
-      break;
-    default:
-      fail("host reduction: cannot reduce {}", dtype_name(dtype));
-  }
+  });
 }
 
 void divide(DType dtype, void* data, std::int64_t n, int by) {
-  if (dtype == DType::F32) {
-    for (std::int64_t i = 0; i < n; ++i) static_cast<float*>(data)[i] /= float(by);
-  } else {
-    for (std::int64_t i = 0; i < n; ++i) static_cast<double*>(data)[i] /= double(by);
-  }
+  dispatch(FloatTypes{}, "avg", dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for (std::int64_t i = 0; i < n; ++i) static_cast<T*>(data)[i] /= T(by);
+  });
 }
 
 Worker::Worker() : thread_([this] { loop(); }) {}

@@ -139,13 +139,13 @@ class LocalCommunicator final : public Communicator {
   Event barrier() override { return collective({"barrier", 0, DType::F32}, Tensor(), Tensor()); }
 
   void group_start() override {
-    CAROUSEL_CHECK(!in_group_, "group_start on communicator '{}' rank {}: already in a group",
-                   name(), rank_);
+    CAROUSEL_ASSERT(!in_group_, "group_start on communicator '{}' rank {}: already in a group",
+                    name(), rank_);
     in_group_ = true;
   }
   Event group_end() override {
-    CAROUSEL_CHECK(in_group_, "group_end on communicator '{}' rank {} without group_start", name(),
-                   rank_);
+    CAROUSEL_ASSERT(in_group_, "group_end on communicator '{}' rank {} without group_start", name(),
+                    rank_);
     in_group_ = false;
     auto ops = std::move(group_ops_);
     group_ops_.clear();
@@ -171,10 +171,10 @@ class LocalCommunicator final : public Communicator {
  private:
   Event collective(Signature sig, const Tensor& send, const Tensor& recv,
                    ReduceOp op = ReduceOp::Sum) {
-    CAROUSEL_CHECK(!in_group_,
-                   "{} on communicator '{}' inside a send/recv group: only send and "
-                   "recv may be grouped",
-                   sig.op, name());
+    CAROUSEL_ASSERT(!in_group_,
+                    "{} on communicator '{}' inside a send/recv group: only send and "
+                    "recv may be grouped",
+                    sig.op, name());
     const std::int64_t seq = next_seq_++;
     Event done;
     worker_.enqueue([this, sig, send, recv, op, seq] { run_collective(sig, send, recv, op, seq); },
@@ -417,14 +417,14 @@ class LocalCommunicator final : public Communicator {
           !all_done()) {
         for (const auto& op : ops) {
           if (!op->done) {
-            op->error =
-                abandoned.empty()
-                    ? fmt::format("rank {}: {} on communicator '{}' was not matched by a {} "
+            op->error = abandoned.empty()
+                            ? fmt::format(
+                                  "rank {}: {} on communicator '{}' was not matched by a {} "
                                   "within {} s",
                                   rank_, describe(*op), g.name, op->is_send ? "receive" : "send",
                                   g.timeout_seconds)
-                    : fmt::format("rank {}: {} on communicator '{}' abandoned: {}", rank_,
-                                  describe(*op), g.name, abandoned);
+                            : fmt::format("rank {}: {} on communicator '{}' abandoned: {}", rank_,
+                                          describe(*op), g.name, abandoned);
             op->done = true;
             // Withdraw it so a late partner does not write into a buffer that is gone.
             auto& box = g.mailboxes[op->is_send ? std::pair{op->self, op->peer}

@@ -14,43 +14,22 @@
 #include <vector>
 
 #include "collectives/common.h"
+#include "cuda/dispatch.h"
 #include "cuda/error.h"
-
-#define MPI_CHECK(stmt)                                                                         \
-  do {                                                                                          \
-    const int carousel_mpi_ = (stmt);                                                           \
-    if (carousel_mpi_ != MPI_SUCCESS) {                                                         \
-      ::carousel::fail("MPI error {} ({}) in '{}' at {}:{}", carousel_mpi_,                     \
-                       ::carousel::mpi_error_string(carousel_mpi_), #stmt, __FILE__, __LINE__); \
-    }                                                                                           \
-  } while (0)
-
-// Issues a nonblocking MPI call and returns its request; an error names the call and file:line.
-#define MPI_ISSUE(call, ...) issue(#call, __FILE__, __LINE__, call, __VA_ARGS__)
 
 namespace carousel {
 
-namespace {
-
-std::string mpi_error_string(int code) {
+std::string detail::mpi_error_string(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
   MPI_Error_string(code, text, &length);
   return std::string(text, length);
 }
 
-MPI_Datatype mpi_type(DType t) {
-  switch (t) {
-    case DType::F32:
-      return MPI_FLOAT;
-    case DType::F64:
-      return MPI_DOUBLE;
-    case DType::BF16:
-      return MPI_UINT16_T;  // moved as bits; never reduced by MPI
-    case DType::I32:
-      return MPI_INT32_T;
-  }
-  return MPI_BYTE;
+namespace {
+
+MPI_Datatype mpi_type(DType t) {  // bf16 is moved as bits, never reduced by MPI
+  return per_dtype(t, MPI_FLOAT, MPI_DOUBLE, MPI_UINT16_T, MPI_INT32_T);
 }
 
 // A collective's signature as fixed-size bytes, so ranks can all-gather and compare them.
@@ -136,13 +115,13 @@ class MpiCommunicator final : public Communicator {
   }
 
   void group_start() override {
-    CAROUSEL_CHECK(!in_group_, "group_start on communicator '{}' rank {}: already in a group",
-                   name_, rank_);
+    CAROUSEL_ASSERT(!in_group_, "group_start on communicator '{}' rank {}: already in a group",
+                    name_, rank_);
     in_group_ = true;
   }
   Event group_end() override {
-    CAROUSEL_CHECK(in_group_, "group_end on communicator '{}' rank {} without group_start", name_,
-                   rank_);
+    CAROUSEL_ASSERT(in_group_, "group_end on communicator '{}' rank {} without group_start", name_,
+                    rank_);
     in_group_ = false;
     std::vector<P2P> ops = std::move(group_);
     group_.clear();
@@ -200,18 +179,6 @@ class MpiCommunicator final : public Communicator {
                    c.name(), t.describe());
   }
 
-  // Issues an MPI nonblocking call (through MPI_ISSUE, which names it and its file:line);
-  // returns its request.
-  template <class Fn, class... Args>
-  static MPI_Request issue(const char* call, const char* file, int line, Fn fn, Args... args) {
-    MPI_Request request = MPI_REQUEST_NULL;
-    const int code = fn(args..., &request);
-    if (code != MPI_SUCCESS) {
-      fail("MPI error {} ({}) in {} at {}:{}", code, mpi_error_string(code), call, file, line);
-    }
-    return request;
-  }
-
   // Polls until the requests complete (MPI makes progress only inside MPI_Test*: shared-memory
   // copy-in/copy-out moves a fragment per poll, so sleeping between polls makes large messages
   // 5x slower). Polls with yields for the first 20 ms, then sleeps up to 200 us between polls so
@@ -251,10 +218,10 @@ class MpiCommunicator final : public Communicator {
   // Enqueues a collective: every rank first all-gathers the signatures and compares them.
   template <class Body>
   Event collective(comm::Signature sig, std::initializer_list<Tensor> tensors, Body body) {
-    CAROUSEL_CHECK(!in_group_,
-                   "{} on communicator '{}' inside a send/recv group: only send and "
-                   "recv may be grouped",
-                   sig.op, name_);
+    CAROUSEL_ASSERT(!in_group_,
+                    "{} on communicator '{}' inside a send/recv group: only send and "
+                    "recv may be grouped",
+                    sig.op, name_);
     for (const Tensor& t : tensors) check_host(*this, t);
     const std::int64_t seq = next_seq_++;
     Event done;

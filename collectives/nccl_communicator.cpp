@@ -17,33 +17,15 @@
 
 #include "collectives/common.h"
 #include "cuda/cpu_backend.h"
-#include "cuda/cuda_check.h"
+#include "cuda/dispatch.h"
 #include "cuda/error.h"
-
-#define NCCL_CHECK(stmt)                                                               \
-  do {                                                                                 \
-    ncclResult_t carousel_nccl_ = (stmt);                                              \
-    if (carousel_nccl_ != ncclSuccess)                                                 \
-      ::carousel::fail("NCCL error {} ({}) in '{}' at {}:{}", int(carousel_nccl_),     \
-                       ncclGetErrorString(carousel_nccl_), #stmt, __FILE__, __LINE__); \
-  } while (0)
 
 namespace carousel {
 
 namespace {
 
 ncclDataType_t nccl_type(DType t) {
-  switch (t) {
-    case DType::F32:
-      return ncclFloat32;
-    case DType::F64:
-      return ncclFloat64;
-    case DType::BF16:
-      return ncclBfloat16;
-    case DType::I32:
-      return ncclInt32;
-  }
-  return ncclFloat32;
+  return per_dtype(t, ncclFloat32, ncclFloat64, ncclBfloat16, ncclInt32);
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclAvg; }
@@ -109,16 +91,16 @@ class NcclCommunicator final : public Communicator {
   }
 
   void group_start() override {
-    CAROUSEL_CHECK(!in_group_, "group_start on communicator '{}' rank {}: already in a group",
-                   name_, rank_);
+    CAROUSEL_ASSERT(!in_group_, "group_start on communicator '{}' rank {}: already in a group",
+                    name_, rank_);
     in_group_ = true;
     group_events_.clear();
     CUDA_CHECK(cudaSetDevice(gpu_));
     NCCL_CHECK(ncclGroupStart());
   }
   Event group_end() override {
-    CAROUSEL_CHECK(in_group_, "group_end on communicator '{}' rank {} without group_start", name_,
-                   rank_);
+    CAROUSEL_ASSERT(in_group_, "group_end on communicator '{}' rank {} without group_start", name_,
+                    rank_);
     in_group_ = false;
     NCCL_CHECK(ncclGroupEnd());
     for (const Event& e : group_events_) completion("send/recv", e);  // complete with the group
@@ -161,7 +143,7 @@ class NcclCommunicator final : public Communicator {
 
   template <class Fn>
   Event enqueue(const char* op, Fn&& issue) {
-    CAROUSEL_CHECK(!in_group_, "{} on communicator '{}' inside a send/recv group", op, name_);
+    CAROUSEL_ASSERT(!in_group_, "{} on communicator '{}' inside a send/recv group", op, name_);
     CUDA_CHECK(cudaSetDevice(gpu_));
     issue();
     return completion(op);
@@ -293,10 +275,10 @@ std::unique_ptr<Communicator> join_nccl(
   if (rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   const auto* raw = reinterpret_cast<const char*>(&id);
   const std::vector<char> bytes = share(std::vector<char>(raw, raw + sizeof(id)));
-  CAROUSEL_CHECK(bytes.size() == sizeof(id),
-                 "rank {} received {} bytes for the NCCL id, "
-                 "expected {}",
-                 rank, bytes.size(), sizeof(id));
+  CAROUSEL_ASSERT(bytes.size() == sizeof(id),
+                  "rank {} received {} bytes for the NCCL id, "
+                  "expected {}",
+                  rank, bytes.size(), sizeof(id));
   std::memcpy(&id, bytes.data(), sizeof(id));
   CUDA_CHECK(cudaSetDevice(gpu));
   ncclComm_t comm = nullptr;

@@ -1,158 +1,42 @@
-// backend.cpp — argument validation shared by every backend, and backend-independent helpers.
+// backend.cpp — the Backend front end: argument validation shared by every backend, bfloat16
+// staging, and backend-independent helpers.
 //
-// Each public Backend op checks shapes, dtypes and devices here and then calls the backend's
+// Each public op checks shapes, dtypes and devices (op_check.h) and then calls the backend's
 // do_* implementation. An invalid call fails with one message naming the op, the argument and
 // the shapes involved, before any memory is touched.
+//
+// bfloat16: an op with bf16 arguments first goes through stage_bf16() (bf16_staging.h), which
+// marks each tensor argument In or Out. Unless the backend declares a native kernel for the op
+// (has_native_bf16), the op runs on float32 copies of its bf16 arguments and each bf16 output is
+// rounded once; with a native kernel the op is validated like float32 (bf16 allowed wherever
+// float32 is, all floating arguments one dtype) and do_<op> receives the bf16 tensors.
 #include "cuda/backend.h"
 
 #include <cmath>
 
+#include "cuda/bf16_staging.h"
+#include "cuda/op_check.h"
+
 namespace carousel {
 
-namespace {
+using detail::check_gemm_dtypes;
+using detail::check_token_range;
+using detail::from;
+using detail::In;
+using detail::OpCheck;
+using detail::Out;
+using detail::stage_bf16;
 
-// Collects the checks of one op call; every failure message starts with the op name.
-class OpCheck {
- public:
-  OpCheck(const char* op, const Backend& backend) : op_(op), backend_(backend) {}
-
-  // Defined, on this backend's device, float32 or float64 (every op computes in these).
-  const OpCheck& floating(const char* name, const Tensor& t) const {
-    on_device(name, t);
-    CAROUSEL_CHECK(
-        t.dtype() == DType::F32 || t.dtype() == DType::F64,
-        "{}: argument '{}' is {}, but {} runs in float32 or float64{}", op_, name,
-        dtype_name(t.dtype()), op_,
-        t.dtype() == DType::BF16 ? " (bfloat16 here: parameters and moments stay float32)" : "");
-    return *this;
+const char* op_name(Backend::Op op) {
+  switch (op) {
+#define CAROUSEL_OP_NAME_(name) \
+  case Backend::Op::name:       \
+    return #name;
+    CAROUSEL_BACKEND_OPS(CAROUSEL_OP_NAME_)
+#undef CAROUSEL_OP_NAME_
   }
-  // Like floating(), bfloat16 allowed too (ops that load bf16 and compute in float32).
-  const OpCheck& floating_or_bf16(const char* name, const Tensor& t) const {
-    on_device(name, t);
-    CAROUSEL_CHECK(is_floating(t.dtype()), "{}: argument '{}' is {}, not a floating dtype", op_,
-                   name, dtype_name(t.dtype()));
-    return *this;
-  }
-  const OpCheck& tokens(const char* name, const Tensor& t) const {
-    on_device(name, t);
-    CAROUSEL_CHECK(t.dtype() == DType::I32, "{}: argument '{}' must be int32 token ids, got {}",
-                   op_, name, t.describe());
-    return *this;
-  }
-  void on_device(const char* name, const Tensor& t) const {
-    CAROUSEL_CHECK(t.defined(), "{}: argument '{}' is an undefined tensor", op_, name);
-    CAROUSEL_CHECK(&t.device() == &backend_.allocator(),
-                   "{}: argument '{}' lives on {} but this backend runs on {}", op_, name,
-                   t.device().name(), backend_.allocator().name());
-  }
-  // `t` has the same dtype as `ref` (which was checked already).
-  const OpCheck& same_dtype(const char* name, const Tensor& t, const char* ref_name,
-                            const Tensor& ref) const {
-    on_device(name, t);
-    CAROUSEL_CHECK(t.dtype() == ref.dtype(), "{}: argument '{}' is {} but must be {} like '{}'",
-                   op_, name, dtype_name(t.dtype()), dtype_name(ref.dtype()), ref_name);
-    return *this;
-  }
-  // `t` has the same shape and dtype as `ref`.
-  const OpCheck& like(const char* name, const Tensor& t, const char* ref_name,
-                      const Tensor& ref) const {
-    same_dtype(name, t, ref_name, ref);
-    CAROUSEL_CHECK(t.shape() == ref.shape(),
-                   "{}: argument '{}' has shape {} but must match '{}' {}", op_, name,
-                   shape_str(t.shape()), ref_name, shape_str(ref.shape()));
-    return *this;
-  }
-  // `t` has exactly `expected`; `why` says where the expectation comes from.
-  const OpCheck& shape(const char* name, const Tensor& t, const Shape& expected,
-                       const std::string& why) const {
-    CAROUSEL_CHECK(t.shape() == expected, "{}: argument '{}' has shape {} but must be {} ({})", op_,
-                   name, shape_str(t.shape()), shape_str(expected), why);
-    return *this;
-  }
-  const OpCheck& rank(const char* name, const Tensor& t, int rank, const char* layout) const {
-    CAROUSEL_CHECK(t.rank() == rank, "{}: argument '{}' has shape {} but must have rank {} ({})",
-                   op_, name, shape_str(t.shape()), rank, layout);
-    return *this;
-  }
-  const OpCheck& that(bool ok, const std::string& message) const {
-    CAROUSEL_CHECK(ok, "{}: {}", op_, message);
-    return *this;
-  }
-
- private:
-  const char* op_;
-  const Backend& backend_;
-};
-
-// Ids index tables: every id must be in [0, vocab) before any backend reads with it. Checked
-// on the host (a copy of the ids), once for all backends.
-void check_token_range(Backend& be, const char* op, const char* arg, const Tensor& tokens,
-                       std::int64_t vocab) {
-  const auto ids = be.to_host<std::int32_t>(tokens);
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    CAROUSEL_CHECK(ids[i] >= 0 && ids[i] < vocab,
-                   "{}: {} {} at position {} of '{}' {} is outside the vocabulary [0, {})", op,
-                   std::string_view(arg) == "targets" ? "target" : "token", ids[i], i, arg,
-                   shape_str(tokens.shape()), vocab);
-  }
+  return "?";
 }
-
-// a, b, c alike (float32 or float64), or a, b bfloat16 with c float32 or bfloat16.
-void check_gemm_dtypes(const OpCheck& check, const Tensor& a, const Tensor& b, const Tensor& c) {
-  check.floating_or_bf16("a", a).same_dtype("b", b, "a", a);
-  if (a.dtype() == DType::BF16) {
-    check.floating_or_bf16("c", c).that(
-        c.dtype() == DType::BF16 || c.dtype() == DType::F32,
-        fmt::format("bfloat16 inputs accumulate into float32 or bfloat16, not {} ('c' {})",
-                    dtype_name(c.dtype()), c.describe()));
-  } else {
-    check.same_dtype("c", c, "a", a);
-  }
-}
-
-// Float32 stand-ins for the bfloat16 arguments of one op call. Ops without a bfloat16 kernel
-// run in float32 on widened copies (exact: every bf16 value is a float32), then finish() rounds
-// each bf16 output once. That is what a bf16 kernel computing in float32 registers does, so
-// the CPU backend (the oracle) and the CUDA backend agree, and native kernels can replace this
-// op by op. A tensor passed twice (in place) gets one stand-in.
-class Float32Staging {
- public:
-  Float32Staging(Backend& be, std::initializer_list<Tensor> outputs) : be_(be), outputs_(outputs) {}
-  Tensor operator()(const Tensor& t) {
-    if (t.dtype() != DType::BF16) return t;
-    for (const auto& [original, wide] : staged_) {
-      if (original.raw() == t.raw() && original.numel() == t.numel()) return wide;
-    }
-    Tensor wide = be_.empty(t.shape(), DType::F32);
-    be_.cast(t, wide);
-    staged_.push_back({t, wide});
-    return wide;
-  }
-  void finish() {
-    for (const Tensor& out : outputs_) {
-      if (out.dtype() == DType::BF16) be_.cast((*this)(out), out);
-    }
-  }
-
- private:
-  Backend& be_;
-  std::vector<Tensor> outputs_;
-  std::vector<std::pair<Tensor, Tensor>> staged_;  // (bf16 argument, float32 stand-in)
-};
-
-bool any_bf16(std::initializer_list<Tensor> tensors) {
-  for (const Tensor& t : tensors) {
-    if (t.defined() && t.dtype() == DType::BF16) return true;
-  }
-  return false;
-}
-
-// "the last dimension of x [3,64]"
-std::string from(const char* what, const char* name, const Tensor& t) {
-  return fmt::format("{} of '{}' {}", what, name, shape_str(t.shape()));
-}
-
-}  // namespace
 
 AdamWScalars AdamWParams::to_scalars() const {
   CAROUSEL_CHECK(step >= 1, "adamw: step must be >= 1 (1-based), got {}", step);
@@ -185,22 +69,22 @@ Tensor Backend::zeros(Shape shape, DType dtype) {
 }
 
 void Backend::upload(const void* host, const Tensor& dst) {
-  OpCheck("upload", *this).on_device("dst", dst);
+  OpCheck(Op::upload, *this).on_device("dst", dst);
   do_upload(host, dst);
 }
 
 void Backend::download(const Tensor& src, void* host) {
-  OpCheck("download", *this).on_device("src", src);
+  OpCheck(Op::download, *this).on_device("src", src);
   do_download(src, host);
 }
 
 void Backend::fill(const Tensor& x, double value) {
-  OpCheck("fill", *this).floating_or_bf16("x", x);
+  OpCheck(Op::fill, *this).floating_or_bf16("x", x);
   do_fill(x, value);
 }
 
 void Backend::copy(const Tensor& src, const Tensor& dst) {
-  OpCheck c("copy", *this);
+  OpCheck c(Op::copy, *this);
   c.on_device("src", src);
   c.on_device("dst", dst);
   c.that(src.dtype() == dst.dtype() && src.shape() == dst.shape(),
@@ -210,63 +94,46 @@ void Backend::copy(const Tensor& src, const Tensor& dst) {
 }
 
 void Backend::cast(const Tensor& src, const Tensor& dst) {
-  OpCheck c("cast", *this);
+  OpCheck c(Op::cast, *this);
   c.floating_or_bf16("src", src).floating_or_bf16("dst", dst);
   c.shape("dst", dst, src.shape(), "the shape of 'src'");
   do_cast(src, dst);
 }
 
 void Backend::scale(const Tensor& x, double alpha) {
-  if (any_bf16({x})) {
-    Float32Staging f(*this, {x});
-    scale(f(x), alpha);
-    return f.finish();
-  }
-  OpCheck("scale", *this).floating("x", x);
+  if (stage_bf16(*this, Op::scale, &Backend::scale, Out{x}, alpha)) return;
+  OpCheck(Op::scale, *this).floating("x", x);
   do_scale(x, alpha);
 }
 
 void Backend::axpy(double alpha, const Tensor& x, const Tensor& y) {
-  if (any_bf16({x, y})) {
-    Float32Staging f(*this, {y});
-    axpy(alpha, f(x), f(y));
-    return f.finish();
-  }
-  OpCheck("axpy", *this).floating("x", x).like("y", y, "x", x);
+  if (stage_bf16(*this, Op::axpy, &Backend::axpy, alpha, In{x}, Out{y})) return;
+  OpCheck(Op::axpy, *this).floating("x", x).like("y", y, "x", x);
   do_axpy(alpha, x, y);
 }
 
 void Backend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
-  if (any_bf16({a, b, out})) {
-    Float32Staging f(*this, {out});
-    add(f(a), f(b), f(out));
-    return f.finish();
-  }
-  OpCheck("add", *this).floating("a", a).like("b", b, "a", a).like("out", out, "a", a);
+  if (stage_bf16(*this, Op::add, &Backend::add, In{a}, In{b}, Out{out})) return;
+  OpCheck(Op::add, *this).floating("a", a).like("b", b, "a", a).like("out", out, "a", a);
   do_add(a, b, out);
 }
 
 double Backend::sum(const Tensor& x) {
-  if (any_bf16({x})) {
-    Float32Staging f(*this, {});
-    return sum(f(x));
-  }
-  OpCheck("sum", *this).floating("x", x);
+  if (auto staged = stage_bf16(*this, Op::sum, &Backend::sum, In{x})) return *staged;
+  OpCheck(Op::sum, *this).floating("x", x);
   return do_sum(x, false);
 }
 
 double Backend::sum_squares(const Tensor& x) {
-  if (any_bf16({x})) {
-    Float32Staging f(*this, {});
-    return sum_squares(f(x));
-  }
-  OpCheck("sum_squares", *this).floating("x", x);
+  if (auto staged = stage_bf16(*this, Op::sum_squares, &Backend::sum_squares, In{x}))
+    return *staged;
+  OpCheck(Op::sum_squares, *this).floating("x", x);
   return do_sum(x, true);
 }
 
 void Backend::gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
                    double beta, const Tensor& c) {
-  OpCheck check("gemm", *this);
+  OpCheck check(Op::gemm, *this);
   check_gemm_dtypes(check, a, b, c);
   const std::int64_t m = trans_a ? a.cols() : a.rows();
   const std::int64_t k = trans_a ? a.rows() : a.cols();
@@ -284,7 +151,7 @@ void Backend::gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, co
 
 void Backend::gemm_strided_batched(bool trans_a, bool trans_b, double alpha, const Tensor& a,
                                    const Tensor& b, double beta, const Tensor& c) {
-  OpCheck check("gemm_strided_batched", *this);
+  OpCheck check(Op::gemm_strided_batched, *this);
   check_gemm_dtypes(check, a, b, c);
   check.rank("a", a, 3, "[batch, rows, cols]")
       .rank("b", b, 3, "[batch, rows, cols]")
@@ -305,28 +172,24 @@ void Backend::gemm_strided_batched(bool trans_a, bool trans_b, double alpha, con
 }
 
 void Backend::embedding_forward(const Tensor& table, const Tensor& tokens, const Tensor& out) {
-  if (any_bf16({table, out})) {
-    Float32Staging f(*this, {out});
-    embedding_forward(f(table), tokens, f(out));
-    return f.finish();
-  }
-  OpCheck check("embedding_forward", *this);
+  if (stage_bf16(*this, Op::embedding_forward, &Backend::embedding_forward, In{table}, tokens,
+                 Out{out}))
+    return;
+  OpCheck check(Op::embedding_forward, *this);
   check.floating("table", table).rank("table", table, 2, "[vocab, embed]").tokens("tokens", tokens);
   Shape expected = tokens.shape();
   expected.push_back(table.dim(1));
   check.same_dtype("out", out, "table", table)
       .shape("out", out, expected, "tokens shape + embed dim of 'table'");
-  check_token_range(*this, "embedding_forward", "tokens", tokens, table.dim(0));
+  check_token_range(*this, op_name(Op::embedding_forward), "tokens", tokens, table.dim(0));
   do_embedding_forward(table, tokens, out);
 }
 
 void Backend::embedding_backward(const Tensor& dout, const Tensor& tokens, const Tensor& dtable) {
-  if (any_bf16({dout, dtable})) {
-    Float32Staging f(*this, {dtable});
-    embedding_backward(f(dout), tokens, f(dtable));
-    return f.finish();
-  }
-  OpCheck check("embedding_backward", *this);
+  if (stage_bf16(*this, Op::embedding_backward, &Backend::embedding_backward, In{dout}, tokens,
+                 Out{dtable}))
+    return;
+  OpCheck check(Op::embedding_backward, *this);
   check.floating("dtable", dtable)
       .rank("dtable", dtable, 2, "[vocab, embed]")
       .tokens("tokens", tokens);
@@ -334,18 +197,16 @@ void Backend::embedding_backward(const Tensor& dout, const Tensor& tokens, const
   expected.push_back(dtable.dim(1));
   check.same_dtype("dout", dout, "dtable", dtable)
       .shape("dout", dout, expected, "tokens shape + embed dim of 'dtable'");
-  check_token_range(*this, "embedding_backward", "tokens", tokens, dtable.dim(0));
+  check_token_range(*this, op_name(Op::embedding_backward), "tokens", tokens, dtable.dim(0));
   do_embedding_backward(dout, tokens, dtable);
 }
 
 void Backend::rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& out,
                               const Tensor& rstd) {
-  if (any_bf16({x, weight, out, rstd})) {
-    Float32Staging f(*this, {out, rstd});
-    rmsnorm_forward(f(x), f(weight), eps, f(out), f(rstd));
-    return f.finish();
-  }
-  OpCheck check("rmsnorm_forward", *this);
+  if (stage_bf16(*this, Op::rmsnorm_forward, &Backend::rmsnorm_forward, In{x}, In{weight}, eps,
+                 Out{out}, Out{rstd}))
+    return;
+  OpCheck check(Op::rmsnorm_forward, *this);
   check.floating("x", x).same_dtype("weight", weight, "x", x);
   check.shape("weight", weight, {x.cols()}, from("the last dimension", "x", x));
   check.like("out", out, "x", x).same_dtype("rstd", rstd, "x", x);
@@ -356,12 +217,10 @@ void Backend::rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps,
 
 void Backend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                const Tensor& rstd, const Tensor& dx, const Tensor& dweight) {
-  if (any_bf16({dout, x, weight, rstd, dx, dweight})) {
-    Float32Staging f(*this, {dx, dweight});
-    rmsnorm_backward(f(dout), f(x), f(weight), f(rstd), f(dx), f(dweight));
-    return f.finish();
-  }
-  OpCheck check("rmsnorm_backward", *this);
+  if (stage_bf16(*this, Op::rmsnorm_backward, &Backend::rmsnorm_backward, In{dout}, In{x},
+                 In{weight}, In{rstd}, Out{dx}, Out{dweight}))
+    return;
+  OpCheck check(Op::rmsnorm_backward, *this);
   check.floating("x", x).like("dout", dout, "x", x).like("dx", dx, "x", x);
   check.same_dtype("weight", weight, "x", x)
       .shape("weight", weight, {x.cols()}, from("the last dimension", "x", x));
@@ -371,7 +230,8 @@ void Backend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor
 }
 
 namespace {
-void check_rope(const char* op, const Backend& backend, const Tensor& x, const Tensor& cos,
+
+void check_rope(Backend::Op op, const Backend& backend, const Tensor& x, const Tensor& cos,
                 const Tensor& sin, const Tensor& out) {
   OpCheck check(op, backend);
   check.floating("x", x).rank("x", x, 4, "[batch, seq, heads, head_dim]");
@@ -385,28 +245,25 @@ void check_rope(const char* op, const Backend& backend, const Tensor& x, const T
 
 void Backend::rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
                            const Tensor& out) {
-  if (any_bf16({x, cos, sin, out})) {
-    Float32Staging f(*this, {out});
-    rope_forward(f(x), f(cos), f(sin), f(out));
-    return f.finish();
-  }
-  check_rope("rope_forward", *this, x, cos, sin, out);
+  if (stage_bf16(*this, Op::rope_forward, &Backend::rope_forward, In{x}, In{cos}, In{sin},
+                 Out{out}))
+    return;
+  check_rope(Op::rope_forward, *this, x, cos, sin, out);
   do_rope(x, cos, sin, out, /*backward=*/false);
 }
 
 void Backend::rope_backward(const Tensor& dout, const Tensor& cos, const Tensor& sin,
                             const Tensor& dx) {
-  if (any_bf16({dout, cos, sin, dx})) {
-    Float32Staging f(*this, {dx});
-    rope_backward(f(dout), f(cos), f(sin), f(dx));
-    return f.finish();
-  }
-  check_rope("rope_backward", *this, dout, cos, sin, dx);
+  if (stage_bf16(*this, Op::rope_backward, &Backend::rope_backward, In{dout}, In{cos}, In{sin},
+                 Out{dx}))
+    return;
+  check_rope(Op::rope_backward, *this, dout, cos, sin, dx);
   do_rope(dout, cos, sin, dx, /*backward=*/true);
 }
 
 namespace {
-void check_attention(const char* op, const Backend& backend, const Tensor& q, const Tensor& k,
+
+void check_attention(Backend::Op op, const Backend& backend, const Tensor& q, const Tensor& k,
                      const Tensor& v, const Tensor& out, const Tensor& lse) {
   OpCheck check(op, backend);
   check.floating("q", q).rank("q", q, 4, "[batch, seq, heads, head_dim]");
@@ -424,25 +281,21 @@ void check_attention(const char* op, const Backend& backend, const Tensor& q, co
 
 void Backend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& out, const Tensor& lse) {
-  if (any_bf16({q, k, v, out, lse})) {
-    Float32Staging f(*this, {out, lse});
-    attention_forward(f(q), f(k), f(v), f(out), f(lse));
-    return f.finish();
-  }
-  check_attention("attention_forward", *this, q, k, v, out, lse);
+  if (stage_bf16(*this, Op::attention_forward, &Backend::attention_forward, In{q}, In{k}, In{v},
+                 Out{out}, Out{lse}))
+    return;
+  check_attention(Op::attention_forward, *this, q, k, v, out, lse);
   do_attention_forward(q, k, v, out, lse);
 }
 
 void Backend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                  const Tensor& v, const Tensor& out, const Tensor& lse,
                                  const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  if (any_bf16({dout, q, k, v, out, lse, dq, dk, dv})) {
-    Float32Staging f(*this, {dq, dk, dv});
-    attention_backward(f(dout), f(q), f(k), f(v), f(out), f(lse), f(dq), f(dk), f(dv));
-    return f.finish();
-  }
-  check_attention("attention_backward", *this, q, k, v, out, lse);
-  OpCheck("attention_backward", *this)
+  if (stage_bf16(*this, Op::attention_backward, &Backend::attention_backward, In{dout}, In{q},
+                 In{k}, In{v}, In{out}, In{lse}, Out{dq}, Out{dk}, Out{dv}))
+    return;
+  check_attention(Op::attention_backward, *this, q, k, v, out, lse);
+  OpCheck(Op::attention_backward, *this)
       .like("dout", dout, "q", q)
       .like("dq", dq, "q", q)
       .like("dk", dk, "k", k)
@@ -451,12 +304,9 @@ void Backend::attention_backward(const Tensor& dout, const Tensor& q, const Tens
 }
 
 void Backend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) {
-  if (any_bf16({gate, up, out})) {
-    Float32Staging f(*this, {out});
-    swiglu_forward(f(gate), f(up), f(out));
-    return f.finish();
-  }
-  OpCheck("swiglu_forward", *this)
+  if (stage_bf16(*this, Op::swiglu_forward, &Backend::swiglu_forward, In{gate}, In{up}, Out{out}))
+    return;
+  OpCheck(Op::swiglu_forward, *this)
       .floating("gate", gate)
       .like("up", up, "gate", gate)
       .like("out", out, "gate", gate);
@@ -465,12 +315,10 @@ void Backend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor&
 
 void Backend::swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                               const Tensor& dgate, const Tensor& dup) {
-  if (any_bf16({dout, gate, up, dgate, dup})) {
-    Float32Staging f(*this, {dgate, dup});
-    swiglu_backward(f(dout), f(gate), f(up), f(dgate), f(dup));
-    return f.finish();
-  }
-  OpCheck("swiglu_backward", *this)
+  if (stage_bf16(*this, Op::swiglu_backward, &Backend::swiglu_backward, In{dout}, In{gate}, In{up},
+                 Out{dgate}, Out{dup}))
+    return;
+  OpCheck(Op::swiglu_backward, *this)
       .floating("gate", gate)
       .like("dout", dout, "gate", gate)
       .like("up", up, "gate", gate)
@@ -480,22 +328,15 @@ void Backend::swiglu_backward(const Tensor& dout, const Tensor& gate, const Tens
 }
 
 void Backend::gelu_forward(const Tensor& x, const Tensor& out) {
-  if (any_bf16({x, out})) {
-    Float32Staging f(*this, {out});
-    gelu_forward(f(x), f(out));
-    return f.finish();
-  }
-  OpCheck("gelu_forward", *this).floating("x", x).like("out", out, "x", x);
+  if (stage_bf16(*this, Op::gelu_forward, &Backend::gelu_forward, In{x}, Out{out})) return;
+  OpCheck(Op::gelu_forward, *this).floating("x", x).like("out", out, "x", x);
   do_gelu_forward(x, out);
 }
 
 void Backend::gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) {
-  if (any_bf16({dout, x, dx})) {
-    Float32Staging f(*this, {dx});
-    gelu_backward(f(dout), f(x), f(dx));
-    return f.finish();
-  }
-  OpCheck("gelu_backward", *this)
+  if (stage_bf16(*this, Op::gelu_backward, &Backend::gelu_backward, In{dout}, In{x}, Out{dx}))
+    return;
+  OpCheck(Op::gelu_backward, *this)
       .floating("x", x)
       .like("dout", dout, "x", x)
       .like("dx", dx, "x", x);
@@ -503,25 +344,24 @@ void Backend::gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& d
 }
 
 namespace {
-void check_cross_entropy(const char* op, Backend& backend, const Tensor& logits,
+
+void check_cross_entropy(Backend::Op op, Backend& backend, const Tensor& logits,
                          const Tensor& targets) {
   OpCheck check(op, backend);
   check.floating("logits", logits).rank("logits", logits, 2, "[tokens, vocab]");
   check.tokens("targets", targets)
       .shape("targets", targets, {logits.dim(0)}, from("one per row", "logits", logits));
-  check_token_range(backend, op, "targets", targets, logits.dim(1));
+  check_token_range(backend, op_name(op), "targets", targets, logits.dim(1));
 }
 }  // namespace
 
 void Backend::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                     const Tensor& losses) {
-  if (any_bf16({logits, losses})) {
-    Float32Staging f(*this, {losses});
-    cross_entropy_forward(f(logits), targets, f(losses));
-    return f.finish();
-  }
-  check_cross_entropy("cross_entropy_forward", *this, logits, targets);
-  OpCheck("cross_entropy_forward", *this)
+  if (stage_bf16(*this, Op::cross_entropy_forward, &Backend::cross_entropy_forward, In{logits},
+                 targets, Out{losses}))
+    return;
+  check_cross_entropy(Op::cross_entropy_forward, *this, logits, targets);
+  OpCheck(Op::cross_entropy_forward, *this)
       .same_dtype("losses", losses, "logits", logits)
       .shape("losses", losses, {logits.dim(0)}, from("one per row", "logits", logits));
   do_cross_entropy_forward(logits, targets, losses);
@@ -529,19 +369,17 @@ void Backend::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
 
 void Backend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, double dloss,
                                      const Tensor& dlogits) {
-  if (any_bf16({logits, dlogits})) {
-    Float32Staging f(*this, {dlogits});
-    cross_entropy_backward(f(logits), targets, dloss, f(dlogits));
-    return f.finish();
-  }
-  check_cross_entropy("cross_entropy_backward", *this, logits, targets);
-  OpCheck("cross_entropy_backward", *this).like("dlogits", dlogits, "logits", logits);
+  if (stage_bf16(*this, Op::cross_entropy_backward, &Backend::cross_entropy_backward, In{logits},
+                 targets, dloss, Out{dlogits}))
+    return;
+  check_cross_entropy(Op::cross_entropy_backward, *this, logits, targets);
+  OpCheck(Op::cross_entropy_backward, *this).like("dlogits", dlogits, "logits", logits);
   do_cross_entropy_backward(logits, targets, dloss, dlogits);
 }
 
 void Backend::adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m,
                            const Tensor& v, const AdamWParams& params) {
-  OpCheck("adamw_update", *this)
+  OpCheck(Op::adamw_update, *this)
       .floating("param", param)
       .like("grad", grad, "param", param)
       .like("m", m, "param", param)

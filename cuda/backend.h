@@ -7,7 +7,8 @@
 //
 // Each public op validates its arguments here, once for all backends (shapes, dtypes, device),
 // and throws carousel::Error naming the op, the argument and both shapes; then it calls the
-// backend's do_* implementation, which may assume valid input.
+// backend's do_* implementation, which may assume valid input. bfloat16 arguments are staged
+// through float32 unless the backend has a native kernel for the op (has_native_bf16).
 //
 // Conventions (llm.c's, made explicit):
 //   * "as a matrix" = [rows, cols] with cols = last dimension, rows = product of the others;
@@ -42,8 +43,22 @@ struct AdamWParams {
   AdamWScalars to_scalars() const;
 };
 
+// Every public op of Backend, once: the Backend::Op enum and op_name() are made from this list.
+// clang-format off
+#define CAROUSEL_BACKEND_OPS(X)                                                                  \
+  X(upload) X(download) X(fill) X(copy) X(cast) X(scale) X(axpy) X(add) X(sum) X(sum_squares)   \
+  X(gemm) X(gemm_strided_batched) X(embedding_forward) X(embedding_backward) X(rmsnorm_forward) \
+  X(rmsnorm_backward) X(rope_forward) X(rope_backward) X(attention_forward)                     \
+  X(attention_backward) X(swiglu_forward) X(swiglu_backward) X(gelu_forward) X(gelu_backward)   \
+  X(cross_entropy_forward) X(cross_entropy_backward) X(adamw_update)
+// clang-format on
+
 class Backend {
  public:
+#define CAROUSEL_OP_ENUM_(name) name,
+  enum class Op { CAROUSEL_BACKEND_OPS(CAROUSEL_OP_ENUM_) };
+#undef CAROUSEL_OP_ENUM_
+
   explicit Backend(std::unique_ptr<DeviceAllocator> allocator);
   virtual ~Backend();
   Backend(const Backend&) = delete;
@@ -53,6 +68,12 @@ class Backend {
   virtual void synchronize() {}          // wait for all queued work (GPU)
   DeviceKind kind() const { return allocator_->kind(); }
   DeviceAllocator& allocator() const { return *allocator_; }
+
+  // Whether do_<op> takes bfloat16 tensors itself. false (the default): an op given bf16
+  // tensors runs on float32 copies and rounds its bf16 outputs once (bf16 staging, see
+  // backend.cpp). A backend that writes a native bf16 kernel returns true for that op and
+  // handles DType::BF16 in its do_<op>; nothing else in Backend changes.
+  virtual bool has_native_bf16(Op /*op*/) const { return false; }
 
   // ---- memory -------------------------------------------------------------------------------
   Tensor empty(Shape shape, DType dtype = DType::F32);
@@ -199,6 +220,9 @@ class Backend {
  private:
   std::unique_ptr<DeviceAllocator> allocator_;
 };
+
+// "rmsnorm_forward": the name an op's error messages start with.
+const char* op_name(Backend::Op op);
 
 // RoPE cos and sin tables [T, head_dim/2] of `dtype` for positions 0..T-1. Angles are computed
 // in double on the host, so every backend rotates by bit-identical values:

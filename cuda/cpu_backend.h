@@ -13,7 +13,7 @@
 
 namespace carousel {
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {
  public:
   // `device_index` names the simulated device ("cpu:3"); `memory_limit_bytes` (0 = none) makes
   // it fail like a GPU of that size when exceeded.

@@ -33,12 +33,12 @@ Tensor Tensor::empty(DeviceAllocator& allocator, Shape shape, DType dtype) {
 }
 
 DeviceAllocator& Tensor::device() const {
-  CAROUSEL_CHECK(defined(), "undefined tensor has no device");
+  CAROUSEL_ASSERT(defined(), "undefined tensor has no device");
   return *storage_->allocator;
 }
 
 Tensor Tensor::view(std::int64_t offset, Shape shape) const {
-  CAROUSEL_CHECK(defined(), "view of an undefined tensor");
+  CAROUSEL_ASSERT(defined(), "view of an undefined tensor");
   const std::int64_t n = carousel::numel(shape);
   CAROUSEL_CHECK(offset >= 0 && offset + n <= numel(),
                  "view of {} elements at offset {} does not fit in tensor {}", n, offset,

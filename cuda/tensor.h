@@ -47,9 +47,10 @@ class Tensor {
   std::int64_t cols() const { return shape_.empty() ? 1 : shape_.back(); }
 
   void* raw() const { return static_cast<char*>(storage_->ptr) + offset_bytes_; }
-  template <class T> T* data() const {
-    CAROUSEL_CHECK(dtype_ == dtype_of<T>(), "tensor holds {} but was read as {}",
-                   dtype_name(dtype_), dtype_name(dtype_of<T>()));
+  template <class T>
+  T* data() const {
+    CAROUSEL_ASSERT(dtype_ == dtype_of<T>(), "tensor holds {} but was read as {}",
+                    dtype_name(dtype_), dtype_name(dtype_of<T>()));
     return static_cast<T*>(raw());
   }
 

@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
     if (schedule_cmd->parsed()) return carousel::run_schedule(schedule);
   } catch (const carousel::Error& e) {
     spdlog::error("{}", e.what());
+    if (!e.where().empty()) spdlog::debug("(raised at {})", e.where());
     return 2;
   } catch (const std::exception& e) {  // e.g. a filesystem error: still one line, no crash
     spdlog::error("{}", e.what());

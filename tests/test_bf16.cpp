@@ -1,7 +1,9 @@
 // test_bf16.cpp — bfloat16 on the CPU backend: cast rounds to nearest even (bit patterns worked
 // out from the format, every one of the 65536 bf16 values round-trips), fill rounds, and GEMM
 // with bf16 inputs accumulates in float32: checked against a double reference on the same
-// (exactly representable) inputs with the float32 summation error bound.
+// (exactly representable) inputs with the float32 summation error bound. Other ops are staged
+// through float32 (bitwise equal to the float32 op then a cast) unless a backend declares a
+// native bf16 kernel for the op.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -186,6 +188,47 @@ TEST(Bf16, OpsRunInFloat32AndRoundTheirOutputsOnce) {
     const float sum = float(xs[i]) + float(before[i]);
     ASSERT_EQ(after[i], double(math::to_float(math::to_bf16(sum)))) << i;
   }
+}
+
+// A backend with a native bf16 kernel for add only: add's do_add receives the bf16 tensors
+// (validated like float32 ones), every other op is still staged.
+class NativeBf16Add : public CpuBackend {
+ public:
+  bool has_native_bf16(Op op) const override { return op == Op::add; }
+  int native_calls = 0;
+
+ protected:
+  void do_add(const Tensor& a, const Tensor& b, const Tensor& out) override {
+    if (a.dtype() != DType::BF16) return CpuBackend::do_add(a, b, out);
+    ++native_calls;
+    const bf16 *x = a.data<bf16>(), *y = b.data<bf16>();
+    bf16* o = out.data<bf16>();
+    for (std::int64_t i = 0; i < a.numel(); ++i) {
+      o[i] = math::to_bf16(math::to_float(x[i]) + math::to_float(y[i]));
+    }
+  }
+};
+
+TEST(Bf16, NativeKernelReplacesStagingForItsOpOnly) {
+  NativeBf16Add native;
+  CpuBackend staged;
+  const std::int64_t n = 101;
+  const auto xs = testing::randn(n, 11), ys = testing::randn(n, 12);
+  auto run = [&](Backend& be) {
+    Tensor x = make(be, xs, {n}, DType::BF16), y = make(be, ys, {n}, DType::BF16);
+    Tensor out = be.empty({n}, DType::BF16);
+    be.add(x, y, out);
+    be.scale(out, 0.3);  // no native kernel: staged on both
+    return fetch(be, out);
+  };
+  EXPECT_EQ(run(native), run(staged));  // same bits: the native kernel matches its oracle
+  EXPECT_EQ(native.native_calls, 1);
+
+  // Native means validated as is: mixed dtypes are not widened into agreement.
+  Tensor x = make(native, xs, {n}, DType::BF16), yf = make(native, ys, {n}, DType::F32);
+  const std::string error = testing::error_of([&] { native.add(x, yf, x); });
+  EXPECT_NE(error.find("add: argument 'b' is float32 but must be bfloat16"), std::string::npos)
+      << error;
 }
 
 }  // namespace

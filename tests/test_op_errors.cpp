@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda/cpu_backend.h"
+#include "cuda/dispatch.h"
 #include "tests/test_util.h"
 
 namespace carousel {
@@ -97,6 +98,48 @@ TEST(OpErrors, RopeNeedsMatchingTables) {
   auto tables = make_rope_tables(be, 4, 8, 10000.0);  // 4 positions for a 5-token sequence
   expect_error([&] { be.rope_forward(x, tables.cos, tables.sin, x); },
                {"rope_forward", "'cos'", "[4,4]", "[5,4]"});
+}
+
+// The check macros of cuda/error.h: a user error keeps its message clean and its file:line apart;
+// an internal error and a library error name file:line in the message.
+TEST(CheckMacros, CheckKeepsMessageAndRecordsWhere) {
+  try {
+    CAROUSEL_CHECK(1 + 1 == 3, "arithmetic is {}", "off");
+    ADD_FAILURE() << "expected carousel::Error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "arithmetic is off");
+    EXPECT_EQ(e.where().rfind("tests/test_op_errors.cpp:", 0), 0u) << e.where();
+  }
+  EXPECT_EQ(Error("plain").where(), "");
+}
+
+TEST(CheckMacros, AssertNamesInternalErrorAndFileLine) {
+  const int line = __LINE__ + 2;
+  try {
+    CAROUSEL_ASSERT(false, "invariant {} broken", 7);
+    ADD_FAILURE() << "expected carousel::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(
+        std::string(e.what()),
+        fmt::format("internal error at tests/test_op_errors.cpp:{}: invariant 7 broken", line));
+  }
+}
+
+TEST(CheckMacros, LibraryErrorNamesLibraryStatementFileLineAndMessage) {
+  expect_error([] { detail::library_error("FAKE", "fake_call(1)", __FILE__, 12, 3, "no luck"); },
+               {"FAKE error 3 (no luck) in 'fake_call(1)' at tests/test_op_errors.cpp:12"});
+  expect_error([] { detail::library_error("FAKE", "f()", __FILE__, 1, 3, "bad", "FAKE_BAD", 2); },
+               {"FAKE error FAKE_BAD (bad) in 'f()'", "on device 2"});
+}
+
+TEST(Dispatch, CallsWithTheTypeAndNamesOpAndDtypeOtherwise) {
+  DType seen = DType::I32;
+  dispatch(StorageTypes{}, "cast", DType::BF16,
+           [&](auto tag) { seen = dtype_of<decltype(tag)>(); });
+  EXPECT_EQ(seen, DType::BF16);
+  expect_error(
+      [] { dispatch(FloatTypes{}, "scale", DType::BF16, [](auto) {}); },
+      {"internal error: scale has no bfloat16 implementation (it handles float32, float64)"});
 }
 
 }  // namespace

@@ -5,12 +5,13 @@
 // softmax saving the row log-sum-exp, then out = P v. The backward recomputes P from q, k and
 // the log-sum-exp (nothing [T,T] is kept between forward and backward). It runs the query heads
 // that share a kv head in order inside one task, so dk and dv accumulate without races.
-#include <cmath>
-
 #include <omp.h>
 
-#include "cuda/cpu/dispatch.h"
+#include <cmath>
+
+#include "cuda/cpu/blas.h"
 #include "cuda/cpu_backend.h"
+#include "cuda/dispatch.h"
 
 namespace carousel {
 
@@ -34,7 +35,8 @@ AttnDims dims_of(const Tensor& q, const Tensor& k) {
 
 // Forward: turns the scores S (already scaled) into probabilities P in place, causal (zero above
 // the diagonal), and writes each row's log-sum-exp to lse. One exp per element.
-template <class T> void causal_softmax_forward(T* s, std::int64_t seq, T* lse) {
+template <class T>
+void causal_softmax_forward(T* s, std::int64_t seq, T* lse) {
   for (std::int64_t i = 0; i < seq; ++i) {
     T* row = s + i * seq;
     T mx = row[0];
@@ -52,7 +54,8 @@ template <class T> void causal_softmax_forward(T* s, std::int64_t seq, T* lse) {
 }
 
 // Backward: recomputes P[i,j] = exp(S[i,j] - lse[i]) from the saved log-sum-exp, in place.
-template <class T> void causal_softmax_recompute(T* s, std::int64_t seq, const T* lse) {
+template <class T>
+void causal_softmax_recompute(T* s, std::int64_t seq, const T* lse) {
   for (std::int64_t i = 0; i < seq; ++i) {
     T* row = s + i * seq;
     for (std::int64_t j = 0; j <= i; ++j) row[j] = std::exp(row[j] - lse[i]);
@@ -68,7 +71,7 @@ void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Te
   const std::int64_t T_ = d.seq, ldq = d.heads * d.head_dim, ldk = d.kv_heads * d.head_dim;
   const int threads = omp_get_max_threads();
   Tensor scratch = empty({threads, T_, T_}, q.dtype());  // one [T,T] score matrix per thread
-  cpu::dispatch_float(q.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "attention_forward", q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T scale = T(1.0 / std::sqrt(double(d.head_dim)));
 #pragma omp parallel for collapse(2) schedule(static)
@@ -77,8 +80,8 @@ void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Te
         T* s = scratch.data<T>() + std::int64_t(omp_get_thread_num()) * T_ * T_;
         const T* qp = q.data<T>() + d.q_offset(b, h);
         const std::int64_t kv = d.kv_offset(b, h / d.group());
-        cpu::blas_gemm(false, true, T_, T_, d.head_dim, scale, qp, ldq, k.data<T>() + kv, ldk,
-                       T(0), s, T_);
+        cpu::blas_gemm(false, true, T_, T_, d.head_dim, scale, qp, ldq, k.data<T>() + kv, ldk, T(0),
+                       s, T_);
         causal_softmax_forward<T>(s, T_, lse.data<T>() + (b * d.heads + h) * T_);
         cpu::blas_gemm(false, false, T_, d.head_dim, T_, T(1), s, T_, v.data<T>() + kv, ldk, T(0),
                        out.data<T>() + d.q_offset(b, h), ldq);
@@ -88,7 +91,8 @@ void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Te
 }
 
 // With P = softmax(S), S = scale q k^T, O = P v:
-//   dv += P^T dO;  dP = dO v^T;  dS = P (dP - rowsum(dO * O));  dq = scale dS k;  dk += scale dS^T q
+//   dv += P^T dO;  dP = dO v^T;  dS = P (dP - rowsum(dO * O));  dq = scale dS k;  dk += scale dS^T
+//   q
 void CpuBackend::do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        const Tensor& dq, const Tensor& dk, const Tensor& dv) {
@@ -96,7 +100,7 @@ void CpuBackend::do_attention_backward(const Tensor& dout, const Tensor& q, cons
   const std::int64_t T_ = d.seq, ldq = d.heads * d.head_dim, ldk = d.kv_heads * d.head_dim;
   const int threads = omp_get_max_threads();
   Tensor scratch = empty({threads, 2, T_, T_}, q.dtype());  // P and dP per thread
-  cpu::dispatch_float(q.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "attention_backward", q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T scale = T(1.0 / std::sqrt(double(d.head_dim)));
 #pragma omp parallel for collapse(2) schedule(static)

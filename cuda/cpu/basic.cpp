@@ -7,12 +7,11 @@
 #include <vector>
 
 #include "cuda/bfloat16.h"
-#include "cuda/cpu/dispatch.h"
+#include "cuda/cpu/blas.h"
 #include "cuda/cpu_backend.h"
+#include "cuda/dispatch.h"
 
 namespace carousel {
-
-using cpu::dispatch_float;
 
 CpuBackend::CpuBackend(int device_index, std::size_t memory_limit_bytes)
     : Backend(std::make_unique<CpuAllocator>(device_index, memory_limit_bytes)) {}
@@ -39,7 +38,7 @@ void CpuBackend::do_fill(const Tensor& x, double value) {
     std::fill_n(x.data<bf16>(), x.numel(), v);
     return;
   }
-  dispatch_float(x.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "fill", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* p = x.data<T>();
     const std::int64_t n = x.numel();
@@ -53,8 +52,8 @@ void CpuBackend::do_copy(const Tensor& src, const Tensor& dst) {
 }
 
 void CpuBackend::do_cast(const Tensor& src, const Tensor& dst) {
-  cpu::dispatch_storage(src.dtype(), [&](auto from) {
-    cpu::dispatch_storage(dst.dtype(), [&](auto to) {
+  dispatch(StorageTypes{}, "cast", src.dtype(), [&](auto from) {
+    dispatch(StorageTypes{}, "cast", dst.dtype(), [&](auto to) {
       using From = decltype(from);
       using To = decltype(to);
       const From* s = src.data<From>();
@@ -67,7 +66,7 @@ void CpuBackend::do_cast(const Tensor& src, const Tensor& dst) {
 }
 
 void CpuBackend::do_scale(const Tensor& x, double alpha) {
-  dispatch_float(x.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "scale", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* p = x.data<T>();
     const std::int64_t n = x.numel();
@@ -77,7 +76,7 @@ void CpuBackend::do_scale(const Tensor& x, double alpha) {
 }
 
 void CpuBackend::do_axpy(double alpha, const Tensor& x, const Tensor& y) {
-  dispatch_float(x.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "axpy", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
     T* py = y.data<T>();
@@ -88,7 +87,7 @@ void CpuBackend::do_axpy(double alpha, const Tensor& x, const Tensor& y) {
 }
 
 void CpuBackend::do_add(const Tensor& a, const Tensor& b, const Tensor& out) {
-  dispatch_float(a.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "add", a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
@@ -106,7 +105,7 @@ double CpuBackend::do_sum(const Tensor& x, bool squares) {
   const std::int64_t n = x.numel();
   const std::int64_t blocks = (n + kBlock - 1) / kBlock;
   std::vector<double> partial(blocks, 0.0);
-  dispatch_float(x.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "sum", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* p = x.data<T>();
 #pragma omp parallel for schedule(static)
@@ -143,7 +142,7 @@ void CpuBackend::gemm_bf16(bool trans_a, bool trans_b, const GemmDims& d, double
 void CpuBackend::do_gemm(bool trans_a, bool trans_b, const GemmDims& d, double alpha,
                          const Tensor& a, const Tensor& b, double beta, const Tensor& c) {
   if (a.dtype() == DType::BF16) return gemm_bf16(trans_a, trans_b, d, alpha, a, b, beta, c);
-  dispatch_float(a.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "gemm", a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     // BLAS requires leading dimensions >= 1 even for empty matrices.
     const std::int64_t lda = std::max<std::int64_t>(1, trans_a ? d.m : d.k);

@@ -5,13 +5,12 @@
 // is summed by one thread in a fixed order (deterministic, race-free).
 #include <cmath>
 
-#include "cuda/cpu/dispatch.h"
+#include "cuda/cpu/blas.h"
 #include "cuda/cpu_backend.h"
+#include "cuda/dispatch.h"
 #include "cuda/elementwise.h"
 
 namespace carousel {
-
-using cpu::dispatch_float;
 
 namespace {
 constexpr std::int64_t kColumnBlock = 16;  // columns per task in row-reducing loops
@@ -21,7 +20,7 @@ void CpuBackend::do_embedding_forward(const Tensor& table, const Tensor& tokens,
                                       const Tensor& out) {
   const std::int64_t embed = table.dim(1), n = tokens.numel();
   const std::int32_t* tok = tokens.data<std::int32_t>();
-  dispatch_float(table.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "embedding_forward", table.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* w = table.data<T>();
     T* o = out.data<T>();
@@ -37,7 +36,7 @@ void CpuBackend::do_embedding_backward(const Tensor& dout, const Tensor& tokens,
                                        const Tensor& dtable) {
   const std::int64_t embed = dtable.dim(1), n = tokens.numel();
   const std::int32_t* tok = tokens.data<std::int32_t>();
-  dispatch_float(dtable.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "embedding_backward", dtable.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* g = dout.data<T>();
     T* dw = dtable.data<T>();
@@ -56,7 +55,7 @@ void CpuBackend::do_embedding_backward(const Tensor& dout, const Tensor& tokens,
 void CpuBackend::do_rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps,
                                     const Tensor& out, const Tensor& rstd) {
   const std::int64_t rows = x.rows(), cols = x.cols();
-  dispatch_float(x.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "rmsnorm_forward", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
     const T* g = weight.data<T>();
@@ -77,10 +76,9 @@ void CpuBackend::do_rmsnorm_forward(const Tensor& x, const Tensor& weight, doubl
 // y = x r g with r = (mean(x^2) + eps)^-1/2:
 //   dx = r (dy g) - x r^3 mean(dy g x);   dg += sum over rows of dy x r.
 void CpuBackend::do_rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
-                                     const Tensor& rstd, const Tensor& dx,
-                                     const Tensor& dweight) {
+                                     const Tensor& rstd, const Tensor& dx, const Tensor& dweight) {
   const std::int64_t rows = x.rows(), cols = x.cols();
-  dispatch_float(x.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "rmsnorm_backward", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
     const T* pdy = dout.data<T>();
@@ -119,7 +117,7 @@ void CpuBackend::do_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, 
                          bool backward) {
   const std::int64_t batch = x.dim(0), seq = x.dim(1), heads = x.dim(2), hd = x.dim(3);
   const std::int64_t half = hd / 2;
-  dispatch_float(x.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "rope", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
     const T* pc = cos.data<T>();
@@ -148,7 +146,7 @@ void CpuBackend::do_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, 
 }
 
 void CpuBackend::do_swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) {
-  dispatch_float(gate.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "swiglu_forward", gate.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* pg = gate.data<T>();
     const T* pu = up.data<T>();
@@ -161,7 +159,7 @@ void CpuBackend::do_swiglu_forward(const Tensor& gate, const Tensor& up, const T
 
 void CpuBackend::do_swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                                     const Tensor& dgate, const Tensor& dup) {
-  dispatch_float(gate.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "swiglu_backward", gate.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* pdy = dout.data<T>();
     const T* pg = gate.data<T>();
@@ -180,7 +178,7 @@ void CpuBackend::do_swiglu_backward(const Tensor& dout, const Tensor& gate, cons
 }
 
 void CpuBackend::do_gelu_forward(const Tensor& x, const Tensor& out) {
-  dispatch_float(x.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "gelu_forward", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
     T* po = out.data<T>();
@@ -191,7 +189,7 @@ void CpuBackend::do_gelu_forward(const Tensor& x, const Tensor& out) {
 }
 
 void CpuBackend::do_gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) {
-  dispatch_float(x.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "gelu_backward", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* pdy = dout.data<T>();
     const T* px = x.data<T>();

@@ -2,17 +2,17 @@
 #include <cmath>
 #include <limits>
 
-#include "cuda/cpu/dispatch.h"
+#include "cuda/cpu/blas.h"
 #include "cuda/cpu_backend.h"
+#include "cuda/dispatch.h"
 #include "cuda/elementwise.h"
 
 namespace carousel {
 
-using cpu::dispatch_float;
-
 namespace {
 // Row log-sum-exp in double (max-shifted).
-template <class T> double row_logsumexp(const T* row, std::int64_t n) {
+template <class T>
+double row_logsumexp(const T* row, std::int64_t n) {
   double mx = -std::numeric_limits<double>::infinity();
   for (std::int64_t j = 0; j < n; ++j) mx = std::max(mx, double(row[j]));
   double sum = 0.0;
@@ -26,7 +26,7 @@ void CpuBackend::do_cross_entropy_forward(const Tensor& logits, const Tensor& ta
                                           const Tensor& losses) {
   const std::int64_t rows = logits.dim(0), vocab = logits.dim(1);
   const std::int32_t* tgt = targets.data<std::int32_t>();
-  dispatch_float(logits.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "cross_entropy_forward", logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* pl = logits.data<T>();
     T* out = losses.data<T>();
@@ -42,7 +42,7 @@ void CpuBackend::do_cross_entropy_backward(const Tensor& logits, const Tensor& t
                                            double dloss, const Tensor& dlogits) {
   const std::int64_t rows = logits.dim(0), vocab = logits.dim(1);
   const std::int32_t* tgt = targets.data<std::int32_t>();
-  dispatch_float(logits.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "cross_entropy_backward", logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* pl = logits.data<T>();
     T* pd = dlogits.data<T>();
@@ -60,7 +60,7 @@ void CpuBackend::do_cross_entropy_backward(const Tensor& logits, const Tensor& t
 
 void CpuBackend::do_adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m,
                                  const Tensor& v, const AdamWScalars& scalars) {
-  dispatch_float(param.dtype(), [&](auto tag) {
+  dispatch(FloatTypes{}, "adamw_update", param.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* pp = param.data<T>();
     const T* pg = grad.data<T>();

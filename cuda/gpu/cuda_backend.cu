@@ -4,27 +4,20 @@
 // Every CUDA and cuBLAS call is checked (statement, file:line, device). Row-major tensors meet
 // column-major cuBLAS through the identity C^T = B^T A^T: a row-major [m,n] product is cuBLAS'
 // column-major [n,m] one with the operands swapped.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
 #include <fmt/format.h>
 
 #include <cstdint>
 #include <vector>
 
 #include "cuda/cuda_backend.h"
-#include "cuda/cuda_check.h"
 #include "cuda/device_info.h"
+#include "cuda/dispatch.h"
 #include "cuda/error.h"
 #include "cuda/gpu/kernels.cuh"
 
 namespace carousel {
-
-namespace detail {
-void throw_cublas_error(cublasStatus_t status, const char* stmt, const char* file, int line) {
-  int device = -1;
-  cudaGetDevice(&device);
-  throw Error(fmt::format("cuBLAS error {} ({}) in '{}' at {}:{} on device {}", int(status),
-                          cublasGetStatusString(status), stmt, file, line, device));
-}
-}  // namespace detail
 
 namespace {
 
@@ -83,31 +76,8 @@ class CudaAllocator final : public DeviceAllocator {
   cudaStream_t stream_ = nullptr;
 };
 
-template <class Fn>
-void dispatch(DType dtype, Fn&& fn) {
-  if (dtype == DType::F64)
-    fn(double{});
-  else
-    fn(float{});
-}
-// float, double or bf16: the storage types cast converts between.
-template <class Fn>
-void dispatch_storage(DType dtype, Fn&& fn) {
-  if (dtype == DType::BF16)
-    fn(bf16{});
-  else
-    dispatch(dtype, fn);
-}
-
 cudaDataType_t cublas_type(DType t) {
-  switch (t) {
-    case DType::F64:
-      return CUDA_R_64F;
-    case DType::BF16:
-      return CUDA_R_16BF;
-    default:
-      return CUDA_R_32F;
-  }
+  return per_dtype(t, CUDA_R_32F, CUDA_R_64F, CUDA_R_16BF, CUDA_R_32I);
 }
 
 class CudaBackend final : public Backend {
@@ -152,7 +122,7 @@ class CudaBackend final : public Backend {
              math::to_bf16(float(value)));
       return;
     }
-    dispatch(x.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "fill", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::fill_kernel<T>, x.numel(), x.data<T>(), x.numel(), T(value));
     });
@@ -162,8 +132,8 @@ class CudaBackend final : public Backend {
         cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
   }
   void do_cast(const Tensor& src, const Tensor& dst) override {
-    dispatch_storage(src.dtype(), [&](auto from) {
-      dispatch_storage(dst.dtype(), [&](auto to) {
+    dispatch(StorageTypes{}, "cast", src.dtype(), [&](auto from) {
+      dispatch(StorageTypes{}, "cast", dst.dtype(), [&](auto to) {
         using From = decltype(from);
         using To = decltype(to);
         launch(gpu::cast_kernel<From, To>, src.numel(), src.data<From>(), dst.data<To>(),
@@ -172,19 +142,19 @@ class CudaBackend final : public Backend {
     });
   }
   void do_scale(const Tensor& x, double alpha) override {
-    dispatch(x.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "scale", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::scale_kernel<T>, x.numel(), x.data<T>(), x.numel(), T(alpha));
     });
   }
   void do_axpy(double alpha, const Tensor& x, const Tensor& y) override {
-    dispatch(x.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "axpy", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::axpy_kernel<T>, x.numel(), x.data<T>(), y.data<T>(), x.numel(), T(alpha));
     });
   }
   void do_add(const Tensor& a, const Tensor& b, const Tensor& out) override {
-    dispatch(a.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "add", a.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::add_kernel<T>, a.numel(), a.data<T>(), b.data<T>(), out.data<T>(), a.numel());
     });
@@ -193,7 +163,7 @@ class CudaBackend final : public Backend {
     const std::int64_t n = x.numel(), blocks = (n + 4095) / 4096;
     if (blocks == 0) return 0.0;
     Tensor partial = empty({blocks}, DType::F64);
-    dispatch(x.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "sum", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::block_sum_kernel<T>, blocks, x.data<T>(), n, squares, partial.data<double>(),
              blocks);
@@ -232,7 +202,7 @@ class CudaBackend final : public Backend {
     }
   }
   void do_embedding_forward(const Tensor& table, const Tensor& tokens, const Tensor& out) override {
-    dispatch(table.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "embedding_forward", table.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const std::int64_t n = tokens.numel(), e = table.dim(1);
       launch(gpu::embedding_forward_kernel<T>, n * e, table.data<T>(), tokens.data<std::int32_t>(),
@@ -241,7 +211,7 @@ class CudaBackend final : public Backend {
   }
   void do_embedding_backward(const Tensor& dout, const Tensor& tokens,
                              const Tensor& dtable) override {
-    dispatch(dtable.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "embedding_backward", dtable.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const std::int64_t n = tokens.numel(), e = dtable.dim(1);
       launch(gpu::embedding_backward_kernel<T>, e, dout.data<T>(), tokens.data<std::int32_t>(),
@@ -250,7 +220,7 @@ class CudaBackend final : public Backend {
   }
   void do_rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& out,
                           const Tensor& rstd) override {
-    dispatch(x.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "rmsnorm_forward", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::rmsnorm_forward_kernel<T>, x.rows(), x.data<T>(), w.data<T>(), out.data<T>(),
              rstd.data<T>(), x.rows(), x.cols(), eps);
@@ -258,7 +228,7 @@ class CudaBackend final : public Backend {
   }
   void do_rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                            const Tensor& dx, const Tensor& dw) override {
-    dispatch(x.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "rmsnorm_backward", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::rmsnorm_backward_dx_kernel<T>, x.rows(), dy.data<T>(), x.data<T>(), w.data<T>(),
              rstd.data<T>(), dx.data<T>(), x.rows(), x.cols());
@@ -268,7 +238,7 @@ class CudaBackend final : public Backend {
   }
   void do_rope(const Tensor& x, const Tensor& c, const Tensor& s, const Tensor& out,
                bool backward) override {
-    dispatch(x.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "rope", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::rope_kernel<T>, x.numel() / 2, x.data<T>(), c.data<T>(), s.data<T>(),
              out.data<T>(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), backward);
@@ -276,7 +246,7 @@ class CudaBackend final : public Backend {
   }
   void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                             const Tensor& lse) override {
-    dispatch(q.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "attention_forward", q.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::attention_forward_kernel<T>, q.dim(0) * q.dim(2) * q.dim(1), q.data<T>(),
              k.data<T>(), v.data<T>(), out.data<T>(), lse.data<T>(), q.dim(0), q.dim(1), q.dim(2),
@@ -286,7 +256,7 @@ class CudaBackend final : public Backend {
   void do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse, const Tensor& dq,
                              const Tensor& dk, const Tensor& dv) override {
-    dispatch(q.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "attention_backward", q.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const std::int64_t B = q.dim(0), Tn = q.dim(1), H = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
       launch(gpu::attention_dq_kernel<T>, B * H * Tn, q.data<T>(), k.data<T>(), v.data<T>(),
@@ -297,7 +267,7 @@ class CudaBackend final : public Backend {
     });
   }
   void do_swiglu_forward(const Tensor& g, const Tensor& u, const Tensor& out) override {
-    dispatch(g.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "swiglu_forward", g.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::swiglu_forward_kernel<T>, g.numel(), g.data<T>(), u.data<T>(), out.data<T>(),
              g.numel());
@@ -305,20 +275,20 @@ class CudaBackend final : public Backend {
   }
   void do_swiglu_backward(const Tensor& dy, const Tensor& g, const Tensor& u, const Tensor& dg,
                           const Tensor& du) override {
-    dispatch(g.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "swiglu_backward", g.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::swiglu_backward_kernel<T>, g.numel(), dy.data<T>(), g.data<T>(), u.data<T>(),
              dg.data<T>(), du.data<T>(), g.numel());
     });
   }
   void do_gelu_forward(const Tensor& x, const Tensor& out) override {
-    dispatch(x.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "gelu_forward", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::gelu_forward_kernel<T>, x.numel(), x.data<T>(), out.data<T>(), x.numel());
     });
   }
   void do_gelu_backward(const Tensor& dy, const Tensor& x, const Tensor& dx) override {
-    dispatch(x.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "gelu_backward", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::gelu_backward_kernel<T>, x.numel(), dy.data<T>(), x.data<T>(), dx.data<T>(),
              x.numel());
@@ -326,7 +296,7 @@ class CudaBackend final : public Backend {
   }
   void do_cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                 const Tensor& losses) override {
-    dispatch(logits.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "cross_entropy_forward", logits.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::cross_entropy_kernel<T>, logits.dim(0), logits.data<T>(),
              targets.data<std::int32_t>(), losses.data<T>(), static_cast<T*>(nullptr), 0.0,
@@ -335,7 +305,7 @@ class CudaBackend final : public Backend {
   }
   void do_cross_entropy_backward(const Tensor& logits, const Tensor& targets, double dloss,
                                  const Tensor& dlogits) override {
-    dispatch(logits.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "cross_entropy_backward", logits.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::cross_entropy_kernel<T>, logits.dim(0), logits.data<T>(),
              targets.data<std::int32_t>(), static_cast<T*>(nullptr), dlogits.data<T>(), dloss,
@@ -344,7 +314,7 @@ class CudaBackend final : public Backend {
   }
   void do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                        const AdamWScalars& h) override {
-    dispatch(p.dtype(), [&](auto tag) {
+    dispatch(FloatTypes{}, "adamw_update", p.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::adamw_kernel<T>, p.numel(), p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(),
              p.numel(), h);

@@ -1,21 +1,11 @@
 // device_info.cu — CUDA device discovery through the runtime API (no driver library linked).
+#include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include "cuda/cuda_check.h"
 #include "cuda/device_info.h"
 #include "cuda/error.h"
 
 namespace carousel {
-
-namespace detail {
-void throw_cuda_error(cudaError_t err, const char* stmt, const char* file, int line) {
-  int device = -1;
-  cudaGetDevice(&device);
-  throw Error(fmt::format("CUDA error {} ({}) in '{}' at {}:{} on device {}",
-                          cudaGetErrorName(err), cudaGetErrorString(err), stmt, file, line,
-                          device));
-}
-}  // namespace detail
 
 bool cuda_built() { return true; }
 
