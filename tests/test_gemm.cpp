@@ -5,6 +5,8 @@
 // combination, alpha/beta (accumulate) setting and odd (prime) shape.
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <tuple>
 
 #include "cuda/cpu_backend.h"
@@ -126,6 +128,43 @@ TEST(Gemm, RepeatedCallsAreBitwiseIdentical) {
   be.gemm(false, false, 1.0, ta, tb, 0.0, c1);
   be.gemm(false, false, 1.0, ta, tb, 0.0, c2);
   EXPECT_TRUE(testing::bitwise_equal(be, c1, c2));
+}
+
+// Bitwise the same for 1, 2 and 3 OpenMP threads, for shapes of one tile and of several, tiled
+// by rows and by columns, batched, every transpose, beta 0 and 1. (OpenBLAS's own threading
+// breaks this on its Haswell and Zen kernels: ctest also runs this suite with those forced.)
+TEST(Gemm, ResultsDoNotDependOnTheThreadCount) {
+  CpuBackend be;
+  const int saved = omp_get_max_threads();
+  struct Case { std::int64_t batch, m, n, k; };
+  for (const Case c : {Case{1, 64, 64, 256}, Case{1, 300, 64, 96}, Case{1, 48, 300, 80},
+                       Case{3, 130, 40, 33}, Case{1, 1, 257, 64}}) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        for (double beta : {0.0, 1.0}) {
+          const auto a = testing::randn(c.batch * c.m * c.k, 20);
+          const auto b = testing::randn(c.batch * c.k * c.n, 21);
+          const auto c0 = testing::randn(c.batch * c.m * c.n, 22);
+          const Tensor ta_t = make(be, a, ta ? Shape{c.batch, c.k, c.m} : Shape{c.batch, c.m, c.k},
+                                   DType::F32);
+          const Tensor tb_t = make(be, b, tb ? Shape{c.batch, c.n, c.k} : Shape{c.batch, c.k, c.n},
+                                   DType::F32);
+          std::vector<Tensor> results;
+          for (int threads : {1, 2, 3}) {
+            omp_set_num_threads(threads);
+            results.push_back(make(be, c0, {c.batch, c.m, c.n}, DType::F32));
+            be.gemm_strided_batched(ta, tb, 0.5, ta_t, tb_t, beta, results.back());
+          }
+          for (int i : {1, 2}) {
+            EXPECT_TRUE(testing::bitwise_equal(be, results[0], results[i]))
+                << c.batch << "x" << c.m << "x" << c.n << "x" << c.k << " ta=" << ta
+                << " tb=" << tb << " beta=" << beta << ": 1 vs " << i + 1 << " threads";
+          }
+        }
+      }
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST(Gemm, EmptyInnerDimensionScalesC) {

@@ -139,6 +139,10 @@ void CpuBackend::gemm_bf16(bool trans_a, bool trans_b, const GemmDims& d, double
   if (c.dtype() == DType::BF16) cast(fc, c);
 }
 
+namespace {
+constexpr std::int64_t kGemmTile = 128;  // rows or columns of C per BLAS call
+}  // namespace
+
 void CpuBackend::do_gemm(bool trans_a, bool trans_b, const GemmDims& d, double alpha,
                          const Tensor& a, const Tensor& b, double beta, const Tensor& c) {
   if (a.dtype() == DType::BF16) return gemm_bf16(trans_a, trans_b, d, alpha, a, b, beta, c);
@@ -155,9 +159,33 @@ void CpuBackend::do_gemm(bool trans_a, bool trans_b, const GemmDims& d, double a
         pc[i] = beta == 0 ? T(0) : T(beta) * pc[i];
       return;
     }
-    for (std::int64_t i = 0; i < d.batch; ++i) {
-      cpu::blas_gemm(trans_a, trans_b, d.m, d.n, d.k, T(alpha), a.data<T>() + i * d.m * d.k, lda,
-                     b.data<T>() + i * d.k * d.n, ldb, T(beta), c.data<T>() + i * d.m * d.n, ldc);
+    // OpenBLAS's own threading is not used: on some cores (its Haswell and Zen kernels) a
+    // threaded sgemm rounds differently from a single-threaded one, so results would depend on
+    // the thread count. Instead C is cut into tiles of kGemmTile rows (or columns, whichever
+    // dimension is longer) that depend on the shape alone, and each tile is one single-threaded
+    // BLAS call (OpenBLAS's OpenMP build runs single-threaded inside a parallel region) on our
+    // OpenMP threads — one tile too: outside a parallel region OpenBLAS would thread it. Measured
+    // on 2 cores: 92-108% of OpenBLAS's threaded rate (docs/backend.md).
+    const bool by_rows = d.m >= d.n;
+    const std::int64_t along = by_rows ? d.m : d.n;
+    const std::int64_t tiles = (along + kGemmTile - 1) / kGemmTile;
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* pc = c.data<T>();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t job = 0; job < d.batch * tiles; ++job) {
+      const std::int64_t i = job / tiles, lo = job % tiles * kGemmTile;
+      const std::int64_t len = std::min(kGemmTile, along - lo);
+      const T* ai = pa + i * d.m * d.k;
+      const T* bi = pb + i * d.k * d.n;
+      T* ci = pc + i * d.m * d.n;
+      if (by_rows) {  // rows [lo, lo + len) of op(A) and C
+        cpu::blas_gemm(trans_a, trans_b, len, d.n, d.k, T(alpha), ai + (trans_a ? lo : lo * lda),
+                       lda, bi, ldb, T(beta), ci + lo * ldc, ldc);
+      } else {  // columns [lo, lo + len) of op(B) and C
+        cpu::blas_gemm(trans_a, trans_b, d.m, len, d.k, T(alpha), ai, lda,
+                       bi + (trans_b ? lo * ldb : lo), ldb, T(beta), ci + lo, ldc);
+      }
     }
   });
 }
