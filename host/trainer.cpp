@@ -1,6 +1,7 @@
 // trainer.cpp — the training loop: mesh checks, resume or init, steps, reports, checkpoints.
 #include "host/trainer.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -67,6 +68,31 @@ void log_plan(const Config& cfg, const MeshShape& mesh, const schedule::Program&
   }
   spdlog::info("model: {} parameters; data: {}; batch {} x {} tokens", parameter_count(cfg.model),
                make_data_loader(cfg)->describe(), cfg.global_batch(), cfg.model.max_target_length);
+}
+
+// Every rank must run the same config, program and build: under mpirun a process started with
+// other arguments or another binary would train something else, or wait forever for a
+// collective the others never issue. Each rank hashes what it will run (FNV-1a over the config
+// table, the program text and the build stamp) and the hashes are compared before step 1.
+void check_ranks_agree(Communicator& world, Backend& be, const Config& cfg,
+                       const schedule::Program& program) {
+  std::string identity = schedule::to_text(program) + "\nbuilt " __DATE__ " " __TIME__ "\n";
+  for (const auto& key : config_keys()) identity += key.name + "=" + key.get(cfg) + "\n";
+  std::uint64_t hash = 1469598103934665603ull;
+  for (const unsigned char byte : identity) hash = (hash ^ byte) * 1099511628211ull;
+  const std::vector<std::int32_t> mine = {std::int32_t(hash >> 32), std::int32_t(hash)};
+  Tensor all = be.empty({2 * world.size()}, DType::I32);
+  world.all_gather(be.from_host(mine, {2}), all).wait();
+  const auto hashes = be.to_host<std::int32_t>(all);
+  std::vector<int> differ;
+  for (int r = 1; r < world.size(); ++r) {
+    if (hashes[2 * r] != hashes[0] || hashes[2 * r + 1] != hashes[1]) differ.push_back(r);
+  }
+  CAROUSEL_CHECK(differ.empty(),
+                 "rank(s) {} run a different config, schedule or build than rank 0 (hashes of "
+                 "config keys, program and build stamp differ); start every process of the job "
+                 "with the same carousel binary and the same arguments",
+                 fmt::join(differ, ", "));
 }
 
 // Each rank's end-of-run figures, known to every process.
@@ -138,6 +164,7 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
   auto rank_main = [&](int rank, Backend& be, Communicator& world) {
     const RankPlace place = RankPlace::of(rank, mesh);
     FlightRecorder& recorder = recorders[rank];
+    check_ranks_agree(world, be, cfg, program);
     RankCommunicators comms =
         split_communicators(world, place, program.layout, cfg.model.logits_via_embedding);
     ShardedParams params(cfg, program.layout, place, be, comms);

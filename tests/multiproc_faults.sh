@@ -4,7 +4,8 @@
 #     not 0, not a signal) within the stall plus a few seconds, naming the timed-out operation;
 #  2. SIGTERM to one process (rank 2, after step 2) stops every process after that step with a
 #     checkpoint and exit code 0; the resumed job equals an uninterrupted threaded run bitwise;
-#  3. a real SIGTERM sent to a threaded run from outside, at whatever step it is, does the same.
+#  3. a real SIGTERM sent to a threaded run from outside, at whatever step it is, does the same;
+#  4. processes started with different arguments are refused before step 1, naming the ranks.
 set -uo pipefail
 carousel=$1 src=$2 work=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,6 +50,13 @@ rc=$?
 ls "$work/killed/checkpoints" | grep -qx '[0-9]*' || fail "no checkpoint after SIGTERM"
 "$carousel" train "${common[@]}" steps=40 checkpoint_period=1000 run_name=killed || fail "resume"
 "$carousel" train "${common[@]}" steps=40 enable_checkpointing=false run_name=straight40 || fail "straight 40"
+
+# 4. Processes started with different arguments (MPMD): refused before step 1, naming the ranks.
+out=$(mpirun_flags=1 "$here/mpirun.sh" 2 "$carousel" train "${common[@]}" steps=3 run_name=mixed : \
+      -np 2 "$carousel" train "${common[@]}" steps=4 run_name=mixed 2>&1)
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then fail "mixed job exit code $rc (want 1..127)"; fi
+grep -q "rank(s) 2, 3 run a different config" <<<"$out" || { fail "no mismatch error:"; echo "$out"; }
 
 python3 - "$work" <<'PY' || status=1
 import json, sys
