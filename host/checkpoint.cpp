@@ -315,12 +315,14 @@ std::vector<std::string> clean_partial_checkpoints(const Config& cfg) {
     }
     if (complete) {
       const fs::path final_dir = root / m[1].str();
-      if (!fs::exists(final_dir)) {
-        fs::rename(dir, final_dir);
+      std::error_code ec;  // another process of the run may be promoting it at the same time
+      if (!fs::exists(final_dir) && (fs::rename(dir, final_dir, ec), !ec)) {
         spdlog::warn(
             "checkpoint '{}' was complete but not renamed (interrupted save); moved "
             "into place as '{}'",
             dir.string(), final_dir.string());
+      } else if (!fs::exists(dir)) {
+        continue;  // promoted by another process
       } else {
         spdlog::warn("partial checkpoint '{}' is complete but '{}' exists; left alone",
                      dir.string(), final_dir.string());

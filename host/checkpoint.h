@@ -47,7 +47,8 @@ std::optional<std::string> latest_checkpoint(const Config& cfg);
 // each is reported with a warning and removed, except one whose manifest verifies (the save
 // stopped between the manifest and the rename), which is renamed into place when its step
 // directory does not exist, and otherwise left alone. A directory of another live process is
-// left alone. Runs on every save; returns the directories removed.
+// left alone. Safe to run in every process of a run at once. Runs on every save; returns the
+// directories removed.
 std::vector<std::string> clean_partial_checkpoints(const Config& cfg);
 
 // Refuses a remote URL (gs://, s3://, http(s)://, any scheme://) as the value of `key`: carousel
@@ -57,7 +58,8 @@ void check_local_path(const std::string& key, const std::string& value);
 // Before step 1 (on the process that writes outputs): the run directory can be created and
 // written (a file is written, fsync'ed and removed), the checkpoints path is a directory when
 // checkpointing, the metrics file can be opened for appending and its file system is not full,
-// no path is a remote URL. Also cleans partial checkpoints (clean_partial_checkpoints).
+// no path is a remote URL. Also cleans partial checkpoints (clean_partial_checkpoints). Every
+// process of a run may call it (each probes with its own file name).
 void check_outputs_writable(const Config& cfg);
 
 // metrics_file, or <run directory>/metrics.jsonl when it is empty.
