@@ -8,12 +8,14 @@
 //   state.json             completed steps (= the data position), the full carousel config
 //   manifest.json          byte size and CRC32 of every file above; written last
 // A checkpoint is written into a temporary directory, every file fsync'ed, the manifest last,
-// then renamed into place: a crash leaves either the whole checkpoint or none.
+// then renamed into place: a crash leaves either the whole checkpoint or none (and a temporary
+// directory, cleaned by the next save). Failure modes: docs/reliability.md#files-and-outputs.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cuda/backend.h"
 #include "host/config.h"
@@ -37,8 +39,32 @@ struct CheckpointContents {
 std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointContents& contents,
                             const TrainingState& state);
 
-// The newest complete checkpoint of the run (a directory with a manifest), if any.
+// The newest usable checkpoint of the run: the newest step directory whose manifest verifies
+// (every file present with its size and CRC32). Newer directories that fail are skipped with a
+// warning naming what is wrong; nothing is deleted.
 std::optional<std::string> latest_checkpoint(const Config& cfg);
+
+// Temporary directories (checkpoints/.tmp-<step>-<pid>) that an interrupted save left behind:
+// each is reported with a warning and removed, except one whose manifest verifies (the save
+// stopped between the manifest and the rename), which is renamed into place when its step
+// directory does not exist, and otherwise left alone. A directory of another live process is
+// left alone. Safe to run in every process of a run at once. Runs on every save; returns the
+// directories removed.
+std::vector<std::string> clean_partial_checkpoints(const Config& cfg);
+
+// Refuses a remote URL (gs://, s3://, http(s)://, any scheme://) as the value of `key`: carousel
+// reads and writes local paths only. The error names the key and the value.
+void check_local_path(const std::string& key, const std::string& value);
+
+// Before step 1 (on the process that writes outputs): the run directory can be created and
+// written (a file is written, fsync'ed and removed), the checkpoints path is a directory when
+// checkpointing, the metrics file can be opened for appending and its file system is not full,
+// no path is a remote URL. Also cleans partial checkpoints (clean_partial_checkpoints). Every
+// process of a run may call it (each probes with its own file name).
+void check_outputs_writable(const Config& cfg);
+
+// metrics_file, or <run directory>/metrics.jsonl when it is empty.
+std::string metrics_file_path(const Config& cfg);
 
 // Verifies the manifest (sizes, CRC32) and copies the tensors into `contents` (parameters, and
 // the moments when given). Every tensor must exist with the table's shape and dtype float32;

@@ -4,10 +4,13 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "cuda/error.h"
+#include "host/checkpoint.h"
 
 namespace carousel {
 
@@ -48,7 +51,8 @@ class SyntheticLoader final : public DataLoader {
     const std::uint64_t h = mix(std::uint64_t(g));
     const std::int64_t start = std::int64_t(h % std::uint64_t(vocab_));
     const std::int64_t stride = 1 + std::int64_t((h >> 32) % 7);
-    for (std::int64_t t = 0; t <= seq_len_; ++t) out[t] = std::int32_t((start + stride * t) % vocab_);
+    for (std::int64_t t = 0; t <= seq_len_; ++t)
+      out[t] = std::int32_t((start + stride * t) % vocab_);
   }
 
  private:
@@ -91,7 +95,26 @@ std::vector<std::string> expand_glob(const std::string& pattern) {
   return files;
 }
 
+// Refuses what is not a regular file before opening it: opening a FIFO blocks until a writer
+// appears, a directory or device has no size.
+void check_regular(const std::string& path, const char* what) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  CAROUSEL_CHECK(std::filesystem::exists(status), "dataset_path: {} '{}' does not exist", what,
+                 path);
+  const char* kind = std::filesystem::is_directory(status)        ? "a directory"
+                     : std::filesystem::is_fifo(status)           ? "a FIFO (named pipe)"
+                     : std::filesystem::is_character_file(status) ? "a character device"
+                     : std::filesystem::is_block_file(status)     ? "a block device"
+                     : std::filesystem::is_socket(status)         ? "a socket"
+                                                                  : "not a regular file";
+  CAROUSEL_CHECK(std::filesystem::is_regular_file(status),
+                 "dataset_path: {} '{}' is {}; carousel reads regular files only", what, path,
+                 kind);
+}
+
 void read_shard(const std::string& path, std::int64_t vocab, std::vector<std::int32_t>& out) {
+  check_regular(path, "token shard");
   std::ifstream in(path, std::ios::binary);
   CAROUSEL_CHECK(in.good(), "dataset_path: cannot open token shard '{}'", path);
   const auto size = std::filesystem::file_size(path);
@@ -101,15 +124,21 @@ void read_shard(const std::string& path, std::int64_t vocab, std::vector<std::in
                  "not an llm.c shard)",
                  path, size);
   in.read(reinterpret_cast<char*>(header), sizeof(header));
+  CAROUSEL_CHECK(in.good(), "token shard '{}': reading its header failed", path);
   CAROUSEL_CHECK(header[0] == kShardMagic,
                  "token shard '{}' has magic {} but llm.c shards start with {} (is it a token "
                  "file? for plain text use dataset_type=text)",
                  path, header[0], kShardMagic);
-  CAROUSEL_CHECK(header[1] == kShardVersion, "token shard '{}' has version {}; supported: {}",
-                 path, header[1], kShardVersion);
+  CAROUSEL_CHECK(header[1] == kShardVersion,
+                 "token shard '{}' has version {}; supported: {} (uint16 tokens)", path, header[1],
+                 kShardVersion);
   const std::int64_t count = header[2];
+  CAROUSEL_CHECK(count > 0,
+                 "token shard '{}' says it holds {} tokens; a shard holds at least 1 (header "
+                 "int 2 is the token count)",
+                 path, count);
   const std::uint64_t expected = sizeof(header) + 2 * std::uint64_t(count);
-  CAROUSEL_CHECK(count > 0 && size == expected,
+  CAROUSEL_CHECK(size == expected,
                  "token shard '{}' says {} tokens ({} bytes) but the file is {} bytes (truncated "
                  "or corrupt)",
                  path, count, expected, size);
@@ -133,14 +162,17 @@ std::unique_ptr<DataLoader> make_data_loader(const Config& cfg) {
   std::vector<std::int32_t> tokens;
   std::string what;
   if (cfg.dataset_type == "tokens") {
+    check_local_path("dataset_path", cfg.dataset_path);
     const auto files = expand_glob(cfg.dataset_path);
     CAROUSEL_CHECK(!files.empty(), "dataset_path='{}' matches no file", cfg.dataset_path);
     for (const auto& f : files) read_shard(f, V, tokens);
     what = fmt::format("{} llm.c shard(s) {}", files.size(), cfg.dataset_path);
   } else {
+    check_local_path("dataset_path", cfg.dataset_path);
+    check_regular(cfg.dataset_path, "text file");
     std::ifstream in(cfg.dataset_path, std::ios::binary);
-    CAROUSEL_CHECK(in.good() && std::filesystem::is_regular_file(cfg.dataset_path),
-                   "dataset_path='{}': cannot open text file", cfg.dataset_path);
+    CAROUSEL_CHECK(in.good(), "dataset_path='{}': cannot open text file: {}", cfg.dataset_path,
+                   std::strerror(errno));
     const std::string bytes((std::istreambuf_iterator<char>(in)), {});
     for (unsigned char c : bytes) tokens.push_back(c);
     what = fmt::format("text {}", cfg.dataset_path);
@@ -159,7 +191,8 @@ void write_token_shard(const std::string& path, const std::vector<std::uint16_t>
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(header), sizeof(header));
   out.write(reinterpret_cast<const char*>(tokens.data()), 2 * tokens.size());
-  CAROUSEL_CHECK(out.good(), "cannot write token shard '{}'", path);
+  out.flush();
+  CAROUSEL_CHECK(out.good(), "cannot write token shard '{}': {}", path, std::strerror(errno));
 }
 
 }  // namespace carousel

@@ -40,7 +40,8 @@ class DataLoader {
 // tokens: llm.c shards (256 int32 header: magic 20240520, version 1, token count; then uint16
 // tokens), one file or a glob of several, concatenated in sorted name order.
 // text: the bytes of a file.
-// Every token is checked against vocab_size when the data is opened.
+// Every token is checked against vocab_size when the data is opened. dataset_path must name
+// regular files (a FIFO would block forever) and be local (check_local_path).
 std::unique_ptr<DataLoader> make_data_loader(const Config& cfg);
 
 // Writes an llm.c token shard (used by tests and by `carousel` tools that prepare data).

@@ -1,23 +1,28 @@
 // safetensors.cpp — writer and validating reader of the safetensors format.
 #include "host/safetensors.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "cuda/error.h"
+#include "host/json_fields.h"
 
 namespace carousel {
 
 const char* safetensors_dtype(DType dtype) {
   switch (dtype) {
-    case DType::F32: return "F32";
-    case DType::F64: return "F64";
-    case DType::BF16: return "BF16";
-    case DType::I32: return "I32";
+    case DType::F32:
+      return "F32";
+    case DType::F64:
+      return "F64";
+    case DType::BF16:
+      return "BF16";
+    case DType::I32:
+      return "I32";
   }
   return "?";
 }
@@ -64,58 +69,92 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsInp
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  // Checked before opening: an ifstream on a FIFO blocks until a writer appears.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  CAROUSEL_CHECK(std::filesystem::exists(status), "safetensors file '{}' does not exist", path);
+  CAROUSEL_CHECK(std::filesystem::is_regular_file(status),
+                 "'{}' is not a regular file (a directory, FIFO or device?); a safetensors file "
+                 "is expected",
+                 path);
   std::ifstream in(path, std::ios::binary);
-  CAROUSEL_CHECK(in.good() && std::filesystem::is_regular_file(path), "cannot open '{}'", path);
+  CAROUSEL_CHECK(in.good(), "cannot open '{}'", path);
   bytes_.assign(std::istreambuf_iterator<char>(in), {});
   CAROUSEL_CHECK(bytes_.size() >= 8, "'{}' is {} bytes: too short for a safetensors file", path,
                  bytes_.size());
   std::uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(bytes_[i])) << (8 * i);
-  CAROUSEL_CHECK(n <= bytes_.size() - 8, "'{}': header length {} exceeds the file size {}", path,
-                 n, bytes_.size());
+  CAROUSEL_CHECK(n <= bytes_.size() - 8,
+                 "'{}': header length {} exceeds the file size {} (truncated, or not a "
+                 "safetensors file)",
+                 path, n, bytes_.size());
   data_start_ = 8 + n;
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(bytes_.begin() + 8, bytes_.begin() + 8 + std::ptrdiff_t(n));
-  } catch (const nlohmann::json::exception& e) {
-    fail("'{}': the safetensors header is not valid JSON: {}", path, e.what());
-  }
-  CAROUSEL_CHECK(header.is_object(), "'{}': the safetensors header is not a JSON object", path);
+  const std::string where = fmt::format("'{}': the safetensors header", path);
+  const nlohmann::json header =
+      parse_json_text(bytes_.begin() + 8, bytes_.begin() + std::ptrdiff_t(data_start_), where);
+  CAROUSEL_CHECK(header.is_object(), "{} is a JSON {}, not an object", where, header.type_name());
   const std::uint64_t data_size = bytes_.size() - data_start_;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  std::vector<std::tuple<std::uint64_t, std::uint64_t, std::string>> starts;  // begin, end, name
   for (const auto& [name, value] : header.items()) {
     if (name == "__metadata__") {
-      for (const auto& [k, v] : value.items()) metadata_[k] = v.get<std::string>();
+      const std::string meta = fmt::format("'{}': __metadata__", path);
+      CAROUSEL_CHECK(value.is_object(), "{} must be an object, found {}", meta, value.type_name());
+      for (const auto& [k, v] : value.items()) metadata_[k] = json_string(v, meta, k);
       continue;
     }
+    const std::string entry = fmt::format("'{}': tensor '{}'", path, name);
     SafetensorsEntry e;
-    try {
-      CAROUSEL_CHECK(parse_dtype(value.at("dtype").get<std::string>(), e.dtype),
-                     "'{}': tensor '{}' has unsupported dtype {}", path, name,
-                     value.at("dtype").dump());
-      e.shape = value.at("shape").get<Shape>();
-      const auto off = value.at("data_offsets").get<std::vector<std::uint64_t>>();
-      CAROUSEL_CHECK(off.size() == 2, "'{}': tensor '{}' data_offsets must have 2 entries", path,
-                     name);
-      e.begin = off[0];
-      e.end = off[1];
-    } catch (const nlohmann::json::exception& ex) {
-      fail("'{}': tensor '{}' has a malformed header entry: {}", path, name, ex.what());
+    const std::string dtype = json_string(json_field(value, "dtype", entry), entry, "dtype");
+    CAROUSEL_CHECK(parse_dtype(dtype, e.dtype), "{} has dtype '{}'; supported: F32, F64, BF16, I32",
+                   entry, dtype);
+    const auto& shape = json_field(value, "shape", entry);
+    CAROUSEL_CHECK(shape.is_array(), "{}: field 'shape' must be an array, found {}", entry,
+                   shape.type_name());
+    std::uint64_t expected = dtype_size(e.dtype);
+    for (const auto& dim : shape) {
+      const std::uint64_t d = json_unsigned(dim, entry, "shape", 1ULL << 48);
+      CAROUSEL_CHECK(!__builtin_mul_overflow(expected, d, &expected), "{}: shape {} is too large",
+                     entry, shape.dump());
+      e.shape.push_back(std::int64_t(d));
     }
-    const std::uint64_t expected = std::uint64_t(numel(e.shape)) * dtype_size(e.dtype);
-    CAROUSEL_CHECK(e.begin <= e.end && e.end <= data_size && e.end - e.begin == expected,
-                   "'{}': tensor '{}' ({} {}) has data_offsets [{}, {}] but needs {} bytes inside "
-                   "a data section of {} bytes (truncated or corrupt)",
-                   path, name, safetensors_dtype(e.dtype), shape_str(e.shape), e.begin, e.end,
-                   expected, data_size);
-    ranges.emplace_back(e.begin, e.end);
+    const auto& off = json_field(value, "data_offsets", entry);
+    CAROUSEL_CHECK(off.is_array() && off.size() == 2,
+                   "{}: field 'data_offsets' must be an array [begin, end], found {}", entry,
+                   off.dump());
+    e.begin = json_unsigned(off[0], entry, "data_offsets");
+    e.end = json_unsigned(off[1], entry, "data_offsets");
+    CAROUSEL_CHECK(e.begin <= e.end && e.end <= data_size,
+                   "{} has data_offsets [{}, {}] outside the data section of {} bytes (truncated "
+                   "or corrupt)",
+                   entry, e.begin, e.end, data_size);
+    CAROUSEL_CHECK(e.end - e.begin == expected,
+                   "{} ({} {}) needs {} bytes but its data_offsets [{}, {}] hold {} (dtype or "
+                   "shape does not match the data)",
+                   entry, safetensors_dtype(e.dtype), shape_str(e.shape), expected, e.begin, e.end,
+                   e.end - e.begin);
+    starts.emplace_back(e.begin, e.end, name);
     entries_[name] = e;
   }
-  std::sort(ranges.begin(), ranges.end());
-  for (std::size_t i = 1; i < ranges.size(); ++i) {
-    CAROUSEL_CHECK(ranges[i].first >= ranges[i - 1].second,
-                   "'{}': tensor data ranges overlap (corrupt file)", path);
+  // The format's rule: the tensors cover the data section exactly, no overlaps, no holes, no
+  // trailing bytes. A header length a few bytes off (which would shift every tensor) breaks it.
+  std::sort(starts.begin(), starts.end());
+  std::uint64_t covered = 0;
+  std::string previous;
+  for (const auto& [begin, end, name] : starts) {
+    CAROUSEL_CHECK(begin >= covered,
+                   "'{}': tensors '{}' and '{}' overlap at data offset {} (corrupt file)", path,
+                   previous, name, begin);
+    CAROUSEL_CHECK(begin == covered,
+                   "'{}': {} bytes before tensor '{}' (data offset {}) belong to no tensor "
+                   "(header length wrong, or corrupt file)",
+                   path, begin - covered, name, covered);
+    covered = end;
+    previous = name;
   }
+  CAROUSEL_CHECK(covered == data_size,
+                 "'{}': the tensors end at data offset {} but the data section is {} bytes: {} "
+                 "trailing bytes (header length {} wrong, or corrupt file)",
+                 path, covered, data_size, data_size - covered, n);
 }
 
 const void* SafetensorsFile::data(const std::string& name) const {

@@ -35,7 +35,10 @@ struct SafetensorsEntry {
 };
 
 // A parsed file held in memory. Every entry is validated on open: known dtype, offsets inside
-// the file, size = numel * dtype size, no overlaps; errors name the file and the tensor.
+// the file, size = numel * dtype size, and together the tensors cover the data section exactly
+// (no overlap, hole or trailing byte: a header length a few bytes off cannot shift every tensor).
+// Non-regular files (FIFOs, directories) are refused unopened. Errors name the file, the tensor
+// and the field.
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);

@@ -1,12 +1,16 @@
-// step_report.cpp — per-step log line, metrics JSONL, checkpoint cadence.
+// step_report.cpp — per-step log line, metrics JSONL (non-finite numbers as strings),
+// checkpoint cadence.
 #include "host/step_report.h"
 
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
-#include <nlohmann/json.hpp>
 
 #include "cuda/error.h"
+#include "host/checkpoint.h"
 #include "host/optimizer.h"
 
 namespace carousel {
@@ -14,14 +18,21 @@ namespace carousel {
 StepReporter::StepReporter(const Config& cfg)
     : cfg_(cfg),
       tokens_per_step_(double(cfg.global_batch() * cfg.model.max_target_length)),
-      flops_per_token_(train_flops_per_token(cfg.model)) {
-  std::filesystem::create_directories(cfg.run_directory());
-  const std::string path =
-      cfg.metrics_file.empty()
-          ? (std::filesystem::path(cfg.run_directory()) / "metrics.jsonl").string()
-          : cfg.metrics_file;
-  metrics_.open(path, std::ios::app);
-  CAROUSEL_CHECK(metrics_.good(), "cannot open metrics file '{}'", path);
+      flops_per_token_(train_flops_per_token(cfg.model)),
+      path_(metrics_file_path(cfg)) {
+  check_local_path("metrics_file", cfg.metrics_file);
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.run_directory(), ec);
+  CAROUSEL_CHECK(!ec, "cannot create the run directory '{}': {}", cfg.run_directory(),
+                 ec.message());
+  metrics_.open(path_, std::ios::app);
+  CAROUSEL_CHECK(metrics_.good(), "cannot open metrics file '{}': {}", path_, std::strerror(errno));
+}
+
+nlohmann::json json_number(double x) {
+  if (std::isnan(x)) return "NaN";
+  if (std::isinf(x)) return x > 0 ? "Infinity" : "-Infinity";
+  return x;
 }
 
 StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_norm, double seconds) {
@@ -34,15 +45,17 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
   s.tokens_per_second = tokens_per_step_ / seconds;
   s.flops_per_second = flops_per_token_ * tokens_per_step_ / seconds;
   metrics_ << nlohmann::json{{"step", step},
-                             {"loss", s.loss},
-                             {"grad_norm", s.grad_norm},
-                             {"lr", s.learning_rate},
-                             {"step_ms", s.step_ms},
-                             {"tokens_per_s", s.tokens_per_second},
-                             {"gflops", s.flops_per_second / 1e9}}
+                             {"loss", json_number(s.loss)},
+                             {"grad_norm", json_number(s.grad_norm)},
+                             {"lr", json_number(s.learning_rate)},
+                             {"step_ms", json_number(s.step_ms)},
+                             {"tokens_per_s", json_number(s.tokens_per_second)},
+                             {"gflops", json_number(s.flops_per_second / 1e9)}}
                   .dump()
            << '\n';
-  metrics_.flush();
+  metrics_.flush();  // one record per step reaches the file, or the run stops here
+  CAROUSEL_CHECK(metrics_.good(), "writing metrics file '{}' failed at step {}: {} (disk full?)",
+                 path_, step, std::strerror(errno));
   if (step % cfg_.log_period == 0 || step + 1 == cfg_.steps) {
     spdlog::info(
         "step {:>5}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.1f} ms | "

@@ -5,11 +5,17 @@
 
 #include <cstdint>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "host/config.h"
 #include "host/trainer.h"
 
 namespace carousel {
+
+// A number for the metrics JSONL: finite values as JSON numbers; NaN, +inf and -inf as the
+// strings "NaN", "Infinity", "-Infinity" (JSON has no such numbers; null would lose which).
+nlohmann::json json_number(double x);
 
 // Whether a checkpoint is written after 0-based `step`: every checkpoint_period steps and at the
 // end, when enable_checkpointing.
@@ -18,12 +24,14 @@ bool checkpoint_due(const Config& cfg, std::int64_t step);
 class StepReporter {
  public:
   explicit StepReporter(const Config& cfg);  // opens the metrics file; throws if it cannot
-  // Completes the metrics of a finished step (lr, throughput) and reports them.
+  // Completes the metrics of a finished step (lr, throughput) and reports them. Each record is
+  // flushed; a failed write (disk full) throws an Error naming the file.
   StepMetrics report(std::int64_t step, double loss, double grad_norm, double seconds);
 
  private:
   const Config& cfg_;
   double tokens_per_step_, flops_per_token_;
+  std::string path_;
   std::ofstream metrics_;
 };
 

@@ -135,6 +135,10 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
   const ParamSet whole_m = ParamSet::allocate(host, specs, DType::F32);
   const ParamSet whole_v = ParamSet::allocate(host, specs, DType::F32);
   const CheckpointContents whole{&whole_params, &whole_m, &whole_v};
+  // Outputs are checked before step 1 in every process (an unwritable directory or metrics
+  // file would otherwise surface only after the first steps' work); leftover partial saves are
+  // cleaned first, so the checkpoint to resume from is chosen among complete ones.
+  check_outputs_writable(cfg);
   TrainResult result;
   std::optional<CheckpointContents> start_from;  // none: the initial values
   if (const auto dir = cfg.enable_checkpointing ? latest_checkpoint(cfg) : std::nullopt) {

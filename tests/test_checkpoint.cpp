@@ -94,8 +94,9 @@ TEST(Checkpoint, RoundTripIsBitwise) {
   EXPECT_TRUE(testing::bitwise_equal(f.be, o2.m.flat, f.opt.m.flat));
   EXPECT_TRUE(testing::bitwise_equal(f.be, o2.v.flat, f.opt.v.flat));
   // A second save of the same step is refused: nothing is overwritten.
-  EXPECT_NE(testing::error_of([&] { save_checkpoint(f.be, f.cfg, {&f.params, nullptr, nullptr}, {12}); })
-                .find("already exists; refusing to overwrite"),
+  EXPECT_NE(testing::error_of([&] {
+              save_checkpoint(f.be, f.cfg, {&f.params, nullptr, nullptr}, {12});
+            }).find("already exists; refusing to overwrite"),
             std::string::npos);
 }
 
@@ -109,16 +110,19 @@ TEST(Checkpoint, CorruptionAndIncompleteDirectoriesAreDetected) {
     io.seekp(-3, std::ios::end);
     io.put('\x7f');
   }
-  EXPECT_NE(testing::error_of([&] { load_checkpoint(f.be, dir, {&p2, nullptr, nullptr}); })
-                .find("'model.safetensors' fails its CRC32 check"),
+  EXPECT_NE(testing::error_of([&] {
+              load_checkpoint(f.be, dir, {&p2, nullptr, nullptr});
+            }).find("'model.safetensors' fails its CRC32 check"),
             std::string::npos);
   fs::resize_file(model, fs::file_size(model) - 10);
-  EXPECT_NE(testing::error_of([&] { load_checkpoint(f.be, dir, {&p2, nullptr, nullptr}); })
-                .find("(truncated?)"),
+  EXPECT_NE(testing::error_of([&] {
+              load_checkpoint(f.be, dir, {&p2, nullptr, nullptr});
+            }).find("(truncated?)"),
             std::string::npos);
-  // A directory without a manifest (an interrupted save) is never "latest".
+  // A directory without a manifest is never "latest", nor is the truncated one: none is usable
+  // (tests/test_checkpoint_faults.cpp: the fallback to an older complete checkpoint).
   fs::create_directories(fs::path(f.cfg.run_directory()) / "checkpoints" / "9");
-  EXPECT_EQ(latest_checkpoint(f.cfg), dir);
+  EXPECT_EQ(latest_checkpoint(f.cfg), std::nullopt);
 }
 
 TEST(Checkpoint, ShapeMismatchNamesTensorAndShapes) {
@@ -127,7 +131,9 @@ TEST(Checkpoint, ShapeMismatchNamesTensorAndShapes) {
   ModelConfig wider = f.cfg.model;
   wider.mlp_dim = 100;
   ParamSet other = ParamSet::allocate(f.be, param_table(wider), DType::F32);
-  const std::string msg = testing::error_of([&] { load_checkpoint(f.be, dir, {&other, nullptr, nullptr}); });
+  const std::string msg = testing::error_of([&] {
+    load_checkpoint(f.be, dir, {&other, nullptr, nullptr});
+  });
   EXPECT_NE(msg.find("tensor 'model.layers.0.mlp.gate_proj.weight' has shape [172,64] but the "
                      "model needs [100,64]"),
             std::string::npos)
@@ -135,8 +141,9 @@ TEST(Checkpoint, ShapeMismatchNamesTensorAndShapes) {
   ModelConfig deeper = f.cfg.model;
   deeper.num_layers = 3;
   ParamSet more = ParamSet::allocate(f.be, param_table(deeper), DType::F32);
-  EXPECT_NE(testing::error_of([&] { load_checkpoint(f.be, dir, {&more, nullptr, nullptr}); })
-                .find("has no tensor 'model.layers.2.input_layernorm.weight'"),
+  EXPECT_NE(testing::error_of([&] {
+              load_checkpoint(f.be, dir, {&more, nullptr, nullptr});
+            }).find("has no tensor 'model.layers.2.input_layernorm.weight'"),
             std::string::npos);
 }
 

@@ -5,14 +5,16 @@
 
 #include <CLI/CLI.hpp>
 #include <array>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -31,33 +33,47 @@ namespace carousel::perf {
 
 namespace {
 
-std::int64_t parse_size(const std::string& text) {
+// "32M", "4K", "1G", "1024", "1.5M": bytes; nullopt for anything else (no negative sizes, one
+// optional suffix, nothing after it).
+std::optional<std::int64_t> parse_size(const std::string& text) {
   std::size_t pos = 0;
-  const double v = std::stod(text, &pos);
-  std::int64_t mult = 1;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (!(v >= 0) || !std::isdigit(static_cast<unsigned char>(text[0]))) return std::nullopt;
+  double mult = 1;
   if (pos < text.size()) {
+    if (pos + 1 != text.size()) return std::nullopt;
     switch (std::toupper(static_cast<unsigned char>(text[pos]))) {
       case 'K':
-        mult = 1LL << 10;
+        mult = 0x1p10;
         break;
       case 'M':
-        mult = 1LL << 20;
+        mult = 0x1p20;
         break;
       case 'G':
-        mult = 1LL << 30;
+        mult = 0x1p30;
         break;
       default:
-        throw CLI::ValidationError("size", "unknown suffix in '" + text + "' (use K, M, G)");
+        return std::nullopt;
     }
   }
-  return std::int64_t(v * double(mult));
+  if (v * mult > 0x1p50) return std::nullopt;  // 1 PiB: no buffer of that size
+  return std::int64_t(v * mult);
 }
 
-DType parse_dtype(const std::string& s) {
-  if (s == "float") return DType::F32;
-  if (s == "double") return DType::F64;
-  if (s == "int32") return DType::I32;
-  throw CLI::ValidationError("-d", "'" + s + "' is not supported; use float, double or int32");
+// The types of -d; "all" is every one, as in nccl-tests.
+std::optional<std::vector<std::pair<DType, std::string>>> parse_dtypes(const std::string& s) {
+  const std::vector<std::pair<DType, std::string>> all = {
+      {DType::F32, "float"}, {DType::F64, "double"}, {DType::I32, "int32"}};
+  if (s == "all") return all;
+  for (const auto& d : all) {
+    if (d.second == s) return std::vector{d};
+  }
+  return std::nullopt;
 }
 
 // Integer-valued inputs keep every sum exact in float32 (below 2^24).
@@ -85,6 +101,7 @@ std::vector<double> values(Backend& be, const Tensor& t) {
 }
 
 struct Row {
+  std::string type;
   std::int64_t bytes = 0, count = 0;
   double time_us[2] = {0, 0}, algbw[2] = {0, 0}, busbw[2] = {0, 0};
   std::int64_t wrong[2] = {0, 0};
@@ -141,7 +158,7 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   app.add_option("-n,--iters", iters, "timed iterations")->check(CLI::Range(1, 1000000));
   app.add_option("-w,--warmup_iters", warmup, "warm-up iterations")->check(CLI::Range(0, 1000000));
   app.add_option("-c,--check", check, "check results: 1 yes, 0 no")->check(CLI::Range(0, 1));
-  app.add_option("-d,--datatype", dtype_name_, "float | double | int32");
+  app.add_option("-d,--datatype", dtype_name_, "float | double | int32 | all");
   app.add_option("-o,--op", op_name, "sum | avg")->check(CLI::IsMember({"sum", "avg"}));
   app.add_option("-r,--root", root, "root rank of rooted collectives");
   app.add_option("-T,--timeout", timeout, "fail an operation waiting longer than this (s)");
@@ -149,7 +166,51 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   app.add_option("--backend", backend,
                  "local (CPU threads); mpi (one rank per process, under mpirun); nccl (GPUs)")
       ->check(CLI::IsMember({"local", "mpi", "nccl"}));
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    fmt::print(stderr, "error: {} (see --help)\n", e.what());
+    return 2;
+  }
+  // Every flag is checked before anything runs: one line on stderr naming the flag, the value
+  // and what is valid; exit status 2.
+  const auto dtypes = parse_dtypes(dtype_name_);
+  if (!dtypes) {
+    fmt::print(stderr,
+               "error: -d/--datatype '{}' is not supported; valid: float, double, int32, all "
+               "(the host communicators reduce no 16-bit types: no half or bfloat16)\n",
+               dtype_name_);
+    return 2;
+  }
+  const auto lo_size = parse_size(min_bytes), hi_size = parse_size(max_bytes);
+  for (const auto& [flag, text, size] : {std::tuple{"-b/--minbytes", min_bytes, lo_size},
+                                         std::tuple{"-e/--maxbytes", max_bytes, hi_size}}) {
+    if (!size) {
+      fmt::print(stderr,
+                 "error: {} '{}' is not a size; valid: bytes as a number with an optional K, M "
+                 "or G suffix, up to 1P (e.g. 8, 4K, 32M)\n",
+                 flag, text);
+      return 2;
+    }
+  }
+  const std::int64_t lo = *lo_size, hi = *hi_size;
+  if (lo > hi) {
+    fmt::print(stderr,
+               "error: -b/--minbytes {} ({} bytes) is larger than -e/--maxbytes {} ({} bytes); "
+               "valid: -b <= -e\n",
+               min_bytes, lo, max_bytes, hi);
+    return 2;
+  }
+  std::ofstream json_out;
+  if (!json_file.empty()) {
+    json_out.open(json_file, std::ios::trunc);
+    if (!json_out.good()) {
+      fmt::print(stderr, "error: -J/--output_file '{}' cannot be written: {}\n", json_file,
+                 std::strerror(errno));
+      return 2;
+    }
+  }
   (void)ranks_option;
   int my_rank = -1;  // this process's rank under mpirun; -1: every rank is a thread here
 #ifndef CAROUSEL_HAVE_MPI
@@ -201,18 +262,36 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
     return 2;
   }
 #endif
-  const DType dtype = parse_dtype(dtype_name_);
   const ReduceOp op = op_name == "avg" ? ReduceOp::Avg : ReduceOp::Sum;
   if (root < 0 || root >= ranks) {
-    fmt::print(stderr, "error: root {} is not a rank in [0, {})\n", root, ranks);
+    fmt::print(stderr, "error: -r/--root {} is not a rank; valid: 0 to {}\n", root, ranks - 1);
     return 2;
   }
-  if (op == ReduceOp::Avg && dtype == DType::I32 && test.reduces) {
-    fmt::print(stderr, "error: -o avg needs -d float or double\n");
+  // The (type, size) rows of the table: sizes from lo, times factor, up to hi, for which the
+  // collective moves at least one element. int32 has no average (skipped by -d all).
+  std::vector<std::pair<std::pair<DType, std::string>, std::int64_t>> sweep;
+  for (const auto& type : *dtypes) {
+    if (op == ReduceOp::Avg && type.first == DType::I32 && test.reduces) {
+      if (dtypes->size() > 1) continue;
+      fmt::print(stderr,
+                 "error: -o/--op avg with -d/--datatype int32: valid: -d float or double\n");
+      return 2;
+    }
+    const std::int64_t elt = std::int64_t(dtype_size(type.first));
+    for (std::int64_t size = std::max(lo, elt); size <= hi;
+         size = std::max(size + 1, std::int64_t(double(size) * factor))) {
+      std::int64_t send_n, recv_n, count;
+      test.counts(size / elt, ranks, send_n, recv_n, count);
+      if (count > 0) sweep.push_back({type, size});
+    }
+  }
+  if (sweep.empty()) {
+    fmt::print(stderr,
+               "error: -b/--minbytes {} to -e/--maxbytes {}: no size in this range gives {} "
+               "with {} ranks one element of type {}; valid: a larger -e\n",
+               min_bytes, max_bytes, test.name, ranks, dtype_name_);
     return 2;
   }
-  const std::size_t elt = dtype_size(dtype);
-  const std::int64_t lo = parse_size(min_bytes), hi = parse_size(max_bytes);
 
   fmt::print("# carousel {}_perf: backend {}, {} ranks ({})\n", test.name, backend, ranks,
              backend == "mpi" ? "one process each" : "threads of this process");
@@ -291,12 +370,13 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   }
   std::vector<Row> rows;
   std::int64_t total_wrong = 0;
-  for (std::int64_t size = std::max<std::int64_t>(lo, std::int64_t(elt)); size <= hi;
-       size = std::max(size + 1, std::int64_t(double(size) * factor))) {
+  for (const auto& [type, size] : sweep) {
+    const auto& [dtype, type_name] = type;
+    const std::size_t elt = dtype_size(dtype);
     std::int64_t send_n, recv_n, count;
     test.counts(size / std::int64_t(elt), ranks, send_n, recv_n, count);
-    if (count == 0) continue;
     Row row;
+    row.type = type_name;
     row.bytes = std::max(send_n, recv_n) * std::int64_t(elt);
     row.count = count;
     std::vector<std::array<double, 2>> rank_time(ranks);
@@ -359,7 +439,7 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
                                                          : std::to_string(row.wrong[mode]);
     };
     fmt::print(" {:>11} {:>12} {:>8} {:>6} {:>6} {:>9.1f} {:>7.2f} {:>7.2f} {:>6} ", row.bytes,
-               row.count, dtype_name_, test.reduces ? op_name : "none", test.rooted ? root : -1,
+               row.count, row.type, test.reduces ? op_name : "none", test.rooted ? root : -1,
                row.time_us[0], row.algbw[0], row.busbw[0], wrong_text(0));
     if (test.has_in_place) {
       fmt::print("{:>9.1f} {:>7.2f} {:>7.2f} {:>6}\n", row.time_us[1], row.algbw[1], row.busbw[1],
@@ -389,7 +469,8 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
         {"datatype", dtype_name_},     {"memcpy_gbps", memcpy_bw}, {"avg_bus_bandwidth", avg_bus},
         {"wrong", total_wrong}};
     for (const auto& r : rows) {
-      j["results"].push_back({{"size", r.bytes},
+      j["results"].push_back({{"type", r.type},
+                              {"size", r.bytes},
                               {"count", r.count},
                               {"out_of_place",
                                {{"time_us", r.time_us[0]},
@@ -402,7 +483,13 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
                                 {"bus_bw", r.busbw[1]},
                                 {"nwrong", r.wrong[1]}}}});
     }
-    std::ofstream(json_file) << j.dump(2) << "\n";
+    json_out << j.dump(2) << "\n";
+    json_out.flush();
+    if (!json_out.good()) {
+      fmt::print(stderr, "error: writing -J/--output_file '{}' failed: {}\n", json_file,
+                 std::strerror(errno));
+      return 2;
+    }
   }
   return total_wrong ? 1 : 0;
 }
