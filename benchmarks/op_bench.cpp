@@ -9,6 +9,8 @@
 // (four products, the recomputed scores included, minus nothing for the mask).
 #include <benchmark/benchmark.h>
 
+#include <cblas.h>
+
 #include <random>
 
 #include "cuda/cpu_backend.h"
@@ -47,6 +49,29 @@ BENCHMARK(BM_GemmLinear)
     ->Args({1024, 1024, 1024})
     ->Args({2048, 2048, 2048})
     ->Args({4096, 172, 64})  // tiny llama MLP up-projection: 64 sequences x 64 tokens
+    ->Args({1024, 4096, 1024})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// The same GEMM as one cblas_sgemm with OpenBLAS's own threading: the rate the backend's
+// shape-tiled GEMM (deterministic for any thread count, docs/reliability.md#determinism) is
+// compared with. Run both in one invocation and compare their FLOP rates.
+void BM_GemmOpenBlasThreaded(benchmark::State& state) {
+  const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  CpuBackend be;
+  Tensor x = random_tensor(be, {m, k}, 1), w = random_tensor(be, {n, k}, 2), y = be.empty({m, n});
+  for (auto _ : state) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(k), 1.f,
+                x.data<float>(), int(k), w.data<float>(), int(k), 0.f, y.data<float>(), int(n));
+  }
+  set_flops(state, 2.0 * m * n * k);
+}
+BENCHMARK(BM_GemmOpenBlasThreaded)
+    ->Args({256, 256, 256})
+    ->Args({512, 512, 512})
+    ->Args({1024, 1024, 1024})
+    ->Args({2048, 2048, 2048})
+    ->Args({4096, 172, 64})
     ->Args({1024, 4096, 1024})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();

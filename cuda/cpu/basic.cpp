@@ -140,7 +140,13 @@ void CpuBackend::gemm_bf16(bool trans_a, bool trans_b, const GemmDims& d, double
 }
 
 namespace {
-constexpr std::int64_t kGemmTile = 128;  // rows or columns of C per BLAS call
+// Rows (or columns) of C per BLAS call: at least 128, about an eighth of the dimension (each
+// tile repacks the whole other operand, so fewer, larger tiles for large matrices), at most 512.
+// A function of the shape alone, never of the thread count.
+std::int64_t gemm_tile(std::int64_t along) {
+  const std::int64_t eighth = (along + 7) / 8;
+  return std::clamp<std::int64_t>((eighth + 63) / 64 * 64, 128, 512);
+}
 }  // namespace
 
 void CpuBackend::do_gemm(bool trans_a, bool trans_b, const GemmDims& d, double alpha,
@@ -161,21 +167,21 @@ void CpuBackend::do_gemm(bool trans_a, bool trans_b, const GemmDims& d, double a
     }
     // OpenBLAS's own threading is not used: on some cores (its Haswell and Zen kernels) a
     // threaded sgemm rounds differently from a single-threaded one, so results would depend on
-    // the thread count. Instead C is cut into tiles of kGemmTile rows (or columns, whichever
+    // the thread count. Instead C is cut into tiles of gemm_tile() rows (or columns, whichever
     // dimension is longer) that depend on the shape alone, and each tile is one single-threaded
     // BLAS call (OpenBLAS's OpenMP build runs single-threaded inside a parallel region) on our
-    // OpenMP threads — one tile too: outside a parallel region OpenBLAS would thread it. Measured
-    // on 2 cores: 92-108% of OpenBLAS's threaded rate (docs/backend.md).
+    // OpenMP threads — one tile too: outside a parallel region OpenBLAS would thread it. Rate vs
+    // OpenBLAS's own threading: op_bench BM_GemmLinear vs BM_GemmOpenBlasThreaded (docs/backend.md).
     const bool by_rows = d.m >= d.n;
     const std::int64_t along = by_rows ? d.m : d.n;
-    const std::int64_t tiles = (along + kGemmTile - 1) / kGemmTile;
+    const std::int64_t tile = gemm_tile(along), tiles = (along + tile - 1) / tile;
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
     T* pc = c.data<T>();
 #pragma omp parallel for schedule(static)
     for (std::int64_t job = 0; job < d.batch * tiles; ++job) {
-      const std::int64_t i = job / tiles, lo = job % tiles * kGemmTile;
-      const std::int64_t len = std::min(kGemmTile, along - lo);
+      const std::int64_t i = job / tiles, lo = job % tiles * tile;
+      const std::int64_t len = std::min(tile, along - lo);
       const T* ai = pa + i * d.m * d.k;
       const T* bi = pb + i * d.k * d.n;
       T* ci = pc + i * d.m * d.n;
