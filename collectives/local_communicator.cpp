@@ -484,32 +484,4 @@ std::unique_ptr<Communicator> LocalWorld::communicator(int rank) const {
   return std::make_unique<LocalCommunicator>(world_, rank);
 }
 
-void run_ranks(int size, const std::function<void(int rank)>& fn, const LocalWorld* world) {
-  std::mutex mutex;
-  std::exception_ptr first;  // the first failure in time: the cause, not a rank it abandoned
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (...) {
-        std::string what = "unknown error";
-        try {
-          throw;
-        } catch (const std::exception& e) {
-          what = e.what();
-        } catch (...) {
-        }
-        {
-          std::lock_guard lock(mutex);
-          if (!first) first = std::current_exception();
-        }
-        if (world) world->abort(fmt::format("rank {} failed: {}", r, what));
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
-}
-
 }  // namespace carousel

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "collectives/communicator.h"
 
@@ -39,10 +40,21 @@ class LocalWorld {
   std::shared_ptr<detail::LocalGroup> world_;
 };
 
+// What run_ranks does when a rank failed and others do not finish: a rank thread stuck inside
+// a computation (not in a communicator wait, which the world's abort ends) cannot be stopped.
+struct StuckRanks {
+  double grace_seconds = 0;  // how long to wait for the others after the first failure; 0: forever
+  // Called when the grace period ends with ranks still running (their numbers, the first
+  // failure's message); the process then exits with status 2, since the stuck threads can be
+  // neither joined nor destroyed. Report what is known here.
+  std::function<void(const std::vector<int>& stuck, const std::string& failure)> report;
+};
+
 // Runs fn(rank) for rank = 0..size-1 on one thread each, joins them all, then rethrows the
 // first exception (in time) if any rank threw. With `world`, a rank's failure aborts it, so the
-// other ranks stop waiting for the failed one.
+// other ranks stop waiting for the failed one. A thread that cannot be started is an Error
+// (the ranks already started are aborted and joined first).
 void run_ranks(int size, const std::function<void(int rank)>& fn,
-               const LocalWorld* world = nullptr);
+               const LocalWorld* world = nullptr, const StuckRanks& stuck = {});
 
 }  // namespace carousel

@@ -61,7 +61,7 @@ int local_processes() {
 }  // namespace
 
 void launch_ranks(const Config& cfg, int ranks, Communicator* process_world,
-                  const RankMain& rank_main) {
+                  const RankMain& rank_main, const StuckRanks& stuck) {
   if (process_world) {
     omp_set_num_threads(std::max(1, omp_get_num_procs() / local_processes()));
     const int rank = process_world->rank();
@@ -81,7 +81,7 @@ void launch_ranks(const Config& cfg, int ranks, Communicator* process_world,
   if (ranks == 1) {
     run_one(0);
   } else {
-    run_ranks(ranks, run_one, &world);  // a rank's error ends the others' waits at once
+    run_ranks(ranks, run_one, &world, stuck);  // a rank's error ends the others' waits at once
   }
 }
 

@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "collectives/communicator.h"
+#include "collectives/local_communicator.h"
 #include "cuda/backend.h"
 #include "host/config.h"
 #include "host/schedule/ir.h"
@@ -68,8 +69,10 @@ std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank);
 // before its world communicator and outlives it, so a communicator never frees a tensor into a
 // device that is gone, even when a rank fails mid-step. A rank's failure ends the other ranks'
 // waits at once and is rethrown. Each rank's OpenMP loops get an equal share of the cores.
+// With threads, `stuck` says what to do when a rank failed and another does not come back (a
+// thread stuck inside a computation cannot be stopped: report, then exit with status 2).
 using RankMain = std::function<void(int rank, Backend& device, Communicator& world)>;
 void launch_ranks(const Config& cfg, int ranks, Communicator* process_world,
-                  const RankMain& rank_main);
+                  const RankMain& rank_main, const StuckRanks& stuck = {});
 
 }  // namespace carousel

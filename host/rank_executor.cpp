@@ -56,8 +56,8 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update) {
   params_.begin_step();
   for (std::size_t i = 0; i < actions_.size();) {
     const sch::Action& a = actions_[i];
-    maybe_stall(place_.rank(), step, std::int64_t(i));  // a test's fault
     recorder_.start(step, std::int64_t(i), a);
+    maybe_stall(place_.rank(), step, std::int64_t(i));  // a test's fault
     if (a.is_p2p()) {
       run_p2p_group(i);  // the group's first action stands for it in the recorder
       recorder_.complete();

@@ -25,6 +25,10 @@ namespace carousel {
 
 namespace {
 
+// After a rank fails, how long the other rank threads get to come back before the process
+// reports and exits (their communicator waits end at once; only a computation can hold them).
+constexpr double kStuckRankGraceSeconds = 5;
+
 // Mesh rules that depend on more than one key, and the process count of an mpirun job.
 void check_mesh(const Config& cfg, const MeshShape& mesh, const Communicator* process_world) {
   CAROUSEL_CHECK(cfg.model.is_llama(),
@@ -223,8 +227,27 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
     figures.device_names[rank] = be.allocator().name();
     if (processes > 1) share_figures(world, rank, figures);
   };
+  // Where every rank of this process is: after a failure, the stuck edge of a stall can be read
+  // off (one rank in a RECV, its peer still computing or waiting elsewhere).
+  auto report_ranks = [&] {
+    for (int rank = 0; rank < mesh.ranks(); ++rank) {
+      if (process_world && rank != process_world->rank()) continue;
+      spdlog::error("rank {}: {}", rank, recorders[rank].report());
+    }
+  };
+  const StuckRanks stuck{kStuckRankGraceSeconds,
+                         [&](const std::vector<int>& running, const std::string& failure) {
+                           spdlog::error("{}", failure);
+                           spdlog::error(
+                               "rank(s) {} did not stop within {} s of that failure (stuck in a "
+                               "computation); where every rank is:",
+                               fmt::join(running, ", "), kStuckRankGraceSeconds);
+                           report_ranks();
+                           spdlog::error("exiting with status 2");
+                           spdlog::default_logger()->flush();
+                         }};
   try {
-    launch_ranks(cfg, mesh.ranks(), process_world, rank_main);
+    launch_ranks(cfg, mesh.ranks(), process_world, rank_main, stuck);
   } catch (const NonFiniteError&) {
     throw;  // every rank stopped at the same point, by design
   } catch (const std::exception&) {

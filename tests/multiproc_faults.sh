@@ -2,6 +2,7 @@
 # multiproc_faults.sh CAROUSEL SOURCE_DIR WORK_DIR — faults in a job of 4 MPI processes:
 #  1. a rank that stalls past collective_timeout_seconds ends the job with an error (exit code
 #     not 0, not a signal) within the stall plus a few seconds, naming the timed-out operation;
+#     a rank thread that never comes back ends a threaded run 5 s after the first failure;
 #  2. SIGTERM to one process (rank 2, after step 2) stops every process after that step with a
 #     checkpoint and exit code 0; the resumed job equals an uninterrupted threaded run bitwise;
 #  3. a real SIGTERM sent to a threaded run from outside, at whatever step it is, does the same;
@@ -26,6 +27,19 @@ if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then fail "stalled job exit code $rc (want 
 if [ $elapsed -gt 30 ]; then fail "stalled job took $elapsed s"; fi
 if ! grep -Eq "timed out after 1 s|within 1 s" <<<"$out"; then fail "no timeout error:"; echo "$out"; fi
 echo "stall: exit code $rc after $elapsed s"
+
+# 1b. A rank thread that never comes back (stalled 600 s, far past the 1 s timeout): the process
+#     reports every rank and exits with status 2 about 5 s after the first failure, not 600 s.
+start=$(date +%s)
+out=$(CAROUSEL_FAULT="stall:rank=1,step=1,action=3,seconds=600" "$carousel" train "${common[@]}" \
+      steps=3 collective_timeout_seconds=1 enable_checkpointing=false run_name=stuck 2>&1)
+rc=$?
+elapsed=$(( $(date +%s) - start ))
+[ $rc -eq 2 ] || fail "stuck threaded run exit code $rc (want 2)"
+[ $elapsed -le 20 ] || fail "stuck threaded run took $elapsed s"
+grep -q "rank(s) 1 did not stop within 5 s" <<<"$out" || { fail "no stuck-rank report:"; echo "$out"; }
+grep -q "rank 1: in step 1 action 3" <<<"$out" || { fail "no flight recorder line for rank 1:"; echo "$out"; }
+echo "stuck: exit code $rc after $elapsed s"
 
 # 2. SIGTERM to one process of the job.
 "$carousel" train "${common[@]}" steps=5 enable_checkpointing=false run_name=straight || fail "straight run"
