@@ -1,35 +1,70 @@
-// config.cpp — the key table, value parsing, YAML + key=value loading, validation.
+// config.cpp — the key table, value parsing (numbers, bools) and the derived values.
+// Loading (YAML, key=value) is in config_load.cpp, validation in config_validate.cpp.
 #include "host/config.h"
 
-#include <yaml-cpp/yaml.h>
-
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
-#include <map>
+#include <limits>
 #include <utility>
 
 #include "cuda/error.h"
 #include "host/schedule/registry.h"
-#include "host/schedule_config.h"
 
 namespace carousel {
 
 namespace {
 
+// MaxText-style digit groups: "32_000" is 32000. An underscore counts only between two digits;
+// anything else stays and fails the number parse.
+std::string without_digit_groups(const std::string& text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const bool group = text[i] == '_' && i > 0 && i + 1 < text.size() &&
+                       std::isdigit(static_cast<unsigned char>(text[i - 1])) &&
+                       std::isdigit(static_cast<unsigned char>(text[i + 1]));
+    if (!group) out += text[i];
+  }
+  return out;
+}
+
+// from_chars over all of `text` (a leading '+' allowed); the errc, or invalid_argument when
+// characters are left over.
+template <class T>
+std::errc parse_number(const std::string& text, T& v) {
+  const std::string t = without_digit_groups(text);
+  const char* begin = t.data() + (t.size() > 1 && t[0] == '+' && t[1] != '-' ? 1 : 0);
+  const auto [end, ec] = std::from_chars(begin, t.data() + t.size(), v);
+  if (ec != std::errc()) return ec;
+  return end == t.data() + t.size() ? std::errc() : std::errc::invalid_argument;
+}
+
 std::int64_t parse_int(const std::string& key, const std::string& text) {
+  CAROUSEL_CHECK(!text.empty(), "config key '{}' has no value; it expects an integer", key);
   std::int64_t v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  CAROUSEL_CHECK(ec == std::errc() && end == text.data() + text.size() && !text.empty(),
-                 "config key '{}' expects an integer, got '{}'", key, text);
+  const std::errc ec = parse_number(text, v);
+  CAROUSEL_CHECK(ec != std::errc::result_out_of_range,
+                 "config key '{}' expects an integer, got '{}', which is out of range (at most "
+                 "{} in magnitude)",
+                 key, text, std::numeric_limits<std::int64_t>::max());
+  CAROUSEL_CHECK(ec == std::errc(),
+                 "config key '{}' expects an integer, got '{}' (a whole number such as 100; "
+                 "digit groups as in 32_000 are allowed)",
+                 key, text);
   return v;
 }
 
 double parse_float(const std::string& key, const std::string& text) {
+  CAROUSEL_CHECK(!text.empty(), "config key '{}' has no value; it expects a number", key);
   double v = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  CAROUSEL_CHECK(ec == std::errc() && end == text.data() + text.size() && !text.empty(),
-                 "config key '{}' expects a number, got '{}'", key, text);
+  const std::errc ec = parse_number(text, v);
+  CAROUSEL_CHECK(ec == std::errc() || ec == std::errc::result_out_of_range,
+                 "config key '{}' expects a number, got '{}' (e.g. 0.001 or 1e-3)", key, text);
+  CAROUSEL_CHECK(ec == std::errc() && std::isfinite(v),
+                 "config key '{}' expects a finite number, got '{}' (inf, nan and values beyond "
+                 "1.8e308 are not accepted)",
+                 key, text);
   return v;
 }
 
@@ -111,9 +146,10 @@ const std::vector<ConfigKey>& config_keys() {
       key("ici_pipeline_parallelism", &Config::ici_pipeline_parallelism,
           "S: pipeline stages, one device group each"),
       key("num_pipeline_microbatches", &Config::num_pipeline_microbatches,
-          "M: microbatches per step (-1 = S, or 2S with the forwarding delay); B must divide"),
+          "M: microbatches per step (-1 = S, or 2S with the forwarding delay); B must divide; "
+          "0 and other negatives are errors"),
       key("num_pipeline_repeats", &Config::num_pipeline_repeats,
-          "R: circular repeats (-1 = layers / (S x L))"),
+          "R: circular repeats (-1 = layers / (S x L); 0 and other negatives are errors)"),
       key("num_layers_per_pipeline_stage", &Config::num_layers_per_pipeline_stage,
           "L: consecutive layers a stage runs per visit"),
       key("pipeline_schedule", &Config::pipeline_schedule, schedule::schedule_names(" | ")),
@@ -212,105 +248,6 @@ std::string Config::run_directory() const {
   return (std::filesystem::path(base_output_directory) / run_name).string();
 }
 
-void Config::validate() const {
-  model.validate();
-  CAROUSEL_CHECK(steps > 0, "steps={} is not valid; it must be > 0", steps);
-  CAROUSEL_CHECK(log_period > 0, "log_period={} is not valid; it must be > 0", log_period);
-  const double batch = per_device_batch_size * double(num_devices());
-  CAROUSEL_CHECK(batch >= 1 - 1e-9 && std::abs(batch - double(global_batch())) < 1e-9,
-                 "per_device_batch_size={} x {} device(s) = {} sequences is not a positive whole "
-                 "number",
-                 per_device_batch_size, num_devices(), batch);
-  validate_pipeline();
-  CAROUSEL_CHECK(global_batch() % microbatches() == 0,
-                 "num_pipeline_microbatches={} must divide the global batch {}", microbatches(),
-                 global_batch());
-  CAROUSEL_CHECK(dtype == "float32" || dtype == "bfloat16",
-                 "dtype='{}' is not valid; use float32 or bfloat16 (activations and weights for "
-                 "compute in bfloat16, sums in float32)",
-                 dtype);
-  CAROUSEL_CHECK(weight_dtype == "float32",
-                 "weight_dtype='{}' is not valid; master weights, gradients and optimizer "
-                 "state are float32 (use dtype=bfloat16 for bfloat16 compute)",
-                 weight_dtype);
-  CAROUSEL_CHECK(device == "cpu" || device == "cuda" || device == "auto",
-                 "device='{}' is not valid; use cpu, cuda or auto", device);
-  CAROUSEL_CHECK(remat_policy == "full" || remat_policy == "none",
-                 "remat_policy='{}' is not valid; use full or none", remat_policy);
-  CAROUSEL_CHECK(learning_rate >= 0, "learning_rate={} must be >= 0", learning_rate);
-  CAROUSEL_CHECK(adam_b1 >= 0 && adam_b1 < 1, "adam_b1={} must be in [0, 1)", adam_b1);
-  CAROUSEL_CHECK(adam_b2 >= 0 && adam_b2 < 1, "adam_b2={} must be in [0, 1)", adam_b2);
-  CAROUSEL_CHECK(adam_eps > 0, "adam_eps={} must be > 0", adam_eps);
-  CAROUSEL_CHECK(adam_weight_decay >= 0, "adam_weight_decay={} must be >= 0", adam_weight_decay);
-  CAROUSEL_CHECK(gradient_clipping_threshold >= 0,
-                 "gradient_clipping_threshold={} must be >= 0 (0 = off)",
-                 gradient_clipping_threshold);
-  CAROUSEL_CHECK(warmup_steps_fraction >= 0 && warmup_steps_fraction <= 1,
-                 "warmup_steps_fraction={} must be in [0, 1]", warmup_steps_fraction);
-  CAROUSEL_CHECK(
-      cosine_learning_rate_final_fraction >= 0 && cosine_learning_rate_final_fraction <= 1,
-      "cosine_learning_rate_final_fraction={} must be in [0, 1]",
-      cosine_learning_rate_final_fraction);
-  CAROUSEL_CHECK(dataset_type == "synthetic" || dataset_type == "tokens" || dataset_type == "text",
-                 "dataset_type='{}' is not valid; use synthetic, tokens or text", dataset_type);
-  CAROUSEL_CHECK(dataset_type == "synthetic" || !dataset_path.empty(),
-                 "dataset_type={} needs dataset_path=FILE", dataset_type);
-  CAROUSEL_CHECK(dataset_type != "text" || model.vocab_size >= 256,
-                 "dataset_type=text uses bytes as tokens and needs vocab_size >= 256, got {}",
-                 model.vocab_size);
-  CAROUSEL_CHECK(checkpoint_period >= 0, "checkpoint_period={} must be >= 0", checkpoint_period);
-  CAROUSEL_CHECK(std::isfinite(collective_timeout_seconds) && collective_timeout_seconds > 0 &&
-                     collective_timeout_seconds <= kMaxCollectiveTimeoutSeconds,
-                 "collective_timeout_seconds={} is not valid; it must be a number of seconds in "
-                 "(0, {}] (30 days)",
-                 collective_timeout_seconds, kMaxCollectiveTimeoutSeconds);
-  CAROUSEL_CHECK(!run_name.empty() && run_name.find('/') == std::string::npos,
-                 "run_name='{}' must be a non-empty name without '/'", run_name);
-}
-
-void Config::validate_pipeline() const {
-  const std::int64_t S = ici_pipeline_parallelism, L = num_layers_per_pipeline_stage;
-  const std::int64_t N = model.num_layers;
-  CAROUSEL_CHECK(S >= 1, "ici_pipeline_parallelism={} must be >= 1", S);
-  CAROUSEL_CHECK(L >= 1, "num_layers_per_pipeline_stage={} must be >= 1", L);
-  CAROUSEL_CHECK(num_pipeline_microbatches == -1 || num_pipeline_microbatches >= 1,
-                 "num_pipeline_microbatches={} must be >= 1 (or -1 for S)",
-                 num_pipeline_microbatches);
-  CAROUSEL_CHECK(num_pipeline_repeats != -1 || N % (S * L) == 0,
-                 "base_num_decoder_layers={} is not divisible by ici_pipeline_parallelism x "
-                 "num_layers_per_pipeline_stage = {} x {}; choose S and L so that S x L divides "
-                 "the layers",
-                 N, S, L);
-  CAROUSEL_CHECK(S * repeats() * L == N,
-                 "ici_pipeline_parallelism x num_pipeline_repeats x "
-                 "num_layers_per_pipeline_stage = {} x {} x {} must equal "
-                 "base_num_decoder_layers={}",
-                 S, repeats(), L, N);
-  // The schedule, by the registry's checks (generate()'s messages). A run on one device generates
-  // no schedule (trainer.cpp), so only the name and its knobs are checked there.
-  const schedule::ScheduleSpec spec = schedule_spec(*this);
-  if (num_devices() > 1) {
-    schedule::check_schedule(spec);
-  } else {
-    schedule::check_schedule_knobs(spec);
-  }
-  CAROUSEL_CHECK(!(pipeline_fsdp_ag_per_repeat && pipeline_fsdp_ag_once),
-                 "pipeline_fsdp_ag_per_repeat and pipeline_fsdp_ag_once are exclusive; choose one");
-  CAROUSEL_CHECK(ici_fsdp_parallelism >= 1, "ici_fsdp_parallelism={} must be >= 1",
-                 ici_fsdp_parallelism);
-  CAROUSEL_CHECK(ici_data_parallelism >= 1, "ici_data_parallelism={} must be >= 1",
-                 ici_data_parallelism);
-  CAROUSEL_CHECK(pipeline_prefetch_lookahead >= 0,
-                 "pipeline_prefetch_lookahead={} must be >= 0 (0 = as early as a slot is free)",
-                 pipeline_prefetch_lookahead);
-  CAROUSEL_CHECK(pipeline_microbatch_group_size >= 0,
-                 "pipeline_microbatch_group_size={} must be >= 0 (0 = S)",
-                 pipeline_microbatch_group_size);
-  CAROUSEL_CHECK(schedule_cost_w <= schedule_cost_b,
-                 "schedule_cost_w={} is part of the backward and cannot exceed schedule_cost_b={}",
-                 schedule_cost_w, schedule_cost_b);
-}
-
 std::string closest_key(const std::string& name) {
   auto distance = [](const std::string& a, const std::string& b) {
     std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -326,88 +263,16 @@ std::string closest_key(const std::string& name) {
   };
   std::string best;
   std::size_t best_d = ~std::size_t(0);
+  std::string lower = name;
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
   for (const auto& k : config_keys()) {
-    const std::size_t d = distance(name, k.name);
+    const std::size_t d = distance(lower, k.name);
     if (d < best_d) {
       best_d = d;
       best = k.name;
     }
   }
   return best;
-}
-
-namespace {
-const ConfigKey& find_key(const std::string& name, const std::string& where) {
-  for (const auto& k : config_keys()) {
-    if (k.name == name) return k;
-  }
-  fail("unknown config key '{}' ({}); did you mean '{}'? (`carousel train --help-keys` lists all)",
-       name, where, closest_key(name));
-}
-
-struct Assignment {
-  std::string key, value, source;
-};
-
-std::vector<Assignment> read_yaml(const std::string& path) {
-  CAROUSEL_CHECK(std::filesystem::is_regular_file(path), "config file '{}' does not exist", path);
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::Exception& e) {
-    fail("config file '{}' is not valid YAML: {}", path, e.what());
-  }
-  std::vector<Assignment> out;
-  if (root.IsNull()) return out;
-  CAROUSEL_CHECK(root.IsMap(), "config file '{}' must be a map of `key: value` lines", path);
-  for (const auto& item : root) {
-    const std::string k = item.first.as<std::string>();
-    CAROUSEL_CHECK(item.second.IsScalar() || item.second.IsNull(),
-                   "config file '{}': key '{}' must have a single value, not a list or map", path,
-                   k);
-    out.push_back({k, item.second.IsNull() ? "" : item.second.as<std::string>(), "file " + path});
-  }
-  return out;
-}
-}  // namespace
-
-LoadedConfig load_config(const std::string& yaml_path, const std::vector<std::string>& overrides) {
-  std::vector<Assignment> assignments;
-  if (!yaml_path.empty()) assignments = read_yaml(yaml_path);
-  for (const auto& o : overrides) {
-    const auto eq = o.find('=');
-    CAROUSEL_CHECK(eq != std::string::npos && eq > 0,
-                   "command-line argument '{}' is not key=value (e.g. steps=100)", o);
-    assignments.push_back({o.substr(0, eq), o.substr(eq + 1), "command line"});
-  }
-  for (const auto& a : assignments) find_key(a.key, a.source);  // unknown keys first
-
-  LoadedConfig out;
-  Config& cfg = out.config;
-  std::map<std::string, std::string> source;
-  // The model preset first, so explicit model keys override it.
-  for (const auto& a : assignments) {
-    if (a.key == "model_name") {
-      cfg.model_name = a.value;
-      source["model_name"] = a.source;
-    }
-  }
-  cfg.model = model_preset(cfg.model_name);
-  if (cfg.model_name != "tiny") {
-    for (const auto& k : config_keys()) {
-      if (k.model_key) source[k.name] = "preset " + cfg.model_name;
-    }
-  }
-  for (const auto& a : assignments) {
-    if (a.key == "model_name") continue;
-    find_key(a.key, a.source).set(cfg, a.value);
-    source[a.key] = a.source;
-  }
-  for (const auto& k : config_keys()) {
-    out.table.push_back({k.name, k.get(cfg), source.count(k.name) ? source[k.name] : "default"});
-  }
-  cfg.validate();
-  return out;
 }
 
 }  // namespace carousel

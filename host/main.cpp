@@ -41,7 +41,11 @@ int main(int argc, char** argv) {
                            "optional YAML config file, then key=value overrides");
   schedule_cmd->footer("pipeline_schedule=NAME, one of:\n" + carousel::schedule::schedules_help());
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {  // --help exits 0; a usage mistake is exit code 2
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   try {
     carousel::init_logging({.rank = 0, .level = log_level, .file_dir = {}});
     if (info_cmd->parsed()) return carousel::run_info(info);
@@ -59,6 +63,9 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const std::exception& e) {  // e.g. a filesystem error: still one line, no crash
     spdlog::error("{}", e.what());
+    return 2;
+  } catch (...) {
+    spdlog::error("unknown error");
     return 2;
   }
   return 0;

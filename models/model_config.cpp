@@ -1,38 +1,73 @@
-// model_config.cpp — presets, validation and size/FLOP formulas of ModelConfig.
+// model_config.cpp — presets, validation (ranges, divisibility, size limits) and size/FLOP
+// formulas of ModelConfig.
 #include "models/model_config.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <cmath>
 
 #include "cuda/error.h"
 #include "models/params.h"
 
 namespace carousel {
 
+std::optional<std::int64_t> checked_product(std::initializer_list<std::int64_t> factors) {
+  std::int64_t p = 1;
+  for (const std::int64_t f : factors) {
+    if (__builtin_mul_overflow(p, f, &p)) return std::nullopt;
+  }
+  return p;
+}
+
+void check_range(std::string_view key, std::int64_t v, std::int64_t lo, std::int64_t hi,
+                 std::string_view note) {
+  CAROUSEL_CHECK(v >= lo && v <= hi, "{}={} is not valid; it must be in [{}, {}]{}", key, v, lo, hi,
+                 note);
+}
+
 void ModelConfig::validate() const {
   CAROUSEL_CHECK(decoder_block == "llama" || decoder_block == "simple",
                  "decoder_block='{}' is not valid; use llama or simple", decoder_block);
-  auto positive = [](const char* key, std::int64_t v) {
-    CAROUSEL_CHECK(v > 0, "{}={} is not valid; it must be > 0", key, v);
-  };
-  positive("base_emb_dim", emb_dim);
-  positive("base_num_decoder_layers", num_layers);
-  positive("max_target_length", max_target_length);
-  if (!is_llama()) return;
-  positive("vocab_size", vocab_size);
-  positive("base_num_query_heads", num_query_heads);
-  positive("base_num_kv_heads", num_kv_heads);
-  positive("base_mlp_dim", mlp_dim);
-  CAROUSEL_CHECK(emb_dim % num_query_heads == 0,
-                 "base_emb_dim={} must be divisible by base_num_query_heads={} (head_dim = E/H)",
-                 emb_dim, num_query_heads);
-  CAROUSEL_CHECK(head_dim() % 2 == 0, "head_dim = base_emb_dim/base_num_query_heads = {} must be "
-                 "even for RoPE", head_dim());
-  CAROUSEL_CHECK(num_query_heads % num_kv_heads == 0,
-                 "base_num_query_heads={} must be a multiple of base_num_kv_heads={}",
-                 num_query_heads, num_kv_heads);
-  CAROUSEL_CHECK(rope_max_timescale > 0, "rope_max_timescale={} must be > 0", rope_max_timescale);
-  CAROUSEL_CHECK(norm_eps > 0, "normalization_layer_epsilon={} must be > 0", norm_eps);
+  // Each key's own range first, so a message never blames a product of several keys. The upper
+  // bounds are far above any Llama (llama3-405b: E 16384, Fm 53248, V 128256, N 126) and keep
+  // every product below (V x E, B x H x T x T, ...) inside int64.
+  check_range("vocab_size", vocab_size, 1, std::int64_t(1) << 24);
+  check_range("base_emb_dim", emb_dim, 1, std::int64_t(1) << 16);
+  check_range("base_num_decoder_layers", num_layers, 1, 4096);
+  check_range("base_num_query_heads", num_query_heads, 1, 4096);
+  check_range("base_num_kv_heads", num_kv_heads, 1, 4096);
+  check_range("base_mlp_dim", mlp_dim, 1, std::int64_t(1) << 20);
+  check_range("max_target_length", max_target_length, 1, std::int64_t(1) << 20);
+  CAROUSEL_CHECK(std::isfinite(rope_max_timescale) && rope_max_timescale > 0,
+                 "rope_max_timescale={} is not valid; it must be a finite number > 0",
+                 rope_max_timescale);
+  CAROUSEL_CHECK(std::isfinite(norm_eps) && norm_eps > 0 && norm_eps < 1,
+                 "normalization_layer_epsilon={} is not valid; it must be in (0, 1)", norm_eps);
+  if (is_llama()) {
+    CAROUSEL_CHECK(emb_dim % num_query_heads == 0,
+                   "base_emb_dim={} must be divisible by base_num_query_heads={} (head_dim = E/H)",
+                   emb_dim, num_query_heads);
+    CAROUSEL_CHECK(head_dim() % 2 == 0,
+                   "head_dim = base_emb_dim/base_num_query_heads = {} must be even for RoPE",
+                   head_dim());
+    CAROUSEL_CHECK(num_query_heads % num_kv_heads == 0,
+                   "base_num_query_heads={} must be a multiple of base_num_kv_heads={}",
+                   num_query_heads, num_kv_heads);
+  }
+  // The parameter count, summed with overflow checks, before anything is allocated.
+  std::int64_t params = 0;
+  bool overflow = false;
+  for (const auto& spec : param_table(*this)) {
+    std::int64_t n = 1;
+    for (const std::int64_t d : spec.shape) overflow |= __builtin_mul_overflow(n, d, &n);
+    overflow |= __builtin_add_overflow(params, n, &params);
+  }
+  CAROUSEL_CHECK(!overflow && params <= kMaxParameters,
+                 "the model has {} parameters (vocab_size={}, base_emb_dim={}, base_mlp_dim={}, "
+                 "base_num_decoder_layers={}); at most {} are supported",
+                 overflow ? std::string("more than 2^63") : std::to_string(params), vocab_size,
+                 emb_dim, mlp_dim, num_layers, kMaxParameters);
 }
 
 namespace {
@@ -40,8 +75,8 @@ struct Preset {
   const char* name;
   ModelConfig cfg;
 };
-ModelConfig llama(std::int64_t V, std::int64_t E, std::int64_t N, std::int64_t H,
-                  std::int64_t Hkv, std::int64_t Fm, std::int64_t T, double theta) {
+ModelConfig llama(std::int64_t V, std::int64_t E, std::int64_t N, std::int64_t H, std::int64_t Hkv,
+                  std::int64_t Fm, std::int64_t T, double theta) {
   ModelConfig c;
   c.vocab_size = V;
   c.emb_dim = E;

@@ -4,10 +4,24 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace carousel {
+
+// Size limits (docs/reliability.md#config-and-launch-errors). Every size key has an upper bound
+// so that products of sizes stay far inside int64; these two bound what a run may allocate.
+inline constexpr std::int64_t kMaxParameters = 1'000'000'000'000;          // 1e12 parameters
+inline constexpr std::int64_t kMaxTensorElements = std::int64_t(1) << 40;  // one activation
+
+// a x b x ... or nullopt when the product does not fit in int64 (__builtin_mul_overflow).
+std::optional<std::int64_t> checked_product(std::initializer_list<std::int64_t> factors);
+// Throws "key=v is not valid; it must be in [lo, hi]<note>" unless lo <= v <= hi.
+void check_range(std::string_view key, std::int64_t v, std::int64_t lo, std::int64_t hi,
+                 std::string_view note = {});
 
 struct ModelConfig {
   std::string decoder_block = "llama";  // llama | simple (MaxText's pipeline test layer)
@@ -24,7 +38,8 @@ struct ModelConfig {
 
   std::int64_t head_dim() const { return emb_dim / num_query_heads; }
   bool is_llama() const { return decoder_block == "llama"; }
-  // Throws carousel::Error naming the first inconsistent key.
+  // Throws carousel::Error naming the first inconsistent key: each key's own range first, then
+  // divisibility, then the parameter count (at most kMaxParameters).
   void validate() const;
 };
 

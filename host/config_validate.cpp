@@ -1,0 +1,244 @@
+// config_validate.cpp — Config::validate(): every key's own range first (so a message never
+// blames another key), then the rules between keys (batch, divisibility, schedule), then the
+// size limits of one microbatch's activations. Each failure names the key, the value and what
+// would be valid.
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "cuda/error.h"
+#include "host/config.h"
+
+#include "host/checkpoint.h"
+#include "host/schedule/registry.h"
+#include "host/schedule_config.h"
+
+namespace carousel {
+
+namespace {
+
+constexpr std::int64_t kMaxSteps = 1'000'000'000'000;  // 1e12 steps (and periods)
+constexpr std::int64_t kMaxMeshAxis = 4096;            // S, F, D each
+constexpr std::int64_t kMaxDevices = 65536;            // S x F x D
+constexpr std::int64_t kMaxMicrobatches = 65536;       // M (and g)
+constexpr double kMaxPerDeviceBatch = 65536;           // sequences per device
+constexpr std::int64_t kMaxGlobalBatch = std::int64_t(1) << 24;
+constexpr double kMaxScheduleCost = 1e12;
+
+// Each float key must be finite; validate() also runs on configs built in code, not parsed.
+void check_finite(const Config& c) {
+  const std::pair<const char*, double> floats[] = {
+      {"per_device_batch_size", c.per_device_batch_size},
+      {"learning_rate", c.learning_rate},
+      {"adam_b1", c.adam_b1},
+      {"adam_b2", c.adam_b2},
+      {"adam_eps", c.adam_eps},
+      {"adam_weight_decay", c.adam_weight_decay},
+      {"gradient_clipping_threshold", c.gradient_clipping_threshold},
+      {"warmup_steps_fraction", c.warmup_steps_fraction},
+      {"cosine_learning_rate_final_fraction", c.cosine_learning_rate_final_fraction},
+      {"collective_timeout_seconds", c.collective_timeout_seconds},
+      {"schedule_cost_f", c.schedule_cost_f},
+      {"schedule_cost_b", c.schedule_cost_b},
+      {"schedule_cost_w", c.schedule_cost_w},
+      {"schedule_cost_p2p", c.schedule_cost_p2p},
+      {"schedule_cost_all_gather", c.schedule_cost_all_gather},
+      {"schedule_cost_reduce_scatter", c.schedule_cost_reduce_scatter},
+  };
+  for (const auto& [key, v] : floats) {
+    CAROUSEL_CHECK(std::isfinite(v), "{}={} is not valid; it must be a finite number", key, v);
+  }
+}
+
+void check_schedule_costs(const Config& c) {
+  const std::pair<const char*, double> costs[] = {
+      {"schedule_cost_f", c.schedule_cost_f},
+      {"schedule_cost_b", c.schedule_cost_b},
+      {"schedule_cost_w", c.schedule_cost_w},
+      {"schedule_cost_p2p", c.schedule_cost_p2p},
+      {"schedule_cost_all_gather", c.schedule_cost_all_gather},
+      {"schedule_cost_reduce_scatter", c.schedule_cost_reduce_scatter},
+  };
+  for (const auto& [key, v] : costs) {
+    CAROUSEL_CHECK(v >= 0 && v <= kMaxScheduleCost, "{}={} is not valid; it must be in [0, {}]",
+                   key, v, kMaxScheduleCost);
+  }
+  CAROUSEL_CHECK(c.schedule_cost_f > 0 && c.schedule_cost_b > 0,
+                 "schedule_cost_f={} and schedule_cost_b={} must be > 0 (a layer's forward and "
+                 "backward take time)",
+                 c.schedule_cost_f, c.schedule_cost_b);
+}
+
+// -1 (automatic) or lo..hi.
+void check_auto_or_range(const char* key, std::int64_t v, std::int64_t lo, std::int64_t hi,
+                         const char* auto_means) {
+  CAROUSEL_CHECK(v == -1 || (v >= lo && v <= hi),
+                 "{}={} is not valid; it must be -1 ({}) or in [{}, {}]", key, v, auto_means, lo,
+                 hi);
+}
+
+// The largest tensors one microbatch materializes, each at most kMaxTensorElements.
+void check_activation_sizes(const Config& c) {
+  const ModelConfig& m = c.model;
+  const std::int64_t rows = c.global_batch() / c.microbatches();
+  const std::int64_t T = m.max_target_length;
+  const std::int64_t E = m.emb_dim, Fm = m.mlp_dim, V = m.vocab_size, H = m.num_query_heads;
+  struct Tensor {
+    const char* what;
+    std::string shape;
+    std::optional<std::int64_t> n;
+  };
+  const Tensor tensors[] = {
+      {"activations", fmt::format("B/M x T x E = {} x {} x {}", rows, T, E),
+       checked_product({rows, T, E})},
+      {"MLP activations", fmt::format("B/M x T x base_mlp_dim = {} x {} x {}", rows, T, Fm),
+       checked_product({rows, T, Fm})},
+      {"logits", fmt::format("B/M x T x vocab_size = {} x {} x {}", rows, T, V),
+       checked_product({rows, T, V})},
+      {"attention scores", fmt::format("B/M x H x T x T = {} x {} x {} x {}", rows, H, T, T),
+       checked_product({rows, H, T, T})},
+  };
+  for (const auto& t : tensors) {
+    CAROUSEL_CHECK(t.n && *t.n <= kMaxTensorElements,
+                   "one microbatch's {} ({}) have {} elements, above the limit of 2^40 = {}; "
+                   "lower per_device_batch_size or max_target_length (T), or raise "
+                   "num_pipeline_microbatches (M)",
+                   t.what, t.shape, t.n ? std::to_string(*t.n) : std::string("more than 2^63"),
+                   kMaxTensorElements);
+  }
+}
+
+}  // namespace
+
+void Config::validate() const {
+  model.validate();
+  check_finite(*this);
+  // Each key's own range.
+  check_range("steps", steps, 1, kMaxSteps);
+  check_range("log_period", log_period, 1, kMaxSteps);
+  check_range("checkpoint_period", checkpoint_period, 0, kMaxSteps, " (0 = only at the end)");
+  check_auto_or_range("learning_rate_schedule_steps", learning_rate_schedule_steps, 0, kMaxSteps,
+                      "= steps");
+  check_range("init_weights_seed", init_weights_seed, 0, std::numeric_limits<std::int64_t>::max());
+  check_range("ici_pipeline_parallelism", ici_pipeline_parallelism, 1, kMaxMeshAxis);
+  check_range("ici_fsdp_parallelism", ici_fsdp_parallelism, 1, kMaxMeshAxis);
+  check_range("ici_data_parallelism", ici_data_parallelism, 1, kMaxMeshAxis);
+  check_range("num_layers_per_pipeline_stage", num_layers_per_pipeline_stage, 1, 4096);
+  check_auto_or_range("num_pipeline_microbatches", num_pipeline_microbatches, 1, kMaxMicrobatches,
+                      "= S, or 2S with the forwarding delay");
+  check_auto_or_range("num_pipeline_repeats", num_pipeline_repeats, 1, 4096, "= layers / (S x L)");
+  check_range("pipeline_microbatch_group_size", pipeline_microbatch_group_size, 0, kMaxMicrobatches,
+              " (0 = S)");
+  check_range("pipeline_prefetch_lookahead", pipeline_prefetch_lookahead, 0, 1 << 20,
+              " (0 = as early as a slot is free)");
+  CAROUSEL_CHECK(per_device_batch_size > 0 && per_device_batch_size <= kMaxPerDeviceBatch,
+                 "per_device_batch_size={} is not valid; it must be in (0, {}]",
+                 per_device_batch_size, kMaxPerDeviceBatch);
+  check_schedule_costs(*this);
+  CAROUSEL_CHECK(num_devices() <= kMaxDevices,
+                 "ici_data_parallelism x ici_pipeline_parallelism x ici_fsdp_parallelism = {} x "
+                 "{} x {} = {} devices; at most {} are supported",
+                 ici_data_parallelism, ici_pipeline_parallelism, ici_fsdp_parallelism,
+                 num_devices(), kMaxDevices);
+  // Rules between keys.
+  const double batch = per_device_batch_size * double(num_devices());
+  CAROUSEL_CHECK(batch >= 1 - 1e-9 && std::abs(batch - double(global_batch())) < 1e-9,
+                 "per_device_batch_size={} x {} device(s) = {} sequences is not a positive whole "
+                 "number",
+                 per_device_batch_size, num_devices(), batch);
+  CAROUSEL_CHECK(global_batch() <= kMaxGlobalBatch,
+                 "the global batch per_device_batch_size x devices = {} x {} = {} is above {}",
+                 per_device_batch_size, num_devices(), global_batch(), kMaxGlobalBatch);
+  validate_pipeline();
+  CAROUSEL_CHECK(global_batch() % microbatches() == 0,
+                 "num_pipeline_microbatches={} must divide the global batch {}", microbatches(),
+                 global_batch());
+  check_activation_sizes(*this);
+  CAROUSEL_CHECK(dtype == "float32" || dtype == "bfloat16",
+                 "dtype='{}' is not valid; use float32 or bfloat16 (activations and weights for "
+                 "compute in bfloat16, sums in float32)",
+                 dtype);
+  CAROUSEL_CHECK(weight_dtype == "float32",
+                 "weight_dtype='{}' is not valid; master weights, gradients and optimizer "
+                 "state are float32 (use dtype=bfloat16 for bfloat16 compute)",
+                 weight_dtype);
+  CAROUSEL_CHECK(device == "cpu" || device == "cuda" || device == "auto",
+                 "device='{}' is not valid; use cpu, cuda or auto", device);
+  CAROUSEL_CHECK(remat_policy == "full" || remat_policy == "none",
+                 "remat_policy='{}' is not valid; use full or none", remat_policy);
+  CAROUSEL_CHECK(spdlog::level::from_str(log_level) != spdlog::level::off || log_level == "off",
+                 "log_level='{}' is not valid; use trace, debug, info, warn, error or off",
+                 log_level);
+  CAROUSEL_CHECK(learning_rate >= 0, "learning_rate={} must be >= 0", learning_rate);
+  CAROUSEL_CHECK(adam_b1 >= 0 && adam_b1 < 1, "adam_b1={} must be in [0, 1)", adam_b1);
+  CAROUSEL_CHECK(adam_b2 >= 0 && adam_b2 < 1, "adam_b2={} must be in [0, 1)", adam_b2);
+  CAROUSEL_CHECK(adam_eps > 0, "adam_eps={} must be > 0", adam_eps);
+  CAROUSEL_CHECK(adam_weight_decay >= 0, "adam_weight_decay={} must be >= 0", adam_weight_decay);
+  CAROUSEL_CHECK(gradient_clipping_threshold >= 0,
+                 "gradient_clipping_threshold={} must be >= 0 (0 = off)",
+                 gradient_clipping_threshold);
+  CAROUSEL_CHECK(warmup_steps_fraction >= 0 && warmup_steps_fraction <= 1,
+                 "warmup_steps_fraction={} must be in [0, 1]", warmup_steps_fraction);
+  CAROUSEL_CHECK(
+      cosine_learning_rate_final_fraction >= 0 && cosine_learning_rate_final_fraction <= 1,
+      "cosine_learning_rate_final_fraction={} must be in [0, 1]",
+      cosine_learning_rate_final_fraction);
+  CAROUSEL_CHECK(dataset_type == "synthetic" || dataset_type == "tokens" || dataset_type == "text",
+                 "dataset_type='{}' is not valid; use synthetic, tokens or text", dataset_type);
+  CAROUSEL_CHECK(dataset_type == "synthetic" || !dataset_path.empty(),
+                 "dataset_type={} needs dataset_path=FILE", dataset_type);
+  // carousel reads and writes local paths only: a URL would otherwise become a local folder.
+  check_local_path("base_output_directory", base_output_directory);
+  check_local_path("load_parameters_path", load_parameters_path);
+  check_local_path("dataset_path", dataset_path);
+  check_local_path("metrics_file", metrics_file);
+  CAROUSEL_CHECK(dataset_type != "text" || model.vocab_size >= 256,
+                 "dataset_type=text uses bytes as tokens and needs vocab_size >= 256, got {}",
+                 model.vocab_size);
+  CAROUSEL_CHECK(
+      collective_timeout_seconds > 0 && collective_timeout_seconds <= kMaxCollectiveTimeoutSeconds,
+      "collective_timeout_seconds={} is not valid; it must be a number of seconds in "
+      "(0, {}] (30 days)",
+      collective_timeout_seconds, kMaxCollectiveTimeoutSeconds);
+  CAROUSEL_CHECK(!run_name.empty() && run_name.find('/') == std::string::npos && run_name != "." &&
+                     run_name != "..",
+                 "run_name='{}' must be a non-empty name without '/' (and not . or ..)", run_name);
+}
+
+void Config::validate_pipeline() const {
+  const std::int64_t S = ici_pipeline_parallelism, L = num_layers_per_pipeline_stage;
+  const std::int64_t N = model.num_layers;
+  // Own ranges (validate() checks them too; `carousel schedule` may call this alone).
+  check_range("ici_pipeline_parallelism", S, 1, kMaxMeshAxis);
+  check_range("num_layers_per_pipeline_stage", L, 1, 4096);
+  check_auto_or_range("num_pipeline_microbatches", num_pipeline_microbatches, 1, kMaxMicrobatches,
+                      "= S, or 2S with the forwarding delay");
+  check_auto_or_range("num_pipeline_repeats", num_pipeline_repeats, 1, 4096, "= layers / (S x L)");
+  CAROUSEL_CHECK(num_pipeline_repeats != -1 || N % (S * L) == 0,
+                 "base_num_decoder_layers={} is not divisible by ici_pipeline_parallelism x "
+                 "num_layers_per_pipeline_stage = {} x {}; choose S and L so that S x L divides "
+                 "the layers",
+                 N, S, L);
+  CAROUSEL_CHECK(S * repeats() * L == N,
+                 "ici_pipeline_parallelism x num_pipeline_repeats x "
+                 "num_layers_per_pipeline_stage = {} x {} x {} must equal "
+                 "base_num_decoder_layers={}",
+                 S, repeats(), L, N);
+  // The schedule, by the registry's checks (generate()'s messages). A run on one device generates
+  // no schedule (trainer.cpp), so only the name and its knobs are checked there.
+  const schedule::ScheduleSpec spec = schedule_spec(*this);
+  if (num_devices() > 1) {
+    schedule::check_schedule(spec);
+  } else {
+    schedule::check_schedule_knobs(spec);
+  }
+  CAROUSEL_CHECK(!(pipeline_fsdp_ag_per_repeat && pipeline_fsdp_ag_once),
+                 "pipeline_fsdp_ag_per_repeat and pipeline_fsdp_ag_once are exclusive; choose one");
+  CAROUSEL_CHECK(schedule_cost_w <= schedule_cost_b,
+                 "schedule_cost_w={} is part of the backward and cannot exceed schedule_cost_b={}",
+                 schedule_cost_w, schedule_cost_b);
+}
+
+}  // namespace carousel
