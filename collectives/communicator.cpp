@@ -25,11 +25,17 @@ bool Event::ready() const {
   return state_->done;
 }
 
+std::chrono::steady_clock::time_point Event::completed_at() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->completed_at;
+}
+
 void Event::complete(std::exception_ptr error) const {
   {
     std::lock_guard lock(state_->mutex);
     state_->done = true;
     state_->error = error;
+    state_->completed_at = std::chrono::steady_clock::now();
   }
   state_->cv.notify_all();
 }

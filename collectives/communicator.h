@@ -10,6 +10,7 @@
 // and development path) and, with CUDA, the NCCL communicator.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -29,6 +30,8 @@ class Event {
   Event();
   void wait() const;
   bool ready() const;
+  // When the operation completed (steady clock), for traces; the epoch when not yet complete.
+  std::chrono::steady_clock::time_point completed_at() const;
   // For implementations: finish the operation, successfully or with an error.
   void complete(std::exception_ptr error = nullptr) const;
 
@@ -38,6 +41,7 @@ class Event {
     mutable std::condition_variable cv;
     bool done = false;
     std::exception_ptr error;
+    std::chrono::steady_clock::time_point completed_at;
   };
   std::shared_ptr<State> state_;
 };

@@ -143,6 +143,11 @@ const std::vector<ConfigKey>& config_keys() {
       key("metrics_file", &Config::metrics_file,
           "JSON-lines metrics (default <run directory>/metrics.jsonl)"),
       key("log_level", &Config::log_level, "trace | debug | info | warn | error | off"),
+      key("profiler_steps", &Config::profiler_steps,
+          "measure this many steps into <run directory>/trace.json (Chrome/Perfetto: compute, "
+          "pipe and fsdp rows per rank, send->recv arrows, the predicted schedule beside); 0 = off"),
+      key("skip_first_n_steps_for_profiler", &Config::skip_first_n_steps_for_profiler,
+          "steps of this run to skip before profiling (warm-up)"),
       key("ici_pipeline_parallelism", &Config::ici_pipeline_parallelism,
           "S: pipeline stages, one device group each"),
       key("num_pipeline_microbatches", &Config::num_pipeline_microbatches,

@@ -30,6 +30,8 @@ struct Config {
   std::int64_t log_period = 1;
   std::string metrics_file;  // default <base_output_directory>/<run_name>/metrics.jsonl
   std::string log_level = "info";
+  std::int64_t profiler_steps = 0;                   // measured trace of this many steps
+  std::int64_t skip_first_n_steps_for_profiler = 1;  // MaxText's name
 
   // Pipeline (MaxText names; see docs/circular-pipeline.md and docs/schedules.md).
   std::int64_t ici_pipeline_parallelism = 1;       // S, pipeline stages (ranks in the ring)

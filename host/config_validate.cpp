@@ -118,6 +118,8 @@ void Config::validate() const {
   // Each key's own range.
   check_range("steps", steps, 1, kMaxSteps);
   check_range("log_period", log_period, 1, kMaxSteps);
+  check_range("profiler_steps", profiler_steps, 0, kMaxSteps);
+  check_range("skip_first_n_steps_for_profiler", skip_first_n_steps_for_profiler, 0, kMaxSteps);
   check_range("checkpoint_period", checkpoint_period, 0, kMaxSteps, " (0 = only at the end)");
   check_auto_or_range("learning_rate_schedule_steps", learning_rate_schedule_steps, 0, kMaxSteps,
                       "= steps");

@@ -49,17 +49,25 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
       microbatch_size_(cfg.global_batch() / program.layout.microbatches /
                        (place.mesh.fsdp * place.mesh.data)) {}
 
-StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update) {
+StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace* trace) {
+  using Clock = StepTrace::Clock;
   step_ = step;
   loss_sum_ = 0;
   batches_.clear();
+  if (trace) trace->begin_step(step, Clock::now());
   params_.begin_step();
   for (std::size_t i = 0; i < actions_.size();) {
     const sch::Action& a = actions_[i];
     recorder_.start(step, std::int64_t(i), a);
     maybe_stall(place_.rank(), step, std::int64_t(i));  // a test's fault
+    const auto start = Clock::now();
     if (a.is_p2p()) {
+      const std::size_t first = i;
       run_p2p_group(i);  // the group's first action stands for it in the recorder
+      if (trace) {
+        trace->p2p_group({actions_.begin() + std::ptrdiff_t(first), actions_.begin() + std::ptrdiff_t(i)},
+                         start, Clock::now());
+      }
       recorder_.complete();
       continue;
     }
@@ -79,26 +87,40 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update) {
         deferred_.erase(key);
         break;
       }
-      case sch::Kind::AG_ISSUE:  // gather the stage's weights into slot `index`
-        params_.issue_gather(a.stage, a.index);
+      case sch::Kind::AG_ISSUE: {  // gather the stage's weights into slot `index`
+        const Event gathered = params_.issue_gather(a.stage, a.index);
+        if (trace) trace->collective(a, start, gathered);
         break;
+      }
       case sch::Kind::AG_WAIT:
         params_.wait_gather(a.stage, a.index);
         break;
       case sch::Kind::RELEASE:
         params_.release(a.stage);
         break;
-      case sch::Kind::REDUCE_SCATTER:  // the stage's gradients are complete on this rank
-        params_.reduce_scatter(a.stage);
+      case sch::Kind::REDUCE_SCATTER: {  // the stage's gradients are complete on this rank
+        const Event reduced = params_.reduce_scatter(a.stage);
+        if (trace) trace->collective(a, start, reduced);
         break;
+      }
       case sch::Kind::OPTIMIZER: {
         const double scale = 1.0 / double(cfg_.global_batch() * cfg_.model.max_target_length);
         const StepOutcome outcome = params_.optimizer_step(step, update, loss_sum_ * scale);
+        if (trace) {
+          be_.synchronize();
+          const auto end = Clock::now();
+          trace->compute(a, start, end);
+          trace->end_step(end);
+        }
         recorder_.complete();
         return outcome;
       }
       default:
         fail("pipeline executor: unexpected action {}", sch::to_string(a));
+    }
+    if (trace && (a.is_compute() || a.kind == sch::Kind::AG_WAIT)) {
+      be_.synchronize();  // device time, not launch time, on GPUs
+      trace->compute(a, start, Clock::now());
     }
     recorder_.complete();
     ++i;

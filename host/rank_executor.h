@@ -16,6 +16,7 @@
 
 #include "host/data.h"
 #include "host/flight_recorder.h"
+#include "host/step_trace.h"
 #include "host/schedule/ir.h"
 #include "host/sharded_params.h"
 #include "models/model.h"
@@ -31,7 +32,8 @@ class RankExecutor {
                FlightRecorder& recorder);
 
   // `update`: the optimizer updates applied before this step (ShardedParams::optimizer_step).
-  StepOutcome step(std::int64_t step, std::int64_t update);
+  // With `trace` (a profiled step) every action's timing is recorded into it.
+  StepOutcome step(std::int64_t step, std::int64_t update, StepTrace* trace = nullptr);
 
  private:
   using Key = std::pair<int, int>;  // (virtual stage, microbatch)

@@ -86,12 +86,13 @@ ParamSet ShardedParams::gradients(int stage) {
   return ParamSet::over(s.specs, it->second);
 }
 
-void ShardedParams::issue_gather(int stage, int slot) {
+Event ShardedParams::issue_gather(int stage, int slot) {
   Tensor& buffer = slots_[slot];
   if (!buffer.defined()) buffer = be_.empty({max_padded_}, compute_);
   const StageShard& s = stages_.at(stage);
   gathers_[slot] = comms_.fsdp->all_gather(s.compute, buffer.view(0, {s.padded}));
   ++all_gathers_;
+  return gathers_[slot];
 }
 
 void ShardedParams::wait_gather(int stage, int slot) {
@@ -99,11 +100,12 @@ void ShardedParams::wait_gather(int stage, int slot) {
   resident_[stage] = slot;
 }
 
-void ShardedParams::reduce_scatter(int stage) {
+Event ShardedParams::reduce_scatter(int stage) {
   const Tensor full = full_grads_.at(stage);
-  reduce_scatters_.push_back(
-      {comms_.fsdp->reduce_scatter(full, stages_.at(stage).grads, ReduceOp::Sum), full});
+  const Event done = comms_.fsdp->reduce_scatter(full, stages_.at(stage).grads, ReduceOp::Sum);
+  reduce_scatters_.push_back({done, full});
   full_grads_.erase(stage);
+  return done;
 }
 
 // The embedding on the first stage's rank (and, with logits_via_embedding, on the last stage's,

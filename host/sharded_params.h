@@ -87,11 +87,12 @@ class ShardedParams {
   const ParamSet& extras_weights() const { return extras_compute_; }
   const ParamSet& extras_grads() const { return extras_grads_; }
 
-  // FSDP weight residency and gradient folding, as the lowered program orders them.
-  void issue_gather(int stage, int slot);
+  // FSDP weight residency and gradient folding, as the lowered program orders them. The events
+  // returned complete with the collective (traces read their completion times).
+  Event issue_gather(int stage, int slot);
   void wait_gather(int stage, int slot);
   void release(int stage) { resident_.erase(stage); }
-  void reduce_scatter(int stage);
+  Event reduce_scatter(int stage);
 
   // Completes the gradients (reductions over FSDP, replicas and the tied pair), sums the loss
   // and the squared gradient norm over all ranks, clips and steps AdamW on what this rank owns.

@@ -5,7 +5,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "cuda/cpu_backend.h"
@@ -19,6 +23,7 @@
 #include "host/sharded_checkpoint.h"
 #include "host/sharded_params.h"
 #include "host/step_report.h"
+#include "host/step_trace.h"
 #include "host/stop_signals.h"
 
 namespace carousel {
@@ -123,6 +128,39 @@ void share_figures(Communicator& world, int rank, RankFigures& figures) {
   }
 }
 
+// The measured trace of the profiled steps with the predicted schedule beside it: one file for
+// the ranks of this process (trace.json, or trace-rank<r>.json for a process of an mpirun job).
+void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
+                 const schedule::Program& program, const Communicator* process_world,
+                 TrainResult& result) {
+  std::vector<const StepTrace*> ranks;
+  for (const StepTrace& t : traces) {
+    if (!t.steps().empty()) ranks.push_back(&t);
+  }
+  if (ranks.empty()) {
+    spdlog::warn("profiler_steps={}: no step was profiled (the run had fewer than "
+                 "skip_first_n_steps_for_profiler={} steps after its start)",
+                 cfg.profiler_steps, cfg.skip_first_n_steps_for_profiler);
+    return;
+  }
+  const std::string name =
+      process_world ? fmt::format("trace-rank{}.json", process_world->rank()) : "trace.json";
+  const std::string path = (std::filesystem::path(cfg.run_directory()) / name).string();
+  const std::string json =
+      step_trace_json(ranks, program, schedule_costs(cfg), &result.predicted_bubble);
+  std::ofstream out(path, std::ios::trunc);
+  out << json;
+  out.flush();
+  CAROUSEL_CHECK(out.good(), "writing the trace '{}' failed: {}", path, std::strerror(errno));
+  result.measured_bubble = measured_bubble(ranks);
+  result.trace_path = path;
+  const auto& steps = ranks.front()->steps();
+  spdlog::info("trace of steps {}-{}: {} (chrome://tracing or ui.perfetto.dev); measured bubble "
+               "{:.1f} %, predicted {:.1f} % (cost model calibrated from these steps)",
+               steps.front().step + 1, steps.back().step + 1, path,
+               100 * result.measured_bubble, 100 * result.predicted_bubble);
+}
+
 }  // namespace
 
 TrainResult train(const Config& cfg, Communicator* process_world) {
@@ -167,11 +205,17 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
   RankFigures figures{std::vector<double>(mesh.ranks()), std::vector<double>(mesh.ranks()),
                       std::vector<std::string>(mesh.ranks())};
   std::vector<FlightRecorder> recorders(mesh.ranks());  // this process's ranks' last actions
+  std::vector<StepTrace> traces(mesh.ranks());          // profiled steps (profiler_steps)
+  const std::int64_t first_profiled = result.start_step + cfg.skip_first_n_steps_for_profiler;
+  auto profiled = [&](std::int64_t step) {
+    return step >= first_profiled && step < first_profiled + cfg.profiler_steps;
+  };
   const StopSignals stop_signals;  // SIGTERM / SIGINT: finish the step, save, exit 0
 
   auto rank_main = [&](int rank, Backend& be, Communicator& world) {
     const RankPlace place = RankPlace::of(rank, mesh);
     FlightRecorder& recorder = recorders[rank];
+    traces[rank] = StepTrace(rank, place.data_rank * mesh.fsdp + place.fsdp_rank);
     check_ranks_agree(world, be, cfg, program);
     RankCommunicators comms =
         split_communicators(world, place, program.layout, cfg.model.logits_via_embedding);
@@ -181,7 +225,8 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
     std::int64_t skipped = result.skipped_steps;
     for (std::int64_t step = result.start_step; step < cfg.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
-      const StepOutcome outcome = executor.step(step, step - skipped);
+      const StepOutcome outcome =
+          executor.step(step, step - skipped, profiled(step) ? &traces[rank] : nullptr);
       be.synchronize();
       if (outcome.skipped) ++skipped;
       maybe_raise_signal(rank, process_world || rank == 0, step);  // a test's fault
@@ -259,6 +304,7 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
     }
     throw;
   }
+  if (cfg.profiler_steps > 0) write_trace(cfg, traces, program, process_world, result);
   if (result.stopped_by_signal) {
     spdlog::warn("stopped by {} after step {} of {}{}; run the same command to resume",
                  signal_name(StopSignals::received()), result.start_step + std::int64_t(result.steps.size()),

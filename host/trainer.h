@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -30,6 +31,9 @@ struct TrainResult {
   std::int64_t start_step = 0;     // > 0 when resumed from a checkpoint
   std::int64_t skipped_steps = 0;  // non-finite steps skipped so far (skip_step_on_nonfinite)
   bool stopped_by_signal = false;  // SIGTERM/SIGINT: stopped early after saving a checkpoint
+  // profiler_steps: where the trace went, and the bubble measured vs the calibrated prediction.
+  std::string trace_path;
+  double measured_bubble = -1, predicted_bubble = -1;
   std::size_t peak_device_bytes = 0;                 // the largest over the ranks
   std::vector<std::int64_t> all_gathers_per_device;  // FSDP weight gathers done, per rank
 };
