@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 #include "cuda/error.h"
 
@@ -47,6 +49,28 @@ inline nlohmann::json read_json_file(const std::filesystem::path& path) {
   return parse_json_text(text.begin(), text.end(), fmt::format("'{}'", path.string()));
 }
 
+// `v` as short text for an error message. json::dump() recurses once per nesting level, so
+// quoting a value from a corrupt file nested 100000 arrays deep overflowed the stack (found by
+// FuzzReaders.DeeplyNestedHeaderValuesAreErrors under ASan): a value nested deeper than 8 levels
+// or holding over 256 elements is shown as its type and size, and the text is cut at 200 chars.
+inline std::string json_excerpt(const nlohmann::json& v) {
+  std::vector<std::pair<const nlohmann::json*, int>> stack{{&v, 0}};
+  std::size_t elements = 0;
+  while (!stack.empty()) {
+    const auto [value, depth] = stack.back();
+    stack.pop_back();
+    if (!value->is_structured()) continue;
+    elements += value->size();
+    if (depth >= 8 || elements > 256) {
+      return fmt::format("<{} of {} elements>", v.type_name(), v.size());
+    }
+    for (const auto& element : *value) stack.emplace_back(&element, depth + 1);
+  }
+  std::string text = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (text.size() > 200) text = text.substr(0, 200) + "...";
+  return text;
+}
+
 // obj[key]; obj must be an object holding key. `where` names the file and the enclosing entry.
 inline const nlohmann::json& json_field(const nlohmann::json& obj, const std::string& key,
                                         const std::string& where) {
@@ -59,7 +83,7 @@ inline const nlohmann::json& json_field(const nlohmann::json& obj, const std::st
 inline std::string json_string(const nlohmann::json& v, const std::string& where,
                                const std::string& field) {
   CAROUSEL_CHECK(v.is_string(), "{}: field '{}' must be a string, found {} {}", where, field,
-                 v.type_name(), v.dump());
+                 v.type_name(), json_excerpt(v));
   return v.get<std::string>();
 }
 
@@ -69,7 +93,7 @@ inline std::uint64_t json_unsigned(const nlohmann::json& v, const std::string& w
                                    std::uint64_t max = std::numeric_limits<std::uint64_t>::max()) {
   CAROUSEL_CHECK(v.is_number_unsigned() && v.get<std::uint64_t>() <= max,
                  "{}: field '{}' must be an integer in [0, {}], found {} {}", where, field, max,
-                 v.type_name(), v.dump());
+                 v.type_name(), json_excerpt(v));
   return v.get<std::uint64_t>();
 }
 

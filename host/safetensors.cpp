@@ -120,7 +120,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     const auto& off = json_field(value, "data_offsets", entry);
     CAROUSEL_CHECK(off.is_array() && off.size() == 2,
                    "{}: field 'data_offsets' must be an array [begin, end], found {}", entry,
-                   off.dump());
+                   json_excerpt(off));
     e.begin = json_unsigned(off[0], entry, "data_offsets");
     e.end = json_unsigned(off[1], entry, "data_offsets");
     CAROUSEL_CHECK(e.begin <= e.end && e.end <= data_size,

@@ -2,6 +2,8 @@
 # setup.sh — install every system package carousel's build, tests, benchmarks and scripts use.
 #
 # Idempotent: when everything is present it only checks (no network, about a second).
+# scripts/setup.sh --fuzz also installs clang for the libFuzzer targets (CAROUSEL_FUZZ=ON,
+# docs/reliability.md#fuzzing); the default build and tests do not need it.
 # Run as root on Debian 12 (the CI image); elsewhere it prints what is missing and how to get it.
 set -euo pipefail
 
@@ -25,6 +27,12 @@ PACKAGES=(
   libopenmpi-dev        # MPI communicator: ranks as separate processes (mpirun)
   openmpi-bin           # mpirun, for the multiproc tests
 )
+FUZZ_PACKAGES=(
+  clang                 # -fsanitize=fuzzer: libFuzzer exists for clang only
+  libclang-rt-dev       # clang's sanitizer and libFuzzer runtimes
+  libomp-dev            # OpenMP for clang
+)
+if [ "${1:-}" = "--fuzz" ]; then PACKAGES+=("${FUZZ_PACKAGES[@]}"); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
