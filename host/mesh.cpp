@@ -10,6 +10,9 @@
 #include "cuda/cpu_backend.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_info.h"
+#ifdef CAROUSEL_HAVE_NCCL
+#include "collectives/nccl_communicator.h"
+#endif
 
 namespace carousel {
 
@@ -50,6 +53,45 @@ std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank) {
   return std::make_unique<CpuBackend>(rank);
 }
 
+TransportChoice choose_transport(const Config& cfg, int ranks, const MachineView& machine) {
+  const bool gpus = cfg.device == "cuda" || (cfg.device == "auto" && machine.visible_gpus > 0);
+  const bool job = machine.processes > 1;
+  if (!gpus) {
+    if (job) return {Transport::Mpi, "ranks are mpirun processes on CPU devices: MPI communicator"};
+    return {Transport::Local, ranks == 1 ? "one CPU device" :
+            "ranks are threads of this process on CPU devices: in-process communicator"};
+  }
+  CAROUSEL_CHECK(machine.visible_gpus > 0,
+                 "device={} but no GPU is visible to this process; use device=cpu (or auto)",
+                 cfg.device);
+  if (machine.processes > 1) {
+    CAROUSEL_CHECK(machine.nccl_built,
+                   "device={} with ranks as mpirun processes needs the NCCL communicator, which "
+                   "this build lacks (configure with CAROUSEL_NCCL=ON and NCCL installed); or run "
+                   "without mpirun (ranks as threads) or with device=cpu",
+                   cfg.device);
+    CAROUSEL_CHECK(machine.local_processes <= machine.visible_gpus,
+                   "mpirun started {} processes on this node but it has {} visible GPU(s); start "
+                   "at most one process per GPU (mpirun -np N with N GPUs per node)",
+                   machine.local_processes, machine.visible_gpus);
+    return {Transport::Nccl, "ranks are mpirun processes, one GPU each: NCCL communicators "
+                             "bootstrapped over MPI"};
+  }
+  if (ranks <= machine.visible_gpus && machine.nccl_built) {
+    return {Transport::Nccl,
+            fmt::format("{} rank(s) on {} visible GPU(s), one GPU each: NCCL communicators, ranks "
+                        "as threads of this process",
+                        ranks, machine.visible_gpus)};
+  }
+  return {Transport::Local,
+          machine.nccl_built
+              ? fmt::format("{} ranks on {} visible GPU(s): logical devices share the GPUs and "
+                            "exchange through host memory (in-process communicator)",
+                            ranks, machine.visible_gpus)
+              : "this build has no NCCL: logical GPU devices exchange through host memory "
+                "(in-process communicator)"};
+}
+
 namespace {
 
 // How many processes of the job share this machine (Open MPI tells; else assume one).
@@ -60,28 +102,57 @@ int local_processes() {
 
 }  // namespace
 
-void launch_ranks(const Config& cfg, int ranks, Communicator* process_world,
+MachineView this_machine(const Communicator* process_world) {
+#ifdef CAROUSEL_HAVE_NCCL
+  const bool nccl = true;
+#else
+  const bool nccl = false;
+#endif
+  return {int(list_cuda_devices().devices.size()), nccl,
+          process_world ? process_world->size() : 1, local_processes()};
+}
+
+void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicator* process_world,
                   const RankMain& rank_main, const StuckRanks& stuck) {
-  if (process_world) {
+  if (process_world) {  // this process is one rank of an mpirun job
     omp_set_num_threads(std::max(1, omp_get_num_procs() / local_processes()));
     const int rank = process_world->rank();
+    if (transport == Transport::Nccl) {
+#ifdef CAROUSEL_HAVE_NCCL
+      const auto device = make_cuda_backend(process_gpu(rank), rank);
+      const auto world = NcclWorld::connect(*process_world, cfg.collective_timeout_seconds);
+      rank_main(rank, *device, *world, *process_world);
+      return;
+#endif
+    }
     const auto device = make_device_backend(cfg, rank);
-    rank_main(rank, *device, *process_world);
+    rank_main(rank, *device, *process_world, *process_world);
     return;
   }
-  const LocalWorld world(ranks, cfg.collective_timeout_seconds);
+  const LocalWorld host_world(ranks, cfg.collective_timeout_seconds);
+#ifdef CAROUSEL_HAVE_NCCL
+  std::unique_ptr<NcclWorld> nccl;
+  if (transport == Transport::Nccl) nccl = std::make_unique<NcclWorld>(ranks, cfg.collective_timeout_seconds);
+#endif
   auto run_one = [&](int rank) {
     // The ranks share the machine's cores: each rank's OpenMP loops (and OpenBLAS, which uses
     // the same pool) get cores / ranks threads, at least one.
     omp_set_num_threads(std::max(1, omp_get_num_procs() / ranks));
-    const auto device = make_device_backend(cfg, rank);
-    const auto communicator = world.communicator(rank);  // destroyed before the device
-    rank_main(rank, *device, *communicator);
+    const auto device = make_device_backend(cfg, rank);  // rank r on GPU r with NCCL
+    const auto host = host_world.communicator(rank);    // destroyed before the device
+#ifdef CAROUSEL_HAVE_NCCL
+    if (nccl) {
+      const auto world = nccl->communicator(rank);  // collective: every rank's thread at once
+      rank_main(rank, *device, *world, *host);
+      return;
+    }
+#endif
+    rank_main(rank, *device, *host, *host);
   };
   if (ranks == 1) {
     run_one(0);
   } else {
-    run_ranks(ranks, run_one, &world, stuck);  // a rank's error ends the others' waits at once
+    run_ranks(ranks, run_one, &host_world, stuck);  // a rank's error ends the others' waits
   }
 }
 

@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "collectives/communicator.h"
 #include "collectives/local_communicator.h"
@@ -59,11 +60,33 @@ RankCommunicators split_communicators(Communicator& world, const RankPlace& plac
 // Whether the ranks compute on GPUs: device=cuda, or device=auto with a GPU visible.
 bool runs_on_gpus(const Config& cfg);
 
+// How the ranks of a run exchange tensors. Decided once, printed at start-up with the reason,
+// and unit-tested on CPUs (tests/test_mesh.cpp): the NCCL glue only follows the decision.
+enum class Transport {
+  Local,  // ranks are threads; in-process communicator (CPU memory, GPU memory via host copies)
+  Mpi,    // ranks are mpirun processes on CPUs; MPI communicator
+  Nccl,   // one GPU per rank, ranks as threads or as mpirun processes; NCCL communicators
+};
+struct TransportChoice {
+  Transport transport;
+  std::string reason;
+};
+struct MachineView {
+  int visible_gpus = 0;
+  bool nccl_built = false;
+  int processes = 1;        // of the mpirun job (1: no job)
+  int local_processes = 1;  // of the job on this node
+};
+// Throws carousel::Error for what cannot run: GPU ranks under mpirun without NCCL, more
+// processes on a node than GPUs, device=cuda without a visible GPU.
+TransportChoice choose_transport(const Config& cfg, int ranks, const MachineView& machine);
+MachineView this_machine(const Communicator* process_world);
+
 // The device of rank `rank`: a CPU device, or on GPUs logical device `rank` on GPU
 // rank % visible GPUs (several logical devices share a GPU when there are more ranks).
 std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank);
 
-// Runs `rank_main(rank, device, world)` for every rank this process hosts: with `process_world`
+// Runs `rank_main(rank, device, world, host_world)` for every rank this process hosts: with `process_world`
 // (mpirun) its one rank; otherwise all `ranks` as threads of this process over an in-process
 // world (one rank runs on the calling thread). Each rank's device (make_device_backend) is made
 // before its world communicator and outlives it, so a communicator never frees a tensor into a
@@ -71,8 +94,11 @@ std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank);
 // waits at once and is rethrown. Each rank's OpenMP loops get an equal share of the cores.
 // With threads, `stuck` says what to do when a rank failed and another does not come back (a
 // thread stuck inside a computation cannot be stopped: report, then exit with status 2).
-using RankMain = std::function<void(int rank, Backend& device, Communicator& world)>;
-void launch_ranks(const Config& cfg, int ranks, Communicator* process_world,
+// `world` moves tensors of `device`; `host_world` (the same ranks) moves host memory: with NCCL
+// they differ (NCCL reaches only GPU memory), otherwise they are the same communicator.
+using RankMain = std::function<void(int rank, Backend& device, Communicator& world,
+                                    Communicator& host_world)>;
+void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicator* process_world,
                   const RankMain& rank_main, const StuckRanks& stuck = {});
 
 }  // namespace carousel

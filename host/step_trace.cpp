@@ -3,6 +3,7 @@
 #include "host/step_trace.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -49,8 +50,9 @@ void StepTrace::compute(const sch::Action& action, Clock::time_point start, Cloc
 
 void StepTrace::p2p_group(const std::vector<sch::Action>& group, Clock::time_point start,
                           Clock::time_point end) {
-  std::string name;
-  for (const auto& a : group) name += (name.empty() ? "" : " ") + sch::to_string(a);
+  std::vector<std::string> names;
+  for (const auto& a : group) names.push_back(sch::to_string(a));
+  const std::string name = fmt::format("{}", fmt::join(names, " "));
   slices_.push_back({name, "pipe", micros(start), micros(end), group.front()});
   for (const auto& a : group) {
     // The flow is named after the sending stage: SEND_F of stage v meets RECV_F of v + 1,

@@ -52,12 +52,6 @@ void check_mesh(const Config& cfg, const MeshShape& mesh, const Communicator* pr
                  "ici_fsdp_parallelism); start {} processes (mpirun -np {}) or change the mesh",
                  process_world ? process_world->size() : 0, data, mesh.stages, fsdp, ranks, ranks,
                  ranks);
-  CAROUSEL_CHECK(!runs_on_gpus(cfg) || !process_world,
-                 "device={} with ranks as mpirun processes needs the NCCL communicator inside the "
-                 "pipeline executor, which is not built yet; run without mpirun (the logical "
-                 "devices then share the visible GPUs, exchanging through host memory) or use "
-                 "device=cpu",
-                 cfg.device);
 }
 
 void log_plan(const Config& cfg, const MeshShape& mesh, const schedule::Program& program,
@@ -167,7 +161,10 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
   const MeshShape mesh = MeshShape::of(cfg);
   check_mesh(cfg, mesh, process_world);
   const schedule::Program program = lowered_program(cfg);
+  const TransportChoice transport =
+      choose_transport(cfg, mesh.ranks(), this_machine(process_world));
   log_plan(cfg, mesh, program, process_world);
+  spdlog::info("communication: {}", transport.reason);
 
   // Whole-model parameters and moments on the host: checkpoints are written from and read into
   // these, so every layout writes the files of the single-device run and reads them back.
@@ -212,7 +209,7 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
   };
   const StopSignals stop_signals;  // SIGTERM / SIGINT: finish the step, save, exit 0
 
-  auto rank_main = [&](int rank, Backend& be, Communicator& world) {
+  auto rank_main = [&](int rank, Backend& be, Communicator& world, Communicator& host_world) {
     const RankPlace place = RankPlace::of(rank, mesh);
     FlightRecorder& recorder = recorders[rank];
     traces[rank] = StepTrace(rank, place.data_rank * mesh.fsdp + place.fsdp_rank);
@@ -242,7 +239,8 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
         const auto written = params.exchange(host, whole, /*to_whole=*/true);
         world.barrier().wait();
         if (processes > 1) {
-          collect_on_rank_zero(world, host, written, {whole.params, whole.adam_m, whole.adam_v});
+          collect_on_rank_zero(host_world, host, written,
+                               {whole.params, whole.adam_m, whole.adam_v});
         }
         if (rank == 0) {
           spdlog::info("checkpoint saved: {}",
@@ -270,7 +268,7 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
     figures.peak_bytes[rank] = double(be.allocator().stats().peak_bytes);
     figures.all_gathers[rank] = double(params.all_gathers());
     figures.device_names[rank] = be.allocator().name();
-    if (processes > 1) share_figures(world, rank, figures);
+    if (processes > 1) share_figures(host_world, rank, figures);
   };
   // Where every rank of this process is: after a failure, the stuck edge of a stall can be read
   // off (one rank in a RECV, its peer still computing or waiting elsewhere).
@@ -292,7 +290,7 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
                            spdlog::default_logger()->flush();
                          }};
   try {
-    launch_ranks(cfg, mesh.ranks(), process_world, rank_main, stuck);
+    launch_ranks(cfg, mesh.ranks(), transport.transport, process_world, rank_main, stuck);
   } catch (const NonFiniteError&) {
     throw;  // every rank stopped at the same point, by design
   } catch (const std::exception&) {

@@ -1,0 +1,75 @@
+// test_mesh.cpp — the decisions of host/mesh.h that the GPU path follows, checked on CPUs:
+// rank placement, and which transport (in-process, MPI, NCCL) a run uses and why.
+#include <gtest/gtest.h>
+
+#include "host/config.h"
+#include "host/mesh.h"
+
+namespace carousel {
+namespace {
+
+Config with_device(const std::string& device) {
+  Config c;
+  c.device = device;
+  return c;
+}
+
+TEST(Mesh, RankPlacementIsFsdpFastest) {
+  const MeshShape mesh{2, 3, 2};  // D, S, F
+  for (int rank = 0; rank < mesh.ranks(); ++rank) {
+    const RankPlace p = RankPlace::of(rank, mesh);
+    EXPECT_EQ(p.rank(), rank);
+    EXPECT_EQ(p.fsdp_rank, rank % 2);
+    EXPECT_EQ(p.stage_rank, rank / 2 % 3);
+    EXPECT_EQ(p.data_rank, rank / 6);
+    EXPECT_EQ(p.batch_part(), p.data_rank * 2 + p.fsdp_rank);
+  }
+}
+
+struct TransportCase {
+  std::string device;
+  int ranks;
+  MachineView machine;
+  Transport expected;
+  std::string reason_words;
+};
+
+TEST(Mesh, TransportFollowsDevicesGpusAndLaunch) {
+  const TransportCase cases[] = {
+      {"cpu", 1, {0, false, 1, 1}, Transport::Local, "one CPU device"},
+      {"cpu", 4, {8, true, 1, 1}, Transport::Local, "threads of this process on CPU"},
+      {"cpu", 4, {0, false, 4, 4}, Transport::Mpi, "mpirun processes on CPU"},
+      {"auto", 4, {0, true, 1, 1}, Transport::Local, "CPU devices"},  // auto without a GPU
+      {"cuda", 1, {1, true, 1, 1}, Transport::Nccl, "1 rank(s) on 1 visible GPU(s)"},
+      {"cuda", 8, {8, true, 1, 1}, Transport::Nccl, "one GPU each"},
+      {"auto", 4, {1, true, 1, 1}, Transport::Local, "4 ranks on 1 visible GPU(s)"},
+      {"cuda", 2, {2, false, 1, 1}, Transport::Local, "this build has no NCCL"},
+      {"cuda", 16, {8, true, 16, 8}, Transport::Nccl, "bootstrapped over MPI"},
+  };
+  for (const auto& c : cases) {
+    const TransportChoice choice = choose_transport(with_device(c.device), c.ranks, c.machine);
+    EXPECT_EQ(choice.transport, c.expected) << c.device << " x" << c.ranks << ": " << choice.reason;
+    EXPECT_NE(choice.reason.find(c.reason_words), std::string::npos) << choice.reason;
+  }
+}
+
+TEST(Mesh, TransportRefusesWhatCannotRun) {
+  auto message = [](const std::string& device, int ranks, MachineView machine) {
+    try {
+      choose_transport(with_device(device), ranks, machine);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("cuda", 1, {0, true, 1, 1}).find("no GPU is visible"), std::string::npos);
+  EXPECT_NE(message("cuda", 4, {4, false, 4, 4}).find("needs the NCCL communicator"),
+            std::string::npos);
+  const std::string too_many = message("cuda", 16, {8, true, 16, 16});
+  EXPECT_NE(too_many.find("16 processes on this node but it has 8 visible GPU(s)"),
+            std::string::npos)
+      << too_many;
+}
+
+}  // namespace
+}  // namespace carousel
