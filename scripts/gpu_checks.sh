@@ -39,3 +39,15 @@ run train_cuda_bf16 "$bin/carousel" train configs/demo.yml ici_pipeline_parallel
   ici_fsdp_parallelism=1 per_device_batch_size=8 num_pipeline_microbatches=1 device=cuda \
   dtype=bfloat16 steps=20 log_period=5 base_output_directory=/tmp/carousel/out run_name=bf16
 run nccl_all_reduce "$bin/all_reduce_perf" --backend nccl -g 1 -b 8 -e 256M -f 4
+# The executor on 4 logical devices of one GPU (in-process transport): the Buffer Sliding
+# Window's gathers against compute in a measured trace (profiler_steps), copied to $out.
+run trace_logical_bsw "$bin/carousel" train configs/demo.yml device=cuda steps=4 \
+  profiler_steps=2 enable_checkpointing=false base_output_directory=/tmp/carousel/out run_name=trace
+cp /tmp/carousel/out/trace/trace.json "$out/trace_logical_bsw.json" 2>/dev/null
+# A llama of about 1.1B parameters in bfloat16 on one GPU (one rank: the NCCL transport with one
+# rank): step time, tokens/s and model FLOP/s in the step lines.
+run llama_1b_bf16 timeout 540 "$bin/carousel" train model_name=tiny vocab_size=32000 \
+  base_emb_dim=2048 base_num_decoder_layers=20 base_num_query_heads=16 base_num_kv_heads=16 \
+  base_mlp_dim=5504 max_target_length=2048 per_device_batch_size=4 num_pipeline_microbatches=4 \
+  dtype=bfloat16 device=cuda steps=4 log_period=1 enable_checkpointing=false \
+  base_output_directory=/tmp/carousel/out run_name=llama1b
