@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "cuda/error.h"
 #include "host/config.h"
@@ -27,9 +28,19 @@ constexpr double kMaxPerDeviceBatch = 65536;           // sequences per device
 constexpr std::int64_t kMaxGlobalBatch = std::int64_t(1) << 24;
 constexpr double kMaxScheduleCost = 1e12;
 
+// The schedule cost model's keys and values.
+std::vector<std::pair<const char*, double>> schedule_cost_keys(const Config& c) {
+  return {{"schedule_cost_f", c.schedule_cost_f},
+          {"schedule_cost_b", c.schedule_cost_b},
+          {"schedule_cost_w", c.schedule_cost_w},
+          {"schedule_cost_p2p", c.schedule_cost_p2p},
+          {"schedule_cost_all_gather", c.schedule_cost_all_gather},
+          {"schedule_cost_reduce_scatter", c.schedule_cost_reduce_scatter}};
+}
+
 // Each float key must be finite; validate() also runs on configs built in code, not parsed.
 void check_finite(const Config& c) {
-  const std::pair<const char*, double> floats[] = {
+  std::vector<std::pair<const char*, double>> floats = {
       {"per_device_batch_size", c.per_device_batch_size},
       {"learning_rate", c.learning_rate},
       {"adam_b1", c.adam_b1},
@@ -40,28 +51,15 @@ void check_finite(const Config& c) {
       {"warmup_steps_fraction", c.warmup_steps_fraction},
       {"cosine_learning_rate_final_fraction", c.cosine_learning_rate_final_fraction},
       {"collective_timeout_seconds", c.collective_timeout_seconds},
-      {"schedule_cost_f", c.schedule_cost_f},
-      {"schedule_cost_b", c.schedule_cost_b},
-      {"schedule_cost_w", c.schedule_cost_w},
-      {"schedule_cost_p2p", c.schedule_cost_p2p},
-      {"schedule_cost_all_gather", c.schedule_cost_all_gather},
-      {"schedule_cost_reduce_scatter", c.schedule_cost_reduce_scatter},
   };
+  for (const auto& [key, v] : schedule_cost_keys(c)) floats.emplace_back(key, v);
   for (const auto& [key, v] : floats) {
     CAROUSEL_CHECK(std::isfinite(v), "{}={} is not valid; it must be a finite number", key, v);
   }
 }
 
 void check_schedule_costs(const Config& c) {
-  const std::pair<const char*, double> costs[] = {
-      {"schedule_cost_f", c.schedule_cost_f},
-      {"schedule_cost_b", c.schedule_cost_b},
-      {"schedule_cost_w", c.schedule_cost_w},
-      {"schedule_cost_p2p", c.schedule_cost_p2p},
-      {"schedule_cost_all_gather", c.schedule_cost_all_gather},
-      {"schedule_cost_reduce_scatter", c.schedule_cost_reduce_scatter},
-  };
-  for (const auto& [key, v] : costs) {
+  for (const auto& [key, v] : schedule_cost_keys(c)) {
     CAROUSEL_CHECK(v >= 0 && v <= kMaxScheduleCost, "{}={} is not valid; it must be in [0, {}]",
                    key, v, kMaxScheduleCost);
   }
