@@ -1,4 +1,5 @@
 // checkpoint.cpp — atomic checkpoint directories with manifests; loading with validation.
+#include "host/fault_injection.h"
 #include "host/checkpoint.h"
 
 #include <fcntl.h>
@@ -226,12 +227,14 @@ std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointCont
   const fs::path tmp = root / fmt::format(".tmp-{}-{}", state.step, ::getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
+  maybe_kill("begin", state.step);  // test faults: a crash at each point of a save
 
   std::vector<std::vector<float>> storage;
   std::vector<SafetensorsInput> model_tensors;
   storage.reserve(3 * contents.params->specs.size());
   add_tensors(be, *contents.params, "", storage, model_tensors);
   write_safetensors((tmp / "model.safetensors").string(), model_tensors, {{"format", "pt"}});
+  maybe_kill("model", state.step);
   std::vector<std::string> files = {"model.safetensors", "config.json", "state.json"};
   if (contents.adam_m && contents.adam_v) {
     std::vector<SafetensorsInput> opt;
@@ -256,7 +259,9 @@ std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointCont
   write_text(tmp / "manifest.json", manifest.dump(2));
   fsync_path(tmp / "manifest.json");
   fsync_path(tmp);
+  maybe_kill("manifest", state.step);
   fs::rename(tmp, final_dir);
+  maybe_kill("renamed", state.step);
   fsync_path(root);
   return final_dir.string();
 }

@@ -42,13 +42,16 @@ double number(const std::string& fault, const std::string& key, const std::strin
 
 std::vector<Fault> parse_faults(const std::string& text) {
   const std::map<std::string, Fault::Kind> kinds = {
-      {"stall", Fault::Kind::Stall}, {"nan", Fault::Kind::NonFinite}, {"signal", Fault::Kind::Signal}};
+      {"stall", Fault::Kind::Stall},
+      {"nan", Fault::Kind::NonFinite},
+      {"signal", Fault::Kind::Signal},
+      {"kill", Fault::Kind::Kill}};
   const std::map<std::string, int> signals = {{"TERM", SIGTERM}, {"INT", SIGINT}};
   std::vector<Fault> faults;
   for (const std::string& item : split(text, ';')) {
     const std::size_t colon = item.find(':');
     const auto kind = kinds.find(item.substr(0, colon));
-    CAROUSEL_CHECK(kind != kinds.end(), "CAROUSEL_FAULT '{}': the kind must be stall, nan or signal",
+    CAROUSEL_CHECK(kind != kinds.end(), "CAROUSEL_FAULT '{}': the kind must be stall, nan, signal or kill",
                    item);
     Fault fault{kind->second};
     if (fault.kind == Fault::Kind::Signal) fault.signal = SIGTERM;
@@ -65,13 +68,19 @@ std::vector<Fault> parse_faults(const std::string& text) {
         fault.action = std::int64_t(number(item, key, value));
       } else if (key == "seconds" && fault.kind == Fault::Kind::Stall) {
         fault.seconds = number(item, key, value);
+      } else if (key == "point" && fault.kind == Fault::Kind::Kill) {
+        CAROUSEL_CHECK(value == "begin" || value == "model" || value == "manifest" ||
+                           value == "renamed",
+                       "CAROUSEL_FAULT '{}': point must be begin, model, manifest or renamed",
+                       item);
+        fault.point = value;
       } else if (key == "signal" && fault.kind == Fault::Kind::Signal) {
         const auto it = signals.find(value);
         CAROUSEL_CHECK(it != signals.end(), "CAROUSEL_FAULT '{}': signal must be TERM or INT", item);
         fault.signal = it->second;
       } else {
         fail("CAROUSEL_FAULT '{}': unknown key '{}' for this kind (stall: rank, step, action, "
-             "seconds; nan: rank, step; signal: step, signal)",
+             "seconds; nan: rank, step; signal: rank, step, signal; kill: point, step)",
              item, key);
       }
     }
@@ -125,6 +134,12 @@ void maybe_raise_signal(int rank, bool first_rank_of_process, std::int64_t step)
   for (const Fault& f : injected_faults()) {
     const bool mine = f.rank < 0 ? first_rank_of_process : f.rank == rank;
     if (f.kind == Fault::Kind::Signal && f.step == step && mine) std::raise(f.signal);
+  }
+}
+
+void maybe_kill(const char* point, std::int64_t step) {
+  for (const Fault& f : injected_faults()) {
+    if (f.kind == Fault::Kind::Kill && f.step == step && f.point == point) std::raise(SIGKILL);
   }
 }
 

@@ -6,6 +6,9 @@
 //   CAROUSEL_FAULT="nan:rank=0,step=2"                        a NaN in rank 0's step-2 gradient
 //   CAROUSEL_FAULT="signal:step=1,signal=TERM"                 SIGTERM to this process after step 1
 //   CAROUSEL_FAULT="signal:rank=2,step=1"                      ... to rank 2's process only
+//   CAROUSEL_FAULT="kill:point=manifest,step=2"                SIGKILL while saving checkpoint 2
+//                                                              (points: begin, model, manifest,
+//                                                              renamed; see save_checkpoint)
 // Several faults are separated by ';'. A malformed value is an error naming the part that is
 // wrong, so a test cannot silently run without its fault.
 #pragma once
@@ -17,12 +20,13 @@
 namespace carousel {
 
 struct Fault {
-  enum class Kind { Stall, NonFinite, Signal } kind;
+  enum class Kind { Stall, NonFinite, Signal, Kill } kind;
   int rank = -1;            // -1: every rank (signal: every process, once)
   std::int64_t step = 0;    // 0-based step
   std::int64_t action = 0;  // stall: index in the rank's action list
   double seconds = 0;       // stall: how long
   int signal = 0;           // signal: the number
+  std::string point;        // kill: where in a checkpoint save
 };
 
 // Parses `text` (the CAROUSEL_FAULT syntax above); throws carousel::Error on a mistake.
@@ -39,5 +43,7 @@ bool should_inject_nonfinite(int rank, std::int64_t step);
 // After `step` completed on `rank`: a fault for this rank, or for no rank in particular on the
 // first rank of the process (one signal per process, as a scheduler sends it).
 void maybe_raise_signal(int rank, bool first_rank_of_process, std::int64_t step);
+// At `point` of saving checkpoint `step`: SIGKILL this process (a crash mid-save).
+void maybe_kill(const char* point, std::int64_t step);
 
 }  // namespace carousel

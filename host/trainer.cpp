@@ -230,6 +230,18 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
       recorder.note(step, "end-of-step agreement");
       const bool stop = agree_to_stop(world, be, StopSignals::received() != 0);
       recorder.complete();
+      // The step's metrics first: a crash during the save must not lose the record of a step
+      // whose checkpoint may already be complete.
+      if (rank == 0) {
+        const double seconds =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        result.steps.push_back(reporter->report(step, outcome.loss, outcome.grad_norm, seconds));
+        if (outcome.skipped) {
+          spdlog::warn("step {}: loss {} / gradient norm {} is not finite; update skipped "
+                       "(skip_step_on_nonfinite; {} skipped in this run so far)",
+                       step + 1, outcome.loss, outcome.grad_norm, skipped);
+        }
+      }
       if (checkpoint_due(cfg, step) || (stop && cfg.enable_checkpointing)) {
         recorder.note(step, "checkpoint");
         CAROUSEL_CHECK(params.weights_finite(),
@@ -248,16 +260,6 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
         }
         world.barrier().wait();
         recorder.complete();
-      }
-      if (rank == 0) {
-        const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        result.steps.push_back(reporter->report(step, outcome.loss, outcome.grad_norm, seconds));
-        if (outcome.skipped) {
-          spdlog::warn("step {}: loss {} / gradient norm {} is not finite; update skipped "
-                       "(skip_step_on_nonfinite; {} skipped in this run so far)",
-                       step + 1, outcome.loss, outcome.grad_norm, skipped);
-        }
       }
       if (stop) {
         if (rank == 0) result.stopped_by_signal = true;
