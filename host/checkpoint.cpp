@@ -109,7 +109,7 @@ void load_tensors(Backend& be, const SafetensorsFile& file, const ParamSet& set,
                    name, shape_str(it->second.shape), shape_str(set.specs[i].shape));
     CAROUSEL_CHECK(it->second.dtype == DType::F32,
                    "checkpoint '{}': tensor '{}' is {} but carousel stores float32", file.path(),
-                   name, safetensors_dtype(it->second.dtype));
+                   name, it->second.dtype_name);
     be.upload(file.data(name), set.tensors[i]);
   }
   for (const auto& [name, entry] : file.entries()) {
