@@ -1,5 +1,5 @@
-// hf_import.h — starting a run from a Hugging Face Llama directory (docs/training.md#starting-
-// from-a-hugging-face-model).
+// hf_import.h — starting a run from a Hugging Face Llama directory
+// (docs/training.md#starting-from-a-hugging-face-model).
 //
 // `load_parameters_path` accepts what transformers' save_pretrained writes for a
 // LlamaForCausalLM: config.json plus either model.safetensors or model.safetensors.index.json
