@@ -19,6 +19,7 @@
 #include <regex>
 
 #include "cuda/error.h"
+#include "host/hf_import.h"
 #include "host/json_fields.h"
 #include "host/safetensors.h"
 
@@ -110,7 +111,7 @@ void load_tensors(Backend& be, const SafetensorsFile& file, const ParamSet& set,
                    name, shape_str(it->second.shape), shape_str(set.specs[i].shape));
     CAROUSEL_CHECK(it->second.dtype == DType::F32,
                    "checkpoint '{}': tensor '{}' is {} but carousel stores float32", file.path(),
-                   name, safetensors_dtype(it->second.dtype));
+                   name, it->second.dtype_name);
     be.upload(file.data(name), set.tensors[i]);
   }
   for (const auto& [name, entry] : file.entries()) {
@@ -425,6 +426,21 @@ TrainingState load_checkpoint(Backend& be, const std::string& directory,
                                                      std::uint64_t(state.step)));
   }
   return state;
+}
+
+void load_parameters(Backend& be, const ModelConfig& model, const std::string& directory,
+                     const ParamSet& params) {
+  check_local_path("load_parameters_path", directory);
+  CAROUSEL_CHECK(fs::is_directory(directory), "load_parameters_path='{}' is not a directory",
+                 directory);
+  if (is_hf_model_directory(directory)) return load_hf_model(be, directory, model, params);
+  CAROUSEL_CHECK(fs::exists(fs::path(directory) / "manifest.json") ||
+                     fs::exists(fs::path(directory) / "state.json"),
+                 "load_parameters_path='{}' is neither a carousel checkpoint (manifest.json) nor "
+                 "a Hugging Face model directory (config.json with model.safetensors or "
+                 "model.safetensors.index.json)",
+                 directory);
+  load_checkpoint(be, directory, {&params, nullptr, nullptr});
 }
 
 }  // namespace carousel

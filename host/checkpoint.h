@@ -72,4 +72,11 @@ std::string metrics_file_path(const Config& cfg);
 TrainingState load_checkpoint(Backend& be, const std::string& directory,
                               const CheckpointContents& contents);
 
+// `load_parameters_path`: the parameters of a new run, from a carousel checkpoint directory
+// (manifest.json or state.json present: load_checkpoint, parameters only) or a Hugging Face
+// model directory (config.json + model.safetensors or sharded with
+// model.safetensors.index.json: host/hf_import.h, which checks config.json against `model`).
+void load_parameters(Backend& be, const ModelConfig& model, const std::string& directory,
+                     const ParamSet& params);
+
 }  // namespace carousel

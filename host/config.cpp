@@ -224,7 +224,7 @@ const std::vector<ConfigKey>& config_keys() {
       key("checkpoint_period", &Config::checkpoint_period,
           "save every this many steps (0 = only at the end)"),
       key("load_parameters_path", &Config::load_parameters_path,
-          "start from the parameters of this checkpoint step directory"),
+          "start from these parameters: a checkpoint step directory or a HF Llama directory"),
   };
   return keys;
 }

@@ -28,10 +28,17 @@ const char* safetensors_dtype(DType dtype) {
 }
 
 namespace {
-bool parse_dtype(const std::string& s, DType& out) {
+// Sets the entry's dtype fields; false for a dtype carousel does not read.
+bool parse_dtype(const std::string& s, SafetensorsEntry& e) {
+  e.dtype_name = s;
+  if (s == "F16") {  // IEEE half: read only, widened to float32 by the importer
+    e.element_size = 2;
+    return true;
+  }
   for (DType d : {DType::F32, DType::F64, DType::BF16, DType::I32}) {
     if (s == safetensors_dtype(d)) {
-      out = d;
+      e.dtype = d;
+      e.element_size = dtype_size(d);
       return true;
     }
   }
@@ -105,12 +112,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     const std::string entry = fmt::format("'{}': tensor '{}'", path, name);
     SafetensorsEntry e;
     const std::string dtype = json_string(json_field(value, "dtype", entry), entry, "dtype");
-    CAROUSEL_CHECK(parse_dtype(dtype, e.dtype), "{} has dtype '{}'; supported: F32, F64, BF16, I32",
+    CAROUSEL_CHECK(parse_dtype(dtype, e), "{} has dtype '{}'; supported: F32, F64, BF16, F16, I32",
                    entry, dtype);
     const auto& shape = json_field(value, "shape", entry);
     CAROUSEL_CHECK(shape.is_array(), "{}: field 'shape' must be an array, found {}", entry,
                    shape.type_name());
-    std::uint64_t expected = dtype_size(e.dtype);
+    std::uint64_t expected = e.element_size;
     for (const auto& dim : shape) {
       const std::uint64_t d = json_unsigned(dim, entry, "shape", 1ULL << 48);
       CAROUSEL_CHECK(!__builtin_mul_overflow(expected, d, &expected), "{}: shape {} is too large",
@@ -130,7 +137,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     CAROUSEL_CHECK(e.end - e.begin == expected,
                    "{} ({} {}) needs {} bytes but its data_offsets [{}, {}] hold {} (dtype or "
                    "shape does not match the data)",
-                   entry, safetensors_dtype(e.dtype), shape_str(e.shape), expected, e.begin, e.end,
+                   entry, e.dtype_name, shape_str(e.shape), expected, e.begin, e.end,
                    e.end - e.begin);
     starts.emplace_back(e.begin, e.end, name);
     entries_[name] = e;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,11 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsInp
                        const std::map<std::string, std::string>& metadata = {});
 
 struct SafetensorsEntry {
-  DType dtype;
+  // The header's dtype. F16 is a file-only dtype (no DType: carousel never computes in it;
+  // host/hf_import.cpp widens it to float32), so `dtype` is empty for it.
+  std::optional<DType> dtype;
+  std::string dtype_name;  // "F32", "F64", "BF16", "I32" or "F16"
+  std::size_t element_size = 0;
   Shape shape;
   std::uint64_t begin = 0, end = 0;  // offsets into the data section
 };
@@ -55,6 +60,6 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-const char* safetensors_dtype(DType dtype);  // "F32", "F64", "BF16", "I32"
+const char* safetensors_dtype(DType dtype);  // "F32", "F64", "BF16", "I32" (and "F16" on read)
 
 }  // namespace carousel

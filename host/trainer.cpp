@@ -187,7 +187,7 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
     start_from = whole;
     spdlog::info("resuming from {} at step {}", *dir, result.start_step);
   } else if (!cfg.load_parameters_path.empty()) {
-    load_checkpoint(host, cfg.load_parameters_path, {&whole_params, nullptr, nullptr});
+    load_parameters(host, cfg.model, cfg.load_parameters_path, whole_params);
     start_from = CheckpointContents{&whole_params, nullptr, nullptr};
     spdlog::info("parameters loaded from {}", cfg.load_parameters_path);
   }

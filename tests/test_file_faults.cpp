@@ -136,8 +136,8 @@ TEST(SafetensorsFaults, JsonTypeErrorsNameTheFileTensorAndField) {
   EXPECT_NE(load(R"({"a":{"dtype":7,"shape":[2],"data_offsets":[0,8]}})")
                 .find("tensor 'a': field 'dtype' must be a string, found number 7"),
             std::string::npos);
-  EXPECT_NE(load(R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,8]}})")
-                .find("tensor 'a' has dtype 'F16'; supported: F32, F64, BF16, I32"),
+  EXPECT_NE(load(R"({"a":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,8]}})")
+                .find("tensor 'a' has dtype 'F8_E4M3'; supported: F32, F64, BF16, F16, I32"),
             std::string::npos);
   EXPECT_NE(load(R"({"a":{"dtype":"F32","shape":"2","data_offsets":[0,8]}})")
                 .find("field 'shape' must be an array, found string"),
