@@ -43,7 +43,7 @@ inline bool load_safetensors_bytes(const std::string& bytes, const std::string& 
     unsigned sum = 0;
     for (const auto& [name, e] : file.entries()) {
       const std::uint64_t size = e.end - e.begin;
-      if (size != std::uint64_t(numel(e.shape)) * dtype_size(e.dtype) || e.end > data_size) {
+      if (size != std::uint64_t(numel(e.shape)) * e.element_size || e.end > data_size) {
         throw HarnessFailure("tensor '" + name + "' loaded with inconsistent offsets");
       }
       // Every byte is read, so ASan sees a tensor that points outside the buffer.
