@@ -13,8 +13,8 @@
 
 #include <random>
 
-#include "cuda/cpu_backend.h"
-#include "cuda/cuda_backend.h"
+#include "compute/cpu_backend.h"
+#include "compute/cuda_backend.h"
 
 namespace {
 

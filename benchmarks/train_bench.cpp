@@ -8,7 +8,7 @@
 // trainers (MFU-style), not the arithmetic the CPU actually did (about 4/3 of it with remat).
 #include <benchmark/benchmark.h>
 
-#include "cuda/cpu_backend.h"
+#include "compute/cpu_backend.h"
 #include "host/config.h"
 #include "host/data.h"
 #include "host/optimizer.h"

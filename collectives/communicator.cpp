@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 
 #include "collectives/common.h"
-#include "cuda/dispatch.h"
-#include "cuda/error.h"
+#include "compute/dispatch.h"
+#include "compute/error.h"
 
 namespace carousel {
 

@@ -17,7 +17,7 @@
 #include <mutex>
 #include <string>
 
-#include "cuda/tensor.h"
+#include "compute/tensor.h"
 
 namespace carousel {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "collectives/common.h"
-#include "cuda/error.h"
+#include "compute/error.h"
 
 namespace carousel {
 

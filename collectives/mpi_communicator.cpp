@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "collectives/common.h"
-#include "cuda/dispatch.h"
-#include "cuda/error.h"
+#include "compute/dispatch.h"
+#include "compute/error.h"
 
 namespace carousel {
 

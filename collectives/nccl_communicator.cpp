@@ -16,9 +16,9 @@
 #include <thread>
 
 #include "collectives/common.h"
-#include "cuda/cpu_backend.h"
-#include "cuda/dispatch.h"
-#include "cuda/error.h"
+#include "compute/cpu_backend.h"
+#include "compute/dispatch.h"
+#include "compute/error.h"
 
 namespace carousel {
 

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <thread>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 
 namespace carousel {
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "collectives/local_communicator.h"
-#include "cuda/error.h"
+#include "compute/error.h"
 
 namespace carousel {
 

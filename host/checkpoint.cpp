@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/hf_import.h"
 #include "host/json_fields.h"
 #include "host/safetensors.h"

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/backend.h"
+#include "compute/backend.h"
 #include "host/config.h"
 #include "models/params.h"
 

@@ -2,8 +2,8 @@
 #include <spdlog/spdlog.h>
 
 #include "collectives/rendezvous.h"
-#include "cuda/cpu_backend.h"
-#include "cuda/device_info.h"
+#include "compute/cpu_backend.h"
+#include "compute/device_info.h"
 #include "host/commands.h"
 
 namespace carousel {

@@ -9,7 +9,7 @@
 #include <limits>
 #include <utility>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/schedule/registry.h"
 
 namespace carousel {

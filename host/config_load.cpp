@@ -13,7 +13,7 @@
 #include <set>
 #include <sstream>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/config.h"
 
 namespace carousel {

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/config.h"
 
 #include "host/checkpoint.h"

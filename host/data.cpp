@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/checkpoint.h"
 
 namespace carousel {

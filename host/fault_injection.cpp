@@ -11,7 +11,7 @@
 #include <optional>
 #include <thread>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 
 namespace carousel {
 

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/json_fields.h"
 #include "host/safetensors.h"
 

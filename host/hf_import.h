@@ -14,7 +14,7 @@
 
 #include <string>
 
-#include "cuda/backend.h"
+#include "compute/backend.h"
 #include "models/model_config.h"
 #include "models/params.h"
 

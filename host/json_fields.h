@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 
 namespace carousel {
 

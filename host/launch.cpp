@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "collectives/rendezvous.h"
-#include "cuda/error.h"
+#include "compute/error.h"
 #if CAROUSEL_HAVE_MPI
 #include "collectives/mpi_communicator.h"
 #endif

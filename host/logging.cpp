@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 
 namespace carousel {
 

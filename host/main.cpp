@@ -9,7 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/commands.h"
 #include "host/logging.h"
 #include "host/schedule/registry.h"

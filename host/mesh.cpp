@@ -7,9 +7,9 @@
 #include <cstdlib>
 
 #include "collectives/local_communicator.h"
-#include "cuda/cpu_backend.h"
-#include "cuda/cuda_backend.h"
-#include "cuda/device_info.h"
+#include "compute/cpu_backend.h"
+#include "compute/cuda_backend.h"
+#include "compute/device_info.h"
 #ifdef CAROUSEL_HAVE_NCCL
 #include "collectives/nccl_communicator.h"
 #endif

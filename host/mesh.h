@@ -17,7 +17,7 @@
 
 #include "collectives/communicator.h"
 #include "collectives/local_communicator.h"
-#include "cuda/backend.h"
+#include "compute/backend.h"
 #include "host/config.h"
 #include "host/schedule/ir.h"
 

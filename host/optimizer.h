@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "cuda/backend.h"
+#include "compute/backend.h"
 #include "host/config.h"
 #include "models/params.h"
 

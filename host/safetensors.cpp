@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/json_fields.h"
 
 namespace carousel {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "cuda/dtype.h"
-#include "cuda/tensor.h"
+#include "compute/dtype.h"
+#include "compute/tensor.h"
 
 namespace carousel {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/checkpoint.h"
 #include "host/optimizer.h"
 

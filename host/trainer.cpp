@@ -12,7 +12,7 @@
 #include <fstream>
 #include <optional>
 
-#include "cuda/cpu_backend.h"
+#include "compute/cpu_backend.h"
 #include "host/checkpoint.h"
 #include "host/data.h"
 #include "host/fault_injection.h"

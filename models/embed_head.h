@@ -3,7 +3,7 @@
 // live on the first and the last stage.
 #pragma once
 
-#include "cuda/backend.h"
+#include "compute/backend.h"
 #include "models/model_config.h"
 #include "models/params.h"
 

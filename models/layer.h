@@ -11,7 +11,7 @@
 
 #include <vector>
 
-#include "cuda/backend.h"
+#include "compute/backend.h"
 #include "models/model_config.h"
 #include "models/params.h"
 

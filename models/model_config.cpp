@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "models/params.h"
 
 namespace carousel {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 
 namespace carousel {
 

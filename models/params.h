@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/backend.h"
+#include "compute/backend.h"
 #include "models/model_config.h"
 
 namespace carousel {

@@ -1,7 +1,7 @@
 // stage.cpp — stage forward/backward over consecutive layers, with or without remat.
 #include "models/stage.h"
 
-#include "cuda/error.h"
+#include "compute/error.h"
 
 namespace carousel {
 

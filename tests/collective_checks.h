@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "cuda/backend.h"
+#include "compute/backend.h"
 
 namespace carousel::testing {
 

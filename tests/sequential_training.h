@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "cuda/cpu_backend.h"
+#include "compute/cpu_backend.h"
 #include "host/config.h"
 #include "host/data.h"
 #include "host/optimizer.h"

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "cuda/cpu_backend.h"
+#include "compute/cpu_backend.h"
 #include "tests/test_util.h"
 
 namespace carousel {

@@ -9,8 +9,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "cuda/bfloat16.h"
-#include "cuda/cpu_backend.h"
+#include "compute/bfloat16.h"
+#include "compute/cpu_backend.h"
 #include "tests/test_util.h"
 
 namespace carousel {

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "cuda/cpu_backend.h"
+#include "compute/cpu_backend.h"
 #include "host/checkpoint.h"
 #include "host/optimizer.h"
 #include "tests/test_util.h"

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "cuda/cpu_backend.h"
+#include "compute/cpu_backend.h"
 #include "host/checkpoint.h"
 #include "tests/test_util.h"
 

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/config.h"
 #include "host/optimizer.h"
 #include "host/schedule/registry.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/config.h"
 
 namespace carousel {

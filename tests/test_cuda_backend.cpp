@@ -7,10 +7,10 @@
 
 #include <functional>
 
-#include "cuda/bfloat16.h"
-#include "cuda/cpu_backend.h"
-#include "cuda/cuda_backend.h"
-#include "cuda/device_info.h"
+#include "compute/bfloat16.h"
+#include "compute/cpu_backend.h"
+#include "compute/cuda_backend.h"
+#include "compute/device_info.h"
 #include "tests/test_util.h"
 
 namespace carousel {
@@ -185,7 +185,7 @@ TEST_P(CudaVsCpu, MatchesTheCpuBackend) {
 INSTANTIATE_TEST_SUITE_P(Ops, CudaVsCpu, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
 
-// bfloat16: cast must give the same bits as the CPU (one rounding function, cuda/bfloat16.h);
+// bfloat16: cast must give the same bits as the CPU (one rounding function, compute/bfloat16.h);
 // GEMM with bf16 inputs sums in float32 in another order than OpenBLAS: float32 outputs agree to
 // 1e-5 relative (k = 53), bfloat16 outputs to one bf16 ulp (2^-7 relative).
 TEST(CudaBf16, CastIsBitwiseAndGemmMatchesTheCpu) {

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/data.h"
 #include "tests/test_util.h"
 

@@ -9,7 +9,7 @@
 
 #include <tuple>
 
-#include "cuda/cpu_backend.h"
+#include "compute/cpu_backend.h"
 #include "tests/reference.h"
 #include "tests/test_util.h"
 

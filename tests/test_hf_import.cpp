@@ -10,8 +10,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cuda/bfloat16.h"
-#include "cuda/cpu_backend.h"
+#include "compute/bfloat16.h"
+#include "compute/cpu_backend.h"
 #include "host/checkpoint.h"
 #include "host/config.h"
 #include "host/logging.h"
@@ -128,7 +128,7 @@ TEST(HfImport, Bfloat16AndFloat16LoadTheRoundedWeightsExactly) {
         write_hf(std::string(c.name) + "_ref", std::string(c.args) + " --rounded-f32");
     const std::vector<float> params = loaded(dir, run_model());
     EXPECT_EQ(params, loaded(ref, run_model())) << c.name;
-    if (contains(c.args, "bf16")) {  // also our own rounding (cuda/bfloat16.h) agrees
+    if (contains(c.args, "bf16")) {  // also our own rounding (compute/bfloat16.h) agrees
       for (std::size_t i = 0; i < params.size(); ++i) {
         ASSERT_EQ(params[i], math::to_float(math::to_bf16(f32_params[i]))) << c.name << " " << i;
       }

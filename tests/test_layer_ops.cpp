@@ -12,7 +12,7 @@
 
 #include <functional>
 
-#include "cuda/cpu_backend.h"
+#include "compute/cpu_backend.h"
 #include "tests/reference.h"
 #include "tests/test_util.h"
 

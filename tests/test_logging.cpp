@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/logging.h"
 
 namespace carousel {

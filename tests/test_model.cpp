@@ -5,7 +5,7 @@
 
 #include <cmath>
 
-#include "cuda/cpu_backend.h"
+#include "compute/cpu_backend.h"
 #include "models/model.h"
 #include "tests/test_util.h"
 

@@ -8,7 +8,7 @@
 
 #include "collectives/local_communicator.h"
 #include "collectives/mpi_communicator.h"
-#include "cuda/cpu_backend.h"
+#include "compute/cpu_backend.h"
 #include "tests/collective_checks.h"
 #include "tests/test_util.h"
 

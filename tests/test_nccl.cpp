@@ -5,8 +5,8 @@
 
 #include "collectives/local_communicator.h"
 #include "collectives/nccl_communicator.h"
-#include "cuda/cuda_backend.h"
-#include "cuda/device_info.h"
+#include "compute/cuda_backend.h"
+#include "compute/device_info.h"
 #include "tests/collective_checks.h"
 #include "tests/test_util.h"
 

@@ -2,8 +2,8 @@
 // shapes involved, and never touch memory out of bounds.
 #include <gtest/gtest.h>
 
-#include "cuda/cpu_backend.h"
-#include "cuda/dispatch.h"
+#include "compute/cpu_backend.h"
+#include "compute/dispatch.h"
 #include "tests/test_util.h"
 
 namespace carousel {
@@ -100,7 +100,7 @@ TEST(OpErrors, RopeNeedsMatchingTables) {
                {"rope_forward", "'cos'", "[4,4]", "[5,4]"});
 }
 
-// The check macros of cuda/error.h: a user error keeps its message clean and its file:line apart;
+// The check macros of compute/error.h: a user error keeps its message clean and its file:line apart;
 // an internal error and a library error name file:line in the message.
 TEST(CheckMacros, CheckKeepsMessageAndRecordsWhere) {
   try {

@@ -14,7 +14,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/config.h"
 #include "host/logging.h"
 #include "host/schedule/passes.h"

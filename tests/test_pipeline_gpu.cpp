@@ -5,7 +5,7 @@
 
 #include <cstdlib>
 
-#include "cuda/device_info.h"
+#include "compute/device_info.h"
 #include "host/config.h"
 #include "host/logging.h"
 #include "host/trainer.h"

@@ -8,7 +8,7 @@
 #include <set>
 #include <sstream>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/schedule/export.h"
 #include "host/schedule/generators.h"
 #include "host/schedule/maxtext.h"

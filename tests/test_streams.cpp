@@ -8,7 +8,7 @@
 
 #include <map>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/schedule/passes.h"
 #include "host/schedule/registry.h"
 #include "host/schedule/streams.h"

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/backend.h"
+#include "compute/backend.h"
 
 namespace carousel::testing {
 

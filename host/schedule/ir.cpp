@@ -6,7 +6,7 @@
 #include <cctype>
 #include <sstream>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 
 namespace carousel::schedule {
 

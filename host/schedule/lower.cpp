@@ -5,7 +5,7 @@
 #include <set>
 #include <tuple>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/schedule/passes.h"
 
 namespace carousel::schedule {

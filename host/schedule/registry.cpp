@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 
 namespace carousel::schedule {
 

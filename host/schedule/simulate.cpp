@@ -8,7 +8,7 @@
 #include <map>
 #include <tuple>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 
 namespace carousel::schedule {
 

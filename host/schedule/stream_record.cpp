@@ -8,7 +8,7 @@
 #include <map>
 #include <tuple>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/schedule/streams.h"
 
 namespace carousel::schedule {

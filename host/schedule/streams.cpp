@@ -9,7 +9,7 @@
 #include <map>
 #include <tuple>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 
 namespace carousel::schedule {
 

@@ -4,7 +4,7 @@
 #include <map>
 #include <tuple>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/schedule/passes.h"
 
 namespace carousel::schedule {

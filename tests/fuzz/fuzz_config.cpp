@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {

@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 #include "host/data.h"
 #include "host/safetensors.h"
 

@@ -1,5 +1,5 @@
 // tensor.cpp — Tensor storage lifetime, views and descriptions.
-#include "cuda/tensor.h"
+#include "compute/tensor.h"
 
 #include <fmt/ranges.h>
 

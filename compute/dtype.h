@@ -44,7 +44,7 @@ constexpr std::string_view dtype_name(DType t) {
 
 constexpr bool is_floating(DType t) { return t != DType::I32; }
 
-// bfloat16 as stored: the upper 16 bits of a float32 (conversions in cuda/bfloat16.h).
+// bfloat16 as stored: the upper 16 bits of a float32 (conversions in compute/bfloat16.h).
 struct bf16 {
   std::uint16_t bits;
 };

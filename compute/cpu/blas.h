@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "cuda/tensor.h"
+#include "compute/tensor.h"
 
 namespace carousel::cpu {
 

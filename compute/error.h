@@ -33,7 +33,7 @@ class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message, const char* file = nullptr, int line = 0)
       : std::runtime_error(message), file_(file), line_(line) {}
-  // "cuda/backend.cpp:42" where a CAROUSEL_CHECK failed; empty for other errors.
+  // "compute/backend.cpp:42" where a CAROUSEL_CHECK failed; empty for other errors.
   std::string where() const;
 
  private:

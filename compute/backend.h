@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/elementwise.h"
-#include "cuda/memory.h"
-#include "cuda/tensor.h"
+#include "compute/elementwise.h"
+#include "compute/memory.h"
+#include "compute/tensor.h"
 
 namespace carousel {
 

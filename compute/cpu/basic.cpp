@@ -6,10 +6,10 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda/bfloat16.h"
-#include "cuda/cpu/blas.h"
-#include "cuda/cpu_backend.h"
-#include "cuda/dispatch.h"
+#include "compute/bfloat16.h"
+#include "compute/cpu/blas.h"
+#include "compute/cpu_backend.h"
+#include "compute/dispatch.h"
 
 namespace carousel {
 

@@ -1,4 +1,4 @@
-// bfloat16.h — conversions to and from the bfloat16 storage type (cuda/dtype.h), one
+// bfloat16.h — conversions to and from the bfloat16 storage type (compute/dtype.h), one
 // definition for the CPU backend and the CUDA kernels, so a value rounds to the same bits on
 // both.
 //
@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "cuda/dtype.h"        // struct bf16
-#include "cuda/elementwise.h"  // CAROUSEL_HD
+#include "compute/dtype.h"        // struct bf16
+#include "compute/elementwise.h"  // CAROUSEL_HD
 
 namespace carousel {
 

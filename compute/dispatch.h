@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "cuda/dtype.h"
+#include "compute/dtype.h"
 
 namespace carousel {
 

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
-#include "cuda/bfloat16.h"
-#include "cuda/elementwise.h"
+#include "compute/bfloat16.h"
+#include "compute/elementwise.h"
 
 namespace carousel::gpu {
 
@@ -19,7 +19,7 @@ __global__ void fill_kernel(T* x, std::int64_t n, T value) {
   if (i < n) x[i] = value;
 }
 
-// dst[i] = src[i] converted (bfloat16 rounding shared with the CPU backend: cuda/bfloat16.h).
+// dst[i] = src[i] converted (bfloat16 rounding shared with the CPU backend: compute/bfloat16.h).
 template <class From, class To>
 __global__ void cast_kernel(const From* src, To* dst, std::int64_t n) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

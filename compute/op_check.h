@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "cuda/backend.h"
+#include "compute/backend.h"
 
 namespace carousel::detail {
 

@@ -1,10 +1,10 @@
 // memory.cpp — accounting shared by all device allocators, and the host allocator.
-#include "cuda/memory.h"
+#include "compute/memory.h"
 
 #include <cstdlib>
 #include <cstring>
 
-#include "cuda/error.h"
+#include "compute/error.h"
 
 namespace carousel {
 

@@ -20,7 +20,7 @@
 #include <utility>
 #include <vector>
 
-#include "cuda/backend.h"
+#include "compute/backend.h"
 
 namespace carousel::detail {
 

@@ -1,5 +1,5 @@
 // device_info_none.cpp — list_cuda_devices() for builds without the CUDA backend.
-#include "cuda/device_info.h"
+#include "compute/device_info.h"
 
 namespace carousel {
 
@@ -14,8 +14,8 @@ CudaDevices list_cuda_devices() {
 
 }  // namespace carousel
 
-#include "cuda/cuda_backend.h"
-#include "cuda/error.h"
+#include "compute/cuda_backend.h"
+#include "compute/error.h"
 
 namespace carousel {
 

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/dtype.h"
-#include "cuda/error.h"
-#include "cuda/memory.h"
+#include "compute/dtype.h"
+#include "compute/error.h"
+#include "compute/memory.h"
 
 namespace carousel {
 

@@ -2,8 +2,8 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include "cuda/device_info.h"
-#include "cuda/error.h"
+#include "compute/device_info.h"
+#include "compute/error.h"
 
 namespace carousel {
 

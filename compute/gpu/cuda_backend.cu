@@ -11,11 +11,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "cuda/cuda_backend.h"
-#include "cuda/device_info.h"
-#include "cuda/dispatch.h"
-#include "cuda/error.h"
-#include "cuda/gpu/kernels.cuh"
+#include "compute/cuda_backend.h"
+#include "compute/device_info.h"
+#include "compute/dispatch.h"
+#include "compute/error.h"
+#include "compute/gpu/kernels.cuh"
 
 namespace carousel {
 

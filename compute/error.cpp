@@ -1,14 +1,14 @@
 // error.cpp — the out-of-line halves of the check macros in error.h (and of the dtype
 // dispatcher's error, dispatch.h): they format the message and throw carousel::Error, so each
 // use site carries only a comparison and one call.
-#include "cuda/error.h"
+#include "compute/error.h"
 
-#include "cuda/dispatch.h"
+#include "compute/dispatch.h"
 
 namespace carousel {
 
 namespace {
-// __FILE__ relative to the source tree ("cuda/backend.cpp"), however the build spelled it.
+// __FILE__ relative to the source tree ("compute/backend.cpp"), however the build spelled it.
 std::string_view source_path(const char* file) {
   std::string_view path = file ? file : "";
 #ifdef CAROUSEL_SOURCE_DIR

@@ -2,10 +2,10 @@
 #include <cmath>
 #include <limits>
 
-#include "cuda/cpu/blas.h"
-#include "cuda/cpu_backend.h"
-#include "cuda/dispatch.h"
-#include "cuda/elementwise.h"
+#include "compute/cpu/blas.h"
+#include "compute/cpu_backend.h"
+#include "compute/dispatch.h"
+#include "compute/elementwise.h"
 
 namespace carousel {
 

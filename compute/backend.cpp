@@ -10,12 +10,12 @@
 // (has_native_bf16), the op runs on float32 copies of its bf16 arguments and each bf16 output is
 // rounded once; with a native kernel the op is validated like float32 (bf16 allowed wherever
 // float32 is, all floating arguments one dtype) and do_<op> receives the bf16 tensors.
-#include "cuda/backend.h"
+#include "compute/backend.h"
 
 #include <cmath>
 
-#include "cuda/bf16_staging.h"
-#include "cuda/op_check.h"
+#include "compute/bf16_staging.h"
+#include "compute/op_check.h"
 
 namespace carousel {
 

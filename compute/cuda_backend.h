@@ -8,7 +8,7 @@
 
 #include <memory>
 
-#include "cuda/backend.h"
+#include "compute/backend.h"
 
 namespace carousel {
 

@@ -9,7 +9,7 @@
 
 #include <memory>
 
-#include "cuda/backend.h"
+#include "compute/backend.h"
 
 namespace carousel {
 

@@ -9,9 +9,9 @@
 
 #include <cmath>
 
-#include "cuda/cpu/blas.h"
-#include "cuda/cpu_backend.h"
-#include "cuda/dispatch.h"
+#include "compute/cpu/blas.h"
+#include "compute/cpu_backend.h"
+#include "compute/dispatch.h"
 
 namespace carousel {
 

@@ -5,10 +5,10 @@
 // is summed by one thread in a fixed order (deterministic, race-free).
 #include <cmath>
 
-#include "cuda/cpu/blas.h"
-#include "cuda/cpu_backend.h"
-#include "cuda/dispatch.h"
-#include "cuda/elementwise.h"
+#include "compute/cpu/blas.h"
+#include "compute/cpu_backend.h"
+#include "compute/dispatch.h"
+#include "compute/elementwise.h"
 
 namespace carousel {
 
