@@ -359,6 +359,8 @@ void check_local_path(const std::string& key, const std::string& value) {
                  key, value, m[1].str());
 }
 
+void verify_checkpoint(const std::string& directory) { verify_manifest(directory); }
+
 std::string metrics_file_path(const Config& cfg) {
   return cfg.metrics_file.empty() ? (fs::path(cfg.run_directory()) / "metrics.jsonl").string()
                                   : cfg.metrics_file;
@@ -422,8 +424,8 @@ TrainingState load_checkpoint(Backend& be, const std::string& directory,
   state.step = std::int64_t(json_unsigned(json_field(st, "step", where), where, "step",
                                           std::uint64_t(std::numeric_limits<std::int64_t>::max())));
   if (st.contains("skipped_steps")) {  // absent in checkpoints from before it existed
-    state.skipped_steps = std::int64_t(json_unsigned(st["skipped_steps"], where, "skipped_steps",
-                                                     std::uint64_t(state.step)));
+    state.skipped_steps = std::int64_t(
+        json_unsigned(st["skipped_steps"], where, "skipped_steps", std::uint64_t(state.step)));
   }
   return state;
 }

@@ -63,6 +63,11 @@ void check_local_path(const std::string& key, const std::string& value);
 // process of a run may call it (each probes with its own file name).
 void check_outputs_writable(const Config& cfg);
 
+// Checks a checkpoint step directory as a resume would: manifest.json present and well formed,
+// model.safetensors and state.json listed, every listed file present with its byte size and
+// CRC32. Throws carousel::Error naming the first problem (the file and what is wrong).
+void verify_checkpoint(const std::string& directory);
+
 // metrics_file, or <run directory>/metrics.jsonl when it is empty.
 std::string metrics_file_path(const Config& cfg);
 

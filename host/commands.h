@@ -26,4 +26,14 @@ void split_config_arguments(const std::vector<std::string>& args, std::string& f
 // The config key table: name, type, default, meaning.
 void print_config_keys();
 
+struct InspectOptions {
+  std::string path;  // a checkpoint step directory, a run directory or its checkpoints/
+};
+// `carousel inspect`: the checkpoint report (host/inspect.h); 0 verified, 2 not.
+int run_inspect(const InspectOptions& options);
+
+// `carousel --version`: "carousel X.Y.Z", then "key: value" lines (commit, build type, cuda,
+// nccl, mpi).
+std::string version_text();
+
 }  // namespace carousel

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <set>
 #include <utility>
 
 #include "compute/error.h"
@@ -128,6 +129,8 @@ const std::vector<ConfigKey>& config_keys() {
       model_key("base_emb_dim", &ModelConfig::emb_dim, "E, model width"),
       model_key("base_num_decoder_layers", &ModelConfig::num_layers, "N, decoder layers"),
       model_key("base_num_query_heads", &ModelConfig::num_query_heads, "H; head_dim = E/H"),
+      key("head_dim", &Config::head_dim,
+          "-1 = E/H; carousel derives the head size, so any other value must equal E/H"),
       model_key("base_num_kv_heads", &ModelConfig::num_kv_heads, "Hkv (grouped-query attention)"),
       model_key("base_mlp_dim", &ModelConfig::mlp_dim, "Fm, MLP hidden width"),
       model_key("max_target_length", &ModelConfig::max_target_length, "T, sequence length"),
@@ -210,12 +213,19 @@ const std::vector<ConfigKey>& config_keys() {
       key("skip_step_on_nonfinite", &Config::skip_step_on_nonfinite,
           "a step whose loss or gradient norm is NaN or infinite is skipped on every rank (no "
           "update; counted and logged) instead of stopping the run"),
+      key("lr_schedule_type", &Config::lr_schedule_type,
+          "cosine (warmup, cosine decay) | wsd (warmup, constant, decay over the last "
+          "wsd_decay_steps_fraction)"),
       key("warmup_steps_fraction", &Config::warmup_steps_fraction,
           "linear warmup over this fraction of the schedule"),
-      key("cosine_learning_rate_final_fraction", &Config::cosine_learning_rate_final_fraction,
-          "cosine decay ends at this fraction of learning_rate"),
+      key("learning_rate_final_fraction", &Config::learning_rate_final_fraction,
+          "the decay (cosine or wsd) ends at this fraction of learning_rate (MaxText's old name "
+          "cosine_learning_rate_final_fraction is read as this, with a warning)"),
+      key("wsd_decay_steps_fraction", &Config::wsd_decay_steps_fraction,
+          "wsd: the decay phase is this fraction of the schedule's steps (its end)"),
+      key("wsd_decay_style", &Config::wsd_decay_style, "wsd: the decay's shape, linear | cosine"),
       key("learning_rate_schedule_steps", &Config::learning_rate_schedule_steps,
-          "length of warmup + cosine (-1 = steps); learning rate 0 after it"),
+          "length of the schedule (-1 = steps); learning rate 0 after it"),
       key("dataset_type", &Config::dataset_type, "synthetic | tokens (llm.c shards) | text"),
       key("dataset_path", &Config::dataset_path,
           "tokens: shard file or glob; text: a text file (bytes are tokens)"),
@@ -277,7 +287,97 @@ std::string closest_key(const std::string& name) {
       best = k.name;
     }
   }
-  return best;
+  // A hint only for a plausible typo: at most one edit per three characters of the name.
+  return 3 * best_d <= lower.size() ? best : std::string();
+}
+
+const std::vector<ConfigAlias>& config_aliases() {
+  static const std::vector<ConfigAlias> aliases = {
+      {"cosine_learning_rate_final_fraction", "learning_rate_final_fraction"},
+  };
+  return aliases;
+}
+
+bool is_unsupported_maxtext_key(const std::string& name) {
+  // Common MaxText keys (MaxText's base.yml) with no meaning in carousel. Every other mesh axis
+  // (ici_*_parallelism, dcn_*_parallelism) is matched by its pattern below.
+  static const std::set<std::string> keys = {
+      "attention",
+      "attention_type",
+      "quantization",
+      "quantize_kvcache",
+      "scan_layers",
+      "param_scan_axis",
+      "tokenizer_path",
+      "tokenizer_type",
+      "eval_interval",
+      "eval_steps",
+      "eval_per_device_batch_size",
+      "hardware",
+      "num_slices",
+      "global_parameter_scale",
+      "gradient_accumulation_steps",
+      "opt_type",
+      "mlp_activations",
+      "enable_dropout",
+      "dropout_rate",
+      "z_loss_multiplier",
+      "num_experts",
+      "num_experts_per_tok",
+      "sparse_matmul",
+      "megablox",
+      "sliding_window_size",
+      "fused_qkv",
+      "fused_mlp",
+      "logits_dot_in_fp32",
+      "float32_qk_product",
+      "float32_logits",
+      "cast_logits_to_fp32",
+      "use_iota_embed",
+      "async_checkpointing",
+      "checkpoint_storage_use_ocdbt",
+      "checkpoint_storage_use_zarr3",
+      "load_full_state_path",
+      "hf_path",
+      "hf_train_files",
+      "hf_eval_split",
+      "train_split",
+      "dataset_name",
+      "eval_dataset_name",
+      "grain_train_files",
+      "packing",
+      "add_bos",
+      "add_eos",
+      "enable_goodput_recording",
+      "monitor_goodput",
+      "profiler",
+      "profiler_steps",
+      "skip_first_n_steps_for_profiler",
+      "enable_tensorboard",
+      "jax_cache_dir",
+      "compile_topology",
+      "compile_topology_num_slices",
+      "max_prefill_predict_length",
+      "prefill_cache_axis_order",
+      "decode_sampling_strategy",
+      "allow_split_physical_axes",
+      "shardy",
+      "data_sharding",
+      "logical_axis_rules",
+      "mesh_axes",
+      "pipeline_parallel_layers",
+  };
+  auto ends_with = [&](const char* suffix) {
+    const std::string s = suffix;
+    return name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0;
+  };
+  if ((name.rfind("ici_", 0) == 0 || name.rfind("dcn_", 0) == 0) && ends_with("_parallelism")) {
+    for (const auto& k : config_keys()) {
+      if (k.name == name) return false;
+    }
+    return true;
+  }
+  return keys.count(name) > 0;
 }
 
 }  // namespace carousel

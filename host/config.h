@@ -59,8 +59,10 @@ struct Config {
   std::string device = "cpu";            // cpu | cuda | auto (cuda when a GPU is visible)
   std::string remat_policy = "full";
   std::int64_t init_weights_seed = 0;
+  std::int64_t head_dim = -1;  // -1 = E/H (derived); any other value must equal E/H
 
-  // Optimizer (AdamW, PyTorch semantics) and schedule (MaxText: warmup, cosine decay).
+  // Optimizer (AdamW, PyTorch semantics) and schedule (MaxText: warmup, then cosine decay or
+  // warmup-stable-decay).
   double learning_rate = 1e-3;
   double adam_b1 = 0.9;
   double adam_b2 = 0.95;
@@ -69,7 +71,11 @@ struct Config {
   double gradient_clipping_threshold = 1.0;
   bool skip_step_on_nonfinite = false;  // skip (not stop at) a step with a NaN/inf loss or norm
   double warmup_steps_fraction = 0.1;
-  double cosine_learning_rate_final_fraction = 0.1;
+  std::string lr_schedule_type = "cosine";  // cosine | wsd
+  double learning_rate_final_fraction =
+      0.1;                                 // MaxText's former cosine_learning_rate_final_fraction
+  double wsd_decay_steps_fraction = 0.1;   // wsd: decay over this last fraction of the schedule
+  std::string wsd_decay_style = "linear";  // wsd: linear | cosine
   std::int64_t learning_rate_schedule_steps = -1;  // -1 = steps
 
   // Data.
@@ -121,7 +127,19 @@ struct LoadedConfig {
 // Builds a config from an optional YAML file (flat `key: value` map) and key=value overrides.
 LoadedConfig load_config(const std::string& yaml_path, const std::vector<std::string>& overrides);
 
-// Closest known key to `name` (edit distance), for "did you mean" hints.
+// Closest known key to `name` when it is a plausible typo (edit distance at most a third of the
+// name's length, case-insensitive), else "" (no hint: a far-off suggestion misleads).
 std::string closest_key(const std::string& name);
+
+// Old MaxText key names carousel still reads, each with its current name (a warning says so).
+struct ConfigAlias {
+  const char* old_name;
+  const char* new_name;
+};
+const std::vector<ConfigAlias>& config_aliases();
+
+// True for a MaxText config key carousel does not implement (attention, quantization,
+// scan_layers, ...): such a key is refused with "MaxText key 'K' is not supported by carousel".
+bool is_unsupported_maxtext_key(const std::string& name);
 
 }  // namespace carousel

@@ -4,7 +4,10 @@
 // silently drops or merges some of it (a duplicate key keeps one value, a second document is
 // ignored, an unterminated quote swallows the next lines into a value), so the file is checked
 // here for each of those and refused with its name and line. Every failure is a carousel::Error
-// naming the file (and line) or the command line, the key, the value and what is valid.
+// naming the file (and line) or the command line, the key, the value and what is valid. MaxText's
+// renamed keys are read under their new names (a warning each); MaxText keys carousel does not
+// implement are named as such.
+#include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
@@ -30,8 +33,16 @@ const ConfigKey& find_key(const std::string& name, const std::string& where) {
   for (const auto& k : config_keys()) {
     if (k.name == name) return k;
   }
-  fail("unknown config key '{}' ({}); did you mean '{}'? (`carousel train --help-keys` lists all)",
-       name, where, closest_key(name));
+  CAROUSEL_CHECK(!is_unsupported_maxtext_key(name),
+                 "MaxText key '{}' is not supported by carousel ({}); remove it "
+                 "(`carousel train --help-keys` lists the keys carousel implements)",
+                 name, where);
+  const std::string hint = closest_key(name);
+  CAROUSEL_CHECK(hint.empty(),
+                 "unknown config key '{}' ({}); did you mean '{}'? (`carousel train --help-keys` "
+                 "lists all)",
+                 name, where, hint);
+  fail("unknown config key '{}' ({}); `carousel train --help-keys` lists all", name, where);
 }
 
 struct Assignment {
@@ -39,6 +50,25 @@ struct Assignment {
   std::string source;  // for the printed table: "file PATH" | "command line"
   std::string where;   // for errors: "config file 'PATH' line N" | "command line"
 };
+
+// MaxText's old key names become their current ones, with a warning; one source setting both
+// is refused (which value would win is not obvious).
+void apply_aliases(std::vector<Assignment>& assignments) {
+  for (const auto& alias : config_aliases()) {
+    for (auto& a : assignments) {
+      if (a.key != alias.old_name) continue;
+      for (const auto& b : assignments) {
+        CAROUSEL_CHECK(b.key != alias.new_name || b.source != a.source,
+                       "{}: '{}' is MaxText's old name of '{}', which {} also sets; keep only "
+                       "'{}'",
+                       a.where, alias.old_name, alias.new_name, b.where, alias.new_name);
+      }
+      spdlog::warn("{}: config key '{}' is MaxText's old name of '{}'; read as '{}' (rename it)",
+                   a.where, alias.old_name, alias.new_name, alias.new_name);
+      a.key = alias.new_name;
+    }
+  }
+}
 
 std::string read_config_text(const std::string& path) {
   std::error_code ec;
@@ -198,6 +228,7 @@ LoadedConfig load_config(const std::string& yaml_path, const std::vector<std::st
   std::vector<Assignment> assignments;
   if (!yaml_path.empty()) assignments = read_yaml(yaml_path);
   for (auto& a : read_overrides(overrides)) assignments.push_back(std::move(a));
+  apply_aliases(assignments);
   for (const auto& a : assignments) find_key(a.key, a.where);  // unknown keys first
 
   LoadedConfig out;

@@ -13,6 +13,7 @@
 #include "host/config.h"
 
 #include "host/checkpoint.h"
+#include "host/config.h"
 #include "host/schedule/registry.h"
 #include "host/schedule_config.h"
 
@@ -49,7 +50,8 @@ void check_finite(const Config& c) {
       {"adam_weight_decay", c.adam_weight_decay},
       {"gradient_clipping_threshold", c.gradient_clipping_threshold},
       {"warmup_steps_fraction", c.warmup_steps_fraction},
-      {"cosine_learning_rate_final_fraction", c.cosine_learning_rate_final_fraction},
+      {"learning_rate_final_fraction", c.learning_rate_final_fraction},
+      {"wsd_decay_steps_fraction", c.wsd_decay_steps_fraction},
       {"collective_timeout_seconds", c.collective_timeout_seconds},
   };
   for (const auto& [key, v] : schedule_cost_keys(c)) floats.emplace_back(key, v);
@@ -108,6 +110,25 @@ void check_activation_sizes(const Config& c) {
   }
 }
 
+// lr_schedule_type and its wsd keys; warmup and decay must fit in the schedule (as in MaxText).
+void check_lr_schedule(const Config& c) {
+  CAROUSEL_CHECK(c.lr_schedule_type == "cosine" || c.lr_schedule_type == "wsd",
+                 "lr_schedule_type='{}' is not valid; use cosine or wsd", c.lr_schedule_type);
+  CAROUSEL_CHECK(c.wsd_decay_style == "linear" || c.wsd_decay_style == "cosine",
+                 "wsd_decay_style='{}' is not valid; use linear or cosine", c.wsd_decay_style);
+  CAROUSEL_CHECK(c.wsd_decay_steps_fraction >= 0 && c.wsd_decay_steps_fraction <= 1,
+                 "wsd_decay_steps_fraction={} must be in [0, 1]", c.wsd_decay_steps_fraction);
+  if (c.lr_schedule_type != "wsd") return;
+  const std::int64_t total = c.schedule_steps();
+  const std::int64_t warmup = std::llround(c.warmup_steps_fraction * double(total));
+  const auto decay = std::int64_t(c.wsd_decay_steps_fraction * double(total));
+  CAROUSEL_CHECK(warmup + decay <= total,
+                 "wsd_decay_steps_fraction={} + warmup_steps_fraction={} leave no room: {} "
+                 "warmup + {} decay steps exceed the schedule's {} steps; their sum must be at "
+                 "most 1",
+                 c.wsd_decay_steps_fraction, c.warmup_steps_fraction, warmup, decay, total);
+}
+
 }  // namespace
 
 void Config::validate() const {
@@ -121,6 +142,11 @@ void Config::validate() const {
   check_range("checkpoint_period", checkpoint_period, 0, kMaxSteps, " (0 = only at the end)");
   check_auto_or_range("learning_rate_schedule_steps", learning_rate_schedule_steps, 0, kMaxSteps,
                       "= steps");
+  CAROUSEL_CHECK(head_dim == -1 || head_dim == model.head_dim(),
+                 "head_dim={} is not valid; carousel derives the head size as base_emb_dim / "
+                 "base_num_query_heads = {} / {} = {}: set head_dim={} or -1 (or leave it out)",
+                 head_dim, model.emb_dim, model.num_query_heads, model.head_dim(),
+                 model.head_dim());
   check_range("init_weights_seed", init_weights_seed, 0, std::numeric_limits<std::int64_t>::max());
   check_range("ici_pipeline_parallelism", ici_pipeline_parallelism, 1, kMaxMeshAxis);
   check_range("ici_fsdp_parallelism", ici_fsdp_parallelism, 1, kMaxMeshAxis);
@@ -181,10 +207,9 @@ void Config::validate() const {
                  gradient_clipping_threshold);
   CAROUSEL_CHECK(warmup_steps_fraction >= 0 && warmup_steps_fraction <= 1,
                  "warmup_steps_fraction={} must be in [0, 1]", warmup_steps_fraction);
-  CAROUSEL_CHECK(
-      cosine_learning_rate_final_fraction >= 0 && cosine_learning_rate_final_fraction <= 1,
-      "cosine_learning_rate_final_fraction={} must be in [0, 1]",
-      cosine_learning_rate_final_fraction);
+  CAROUSEL_CHECK(learning_rate_final_fraction >= 0 && learning_rate_final_fraction <= 1,
+                 "learning_rate_final_fraction={} must be in [0, 1]", learning_rate_final_fraction);
+  check_lr_schedule(*this);
   CAROUSEL_CHECK(dataset_type == "synthetic" || dataset_type == "tokens" || dataset_type == "text",
                  "dataset_type='{}' is not valid; use synthetic, tokens or text", dataset_type);
   CAROUSEL_CHECK(dataset_type == "synthetic" || !dataset_path.empty(),

@@ -3,6 +3,8 @@
 //   carousel info [--cpu-devices N]            what this build can run on
 //   carousel train [config.yml] key=value ...  train (MaxText key names; --help-keys lists them)
 //   carousel schedule [config.yml] key=value ...  show, check and simulate a pipeline schedule
+//   carousel inspect DIR                       a checkpoint's contents and integrity (exit 2: bad)
+//   carousel --version                         version, commit, build type, CUDA/NCCL/MPI
 //
 // Every error a user can cause ends as one line "error: ..." and exit code 2.
 #include <spdlog/spdlog.h>
@@ -17,6 +19,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"carousel — pipeline-parallel transformer training on CPUs and GPUs"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", carousel::version_text(), "print the version and build");
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
 
@@ -41,6 +44,17 @@ int main(int argc, char** argv) {
                            "optional YAML config file, then key=value overrides");
   schedule_cmd->footer("pipeline_schedule=NAME, one of:\n" + carousel::schedule::schedules_help());
 
+  carousel::InspectOptions inspect;
+  auto* inspect_cmd = app.add_subcommand(
+      "inspect",
+      "a checkpoint's step, tensors (shape, dtype, CRC32) and whether its manifest verifies "
+      "(exit code 2 when it does not): carousel inspect CHECKPOINT_DIR|RUN_DIR");
+  inspect_cmd
+      ->add_option("dir", inspect.path,
+                   "a checkpoint step directory, or a run directory "
+                   "(its newest checkpoint)")
+      ->required();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {  // --help exits 0; a usage mistake is exit code 2
@@ -57,6 +71,7 @@ int main(int argc, char** argv) {
       return carousel::run_train(train);
     }
     if (schedule_cmd->parsed()) return carousel::run_schedule(schedule);
+    if (inspect_cmd->parsed()) return carousel::run_inspect(inspect);
   } catch (const carousel::Error& e) {
     spdlog::error("{}", e.what());
     if (!e.where().empty()) spdlog::debug("(raised at {})", e.where());

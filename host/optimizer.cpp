@@ -12,9 +12,21 @@ double learning_rate_at(const Config& cfg, std::int64_t step) {
   const std::int64_t warmup = std::llround(cfg.warmup_steps_fraction * double(total));
   if (step >= total) return 0.0;
   if (step < warmup) return peak * double(step) / double(warmup);
-  const double final_lr = peak * cfg.cosine_learning_rate_final_fraction;
-  const double progress = double(step - warmup) / double(total - warmup);
-  return final_lr + 0.5 * (peak - final_lr) * (1.0 + std::cos(std::numbers::pi * progress));
+  const double final_lr = peak * cfg.learning_rate_final_fraction;
+  // From peak (progress 0) towards final_lr (progress 1) in the decay's shape.
+  auto decay = [&](double progress, bool cosine) {
+    const double a = cosine ? 0.5 * (1.0 + std::cos(std::numbers::pi * progress)) : 1.0 - progress;
+    return final_lr + (peak - final_lr) * a;
+  };
+  if (cfg.lr_schedule_type == "wsd") {
+    // MaxText: D = int(wsd_decay_steps_fraction * S) decay steps end the schedule; the steps
+    // between warmup and decay hold the peak (validate() keeps W + D <= S).
+    const auto decay_steps = std::int64_t(cfg.wsd_decay_steps_fraction * double(total));
+    const std::int64_t decay_start = total - decay_steps;
+    if (step < decay_start) return peak;
+    return decay(double(step - decay_start) / double(decay_steps), cfg.wsd_decay_style == "cosine");
+  }
+  return decay(double(step - warmup) / double(total - warmup), true);
 }
 
 double clip_scale(double grad_norm, double threshold) {

@@ -1,5 +1,5 @@
 // optimizer.h — AdamW over a parameter table, global-norm clipping and MaxText's learning-rate
-// schedule (linear warmup, cosine decay, then zero).
+// schedules (linear warmup, then cosine decay or warmup-stable-decay, then zero).
 #pragma once
 
 #include <cstdint>
@@ -10,10 +10,13 @@
 
 namespace carousel {
 
-// lr(step) for 0-based `step`: warmup from 0 to learning_rate over
-// W = round(warmup_steps_fraction * S) steps, then cosine from learning_rate down to
-// learning_rate * cosine_learning_rate_final_fraction over the remaining S - W steps, then 0
-// (S = learning_rate_schedule_steps, default steps).
+// lr(step) for 0-based `step`, S = learning_rate_schedule_steps (default steps),
+// final = learning_rate * learning_rate_final_fraction: warmup from 0 to learning_rate over
+// W = round(warmup_steps_fraction * S) steps, then
+//   cosine: cosine from learning_rate down to final over the remaining S - W steps;
+//   wsd:    learning_rate until the last D = floor(wsd_decay_steps_fraction * S) steps, which
+//           decay to final, linearly or as a half cosine (wsd_decay_style);
+// then 0 from step S on.
 double learning_rate_at(const Config& cfg, std::int64_t step);
 
 // Multiplier that clips the global gradient norm to the threshold (1 when off or below it).

@@ -24,6 +24,7 @@ PACKAGES=(
   libgmock-dev
   libbenchmark-dev      # op benchmarks
   python3               # scripts/, test vector tools
+  python3-matplotlib    # scripts/plot_metrics.py (metrics.jsonl -> PNG curves)
   libopenmpi-dev        # MPI communicator: ranks as separate processes (mpirun)
   openmpi-bin           # mpirun, for the multiproc tests
 )

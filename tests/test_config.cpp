@@ -174,7 +174,7 @@ TEST(LearningRate, WarmupCosineThenZero) {
   c.learning_rate = 1.0;
   c.steps = 100;
   c.warmup_steps_fraction = 0.1;
-  c.cosine_learning_rate_final_fraction = 0.1;
+  c.learning_rate_final_fraction = 0.1;
   EXPECT_DOUBLE_EQ(learning_rate_at(c, 0), 0.0);
   EXPECT_DOUBLE_EQ(learning_rate_at(c, 5), 0.5);      // halfway through 10 warmup steps
   EXPECT_DOUBLE_EQ(learning_rate_at(c, 10), 1.0);     // peak
