@@ -43,6 +43,7 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
       recorder_(recorder),
       compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32),
       data_(make_data_loader(cfg)),
+      source_(data_.get()),
       rope_(make_rope_tables(be, cfg.model.max_target_length, cfg.model.head_dim(),
                              cfg.model.rope_max_timescale)),
       remat_(parse_remat_policy(cfg.remat_policy)),
@@ -54,6 +55,7 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
   step_ = step;
   loss_sum_ = 0;
   batches_.clear();
+  source_ = data_.get();
   if (trace) trace->begin_step(step, Clock::now());
   params_.begin_step();
   for (std::size_t i = 0; i < actions_.size();) {
@@ -128,11 +130,15 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
   fail("pipeline executor: stage rank {}'s program has no OPTIMIZER action", place_.stage_rank);
 }
 
-void RankExecutor::run_p2p_group(std::size_t& i) {
-  comms_.pipe->group_start();
+void RankExecutor::run_p2p_group(std::size_t& i, bool forward_only) {
+  bool started = false;
   std::vector<Key> sent_f, sent_b;
   for (; i < actions_.size() && actions_[i].is_p2p(); ++i) {
     const sch::Action& p = actions_[i];
+    const bool forward = p.kind == sch::Kind::SEND_F || p.kind == sch::Kind::RECV_F;
+    if (forward_only && !forward) continue;
+    if (!started) comms_.pipe->group_start();
+    started = true;
     const Key key{p.stage, p.index};
     switch (p.kind) {
       case sch::Kind::SEND_F:
@@ -153,9 +159,50 @@ void RankExecutor::run_p2p_group(std::size_t& i) {
         fail("pipeline executor: {} is not a p2p action", sch::to_string(p));
     }
   }
+  if (!started) return;
   comms_.pipe->group_end().wait();
   for (const auto& key : sent_f) out_f_.erase(key);  // sent: the buffers may go
   for (const auto& key : sent_b) out_b_.erase(key);
+}
+
+// The forward half of the step's program: F, its sends and receives, and the weight residency
+// (kept whole: gathers meant for a backward are harmless, and the slots stay consistent). Every
+// wait of this program is a wait of the full one, which the replay proved deadlock-free.
+double RankExecutor::evaluate(const DataLoader& data, std::int64_t index) {
+  step_ = index;
+  loss_sum_ = 0;
+  batches_.clear();
+  source_ = &data;
+  params_.begin_step();  // the compute-dtype copies of the updated weights
+  for (std::size_t i = 0; i < actions_.size();) {
+    const sch::Action& a = actions_[i];
+    if (a.is_p2p()) {
+      run_p2p_group(i, /*forward_only=*/true);
+      continue;
+    }
+    switch (a.kind) {
+      case sch::Kind::F:
+        forward(a.stage, a.index);
+        break;
+      case sch::Kind::AG_ISSUE:
+        params_.issue_gather(a.stage, a.index);
+        break;
+      case sch::Kind::AG_WAIT:
+        params_.wait_gather(a.stage, a.index);
+        break;
+      case sch::Kind::RELEASE:
+        params_.release(a.stage);
+        break;
+      default:  // backward, gradient reductions and the optimizer are not part of evaluation
+        break;
+    }
+    ++i;
+  }
+  saved_.clear();  // what the forwards kept for backwards that will not run
+  in_b_.clear();
+  batches_.clear();
+  source_ = data_.get();
+  return loss_sum_ / double(cfg_.global_batch() * cfg_.model.max_target_length);
 }
 
 void RankExecutor::forward(int stage, int microbatch) {
@@ -201,7 +248,7 @@ const Microbatch& RankExecutor::batch(std::int64_t step, int microbatch) {
   if (it == batches_.end()) {
     const std::int64_t global = cfg_.global_batch(), T = cfg_.model.max_target_length;
     const std::int64_t b = global / layout_.microbatches;
-    const TokenBatch tokens = data_->batch(
+    const TokenBatch tokens = source_->batch(
         step, global, microbatch * b + place_.batch_part() * microbatch_size_, microbatch_size_);
     it = batches_
              .emplace(microbatch, Microbatch{be_.from_host(tokens.inputs, {microbatch_size_, T}),

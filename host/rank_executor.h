@@ -35,10 +35,17 @@ class RankExecutor {
   // With `trace` (a profiled step) every action's timing is recorded into it.
   StepOutcome step(std::int64_t step, std::int64_t update, StepTrace* trace = nullptr);
 
+  // The loss of batch `index` of `data` (global batch and microbatches as in training) with the
+  // current weights, forward only: this rank's share of the mean token loss (sum it over the
+  // ranks). No gradient, optimizer or weight change.
+  double evaluate(const DataLoader& data, std::int64_t index);
+
  private:
   using Key = std::pair<int, int>;  // (virtual stage, microbatch)
 
-  void run_p2p_group(std::size_t& i);  // actions i.. while p2p; leaves i past the group
+  // Actions i.. while p2p, as one group (only the forward ones with forward_only); leaves i past
+  // the group.
+  void run_p2p_group(std::size_t& i, bool forward_only = false);
   void forward(int stage, int microbatch);
   void backward(int stage, int microbatch, bool defer_weight_grads);
   const Microbatch& batch(std::int64_t step, int microbatch);
@@ -54,6 +61,7 @@ class RankExecutor {
   FlightRecorder& recorder_;
   DType compute_;
   std::unique_ptr<DataLoader> data_;
+  const DataLoader* source_;  // where batch() reads: the training data, or an evaluation's
   RopeTables rope_;
   RematPolicy remat_;
   std::int64_t microbatch_size_;  // sequences of a microbatch this rank computes (b / (F x D))
