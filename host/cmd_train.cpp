@@ -1,6 +1,8 @@
 // cmd_train.cpp — `carousel train [config.yml] key=value ...`.
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
+
 #include "host/commands.h"
 #include "host/config.h"
 #include "host/launch.h"
@@ -34,7 +36,17 @@ int run_train(const ConfigArgs& options) {
   split_config_arguments(options.args, file, overrides);
   const LoadedConfig loaded = load_config(file, overrides);
   const auto processes = ProcessGroup::join(loaded.config.collective_timeout_seconds);
-  init_logging({.rank = processes->rank(), .level = loaded.config.log_level, .file_dir = {}});
+  // Also to <run directory>/logs/rank<r>.log (appended: a resumed run keeps what came before).
+  // When that directory cannot be made, the console alone: check_outputs_writable reports why.
+  const LogOptions log{.rank = processes->rank(),
+                       .level = loaded.config.log_level,
+                       .file_dir = (std::filesystem::path(loaded.config.run_directory()) / "logs")
+                                       .string()};
+  try {
+    init_logging(log);
+  } catch (const std::filesystem::filesystem_error&) {
+    init_logging({.rank = log.rank, .level = log.level, .file_dir = {}});
+  }
   spdlog::info("config ({} keys; non-default marked *):", loaded.table.size());
   for (const auto& row : loaded.table) {
     spdlog::info("  {} {:<36} {:<24} {}", row.source == "default" ? ' ' : '*', row.key, row.value,

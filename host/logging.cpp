@@ -25,7 +25,7 @@ void init_logging(const LogOptions& options) {
   if (!options.file_dir.empty()) {
     std::filesystem::create_directories(options.file_dir);
     auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(
-        fmt::format("{}/rank{}.log", options.file_dir, options.rank), /*truncate=*/true);
+        fmt::format("{}/rank{}.log", options.file_dir, options.rank), /*truncate=*/false);
     file->set_level(spdlog::level::debug);
     sinks.push_back(file);
   }
