@@ -33,6 +33,15 @@ std::unique_ptr<ProcessGroup> ProcessGroup::join(double timeout_seconds) {
                    "train runs ranks as processes only under mpirun (mpirun -np {} carousel train "
                    "...); without a launcher start one process: its devices run as threads",
                    world_size ? world_size : "", world_size ? world_size : "");
+    // Started by Slurm as one of several tasks without an MPI rendezvous (srun without --mpi,
+    // or a cluster whose Open MPI lacks PMI support): same outcome, same refusal.
+    const char* tasks = std::getenv("SLURM_NTASKS");
+    CAROUSEL_CHECK(!tasks || std::atoi(tasks) <= 1,
+                   "this process is one of SLURM_NTASKS={} Slurm tasks but no MPI rendezvous "
+                   "reached it (no PMI/PMIx variables); start the job with `srun --mpi=pmix "
+                   "carousel train ...` (or mpirun inside the allocation), so the tasks become "
+                   "the ranks of one job instead of {} separate runs",
+                   tasks ? tasks : "", tasks ? tasks : "");
     return group;
   }
 #if CAROUSEL_HAVE_MPI

@@ -111,6 +111,20 @@ TEST(Launch, TorchrunStyleStartWithoutMpirunIsAClearError) {
   }
 }
 
+// Slurm tasks without an MPI rendezvous (srun without --mpi=pmix) would likewise each run the
+// whole job: refused, naming the srun flag.
+TEST(Launch, SlurmTasksWithoutMpiRendezvousAreAClearError) {
+  if (mpi_launch_size() > 0) GTEST_SKIP() << "this test process was started by mpirun";
+  const char* before = std::getenv("SLURM_NTASKS");
+  const std::string saved = before ? before : "";
+  setenv("SLURM_NTASKS", "8", 1);
+  const std::string msg = testing::error_of([] { ProcessGroup::join(5.0); });
+  if (before) setenv("SLURM_NTASKS", saved.c_str(), 1);
+  else unsetenv("SLURM_NTASKS");
+  EXPECT_NE(msg.find("one of SLURM_NTASKS=8 Slurm tasks"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("srun --mpi=pmix"), std::string::npos) << msg;
+}
+
 TEST(Train, ResumeContinuesExactlyAsTheUninterruptedRun) {
   // The interrupted run stops after 6 of 10 steps; its learning-rate schedule is that of the
   // 10-step run (the schedule follows `steps` unless learning_rate_schedule_steps is set).
