@@ -59,11 +59,27 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
   if (step % cfg_.log_period == 0 || step + 1 == cfg_.steps) {
     spdlog::info(
         "step {:>5}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.1f} ms | "
-        "{:.0f} tok/s | {:.2f} GFLOP/s",
+        "{:.0f} tok/s | {:.2f} GFLOP/s | ETA {}",
         step + 1, cfg_.steps, s.loss, s.grad_norm, s.learning_rate, s.step_ms, s.tokens_per_second,
-        s.flops_per_second / 1e9);
+        s.flops_per_second / 1e9, format_duration(eta_seconds(step, seconds)));
   }
   return s;
+}
+
+// The remaining steps at the mean time of the steps reported so far after the first (which
+// carries warm-up: first allocations, thread pools); the first step's own time before that.
+double StepReporter::eta_seconds(std::int64_t step, double seconds) {
+  ++reported_;
+  if (reported_ > 1) timed_ += seconds, ++timed_steps_;
+  const double mean = timed_steps_ > 0 ? timed_ / double(timed_steps_) : seconds;
+  return mean * double(cfg_.steps - step - 1);
+}
+
+std::string format_duration(double seconds) {
+  const auto total = std::int64_t(seconds + 0.5);
+  if (total < 60) return fmt::format("{}s", total);
+  if (total < 3600) return fmt::format("{}m{:02}s", total / 60, total % 60);
+  return fmt::format("{}h{:02}m", total / 3600, total % 3600 / 60);
 }
 
 bool checkpoint_due(const Config& cfg, std::int64_t step) {

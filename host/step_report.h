@@ -21,6 +21,9 @@ nlohmann::json json_number(double x);
 // end, when enable_checkpointing.
 bool checkpoint_due(const Config& cfg, std::int64_t step);
 
+// "42s", "3m07s", "2h05m".
+std::string format_duration(double seconds);
+
 class StepReporter {
  public:
   explicit StepReporter(const Config& cfg);  // opens the metrics file; throws if it cannot
@@ -29,8 +32,12 @@ class StepReporter {
   StepMetrics report(std::int64_t step, double loss, double grad_norm, double seconds);
 
  private:
+  double eta_seconds(std::int64_t step, double seconds);
+
   const Config& cfg_;
   double tokens_per_step_, flops_per_token_;
+  std::int64_t reported_ = 0, timed_steps_ = 0;
+  double timed_ = 0;
   std::string path_;
   std::ofstream metrics_;
 };

@@ -8,6 +8,7 @@
 
 #include "compute/error.h"
 #include "host/logging.h"
+#include "host/step_report.h"
 
 namespace carousel {
 namespace {
@@ -39,6 +40,19 @@ TEST(Logging, UnknownLevelIsAClearError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("log level 'verbose' is not valid"), std::string::npos);
   }
+}
+
+}  // namespace
+}  // namespace carousel
+
+namespace carousel {
+namespace {
+
+TEST(StepReport, DurationsReadLikeAClock) {
+  EXPECT_EQ(format_duration(0), "0s");
+  EXPECT_EQ(format_duration(59.4), "59s");
+  EXPECT_EQ(format_duration(187), "3m07s");
+  EXPECT_EQ(format_duration(7500), "2h05m");
 }
 
 }  // namespace
