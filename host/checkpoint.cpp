@@ -10,6 +10,7 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <map>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -428,6 +429,17 @@ TrainingState load_checkpoint(Backend& be, const std::string& directory,
         json_unsigned(st["skipped_steps"], where, "skipped_steps", std::uint64_t(state.step)));
   }
   return state;
+}
+
+std::map<std::string, std::string> checkpoint_config(const std::string& directory) {
+  const fs::path state_path = fs::path(directory) / "state.json";
+  const nlohmann::json st = read_json_file(state_path);
+  std::map<std::string, std::string> config;
+  if (!st.contains("config") || !st["config"].is_object()) return config;
+  for (const auto& [key, value] : st["config"].items()) {
+    if (value.is_string()) config[key] = value.get<std::string>();
+  }
+  return config;
 }
 
 void load_parameters(Backend& be, const ModelConfig& model, const std::string& directory,

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,10 @@ std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointCont
 // (every file present with its size and CRC32). Newer directories that fail are skipped with a
 // warning naming what is wrong; nothing is deleted.
 std::optional<std::string> latest_checkpoint(const Config& cfg);
+
+// The config a checkpoint was saved with (state.json: every key's value as text); empty when
+// the file has none.
+std::map<std::string, std::string> checkpoint_config(const std::string& directory);
 
 // Temporary directories (checkpoints/.tmp-<step>-<pid>) that an interrupted save left behind:
 // each is reported with a warning and removed, except one whose manifest verifies (the save

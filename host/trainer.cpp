@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 
 #include "compute/cpu_backend.h"
 #include "host/checkpoint.h"
@@ -98,6 +99,43 @@ void check_ranks_agree(Communicator& world, Backend& be, const Config& cfg,
                  fmt::join(differ, ", "));
 }
 
+// Resuming a run directory whose checkpoint was saved with another config: the model must be the
+// same (a clear error, before any tensor is read); another mesh or schedule is fine (checkpoints
+// are layout-free) and said; other differences (learning rate, data, ...) are warned about, so
+// resuming an unrelated run by accident does not go unnoticed. Steps, logging, outputs and
+// timeouts may change freely.
+void compare_with_checkpoint(const Config& cfg, const std::string& dir) {
+  const auto saved = checkpoint_config(dir);
+  static const std::set<std::string> free = {
+      "steps", "log_period", "metrics_file", "log_level", "profiler_steps",
+      "skip_first_n_steps_for_profiler", "run_name", "base_output_directory",
+      "collective_timeout_seconds", "checkpoint_period", "enable_checkpointing",
+      "load_parameters_path"};
+  std::vector<std::string> model, layout, other;
+  for (const auto& key : config_keys()) {
+    const auto it = saved.find(key.name);
+    const std::string now = key.get(cfg);
+    if (it == saved.end() || it->second == now || free.count(key.name)) continue;
+    const std::string change = fmt::format("{}={} (saved: {})", key.name, now, it->second);
+    const bool mesh = key.name.rfind("ici_", 0) == 0 || key.name.find("pipeline") != std::string::npos ||
+                      key.name == "shard_optimizer_over_data" || key.name == "per_device_batch_size";
+    (key.model_key ? model : mesh ? layout : other).push_back(change);
+  }
+  CAROUSEL_CHECK(model.empty(),
+                 "the run directory's checkpoint '{}' holds another model: {}; a resumed run keeps "
+                 "its model. Use another run_name for a new run (load_parameters_path starts one "
+                 "from these weights when the shapes agree)",
+                 dir, fmt::join(model, ", "));
+  if (!layout.empty()) {
+    spdlog::info("resuming on another layout ({}): checkpoints are layout-free",
+                 fmt::join(layout, ", "));
+  }
+  if (!other.empty()) {
+    spdlog::warn("resuming '{}' with a config that differs from the one it was saved with: {}",
+                 dir, fmt::join(other, ", "));
+  }
+}
+
 // Each rank's end-of-run figures, known to every process.
 struct RankFigures {
   std::vector<double> peak_bytes, all_gathers;
@@ -181,6 +219,7 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
   TrainResult result;
   std::optional<CheckpointContents> start_from;  // none: the initial values
   if (const auto dir = cfg.enable_checkpointing ? latest_checkpoint(cfg) : std::nullopt) {
+    compare_with_checkpoint(cfg, *dir);
     const TrainingState state = load_checkpoint(host, *dir, whole);
     result.start_step = state.step;
     result.skipped_steps = state.skipped_steps;

@@ -151,6 +151,21 @@ TEST(Train, ResumeContinuesExactlyAsTheUninterruptedRun) {
   }
 }
 
+// Resuming a run directory with another model is refused before any tensor is read, naming
+// the key and both values; another learning rate resumes (with a warning).
+TEST(Train, ResumingAnotherModelIsAClearError) {
+  Config first = small_run("resume_other_model", 2);
+  fs::remove_all(first.run_directory());
+  train(first);
+  Config wider = small_run("resume_other_model", 3);
+  wider.model.mlp_dim = first.model.mlp_dim * 2;
+  const std::string msg = testing::error_of([&] { train(wider); });
+  EXPECT_NE(msg.find("holds another model: base_mlp_dim="), std::string::npos) << msg;
+  Config other_lr = small_run("resume_other_model", 3);
+  other_lr.learning_rate = first.learning_rate * 2;
+  EXPECT_EQ(train(other_lr).start_step, 2);
+}
+
 TEST(Train, LoadParametersPathStartsFromACheckpoint) {
   Config base = small_run("base", 3);
   fs::remove_all(base.run_directory());
