@@ -148,7 +148,8 @@ const std::vector<ConfigKey>& config_keys() {
       key("log_level", &Config::log_level, "trace | debug | info | warn | error | off"),
       key("profiler_steps", &Config::profiler_steps,
           "measure this many steps into <run directory>/trace.json (Chrome/Perfetto: compute, "
-          "pipe and fsdp rows per rank, send->recv arrows, the predicted schedule beside); 0 = off"),
+          "pipe and fsdp rows per rank, send->recv arrows, the predicted schedule beside); 0 = "
+          "off"),
       key("skip_first_n_steps_for_profiler", &Config::skip_first_n_steps_for_profiler,
           "steps of this run to skip before profiling (warm-up)"),
       key("ici_pipeline_parallelism", &Config::ici_pipeline_parallelism,
@@ -229,6 +230,17 @@ const std::vector<ConfigKey>& config_keys() {
       key("dataset_type", &Config::dataset_type, "synthetic | tokens (llm.c shards) | text"),
       key("dataset_path", &Config::dataset_path,
           "tokens: shard file or glob; text: a text file (bytes are tokens)"),
+      key("tokenizer_path", &Config::tokenizer_path,
+          "Hugging Face tokenizer.json the tokens were made with (scripts/prepare_data.py); with "
+          "dataset_type=tokens its vocabulary must fit vocab_size (checked when the data opens)"),
+      key("eval_interval", &Config::eval_interval,
+          "evaluate the held-out loss every this many steps (0 = off); needs eval_dataset_path "
+          "unless dataset_type=synthetic"),
+      key("eval_steps", &Config::eval_steps,
+          "batches of global batch size per evaluation (-1 = one pass over the eval split)"),
+      key("eval_dataset_path", &Config::eval_dataset_path,
+          "held-out data in dataset_type's format (tokens: shard file or glob; text: a file); "
+          "MaxText names it by eval_dataset_name / eval_split"),
       key("enable_checkpointing", &Config::enable_checkpointing,
           "write checkpoints (and resume from the run's latest)"),
       key("checkpoint_period", &Config::checkpoint_period,
@@ -308,10 +320,7 @@ bool is_unsupported_maxtext_key(const std::string& name) {
       "quantize_kvcache",
       "scan_layers",
       "param_scan_axis",
-      "tokenizer_path",
       "tokenizer_type",
-      "eval_interval",
-      "eval_steps",
       "eval_per_device_batch_size",
       "hardware",
       "num_slices",

@@ -81,6 +81,12 @@ struct Config {
   // Data.
   std::string dataset_type = "synthetic";  // synthetic | tokens | text
   std::string dataset_path;
+  std::string tokenizer_path;  // tokenizer.json of the tokens; its vocab must fit vocab_size
+  // Held-out evaluation (host/data.h make_eval_data_loader): every eval_interval steps (0 = off),
+  // eval_steps batches (-1 = one pass over the eval split) of eval_dataset_path.
+  std::int64_t eval_interval = 0;
+  std::int64_t eval_steps = -1;
+  std::string eval_dataset_path;
 
   // Checkpoints.
   bool enable_checkpointing = true;

@@ -10,8 +10,6 @@
 #include <vector>
 
 #include "compute/error.h"
-#include "host/config.h"
-
 #include "host/checkpoint.h"
 #include "host/config.h"
 #include "host/schedule/registry.h"
@@ -218,6 +216,17 @@ void Config::validate() const {
   check_local_path("base_output_directory", base_output_directory);
   check_local_path("load_parameters_path", load_parameters_path);
   check_local_path("dataset_path", dataset_path);
+  check_local_path("tokenizer_path", tokenizer_path);
+  check_local_path("eval_dataset_path", eval_dataset_path);
+  CAROUSEL_CHECK(eval_interval >= 0, "eval_interval={} must be >= 0 (0 = no evaluation)",
+                 eval_interval);
+  CAROUSEL_CHECK(eval_steps == -1 || eval_steps >= 1,
+                 "eval_steps={} is not valid; use -1 (one pass over the eval split) or >= 1",
+                 eval_steps);
+  CAROUSEL_CHECK(eval_interval == 0 || dataset_type == "synthetic" || !eval_dataset_path.empty(),
+                 "eval_interval={} needs eval_dataset_path=FILE_OR_GLOB (the held-out split, "
+                 "e.g. out/data/val_*.bin from scripts/prepare_data.py)",
+                 eval_interval);
   check_local_path("metrics_file", metrics_file);
   CAROUSEL_CHECK(dataset_type != "text" || model.vocab_size >= 256,
                  "dataset_type=text uses bytes as tokens and needs vocab_size >= 256, got {}",

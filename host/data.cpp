@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "compute/error.h"
 #include "host/checkpoint.h"
@@ -41,14 +42,17 @@ std::uint64_t mix(std::uint64_t x) {  // SplitMix64 finaliser
 
 class SyntheticLoader final : public DataLoader {
  public:
-  SyntheticLoader(std::int64_t seq_len, std::int64_t vocab) : DataLoader(seq_len), vocab_(vocab) {}
+  // `first` offsets every sequence number (the eval stream starts far beyond the training one).
+  SyntheticLoader(std::int64_t seq_len, std::int64_t vocab, std::int64_t first = 0)
+      : DataLoader(seq_len), vocab_(vocab), first_(first) {}
   std::string describe() const override {
-    return fmt::format("synthetic arithmetic progressions mod {}", vocab_);
+    return fmt::format("synthetic arithmetic progressions mod {}{}", vocab_,
+                       first_ ? fmt::format(" from sequence {}", first_) : std::string());
   }
 
  protected:
   void sequence(std::int64_t g, std::int32_t* out) const override {
-    const std::uint64_t h = mix(std::uint64_t(g));
+    const std::uint64_t h = mix(std::uint64_t(g + first_));
     const std::int64_t start = std::int64_t(h % std::uint64_t(vocab_));
     const std::int64_t stride = 1 + std::int64_t((h >> 32) % 7);
     for (std::int64_t t = 0; t <= seq_len_; ++t)
@@ -56,7 +60,7 @@ class SyntheticLoader final : public DataLoader {
   }
 
  private:
-  std::int64_t vocab_;
+  std::int64_t vocab_, first_;
 };
 
 // A token stream held in memory, read with wrap-around.
@@ -67,6 +71,7 @@ class StreamLoader final : public DataLoader {
   std::string describe() const override {
     return fmt::format("{} ({} tokens)", what_, tokens_.size());
   }
+  std::int64_t stream_tokens() const override { return std::int64_t(tokens_.size()); }
 
  protected:
   void sequence(std::int64_t g, std::int32_t* out) const override {
@@ -97,11 +102,10 @@ std::vector<std::string> expand_glob(const std::string& pattern) {
 
 // Refuses what is not a regular file before opening it: opening a FIFO blocks until a writer
 // appears, a directory or device has no size.
-void check_regular(const std::string& path, const char* what) {
+void check_regular(const std::string& key, const std::string& path, const char* what) {
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
-  CAROUSEL_CHECK(std::filesystem::exists(status), "dataset_path: {} '{}' does not exist", what,
-                 path);
+  CAROUSEL_CHECK(std::filesystem::exists(status), "{}: {} '{}' does not exist", key, what, path);
   const char* kind = std::filesystem::is_directory(status)        ? "a directory"
                      : std::filesystem::is_fifo(status)           ? "a FIFO (named pipe)"
                      : std::filesystem::is_character_file(status) ? "a character device"
@@ -109,14 +113,14 @@ void check_regular(const std::string& path, const char* what) {
                      : std::filesystem::is_socket(status)         ? "a socket"
                                                                   : "not a regular file";
   CAROUSEL_CHECK(std::filesystem::is_regular_file(status),
-                 "dataset_path: {} '{}' is {}; carousel reads regular files only", what, path,
-                 kind);
+                 "{}: {} '{}' is {}; carousel reads regular files only", key, what, path, kind);
 }
 
-void read_shard(const std::string& path, std::int64_t vocab, std::vector<std::int32_t>& out) {
-  check_regular(path, "token shard");
+void read_shard(const std::string& key, const std::string& path, std::int64_t vocab,
+                std::vector<std::int32_t>& out) {
+  check_regular(key, path, "token shard");
   std::ifstream in(path, std::ios::binary);
-  CAROUSEL_CHECK(in.good(), "dataset_path: cannot open token shard '{}'", path);
+  CAROUSEL_CHECK(in.good(), "{}: cannot open token shard '{}'", key, path);
   const auto size = std::filesystem::file_size(path);
   std::int32_t header[kHeaderInts] = {};
   CAROUSEL_CHECK(size >= sizeof(header),
@@ -154,33 +158,112 @@ void read_shard(const std::string& path, std::int64_t vocab, std::vector<std::in
   }
 }
 
-}  // namespace
-
-std::unique_ptr<DataLoader> make_data_loader(const Config& cfg) {
+// File data (dataset_type tokens or text) from `path`, the value of config key `key`.
+std::unique_ptr<DataLoader> open_stream(const Config& cfg, const char* key,
+                                        const std::string& path) {
   const std::int64_t T = cfg.model.max_target_length, V = cfg.model.vocab_size;
-  if (cfg.dataset_type == "synthetic") return std::make_unique<SyntheticLoader>(T, V);
+  if (cfg.dataset_type == "tokens" && !cfg.tokenizer_path.empty()) {
+    const std::int64_t tv = tokenizer_vocab_size(cfg.tokenizer_path);
+    CAROUSEL_CHECK(tv <= V,
+                   "tokenizer_path='{}' has a vocabulary of {} tokens but vocab_size={}; set "
+                   "vocab_size={} (or more) so that every token id has an embedding",
+                   cfg.tokenizer_path, tv, V, tv);
+  }
   std::vector<std::int32_t> tokens;
   std::string what;
+  check_local_path(key, path);
   if (cfg.dataset_type == "tokens") {
-    check_local_path("dataset_path", cfg.dataset_path);
-    const auto files = expand_glob(cfg.dataset_path);
-    CAROUSEL_CHECK(!files.empty(), "dataset_path='{}' matches no file", cfg.dataset_path);
-    for (const auto& f : files) read_shard(f, V, tokens);
-    what = fmt::format("{} llm.c shard(s) {}", files.size(), cfg.dataset_path);
+    const auto files = expand_glob(path);
+    CAROUSEL_CHECK(!files.empty(), "{}='{}' matches no file", key, path);
+    for (const auto& f : files) read_shard(key, f, V, tokens);
+    what = fmt::format("{} llm.c shard(s) {}", files.size(), path);
   } else {
-    check_local_path("dataset_path", cfg.dataset_path);
-    check_regular(cfg.dataset_path, "text file");
-    std::ifstream in(cfg.dataset_path, std::ios::binary);
-    CAROUSEL_CHECK(in.good(), "dataset_path='{}': cannot open text file: {}", cfg.dataset_path,
+    check_regular(key, path, "text file");
+    std::ifstream in(path, std::ios::binary);
+    CAROUSEL_CHECK(in.good(), "{}='{}': cannot open text file: {}", key, path,
                    std::strerror(errno));
     const std::string bytes((std::istreambuf_iterator<char>(in)), {});
     for (unsigned char c : bytes) tokens.push_back(c);
-    what = fmt::format("text {}", cfg.dataset_path);
+    what = fmt::format("text {}", path);
   }
   CAROUSEL_CHECK(std::int64_t(tokens.size()) > T,
-                 "dataset '{}' has {} tokens; at least max_target_length + 1 = {} are needed",
-                 cfg.dataset_path, tokens.size(), T + 1);
+                 "{} '{}' has {} tokens; at least max_target_length + 1 = {} are needed", key, path,
+                 tokens.size(), T + 1);
   return std::make_unique<StreamLoader>(T, std::move(tokens), what);
+}
+
+}  // namespace
+
+std::unique_ptr<DataLoader> make_data_loader(const Config& cfg) {
+  if (cfg.dataset_type == "synthetic") {
+    return std::make_unique<SyntheticLoader>(cfg.model.max_target_length, cfg.model.vocab_size);
+  }
+  return open_stream(cfg, "dataset_path", cfg.dataset_path);
+}
+
+std::unique_ptr<DataLoader> make_eval_data_loader(const Config& cfg) {
+  if (cfg.dataset_type == "synthetic" && cfg.eval_dataset_path.empty()) {
+    return std::make_unique<SyntheticLoader>(cfg.model.max_target_length, cfg.model.vocab_size,
+                                             std::int64_t(1) << 40);
+  }
+  CAROUSEL_CHECK(cfg.dataset_type != "synthetic",
+                 "eval_dataset_path='{}' is set but dataset_type=synthetic has no files; use "
+                 "dataset_type=tokens or text (synthetic evaluation needs no eval_dataset_path)",
+                 cfg.eval_dataset_path);
+  CAROUSEL_CHECK(!cfg.eval_dataset_path.empty(),
+                 "evaluation needs eval_dataset_path=FILE_OR_GLOB (the held-out split)");
+  return open_stream(cfg, "eval_dataset_path", cfg.eval_dataset_path);
+}
+
+std::int64_t eval_batches(const Config& cfg, const DataLoader& eval) {
+  if (cfg.eval_steps > 0) return cfg.eval_steps;
+  const std::int64_t n = eval.stream_tokens();
+  if (n == 0) return 1;
+  const std::int64_t per_batch = cfg.global_batch() * cfg.model.max_target_length;
+  return std::max<std::int64_t>(1, (n - 1) / per_batch);
+}
+
+std::int64_t tokenizer_vocab_size(const std::string& path) {
+  check_local_path("tokenizer_path", path);
+  check_regular("tokenizer_path", path, "tokenizer file");
+  std::ifstream in(path, std::ios::binary);
+  CAROUSEL_CHECK(in.good(), "tokenizer_path='{}': cannot open: {}", path, std::strerror(errno));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const std::exception& e) {
+    fail("tokenizer_path='{}' is not JSON ({}); expected a Hugging Face tokenizer.json", path,
+         e.what());
+  }
+  CAROUSEL_CHECK(j.is_object() && j.contains("model") && j["model"].is_object() &&
+                     j["model"].contains("vocab"),
+                 "tokenizer_path='{}' has no model.vocab; expected a Hugging Face tokenizer.json "
+                 "(the file `tokenizers` saves, not tokenizer_config.json or a vocab.txt)",
+                 path);
+  std::int64_t size = 0;
+  const auto& vocab = j["model"]["vocab"];
+  if (vocab.is_object()) {  // BPE, WordPiece, WordLevel: {token: id}
+    for (const auto& [token, id] : vocab.items()) {
+      CAROUSEL_CHECK(id.is_number_integer() && id.get<std::int64_t>() >= 0,
+                     "tokenizer_path='{}': model.vocab id of token '{}' is not a non-negative "
+                     "integer",
+                     path, token);
+      size = std::max(size, id.get<std::int64_t>() + 1);
+    }
+  } else if (vocab.is_array()) {  // Unigram: [[piece, score], ...], the id is the index
+    size = std::int64_t(vocab.size());
+  } else {
+    fail("tokenizer_path='{}': model.vocab is neither an object nor an array", path);
+  }
+  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+    for (const auto& t : j["added_tokens"]) {
+      if (t.is_object() && t.contains("id") && t["id"].is_number_integer()) {
+        size = std::max(size, t["id"].get<std::int64_t>() + 1);
+      }
+    }
+  }
+  CAROUSEL_CHECK(size > 0, "tokenizer_path='{}' has an empty vocabulary", path);
+  return size;
 }
 
 void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens) {

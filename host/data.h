@@ -27,6 +27,8 @@ class DataLoader {
   TokenBatch batch(std::int64_t step, std::int64_t global_batch, std::int64_t first,
                    std::int64_t count) const;
   virtual std::string describe() const = 0;
+  // Tokens in the stream (file data), 0 for synthetic data (unbounded).
+  virtual std::int64_t stream_tokens() const { return 0; }
 
  protected:
   explicit DataLoader(std::int64_t seq_len) : seq_len_(seq_len) {}
@@ -42,7 +44,25 @@ class DataLoader {
 // text: the bytes of a file.
 // Every token is checked against vocab_size when the data is opened. dataset_path must name
 // regular files (a FIFO would block forever) and be local (check_local_path).
+// With dataset_type=tokens and tokenizer_path set, the tokenizer's vocabulary must fit vocab_size.
 std::unique_ptr<DataLoader> make_data_loader(const Config& cfg);
+
+// The held-out split (docs/training.md#bring-your-data): eval_dataset_path read as dataset_type
+// says, checked like the training data, in its own deterministic order starting at its first
+// token. batch(i, B, first, count) is sequences [first, first + count) of eval batch i: global
+// eval sequence g = i*B + j starts at token (g*T) mod n of the eval stream, independent of the
+// training step. Evaluation k reads batches 0 .. eval_batches(cfg, loader) - 1, the same tokens
+// each time, so successive eval losses are comparable. dataset_type=synthetic without
+// eval_dataset_path: sequences g + 2^40 of the synthetic stream (never reached by training).
+std::unique_ptr<DataLoader> make_eval_data_loader(const Config& cfg);
+
+// Batches per evaluation: eval_steps, or for -1 one pass over the eval split,
+// max(1, floor((n - 1) / (B*T))) batches of the global batch B (1 for synthetic data).
+std::int64_t eval_batches(const Config& cfg, const DataLoader& eval);
+
+// Vocabulary size of a Hugging Face tokenizer.json: 1 + the largest id of its model's vocab
+// (BPE, WordPiece, WordLevel: {token: id}; Unigram: [[piece, score], ...]) and added_tokens.
+std::int64_t tokenizer_vocab_size(const std::string& path);
 
 // Writes an llm.c token shard (used by tests and by `carousel` tools that prepare data).
 void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens);

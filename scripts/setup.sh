@@ -2,6 +2,8 @@
 # setup.sh — install every system package carousel's build, tests, benchmarks and scripts use.
 #
 # Idempotent: when everything is present it only checks (no network, about a second).
+# Python packages (PyPI, pinned) go into .venv/ at the repository root (git-ignored), made with
+# Debian's /usr/bin/python3: .venv/bin/python runs scripts/prepare_data.py, and its test uses it.
 # scripts/setup.sh --fuzz also installs clang for the libFuzzer targets (CAROUSEL_FUZZ=ON,
 # docs/reliability.md#fuzzing); the default build and tests do not need it.
 # Run as root on Debian 12 (the CI image); elsewhere it prints what is missing and how to get it.
@@ -24,6 +26,7 @@ PACKAGES=(
   libgmock-dev
   libbenchmark-dev      # op benchmarks
   python3               # scripts/, test vector tools
+  python3-venv          # .venv/ for the PyPI packages below
   python3-matplotlib    # scripts/plot_metrics.py (metrics.jsonl -> PNG curves)
   libopenmpi-dev        # MPI communicator: ranks as separate processes (mpirun)
   openmpi-bin           # mpirun, for the multiproc tests
@@ -42,7 +45,28 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
+# PyPI packages, pinned, with why: installed into .venv/ (Debian has no python3-tokenizers).
+PY_PACKAGES=(
+  tokenizers==0.23.3    # scripts/prepare_data.py: train / apply a Hugging Face tokenizer.json
+)
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv="$root/.venv"
+
+setup_venv() {
+  local want
+  want=$(printf '%s\n' "${PY_PACKAGES[@]}" | sort)
+  if [ -x "$venv/bin/python" ] &&
+    [ "$("$venv/bin/python" -m pip freeze --disable-pip-version-check 2>/dev/null |
+      grep -Fx -f <(echo "$want") | sort)" = "$want" ]; then
+    return 0
+  fi
+  echo "setup: installing ${PY_PACKAGES[*]} into $venv"
+  /usr/bin/python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
+  setup_venv
   exit 0
 fi
 
@@ -59,4 +83,5 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+setup_venv
 echo "setup: done"

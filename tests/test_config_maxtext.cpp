@@ -123,9 +123,9 @@ TEST(Config, HeadDimMustBeTheDerivedOne) {
 }
 
 TEST(Config, MaxTextKeysCarouselLacksAreNamedAsSuch) {
-  for (const char* key :
-       {"attention", "quantization", "scan_layers", "ici_tensor_parallelism",
-        "dcn_data_parallelism", "dcn_pipeline_parallelism", "tokenizer_path", "eval_interval"}) {
+  for (const char* key : {"attention", "quantization", "scan_layers", "ici_tensor_parallelism",
+                          "dcn_data_parallelism", "dcn_pipeline_parallelism", "tokenizer_type",
+                          "eval_dataset_name"}) {
     const std::string msg = testing::error_of([&] { load_config("", {std::string(key) + "=1"}); });
     EXPECT_NE(msg.find(fmt::format("MaxText key '{}' is not supported by carousel", key)),
               std::string::npos)
@@ -146,6 +146,31 @@ TEST(Config, DidYouMeanOnlyForNearMisses) {
   const std::string msg = testing::error_of([] { load_config("", {"banana=1"}); });
   EXPECT_NE(msg.find("unknown config key 'banana'"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("did you mean"), std::string::npos) << msg;
+}
+
+TEST(Config, EvalKeysAreValidated) {
+  const Config c = load_config("", {"eval_interval=10", "eval_steps=4", "dataset_type=tokens",
+                                    "dataset_path=train_*.bin", "eval_dataset_path=val_*.bin",
+                                    "tokenizer_path=out/data/tokenizer.json"})
+                       .config;
+  EXPECT_EQ(c.eval_interval, 10);
+  EXPECT_EQ(c.eval_steps, 4);
+  EXPECT_EQ(c.eval_dataset_path, "val_*.bin");
+  EXPECT_EQ(c.tokenizer_path, "out/data/tokenizer.json");
+  EXPECT_EQ(load_config("", {}).config.eval_interval, 0);  // off by default
+  EXPECT_EQ(load_config("", {}).config.eval_steps, -1);    // one pass
+  // Synthetic data evaluates on held-out synthetic sequences: no path needed.
+  EXPECT_NO_THROW(load_config("", {"eval_interval=5"}));
+  std::string msg = testing::error_of([] {
+    load_config("", {"eval_interval=10", "dataset_type=tokens", "dataset_path=train_*.bin"});
+  });
+  EXPECT_NE(msg.find("eval_interval=10 needs eval_dataset_path="), std::string::npos) << msg;
+  msg = testing::error_of([] { load_config("", {"eval_steps=0"}); });
+  EXPECT_NE(msg.find("eval_steps=0 is not valid"), std::string::npos) << msg;
+  msg = testing::error_of([] { load_config("", {"eval_interval=-1"}); });
+  EXPECT_NE(msg.find("eval_interval=-1 must be >= 0"), std::string::npos) << msg;
+  msg = testing::error_of([] { load_config("", {"eval_dataset_path=gs://bucket/val"}); });
+  EXPECT_NE(msg.find("eval_dataset_path"), std::string::npos) << msg;
 }
 
 }  // namespace

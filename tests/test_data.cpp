@@ -1,4 +1,5 @@
-// test_data.cpp — data order of docs/model.md#data-order, the three loaders, and bad data files.
+// test_data.cpp — data order of docs/model.md#data-order, the three loaders, bad data files, the
+// eval split's loader and the tokenizer_path vocabulary check.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -105,6 +106,90 @@ TEST(Data, BadShardsAreClearErrors) {
   EXPECT_NE(testing::error_of([&] {
               make_data_loader(config_for("text", "/nonexistent.txt", 4));
             }).find("text file '/nonexistent.txt' does not exist"),
+            std::string::npos);
+}
+
+TEST(Data, EvalSplitHasItsOwnOrderAndPassLength) {
+  // Training shard: tokens 0..499; eval shard: 700..819 (n = 120).
+  std::vector<std::uint16_t> train(500), val(120);
+  for (int i = 0; i < 500; ++i) train[i] = std::uint16_t(i);
+  for (int i = 0; i < 120; ++i) val[i] = std::uint16_t(700 + i);
+  write_token_shard(temp("carousel_evtrain_000.bin").string(), train);
+  write_token_shard(temp("carousel_evval_000.bin").string(), val);
+  const std::int64_t T = 8, B = 2;
+  Config c = config_for("tokens", temp("carousel_evtrain_*.bin").string(), T);
+  c.eval_dataset_path = temp("carousel_evval_*.bin").string();
+  c.per_device_batch_size = double(B);
+  const auto eval = make_eval_data_loader(c);
+  EXPECT_EQ(eval->stream_tokens(), 120);
+  for (std::int64_t i : {0, 1, 7}) {  // eval batch i, sequence j starts at ((i*B + j)*T) mod 120
+    const TokenBatch b = eval->batch(i, B, 0, B);
+    for (std::int64_t j = 0; j < B; ++j) {
+      const std::int64_t offset = (i * B + j) * T;
+      for (std::int64_t t = 0; t < T; ++t) {
+        EXPECT_EQ(b.inputs[j * T + t], 700 + (offset + t) % 120) << i << " " << j << " " << t;
+        EXPECT_EQ(b.targets[j * T + t], 700 + (offset + t + 1) % 120);
+      }
+    }
+  }
+  // -1: one pass, floor((120 - 1) / (B*T = 16)) = 7 batches; an explicit eval_steps wins.
+  EXPECT_EQ(eval_batches(c, *eval), 7);
+  c.eval_steps = 3;
+  EXPECT_EQ(eval_batches(c, *eval), 3);
+  // Eval tokens are checked against vocab_size like training tokens.
+  c.model.vocab_size = 800;
+  EXPECT_NE(testing::error_of([&] {
+              make_eval_data_loader(c);
+            }).find("token 800 at position 100 is >= vocab_size=800"),
+            std::string::npos);
+  c.eval_dataset_path = temp("carousel_nothing_*.bin").string();
+  EXPECT_NE(testing::error_of([&] {
+              make_eval_data_loader(c);
+            }).find("eval_dataset_path='" + c.eval_dataset_path + "' matches no file"),
+            std::string::npos);
+}
+
+TEST(Data, SyntheticEvalSequencesAreNotTrainingSequences) {
+  Config c = config_for("synthetic", "", 8);
+  const auto train = make_data_loader(c);
+  const auto eval = make_eval_data_loader(c);
+  EXPECT_NE(eval->batch(0, 4, 0, 4).inputs, train->batch(0, 4, 0, 4).inputs);
+  EXPECT_EQ(eval->batch(0, 4, 0, 4).inputs, eval->batch(0, 4, 0, 4).inputs);
+  EXPECT_EQ(eval_batches(c, *eval), 1);
+  c.eval_dataset_path = "val.bin";
+  EXPECT_NE(testing::error_of([&] { make_eval_data_loader(c); }).find("dataset_type=synthetic"),
+            std::string::npos);
+}
+
+TEST(Data, TokenizerVocabularyMustFitVocabSize) {
+  const std::string bpe = temp("carousel_tokenizer_bpe.json").string();
+  std::ofstream(bpe) << R"({"added_tokens": [{"id": 1203, "content": "<eos>"}],
+      "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 999}, "merges": []}})";
+  EXPECT_EQ(tokenizer_vocab_size(bpe), 1204);  // the added token's id is the largest
+  const std::string unigram = temp("carousel_tokenizer_unigram.json").string();
+  std::ofstream(unigram) << R"({"model": {"type": "Unigram", "vocab": [["a", -1], ["b", -2]]}})";
+  EXPECT_EQ(tokenizer_vocab_size(unigram), 2);
+
+  std::vector<std::uint16_t> tokens(50, 3);
+  write_token_shard(temp("carousel_tok_shard.bin").string(), tokens);
+  Config c = config_for("tokens", temp("carousel_tok_shard.bin").string(), 4);  // vocab 1000
+  c.tokenizer_path = unigram;
+  EXPECT_NO_THROW(make_data_loader(c));
+  c.tokenizer_path = bpe;
+  const std::string msg = testing::error_of([&] { make_data_loader(c); });
+  EXPECT_NE(msg.find("has a vocabulary of 1204 tokens but vocab_size=1000; set vocab_size=1204"),
+            std::string::npos)
+      << msg;
+  c.model.vocab_size = 1204;
+  EXPECT_NO_THROW(make_data_loader(c));
+
+  const std::string not_tok = temp("carousel_tokenizer_config.json").string();
+  std::ofstream(not_tok) << R"({"model_max_length": 2048})";
+  c.tokenizer_path = not_tok;
+  EXPECT_NE(testing::error_of([&] { make_data_loader(c); }).find("has no model.vocab"),
+            std::string::npos);
+  c.tokenizer_path = temp("carousel_no_such_tokenizer.json").string();
+  EXPECT_NE(testing::error_of([&] { make_data_loader(c); }).find("does not exist"),
             std::string::npos);
 }
 

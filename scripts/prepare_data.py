@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""prepare_data.py — text files to llm.c token shards for `carousel train dataset_type=tokens`.
+
+    .venv/bin/python scripts/prepare_data.py corpus/*.txt -o out/data --vocab-size 4096
+    .venv/bin/python scripts/prepare_data.py corpus/*.txt -o out/data --tokenizer my/tokenizer.json
+
+(.venv is made by scripts/setup.sh and holds the `tokenizers` package; nothing is downloaded
+at run time.) Writes into the output directory:
+
+  train_000000.bin ...  the training split, at most --shard-tokens tokens per shard
+  val_000000.bin ...    the held-out split (none with --val-fraction 0)
+  tokenizer.json        the tokenizer: trained here (byte-level BPE on the training split,
+                        --vocab-size tokens including the special <|endoftext|>) or a copy
+                        of --tokenizer
+
+The split: the input files are read in the order given and cut into documents, a document being
+a paragraph (its text up to and including the blank lines after it), so the documents
+concatenated are the input exactly. The last documents, together at least --val-fraction of
+the bytes, are the held-out split; the split is on document boundaries and does not depend on
+the tokenizer. Each document is encoded on its own; --add-eos appends <|endoftext|> (the
+tokenizer's eos token) after each input file.
+
+Shard format (host/data.cpp): a header of 256 int32 (magic 20240520, version 1, token count),
+then the tokens as uint16. A tokenizer with more than 65536 tokens does not fit uint16 and is
+refused. Every error is one "error: ..." line on stderr and exit status 2.
+"""
+import argparse
+import os
+import re
+import shutil
+import struct
+import sys
+
+MAGIC, VERSION, HEADER_INTS = 20240520, 1, 256
+MAX_VOCAB = 1 << 16  # uint16 token ids
+EOS = "<|endoftext|>"
+
+
+class UsageError(Exception):
+    pass
+
+
+def documents(text):
+    """Paragraphs: each ends after the run of blank lines that follows it (or at the end)."""
+    docs, start = [], 0
+    for m in re.finditer(r"\n[ \t]*\n(?:[ \t]*\n)*", text):
+        docs.append(text[start:m.end()])
+        start = m.end()
+    if start < len(text):
+        docs.append(text[start:])
+    return docs
+
+
+def split(files, val_fraction):
+    """[(last of its file, document)] for the training split and for the held-out split."""
+    docs = []
+    for path in files:
+        try:
+            with open(path, encoding="utf-8", newline="") as f:
+                text = f.read()
+        except FileNotFoundError:
+            raise UsageError(f"input '{path}' does not exist")
+        except UnicodeDecodeError as e:
+            raise UsageError(f"input '{path}' is not UTF-8 text ({e})")
+        except OSError as e:
+            raise UsageError(f"cannot read input '{path}': {e.strerror}")
+        file_docs = documents(text)
+        docs += [(k + 1 == len(file_docs), d) for k, d in enumerate(file_docs)]
+    total = sum(len(d.encode()) for _, d in docs)
+    if total == 0:
+        raise UsageError("the inputs hold no text")
+    if val_fraction == 0:
+        return docs, []
+    if len(docs) < 2:
+        raise UsageError(f"--val-fraction {val_fraction} needs at least 2 documents (paragraphs)"
+                         f" to split; the inputs hold {len(docs)}")
+    cut, held = len(docs), 0
+    while cut > 1 and held < val_fraction * total:
+        cut -= 1
+        held += len(docs[cut][1].encode())
+    return docs[:cut], docs[cut:]
+
+
+def train_tokenizer(train_docs, vocab_size):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    alphabet = pre_tokenizers.ByteLevel.alphabet()
+    if vocab_size < len(alphabet) + 1:
+        raise UsageError(f"--vocab-size {vocab_size} is too small: byte-level BPE needs the "
+                         f"{len(alphabet)} byte tokens and {EOS}, at least {len(alphabet) + 1}")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS],
+                                  initial_alphabet=alphabet, show_progress=False)
+    tok.train_from_iterator((d for _, d in train_docs), trainer=trainer)
+    return tok
+
+
+def load_tokenizer(path):
+    from tokenizers import Tokenizer
+
+    if not os.path.isfile(path):
+        raise UsageError(f"--tokenizer '{path}' does not exist (expected a tokenizer.json)")
+    try:
+        return Tokenizer.from_file(path)
+    except Exception as e:  # the Rust library raises its own Exception type
+        raise UsageError(f"--tokenizer '{path}' is not a Hugging Face tokenizer.json ({e})")
+
+
+class ShardWriter:
+    def __init__(self, out_dir, prefix, shard_tokens):
+        self.out_dir, self.prefix, self.shard_tokens = out_dir, prefix, shard_tokens
+        self.buf, self.paths, self.count = [], [], 0
+
+    def add(self, ids):
+        self.buf += ids
+        self.count += len(ids)
+        while len(self.buf) >= self.shard_tokens:
+            self._write(self.buf[:self.shard_tokens])
+            self.buf = self.buf[self.shard_tokens:]
+
+    def close(self):
+        if self.buf:
+            self._write(self.buf)
+        self.buf = []
+
+    def _write(self, ids):
+        path = os.path.join(self.out_dir, f"{self.prefix}_{len(self.paths):06d}.bin")
+        header = [MAGIC, VERSION, len(ids)] + [0] * (HEADER_INTS - 3)
+        with open(path + ".tmp", "wb") as f:
+            f.write(struct.pack(f"<{HEADER_INTS}i", *header))
+            f.write(struct.pack(f"<{len(ids)}H", *ids))
+        os.replace(path + ".tmp", path)  # no half-written shard under the final name
+        self.paths.append(path)
+
+
+def encode_split(tok, docs, writer, eos_id):
+    texts = [d for _, d in docs]
+    for k, enc in enumerate(tok.encode_batch(texts, add_special_tokens=False)):
+        ids = list(enc.ids)
+        if eos_id is not None and docs[k][0]:
+            ids.append(eos_id)
+        writer.add(ids)
+    writer.close()
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("inputs", nargs="+", help="UTF-8 text files, read in this order")
+    ap.add_argument("-o", "--out", required=True, help="output directory (created)")
+    ap.add_argument("--tokenizer", help="a Hugging Face tokenizer.json to use (else one is trained)")
+    ap.add_argument("--vocab-size", type=int, default=4096,
+                    help="vocabulary of the trained tokenizer (default 4096, at most 65536)")
+    ap.add_argument("--val-fraction", type=float, default=0.05,
+                    help="held-out share of the bytes, last documents (default 0.05; 0 = none)")
+    ap.add_argument("--shard-tokens", type=int, default=100_000_000,
+                    help="tokens per shard at most (default 100M, as llm.c)")
+    ap.add_argument("--add-eos", action="store_true",
+                    help=f"append {EOS} (the tokenizer's eos token) after each input file")
+    args = ap.parse_args(argv)
+    try:
+        if not 0 <= args.val_fraction < 1:
+            raise UsageError(f"--val-fraction {args.val_fraction} must be in [0, 1)")
+        if args.shard_tokens < 1:
+            raise UsageError(f"--shard-tokens {args.shard_tokens} must be >= 1")
+        if args.tokenizer is None and args.vocab_size > MAX_VOCAB:
+            raise UsageError(f"--vocab-size {args.vocab_size} does not fit llm.c shards' uint16 "
+                             f"tokens; at most {MAX_VOCAB}")
+        train_docs, val_docs = split(args.inputs, args.val_fraction)
+        if args.tokenizer:
+            tok = load_tokenizer(args.tokenizer)
+        else:
+            tok = train_tokenizer(train_docs, args.vocab_size)
+        vocab = tok.get_vocab_size(with_added_tokens=True)
+        if vocab > MAX_VOCAB:
+            raise UsageError(f"the tokenizer has {vocab} tokens; llm.c shards hold uint16 tokens, "
+                             f"so at most {MAX_VOCAB} (carousel reads version 1 shards only)")
+        eos_id = None
+        if args.add_eos:
+            eos_id = tok.token_to_id(EOS)
+            if eos_id is None:
+                raise UsageError(f"--add-eos: the tokenizer has no {EOS} token")
+        os.makedirs(args.out, exist_ok=True)
+        for name in os.listdir(args.out):  # stale shards would join the glob
+            if re.fullmatch(r"(train|val)_\d{6}\.bin", name):
+                os.remove(os.path.join(args.out, name))
+        tok_path = os.path.join(args.out, "tokenizer.json")
+        if args.tokenizer:
+            if os.path.abspath(args.tokenizer) != os.path.abspath(tok_path):
+                shutil.copyfile(args.tokenizer, tok_path)
+        else:
+            tok.save(tok_path)
+        written = {}
+        for prefix, docs in (("train", train_docs), ("val", val_docs)):
+            if docs:
+                w = ShardWriter(args.out, prefix, args.shard_tokens)
+                encode_split(tok, docs, w, eos_id)
+                written[prefix] = w
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for prefix, w in written.items():
+        print(f"{prefix}: {len(w.paths)} shard(s), {w.count} tokens")
+    print(f"tokenizer: {tok_path} ({vocab} tokens)")
+    cmd = (f"carousel train dataset_type=tokens 'dataset_path={args.out}/train_*.bin' "
+           f"tokenizer_path={tok_path} vocab_size={vocab}")
+    if "val" in written:
+        cmd += f" 'eval_dataset_path={args.out}/val_*.bin' eval_interval=100"
+    print("train with:", cmd)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
