@@ -35,7 +35,8 @@ nlohmann::json json_number(double x) {
   return x;
 }
 
-StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_norm, double seconds) {
+StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_norm, double seconds,
+                                 std::optional<double> eval_loss) {
   StepMetrics s;
   s.step = step;
   s.loss = loss;
@@ -44,24 +45,29 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
   s.step_ms = seconds * 1e3;
   s.tokens_per_second = tokens_per_step_ / seconds;
   s.flops_per_second = flops_per_token_ * tokens_per_step_ / seconds;
-  metrics_ << nlohmann::json{{"step", step},
-                             {"loss", json_number(s.loss)},
-                             {"grad_norm", json_number(s.grad_norm)},
-                             {"lr", json_number(s.learning_rate)},
-                             {"step_ms", json_number(s.step_ms)},
-                             {"tokens_per_s", json_number(s.tokens_per_second)},
-                             {"gflops", json_number(s.flops_per_second / 1e9)}}
-                  .dump()
-           << '\n';
+  nlohmann::json record = {{"step", step},
+                           {"loss", json_number(s.loss)},
+                           {"grad_norm", json_number(s.grad_norm)},
+                           {"lr", json_number(s.learning_rate)},
+                           {"step_ms", json_number(s.step_ms)},
+                           {"tokens_per_s", json_number(s.tokens_per_second)},
+                           {"gflops", json_number(s.flops_per_second / 1e9)}};
+  if (eval_loss) {
+    s.eval_loss = *eval_loss;
+    record["eval_loss"] = json_number(*eval_loss);
+  }
+  metrics_ << record.dump() << '\n';
   metrics_.flush();  // one record per step reaches the file, or the run stops here
   CAROUSEL_CHECK(metrics_.good(), "writing metrics file '{}' failed at step {}: {} (disk full?)",
                  path_, step, std::strerror(errno));
+  const double eta = eta_seconds(step, seconds);
+  if (eval_loss) spdlog::info("step {:>5}/{} | eval loss {:.4f}", step + 1, cfg_.steps, *eval_loss);
   if (step % cfg_.log_period == 0 || step + 1 == cfg_.steps) {
     spdlog::info(
         "step {:>5}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.1f} ms | "
         "{:.0f} tok/s | {:.2f} GFLOP/s | ETA {}",
         step + 1, cfg_.steps, s.loss, s.grad_norm, s.learning_rate, s.step_ms, s.tokens_per_second,
-        s.flops_per_second / 1e9, format_duration(eta_seconds(step, seconds)));
+        s.flops_per_second / 1e9, format_duration(eta));
   }
   return s;
 }

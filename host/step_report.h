@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -29,7 +30,9 @@ class StepReporter {
   explicit StepReporter(const Config& cfg);  // opens the metrics file; throws if it cannot
   // Completes the metrics of a finished step (lr, throughput) and reports them. Each record is
   // flushed; a failed write (disk full) throws an Error naming the file.
-  StepMetrics report(std::int64_t step, double loss, double grad_norm, double seconds);
+  // `eval_loss`: the held-out loss after this step, when one was computed.
+  StepMetrics report(std::int64_t step, double loss, double grad_norm, double seconds,
+                     std::optional<double> eval_loss = std::nullopt);
 
  private:
   double eta_seconds(std::int64_t step, double seconds);

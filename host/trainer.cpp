@@ -259,11 +259,30 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
     RankExecutor executor(cfg, program, place, be, comms, params, recorder);
     if (start_from) params.exchange(host, *start_from, /*to_whole=*/false);
     std::int64_t skipped = result.skipped_steps;
+    // Held-out evaluation every eval_interval steps (and after the last step).
+    const std::unique_ptr<DataLoader> eval_data =
+        cfg.eval_interval > 0 ? make_eval_data_loader(cfg) : nullptr;
+    const std::int64_t eval_count = eval_data ? eval_batches(cfg, *eval_data) : 0;
+    auto evaluate = [&] {  // the mean token loss over the eval batches, the same on every rank
+      double sum = 0;
+      for (std::int64_t i = 0; i < eval_count; ++i) sum += executor.evaluate(*eval_data, i);
+      Tensor t = be.from_host(std::vector<double>{sum}, {1});
+      world.all_reduce(t, t, ReduceOp::Sum).wait();
+      return be.to_host<double>(t)[0] / double(eval_count);
+    };
     for (std::int64_t step = result.start_step; step < cfg.steps; ++step) {
       const auto t0 = std::chrono::steady_clock::now();
       const StepOutcome outcome =
           executor.step(step, step - skipped, profiled(step) ? &traces[rank] : nullptr);
       be.synchronize();
+      const double step_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::optional<double> eval_loss;
+      if (eval_data && ((step + 1) % cfg.eval_interval == 0 || step + 1 == cfg.steps)) {
+        recorder.note(step, "evaluation");
+        eval_loss = evaluate();
+        recorder.complete();
+      }
       if (outcome.skipped) ++skipped;
       maybe_raise_signal(rank, process_world || rank == 0, step);  // a test's fault
       recorder.note(step, "end-of-step agreement");
@@ -272,9 +291,8 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
       // The step's metrics first: a crash during the save must not lose the record of a step
       // whose checkpoint may already be complete.
       if (rank == 0) {
-        const double seconds =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        result.steps.push_back(reporter->report(step, outcome.loss, outcome.grad_norm, seconds));
+        result.steps.push_back(
+            reporter->report(step, outcome.loss, outcome.grad_norm, step_seconds, eval_loss));
         if (outcome.skipped) {
           spdlog::warn("step {}: loss {} / gradient norm {} is not finite; update skipped "
                        "(skip_step_on_nonfinite; {} skipped in this run so far)",

@@ -24,6 +24,7 @@ struct StepMetrics {
   std::int64_t step = 0;  // 0-based
   double loss = 0, grad_norm = 0, learning_rate = 0, step_ms = 0, tokens_per_second = 0;
   double flops_per_second = 0;  // model FLOPs (6 x params x tokens + attention) per second
+  double eval_loss = -1;        // held-out loss after this step (eval_interval), -1 when none
 };
 
 struct TrainResult {

@@ -16,7 +16,8 @@
 
 namespace carousel {
 
-// Losses and gradient norms of cfg.steps steps from the initial values (no checkpoints).
+// Losses and gradient norms of cfg.steps steps from the initial values (no checkpoints), and
+// with eval_interval the held-out loss (mean token loss of the eval batches, forward only).
 inline std::vector<StepMetrics> train_sequentially(const Config& cfg) {
   CpuBackend be;
   const auto specs = param_table(cfg.model);
@@ -31,6 +32,8 @@ inline std::vector<StepMetrics> train_sequentially(const Config& cfg) {
                                      cfg.model.rope_max_timescale);
   const std::int64_t B = cfg.global_batch(), M = cfg.microbatches(), b = B / M;
   const std::int64_t T = cfg.model.max_target_length;
+  const auto eval = cfg.eval_interval > 0 ? make_eval_data_loader(cfg) : nullptr;
+  const ParamSet scratch = ParamSet::allocate(be, specs, DType::F32);  // eval's unused gradients
   std::vector<StepMetrics> out;
   for (std::int64_t step = 0; step < cfg.steps; ++step) {
     if (bf16) be.cast(params.flat, compute.flat);
@@ -46,6 +49,22 @@ inline std::vector<StepMetrics> train_sequentially(const Config& cfg) {
     opt.update(be, cfg, params, grads, step, learning_rate_at(cfg, step),
                clip_scale(norm, cfg.gradient_clipping_threshold));
     out.push_back({.step = step, .loss = loss_sum / double(B * T), .grad_norm = norm});
+    if (eval && ((step + 1) % cfg.eval_interval == 0 || step + 1 == cfg.steps)) {
+      if (bf16) be.cast(params.flat, compute.flat);
+      const std::int64_t batches = eval_batches(cfg, *eval);
+      double sum = 0;
+      for (std::int64_t i = 0; i < batches; ++i) {
+        for (std::int64_t m = 0; m < M; ++m) {
+          const TokenBatch tokens = eval->batch(i, B, m * b, b);
+          const Microbatch mb{be.from_host(tokens.inputs, {b, T}),
+                              be.from_host(tokens.targets, {b, T})};
+          sum += model_forward_backward(be, cfg.model, compute, scratch, rope, mb, 1.0,
+                                        parse_remat_policy(cfg.remat_policy)) /
+                 double(B * T);
+        }
+      }
+      out.back().eval_loss = sum / double(batches);
+    }
   }
   return out;
 }

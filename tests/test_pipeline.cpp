@@ -111,6 +111,34 @@ TEST_P(PipelineEquivalence, LossesMatchTheSingleDeviceRun) {
   EXPECT_LT(pipe.back().loss, pipe.front().loss);  // it trains
 }
 
+// The held-out loss (eval_interval) of a pipeline with FSDP and BSW equals the sequential
+// model's forward-only loss on the same batches with its weights after the same steps (1e-5:
+// the weights agree to float32 rounding after two updates).
+TEST(PipelineEval, EvalLossEqualsTheSequentialForwardOnlyLoss) {
+  const std::vector<std::string> eval = {"eval_interval=2", "eval_steps=2", "steps=4"};
+  std::vector<std::string> keys = {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                                   "num_layers_per_pipeline_stage=2",
+                                   "pipeline_fsdp_ag_per_repeat=true", "num_pipeline_microbatches=4",
+                                   "eval_dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt"};
+  keys.insert(keys.end(), eval.begin(), eval.end());
+  std::vector<std::string> reference = {"num_pipeline_microbatches=4",
+                                        "eval_dataset_path=" CAROUSEL_TEST_DATA_DIR
+                                        "/tiny_corpus.txt"};
+  reference.insert(reference.end(), eval.begin(), eval.end());
+  const auto pipe = run(run_config(keys));
+  const auto single = train_sequentially(run_config(reference));
+  ASSERT_EQ(pipe.size(), 4u);
+  for (std::size_t s = 0; s < 4; ++s) {
+    if (s % 2 == 0) {
+      EXPECT_EQ(pipe[s].eval_loss, -1) << "no evaluation after step " << s;
+      continue;
+    }
+    ASSERT_GT(single[s].eval_loss, 0);
+    EXPECT_NEAR(pipe[s].eval_loss, single[s].eval_loss, 1e-5 * single[s].eval_loss) << s;
+  }
+  EXPECT_LT(pipe[3].eval_loss, pipe[1].eval_loss);  // it learns
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Schedules, PipelineEquivalence,
     ::testing::Values(
