@@ -180,6 +180,9 @@ const std::vector<ConfigKey>& config_keys() {
       key("pipeline_prefetch_lookahead", &Config::pipeline_prefetch_lookahead,
           "issue a weight gather at most this many compute actions before use (0 = as soon as "
           "a slot is free)"),
+      key("peak_flops", &Config::peak_flops,
+          "one device's peak FLOP/s for the MFU in step lines; 0 = known GPUs by name, a GEMM "
+          "measured at start-up on CPUs"),
       key("collective_timeout_seconds", &Config::collective_timeout_seconds,
           "a communication waiting longer than this fails, naming the rank and operation"),
       key("schedule_cost_f", &Config::schedule_cost_f, "schedule cost model: forward, per layer"),

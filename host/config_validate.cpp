@@ -51,6 +51,7 @@ void check_finite(const Config& c) {
       {"learning_rate_final_fraction", c.learning_rate_final_fraction},
       {"wsd_decay_steps_fraction", c.wsd_decay_steps_fraction},
       {"collective_timeout_seconds", c.collective_timeout_seconds},
+      {"peak_flops", c.peak_flops},
   };
   for (const auto& [key, v] : schedule_cost_keys(c)) floats.emplace_back(key, v);
   for (const auto& [key, v] : floats) {
@@ -136,6 +137,10 @@ void Config::validate() const {
   check_range("steps", steps, 1, kMaxSteps);
   check_range("log_period", log_period, 1, kMaxSteps);
   check_range("profiler_steps", profiler_steps, 0, kMaxSteps);
+  CAROUSEL_CHECK(peak_flops >= 0 && peak_flops <= 1e18,
+                 "peak_flops={} is not valid; it must be a device's FLOP/s in [0, 1e18] (0 = known "
+                 "GPUs by name, measured on CPUs)",
+                 peak_flops);
   check_range("skip_first_n_steps_for_profiler", skip_first_n_steps_for_profiler, 0, kMaxSteps);
   check_range("checkpoint_period", checkpoint_period, 0, kMaxSteps, " (0 = only at the end)");
   check_auto_or_range("learning_rate_schedule_steps", learning_rate_schedule_steps, 0, kMaxSteps,

@@ -36,7 +36,7 @@ nlohmann::json json_number(double x) {
 }
 
 StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_norm, double seconds,
-                                 std::optional<double> eval_loss) {
+                                 std::optional<double> eval_loss, std::size_t peak_bytes) {
   StepMetrics s;
   s.step = step;
   s.loss = loss;
@@ -56,6 +56,9 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
     s.eval_loss = *eval_loss;
     record["eval_loss"] = json_number(*eval_loss);
   }
+  const double mfu = peak_flops_ > 0 ? s.flops_per_second / peak_flops_ : 0;
+  if (mfu > 0) record["mfu"] = json_number(mfu);
+  if (peak_bytes > 0) record["peak_mem_bytes"] = peak_bytes;
   metrics_ << record.dump() << '\n';
   metrics_.flush();  // one record per step reaches the file, or the run stops here
   CAROUSEL_CHECK(metrics_.good(), "writing metrics file '{}' failed at step {}: {} (disk full?)",
@@ -65,9 +68,10 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
   if (step % cfg_.log_period == 0 || step + 1 == cfg_.steps) {
     spdlog::info(
         "step {:>5}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.1f} ms | "
-        "{:.0f} tok/s | {:.2f} GFLOP/s | ETA {}",
+        "{:.0f} tok/s | {:.2f} GFLOP/s{}{} | ETA {}",
         step + 1, cfg_.steps, s.loss, s.grad_norm, s.learning_rate, s.step_ms, s.tokens_per_second,
-        s.flops_per_second / 1e9, format_duration(eta));
+        s.flops_per_second / 1e9, mfu > 0 ? fmt::format(" | MFU {:.1f}%", 100 * mfu) : "",
+        peak_bytes > 0 ? " | mem " + format_bytes(peak_bytes) : "", format_duration(eta));
   }
   return s;
 }

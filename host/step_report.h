@@ -31,14 +31,18 @@ class StepReporter {
   // Completes the metrics of a finished step (lr, throughput) and reports them. Each record is
   // flushed; a failed write (disk full) throws an Error naming the file.
   // `eval_loss`: the held-out loss after this step, when one was computed.
+  // `peak_bytes`: the reporting rank's device peak so far (0: not shown).
   StepMetrics report(std::int64_t step, double loss, double grad_norm, double seconds,
-                     std::optional<double> eval_loss = std::nullopt);
+                     std::optional<double> eval_loss = std::nullopt, std::size_t peak_bytes = 0);
+  // The peak FLOP/s of all devices together, for the MFU (0: not shown).
+  void set_peak_flops(double flops) { peak_flops_ = flops; }
 
  private:
   double eta_seconds(std::int64_t step, double seconds);
 
   const Config& cfg_;
   double tokens_per_step_, flops_per_token_;
+  double peak_flops_ = 0;
   std::int64_t reported_ = 0, timed_steps_ = 0;
   double timed_ = 0;
   std::string path_;

@@ -16,6 +16,7 @@
 #include "compute/cpu_backend.h"
 #include "host/checkpoint.h"
 #include "host/data.h"
+#include "host/device_peak.h"
 #include "host/fault_injection.h"
 #include "host/flight_recorder.h"
 #include "host/mesh.h"
@@ -258,6 +259,9 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
     ShardedParams params(cfg, program.layout, place, be, comms);
     RankExecutor executor(cfg, program, place, be, comms, params, recorder);
     if (start_from) params.exchange(host, *start_from, /*to_whole=*/false);
+    if (rank == 0) {
+      reporter->set_peak_flops(run_peak_flops(cfg, be, mesh.ranks(), process_world == nullptr));
+    }
     std::int64_t skipped = result.skipped_steps;
     // Held-out evaluation every eval_interval steps (and after the last step).
     const std::unique_ptr<DataLoader> eval_data =
@@ -291,8 +295,9 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
       // The step's metrics first: a crash during the save must not lose the record of a step
       // whose checkpoint may already be complete.
       if (rank == 0) {
-        result.steps.push_back(
-            reporter->report(step, outcome.loss, outcome.grad_norm, step_seconds, eval_loss));
+        result.steps.push_back(reporter->report(step, outcome.loss, outcome.grad_norm,
+                                                step_seconds, eval_loss,
+                                                be.allocator().stats().peak_bytes));
         if (outcome.skipped) {
           spdlog::warn("step {}: loss {} / gradient norm {} is not finite; update skipped "
                        "(skip_step_on_nonfinite; {} skipped in this run so far)",

@@ -5,6 +5,11 @@
 #include "host/config.h"
 #include "host/mesh.h"
 
+#include <omp.h>
+
+#include "compute/cpu_backend.h"
+#include "host/device_peak.h"
+
 namespace carousel {
 namespace {
 
@@ -69,6 +74,27 @@ TEST(Mesh, TransportRefusesWhatCannotRun) {
   EXPECT_NE(too_many.find("16 processes on this node but it has 8 visible GPU(s)"),
             std::string::npos)
       << too_many;
+}
+
+}  // namespace
+}  // namespace carousel
+
+namespace carousel {
+namespace {
+
+TEST(DevicePeak, ConfiguredMeasuredAndSharedCores) {
+  CpuBackend be;
+  Config c;
+  c.peak_flops = 2e12;
+  EXPECT_EQ(run_peak_flops(c, be, 4, true), 8e12);  // a given peak counts every device
+  c.peak_flops = 0;
+  const double one = device_peak_flops(c, be);  // a measured GEMM: positive, below 10 TFLOP/s
+  EXPECT_GT(one, 1e8);
+  EXPECT_LT(one, 1e13);
+  // Threads of one process share its cores: never more devices at once than cores / threads.
+  omp_set_num_threads(1);
+  const double many = run_peak_flops(c, be, 1000, true);
+  EXPECT_LE(many, one * 1.5 * omp_get_num_procs());
 }
 
 }  // namespace

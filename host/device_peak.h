@@ -1,0 +1,20 @@
+// device_peak.h — one device's peak FLOP/s, the denominator of the MFU in step lines.
+#pragma once
+
+#include "compute/backend.h"
+#include "host/config.h"
+
+namespace carousel {
+
+// cfg.peak_flops when set; on GPUs the dense data-sheet figure of a known model (H100, H200,
+// A100; bfloat16 with dtype=bfloat16, else float32) or 0 when unknown; on CPUs a float32 GEMM
+// (512^3, best of 5) measured on `be` with this thread's OpenMP threads: the roof the CPU step
+// is compared with.
+double device_peak_flops(const Config& cfg, Backend& be);
+
+// The peak of all `ranks` devices of a run together (the MFU's denominator). Simulated CPU
+// devices that are threads of one process share its cores: at most cores / (threads per rank)
+// of them compute at once, so only those count.
+double run_peak_flops(const Config& cfg, Backend& be, int ranks, bool ranks_are_threads);
+
+}  // namespace carousel
