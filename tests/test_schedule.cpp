@@ -124,6 +124,8 @@ TEST(CostModel, MatchesTheSurveyWorkedExample) {
       {"interleaved_1f1b", 2, 0.5, 1, 0.5, 28.5, 3.0 / 19, {1.375, 1.125, 0.875, 0.625}},
       {"zb_h1", 1, 1, 2, 1, 27, 1.0 / 9, {1, 1, 1, 1}},
       {"circular", 2, 1, 2, 1, 57, 3.0 / 19, {2, 2, 2, 2}},
+      {"looped_bfs", 2, 1, 2, 1, 57, 3.0 / 19, {2, 2, 2, 2}},
+      {"zbv", 2, 0.5, 1, 0.5, 25.5, 1.5 / 25.5, {1, 1, 1, 1}},
   };
   for (const auto& c : cases) {
     const Program p = make(c.kind, 4, 8, c.repeats);
