@@ -100,6 +100,26 @@ TEST(LoopedBfs, HandWorkedTimelineS3M2R2) {
   EXPECT_NEAR(closed_form_bubble("looped_bfs", p.layout, Costs{}), 9.0 / 21, 1e-12);
 }
 
+// ---- interleaved_zb --------------------------------------------------------------------------
+
+// docs/schedules.md, worked example: S = 2, M = 2, R = 2 (g = S), f = i = w = 1 per chunk. Rank 1
+// defers each W by one backward, which fills the wait for 2I0 / 2I1 with 3W0 / 3W1.
+TEST(InterleavedZb, HandWorkedTimelineS2M2R2) {
+  const Program p = make("interleaved_zb", 2, 2, 2);
+  EXPECT_EQ(to_text(p),
+            "rank 0: 0F0 0F1 2F0 2F1 2I0 2W0 2I1 2W1 0I0 0W0 0I1 0W1\n"
+            "rank 1: 1F0 1F1 3F0 3I0 3F1 3I1 3W0 1I0 3W1 1I1 1W0 1W1\n");
+  const SimResult sim = simulate(lower(p, {0, 0, false}), Costs{});
+  const std::vector<std::string> expected = {
+      "0F0@0 0F1@1 2F0@2 2F1@3 2I0@5 2W0@6 2I1@7 2W1@8 0I0@9 0W0@10 0I1@11 0W1@12",
+      "1F0@1 1F1@2 3F0@3 3I0@4 3F1@5 3I1@6 3W0@7 1I0@8 3W1@9 1I1@10 1W0@11 1W1@12",
+  };
+  EXPECT_EQ(timeline_text(sim, 2), expected);
+  EXPECT_DOUBLE_EQ(sim.step_time, 13);  // work 12, idle (S-1)(f + i - w) = 1
+  EXPECT_NEAR(sim.bubble_fraction, 1.0 / 13, 1e-12);
+  EXPECT_NEAR(closed_form_bubble("interleaved_zb", p.layout, Costs{}), 1.0 / 13, 1e-12);
+}
+
 // ---- zbv -------------------------------------------------------------------------------------
 
 // docs/schedules.md, worked example: S = 2, M = 4, f = i = w = 1 per chunk. Rank 1 starts one

@@ -71,8 +71,10 @@ Program generate_zb_h1(const ScheduleSpec& spec) {
 }
 
 // Megatron's interleaved 1F1B: chunk c of rank s is virtual stage c S + s; microbatches in groups
-// of g (S <= g <= M, M % g == 0, checked by the registry).
-Program generate_interleaved_1f1b(const ScheduleSpec& spec) {
+// of g (S <= g <= M, M % g == 0, checked by the registry). With split_backward (interleaved_zb)
+// each B becomes an I, and rank s runs the W of its k-th backward right after its (k + s)-th I
+// (ZB-H1's deferral, by backward count), the rest at the end.
+static Program interleaved(const ScheduleSpec& spec, bool split_backward) {
   const Layout& l = spec.layout;
   const int S = l.ranks, M = l.microbatches, v = l.repeats, g = spec.group();
   Program p{l, std::vector<std::vector<Action>>(S)};
@@ -88,8 +90,15 @@ Program generate_interleaved_1f1b(const ScheduleSpec& spec) {
     auto fwd = [&](int k) {
       prog.push_back(compute(Kind::F, chunk_of(k, false) * S + s, mb_of(k)));
     };
+    int next_w = 0;
+    auto weight = [&] {
+      prog.push_back(compute(Kind::W, chunk_of(next_w, true) * S + s, mb_of(next_w)));
+      ++next_w;
+    };
     auto bwd = [&](int k) {
-      prog.push_back(compute(Kind::B, chunk_of(k, true) * S + s, mb_of(k)));
+      prog.push_back(
+          compute(split_backward ? Kind::I : Kind::B, chunk_of(k, true) * S + s, mb_of(k)));
+      if (split_backward && k >= s) weight();
     };
     for (int k = 0; k < warmup; ++k) fwd(k);
     for (int k = 0; k < n - warmup; ++k) {
@@ -97,9 +106,16 @@ Program generate_interleaved_1f1b(const ScheduleSpec& spec) {
       bwd(k);
     }
     for (int k = n - warmup; k < n; ++k) bwd(k);
+    while (split_backward && next_w < n) weight();
   }
   return p;
 }
+
+Program generate_interleaved_1f1b(const ScheduleSpec& spec) { return interleaved(spec, false); }
+
+// Interleaved zero bubble (PyTorch's ScheduleInterleavedZeroBubble without its timing pass, which
+// the list scheduling here makes implicit): interleaved 1F1B with B split into I and W.
+Program generate_interleaved_zb(const ScheduleSpec& spec) { return interleaved(spec, true); }
 
 // PyTorch's ScheduleLoopedBFS (Lamy-Poirier, Breadth-First Pipeline Parallelism, 2022): rank s
 // runs every microbatch of its first local stage s, then of s + S, ...; the backward takes the

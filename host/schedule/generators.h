@@ -13,6 +13,8 @@
 //                     W (weight gradient); W deferred into the cooldown, same memory as 1F1B.
 //   looped_bfs        PyTorch's ScheduleLoopedBFS: all microbatches of each local stage in turn,
 //                     the backward over the local stages in reverse (= circular with d = 1).
+//   interleaved_zb    interleaved_1f1b with B split into I and W; rank s defers each W by s
+//                     backwards (ZB-H1's rule), PyTorch's ScheduleInterleavedZeroBubble order.
 //   zbv               Zero Bubble V: two chunks per rank in V placement (Placement::V), I/W
 //                     split; the generator sets the program's layout.placement.
 #pragma once
@@ -45,5 +47,6 @@ Program generate_interleaved_1f1b(const ScheduleSpec& spec);
 Program generate_zb_h1(const ScheduleSpec& spec);
 Program generate_looped_bfs(const ScheduleSpec& spec);
 Program generate_zbv(const ScheduleSpec& spec);
+Program generate_interleaved_zb(const ScheduleSpec& spec);
 
 }  // namespace carousel::schedule

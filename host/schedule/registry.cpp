@@ -18,10 +18,10 @@ void no_more_constraints(const ScheduleSpec&) {}
 void check_interleaved_1f1b(const ScheduleSpec& spec) {
   const int S = spec.layout.ranks, M = spec.layout.microbatches, g = spec.group();
   CAROUSEL_CHECK(g >= S && g <= M && M % g == 0,
-                 "interleaved_1f1b needs a microbatch group size g with S <= g <= M and M % g == "
+                 "{} needs a microbatch group size g with S <= g <= M and M % g == "
                  "0 (S={}, M={}, g={}); set pipeline_microbatch_group_size or num_pipeline_"
                  "microbatches",
-                 S, M, g);
+                 spec.kind, S, M, g);
 }
 
 // ZB-V runs exactly two chunks per rank (down and back up) and its warmup runs 2S - 1 forwards
@@ -56,6 +56,10 @@ constexpr ScheduleInfo kSchedules[] = {
      "PyTorch LoopedBFS: all microbatches of each local stage in turn, backward "
      "reversed",
      generate_looped_bfs, no_more_constraints, true, false},
+    {"interleaved_zb",
+     "interleaved_1f1b with B split into I and W, W deferred like zb_h1; "
+     "S <= g <= M, g | M",
+     generate_interleaved_zb, check_interleaved_1f1b, true, false},
     {"zbv",
      "Zero Bubble V: 2 chunks per rank, down the ranks and back up, I/W split; R = 2, "
      "M >= 2S",

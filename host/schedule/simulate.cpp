@@ -153,7 +153,8 @@ double closed_form_bubble(const std::string& kind, const Layout& l, const Costs&
     // At f = i = w (chunk costs) rank s waits s f for microbatch 0 to come down s ranks, then
     // runs its 2M (F, I, W) back to back; rank S - 1 ends last, (S - 1) f after rank 0.
     idle = (S - 1) * c.f;
-  } else if (kind == "zb_h1") {
+  } else if (kind == "zb_h1" || kind == "interleaved_zb") {
+    // interleaved_zb: the same per hop in chunk costs, its Ws deferred as in zb_h1
     idle = (S - 1) * (c.f + c.i - c.w);  // (p-1)(t_F + t_B - t_W), t_B = input gradient only
   } else if (kind == "interleaved_1f1b") {
     idle = (S - 1) * (c.f + c.b);  // chunk costs are already 1/R of a full stage
