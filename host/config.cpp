@@ -165,7 +165,8 @@ const std::vector<ConfigKey>& config_keys() {
       key("pipeline_delay_activation_forwarding", &Config::pipeline_delay_activation_forwarding,
           "circular: forward stage outputs one iteration later (MaxText's d = 2)"),
       key("pipeline_microbatch_group_size", &Config::pipeline_microbatch_group_size,
-          "interleaved_1f1b group g (S = depth-first .. M = breadth-first; 0 = S)"),
+          "interleaved_1f1b / interleaved_zb group g (S = depth-first .. M = breadth-first; "
+          "0 = S)"),
       key("ici_fsdp_parallelism", &Config::ici_fsdp_parallelism,
           "F: FSDP degree inside a stage (weights gathered before use)"),
       key("ici_data_parallelism", &Config::ici_data_parallelism,

@@ -129,7 +129,9 @@ TEST(Config, ScheduleErrorsAreTheRegistrysBeforeAnyMath) {
   const std::string repeats = testing::error_of([] {
     load_config("", {"pipeline_schedule=1f1b", "ici_pipeline_parallelism=2"});
   });
-  EXPECT_NE(repeats.find("for repeats use circular or interleaved_1f1b"), std::string::npos)
+  EXPECT_NE(
+      repeats.find("for repeats use circular, interleaved_1f1b, looped_bfs, interleaved_zb or zbv"),
+      std::string::npos)
       << repeats;
   EXPECT_EQ(repeats, testing::error_of([] {
               schedule::generate({.kind = "1f1b", .layout = {2, 4, 2}});

@@ -234,7 +234,87 @@ INSTANTIATE_TEST_SUITE_P(
             "data_D2_S2_F2_bsw",
             {"ici_data_parallelism=2", "ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
              "num_pipeline_microbatches=2", "pipeline_fsdp_ag_per_repeat=true"},
-            1e-6}),
+            1e-6},
+        // looped_bfs: loop placement, R stages per rank breadth-first; M < S waits at the turns.
+        PipelineCase{"looped_bfs_S4_R2_M4",
+                     {"ici_pipeline_parallelism=4", "pipeline_schedule=looped_bfs",
+                      "num_pipeline_microbatches=4"}},
+        PipelineCase{"looped_bfs_S3_R2_M2",
+                     {"ici_pipeline_parallelism=3", "base_num_decoder_layers=6",
+                      "pipeline_schedule=looped_bfs", "num_pipeline_microbatches=2"}},
+        PipelineCase{"fsdp_looped_bfs_S2_F2_gather_every_use",
+                     {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                      "pipeline_schedule=looped_bfs", "num_pipeline_microbatches=4"},
+                     1e-6},
+        PipelineCase{
+            "fsdp_looped_bfs_S2_F2_bsw",
+            {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2", "pipeline_schedule=looped_bfs",
+             "num_pipeline_microbatches=4", "pipeline_fsdp_ag_per_repeat=true"},
+            1e-6},
+        PipelineCase{
+            "fsdp_looped_bfs_S2_F2_ag_once",
+            {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2", "pipeline_schedule=looped_bfs",
+             "num_pipeline_microbatches=4", "pipeline_fsdp_ag_once=true"},
+            1e-6},
+        PipelineCase{"looped_bfs_D2_S2",
+                     {"ici_data_parallelism=2", "ici_pipeline_parallelism=2",
+                      "pipeline_schedule=looped_bfs", "num_pipeline_microbatches=2"},
+                     1e-6},
+        // interleaved_zb: interleaved_1f1b's order with I/W split and zb_h1's W deferral.
+        PipelineCase{"interleaved_zb_S2_R4",
+                     {"ici_pipeline_parallelism=2", "pipeline_schedule=interleaved_zb",
+                      "num_pipeline_microbatches=4"}},
+        PipelineCase{"fsdp_interleaved_zb_S2_F2_gather_every_use",
+                     {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                      "pipeline_schedule=interleaved_zb", "num_pipeline_microbatches=4"},
+                     1e-6},
+        PipelineCase{"fsdp_interleaved_zb_S2_F2_bsw",
+                     {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                      "pipeline_schedule=interleaved_zb", "num_pipeline_microbatches=4",
+                      "pipeline_fsdp_ag_per_repeat=true"},
+                     1e-6},
+        PipelineCase{"fsdp_interleaved_zb_S2_F2_ag_once",
+                     {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                      "pipeline_schedule=interleaved_zb", "num_pipeline_microbatches=4",
+                      "pipeline_fsdp_ag_once=true"},
+                     1e-6},
+        PipelineCase{"interleaved_zb_D2_S2",
+                     {"ici_data_parallelism=2", "ici_pipeline_parallelism=2",
+                      "pipeline_schedule=interleaved_zb", "num_pipeline_microbatches=2"},
+                     1e-6},
+        // zbv: V placement (stage v on rank v, then 2S-1-v): the hand-offs run back up the ranks,
+        // the turn is local, and rank 0 holds the first and the last stage (embedding and head).
+        PipelineCase{"zbv_S2_L2_M4",
+                     {"ici_pipeline_parallelism=2", "num_layers_per_pipeline_stage=2",
+                      "pipeline_schedule=zbv", "num_pipeline_microbatches=4"}},
+        PipelineCase{
+            "zbv_S4_M8",
+            {"ici_pipeline_parallelism=4", "pipeline_schedule=zbv", "num_pipeline_microbatches=8"}},
+        PipelineCase{"fsdp_zbv_S2_F2_gather_every_use",
+                     {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                      "num_layers_per_pipeline_stage=2", "pipeline_schedule=zbv",
+                      "num_pipeline_microbatches=4"},
+                     1e-6},
+        PipelineCase{"fsdp_zbv_S2_F2_bsw",
+                     {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                      "num_layers_per_pipeline_stage=2", "pipeline_schedule=zbv",
+                      "num_pipeline_microbatches=4", "pipeline_fsdp_ag_per_repeat=true"},
+                     1e-6},
+        PipelineCase{"fsdp_zbv_S2_F2_ag_once",
+                     {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                      "num_layers_per_pipeline_stage=2", "pipeline_schedule=zbv",
+                      "num_pipeline_microbatches=4", "pipeline_fsdp_ag_once=true"},
+                     1e-6},
+        PipelineCase{"zbv_D2_S2",
+                     {"ici_data_parallelism=2", "ici_pipeline_parallelism=2",
+                      "num_layers_per_pipeline_stage=2", "pipeline_schedule=zbv",
+                      "num_pipeline_microbatches=4"},
+                     1e-6},
+        // Tied embeddings with V placement: both uses on rank 0, so no tie pair is formed.
+        PipelineCase{
+            "tied_zbv_S2",
+            {"ici_pipeline_parallelism=2", "num_layers_per_pipeline_stage=2",
+             "pipeline_schedule=zbv", "num_pipeline_microbatches=4", "logits_via_embedding=true"}}),
     [](const auto& info) { return info.param.name; });
 
 // The executor gathers exactly what the schedule's lowering (and so `carousel schedule`)
@@ -338,6 +418,27 @@ TEST(Pipeline, TiedCheckpointResumesOnOneDevice) {
   fs::remove_all(pipe.run_directory());
   const auto full = run(pipe);
   const TrainResult resumed = resume_on_one_device(pipe, "tied_single", 2);
+  EXPECT_EQ(resumed.start_step, 2);
+  ASSERT_EQ(resumed.steps.size(), 2u);
+  EXPECT_NEAR(resumed.steps[0].loss, full[2].loss, 1e-5 * full[2].loss);
+  EXPECT_NEAR(resumed.steps[1].loss, full[3].loss, 1e-5 * full[3].loss);
+}
+
+// zbv with tied embeddings: rank 0 holds both the first and the last stage, so the table has
+// one owner and no copy; its checkpoint (stages written by the ranks rank_of names) resumes on
+// one device and continues like the pipeline did.
+TEST(Pipeline, ZbvTiedCheckpointResumesOnOneDevice) {
+  namespace fs = std::filesystem;
+  Config pipe = run_config({"ici_pipeline_parallelism=2", "num_layers_per_pipeline_stage=2",
+                            "pipeline_schedule=zbv", "num_pipeline_microbatches=4",
+                            "logits_via_embedding=true", "enable_checkpointing=true",
+                            "learning_rate_schedule_steps=4"});
+  pipe.steps = 4;
+  pipe.checkpoint_period = 2;
+  pipe.run_name = "zbv_tied_pipe";
+  fs::remove_all(pipe.run_directory());
+  const auto full = run(pipe);
+  const TrainResult resumed = resume_on_one_device(pipe, "zbv_tied_single", 2);
   EXPECT_EQ(resumed.start_step, 2);
   ASSERT_EQ(resumed.steps.size(), 2u);
   EXPECT_NEAR(resumed.steps[0].loss, full[2].loss, 1e-5 * full[2].loss);

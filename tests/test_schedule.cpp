@@ -124,6 +124,9 @@ TEST(CostModel, MatchesTheSurveyWorkedExample) {
       {"interleaved_1f1b", 2, 0.5, 1, 0.5, 28.5, 3.0 / 19, {1.375, 1.125, 0.875, 0.625}},
       {"zb_h1", 1, 1, 2, 1, 27, 1.0 / 9, {1, 1, 1, 1}},
       {"circular", 2, 1, 2, 1, 57, 3.0 / 19, {2, 2, 2, 2}},
+      {"looped_bfs", 2, 1, 2, 1, 57, 3.0 / 19, {2, 2, 2, 2}},
+      {"zbv", 2, 0.5, 1, 0.5, 25.5, 1.5 / 25.5, {1, 1, 1, 1}},
+      {"interleaved_zb", 2, 0.5, 1, 0.5, 25.5, 1.5 / 25.5, {1.375, 1.25, 1.125, 1}},
   };
   for (const auto& c : cases) {
     const Program p = make(c.kind, 4, 8, c.repeats);
@@ -154,13 +157,16 @@ TEST(CostModel, ForwardDelayAddsOneForwardPerHop) {
 
 TEST(Properties, EveryGeneratorValidatesLowersReplaysAndMeetsItsClosedForm) {
   int checked = 0;
-  for (const std::string kind : {"circular", "gpipe", "1f1b", "interleaved_1f1b", "zb_h1"})
+  for (const std::string kind :
+       {"circular", "gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "looped_bfs", "interleaved_zb",
+        "zbv"})
     for (int S : {1, 2, 3, 4, 8})
       for (int M : {1, 2, 3, 4, 8, 12, 16, 32})
         for (int R : {1, 2, 3, 4}) {
           const bool one_stage = kind == "gpipe" || kind == "1f1b" || kind == "zb_h1";
           if (one_stage && R > 1) continue;
-          if (kind == "interleaved_1f1b" && (R < 2 || M < S || M % S != 0)) continue;
+          if (kind.starts_with("interleaved") && (R < 2 || M < S || M % S != 0)) continue;
+          if (kind == "zbv" && (R != 2 || M < 2 * S)) continue;
           const Program p = make(kind, S, M, R);
           SCOPED_TRACE(kind + " S=" + std::to_string(S) + " M=" + std::to_string(M) +
                        " R=" + std::to_string(R));
@@ -192,6 +198,7 @@ TEST(Properties, EveryGeneratorValidatesLowersReplaysAndMeetsItsClosedForm) {
             // Unit costs, no communication: the closed form holds (circular needs M >= S, or
             // the ring waits for the last stage; zb_h1 needs M >= S for its Ws to fill the
             // cooldown).
+            // looped_bfs's form covers M < S too (the wait at each turn).
             if ((kind != "circular" && kind != "zb_h1") || M >= S) {
               EXPECT_NEAR(sim.bubble_fraction, closed_form_bubble(kind, p.layout, Costs{}), 1e-9);
             }
@@ -297,8 +304,7 @@ TEST(Broken, ReceiveWithoutSend) {
 
 TEST(Broken, GeneratorConstraintsAreClear) {
   EXPECT_NE(testing::error_of([] { make("1f1b", 2, 4, 2); })
-                .find("for repeats use circular or "
-                      "interleaved_1f1b"),
+                .find("for repeats use circular, interleaved_1f1b, looped_bfs, interleaved_zb or zbv"),
             std::string::npos);
   EXPECT_NE(testing::error_of([] {
               make("interleaved_1f1b", 4, 6, 2);

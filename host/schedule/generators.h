@@ -11,6 +11,12 @@
 //                     g (g = S depth-first ... g = M breadth-first), warmup 2(S-s-1) + (R-1)g.
 //   zb_h1             Zero Bubble H1: 1F1B with the backward split into I (input gradient) and
 //                     W (weight gradient); W deferred into the cooldown, same memory as 1F1B.
+//   looped_bfs        PyTorch's ScheduleLoopedBFS: all microbatches of each local stage in turn,
+//                     the backward over the local stages in reverse (= circular with d = 1).
+//   interleaved_zb    interleaved_1f1b with B split into I and W; rank s defers each W by s
+//                     backwards (ZB-H1's rule), PyTorch's ScheduleInterleavedZeroBubble order.
+//   zbv               Zero Bubble V: two chunks per rank in V placement (Placement::V), I/W
+//                     split; the generator sets the program's layout.placement.
 #pragma once
 
 #include <string>
@@ -39,5 +45,8 @@ Program generate_gpipe(const ScheduleSpec& spec);
 Program generate_1f1b(const ScheduleSpec& spec);
 Program generate_interleaved_1f1b(const ScheduleSpec& spec);
 Program generate_zb_h1(const ScheduleSpec& spec);
+Program generate_looped_bfs(const ScheduleSpec& spec);
+Program generate_zbv(const ScheduleSpec& spec);
+Program generate_interleaved_zb(const ScheduleSpec& spec);
 
 }  // namespace carousel::schedule

@@ -8,8 +8,11 @@
 // OPTIMIZER.
 //
 // "stage" is the virtual stage: layers [stage*L, (stage+1)*L) of the model; with S ranks and R
-// repeats there are S*R of them and stage v runs on rank v % S (loop placement; MaxText's repeat
-// r of stage s is virtual stage r*S + s).
+// repeats there are S*R of them. Layout::rank_of places them: loop placement (the default) puts
+// stage v on rank v % S (MaxText's repeat r of stage s is virtual stage r*S + s); V placement
+// (zbv) runs the stages down the ranks and back up, v on rank v for v < S and on 2S-1-v for
+// S <= v < 2S, so the first and the last stage share rank 0. Every pass and the executor ask
+// rank_of, never v % S.
 //
 // Text form (PyTorch pipelining style), one action per token:
 //   0F1  2B0  3I1  3W1        stage, kind, microbatch
@@ -54,13 +57,24 @@ std::string to_string(const Action& a);
 Action parse_action(std::string_view text);  // throws carousel::Error on bad text
 std::string_view kind_name(Kind k);
 
+// How virtual stages map to ranks (see the header comment).
+enum class Placement : std::uint8_t {
+  Loop,  // v on rank v % S
+  V,     // v on rank v mod 2S if that is < S, else 2S - 1 - (v mod 2S): down and back up
+};
+
 // Where stages live and how many there are.
 struct Layout {
   int ranks = 1;         // S, pipeline ranks
   int repeats = 1;       // R, stages per rank (circular repeats / interleaved chunks)
   int microbatches = 1;  // M
+  Placement placement = Placement::Loop;  // set by the generator (zbv: V)
   int stages() const { return ranks * repeats; }
-  int rank_of(int stage) const { return stage % ranks; }
+  int rank_of(int stage) const {
+    if (placement == Placement::Loop) return stage % ranks;
+    const int k = stage % (2 * ranks);
+    return k < ranks ? k : 2 * ranks - 1 - k;
+  }
 };
 
 struct Program {

@@ -105,7 +105,12 @@ Residency place_weights(const std::vector<Action>& computes, int slots, int look
   Residency out{std::vector<std::vector<Action>>(computes.size()),
                 std::vector<std::vector<Action>>(computes.size())};
   for (std::size_t u = 0; u < uses.size(); ++u) {
-    out.before[uses[u]] = on_uses.before[u];
+    // With slots, a gather issued before use u may start right after use u - 1 (its slot is
+    // free by then), before any Ws in between, so it overlaps them (interleaved_zb, R > slots).
+    const std::size_t issue_at = slots != 0 && u > 0 ? uses[u - 1] + 1 : uses[u];
+    for (const Action& a : on_uses.before[u]) {
+      out.before[a.kind == Kind::AG_ISSUE ? issue_at : uses[u]].push_back(a);
+    }
     out.after[uses[u]] = on_uses.after[u];
   }
   return out;

@@ -18,10 +18,24 @@ void no_more_constraints(const ScheduleSpec&) {}
 void check_interleaved_1f1b(const ScheduleSpec& spec) {
   const int S = spec.layout.ranks, M = spec.layout.microbatches, g = spec.group();
   CAROUSEL_CHECK(g >= S && g <= M && M % g == 0,
-                 "interleaved_1f1b needs a microbatch group size g with S <= g <= M and M % g == "
+                 "{} needs a microbatch group size g with S <= g <= M and M % g == "
                  "0 (S={}, M={}, g={}); set pipeline_microbatch_group_size or num_pipeline_"
                  "microbatches",
-                 S, M, g);
+                 spec.kind, S, M, g);
+}
+
+// ZB-V runs exactly two chunks per rank (down and back up) and its warmup runs 2S - 1 forwards
+// of chunk 0 on rank 0 before the first backward reaches it.
+void check_zbv(const ScheduleSpec& spec) {
+  const int S = spec.layout.ranks, M = spec.layout.microbatches, R = spec.layout.repeats;
+  CAROUSEL_CHECK(R == 2,
+                 "zbv runs two chunks per rank (the V: down the ranks and back up), so it needs "
+                 "num_pipeline_repeats=2 (layers = 2 x S x L), got R={}",
+                 R);
+  CAROUSEL_CHECK(M >= 2 * S,
+                 "zbv needs num_pipeline_microbatches >= 2 x ici_pipeline_parallelism (one per "
+                 "virtual stage, to fill the V), got M={} with S={}; use M >= {}",
+                 M, S, 2 * S);
 }
 
 // ---- the table -------------------------------------------------------------------------------
@@ -38,6 +52,18 @@ constexpr ScheduleInfo kSchedules[] = {
      generate_interleaved_1f1b, check_interleaved_1f1b, true, false},
     {"zb_h1", "Zero Bubble H1: 1f1b with B split into I and W, Ws deferred to the cooldown; R = 1",
      generate_zb_h1, no_more_constraints, false, false},
+    {"looped_bfs",
+     "PyTorch LoopedBFS: all microbatches of each local stage in turn, backward "
+     "reversed",
+     generate_looped_bfs, no_more_constraints, true, false},
+    {"interleaved_zb",
+     "interleaved_1f1b with B split into I and W, W deferred like zb_h1; "
+     "S <= g <= M, g | M",
+     generate_interleaved_zb, check_interleaved_1f1b, true, false},
+    {"zbv",
+     "Zero Bubble V: 2 chunks per rank, down the ranks and back up, I/W split; R = 2, "
+     "M >= 2S",
+     generate_zbv, check_zbv, true, false},
 };
 
 // The names of the rows with `flag` set (every row when null): "a", "a or b", "a, b or c".

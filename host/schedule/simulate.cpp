@@ -143,7 +143,18 @@ double closed_form_bubble(const std::string& kind, const Layout& l, const Costs&
   const double S = l.ranks, M = l.microbatches, R = l.repeats;
   const double work = M * R * (c.f + c.b);  // per rank
   double idle = 0;
-  if (kind == "zb_h1") {
+  if (kind == "looped_bfs") {
+    // The fill and the drain, plus, when M < S, a wait of (S - M) actions at each of the R - 1
+    // turns from a rank's stage c S + s to its stage (c + 1) S + s, forward and backward: the
+    // turn needs microbatch 0 back from rank S - 1, S actions after it left, and the rank has
+    // only M actions of stage c S + s to run meanwhile.
+    idle = (S - 1) * (c.f + c.b) + (R - 1) * std::max(0.0, S - M) * (c.f + c.b);
+  } else if (kind == "zbv") {
+    // At f = i = w (chunk costs) rank s waits s f for microbatch 0 to come down s ranks, then
+    // runs its 2M (F, I, W) back to back; rank S - 1 ends last, (S - 1) f after rank 0.
+    idle = (S - 1) * c.f;
+  } else if (kind == "zb_h1" || kind == "interleaved_zb") {
+    // interleaved_zb: the same per hop in chunk costs, its Ws deferred as in zb_h1
     idle = (S - 1) * (c.f + c.i - c.w);  // (p-1)(t_F + t_B - t_W), t_B = input gradient only
   } else if (kind == "interleaved_1f1b") {
     idle = (S - 1) * (c.f + c.b);  // chunk costs are already 1/R of a full stage

@@ -42,10 +42,15 @@ struct SimResult {
 // Throws carousel::Error if the dependencies can never be satisfied.
 SimResult simulate(const Program& program, const Costs& costs);
 
-// Closed-form bubble fraction of a schedule with unit-like costs f, b (= i + w), comm-free:
-// idle per rank = (S-1)(d f + b) for gpipe / 1f1b / circular (d = forward delay), (S-1)(f + b)
-// for interleaved_1f1b (chunk costs), (S-1)(f + i - w) for zb_h1; bubble = idle / (work + idle).
-// Valid for M >= S (circular, zb_h1) with comm-free costs; the simulator covers everything else.
+// Closed-form bubble fraction of a schedule with unit-like costs f, b (= i + w), comm-free;
+// idle per rank:
+//   gpipe, 1f1b, circular   (S-1)(d f + b), d = forward delay
+//   interleaved_1f1b        (S-1)(f + b), chunk costs
+//   zb_h1, interleaved_zb   (S-1)(f + i - w), chunk costs for interleaved_zb
+//   looped_bfs              (S-1)(f + b) + (R-1) max(0, S-M)(f + b), any M
+//   zbv                     (S-1) f, chunk costs, valid at f = i = w only
+// bubble = idle / (work + idle). Valid for M >= S (circular, zb_h1) with comm-free costs; the
+// simulator covers everything else. docs/schedules.md "Closed forms" derives each.
 double closed_form_bubble(const std::string& kind, const Layout& layout, const Costs& costs);
 
 }  // namespace carousel::schedule

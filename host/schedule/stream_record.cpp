@@ -104,8 +104,10 @@ std::vector<Access> data_accesses(const Program& lowered, int rank) {
         sharded[v] = true;
         break;
       case Kind::OPTIMIZER:
-        for (int s = rank; s < V; s += lowered.layout.ranks) {
-          read(i, {sharded[s] ? K::grad_shard : K::weight_grad, s});
+        for (int s = 0; s < V; ++s) {  // this rank's stages, in any placement
+          if (lowered.layout.rank_of(s) == rank) {
+            read(i, {sharded[s] ? K::grad_shard : K::weight_grad, s});
+          }
         }
         break;
     }
