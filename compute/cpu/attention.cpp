@@ -225,12 +225,13 @@ void CpuBackend::do_attention_backward(const Tensor& dout, const Tensor& q, cons
                      T(0), dp, kTile);
       ds_from_dp(p, dp, nq, nk, drow_p + row);
     };
-    // One pass when there are enough (batch, kv head) pairs to keep every thread busy: each
+    // One pass when the (batch, kv head) pairs keep every thread busy: each
     // task owns its pair's dK, dV and the group's dQ, and sums dQ over the key tiles in the same
     // order as pass 2 below with the same tile GEMMs, so both paths give the same bits (tested
     // by Attention.ResultsDoNotDependOnTheThreadCount, which runs both); it saves recomputing
     // S and dP, two of the seven tile GEMMs.
-    if (d.batch * d.kv_heads >= 2 * omp_get_max_threads()) {
+    const std::int64_t pairs = d.batch * d.kv_heads, threads = omp_get_max_threads();
+    if (pairs % threads == 0 || pairs >= 4 * threads) {  // pairs are equal work: balanced
 #pragma omp parallel for schedule(dynamic, 1)
       for (std::int64_t bk = 0; bk < d.batch * d.kv_heads; ++bk) {
         const std::int64_t b = bk / d.kv_heads, kvh = bk % d.kv_heads;
