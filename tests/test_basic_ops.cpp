@@ -5,6 +5,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "compute/cpu/omp_wait_policy.h"
 #include "compute/cpu_backend.h"
 #include "tests/test_util.h"
 
@@ -19,10 +20,10 @@ TEST(Memory, AccountsCurrentAndPeakBytesExactly) {
   const auto base = be.allocator().stats();
   EXPECT_EQ(base.current_bytes, 0u);
   {
-    Tensor a = be.empty({100, 3});          // 1200 bytes
-    Tensor b = be.empty({7}, DType::F64);   // 56 bytes
+    Tensor a = be.empty({100, 3});         // 1200 bytes
+    Tensor b = be.empty({7}, DType::F64);  // 56 bytes
     EXPECT_EQ(be.allocator().stats().current_bytes, 1256u);
-    Tensor view = a.slice(10, 20);           // views allocate nothing
+    Tensor view = a.slice(10, 20);  // views allocate nothing
     EXPECT_EQ(be.allocator().stats().current_bytes, 1256u);
   }
   const auto after = be.allocator().stats();
@@ -170,3 +171,11 @@ TEST(AdamW, WeightDecayZeroLeavesDecayOut) {
 
 }  // namespace
 }  // namespace carousel
+
+TEST(OmpWaitPolicy, PassiveOnlyWhenTheUserSetNeitherVariable) {
+  using carousel::cpu::should_set_passive_omp_wait;
+  EXPECT_TRUE(should_set_passive_omp_wait(nullptr, nullptr));
+  EXPECT_FALSE(should_set_passive_omp_wait("active", nullptr));  // the user's choice wins
+  EXPECT_FALSE(should_set_passive_omp_wait(nullptr, "300000"));
+  EXPECT_FALSE(should_set_passive_omp_wait("passive", nullptr));  // a re-executed process
+}

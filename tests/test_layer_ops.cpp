@@ -9,6 +9,7 @@
 //   * the float32 backward equals the float64 backward to rtol 2e-4 / atol 2e-5;
 //   * running forward + backward twice gives bitwise identical float32 results.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <functional>
 
@@ -26,11 +27,14 @@ using Tensors = std::vector<Tensor>;
 struct OpCase {
   std::string name;
   std::vector<std::pair<std::vector<double>, Shape>> inputs;  // differentiable inputs
-  std::function<Tensor(Backend&, const Tensors&)> forward;   // returns the output
+  std::function<Tensor(Backend&, const Tensors&)> forward;    // returns the output
   // Gradients of every input given d(output); may re-run the forward for saved values.
   std::function<Tensors(Backend&, const Tensors&, const Tensor& dout)> backward;
   std::function<std::vector<double>()> reference;  // forward in double, from the formulas
   bool uniform_cotangent = false;  // the backward takes one scalar d(loss) for all outputs
+  // Absolute tolerance of the finite-difference check. Its noise is about
+  // eps * sum|out * dout| / step, so cases with hundreds of outputs need more than 1e-8.
+  double fd_atol = 1e-8;
 };
 
 // gtest prints the parameter in test names; the op name is what a reader needs.
@@ -126,6 +130,12 @@ OpCase attention_case(const std::string& name, int B, int T, int H, int Hkv, int
   return c;
 }
 
+// 1200 outputs of magnitude ~1 against a random cotangent: finite-difference noise ~5e-8.
+OpCase with_fd_atol(OpCase c, double atol) {
+  c.fd_atol = atol;
+  return c;
+}
+
 OpCase swiglu_case() {
   const int n = 5, f = 11;
   auto gate = testing::randn(n * f, 7, 2.0), up = testing::randn(n * f, 8);
@@ -213,16 +223,16 @@ OpCase cross_entropy_case() {
 }
 
 std::vector<OpCase> all_cases() {
-  return {rmsnorm_case(),
-          rope_case(),
-          attention_case("attention_gqa", 2, 7, 4, 2, 6),
+  return {rmsnorm_case(), rope_case(), attention_case("attention_gqa", 2, 7, 4, 2, 6),
           attention_case("attention_mha", 1, 5, 3, 3, 4),
           attention_case("attention_mqa", 2, 3, 3, 1, 2),
           attention_case("attention_one_token", 3, 1, 2, 1, 4),
-          swiglu_case(),
-          gelu_case(),
-          embedding_case(),
-          cross_entropy_case()};
+          // Several 128-token tiles (compute/cpu/attention.cpp): a partial last tile (300 =
+          // 2 x 128 + 44) and one row past a tile (129), so the masked-tile skipping, the
+          // diagonal mask and the online softmax across tiles are all checked.
+          with_fd_atol(attention_case("attention_tiles", 1, 300, 2, 1, 2), 1e-7),
+          with_fd_atol(attention_case("attention_tile_plus_one", 1, 129, 2, 2, 2), 1e-7),
+          swiglu_case(), gelu_case(), embedding_case(), cross_entropy_case()};
 }
 
 class LayerOp : public ::testing::TestWithParam<OpCase> {};
@@ -244,11 +254,11 @@ TEST_P(LayerOp, Float64BackwardMatchesFiniteDifferences) {
   const Tensor out = c.forward(be, in);
   const auto w = cotangent(c, out.numel());
   const Tensors grads = c.backward(be, in, make(be, w, out.shape(), DType::F64));
-  const auto numeric =
-      testing::finite_difference_grads(be, in, [&] { return c.forward(be, in); }, w);
+  const auto numeric = testing::finite_difference_grads(
+      be, in, [&] { return c.forward(be, in); }, w);
   ASSERT_EQ(grads.size(), numeric.size());
   for (std::size_t i = 0; i < grads.size(); ++i) {
-    testing::expect_close(fetch(be, grads[i]), numeric[i], 1e-6, 1e-8,
+    testing::expect_close(fetch(be, grads[i]), numeric[i], 1e-6, c.fd_atol,
                           c.name + " d(input " + std::to_string(i) + ")");
   }
 }
@@ -290,10 +300,38 @@ TEST(Attention, LargerShapesMatchReferenceInFloat32) {
   auto q = testing::randn(B * T * H * D, 20), k = testing::randn(B * T * Hkv * D, 21),
        v = testing::randn(B * T * Hkv * D, 22);
   Tensor out = be.empty({B, T, H, D}), lse = be.empty({B, H, T});
-  be.attention_forward(make(be, q, {B, T, H, D}, DType::F32), make(be, k, {B, T, Hkv, D}, DType::F32),
+  be.attention_forward(make(be, q, {B, T, H, D}, DType::F32),
+                       make(be, k, {B, T, Hkv, D}, DType::F32),
                        make(be, v, {B, T, Hkv, D}, DType::F32), out, lse);
   testing::expect_close(fetch(be, out), reference::attention(q, k, v, B, T, H, Hkv, D), 1e-5, 1e-5,
                         "attention T=67");
+}
+
+TEST(Attention, ResultsDoNotDependOnTheThreadCount) {
+  // Three query/key tiles (T = 300), GQA: forward and backward tasks are split over threads.
+  const int B = 2, T = 300, H = 4, Hkv = 2, D = 16;
+  CpuBackend be;
+  const Tensor q = make(be, testing::randn(B * T * H * D, 30), {B, T, H, D}, DType::F32),
+               k = make(be, testing::randn(B * T * Hkv * D, 31), {B, T, Hkv, D}, DType::F32),
+               v = make(be, testing::randn(B * T * Hkv * D, 32), {B, T, Hkv, D}, DType::F32),
+               dout = make(be, testing::randn(B * T * H * D, 33), {B, T, H, D}, DType::F32);
+  std::vector<Tensors> runs;
+  const int saved = omp_get_max_threads();
+  for (int threads : {1, 2, 3, 5}) {
+    omp_set_num_threads(threads);
+    Tensor out = be.empty(q.shape()), lse = be.empty({B, H, T});
+    Tensor dq = be.empty(q.shape()), dk = be.empty(k.shape()), dv = be.empty(v.shape());
+    be.attention_forward(q, k, v, out, lse);
+    be.attention_backward(dout, q, k, v, out, lse, dq, dk, dv);
+    runs.push_back({out, lse, dq, dk, dv});
+  }
+  omp_set_num_threads(saved);
+  for (std::size_t r = 1; r < runs.size(); ++r) {
+    for (std::size_t i = 0; i < runs[0].size(); ++i) {
+      EXPECT_TRUE(testing::bitwise_equal(be, runs[0][i], runs[r][i]))
+          << "output " << i << " (out, lse, dq, dk, dv), run " << r;
+    }
+  }
 }
 
 TEST(Rope, OutputMayAliasInput) {

@@ -1,0 +1,33 @@
+// omp_wait_policy.h — how the carousel binary makes OpenMP threads share the CPU well.
+//
+// libgomp spins idle threads (GOMP_SPINCOUNT, 300 000 spins by default) and reads
+// OMP_WAIT_POLICY / GOMP_SPINCOUNT once, when it is loaded, before main() runs; a setenv in
+// main() is too late. So a program that wants passive waiting by default must re-execute itself
+// with the variable set: reexec_with_passive_omp_wait(argv) as the first statement of main().
+// The user's own setting always wins (either variable set: no re-exec), and the re-executed
+// process sees OMP_WAIT_POLICY set, so it never loops. Policy and measurements: docs/backend.md
+// ("Threads on a shared machine").
+#pragma once
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+namespace carousel::cpu {
+
+// True when neither variable is set: the user left the choice to carousel.
+inline bool should_set_passive_omp_wait(const char* omp_wait_policy, const char* gomp_spincount) {
+  return omp_wait_policy == nullptr && gomp_spincount == nullptr;
+}
+
+// Re-executes /proc/self/exe with OMP_WAIT_POLICY=passive unless the user chose a policy.
+// Returns only when nothing was to be done or the exec failed (the run then spins, as before).
+inline void reexec_with_passive_omp_wait(char** argv) {
+  if (!should_set_passive_omp_wait(std::getenv("OMP_WAIT_POLICY"), std::getenv("GOMP_SPINCOUNT"))) {
+    return;
+  }
+  if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0) return;
+  execv("/proc/self/exe", argv);
+}
+
+}  // namespace carousel::cpu
