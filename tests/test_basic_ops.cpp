@@ -173,9 +173,9 @@ TEST(AdamW, WeightDecayZeroLeavesDecayOut) {
 }  // namespace carousel
 
 TEST(OmpWaitPolicy, PassiveOnlyWhenTheUserSetNeitherVariable) {
-  using carousel::cpu::should_set_passive_omp_wait;
-  EXPECT_TRUE(should_set_passive_omp_wait(nullptr, nullptr));
-  EXPECT_FALSE(should_set_passive_omp_wait("active", nullptr));  // the user's choice wins
-  EXPECT_FALSE(should_set_passive_omp_wait(nullptr, "300000"));
-  EXPECT_FALSE(should_set_passive_omp_wait("passive", nullptr));  // a re-executed process
+  using carousel::cpu::should_set_omp_wait;
+  EXPECT_TRUE(should_set_omp_wait(nullptr, nullptr));
+  EXPECT_FALSE(should_set_omp_wait("active", nullptr));  // the user's choice wins
+  EXPECT_FALSE(should_set_omp_wait(nullptr, "300000"));
+  EXPECT_FALSE(should_set_omp_wait("passive", nullptr));  // a re-executed process
 }
