@@ -38,10 +38,10 @@ int run_train(const ConfigArgs& options) {
   const auto processes = ProcessGroup::join(loaded.config.collective_timeout_seconds);
   // Also to <run directory>/logs/rank<r>.log (appended: a resumed run keeps what came before).
   // When that directory cannot be made, the console alone: check_outputs_writable reports why.
-  const LogOptions log{.rank = processes->rank(),
-                       .level = loaded.config.log_level,
-                       .file_dir = (std::filesystem::path(loaded.config.run_directory()) / "logs")
-                                       .string()};
+  const LogOptions log{
+      .rank = processes->rank(),
+      .level = loaded.config.log_level,
+      .file_dir = (std::filesystem::path(loaded.config.run_directory()) / "logs").string()};
   try {
     init_logging(log);
   } catch (const std::filesystem::filesystem_error&) {

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -41,21 +42,22 @@ double number(const std::string& fault, const std::string& key, const std::strin
 }  // namespace
 
 std::vector<Fault> parse_faults(const std::string& text) {
-  const std::map<std::string, Fault::Kind> kinds = {
-      {"stall", Fault::Kind::Stall},
-      {"nan", Fault::Kind::NonFinite},
-      {"signal", Fault::Kind::Signal},
-      {"kill", Fault::Kind::Kill}};
+  const std::map<std::string, Fault::Kind> kinds = {{"stall", Fault::Kind::Stall},
+                                                    {"nan", Fault::Kind::NonFinite},
+                                                    {"signal", Fault::Kind::Signal},
+                                                    {"kill", Fault::Kind::Kill}};
   const std::map<std::string, int> signals = {{"TERM", SIGTERM}, {"INT", SIGINT}};
   std::vector<Fault> faults;
   for (const std::string& item : split(text, ';')) {
     const std::size_t colon = item.find(':');
     const auto kind = kinds.find(item.substr(0, colon));
-    CAROUSEL_CHECK(kind != kinds.end(), "CAROUSEL_FAULT '{}': the kind must be stall, nan, signal or kill",
-                   item);
-    Fault fault{kind->second};
+    CAROUSEL_CHECK(kind != kinds.end(),
+                   "CAROUSEL_FAULT '{}': the kind must be stall, nan, signal or kill", item);
+    Fault fault;
+    fault.kind = kind->second;
     if (fault.kind == Fault::Kind::Signal) fault.signal = SIGTERM;
-    for (const std::string& pair : split(colon == std::string::npos ? "" : item.substr(colon + 1), ',')) {
+    for (const std::string& pair :
+         split(colon == std::string::npos ? "" : item.substr(colon + 1), ',')) {
       const std::size_t eq = pair.find('=');
       CAROUSEL_CHECK(eq != std::string::npos, "CAROUSEL_FAULT '{}': '{}' is not key=value", item,
                      pair);
@@ -69,19 +71,20 @@ std::vector<Fault> parse_faults(const std::string& text) {
       } else if (key == "seconds" && fault.kind == Fault::Kind::Stall) {
         fault.seconds = number(item, key, value);
       } else if (key == "point" && fault.kind == Fault::Kind::Kill) {
-        CAROUSEL_CHECK(value == "begin" || value == "model" || value == "manifest" ||
-                           value == "renamed",
-                       "CAROUSEL_FAULT '{}': point must be begin, model, manifest or renamed",
-                       item);
+        CAROUSEL_CHECK(
+            value == "begin" || value == "model" || value == "manifest" || value == "renamed",
+            "CAROUSEL_FAULT '{}': point must be begin, model, manifest or renamed", item);
         fault.point = value;
       } else if (key == "signal" && fault.kind == Fault::Kind::Signal) {
         const auto it = signals.find(value);
-        CAROUSEL_CHECK(it != signals.end(), "CAROUSEL_FAULT '{}': signal must be TERM or INT", item);
+        CAROUSEL_CHECK(it != signals.end(), "CAROUSEL_FAULT '{}': signal must be TERM or INT",
+                       item);
         fault.signal = it->second;
       } else {
-        fail("CAROUSEL_FAULT '{}': unknown key '{}' for this kind (stall: rank, step, action, "
-             "seconds; nan: rank, step; signal: rank, step, signal; kill: point, step)",
-             item, key);
+        fail(
+            "CAROUSEL_FAULT '{}': unknown key '{}' for this kind (stall: rank, step, action, "
+            "seconds; nan: rank, step; signal: rank, step, signal; kill: point, step)",
+            item, key);
       }
     }
     faults.push_back(fault);
@@ -93,6 +96,14 @@ namespace {
 
 std::mutex faults_mutex;
 std::optional<std::vector<Fault>> faults;  // unset until first use or inject_faults
+// How many faults are injected, -1 before the first look: lets the hooks, one of which runs
+// before every action of every step, return at once without the lock when there are none.
+std::atomic<int> fault_count{-1};
+
+bool none_injected() {
+  const int n = fault_count.load(std::memory_order_relaxed);
+  return n == 0 || (n < 0 && injected_faults().empty());
+}
 
 }  // namespace
 
@@ -101,6 +112,7 @@ std::vector<Fault> injected_faults() {
   if (!faults) {
     const char* text = std::getenv("CAROUSEL_FAULT");
     faults = text ? parse_faults(text) : std::vector<Fault>{};
+    fault_count = int(faults->size());
   }
   return *faults;
 }
@@ -109,9 +121,11 @@ void inject_faults(const std::string& text) {
   std::vector<Fault> parsed = parse_faults(text);
   std::lock_guard lock(faults_mutex);
   faults = std::move(parsed);
+  fault_count = int(faults->size());
 }
 
 void maybe_stall(int rank, std::int64_t step, std::int64_t action) {
+  if (none_injected()) return;
   for (const Fault& f : injected_faults()) {
     if (f.kind == Fault::Kind::Stall && f.rank == rank && f.step == step && f.action == action) {
       spdlog::warn("fault injection: rank {} stalls {} s before action {} of step {}", rank,
@@ -122,6 +136,7 @@ void maybe_stall(int rank, std::int64_t step, std::int64_t action) {
 }
 
 bool should_inject_nonfinite(int rank, std::int64_t step) {
+  if (none_injected()) return false;
   for (const Fault& f : injected_faults()) {
     if (f.kind == Fault::Kind::NonFinite && (f.rank < 0 || f.rank == rank) && f.step == step) {
       return true;
@@ -131,6 +146,7 @@ bool should_inject_nonfinite(int rank, std::int64_t step) {
 }
 
 void maybe_raise_signal(int rank, bool first_rank_of_process, std::int64_t step) {
+  if (none_injected()) return;
   for (const Fault& f : injected_faults()) {
     const bool mine = f.rank < 0 ? first_rank_of_process : f.rank == rank;
     if (f.kind == Fault::Kind::Signal && f.step == step && mine) std::raise(f.signal);
@@ -138,6 +154,7 @@ void maybe_raise_signal(int rank, bool first_rank_of_process, std::int64_t step)
 }
 
 void maybe_kill(const char* point, std::int64_t step) {
+  if (none_injected()) return;
   for (const Fault& f : injected_faults()) {
     if (f.kind == Fault::Kind::Kill && f.step == step && f.point == point) std::raise(SIGKILL);
   }

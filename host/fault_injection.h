@@ -20,7 +20,7 @@
 namespace carousel {
 
 struct Fault {
-  enum class Kind { Stall, NonFinite, Signal, Kill } kind;
+  enum class Kind { Stall, NonFinite, Signal, Kill } kind = Kind::Stall;
   int rank = -1;            // -1: every rank (signal: every process, once)
   std::int64_t step = 0;    // 0-based step
   std::int64_t action = 0;  // stall: index in the rank's action list

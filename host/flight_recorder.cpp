@@ -44,8 +44,8 @@ std::string FlightRecorder::report(int last) const {
   if (completed_ == 0) out += "; nothing completed yet";
   for (std::int64_t k = completed_ - 1; k >= first; --k) {
     const Entry& e = done_[k % kKept];
-    out += fmt::format("{} {} ({:.3f} s)", k == completed_ - 1 ? "; completed:" : ",",
-                       describe(e), seconds_between(e.started, e.ended));
+    out += fmt::format("{} {} ({:.3f} s)", k == completed_ - 1 ? "; completed:" : ",", describe(e),
+                       seconds_between(e.started, e.ended));
   }
   return out;
 }

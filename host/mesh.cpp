@@ -22,8 +22,7 @@ MeshShape MeshShape::of(const Config& cfg) {
 }
 
 RankPlace RankPlace::of(int rank, const MeshShape& mesh) {
-  return {mesh, rank / (mesh.stages * mesh.fsdp), rank / mesh.fsdp % mesh.stages,
-          rank % mesh.fsdp};
+  return {mesh, rank / (mesh.stages * mesh.fsdp), rank / mesh.fsdp % mesh.stages, rank % mesh.fsdp};
 }
 
 RankCommunicators split_communicators(Communicator& world, const RankPlace& place,
@@ -58,8 +57,10 @@ TransportChoice choose_transport(const Config& cfg, int ranks, const MachineView
   const bool job = machine.processes > 1;
   if (!gpus) {
     if (job) return {Transport::Mpi, "ranks are mpirun processes on CPU devices: MPI communicator"};
-    return {Transport::Local, ranks == 1 ? "one CPU device" :
-            "ranks are threads of this process on CPU devices: in-process communicator"};
+    return {Transport::Local,
+            ranks == 1
+                ? "one CPU device"
+                : "ranks are threads of this process on CPU devices: in-process communicator"};
   }
   CAROUSEL_CHECK(machine.visible_gpus > 0,
                  "device={} but no GPU is visible to this process; use device=cpu (or auto)",
@@ -74,8 +75,9 @@ TransportChoice choose_transport(const Config& cfg, int ranks, const MachineView
                    "mpirun started {} processes on this node but it has {} visible GPU(s); start "
                    "at most one process per GPU (mpirun -np N with N GPUs per node)",
                    machine.local_processes, machine.visible_gpus);
-    return {Transport::Nccl, "ranks are mpirun processes, one GPU each: NCCL communicators "
-                             "bootstrapped over MPI"};
+    return {Transport::Nccl,
+            "ranks are mpirun processes, one GPU each: NCCL communicators "
+            "bootstrapped over MPI"};
   }
   if (ranks <= machine.visible_gpus && machine.nccl_built) {
     return {Transport::Nccl,
@@ -108,8 +110,8 @@ MachineView this_machine(const Communicator* process_world) {
 #else
   const bool nccl = false;
 #endif
-  return {int(list_cuda_devices().devices.size()), nccl,
-          process_world ? process_world->size() : 1, local_processes()};
+  return {int(list_cuda_devices().devices.size()), nccl, process_world ? process_world->size() : 1,
+          local_processes()};
 }
 
 void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicator* process_world,
@@ -132,14 +134,15 @@ void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicato
   const LocalWorld host_world(ranks, cfg.collective_timeout_seconds);
 #ifdef CAROUSEL_HAVE_NCCL
   std::unique_ptr<NcclWorld> nccl;
-  if (transport == Transport::Nccl) nccl = std::make_unique<NcclWorld>(ranks, cfg.collective_timeout_seconds);
+  if (transport == Transport::Nccl)
+    nccl = std::make_unique<NcclWorld>(ranks, cfg.collective_timeout_seconds);
 #endif
   auto run_one = [&](int rank) {
     // The ranks share the machine's cores: each rank's OpenMP loops (and OpenBLAS, which uses
     // the same pool) get cores / ranks threads, at least one.
     omp_set_num_threads(std::max(1, omp_get_num_procs() / ranks));
     const auto device = make_device_backend(cfg, rank);  // rank r on GPU r with NCCL
-    const auto host = host_world.communicator(rank);    // destroyed before the device
+    const auto host = host_world.communicator(rank);     // destroyed before the device
 #ifdef CAROUSEL_HAVE_NCCL
     if (nccl) {
       const auto world = nccl->communicator(rank);  // collective: every rank's thread at once

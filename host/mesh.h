@@ -46,7 +46,7 @@ struct RankPlace {
 // A rank's communicators, split from the world of all ranks. Communicators of size one are
 // real communicators too (their operations complete at once), so the code has no special case.
 struct RankCommunicators {
-  Communicator* world;                // every rank: the step's loss and gradient norm
+  Communicator* world;                 // every rank: the step's loss and gradient norm
   std::unique_ptr<Communicator> pipe;  // the stage ring of this replica and FSDP index
   std::unique_ptr<Communicator> fsdp;  // the FSDP group of this stage
   std::unique_ptr<Communicator> data;  // the same (stage, fsdp) rank in every replica
@@ -86,18 +86,18 @@ MachineView this_machine(const Communicator* process_world);
 // rank % visible GPUs (several logical devices share a GPU when there are more ranks).
 std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank);
 
-// Runs `rank_main(rank, device, world, host_world)` for every rank this process hosts: with `process_world`
-// (mpirun) its one rank; otherwise all `ranks` as threads of this process over an in-process
-// world (one rank runs on the calling thread). Each rank's device (make_device_backend) is made
-// before its world communicator and outlives it, so a communicator never frees a tensor into a
-// device that is gone, even when a rank fails mid-step. A rank's failure ends the other ranks'
-// waits at once and is rethrown. Each rank's OpenMP loops get an equal share of the cores.
+// Runs `rank_main(rank, device, world, host_world)` for every rank this process hosts: with
+// `process_world` (mpirun) its one rank; otherwise all `ranks` as threads of this process over an
+// in-process world (one rank runs on the calling thread). Each rank's device (make_device_backend)
+// is made before its world communicator and outlives it, so a communicator never frees a tensor
+// into a device that is gone, even when a rank fails mid-step. A rank's failure ends the other
+// ranks' waits at once and is rethrown. Each rank's OpenMP loops get an equal share of the cores.
 // With threads, `stuck` says what to do when a rank failed and another does not come back (a
 // thread stuck inside a computation cannot be stopped: report, then exit with status 2).
 // `world` moves tensors of `device`; `host_world` (the same ranks) moves host memory: with NCCL
 // they differ (NCCL reaches only GPU memory), otherwise they are the same communicator.
-using RankMain = std::function<void(int rank, Backend& device, Communicator& world,
-                                    Communicator& host_world)>;
+using RankMain =
+    std::function<void(int rank, Backend& device, Communicator& world, Communicator& host_world)>;
 void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicator* process_world,
                   const RankMain& rank_main, const StuckRanks& stuck = {});
 

@@ -32,7 +32,7 @@ Tensor take(std::map<std::pair<int, int>, Tensor>& map, const std::pair<int, int
 
 RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const RankPlace& place,
                            Backend& be, RankCommunicators& comms, ShardedParams& params,
-                           FlightRecorder& recorder)
+                           const DataLoader& data, FlightRecorder& recorder)
     : cfg_(cfg),
       layout_(program.layout),
       place_(place),
@@ -42,8 +42,8 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
       params_(params),
       recorder_(recorder),
       compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32),
-      data_(make_data_loader(cfg)),
-      source_(data_.get()),
+      data_(data),
+      source_(&data),
       rope_(make_rope_tables(be, cfg.model.max_target_length, cfg.model.head_dim(),
                              cfg.model.rope_max_timescale)),
       remat_(parse_remat_policy(cfg.remat_policy)),
@@ -55,7 +55,7 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
   step_ = step;
   loss_sum_ = 0;
   batches_.clear();
-  source_ = data_.get();
+  source_ = &data_;
   if (trace) trace->begin_step(step, Clock::now());
   params_.begin_step();
   for (std::size_t i = 0; i < actions_.size();) {
@@ -67,8 +67,9 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
       const std::size_t first = i;
       run_p2p_group(i);  // the group's first action stands for it in the recorder
       if (trace) {
-        trace->p2p_group({actions_.begin() + std::ptrdiff_t(first), actions_.begin() + std::ptrdiff_t(i)},
-                         start, Clock::now());
+        trace->p2p_group(
+            {actions_.begin() + std::ptrdiff_t(first), actions_.begin() + std::ptrdiff_t(i)}, start,
+            Clock::now());
       }
       recorder_.complete();
       continue;
@@ -89,16 +90,10 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
         deferred_.erase(key);
         break;
       }
-      case sch::Kind::AG_ISSUE: {  // gather the stage's weights into slot `index`
-        const Event gathered = params_.issue_gather(a.stage, a.index);
-        if (trace) trace->collective(a, start, gathered);
-        break;
-      }
+      case sch::Kind::AG_ISSUE:
       case sch::Kind::AG_WAIT:
-        params_.wait_gather(a.stage, a.index);
-        break;
       case sch::Kind::RELEASE:
-        params_.release(a.stage);
+        weight_residency(a, start, trace);
         break;
       case sch::Kind::REDUCE_SCATTER: {  // the stage's gradients are complete on this rank
         const Event reduced = params_.reduce_scatter(a.stage);
@@ -165,53 +160,67 @@ void RankExecutor::run_p2p_group(std::size_t& i, bool forward_only) {
   for (const auto& key : sent_b) out_b_.erase(key);
 }
 
+// AG_ISSUE gathers the stage's weights into slot `index`, AG_WAIT makes them the stage's,
+// RELEASE frees the slot: the same in a step and in an evaluation.
+void RankExecutor::weight_residency(const sch::Action& a, StepTrace::Clock::time_point start,
+                                    StepTrace* trace) {
+  switch (a.kind) {
+    case sch::Kind::AG_ISSUE: {
+      const Event gathered = params_.issue_gather(a.stage, a.index);
+      if (trace) trace->collective(a, start, gathered);
+      break;
+    }
+    case sch::Kind::AG_WAIT:
+      params_.wait_gather(a.stage, a.index);
+      break;
+    case sch::Kind::RELEASE:
+      params_.release(a.stage);
+      break;
+    default:
+      fail("pipeline executor: {} is not a weight-residency action", sch::to_string(a));
+  }
+}
+
 // The forward half of the step's program: F, its sends and receives, and the weight residency
 // (kept whole: gathers meant for a backward are harmless, and the slots stay consistent). Every
 // wait of this program is a wait of the full one, which the replay proved deadlock-free.
-double RankExecutor::evaluate(const DataLoader& data, std::int64_t index) {
-  step_ = index;
-  loss_sum_ = 0;
-  batches_.clear();
+double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
   source_ = &data;
-  params_.begin_step();  // the compute-dtype copies of the updated weights
-  for (std::size_t i = 0; i < actions_.size();) {
-    const sch::Action& a = actions_[i];
-    if (a.is_p2p()) {
-      run_p2p_group(i, /*forward_only=*/true);
-      continue;
+  params_.begin_step();  // the compute-dtype copies of the updated weights, once
+  double sum = 0;
+  for (std::int64_t index = 0; index < batches; ++index) {
+    step_ = index;
+    loss_sum_ = 0;
+    batches_.clear();
+    for (std::size_t i = 0; i < actions_.size();) {
+      const sch::Action& a = actions_[i];
+      if (a.is_p2p()) {
+        run_p2p_group(i, /*forward_only=*/true);
+        continue;
+      }
+      if (a.kind == sch::Kind::F) forward(a.stage, a.index);
+      if (a.kind == sch::Kind::AG_ISSUE || a.kind == sch::Kind::AG_WAIT ||
+          a.kind == sch::Kind::RELEASE) {
+        weight_residency(a, StepTrace::Clock::now(), nullptr);
+      }
+      ++i;  // backward, gradient reductions and the optimizer are not part of evaluation
     }
-    switch (a.kind) {
-      case sch::Kind::F:
-        forward(a.stage, a.index);
-        break;
-      case sch::Kind::AG_ISSUE:
-        params_.issue_gather(a.stage, a.index);
-        break;
-      case sch::Kind::AG_WAIT:
-        params_.wait_gather(a.stage, a.index);
-        break;
-      case sch::Kind::RELEASE:
-        params_.release(a.stage);
-        break;
-      default:  // backward, gradient reductions and the optimizer are not part of evaluation
-        break;
-    }
-    ++i;
+    saved_.clear();  // what the forwards kept for backwards that will not run
+    in_b_.clear();
+    sum += loss_sum_ / double(cfg_.global_batch() * cfg_.model.max_target_length);
   }
-  saved_.clear();  // what the forwards kept for backwards that will not run
-  in_b_.clear();
   batches_.clear();
-  source_ = data_.get();
-  return loss_sum_ / double(cfg_.global_batch() * cfg_.model.max_target_length);
+  source_ = &data_;
+  return sum;
 }
 
 void RankExecutor::forward(int stage, int microbatch) {
   const Key key{stage, microbatch};
-  const Tensor x = stage == 0 ? embed_forward(be_, params_.extras_weights(),
-                                              batch(step_, microbatch).inputs)
-                              : take(in_f_, key);
-  const Tensor y = stage_forward(be_, cfg_.model, layers(params_.weights(stage)), rope_, x,
-                                 remat_, saved_[key]);
+  const Tensor x =
+      stage == 0 ? embed_forward(be_, params_.extras_weights(), batch(step_, microbatch).inputs)
+                 : take(in_f_, key);
+  const Tensor y =
+      stage_forward(be_, cfg_.model, layers(params_.weights(stage)), rope_, x, remat_, saved_[key]);
   if (stage == layout_.stages() - 1) {
     const double scale = 1.0 / double(cfg_.global_batch() * cfg_.model.max_target_length);
     HeadResult head = head_loss(be_, cfg_.model, params_.extras_weights(), params_.extras_grads(),
@@ -259,8 +268,7 @@ const Microbatch& RankExecutor::batch(std::int64_t step, int microbatch) {
 }
 
 Tensor RankExecutor::activation() const {
-  return be_.empty({microbatch_size_, cfg_.model.max_target_length, cfg_.model.emb_dim},
-                   compute_);
+  return be_.empty({microbatch_size_, cfg_.model.max_target_length, cfg_.model.emb_dim}, compute_);
 }
 
 }  // namespace carousel

@@ -16,9 +16,9 @@
 
 #include "host/data.h"
 #include "host/flight_recorder.h"
-#include "host/step_trace.h"
 #include "host/schedule/ir.h"
 #include "host/sharded_params.h"
+#include "host/step_trace.h"
 #include "models/model.h"
 
 namespace carousel {
@@ -27,18 +27,20 @@ class RankExecutor {
  public:
   // Walks the program's action list of the rank's pipeline rank; notes each action in
   // `recorder` (which must outlive the executor) for failure reports.
+  // `data` (the training data, shared by the ranks of a process: reading it is const) and
+  // `recorder` must outlive the executor.
   RankExecutor(const Config& cfg, const schedule::Program& program, const RankPlace& place,
-               Backend& be, RankCommunicators& comms, ShardedParams& params,
+               Backend& be, RankCommunicators& comms, ShardedParams& params, const DataLoader& data,
                FlightRecorder& recorder);
 
   // `update`: the optimizer updates applied before this step (ShardedParams::optimizer_step).
   // With `trace` (a profiled step) every action's timing is recorded into it.
   StepOutcome step(std::int64_t step, std::int64_t update, StepTrace* trace = nullptr);
 
-  // The loss of batch `index` of `data` (global batch and microbatches as in training) with the
-  // current weights, forward only: this rank's share of the mean token loss (sum it over the
-  // ranks). No gradient, optimizer or weight change.
-  double evaluate(const DataLoader& data, std::int64_t index);
+  // The losses of batches 0 .. batches - 1 of `data` (global batch and microbatches as in
+  // training) with the current weights, forward only: this rank's share of the sum of their
+  // mean token losses (sum it over the ranks). No gradient, optimizer or weight change.
+  double evaluate(const DataLoader& data, std::int64_t batches);
 
  private:
   using Key = std::pair<int, int>;  // (virtual stage, microbatch)
@@ -46,6 +48,8 @@ class RankExecutor {
   // Actions i.. while p2p, as one group (only the forward ones with forward_only); leaves i past
   // the group.
   void run_p2p_group(std::size_t& i, bool forward_only = false);
+  void weight_residency(const schedule::Action& a, StepTrace::Clock::time_point start,
+                        StepTrace* trace);
   void forward(int stage, int microbatch);
   void backward(int stage, int microbatch, bool defer_weight_grads);
   const Microbatch& batch(std::int64_t step, int microbatch);
@@ -60,7 +64,7 @@ class RankExecutor {
   ShardedParams& params_;
   FlightRecorder& recorder_;
   DType compute_;
-  std::unique_ptr<DataLoader> data_;
+  const DataLoader& data_;
   const DataLoader* source_;  // where batch() reads: the training data, or an evaluation's
   RopeTables rope_;
   RematPolicy remat_;

@@ -72,8 +72,8 @@ std::vector<std::string> ShardedParams::exchange(Backend& host, const Checkpoint
     if (!set || extras_.flat.numel() == 0) continue;
     const bool is_weights = mine.raw() == extras_.flat.raw();  // not a moment piece
     if (to_whole) {
-      const ParamSet values = ParamSet::over(
-          extras_.specs, is_weights ? mine : gather_pieces(extras_pieces(), mine));
+      const ParamSet values =
+          ParamSet::over(extras_.specs, is_weights ? mine : gather_pieces(extras_pieces(), mine));
       if (!place_.writes_replicated()) continue;
       for (std::size_t i = 0; i < values.specs.size(); ++i) {
         if (tied_copy(values.specs[i].role)) continue;  // the first stage's to write

@@ -73,15 +73,16 @@ void ShardedParams::for_each_owned_gradient(Visit&& visit) {
   if (place_.data_rank == 0) {  // each extras element once per FSDP group, a tied copy never
     for (const Segment& seg :
          segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
-      if (!tied_copy(seg.spec->role)) visit(*seg.spec, extras_grads_.flat.view(seg.begin, {seg.length}));
+      if (!tied_copy(seg.spec->role))
+        visit(*seg.spec, extras_grads_.flat.view(seg.begin, {seg.length}));
     }
   }
   if (zero1_ || place_.writes_shards()) {  // each element of each shard counted once
     for (const auto& [stage, s] : stages_) {
       const Pieces p = stage_pieces(s);
       const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
-      for (const Segment& seg : segments_in(s.specs, shard_lo + p.begin(),
-                                            shard_lo + p.begin() + p.length())) {
+      for (const Segment& seg :
+           segments_in(s.specs, shard_lo + p.begin(), shard_lo + p.begin() + p.length())) {
         visit(*seg.spec, s.grads.view(seg.begin - shard_lo, {seg.length}));
       }
     }
@@ -130,10 +131,10 @@ void ShardedParams::fail_nonfinite(std::int64_t step, double loss, double norm) 
       "were after step {} (no update was applied). Lower learning_rate or raise warmup, or set "
       "skip_step_on_nonfinite=true to skip such steps",
       step + 1, loss, norm,
-       first < std::int32_t(table.size())
-           ? fmt::format("the first parameter whose gradient is not finite is '{}'",
-                         table[first].name)
-           : std::string("every gradient is finite"),
+      first < std::int32_t(table.size())
+          ? fmt::format("the first parameter whose gradient is not finite is '{}'",
+                        table[first].name)
+          : std::string("every gradient is finite"),
       step));
 }
 

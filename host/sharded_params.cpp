@@ -130,7 +130,8 @@ void ShardedParams::upload_shard(const StageShard& s, const Tensor& t,
                                  const std::vector<double>& values, std::int64_t begin) {
   const std::int64_t lo = place_.fsdp_rank * s.shard + begin;
   std::vector<float> part(t.numel(), 0.0f);
-  for (std::int64_t i = 0; i < t.numel() && begin + i < s.shard; ++i) part[i] = float(values[lo + i]);
+  for (std::int64_t i = 0; i < t.numel() && begin + i < s.shard; ++i)
+    part[i] = float(values[lo + i]);
   be_.upload(part.data(), t);
 }
 

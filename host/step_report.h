@@ -5,8 +5,8 @@
 
 #include <cstdint>
 #include <fstream>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "host/config.h"

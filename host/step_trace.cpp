@@ -60,9 +60,9 @@ void StepTrace::p2p_group(const std::vector<sch::Action>& group, Clock::time_poi
     const bool forward = a.kind == sch::Kind::SEND_F || a.kind == sch::Kind::RECV_F;
     const bool send = a.kind == sch::Kind::SEND_F || a.kind == sch::Kind::SEND_B;
     const int sender = send ? a.stage : forward ? a.stage - 1 : a.stage + 1;
-    flows_.push_back({fmt::format("{}:{}:{}:{}:{}", step_, ring_, forward ? 'F' : 'B', sender,
-                                  a.index),
-                      send, send ? micros(start) : micros(end)});
+    flows_.push_back(
+        {fmt::format("{}:{}:{}:{}:{}", step_, ring_, forward ? 'F' : 'B', sender, a.index), send,
+         send ? micros(start) : micros(end)});
   }
 }
 
@@ -87,9 +87,8 @@ double measured_bubble(const std::vector<const StepTrace*>& ranks) {
   return span > 0 ? 1 - busy / (double(ranks.size()) * span) : 0;
 }
 
-std::string step_trace_json(const std::vector<const StepTrace*>& ranks,
-                            const sch::Program& program, sch::Costs costs,
-                            double* predicted_bubble) {
+std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
+                            sch::Costs costs, double* predicted_bubble) {
   // Calibrate: mean measured duration per action kind (per virtual stage, like Costs).
   std::map<sch::Kind, std::pair<double, int>> sums;
   double origin = 1e300;
@@ -117,38 +116,56 @@ std::string step_trace_json(const std::vector<const StepTrace*>& ranks,
 
   nlohmann::json events = nlohmann::json::array();
   auto name_process = [&](int pid, const std::string& name) {
-    events.push_back({{"ph", "M"}, {"name", "process_name"}, {"pid", pid},
-                      {"args", {{"name", name}}}});
+    events.push_back(
+        {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}});
     for (const char* row : {"compute", "pipe", "fsdp"}) {
-      events.push_back({{"ph", "M"}, {"name", "thread_name"}, {"pid", pid},
-                        {"tid", thread_of(row)}, {"args", {{"name", row}}}});
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", pid},
+                        {"tid", thread_of(row)},
+                        {"args", {{"name", row}}}});
     }
   };
   for (const StepTrace* r : ranks) {
     name_process(r->rank(), fmt::format("rank {} (measured)", r->rank()));
     for (const auto& s : r->slices()) {
-      events.push_back({{"ph", "X"}, {"name", s.name}, {"cat", s.row}, {"pid", r->rank()},
-                        {"tid", thread_of(s.row)}, {"ts", s.start_us - origin},
+      events.push_back({{"ph", "X"},
+                        {"name", s.name},
+                        {"cat", s.row},
+                        {"pid", r->rank()},
+                        {"tid", thread_of(s.row)},
+                        {"ts", s.start_us - origin},
                         {"dur", s.end_us - s.start_us}});
     }
     for (const auto& step : r->steps()) {
-      events.push_back({{"ph", "i"}, {"name", fmt::format("step {}", step.step + 1)},
-                        {"s", "p"}, {"pid", r->rank()}, {"tid", 0},
+      events.push_back({{"ph", "i"},
+                        {"name", fmt::format("step {}", step.step + 1)},
+                        {"s", "p"},
+                        {"pid", r->rank()},
+                        {"tid", 0},
                         {"ts", step.start_us - origin}});
     }
     for (const auto& f : r->flows()) {
-      events.push_back({{"ph", f.is_send ? "s" : "f"}, {"bp", "e"}, {"name", "p2p"},
-                        {"cat", "p2p"}, {"id", std::hash<std::string>{}(f.id)},
-                        {"pid", r->rank()}, {"tid", 1}, {"ts", f.at_us - origin}});
+      events.push_back({{"ph", f.is_send ? "s" : "f"},
+                        {"bp", "e"},
+                        {"name", "p2p"},
+                        {"cat", "p2p"},
+                        {"id", std::hash<std::string>{}(f.id)},
+                        {"pid", r->rank()},
+                        {"tid", 1},
+                        {"ts", f.at_us - origin}});
     }
   }
   for (int s = 0; s < program.layout.ranks; ++s) {
     name_process(1000 + s, fmt::format("pipeline rank {} (predicted)", s));
   }
   for (const auto& iv : sim.timeline) {
-    events.push_back({{"ph", "X"}, {"name", sch::to_string(iv.action)},
-                      {"cat", "predicted"}, {"pid", 1000 + iv.rank},
-                      {"tid", iv.action.is_compute() ? 0 : 2}, {"ts", iv.start},
+    events.push_back({{"ph", "X"},
+                      {"name", sch::to_string(iv.action)},
+                      {"cat", "predicted"},
+                      {"pid", 1000 + iv.rank},
+                      {"tid", iv.action.is_compute() ? 0 : 2},
+                      {"ts", iv.start},
                       {"dur", iv.end - iv.start}});
   }
   return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();

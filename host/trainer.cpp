@@ -57,11 +57,11 @@ void check_mesh(const Config& cfg, const MeshShape& mesh, const Communicator* pr
 }
 
 void log_plan(const Config& cfg, const MeshShape& mesh, const schedule::Program& program,
-              const Communicator* process_world) {
+              const DataLoader& data, const Communicator* process_world) {
   const char* devices = runs_on_gpus(cfg) ? "GPU" : "CPU";
   if (mesh.ranks() == 1) {
-    spdlog::info("one {} device: the whole model as one stage, {} microbatch(es) in turn",
-                 devices, program.layout.microbatches);
+    spdlog::info("one {} device: the whole model as one stage, {} microbatch(es) in turn", devices,
+                 program.layout.microbatches);
   } else {
     spdlog::info(
         "pipeline: {} schedule, D={} replicas x S={} stages x F={} FSDP = {} logical {} devices "
@@ -72,7 +72,7 @@ void log_plan(const Config& cfg, const MeshShape& mesh, const schedule::Program&
         mesh.fsdp > 1 ? fmt::format(", weight slots {}", cfg.weight_slots()) : std::string());
   }
   spdlog::info("model: {} parameters; data: {}; batch {} x {} tokens", parameter_count(cfg.model),
-               make_data_loader(cfg)->describe(), cfg.global_batch(), cfg.model.max_target_length);
+               data.describe(), cfg.global_batch(), cfg.model.max_target_length);
 }
 
 // Every rank must run the same config, program and build: under mpirun a process started with
@@ -107,19 +107,27 @@ void check_ranks_agree(Communicator& world, Backend& be, const Config& cfg,
 // timeouts may change freely.
 void compare_with_checkpoint(const Config& cfg, const std::string& dir) {
   const auto saved = checkpoint_config(dir);
-  static const std::set<std::string> free = {
-      "steps", "log_period", "metrics_file", "log_level", "profiler_steps",
-      "skip_first_n_steps_for_profiler", "run_name", "base_output_directory",
-      "collective_timeout_seconds", "checkpoint_period", "enable_checkpointing",
-      "load_parameters_path"};
+  static const std::set<std::string> free = {"steps",
+                                             "log_period",
+                                             "metrics_file",
+                                             "log_level",
+                                             "profiler_steps",
+                                             "skip_first_n_steps_for_profiler",
+                                             "run_name",
+                                             "base_output_directory",
+                                             "collective_timeout_seconds",
+                                             "checkpoint_period",
+                                             "enable_checkpointing",
+                                             "load_parameters_path"};
   std::vector<std::string> model, layout, other;
   for (const auto& key : config_keys()) {
     const auto it = saved.find(key.name);
     const std::string now = key.get(cfg);
     if (it == saved.end() || it->second == now || free.count(key.name)) continue;
     const std::string change = fmt::format("{}={} (saved: {})", key.name, now, it->second);
-    const bool mesh = key.name.rfind("ici_", 0) == 0 || key.name.find("pipeline") != std::string::npos ||
-                      key.name == "shard_optimizer_over_data" || key.name == "per_device_batch_size";
+    const bool mesh =
+        key.name.rfind("ici_", 0) == 0 || key.name.find("pipeline") != std::string::npos ||
+        key.name == "shard_optimizer_over_data" || key.name == "per_device_batch_size";
     (key.model_key ? model : mesh ? layout : other).push_back(change);
   }
   CAROUSEL_CHECK(model.empty(),
@@ -132,8 +140,8 @@ void compare_with_checkpoint(const Config& cfg, const std::string& dir) {
                  fmt::join(layout, ", "));
   }
   if (!other.empty()) {
-    spdlog::warn("resuming '{}' with a config that differs from the one it was saved with: {}",
-                 dir, fmt::join(other, ", "));
+    spdlog::warn("resuming '{}' with a config that differs from the one it was saved with: {}", dir,
+                 fmt::join(other, ", "));
   }
 }
 
@@ -171,9 +179,10 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
     if (!t.steps().empty()) ranks.push_back(&t);
   }
   if (ranks.empty()) {
-    spdlog::warn("profiler_steps={}: no step was profiled (the run had fewer than "
-                 "skip_first_n_steps_for_profiler={} steps after its start)",
-                 cfg.profiler_steps, cfg.skip_first_n_steps_for_profiler);
+    spdlog::warn(
+        "profiler_steps={}: no step was profiled (the run had fewer than "
+        "skip_first_n_steps_for_profiler={} steps after its start)",
+        cfg.profiler_steps, cfg.skip_first_n_steps_for_profiler);
     return;
   }
   const std::string name =
@@ -188,10 +197,11 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
   result.measured_bubble = measured_bubble(ranks);
   result.trace_path = path;
   const auto& steps = ranks.front()->steps();
-  spdlog::info("trace of steps {}-{}: {} (chrome://tracing or ui.perfetto.dev); measured bubble "
-               "{:.1f} %, predicted {:.1f} % (cost model calibrated from these steps)",
-               steps.front().step + 1, steps.back().step + 1, path,
-               100 * result.measured_bubble, 100 * result.predicted_bubble);
+  spdlog::info(
+      "trace of steps {}-{}: {} (chrome://tracing or ui.perfetto.dev); measured bubble "
+      "{:.1f} %, predicted {:.1f} % (cost model calibrated from these steps)",
+      steps.front().step + 1, steps.back().step + 1, path, 100 * result.measured_bubble,
+      100 * result.predicted_bubble);
 }
 
 }  // namespace
@@ -202,7 +212,12 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
   const schedule::Program program = lowered_program(cfg);
   const TransportChoice transport =
       choose_transport(cfg, mesh.ranks(), this_machine(process_world));
-  log_plan(cfg, mesh, program, process_world);
+  // The data, read once per process and shared by its ranks (reading it is const).
+  const std::unique_ptr<DataLoader> data = make_data_loader(cfg);
+  const std::unique_ptr<DataLoader> eval_data =
+      cfg.eval_interval > 0 ? make_eval_data_loader(cfg) : nullptr;
+  const std::int64_t eval_count = eval_data ? eval_batches(cfg, *eval_data) : 0;
+  log_plan(cfg, mesh, program, *data, process_world);
   spdlog::info("communication: {}", transport.reason);
 
   // Whole-model parameters and moments on the host: checkpoints are written from and read into
@@ -257,20 +272,15 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
     RankCommunicators comms =
         split_communicators(world, place, program.layout, cfg.model.logits_via_embedding);
     ShardedParams params(cfg, program.layout, place, be, comms);
-    RankExecutor executor(cfg, program, place, be, comms, params, recorder);
+    RankExecutor executor(cfg, program, place, be, comms, params, *data, recorder);
     if (start_from) params.exchange(host, *start_from, /*to_whole=*/false);
     if (rank == 0) {
       reporter->set_peak_flops(run_peak_flops(cfg, be, mesh.ranks(), process_world == nullptr));
     }
     std::int64_t skipped = result.skipped_steps;
     // Held-out evaluation every eval_interval steps (and after the last step).
-    const std::unique_ptr<DataLoader> eval_data =
-        cfg.eval_interval > 0 ? make_eval_data_loader(cfg) : nullptr;
-    const std::int64_t eval_count = eval_data ? eval_batches(cfg, *eval_data) : 0;
     auto evaluate = [&] {  // the mean token loss over the eval batches, the same on every rank
-      double sum = 0;
-      for (std::int64_t i = 0; i < eval_count; ++i) sum += executor.evaluate(*eval_data, i);
-      Tensor t = be.from_host(std::vector<double>{sum}, {1});
+      Tensor t = be.from_host(std::vector<double>{executor.evaluate(*eval_data, eval_count)}, {1});
       world.all_reduce(t, t, ReduceOp::Sum).wait();
       return be.to_host<double>(t)[0] / double(eval_count);
     };
@@ -295,13 +305,13 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
       // The step's metrics first: a crash during the save must not lose the record of a step
       // whose checkpoint may already be complete.
       if (rank == 0) {
-        result.steps.push_back(reporter->report(step, outcome.loss, outcome.grad_norm,
-                                                step_seconds, eval_loss,
-                                                be.allocator().stats().peak_bytes));
+        result.steps.push_back(reporter->report(step, outcome.loss, outcome.grad_norm, step_seconds,
+                                                eval_loss, be.allocator().stats().peak_bytes));
         if (outcome.skipped) {
-          spdlog::warn("step {}: loss {} / gradient norm {} is not finite; update skipped "
-                       "(skip_step_on_nonfinite; {} skipped in this run so far)",
-                       step + 1, outcome.loss, outcome.grad_norm, skipped);
+          spdlog::warn(
+              "step {}: loss {} / gradient norm {} is not finite; update skipped "
+              "(skip_step_on_nonfinite; {} skipped in this run so far)",
+              step + 1, outcome.loss, outcome.grad_norm, skipped);
         }
       }
       if (checkpoint_due(cfg, step) || (stop && cfg.enable_checkpointing)) {
@@ -369,18 +379,21 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
   if (cfg.profiler_steps > 0) write_trace(cfg, traces, program, process_world, result);
   if (result.stopped_by_signal) {
     spdlog::warn("stopped by {} after step {} of {}{}; run the same command to resume",
-                 signal_name(StopSignals::received()), result.start_step + std::int64_t(result.steps.size()),
-                 cfg.steps, cfg.enable_checkpointing ? ", checkpoint saved" : " (enable_checkpointing=false: nothing saved)");
+                 signal_name(StopSignals::received()),
+                 result.start_step + std::int64_t(result.steps.size()), cfg.steps,
+                 cfg.enable_checkpointing ? ", checkpoint saved"
+                                          : " (enable_checkpointing=false: nothing saved)");
   }
 
   for (int rank = 0; rank < mesh.ranks(); ++rank) {
     const RankPlace place = RankPlace::of(rank, mesh);
     const std::string& name = figures.device_names[rank];
-    spdlog::info("rank {} {}(data rank {}, stage rank {}, fsdp rank {}): peak memory {}, {} weight "
-                 "all-gathers",
-                 rank, name.empty() ? "" : "on " + name + " ", place.data_rank, place.stage_rank,
-                 place.fsdp_rank, format_bytes(std::size_t(figures.peak_bytes[rank])),
-                 std::int64_t(figures.all_gathers[rank]));
+    spdlog::info(
+        "rank {} {}(data rank {}, stage rank {}, fsdp rank {}): peak memory {}, {} weight "
+        "all-gathers",
+        rank, name.empty() ? "" : "on " + name + " ", place.data_rank, place.stage_rank,
+        place.fsdp_rank, format_bytes(std::size_t(figures.peak_bytes[rank])),
+        std::int64_t(figures.all_gathers[rank]));
     result.peak_device_bytes =
         std::max(result.peak_device_bytes, std::size_t(figures.peak_bytes[rank]));
     result.all_gathers_per_device.push_back(std::int64_t(figures.all_gathers[rank]));

@@ -41,7 +41,8 @@ inline std::vector<StepMetrics> train_sequentially(const Config& cfg) {
     double loss_sum = 0;
     for (std::int64_t m = 0; m < M; ++m) {
       const TokenBatch tokens = data->batch(step, B, m * b, b);
-      const Microbatch mb{be.from_host(tokens.inputs, {b, T}), be.from_host(tokens.targets, {b, T})};
+      const Microbatch mb{be.from_host(tokens.inputs, {b, T}),
+                          be.from_host(tokens.targets, {b, T})};
       loss_sum += model_forward_backward(be, cfg.model, compute, grads, rope, mb,
                                          1.0 / double(B * T), parse_remat_policy(cfg.remat_policy));
     }

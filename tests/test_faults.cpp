@@ -25,16 +25,18 @@ namespace fs = std::filesystem;
 // The demo's layout (S=2 stages x F=2 FSDP ranks with BSW) on the tiny model, or one device.
 Config faulty_run(const std::string& name, std::int64_t steps, bool four_devices = true) {
   init_logging({.rank = 0, .level = "off", .file_dir = {}});
-  std::vector<std::string> keys = {"max_target_length=16", "learning_rate=0.003",
+  std::vector<std::string> keys = {"max_target_length=16",
+                                   "learning_rate=0.003",
                                    "dataset_type=text",
                                    "dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt",
                                    "base_output_directory=/tmp/carousel_fault_tests",
-                                   "run_name=" + name, "steps=" + std::to_string(steps),
+                                   "run_name=" + name,
+                                   "steps=" + std::to_string(steps),
                                    "num_pipeline_microbatches=4"};
   if (four_devices) {
-    for (const char* k : {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
-                          "num_layers_per_pipeline_stage=2", "pipeline_fsdp_ag_per_repeat=true",
-                          "per_device_batch_size=2"}) {
+    for (const char* k :
+         {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2", "num_layers_per_pipeline_stage=2",
+          "pipeline_fsdp_ag_per_repeat=true", "per_device_batch_size=2"}) {
       keys.push_back(k);
     }
   } else {
@@ -59,8 +61,8 @@ using Faults = NoFaultsAfter;
 
 TEST_F(Faults, ParseErrorsNameThePart) {
   EXPECT_EQ(parse_faults("stall:rank=1,step=2,action=3,seconds=0.5").at(0).action, 3);
-  for (const char* bad : {"hang:rank=1", "stall:rank", "stall:rank=x", "nan:action=3",
-                          "signal:signal=KILL"}) {
+  for (const char* bad :
+       {"hang:rank=1", "stall:rank", "stall:rank=x", "nan:action=3", "signal:signal=KILL"}) {
     EXPECT_THROW(parse_faults(bad), Error) << bad;
   }
 }

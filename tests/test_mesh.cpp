@@ -1,14 +1,12 @@
 // test_mesh.cpp — the decisions of host/mesh.h that the GPU path follows, checked on CPUs:
 // rank placement, and which transport (in-process, MPI, NCCL) a run uses and why.
 #include <gtest/gtest.h>
-
-#include "host/config.h"
-#include "host/mesh.h"
-
 #include <omp.h>
 
 #include "compute/cpu_backend.h"
+#include "host/config.h"
 #include "host/device_peak.h"
+#include "host/mesh.h"
 
 namespace carousel {
 namespace {

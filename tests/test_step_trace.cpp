@@ -21,10 +21,9 @@ TEST(StepTrace, ProfiledStepsBecomeAChromeTraceWithFlowsAndThePrediction) {
   init_logging({.rank = 0, .level = "warn", .file_dir = {}});
   Config c = load_config("", {"max_target_length=16", "dataset_type=text",
                               "dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt",
-                              "base_output_directory=/tmp/carousel_trace_tests",
-                              "run_name=trace", "steps=4", "enable_checkpointing=false",
-                              "ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
-                              "num_layers_per_pipeline_stage=2",
+                              "base_output_directory=/tmp/carousel_trace_tests", "run_name=trace",
+                              "steps=4", "enable_checkpointing=false", "ici_pipeline_parallelism=2",
+                              "ici_fsdp_parallelism=2", "num_layers_per_pipeline_stage=2",
                               "pipeline_fsdp_ag_per_repeat=true", "per_device_batch_size=2",
                               "num_pipeline_microbatches=4", "profiler_steps=2",
                               "skip_first_n_steps_for_profiler=1"})

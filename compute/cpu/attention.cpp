@@ -234,47 +234,10 @@ void CpuBackend::do_attention_backward(const Tensor& dout, const Tensor& q, cons
                      T(0), dp, kTile);
       ds_from_dp(p, dp, nq, nk, drow_p + row);
     };
-    // One pass when the (batch, kv head) pairs keep every thread busy: each
-    // task owns its pair's dK, dV and the group's dQ, and sums dQ over the key tiles in the same
-    // order as pass 2 below with the same tile GEMMs, so both paths give the same bits (tested
-    // by Attention.ResultsDoNotDependOnTheThreadCount, which runs both); it saves recomputing
-    // S and dP, two of the seven tile GEMMs.
-    const std::int64_t pairs = d.batch * d.kv_heads, threads = omp_get_max_threads();
-    if (pairs % threads == 0 || pairs >= 4 * threads) {  // pairs are equal work: balanced
-#pragma omp parallel for schedule(dynamic, 1)
-      for (std::int64_t bk = 0; bk < d.batch * d.kv_heads; ++bk) {
-        const std::int64_t b = bk / d.kv_heads, kvh = bk % d.kv_heads;
-        T* p = scratch.data<T>() + std::int64_t(omp_get_thread_num()) * 2 * kTile * kTile;
-        T* dp = p + kTile * kTile;
-        for (std::int64_t kt = 0; kt < tiles; ++kt) {
-          const std::int64_t kv = d.kv_offset(b, kvh) + kt * kTile * ldk, nk = d.tile_len(kt);
-          T* dkp = dk.data<T>() + kv;
-          T* dvp = dv.data<T>() + kv;
-          bool first = true;
-          for (std::int64_t h = kvh * d.group(); h < (kvh + 1) * d.group(); ++h) {
-            for (std::int64_t qt = kt; qt < tiles; ++qt) {
-              const std::int64_t qo = d.q_offset(b, h) + qt * kTile * ldq, nq = d.tile_len(qt);
-              tile_ds(b, h, qt, kt, p, dp);
-              const T beta = first ? T(0) : T(1);
-              cpu::blas_gemm(true, false, nk, D, nq, T(1), p, kTile, dout.data<T>() + qo, ldq, beta,
-                             dvp, ldk);
-              cpu::blas_gemm(true, false, nk, D, nq, scale, dp, kTile, q.data<T>() + qo, ldq, beta,
-                             dkp, ldk);
-              cpu::blas_gemm(false, false, nq, D, nk, scale, dp, kTile, k.data<T>() + kv, ldk,
-                             kt == 0 ? T(0) : T(1), dq.data<T>() + qo, ldq);
-              first = false;
-            }
-          }
-        }
-      }
-      return;
-    }
-    // Pass 1: dK, dV of one key tile, summed over the group's heads and query tiles qt >= kt.
-#pragma omp parallel for schedule(dynamic, 1)
-    for (std::int64_t job = 0; job < d.batch * d.kv_heads * tiles; ++job) {
-      const std::int64_t kt = job / (d.batch * d.kv_heads);  // longest (kt = 0) first
-      const std::int64_t bk = job % (d.batch * d.kv_heads), b = bk / d.kv_heads,
-                         kvh = bk % d.kv_heads;
+    // dK, dV of key tile kt of (batch b, kv head kvh), summed over the group's heads and the
+    // query tiles qt >= kt, in the thread's scratch; with_dq also adds each tile's share of dQ
+    // (the one-pass path below).
+    auto key_tile = [&](std::int64_t b, std::int64_t kvh, std::int64_t kt, bool with_dq) {
       T* p = scratch.data<T>() + std::int64_t(omp_get_thread_num()) * 2 * kTile * kTile;
       T* dp = p + kTile * kTile;
       const std::int64_t kv = d.kv_offset(b, kvh) + kt * kTile * ldk, nk = d.tile_len(kt);
@@ -290,9 +253,34 @@ void CpuBackend::do_attention_backward(const Tensor& dout, const Tensor& q, cons
                          dvp, ldk);
           cpu::blas_gemm(true, false, nk, D, nq, scale, dp, kTile, q.data<T>() + qo, ldq, beta, dkp,
                          ldk);
+          if (with_dq) {
+            cpu::blas_gemm(false, false, nq, D, nk, scale, dp, kTile, k.data<T>() + kv, ldk,
+                           kt == 0 ? T(0) : T(1), dq.data<T>() + qo, ldq);
+          }
           first = false;
         }
       }
+    };
+    // One pass when the (batch, kv head) pairs keep every thread busy: each task owns its
+    // pair's dK, dV and the group's dQ, and sums dQ over the key tiles in the same order as
+    // pass 2 below with the same tile GEMMs, so both paths give the same bits (tested by
+    // Attention.ResultsDoNotDependOnTheThreadCount, which runs both); it saves recomputing S
+    // and dP, two of the seven tile GEMMs.
+    const std::int64_t pairs = d.batch * d.kv_heads, threads = omp_get_max_threads();
+    if (pairs % threads == 0 || pairs >= 4 * threads) {  // pairs are equal work: balanced
+#pragma omp parallel for schedule(dynamic, 1)
+      for (std::int64_t bk = 0; bk < pairs; ++bk) {
+        for (std::int64_t kt = 0; kt < tiles; ++kt) {
+          key_tile(bk / d.kv_heads, bk % d.kv_heads, kt, /*with_dq=*/true);
+        }
+      }
+      return;
+    }
+    // Pass 1: dK, dV of one key tile, summed over the group's heads and query tiles qt >= kt.
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::int64_t job = 0; job < pairs * tiles; ++job) {
+      const std::int64_t kt = job / pairs, bk = job % pairs;  // longest (kt = 0) first
+      key_tile(bk / d.kv_heads, bk % d.kv_heads, kt, /*with_dq=*/false);
     }
     // Pass 2: dQ of one query tile, summed over the key tiles kt <= qt in order.
 #pragma omp parallel for schedule(dynamic, 1)

@@ -171,7 +171,8 @@ void CpuBackend::do_gemm(bool trans_a, bool trans_b, const GemmDims& d, double a
     // dimension is longer) that depend on the shape alone, and each tile is one single-threaded
     // BLAS call (OpenBLAS's OpenMP build runs single-threaded inside a parallel region) on our
     // OpenMP threads — one tile too: outside a parallel region OpenBLAS would thread it. Rate vs
-    // OpenBLAS's own threading: op_bench BM_GemmLinear vs BM_GemmOpenBlasThreaded (docs/backend.md).
+    // OpenBLAS's own threading: op_bench BM_GemmLinear vs BM_GemmOpenBlasThreaded
+    // (docs/backend.md).
     const bool by_rows = d.m >= d.n;
     const std::int64_t along = by_rows ? d.m : d.n;
     const std::int64_t tile = gemm_tile(along), tiles = (along + tile - 1) / tile;
