@@ -36,7 +36,10 @@ int run_schedule(const ConfigArgs& options) {
   std::string file;
   std::vector<std::string> overrides;
   split_config_arguments(options.args, file, overrides);
-  const Config cfg = load_config(file, overrides).config;
+  Config cfg = load_config(file, overrides).config;
+  // Its files describe a config, not a training run: without a run_name they go to
+  // <base_output_directory>/schedule/ (replaced by the next `carousel schedule`).
+  if (cfg.run_name.empty()) cfg.run_name = "schedule";
   init_logging({.rank = 0, .level = cfg.log_level, .file_dir = {}});
   const sch::ScheduleSpec spec = schedule_spec(cfg);
   const sch::Layout& l = spec.layout;

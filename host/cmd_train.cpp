@@ -7,6 +7,7 @@
 #include "host/config.h"
 #include "host/launch.h"
 #include "host/logging.h"
+#include "host/run_name.h"
 #include "host/trainer.h"
 
 namespace carousel {
@@ -34,8 +35,10 @@ int run_train(const ConfigArgs& options) {
   std::string file;
   std::vector<std::string> overrides;
   split_config_arguments(options.args, file, overrides);
-  const LoadedConfig loaded = load_config(file, overrides);
+  LoadedConfig loaded = load_config(file, overrides);
   const auto processes = ProcessGroup::join(loaded.config.collective_timeout_seconds);
+  // Named before logging starts: the log file lives in the run directory.
+  const bool fresh_run = resolve_run_name(loaded.config, processes->world());
   // Also to <run directory>/logs/rank<r>.log (appended: a resumed run keeps what came before).
   // When that directory cannot be made, the console alone: check_outputs_writable reports why.
   const LogOptions log{
@@ -47,6 +50,7 @@ int run_train(const ConfigArgs& options) {
   } catch (const std::filesystem::filesystem_error&) {
     init_logging({.rank = log.rank, .level = log.level, .file_dir = {}});
   }
+  if (fresh_run) log_fresh_run_name(loaded.config);
   spdlog::info("config ({} keys; non-default marked *):", loaded.table.size());
   for (const auto& row : loaded.table) {
     spdlog::info("  {} {:<36} {:<24} {}", row.source == "default" ? ' ' : '*', row.key, row.value,

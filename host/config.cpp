@@ -138,7 +138,9 @@ const std::vector<ConfigKey>& config_keys() {
       model_key("normalization_layer_epsilon", &ModelConfig::norm_eps, "RMSNorm epsilon"),
       model_key("logits_via_embedding", &ModelConfig::logits_via_embedding,
                 "tie lm_head to the embedding"),
-      key("run_name", &Config::run_name, "run directory name under base_output_directory"),
+      key("run_name", &Config::run_name,
+          "run directory name under base_output_directory; the same name resumes that run; empty "
+          "(default): a new directory <model_name>_<YYYY-MM-DD-HH-MM-SS>"),
       key("base_output_directory", &Config::base_output_directory,
           "where runs write checkpoints and metrics"),
       key("steps", &Config::steps, "training steps"),
@@ -276,6 +278,7 @@ int Config::weight_slots() const {
 }
 
 std::string Config::run_directory() const {
+  CAROUSEL_ASSERT(!run_name.empty(), "run directory of an unnamed run (resolve_run_name names it)");
   return (std::filesystem::path(base_output_directory) / run_name).string();
 }
 

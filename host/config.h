@@ -24,7 +24,7 @@ struct Config {
   ModelConfig model = model_preset("tiny");
 
   // Run and outputs.
-  std::string run_name = "carousel";
+  std::string run_name;  // empty: a new <model_name>_<time> directory (host/run_name.h)
   std::string base_output_directory = "out";
   std::int64_t steps = 200;
   std::int64_t log_period = 1;
@@ -105,7 +105,7 @@ struct Config {
   std::int64_t schedule_steps() const {
     return learning_rate_schedule_steps < 0 ? steps : learning_rate_schedule_steps;
   }
-  std::string run_directory() const;  // <base_output_directory>/<run_name>
+  std::string run_directory() const;  // <base_output_directory>/<run_name>; run_name must be set
   void validate() const;
   void validate_pipeline() const;  // S, M, R, L, the schedule (registry) and FSDP/BSW knobs
 };

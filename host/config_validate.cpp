@@ -241,9 +241,10 @@ void Config::validate() const {
       "collective_timeout_seconds={} is not valid; it must be a number of seconds in "
       "(0, {}] (30 days)",
       collective_timeout_seconds, kMaxCollectiveTimeoutSeconds);
-  CAROUSEL_CHECK(!run_name.empty() && run_name.find('/') == std::string::npos && run_name != "." &&
-                     run_name != "..",
-                 "run_name='{}' must be a non-empty name without '/' (and not . or ..)", run_name);
+  CAROUSEL_CHECK(run_name.find('/') == std::string::npos && run_name != "." && run_name != "..",
+                 "run_name='{}' must be a name without '/' (and not . or ..), or empty for a new "
+                 "run directory named after the model and the time",
+                 run_name);
 }
 
 void Config::validate_pipeline() const {

@@ -21,6 +21,7 @@
 #include "host/flight_recorder.h"
 #include "host/mesh.h"
 #include "host/rank_executor.h"
+#include "host/run_name.h"
 #include "host/schedule_config.h"
 #include "host/sharded_checkpoint.h"
 #include "host/sharded_params.h"
@@ -206,7 +207,9 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
 
 }  // namespace
 
-TrainResult train(const Config& cfg, Communicator* process_world) {
+TrainResult train(const Config& requested, Communicator* process_world) {
+  Config cfg = requested;
+  if (resolve_run_name(cfg, process_world)) log_fresh_run_name(cfg);
   const MeshShape mesh = MeshShape::of(cfg);
   check_mesh(cfg, mesh, process_world);
   const schedule::Program program = lowered_program(cfg);
@@ -233,6 +236,7 @@ TrainResult train(const Config& cfg, Communicator* process_world) {
   // cleaned first, so the checkpoint to resume from is chosen among complete ones.
   check_outputs_writable(cfg);
   TrainResult result;
+  result.run_directory = cfg.run_directory();
   std::optional<CheckpointContents> start_from;  // none: the initial values
   if (const auto dir = cfg.enable_checkpointing ? latest_checkpoint(cfg) : std::nullopt) {
     compare_with_checkpoint(cfg, *dir);

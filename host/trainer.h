@@ -28,6 +28,7 @@ struct StepMetrics {
 };
 
 struct TrainResult {
+  std::string run_directory;       // where metrics, logs and checkpoints went
   std::vector<StepMetrics> steps;  // the steps this call ran
   std::int64_t start_step = 0;     // > 0 when resumed from a checkpoint
   std::int64_t skipped_steps = 0;  // non-finite steps skipped so far (skip_step_on_nonfinite)
@@ -39,6 +40,7 @@ struct TrainResult {
   std::vector<std::int64_t> all_gathers_per_device;  // FSDP weight gathers done, per rank
 };
 
+// An empty cfg.run_name gets a new run directory (host/run_name.h); TrainResult says which.
 // process_world: nullptr runs the D x S x F ranks as threads of this process; otherwise this
 // process is rank process_world->rank() of a job of exactly D x S x F processes (mpirun).
 TrainResult train(const Config& cfg, Communicator* process_world = nullptr);

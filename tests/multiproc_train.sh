@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # multiproc_train.sh CAROUSEL SOURCE_DIR WORK_DIR — `carousel train` as 4 MPI processes must train
 # exactly as 4 threads do: the same losses and gradient norms at every step, and byte-identical
-# model and optimizer checkpoints. The process run stops after 3 steps and resumes (checkpoint
+# model and optimizer checkpoints; without a run_name they share one new run directory. The process run stops after 3 steps and resumes (checkpoint
 # load with ranks in processes), the threaded run goes straight through. Then a job of the wrong
 # size must fail with the error that names both sizes.
 set -euo pipefail
@@ -34,6 +34,21 @@ if threads != processes:
     sys.exit(f"FAIL: (step, loss, grad norm) differ\n threads   {threads}\n processes {processes}")
 print(f"6 steps equal, bitwise: final loss {threads[-1][1]!r}")
 PY
+
+# No run_name: the 4 processes agree on one new directory (rank 0's clock), each logs into it.
+fresh="$work/unnamed"
+mkdir -p "$fresh"
+"$here/mpirun.sh" 4 "$carousel" train "${common[@]}" steps=1 run_name= \
+  base_output_directory="$fresh" enable_checkpointing=false
+dirs=("$fresh"/*)
+if [ "${#dirs[@]}" -ne 1 ]; then
+  echo "FAIL: 4 processes without a run_name made ${#dirs[@]} run directories: ${dirs[*]}"
+  status=1
+else
+  for r in 0 1 2 3; do
+    [ -s "${dirs[0]}/logs/rank$r.log" ] || { echo "FAIL: no ${dirs[0]}/logs/rank$r.log"; status=1; }
+  done
+fi
 
 # A job whose process count is not the mesh's device count: one clear error, every process ends.
 if out=$("$here/mpirun.sh" 2 "$carousel" train "${common[@]}" steps=1 run_name=wrong 2>&1); then

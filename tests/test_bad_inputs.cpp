@@ -111,7 +111,6 @@ const std::vector<Row>& rows() {
       {{"log_level=loud"}, nullptr, {"log_level='loud'", "trace"}},
       {{"dataset_type=csv"}, nullptr, {"dataset_type='csv'", "synthetic, tokens or text"}},
       {{"dataset_type=tokens"}, nullptr, {"dataset_type=tokens", "dataset_path=FILE"}},
-      {{"run_name="}, nullptr, {"run_name=''", "non-empty"}},
       {{"run_name=a/b"}, nullptr, {"run_name='a/b'", "without '/'"}},
       {{"run_name=.."}, nullptr, {"run_name='..'"}},
       {{"decoder_block=gpt"}, nullptr, {"decoder_block='gpt'", "llama or simple"}},

@@ -41,7 +41,8 @@ Config run_config(std::vector<std::string> overrides) {
                                    "learning_rate=0.003",
                                    "dataset_type=text",
                                    "dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt",
-                                   "base_output_directory=/tmp/carousel_pipeline_tests"};
+                                   "base_output_directory=/tmp/carousel_pipeline_tests",
+                                   "run_name=pipeline"};
   base.insert(base.end(), overrides.begin(), overrides.end());
   return with_global_batch_8(load_config("", base).config);
 }

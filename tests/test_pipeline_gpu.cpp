@@ -29,7 +29,7 @@ std::vector<double> losses(const std::string& device, const std::string& dtype) 
            "dataset_type=text", "dataset_path=" + data_dir() + "/tiny_corpus.txt",
            "ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2", "num_pipeline_microbatches=4",
            "per_device_batch_size=2", "pipeline_fsdp_ag_per_repeat=true", "device=" + device,
-           "dtype=" + dtype, "base_output_directory=/tmp/carousel_pipeline_gpu"})
+           "dtype=" + dtype, "base_output_directory=/tmp/carousel_pipeline_gpu", "run_name=gpu"})
           .config;
   std::vector<double> out;
   for (const auto& s : train(c).steps) out.push_back(s.loss);
