@@ -1,5 +1,4 @@
 // checkpoint.cpp — atomic checkpoint directories with manifests; loading with validation.
-#include "host/fault_injection.h"
 #include "host/checkpoint.h"
 
 #include <fcntl.h>
@@ -10,19 +9,21 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <map>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
 
 #include "compute/error.h"
+#include "host/fault_injection.h"
 #include "host/hf_import.h"
 #include "host/json_fields.h"
 #include "host/safetensors.h"
+#include "host/tokenizer.h"
 
 namespace carousel {
 
@@ -60,7 +61,7 @@ std::uint32_t file_crc32(const fs::path& p) {
   return std::uint32_t(crc);
 }
 
-std::string hf_config_json(const ModelConfig& m) {
+std::string hf_config_json(const ModelConfig& m, const TokenizerInfo* tokenizer) {
   nlohmann::ordered_json j = {
       {"architectures", {"LlamaForCausalLM"}},
       {"model_type", "llama"},
@@ -80,6 +81,8 @@ std::string hf_config_json(const ModelConfig& m) {
       {"mlp_bias", false},
       {"torch_dtype", "float32"},
   };
+  if (tokenizer && tokenizer->bos_id) j["bos_token_id"] = *tokenizer->bos_id;
+  if (tokenizer && tokenizer->eos_id) j["eos_token_id"] = *tokenizer->eos_id;
   return j.dump(2);
 }
 
@@ -245,7 +248,22 @@ std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointCont
     write_safetensors((tmp / "optimizer.safetensors").string(), opt);
     files.push_back("optimizer.safetensors");
   }
-  write_text(tmp / "config.json", hf_config_json(cfg.model));
+  // The tokenizer travels with the weights, so the directory is a whole Hugging Face model. A
+  // tokenizer that vanished since the run started costs its copy, not the checkpoint.
+  std::optional<TokenizerInfo> tokenizer;
+  if (!cfg.tokenizer_path.empty()) {
+    try {
+      tokenizer = read_tokenizer(cfg.tokenizer_path);
+      for (auto& name : copy_tokenizer_files(*tokenizer, tmp, cfg.model.max_target_length)) {
+        files.push_back(std::move(name));
+      }
+    } catch (const std::exception& e) {
+      spdlog::warn("checkpoint of step {} is saved without the tokenizer: {}", state.step,
+                   e.what());
+      tokenizer.reset();
+    }
+  }
+  write_text(tmp / "config.json", hf_config_json(cfg.model, tokenizer ? &*tokenizer : nullptr));
   nlohmann::ordered_json st = {{"format_version", kFormatVersion},
                                {"step", state.step},
                                {"skipped_steps", state.skipped_steps}};

@@ -12,6 +12,7 @@
 
 #include "compute/error.h"
 #include "host/checkpoint.h"
+#include "host/tokenizer.h"
 
 namespace carousel {
 
@@ -100,22 +101,6 @@ std::vector<std::string> expand_glob(const std::string& pattern) {
   return files;
 }
 
-// Refuses what is not a regular file before opening it: opening a FIFO blocks until a writer
-// appears, a directory or device has no size.
-void check_regular(const std::string& key, const std::string& path, const char* what) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  CAROUSEL_CHECK(std::filesystem::exists(status), "{}: {} '{}' does not exist", key, what, path);
-  const char* kind = std::filesystem::is_directory(status)        ? "a directory"
-                     : std::filesystem::is_fifo(status)           ? "a FIFO (named pipe)"
-                     : std::filesystem::is_character_file(status) ? "a character device"
-                     : std::filesystem::is_block_file(status)     ? "a block device"
-                     : std::filesystem::is_socket(status)         ? "a socket"
-                                                                  : "not a regular file";
-  CAROUSEL_CHECK(std::filesystem::is_regular_file(status),
-                 "{}: {} '{}' is {}; carousel reads regular files only", key, what, path, kind);
-}
-
 void read_shard(const std::string& key, const std::string& path, std::int64_t vocab,
                 std::vector<std::int32_t>& out) {
   check_regular(key, path, "token shard");
@@ -194,6 +179,22 @@ std::unique_ptr<DataLoader> open_stream(const Config& cfg, const char* key,
 
 }  // namespace
 
+// Refuses what is not a regular file before opening it: opening a FIFO blocks until a writer
+// appears, a directory or device has no size.
+void check_regular(const std::string& key, const std::string& path, const char* what) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  CAROUSEL_CHECK(std::filesystem::exists(status), "{}: {} '{}' does not exist", key, what, path);
+  const char* kind = std::filesystem::is_directory(status)        ? "a directory"
+                     : std::filesystem::is_fifo(status)           ? "a FIFO (named pipe)"
+                     : std::filesystem::is_character_file(status) ? "a character device"
+                     : std::filesystem::is_block_file(status)     ? "a block device"
+                     : std::filesystem::is_socket(status)         ? "a socket"
+                                                                  : "not a regular file";
+  CAROUSEL_CHECK(std::filesystem::is_regular_file(status),
+                 "{}: {} '{}' is {}; carousel reads regular files only", key, what, path, kind);
+}
+
 std::unique_ptr<DataLoader> make_data_loader(const Config& cfg) {
   if (cfg.dataset_type == "synthetic") {
     return std::make_unique<SyntheticLoader>(cfg.model.max_target_length, cfg.model.vocab_size);
@@ -221,49 +222,6 @@ std::int64_t eval_batches(const Config& cfg, const DataLoader& eval) {
   if (n == 0) return 1;
   const std::int64_t per_batch = cfg.global_batch() * cfg.model.max_target_length;
   return std::max<std::int64_t>(1, (n - 1) / per_batch);
-}
-
-std::int64_t tokenizer_vocab_size(const std::string& path) {
-  check_local_path("tokenizer_path", path);
-  check_regular("tokenizer_path", path, "tokenizer file");
-  std::ifstream in(path, std::ios::binary);
-  CAROUSEL_CHECK(in.good(), "tokenizer_path='{}': cannot open: {}", path, std::strerror(errno));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    fail("tokenizer_path='{}' is not JSON ({}); expected a Hugging Face tokenizer.json", path,
-         e.what());
-  }
-  CAROUSEL_CHECK(j.is_object() && j.contains("model") && j["model"].is_object() &&
-                     j["model"].contains("vocab"),
-                 "tokenizer_path='{}' has no model.vocab; expected a Hugging Face tokenizer.json "
-                 "(the file `tokenizers` saves, not tokenizer_config.json or a vocab.txt)",
-                 path);
-  std::int64_t size = 0;
-  const auto& vocab = j["model"]["vocab"];
-  if (vocab.is_object()) {  // BPE, WordPiece, WordLevel: {token: id}
-    for (const auto& [token, id] : vocab.items()) {
-      CAROUSEL_CHECK(id.is_number_integer() && id.get<std::int64_t>() >= 0,
-                     "tokenizer_path='{}': model.vocab id of token '{}' is not a non-negative "
-                     "integer",
-                     path, token);
-      size = std::max(size, id.get<std::int64_t>() + 1);
-    }
-  } else if (vocab.is_array()) {  // Unigram: [[piece, score], ...], the id is the index
-    size = std::int64_t(vocab.size());
-  } else {
-    fail("tokenizer_path='{}': model.vocab is neither an object nor an array", path);
-  }
-  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-    for (const auto& t : j["added_tokens"]) {
-      if (t.is_object() && t.contains("id") && t["id"].is_number_integer()) {
-        size = std::max(size, t["id"].get<std::int64_t>() + 1);
-      }
-    }
-  }
-  CAROUSEL_CHECK(size > 0, "tokenizer_path='{}' has an empty vocabulary", path);
-  return size;
 }
 
 void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens) {

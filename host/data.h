@@ -60,9 +60,9 @@ std::unique_ptr<DataLoader> make_eval_data_loader(const Config& cfg);
 // max(1, floor((n - 1) / (B*T))) batches of the global batch B (1 for synthetic data).
 std::int64_t eval_batches(const Config& cfg, const DataLoader& eval);
 
-// Vocabulary size of a Hugging Face tokenizer.json: 1 + the largest id of its model's vocab
-// (BPE, WordPiece, WordLevel: {token: id}; Unigram: [[piece, score], ...]) and added_tokens.
-std::int64_t tokenizer_vocab_size(const std::string& path);
+// Refuses what is not a regular file before it is opened (a FIFO would block, a directory has no
+// size): one error naming the key, what the file was for, the path and what it is instead.
+void check_regular(const std::string& key, const std::string& path, const char* what);
 
 // Writes an llm.c token shard (used by tests and by `carousel` tools that prepare data).
 void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens);

@@ -90,6 +90,21 @@ common=(train base_num_decoder_layers=2 max_target_length=32 per_device_batch_si
   fail "carousel train on the shards exited $?: $(tail -5 "$work/train.log")"
 grep -q "llm.c shard" "$work/train.log" || fail "train.log does not name the shards"
 [ "$(wc -l <"$work/ok/metrics.jsonl" 2>/dev/null)" = 2 ] || fail "no 2 metrics records"
+# Its checkpoint carries the tokenizer: the same file, loadable by `tokenizers`, and config.json
+# names the <|endoftext|> id as bos and eos (the GPT-2 convention prepare_data's BPE follows).
+cmp -s "$work/a/tokenizer.json" "$work/ok/checkpoints/2/tokenizer.json" ||
+  fail "checkpoint 2 has no copy of the run's tokenizer.json"
+"$py" - "$work/ok/checkpoints/2" "$corpus" <<'PY' || fail "checkpoint tokenizer / config.json ids"
+import json, sys
+from tokenizers import Tokenizer
+ckpt, corpus = sys.argv[1], sys.argv[2]
+tok = Tokenizer.from_file(f"{ckpt}/tokenizer.json")
+config = json.load(open(f"{ckpt}/config.json"))
+eos = tok.token_to_id("<|endoftext|>")
+assert eos is not None and config["bos_token_id"] == eos and config["eos_token_id"] == eos, config
+text = open(corpus, encoding="utf-8").read()[:200]
+assert tok.decode(tok.encode(text).ids) == text
+PY
 "$bin" "${common[@]}" steps=2 vocab_size=256 run_name=small >"$work/small.log" 2>&1 &&
   fail "vocab_size=256 with a 300-token tokenizer was accepted"
 grep -q "has a vocabulary of 300 tokens but vocab_size=256" "$work/small.log" ||

@@ -7,6 +7,7 @@
 
 #include "compute/error.h"
 #include "host/data.h"
+#include "host/tokenizer.h"
 #include "tests/test_util.h"
 
 namespace carousel {
