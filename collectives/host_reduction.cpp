@@ -40,38 +40,33 @@ struct Element<f16> {
   static f16 store(float x) { return math::to_f16(x); }
 };
 
+// Wraparound arithmetic for integers: unsigned, at least as wide as unsigned int (no promotion
+// to a signed int that could overflow), converted back modulo 2^bits (defined since C++20).
 template <class M>
-M combine(ReduceOp op, M a, M b) {
-  if constexpr (std::is_integral_v<M>) {
-    // Wraparound: unsigned arithmetic at least as wide as unsigned int (no promotion to a signed
-    // int that could overflow), converted back modulo 2^bits (defined since C++20).
-    using U = std::make_unsigned_t<M>;
-    using Wide = std::conditional_t<(sizeof(U) < sizeof(unsigned)), unsigned, U>;
-    switch (op) {
-      case ReduceOp::Sum:
-      case ReduceOp::Avg:
-        return M(Wide(U(a)) + Wide(U(b)));
-      case ReduceOp::Prod:
-        return M(Wide(U(a)) * Wide(U(b)));
-      case ReduceOp::Min:
-        return std::min(a, b);
-      case ReduceOp::Max:
-        return std::max(a, b);
-    }
-  } else {
-    switch (op) {
-      case ReduceOp::Sum:
-      case ReduceOp::Avg:
-        return a + b;
-      case ReduceOp::Prod:
-        return a * b;
-      case ReduceOp::Min:
-        return std::min(a, b);
-      case ReduceOp::Max:
-        return std::max(a, b);
-    }
-  }
-  CAROUSEL_ASSERT(false, "reduce op {} has no host implementation", int(op));
+using Unsigned =
+    std::conditional_t<(sizeof(M) < sizeof(unsigned)), unsigned, std::make_unsigned_t<M>>;
+
+template <class M>
+M add(M a, M b) {
+  if constexpr (std::is_integral_v<M>)
+    return M(Unsigned<M>(std::make_unsigned_t<M>(a)) + Unsigned<M>(std::make_unsigned_t<M>(b)));
+  else
+    return a + b;
+}
+template <class M>
+M multiply(M a, M b) {
+  if constexpr (std::is_integral_v<M>)
+    return M(Unsigned<M>(std::make_unsigned_t<M>(a)) * Unsigned<M>(std::make_unsigned_t<M>(b)));
+  else
+    return a * b;
+}
+
+// o[i] = o[i] op x[i]; one loop per op (the op is not decided per element), so the compiler
+// vectorizes the float, double and integer loops.
+template <class T, class Op>
+void combine_all(T* o, const T* x, std::int64_t n, Op op) {
+  using E = Element<T>;
+  for (std::int64_t i = 0; i < n; ++i) o[i] = E::store(op(E::load(o[i]), E::load(x[i])));
 }
 
 }  // namespace
@@ -79,14 +74,25 @@ M combine(ReduceOp op, M a, M b) {
 void accumulate(DType dtype, ReduceOp op, void* out, const void* in, std::int64_t n, bool first) {
   dispatch(ReduceTypes{}, "host reduction", dtype, [&](auto tag) {
     using T = decltype(tag);
-    using E = Element<T>;
+    using M = typename Element<T>::Math;
     T* o = static_cast<T*>(out);
     const T* x = static_cast<const T*>(in);
     if (first) {
       std::copy(x, x + n, o);
       return;
     }
-    for (std::int64_t i = 0; i < n; ++i) o[i] = E::store(combine(op, E::load(o[i]), E::load(x[i])));
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Avg:
+        return combine_all(o, x, n, [](M a, M b) { return add(a, b); });
+      case ReduceOp::Prod:
+        return combine_all(o, x, n, [](M a, M b) { return multiply(a, b); });
+      case ReduceOp::Min:
+        return combine_all(o, x, n, [](M a, M b) { return std::min(a, b); });
+      case ReduceOp::Max:
+        return combine_all(o, x, n, [](M a, M b) { return std::max(a, b); });
+    }
+    CAROUSEL_ASSERT(false, "reduce op {} has no host implementation", int(op));
   });
 }
 
