@@ -2,9 +2,9 @@
 //
 // - Argument checks, so the local, MPI and NCCL communicators reject a wrong count, dtype, root
 //   or peer with the same message (naming the communicator, the rank and both shapes).
-// - Rank-order reductions on host memory: out = ((in_0 + in_1) + in_2) + ..., then / size for
-//   avg. The local and MPI communicators both reduce this way, so their results are bitwise
-//   equal to each other on every rank and every run.
+// - Rank-order reductions on host memory (host_reduction.cpp): out = ((in_0 op in_1) op in_2)
+//   op ..., then / size for avg. The local and MPI communicators both reduce this way, so their
+//   results are bitwise equal to each other on every rank and every run.
 // - Worker: a thread that runs tasks in the order they were enqueued — the host-side stand-in
 //   for a communication stream.
 #pragma once
@@ -40,13 +40,15 @@ void check_reduce_scatter(const Communicator& c, const Tensor& send, const Tenso
 void check_all_reduce(const Communicator& c, const Tensor& send, const Tensor& recv);
 void check_broadcast(const Communicator& c, const Tensor& send, const Tensor& recv, int root);
 void check_peer(const Communicator& c, const char* op, const Tensor& data, int peer);
-// Host reductions handle float32, float64 and int32 (avg: floating only).
+// Host reductions handle every DType with every ReduceOp; this checks the op is one of them.
 void check_host_reduction(const Communicator& c, const char* op, DType dtype, ReduceOp r);
 
-// out[i] = in[i] when `first`, else out[i] + in[i]; n elements of dtype (F32, F64 or I32).
-void accumulate(DType dtype, void* out, const void* in, std::int64_t n, bool first);
-// data[i] /= by (F32 or F64): the last step of an avg.
-void divide(DType dtype, void* data, std::int64_t n, int by);
+// out[i] = in[i] when `first`, else out[i] op in[i] (avg adds); n elements of dtype. 16-bit
+// floats combine in float32 and round back to nearest even; integers wrap around.
+void accumulate(DType dtype, ReduceOp op, void* out, const void* in, std::int64_t n, bool first);
+// The last step of an avg: data[i] /= by (integers: truncated toward zero, as NCCL). Nothing
+// for the other ops.
+void finish_reduction(DType dtype, ReduceOp op, void* data, std::int64_t n, int by);
 
 class Worker {
  public:

@@ -21,8 +21,13 @@
 
 namespace carousel {
 
-enum class ReduceOp { Sum, Avg };
-const char* reduce_op_name(ReduceOp op);
+// How reducing collectives combine the ranks' elements (NCCL's ncclSum, ncclProd, ncclMin,
+// ncclMax, ncclAvg). On the host communicators: float32/float64 in their own precision,
+// float16/bfloat16 through float32 with the running result rounded back after every rank,
+// integers wrap around (two's complement), avg of integers is the wrapped sum divided by the
+// rank count, truncated toward zero (as NCCL).
+enum class ReduceOp { Sum, Prod, Min, Max, Avg };
+const char* reduce_op_name(ReduceOp op);  // "sum", "prod", "min", "max", "avg"
 
 // Completion of an asynchronous operation. wait() blocks and rethrows the operation's error.
 class Event {

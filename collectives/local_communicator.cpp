@@ -251,10 +251,10 @@ class LocalCommunicator final : public Communicator {
     } else if (sig.op == "all_reduce" || sig.op == "reduce_scatter") {
       const std::size_t offset = sig.op == "reduce_scatter" ? rank_ * bytes : 0;
       for (int r = 0; r < n; ++r) {  // rank order: bitwise identical everywhere
-        comm::accumulate(sig.dtype, out, static_cast<const char*>(slot.send[r]) + offset, sig.count,
-                         r == 0);
+        comm::accumulate(sig.dtype, op, out, static_cast<const char*>(slot.send[r]) + offset,
+                         sig.count, r == 0);
       }
-      if (op == ReduceOp::Avg) comm::divide(sig.dtype, out, sig.count, n);
+      comm::finish_reduction(sig.dtype, op, out, sig.count, n);
     }
   }
 

@@ -54,7 +54,7 @@ struct StuckRanks {
 // first exception (in time) if any rank threw. With `world`, a rank's failure aborts it, so the
 // other ranks stop waiting for the failed one. A thread that cannot be started is an Error
 // (the ranks already started are aborted and joined first).
-void run_ranks(int size, const std::function<void(int rank)>& fn,
-               const LocalWorld* world = nullptr, const StuckRanks& stuck = {});
+void run_ranks(int size, const std::function<void(int rank)>& fn, const LocalWorld* world = nullptr,
+               const StuckRanks& stuck = {});
 
 }  // namespace carousel

@@ -29,7 +29,9 @@ std::string detail::mpi_error_string(int code) {
 namespace {
 
 MPI_Datatype mpi_type(DType t) {  // bf16 is moved as bits, never reduced by MPI
-  return per_dtype(t, MPI_FLOAT, MPI_DOUBLE, MPI_UINT16_T, MPI_INT32_T);
+  // Only moves bytes (reductions are local): 16-bit floats travel as uint16.
+  return per_dtype(t, MPI_FLOAT, MPI_DOUBLE, MPI_UINT16_T, MPI_INT32_T, MPI_UINT16_T, MPI_INT8_T,
+                   MPI_UINT8_T, MPI_INT64_T);
 }
 
 // A collective's signature as fixed-size bytes, so ranks can all-gather and compare them.
@@ -278,12 +280,14 @@ class MpiCommunicator final : public Communicator {
     const int n = int_count(count);
     wait(MPI_ISSUE(MPI_Ialltoall, send, n, mpi_type(dtype), blocks, n, mpi_type(dtype), comm_));
   }
-  // out [count] = blocks[0] + blocks[1] + ... in rank order (/ size for avg).
+  // out [count] = blocks[0] op blocks[1] op ... in rank order (/ size for avg).
   void reduce_blocks(const char* blocks, void* out, std::int64_t count, DType dtype,
                      ReduceOp op) const {
     const std::size_t bytes = count * dtype_size(dtype);
-    for (int r = 0; r < size_; ++r) comm::accumulate(dtype, out, blocks + r * bytes, count, r == 0);
-    if (op == ReduceOp::Avg) comm::divide(dtype, out, count, size_);
+    for (int r = 0; r < size_; ++r) {
+      comm::accumulate(dtype, op, out, blocks + r * bytes, count, r == 0);
+    }
+    comm::finish_reduction(dtype, op, out, count, size_);
   }
 
   Event p2p(bool is_send, const Tensor& data, int peer) {

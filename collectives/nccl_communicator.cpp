@@ -25,10 +25,25 @@ namespace carousel {
 namespace {
 
 ncclDataType_t nccl_type(DType t) {
-  return per_dtype(t, ncclFloat32, ncclFloat64, ncclBfloat16, ncclInt32);
+  return per_dtype(t, ncclFloat32, ncclFloat64, ncclBfloat16, ncclInt32, ncclFloat16, ncclInt8,
+                   ncclUint8, ncclInt64);
 }
 
-ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::Sum ? ncclSum : ncclAvg; }
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return ncclSum;
+    case ReduceOp::Prod:
+      return ncclProd;
+    case ReduceOp::Min:
+      return ncclMin;
+    case ReduceOp::Max:
+      return ncclMax;
+    case ReduceOp::Avg:
+      return ncclAvg;
+  }
+  return ncclSum;
+}
 
 class NcclCommunicator final : public Communicator {
  public:

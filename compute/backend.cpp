@@ -59,8 +59,8 @@ Tensor Backend::empty(Shape shape, DType dtype) {
 
 Tensor Backend::zeros(Shape shape, DType dtype) {
   Tensor t = empty(std::move(shape), dtype);
-  if (dtype == DType::I32) {
-    std::vector<std::int32_t> z(t.numel(), 0);
+  if (dtype != DType::F32 && dtype != DType::F64 && dtype != DType::BF16) {  // no fill for these
+    std::vector<char> z(t.nbytes(), 0);
     upload(z.data(), t);
   } else {
     fill(t, 0.0);

@@ -17,9 +17,11 @@ namespace carousel {
 
 template <class... Ts>
 struct TypeList {};
-using FloatTypes = TypeList<float, double>;                 // what the ops compute in
-using StorageTypes = TypeList<float, double, bf16>;         // what cast converts between
-using ReduceTypes = TypeList<float, double, std::int32_t>;  // what host reductions add
+using FloatTypes = TypeList<float, double>;          // what the ops compute in
+using StorageTypes = TypeList<float, double, bf16>;  // what cast converts between
+// What host reductions combine: every DType.
+using ReduceTypes =
+    TypeList<float, double, bf16, std::int32_t, f16, std::int8_t, std::uint8_t, std::int64_t>;
 
 namespace detail {
 // Throws "internal error: <op> has no <dtype> implementation (it handles <types>)".
@@ -37,10 +39,10 @@ void dispatch(TypeList<Ts...>, const char* op, DType dtype, Fn&& fn) {
 }
 
 // The value form, for a library's code of each dtype (MPI_Datatype, ncclDataType_t, ...):
-// per_dtype(t, f32, f64, bf16, i32) is the argument standing for `t`, one table instead of a
-// switch per library.
+// per_dtype(t, f32, f64, bf16, i32, f16, i8, u8, i64) is the argument standing for `t`, one
+// table instead of a switch per library.
 template <class V>
-V per_dtype(DType dtype, V f32, V f64, V bf16, V i32) {
+V per_dtype(DType dtype, V f32, V f64, V bf16, V i32, V f16, V i8, V u8, V i64) {
   switch (dtype) {
     case DType::F32:
       return f32;
@@ -50,6 +52,14 @@ V per_dtype(DType dtype, V f32, V f64, V bf16, V i32) {
       return bf16;
     case DType::I32:
       return i32;
+    case DType::F16:
+      return f16;
+    case DType::I8:
+      return i8;
+    case DType::U8:
+      return u8;
+    case DType::I64:
+      return i64;
   }
   return f32;
 }

@@ -3,7 +3,9 @@
 // F32 is the training dtype on every backend; F64 exists on the CPU backend so gradients can be
 // checked against finite differences in double precision; BF16 is the GPU compute dtype (so far
 // accepted by fill, cast and gemm on both backends; the CPU computes it in float32);
-// I32 holds token ids.
+// I32 holds token ids. F16 (IEEE half), I8, U8 and I64 exist for the communicators and the
+// collective benchmarks (NCCL moves and reduces them); no Backend op computes in them: they can
+// be created, zeroed, uploaded and downloaded, and the op checks reject them by name.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +14,7 @@
 
 namespace carousel {
 
-enum class DType : std::uint8_t { F32, F64, BF16, I32 };
+enum class DType : std::uint8_t { F32, F64, BF16, I32, F16, I8, U8, I64 };
 
 constexpr std::size_t dtype_size(DType t) {
   switch (t) {
@@ -24,6 +26,13 @@ constexpr std::size_t dtype_size(DType t) {
       return 2;
     case DType::I32:
       return 4;
+    case DType::F16:
+      return 2;
+    case DType::I8:
+    case DType::U8:
+      return 1;
+    case DType::I64:
+      return 8;
   }
   return 0;
 }
@@ -38,14 +47,28 @@ constexpr std::string_view dtype_name(DType t) {
       return "bfloat16";
     case DType::I32:
       return "int32";
+    case DType::F16:
+      return "float16";
+    case DType::I8:
+      return "int8";
+    case DType::U8:
+      return "uint8";
+    case DType::I64:
+      return "int64";
   }
   return "?";
 }
 
-constexpr bool is_floating(DType t) { return t != DType::I32; }
+constexpr bool is_floating(DType t) {
+  return t == DType::F32 || t == DType::F64 || t == DType::BF16 || t == DType::F16;
+}
 
 // bfloat16 as stored: the upper 16 bits of a float32 (conversions in compute/bfloat16.h).
 struct bf16 {
+  std::uint16_t bits;
+};
+// IEEE 754 binary16 as stored (conversions in compute/float16.h).
+struct f16 {
   std::uint16_t bits;
 };
 
@@ -67,6 +90,22 @@ constexpr DType dtype_of<std::int32_t>() {
 template <>
 constexpr DType dtype_of<bf16>() {
   return DType::BF16;
+}
+template <>
+constexpr DType dtype_of<f16>() {
+  return DType::F16;
+}
+template <>
+constexpr DType dtype_of<std::int8_t>() {
+  return DType::I8;
+}
+template <>
+constexpr DType dtype_of<std::uint8_t>() {
+  return DType::U8;
+}
+template <>
+constexpr DType dtype_of<std::int64_t>() {
+  return DType::I64;
 }
 
 }  // namespace carousel

@@ -32,8 +32,10 @@ class OpCheck {
   // Like floating(), bfloat16 allowed too (ops that load bf16 and compute in float32).
   const OpCheck& floating_or_bf16(const char* name, const Tensor& t) const {
     on_device(name, t);
-    CAROUSEL_CHECK(is_floating(t.dtype()), "{}: argument '{}' is {}, not a floating dtype", op_,
-                   name, dtype_name(t.dtype()));
+    CAROUSEL_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64 || t.dtype() == DType::BF16,
+                   "{}: argument '{}' is {}, not a floating dtype {} takes (float32, float64, "
+                   "bfloat16)",
+                   op_, name, dtype_name(t.dtype()), op_);
     return *this;
   }
   const OpCheck& tokens(const char* name, const Tensor& t) const {

@@ -23,6 +23,14 @@ const char* safetensors_dtype(DType dtype) {
       return "BF16";
     case DType::I32:
       return "I32";
+    case DType::F16:
+      return "F16";
+    case DType::I8:
+      return "I8";
+    case DType::U8:
+      return "U8";
+    case DType::I64:
+      return "I64";
   }
   return "?";
 }

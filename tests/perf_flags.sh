@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# perf_flags.sh — the collective benchmarks' bad flags: each is exit status 2 and one line on
-# stderr naming the flag, the value and what is valid; never an abort (134) or an empty table
-# with status 0. -d all runs every type. Usage: perf_flags.sh <all_reduce_perf> <all_gather_perf>
+# perf_flags.sh — the collective benchmarks' nccl-tests flags: each one's effect on the table or
+# the JSON file (sizes of -i and -f, -m's operation count, -N's repeated sweeps, -d/-o/-r all,
+# -t x -g ranks, -a, -z, -p, -C, -c 0), and bad values: exit status 2 and one line on stderr
+# naming the flag, the value and what is valid; never an abort (134) or an empty table with
+# status 0. Usage: perf_flags.sh <directory with all_reduce_perf, all_gather_perf, broadcast_perf>
 set -u
-all_reduce=$1
-all_gather=$2
+bin=$1
+all_reduce=$bin/all_reduce_perf
+all_gather=$bin/all_gather_perf
+broadcast=$bin/broadcast_perf
 failures=0
 err=$(mktemp)
 out=$(mktemp)
-trap 'rm -f "$err" "$out"' EXIT
+json=$(mktemp)
+trap 'rm -f "$err" "$out" "$json"' EXIT
+
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
 
 # expect_error "<words that stderr must contain>" binary flags...
 expect_error() {
@@ -19,15 +29,50 @@ expect_error() {
   local lines
   lines=$(wc -l <"$err")
   if [ "$rc" -ne 2 ] || [ "$lines" -ne 1 ] || ! grep -qF -- "$words" "$err"; then
-    echo "FAIL: $*: rc $rc (want 2), $lines stderr lines (want 1), want '$words' in:"
-    cat "$err"
-    failures=$((failures + 1))
+    fail "$*: rc $rc (want 2), $lines stderr lines (want 1), want '$words' in: $(cat "$err")"
   fi
 }
 
-expect_error "-d/--datatype 'bfloat16' is not supported; valid: float, double, int32, all" \
-  "$all_reduce" -d bfloat16
-expect_error "-d/--datatype 'half' is not supported" "$all_reduce" -d half
+# run binary flags...: a quick checked run into $out; fails unless it exits 0.
+run() {
+  if ! "$@" -n 1 -w 0 >"$out" 2>"$err"; then
+    fail "$*: rc $?: $(cat "$err")"
+    return 1
+  fi
+}
+
+# column N of the table rows (lines not starting with '#'), space-separated on one line.
+column() { awk -v c="$1" '!/^#/ && NF { printf "%s ", $c }' "$out"; }
+
+expect_column() {  # expect_column N "<values>" description
+  local got
+  got=$(column "$1")
+  [ "$got" = "$2" ] || { fail "$3: column $1 is '$got', want '$2'"; cat "$out"; }
+}
+
+# ---- bad values: one line, exit 2 ----
+expect_error "-d/--datatype 'fp8' is not supported; valid: int8, uint8, int32, int64, half, float, double, bfloat16, all" \
+  "$all_reduce" -d fp8
+expect_error "-o/--op 'mulsum' is not supported; valid: sum, prod, max, min, avg, all" \
+  "$all_reduce" -o mulsum
+expect_error "-N/--run_cycles 0: carousel runs each sweep a bounded number of times" \
+  "$all_reduce" -N 0
+expect_error "valid: 1 or more" "$all_reduce" -N -3
+expect_error "-G/--cudagraph 1: CUDA graph launches need GPUs, and --backend local runs on CPU" \
+  "$all_reduce" -G 1
+expect_error "-i/--stepbytes 1K and -f/--stepfactor 2 both given; valid: one of them" \
+  "$all_reduce" -i 1K -f 2
+expect_error "-i/--stepbytes '0' is not a positive size" "$all_reduce" -i 0
+expect_error "--average: Value 4 not in range" "$all_reduce" -a 4
+expect_error "--parallel_init: Value 2 not in range" "$all_reduce" -p 2
+expect_error "--blocking: Value 2 not in range" "$all_reduce" -z 2
+expect_error "--report_cputime: Value 2 not in range" "$all_reduce" -C 2
+expect_error "--agg_iters: Value 0 not in range" "$all_reduce" -m 0
+expect_error "--nthreads: Value 0 not in range" "$all_reduce" -t 0
+expect_error "-t/--nthreads 64 x -g/--ngpus 32 = 2048 ranks; valid: at most 1024" \
+  "$all_reduce" -t 64 -g 32
+expect_error "-r/--root 'x' is not a rank; valid: a rank number or all" "$broadcast" -r x
+expect_error "-r/--root 7 is not a rank; valid: 0 to 1 or all" "$broadcast" -r 7 -g 2
 expect_error "-b/--minbytes '1X' is not a size; valid: bytes as a number with an optional K, M" \
   "$all_reduce" -b 1X
 expect_error "-e/--maxbytes '4KB' is not a size" "$all_reduce" -e 4KB
@@ -36,22 +81,64 @@ expect_error "-b/--minbytes 1G (1073741824 bytes) is larger than -e/--maxbytes 1
   "$all_reduce" -b 1G -e 1K
 expect_error "no size in this range gives all_gather with 4 ranks one element of type float" \
   "$all_gather" -b 4 -e 8 -g 4
-expect_error "-r/--root 7 is not a rank; valid: 0 to 1" "$all_reduce" -r 7
-expect_error "-o/--op avg with -d/--datatype int32" "$all_reduce" -d int32 -o avg
 expect_error "-J/--output_file '/nonexistent-dir/r.json' cannot be written" \
   "$all_reduce" -b 1K -e 1K -J /nonexistent-dir/r.json
 expect_error "--iters: Value 0 not in range" "$all_reduce" -n 0
 expect_error "--ngpus: Value abc" "$all_reduce" -g abc
 
-# -d all: one checked row per type.
-if "$all_reduce" -d all -b 1K -e 1K -g 2 -n 1 -w 0 >"$out" 2>"$err"; then
-  for type in float double int32; do
-    grep -qE "^ +1024 +[0-9]+ +$type +sum .* 0 *$" "$out" ||
-      { echo "FAIL: -d all: no checked 1024-byte $type row"; cat "$out"; failures=$((failures + 1)); }
-  done
+# ---- each flag's effect ----
+# -i: linear sizes b, b+i, ... up to e; -f: multiplied.
+run "$all_reduce" -b 1K -e 4K -i 1K -g 2 &&
+  expect_column 1 "1024 2048 3072 4096 " "-i 1K" &&
+  { grep -q "step: 1024(bytes)" "$out" || fail "-i: header lacks 'step: 1024(bytes)'"; }
+run "$all_reduce" -b 1K -e 8K -f 2 -g 2 && expect_column 1 "1024 2048 4096 8192 " "-f 2"
+# -N 3: the whole sweep three times.
+run "$all_reduce" -b 1K -e 2K -N 3 -g 2 && expect_column 1 "1024 2048 1024 2048 1024 2048 " "-N 3"
+# -m 4 with -n 3: each rank issues 12 timed operations per row (counted by the run loop).
+if "$all_reduce" -b 1K -e 1K -g 2 -n 3 -m 4 -w 0 -J "$json" >"$out" 2>"$err"; then
+  grep -q '"operations_per_rank": 12' "$json" || fail "-n 3 -m 4: want 12 operations per rank"
+  grep -q "agg iters: 4 " "$out" || fail "-m 4: header lacks 'agg iters: 4'"
 else
-  echo "FAIL: -d all: rc $?"; cat "$err"; failures=$((failures + 1))
+  fail "-m 4: rc $?"
 fi
+if "$all_reduce" -b 1K -e 1K -g 2 -n 3 -w 0 -J "$json" >"$out" 2>"$err"; then
+  grep -q '"operations_per_rank": 3' "$json" || fail "-n 3: want 3 operations per rank"
+fi
+# -d all: every type in nccl-tests' order, each checked (#wrong 0 out of and in place).
+run "$all_reduce" -d all -b 1K -e 1K -g 3 &&
+  expect_column 3 "int8 uint8 int32 int64 half float double bfloat16 " "-d all" &&
+  expect_column 9 "0 0 0 0 0 0 0 0 " "-d all out-of-place #wrong" &&
+  expect_column 13 "0 0 0 0 0 0 0 0 " "-d all in-place #wrong"
+# -o all: every op in nccl-tests' order; -d all -o all: 40 checked rows.
+run "$all_reduce" -o all -b 1K -e 1K -g 3 && expect_column 4 "sum prod max min avg " "-o all"
+run "$all_reduce" -d all -o all -b 256 -e 256 -g 5 &&
+  { [ "$(column 3 | wc -w)" -eq 40 ] || fail "-d all -o all: want 40 rows"; } &&
+  { grep -q "# Out of bounds values : 0 OK" "$out" || fail "-d all -o all: wrong values"; }
+# -r all: every root of a rooted collective; non-rooted ones print -1.
+run "$broadcast" -r all -b 1K -e 1K -g 3 && expect_column 5 "0 1 2 " "-r all"
+run "$all_reduce" -b 1K -e 1K -g 2 && expect_column 5 "-1 " "all_reduce root"
+# -t 2 -g 3: six ranks (threads x devices per thread).
+run "$all_reduce" -t 2 -g 3 -b 1K -e 1K &&
+  { grep -q "nThread 2 nGpus 3 " "$out" || fail "-t 2 -g 3: header"; } &&
+  { [ "$(grep -c '^#  Rank ' "$out")" -eq 6 ] || fail "-t 2 -g 3: want 6 device lines"; }
+# -z 1, -p 1: their header lines; -C 1: the time columns are called cputime.
+run "$all_reduce" -z 1 -p 1 -C 1 -b 1K -e 1K -g 2 &&
+  { grep -q "^# Blocking Enabled: wait for completion and barrier after each collective" "$out" ||
+    fail "-z 1: header line"; } &&
+  { grep -q "^# Parallel Init Enabled" "$out" || fail "-p 1: header line"; } &&
+  { grep -qE "^# +size +count +type +redop +root +cputime +algbw +busbw +#wrong +cputime " "$out" ||
+    fail "-C 1: column names"; }
+# -a 2 / -a 3: the JSON says which time over ranks the rows report.
+for a in "2 min" "3 max" "0 rank0"; do
+  set -- $a
+  if "$all_reduce" -b 1K -e 1K -g 2 -n 1 -w 0 -a "$1" -J "$json" >"$out" 2>"$err"; then
+    grep -q "\"time_over_ranks\": \"$2\"" "$json" || fail "-a $1: JSON lacks time_over_ranks $2"
+  else
+    fail "-a $1: rc $?"
+  fi
+done
+# -c 0: no check, #wrong is N/A; -G 0 is accepted.
+run "$all_reduce" -c 0 -G 0 -b 1K -e 1K -g 2 && expect_column 9 "N/A " "-c 0"
 
 [ "$failures" -eq 0 ] && echo "perf flags: all checks passed"
 exit "$failures"

@@ -1,18 +1,24 @@
 // test_collectives.cpp — the local communicator: every collective over 1..8 ranks with counts
 // that do and do not divide, in and out of place, checked exactly on rank-dependent integers;
-// split communicators; send/recv rings; and the mismatch and timeout errors.
+// every element type with every reduce op against a hand-worked table (reduction_table.h);
+// the float16 conversions; split communicators; send/recv rings; and the mismatch and timeout
+// errors.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <future>
+#include <limits>
 #include <thread>
 
 #include "collectives/local_communicator.h"
 #include "compute/cpu_backend.h"
+#include "compute/float16.h"
 #include "tests/collective_checks.h"
+#include "tests/reduction_table.h"
 #include "tests/test_util.h"
 
 namespace carousel {
@@ -307,6 +313,74 @@ TEST(Errors, SendWithoutReceiveAndSizeMismatch) {
               std::string::npos)
         << e;
   }
+}
+
+TEST(HostReductions, EveryDtypeAndOpMatchesTheHandWorkedTable) {
+  LocalWorld world(3, 30.0);
+  run_ranks(3, [&](int r) {
+    CpuBackend be(r);
+    auto comm = world.communicator(r);
+    testing::check_reduction_table(*comm, be);
+  });
+}
+
+TEST(HostReductions, AHundredInt8RanksWrapAndAverageLikeModularArithmetic) {
+  // 100 ranks each send 3: the sum 300 wraps to 300 - 256 = 44; avg = 44 / 100 = 0; prod
+  // 3^100 mod 256: 3^2 = 9, 3^4 = 81, 3^8 = 6561 = 25*256 + 161, 3^16 = 161^2 = 25921 =
+  // 101*256 + 65, 3^32 = 65^2 = 4225 = 16*256 + 129, 3^64 = 129^2 = 16641 = 65*256 + 1, so
+  // 3^100 = 3^64 * 3^32 * 3^4 = 1 * 129 * 81 = 10449 = 40*256 + 209 -> 209 - 256 = -47.
+  constexpr int n = 100;
+  LocalWorld world(n, 60.0);
+  std::vector<std::vector<std::int8_t>> results(n);
+  run_ranks(n, [&](int r) {
+    CpuBackend be(r);
+    auto comm = world.communicator(r);
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Prod}) {
+      Tensor t = be.from_host(std::vector<std::int8_t>{3}, {1});
+      comm->all_reduce(t, t, op).wait();
+      results[r].push_back(be.to_host<std::int8_t>(t)[0]);
+    }
+  });
+  for (int r = 0; r < n; ++r) EXPECT_EQ(results[r], (std::vector<std::int8_t>{44, 0, -47})) << r;
+}
+
+TEST(Float16, ConversionsRoundToNearestEvenAndRoundTrip) {
+  using math::to_f16;
+  struct Case {
+    float x;
+    std::uint16_t bits;
+  };
+  const Case cases[] = {
+      {1.0f, 0x3C00},
+      {-2.0f, 0xC000},
+      {0.0f, 0x0000},
+      {-0.0f, 0x8000},
+      {65504.0f, 0x7BFF},             // largest finite half
+      {65519.0f, 0x7BFF},             // below 65504 + half an ulp (16): rounds down
+      {65520.0f, 0x7C00},             // the tie goes to the even side: infinity
+      {0x1p-14f, 0x0400},             // smallest normal
+      {0x1p-24f, 0x0001},             // smallest subnormal
+      {0x1p-25f, 0x0000},             // half of it: a tie, to even (zero)
+      {0x1.8p-25f, 0x0001},           // above the tie
+      {1.0f + 0x1p-11f, 0x3C00},      // tie between 1 and 1 + 2^-10: even (1)
+      {1.0f + 3 * 0x1p-11f, 0x3C02},  // tie between 1 + 2^-10 and 1 + 2^-9: even (0x3C02)
+      {7.0f / 3.0f, 0x40AB},          // 1195 * 2^-9
+      {1e9f, 0x7C00},
+  };
+  for (const Case& c : cases) EXPECT_EQ(to_f16(c.x).bits, c.bits) << c.x;
+  EXPECT_EQ(to_f16(std::numeric_limits<float>::quiet_NaN()).bits & 0x7E00u, 0x7E00u);
+  // Every half widens exactly and narrows back to itself (NaNs stay NaN).
+  for (std::uint32_t b = 0; b < 0x10000; ++b) {
+    const float x = math::to_float(f16{std::uint16_t(b)});
+    if ((b & 0x7C00u) == 0x7C00u && (b & 0x03FFu)) {
+      EXPECT_TRUE(std::isnan(x)) << b;
+      continue;
+    }
+    ASSERT_EQ(to_f16(x).bits, b) << b;
+  }
+  EXPECT_EQ(math::to_float(f16{0x0001}), 0x1p-24f);
+  EXPECT_EQ(math::to_float(f16{0x7BFF}), 65504.0f);
+  EXPECT_EQ(math::to_float(f16{0x3555}), 0.333251953125f);  // 0x155 = 341: (1 + 341/1024) / 4
 }
 
 }  // namespace

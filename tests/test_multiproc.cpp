@@ -1,5 +1,6 @@
 // test_multiproc.cpp — the MPI communicator, run as 4 processes by mpirun (label multiproc): the
-// exact collective checks of the threaded test on sub-communicators of 1..4 ranks, rings,
+// exact collective checks of the threaded test on sub-communicators of 1..4 ranks, the
+// hand-worked table of every element type and reduce op on 3 of them, rings,
 // splits, the mismatch errors, and float results that must be bitwise equal to the same
 // collectives run by the local communicator's threads inside each process.
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include "collectives/mpi_communicator.h"
 #include "compute/cpu_backend.h"
 #include "tests/collective_checks.h"
+#include "tests/reduction_table.h"
 #include "tests/test_util.h"
 
 namespace carousel {
@@ -38,6 +40,14 @@ TEST(Multiproc, CollectivesAreExactOnOneToFourProcesses) {
     }
     if (n > 1) testing::check_grouped_rings(*comm, be);
   }
+}
+
+TEST(Multiproc, EveryDtypeAndOpMatchesTheHandWorkedTable) {
+  auto world = runtime->world(60.0);
+  ASSERT_GE(world->size(), 3) << "run under mpirun with at least 3 processes";
+  CpuBackend be(world->rank());
+  auto comm = first_ranks(*world, 3);
+  if (comm) testing::check_reduction_table(*comm, be);
 }
 
 TEST(Multiproc, FloatResultsAreBitwiseThoseOfTheThreadedRun) {

@@ -59,6 +59,21 @@ TEST(OpErrors, Bfloat16IsRejectedWhereItHasNoMeaning) {
   expect_error([&] { be.cast(be.zeros({5}), x); }, {"cast", "'dst'", "[4]", "[5]"});
 }
 
+TEST(OpErrors, CommunicatorOnlyDtypesAreStoredButNotComputedIn) {
+  CpuBackend be;
+  for (DType d : {DType::F16, DType::I8, DType::U8, DType::I64}) {
+    const std::string name(dtype_name(d));
+    Tensor t = be.zeros({4}, d);  // zeros, upload, download and copy work
+    EXPECT_EQ(t.nbytes(), 4 * dtype_size(d));
+    std::vector<char> bytes(t.nbytes(), 0);
+    be.download(t, bytes.data());
+    EXPECT_EQ(bytes, std::vector<char>(t.nbytes(), 0)) << name;
+    expect_error([&] { be.fill(t, 1.0); }, {"fill", "'x'", name, "not a floating dtype"});
+    expect_error([&] { be.cast(t, be.zeros({4})); }, {"cast", "'src'", name});
+    expect_error([&] { be.sum(t); }, {"sum", "'x'", name, "runs in float32 or float64"});
+  }
+}
+
 TEST(OpErrors, AttentionHeadsMustDivide) {
   CpuBackend be;
   Tensor q = be.zeros({1, 4, 3, 8}), k = be.zeros({1, 4, 2, 8}), o = be.empty({1, 4, 3, 8}),
@@ -100,8 +115,8 @@ TEST(OpErrors, RopeNeedsMatchingTables) {
                {"rope_forward", "'cos'", "[4,4]", "[5,4]"});
 }
 
-// The check macros of compute/error.h: a user error keeps its message clean and its file:line apart;
-// an internal error and a library error name file:line in the message.
+// The check macros of compute/error.h: a user error keeps its message clean and its file:line
+// apart; an internal error and a library error name file:line in the message.
 TEST(CheckMacros, CheckKeepsMessageAndRecordsWhere) {
   try {
     CAROUSEL_CHECK(1 + 1 == 3, "arithmetic is {}", "off");

@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   t.run = [](Communicator& c, const Tensor& send, const Tensor& recv, int, ReduceOp) {
     return c.all_gather(send, recv);
   };
-  t.expected = [](int, int, std::int64_t i, std::int64_t count, int, ReduceOp,
-                  const perf::Input& input) { return input(int(i / count), i % count); };
+  t.source = [](int, int, std::int64_t i, std::int64_t count, int) {
+    return perf::Source{perf::Source::OneRank, int(i / count), i % count};
+  };
   return perf::run_perf(t, argc, argv);
 }

@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
   t.run = [](Communicator& c, const Tensor& send, const Tensor& recv, int, ReduceOp op) {
     return c.all_reduce(send, recv, op);
   };
-  t.expected = [](int, int n, std::int64_t i, std::int64_t, int, ReduceOp op,
-                  const perf::Input& input) { return perf::reduce_over_ranks(n, i, op, input); };
+  t.source = [](int, int, std::int64_t i, std::int64_t, int) {
+    return perf::Source{perf::Source::AllRanks, 0, i};
+  };
   return perf::run_perf(t, argc, argv);
 }

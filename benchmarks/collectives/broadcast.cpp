@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
   t.run = [](Communicator& c, const Tensor& send, const Tensor& recv, int root, ReduceOp) {
     return c.broadcast(send, recv, root);
   };
-  t.expected = [](int, int, std::int64_t i, std::int64_t, int root, ReduceOp,
-                  const perf::Input& input) { return input(root, i); };
+  t.source = [](int, int, std::int64_t i, std::int64_t, int root) {
+    return perf::Source{perf::Source::OneRank, root, i};
+  };
   return perf::run_perf(t, argc, argv);
 }

@@ -1,13 +1,12 @@
 // perf.h — the shared driver of the nccl-tests-style collective benchmarks.
 //
 // Each *_perf binary describes one collective (a CollectiveTest, one small file each) and calls
-// run_perf(). Flags, table and busbw formulas follow NVIDIA/nccl-tests so numbers read the same:
-//   -b/-e  smallest/largest size in bytes (K, M, G suffixes), -f multiplicative step,
-//   -g     ranks (simulated CPU devices of the local backend), -n timed iterations,
-//   -w     warm-up iterations, -c check results (1) or not (0), -d float|double|int32|all,
-//   -o     sum|avg, -r root, -T timeout seconds, -J JSON output file, --backend local.
-// Time is per operation, averaged over ranks; algbw = size / time; busbw = algbw x factor.
-// A bad flag value is one line on stderr (flag, value, what is valid) and exit status 2.
+// run_perf(). The driver is split by concern:
+//   perf_options.*  the command line (nccl-tests 2.19 flags) and its checks;
+//   perf_types.*    the element types and reduce ops of -d/-o, inputs, expected values, checks;
+//   perf_report.*   the nccl-tests table, header and footer on stdout, and the -J JSON file;
+//   perf.cpp        ranks, devices and communicators, and the timed sweep.
+// docs/collectives.md has the flag table, the dtype/op matrix and the JSON fields.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +18,16 @@
 
 namespace carousel::perf {
 
-// input(rank, j): the value rank puts in element j of its send buffer.
-using Input = std::function<double(int rank, std::int64_t j)>;
+// Where element i of a rank's receive buffer comes from after the collective.
+struct Source {
+  enum Kind {
+    Nothing,   // left as it was (zero): sendrecv with one rank
+    OneRank,   // element `index` of rank `rank`'s send buffer
+    AllRanks,  // the reduction over every rank of element `index` of their send buffers
+  } kind = Nothing;
+  int rank = 0;
+  std::int64_t index = 0;
+};
 
 struct CollectiveTest {
   std::string name;  // "all_gather"
@@ -35,15 +42,10 @@ struct CollectiveTest {
       in_place_views;
   std::function<Event(Communicator&, const Tensor& send, const Tensor& recv, int root, ReduceOp op)>
       run;
-  // Expected element i of `rank`'s recv buffer.
-  std::function<double(int rank, int ranks, std::int64_t i, std::int64_t count, int root,
-                       ReduceOp op, const Input& input)>
-      expected;
+  // The source of element i of `rank`'s recv buffer (count: the "count" column).
+  std::function<Source(int rank, int ranks, std::int64_t i, std::int64_t count, int root)> source;
 };
 
 int run_perf(const CollectiveTest& test, int argc, char** argv);
-
-// Reduction over ranks of input(q, j), for the expected values of reducing collectives.
-double reduce_over_ranks(int ranks, std::int64_t j, ReduceOp op, const Input& input);
 
 }  // namespace carousel::perf

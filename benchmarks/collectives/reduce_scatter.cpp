@@ -19,9 +19,8 @@ int main(int argc, char** argv) {
   t.run = [](Communicator& c, const Tensor& send, const Tensor& recv, int, ReduceOp op) {
     return c.reduce_scatter(send, recv, op);
   };
-  t.expected = [](int rank, int n, std::int64_t i, std::int64_t count, int, ReduceOp op,
-                  const perf::Input& input) {
-    return perf::reduce_over_ranks(n, rank * count + i, op, input);
+  t.source = [](int rank, int, std::int64_t i, std::int64_t count, int) {
+    return perf::Source{perf::Source::AllRanks, 0, rank * count + i};
   };
   return perf::run_perf(t, argc, argv);
 }

@@ -19,9 +19,9 @@ int main(int argc, char** argv) {
     }
     return c.group_end();
   };
-  t.expected = [](int rank, int n, std::int64_t i, std::int64_t, int, ReduceOp,
-                  const perf::Input& input) {
-    return n > 1 ? input((rank + n - 1) % n, i) : 0.0;
+  t.source = [](int rank, int n, std::int64_t i, std::int64_t, int) {
+    if (n == 1) return perf::Source{};  // nothing moves: recv stays zero
+    return perf::Source{perf::Source::OneRank, (rank + n - 1) % n, i};
   };
   return perf::run_perf(t, argc, argv);
 }

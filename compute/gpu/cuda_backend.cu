@@ -77,7 +77,8 @@ class CudaAllocator final : public DeviceAllocator {
 };
 
 cudaDataType_t cublas_type(DType t) {
-  return per_dtype(t, CUDA_R_32F, CUDA_R_64F, CUDA_R_16BF, CUDA_R_32I);
+  return per_dtype(t, CUDA_R_32F, CUDA_R_64F, CUDA_R_16BF, CUDA_R_32I, CUDA_R_16F, CUDA_R_8I,
+                   CUDA_R_8U, CUDA_R_64I);
 }
 
 class CudaBackend final : public Backend {

@@ -1,0 +1,212 @@
+// perf_options.cpp — parsing and checking the collective benchmarks' command line (CLI11).
+#include "benchmarks/collectives/perf_options.h"
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <tuple>
+
+namespace carousel::perf {
+
+std::optional<std::int64_t> parse_size(const std::string& text) {
+  std::size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (!(v >= 0) || !std::isdigit(static_cast<unsigned char>(text[0]))) return std::nullopt;
+  double mult = 1;
+  if (pos < text.size()) {
+    if (pos + 1 != text.size()) return std::nullopt;
+    switch (std::toupper(static_cast<unsigned char>(text[pos]))) {
+      case 'K':
+        mult = 0x1p10;
+        break;
+      case 'M':
+        mult = 0x1p20;
+        break;
+      case 'G':
+        mult = 0x1p30;
+        break;
+      default:
+        return std::nullopt;
+    }
+  }
+  if (v * mult > 0x1p50) return std::nullopt;  // 1 PiB: no buffer of that size
+  return std::int64_t(v * mult);
+}
+
+namespace {
+
+// One error line on stderr; the caller returns exit status 2.
+template <class... Args>
+std::nullopt_t error(int& exit_code, fmt::format_string<Args...> format, Args&&... args) {
+  fmt::print(stderr, "error: {}\n", fmt::format(format, std::forward<Args>(args)...));
+  exit_code = 2;
+  return std::nullopt;
+}
+
+const char* size_rule =
+    "valid: bytes as a number with an optional K, M or G suffix, up to 1P (e.g. 8, 4K, 32M)";
+
+}  // namespace
+
+std::optional<Options> parse_options(const std::string& program, int argc, char** argv,
+                                     int& exit_code) {
+  Options o;
+  for (int i = 0; i < argc; ++i) o.args.emplace_back(argv[i]);
+  CLI::App app{program + " — nccl-tests-style benchmark of carousel's communicator"};
+  std::string min_text = "32M", max_text = "32M", step_text, op_text = "sum";
+  o.type_text = "float";
+  o.root_text = "0";
+  app.add_option("-t,--nthreads", o.threads,
+                 "threads per process; ranks = t x g on the in-process backends")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("-g,--ngpus", o.gpus, "devices per thread (simulated CPU devices on local)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("-b,--minbytes", min_text, "smallest size (K/M/G suffixes)");
+  app.add_option("-e,--maxbytes", max_text, "largest size");
+  auto* step_bytes = app.add_option("-i,--stepbytes", step_text, "linear size step (bytes)");
+  auto* step_factor = app.add_option("-f,--stepfactor", o.step_factor, "multiplicative size step")
+                          ->check(CLI::Range(1.01, 1e9));
+  app.add_option("-o,--op", op_text, "sum | prod | max | min | avg | all");
+  app.add_option("-d,--datatype", o.type_text,
+                 "int8 | uint8 | int32 | int64 | half | float | double | bfloat16 | all");
+  app.add_option("-r,--root", o.root_text, "root rank of rooted collectives, or all");
+  app.add_option("-n,--iters", o.iters, "timed iterations")->check(CLI::Range(1, 1000000));
+  app.add_option("-w,--warmup_iters", o.warmup, "warm-up iterations")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("-m,--agg_iters", o.agg_iters, "operations per timed iteration")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("-N,--run_cycles", o.run_cycles, "run each sweep this many times (>= 1)");
+  app.add_option("-p,--parallel_init", o.parallel_init,
+                 "0/1; ranks always create their communicators in parallel here")
+      ->check(CLI::Range(0, 1));
+  app.add_option("-c,--check", o.check, "check results: 1 yes, 0 no")->check(CLI::Range(0, 1));
+  app.add_option("-z,--blocking", o.blocking, "1: wait and barrier after each operation")
+      ->check(CLI::Range(0, 1));
+  app.add_option("-G,--cudagraph", o.cuda_graphs, "CUDA graph launches: 0 (no graphs here)")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("-C,--report_cputime", o.report_cputime,
+                 "1: label the time column cputime (the same host clock here)")
+      ->check(CLI::Range(0, 1));
+  app.add_option("-a,--average", o.average, "time over ranks: 0 rank 0, 1 mean, 2 min, 3 max")
+      ->check(CLI::Range(0, 3));
+  app.add_option("-T,--timeout", o.timeout, "fail an operation waiting longer than this (s)");
+  app.add_option("-J,--output_file", o.json_file, "also write results as JSON");
+  app.add_option("--backend", o.backend,
+                 "local (CPU threads); mpi (one rank per process, under mpirun); nccl (GPUs)")
+      ->check(CLI::IsMember({"local", "mpi", "nccl"}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) {  // --help
+      exit_code = app.exit(e);
+      return std::nullopt;
+    }
+    return error(exit_code, "{} (see --help)", e.what());
+  }
+  o.ranks_flags_given = app.count("-t") > 0 || app.count("-g") > 0;
+  if (o.ranks() > 1024) {
+    return error(exit_code, "-t/--nthreads {} x -g/--ngpus {} = {} ranks; valid: at most 1024",
+                 o.threads, o.gpus, o.ranks());
+  }
+  const auto types = parse_types(o.type_text);
+  if (!types) {
+    return error(exit_code, "-d/--datatype '{}' is not supported; valid: {}", o.type_text,
+                 type_names());
+  }
+  o.types = *types;
+  const auto ops = parse_ops(op_text);
+  if (!ops)
+    return error(exit_code, "-o/--op '{}' is not supported; valid: {}", op_text, op_names());
+  o.ops = *ops;
+  const auto lo = parse_size(min_text), hi = parse_size(max_text);
+  for (const auto& [flag, text, size] :
+       {std::tuple{"-b/--minbytes", min_text, lo}, std::tuple{"-e/--maxbytes", max_text, hi}}) {
+    if (!size) return error(exit_code, "{} '{}' is not a size; {}", flag, text, size_rule);
+  }
+  o.min_bytes = *lo;
+  o.max_bytes = *hi;
+  o.min_text = min_text;
+  o.max_text = max_text;
+  if (o.min_bytes > o.max_bytes) {
+    return error(exit_code,
+                 "-b/--minbytes {} ({} bytes) is larger than -e/--maxbytes {} ({} bytes); valid: "
+                 "-b <= -e",
+                 min_text, o.min_bytes, max_text, o.max_bytes);
+  }
+  if (step_bytes->count() > 0) {
+    if (step_factor->count() > 0) {
+      return error(exit_code,
+                   "-i/--stepbytes {} and -f/--stepfactor {} both given; valid: one of them (-i "
+                   "adds bytes, -f multiplies)",
+                   step_text, o.step_factor);
+    }
+    const auto step = parse_size(step_text);
+    if (!step || *step == 0) {
+      return error(exit_code, "-i/--stepbytes '{}' is not a positive size; {}", step_text,
+                   size_rule);
+    }
+    o.step_bytes = *step;
+  }
+  if (o.run_cycles < 1) {
+    return error(exit_code,
+                 "-N/--run_cycles {}: carousel runs each sweep a bounded number of times "
+                 "(nccl-tests' 0 = forever is not offered); valid: 1 or more",
+                 o.run_cycles);
+  }
+  if (o.cuda_graphs != 0) {
+    if (o.backend == "nccl") {
+      return error(exit_code,
+                   "-G/--cudagraph {}: carousel's NCCL communicator launches every operation on "
+                   "its stream and does not capture CUDA graphs; valid: -G 0",
+                   o.cuda_graphs);
+    }
+    return error(exit_code,
+                 "-G/--cudagraph {}: CUDA graph launches need GPUs, and --backend {} runs on "
+                 "CPU threads or processes, where there is no graph to capture; valid: -G 0",
+                 o.cuda_graphs, o.backend);
+  }
+  if (o.root_text == "all") {
+    o.all_roots = true;
+  } else {
+    std::size_t pos = 0;
+    bool ok = !o.root_text.empty() && std::isdigit(static_cast<unsigned char>(o.root_text[0]));
+    try {
+      o.root = std::stoi(o.root_text, &pos);
+    } catch (const std::exception&) {
+      ok = false;
+    }
+    if (!ok || pos != o.root_text.size()) {
+      return error(exit_code, "-r/--root '{}' is not a rank; valid: a rank number or all",
+                   o.root_text);
+    }
+  }
+  if (!o.json_file.empty()) {
+    // Checked now, written at the end: a run must not end in a lost report.
+    std::FILE* f = std::fopen(o.json_file.c_str(), "w");
+    if (!f) {
+      return error(exit_code, "-J/--output_file '{}' cannot be written: {}", o.json_file,
+                   std::strerror(errno));
+    }
+    std::fclose(f);
+  }
+  return o;
+}
+
+bool check_root(const Options& o, int ranks) {
+  if (o.all_roots || (o.root >= 0 && o.root < ranks)) return true;
+  fmt::print(stderr, "error: -r/--root {} is not a rank; valid: 0 to {} or all\n", o.root,
+             ranks - 1);
+  return false;
+}
+
+}  // namespace carousel::perf

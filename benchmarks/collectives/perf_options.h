@@ -1,0 +1,51 @@
+// perf_options.h — the command line of the collective benchmarks: nccl-tests 2.19's flags, what
+// each means on carousel's backends (docs/collectives.md has the table), and their checks.
+//
+// Every flag is checked before anything runs: a bad value is one line on stderr naming the flag,
+// the value and what is valid, and exit status 2 (--help: the usage, status 0).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "benchmarks/collectives/perf_types.h"
+
+namespace carousel::perf {
+
+struct Options {
+  std::int64_t min_bytes = 32 << 20, max_bytes = 32 << 20;
+  std::int64_t step_bytes = 0;  // -i: linear step; 0 = multiply by step_factor (-f)
+  double step_factor = 2;
+  int threads = 1, gpus = 1;       // -t, -g: ranks = threads x gpus on the in-process backends
+  bool ranks_flags_given = false;  // -t or -g on the command line (refused under mpirun)
+  int iters = 20, warmup = 5, agg_iters = 1, run_cycles = 1;
+  int check = 1;
+  int average = 1;  // -a: 0 rank 0's time, 1 mean over ranks, 2 min, 3 max
+  int parallel_init = 0, blocking = 0, cuda_graphs = 0, report_cputime = 0;
+  std::vector<ElementType> types;
+  std::vector<ReduceChoice> ops;
+  int root = 0;
+  bool all_roots = false;  // -r all
+  double timeout = 300;
+  std::string json_file, backend = "local";
+  std::string min_text, max_text, type_text, root_text;  // as typed, for messages
+  std::vector<std::string> args;                         // the command line, for the JSON
+
+  int ranks() const { return threads * gpus; }
+};
+
+// The options, or nullopt after printing the usage (exit_code 0) or one error line (2).
+std::optional<Options> parse_options(const std::string& program, int argc, char** argv,
+                                     int& exit_code);
+
+// The checks that need the rank count (known after mpirun or the rendezvous): -r. False after
+// printing the error line.
+bool check_root(const Options& o, int ranks);
+
+// "32M", "4K", "1G", "1024", "1.5M": bytes; nullopt for anything else (no negative sizes, one
+// optional suffix, nothing after it, at most 1 PiB).
+std::optional<std::int64_t> parse_size(const std::string& text);
+
+}  // namespace carousel::perf

@@ -1,0 +1,117 @@
+// host_reduction.cpp — the element loops of host reductions (common.h: accumulate,
+// finish_reduction), shared by the local and MPI communicators so both give bitwise the same
+// result.
+//
+// Per element type: float32/float64 combine in their own precision; bfloat16 and float16 load
+// into float32, combine, and round the running result back to nearest even after every rank
+// (what a ring of half-precision buffers does); integers wrap around modulo 2^bits (computed in
+// unsigned arithmetic, so no signed overflow) and avg divides the wrapped sum by the rank count,
+// truncated toward zero, as NCCL's integer avg does.
+#include <algorithm>
+#include <type_traits>
+
+#include "collectives/common.h"
+#include "compute/bfloat16.h"
+#include "compute/dispatch.h"
+#include "compute/error.h"
+#include "compute/float16.h"
+
+namespace carousel::comm {
+
+namespace {
+
+// How elements of T are combined: Math is the type arithmetic happens in.
+template <class T>
+struct Element {
+  using Math = T;
+  static Math load(T x) { return x; }
+  static T store(Math x) { return x; }
+};
+template <>
+struct Element<bf16> {
+  using Math = float;
+  static float load(bf16 x) { return math::to_float(x); }
+  static bf16 store(float x) { return math::to_bf16(x); }
+};
+template <>
+struct Element<f16> {
+  using Math = float;
+  static float load(f16 x) { return math::to_float(x); }
+  static f16 store(float x) { return math::to_f16(x); }
+};
+
+// Wraparound arithmetic for integers: unsigned, at least as wide as unsigned int (no promotion
+// to a signed int that could overflow), converted back modulo 2^bits (defined since C++20).
+template <class M>
+using Unsigned =
+    std::conditional_t<(sizeof(M) < sizeof(unsigned)), unsigned, std::make_unsigned_t<M>>;
+
+template <class M>
+M add(M a, M b) {
+  if constexpr (std::is_integral_v<M>)
+    return M(Unsigned<M>(std::make_unsigned_t<M>(a)) + Unsigned<M>(std::make_unsigned_t<M>(b)));
+  else
+    return a + b;
+}
+template <class M>
+M multiply(M a, M b) {
+  if constexpr (std::is_integral_v<M>)
+    return M(Unsigned<M>(std::make_unsigned_t<M>(a)) * Unsigned<M>(std::make_unsigned_t<M>(b)));
+  else
+    return a * b;
+}
+
+// o[i] = o[i] op x[i]; one loop per op (the op is not decided per element), so the compiler
+// vectorizes the float, double and integer loops.
+template <class T, class Op>
+void combine_all(T* o, const T* x, std::int64_t n, Op op) {
+  using E = Element<T>;
+  for (std::int64_t i = 0; i < n; ++i) o[i] = E::store(op(E::load(o[i]), E::load(x[i])));
+}
+
+}  // namespace
+
+void accumulate(DType dtype, ReduceOp op, void* out, const void* in, std::int64_t n, bool first) {
+  dispatch(ReduceTypes{}, "host reduction", dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using M = typename Element<T>::Math;
+    T* o = static_cast<T*>(out);
+    const T* x = static_cast<const T*>(in);
+    if (first) {
+      std::copy(x, x + n, o);
+      return;
+    }
+    switch (op) {
+      case ReduceOp::Sum:
+      case ReduceOp::Avg:
+        return combine_all(o, x, n, [](M a, M b) { return add(a, b); });
+      case ReduceOp::Prod:
+        return combine_all(o, x, n, [](M a, M b) { return multiply(a, b); });
+      case ReduceOp::Min:
+        return combine_all(o, x, n, [](M a, M b) { return std::min(a, b); });
+      case ReduceOp::Max:
+        return combine_all(o, x, n, [](M a, M b) { return std::max(a, b); });
+    }
+    CAROUSEL_ASSERT(false, "reduce op {} has no host implementation", int(op));
+  });
+}
+
+void finish_reduction(DType dtype, ReduceOp op, void* data, std::int64_t n, int by) {
+  if (op != ReduceOp::Avg) return;
+  CAROUSEL_ASSERT(by > 0, "avg over {} ranks", by);
+  dispatch(ReduceTypes{}, "avg", dtype, [&](auto tag) {
+    using T = decltype(tag);
+    using E = Element<T>;
+    T* d = static_cast<T*>(data);
+    for (std::int64_t i = 0; i < n; ++i) {
+      if constexpr (std::is_integral_v<T>) {
+        d[i] = T(std::int64_t(d[i]) / by);  // in int64: `by` may not fit in T (int8, 200 ranks)
+      } else {
+        using M = typename E::Math;
+        d[i] = E::store(E::load(d[i]) / M(by));
+      }
+    }
+  });
+}
+
+}  // namespace carousel::comm
