@@ -1,5 +1,6 @@
 // cmd_train.cpp — `carousel train [config.yml] key=value ...`.
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -7,6 +8,7 @@
 #include "host/config.h"
 #include "host/launch.h"
 #include "host/logging.h"
+#include "host/progress_bar.h"
 #include "host/run_name.h"
 #include "host/trainer.h"
 
@@ -44,11 +46,13 @@ int run_train(const ConfigArgs& options) {
   const LogOptions log{
       .rank = processes->rank(),
       .level = loaded.config.log_level,
-      .file_dir = (std::filesystem::path(loaded.config.run_directory()) / "logs").string()};
+      .file_dir = (std::filesystem::path(loaded.config.run_directory()) / "logs").string(),
+      .progress_bar = progress_bar_wanted(loaded.config.progress_bar, isatty(STDERR_FILENO) == 1,
+                                          processes->rank(), loaded.config.log_level)};
   try {
     init_logging(log);
   } catch (const std::filesystem::filesystem_error&) {
-    init_logging({.rank = log.rank, .level = log.level, .file_dir = {}});
+    init_logging({.rank = log.rank, .level = log.level, .file_dir = {}, .progress_bar = false});
   }
   if (fresh_run) log_fresh_run_name(loaded.config);
   spdlog::info("config ({} keys; non-default marked *):", loaded.table.size());

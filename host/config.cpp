@@ -148,6 +148,9 @@ const std::vector<ConfigKey>& config_keys() {
       key("metrics_file", &Config::metrics_file,
           "JSON-lines metrics (default <run directory>/metrics.jsonl)"),
       key("log_level", &Config::log_level, "trace | debug | info | warn | error | off"),
+      key("progress_bar", &Config::progress_bar,
+          "auto (a progress line on a terminal, step lines then go to the log file) | always | "
+          "never"),
       key("profiler_steps", &Config::profiler_steps,
           "measure this many steps into <run directory>/trace.json (Chrome/Perfetto: compute, "
           "pipe and fsdp rows per rank, send->recv arrows, the predicted schedule beside); 0 = "

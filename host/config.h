@@ -30,6 +30,7 @@ struct Config {
   std::int64_t log_period = 1;
   std::string metrics_file;  // default <base_output_directory>/<run_name>/metrics.jsonl
   std::string log_level = "info";
+  std::string progress_bar = "auto";  // auto | always | never (host/progress_bar.h)
   std::int64_t profiler_steps = 0;                   // measured trace of this many steps
   double peak_flops = 0;                             // per device, for MFU; 0 = known or measured
   std::int64_t skip_first_n_steps_for_profiler = 1;  // MaxText's name

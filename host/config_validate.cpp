@@ -200,6 +200,9 @@ void Config::validate() const {
   CAROUSEL_CHECK(spdlog::level::from_str(log_level) != spdlog::level::off || log_level == "off",
                  "log_level='{}' is not valid; use trace, debug, info, warn, error or off",
                  log_level);
+  CAROUSEL_CHECK(progress_bar == "auto" || progress_bar == "always" || progress_bar == "never",
+                 "progress_bar='{}' is not valid; use auto (a bar on a terminal), always or never",
+                 progress_bar);
   CAROUSEL_CHECK(learning_rate >= 0, "learning_rate={} must be >= 0", learning_rate);
   CAROUSEL_CHECK(adam_b1 >= 0 && adam_b1 < 1, "adam_b1={} must be in [0, 1)", adam_b1);
   CAROUSEL_CHECK(adam_b2 >= 0 && adam_b2 < 1, "adam_b2={} must be in [0, 1)", adam_b2);

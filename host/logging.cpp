@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compute/error.h"
+#include "host/progress_bar.h"
 
 namespace carousel {
 
@@ -18,7 +19,10 @@ void init_logging(const LogOptions& options) {
   }
   std::vector<spdlog::sink_ptr> sinks;
   {  // other ranks (processes of a job) show only their warnings and errors
-    auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    spdlog::sink_ptr console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+    std::shared_ptr<ProgressSink> bar;
+    if (options.progress_bar) console = bar = std::make_shared<ProgressSink>(console, stderr);
+    set_progress_sink(bar);
     console->set_level(options.rank == 0 ? level : std::max(level, spdlog::level::warn));
     sinks.push_back(console);
   }

@@ -11,7 +11,8 @@ namespace carousel {
 struct LogOptions {
   int rank = 0;
   std::string level = "info";  // trace|debug|info|warn|error|off
-  std::string file_dir;        // when set, rank r also logs (at debug) to <dir>/rank<r>.log, appended
+  std::string file_dir;  // when set, rank r also logs (at debug) to <dir>/rank<r>.log, appended
+  bool progress_bar = false;  // the console keeps a progress line (host/progress_bar.h)
 };
 
 // Installs the default logger for this process. Throws carousel::Error on an unknown level.

@@ -12,6 +12,7 @@
 #include "compute/error.h"
 #include "host/checkpoint.h"
 #include "host/optimizer.h"
+#include "host/progress_bar.h"
 
 namespace carousel {
 
@@ -63,26 +64,41 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
   metrics_.flush();  // one record per step reaches the file, or the run stops here
   CAROUSEL_CHECK(metrics_.good(), "writing metrics file '{}' failed at step {}: {} (disk full?)",
                  path_, step, std::strerror(errno));
-  const double eta = eta_seconds(step, seconds);
+  const double mean = mean_step_seconds(seconds);
+  const double eta = mean * double(cfg_.steps - step - 1);
   if (eval_loss) spdlog::info("step {:>5}/{} | eval loss {:.4f}", step + 1, cfg_.steps, *eval_loss);
+  ProgressSink* bar = progress_sink();
+  if (bar) {
+    bar->show({.done = step + 1,
+               .total = cfg_.steps,
+               .steps_per_second = 1 / mean,
+               .tokens_per_second = tokens_per_step_ / mean,
+               .loss = loss,
+               .eta_seconds = eta});
+  }
   if (step % cfg_.log_period == 0 || step + 1 == cfg_.steps) {
-    spdlog::info(
-        "step {:>5}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.1f} ms | "
-        "{:.0f} tok/s | {:.2f} GFLOP/s{}{} | ETA {}",
-        step + 1, cfg_.steps, s.loss, s.grad_norm, s.learning_rate, s.step_ms, s.tokens_per_second,
-        s.flops_per_second / 1e9, mfu > 0 ? fmt::format(" | MFU {:.1f}%", 100 * mfu) : "",
-        peak_bytes > 0 ? " | mem " + format_bytes(peak_bytes) : "", format_duration(eta));
+    // Under a progress bar the step lines go to the log file only (debug), except the last.
+    spdlog::log(bar && step + 1 != cfg_.steps ? spdlog::level::debug : spdlog::level::info,
+                "step {:>5}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.1f} ms | "
+                "{:.0f} tok/s | {:.2f} GFLOP/s{}{} | ETA {}",
+                step + 1, cfg_.steps, s.loss, s.grad_norm, s.learning_rate, s.step_ms,
+                s.tokens_per_second, s.flops_per_second / 1e9,
+                mfu > 0 ? fmt::format(" | MFU {:.1f}%", 100 * mfu) : "",
+                peak_bytes > 0 ? " | mem " + format_bytes(peak_bytes) : "", format_duration(eta));
   }
   return s;
 }
 
-// The remaining steps at the mean time of the steps reported so far after the first (which
-// carries warm-up: first allocations, thread pools); the first step's own time before that.
-double StepReporter::eta_seconds(std::int64_t step, double seconds) {
+// The mean time of the steps reported so far after the first (which carries warm-up: first
+// allocations, thread pools); the first step's own time before that. The ETA and the bar's rate.
+double StepReporter::mean_step_seconds(double seconds) {
   ++reported_;
   if (reported_ > 1) timed_ += seconds, ++timed_steps_;
-  const double mean = timed_steps_ > 0 ? timed_ / double(timed_steps_) : seconds;
-  return mean * double(cfg_.steps - step - 1);
+  return timed_steps_ > 0 ? timed_ / double(timed_steps_) : seconds;
+}
+
+StepReporter::~StepReporter() {
+  if (ProgressSink* bar = progress_sink()) bar->finish();
 }
 
 std::string format_duration(double seconds) {

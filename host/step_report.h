@@ -28,6 +28,9 @@ std::string format_duration(double seconds);
 class StepReporter {
  public:
   explicit StepReporter(const Config& cfg);  // opens the metrics file; throws if it cannot
+  ~StepReporter();                           // ends the progress bar's line, if one is drawn
+  StepReporter(const StepReporter&) = delete;
+  StepReporter& operator=(const StepReporter&) = delete;
   // Completes the metrics of a finished step (lr, throughput) and reports them. Each record is
   // flushed; a failed write (disk full) throws an Error naming the file.
   // `eval_loss`: the held-out loss after this step, when one was computed.
@@ -38,7 +41,7 @@ class StepReporter {
   void set_peak_flops(double flops) { peak_flops_ = flops; }
 
  private:
-  double eta_seconds(std::int64_t step, double seconds);
+  double mean_step_seconds(double seconds);
 
   const Config& cfg_;
   double tokens_per_step_, flops_per_token_;

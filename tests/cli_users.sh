@@ -20,6 +20,27 @@ for i in 4 5 6; do
   echo "$out" | sed -n ${i}p | grep -Eq '^(cuda|nccl|mpi): (yes|no)$' || fail "line $i"
 done
 
+# The progress bar: on a terminal (a pty from `script`) a redrawn line "step N/3 [...]" with the
+# step lines in the log file only; through a pipe, or with progress_bar=never, plain step lines.
+train3=("$bin" train steps=3 base_num_decoder_layers=2 max_target_length=16 per_device_batch_size=2
+  base_output_directory="$work" enable_checkpointing=false)
+if command -v script >/dev/null; then
+  TERM=xterm script -qec "${train3[*]} run_name=tty" "$work/tty.out" >/dev/null ||
+    fail "train on a pty exited $?"
+  grep -q $'step 2/3 \\[.*\r\033\\[K' "$work/tty.out" || fail "no progress line redrawn on a pty"
+  grep -q "step     2/3 | loss" "$work/tty.out" && fail "step 2's log line went to the terminal"
+  grep -q "step     2/3 | loss" "$work/tty/logs/rank0.log" || fail "step 2's line is not in the log"
+  TERM=xterm script -qec "${train3[*]} run_name=never progress_bar=never" "$work/never.out" \
+    >/dev/null || fail "progress_bar=never exited $?"
+  grep -q $'\r\033\\[K' "$work/never.out" && fail "progress_bar=never drew a bar"
+  grep -q "step     2/3 | loss" "$work/never.out" || fail "progress_bar=never: no step lines"
+else
+  echo "skip: no \`script\` to make a terminal; the bar is tested by test_progress_bar"
+fi
+"${train3[@]}" run_name=pipe 2>&1 | cat >"$work/pipe.out"
+grep -q $'\r' "$work/pipe.out" && fail "a bar was drawn into a pipe"
+grep -q "step     2/3 | loss" "$work/pipe.out" || fail "no plain step lines through a pipe"
+
 # inspect: a 2-step run, its checkpoint verified (exit 0), then one flipped byte (exit 2).
 "$bin" train steps=2 base_num_decoder_layers=2 max_target_length=16 per_device_batch_size=2 \
   base_output_directory="$work" run_name=run >"$work/train.log" 2>&1 || fail "train exited $?"
