@@ -369,15 +369,6 @@ std::vector<std::string> clean_partial_checkpoints(const Config& cfg) {
   return removed;
 }
 
-void check_local_path(const std::string& key, const std::string& value) {
-  static const std::regex url(R"(^([A-Za-z][A-Za-z0-9+.\-]*)://)");
-  std::smatch m;
-  CAROUSEL_CHECK(!std::regex_search(value, m, url),
-                 "{}='{}' is a remote URL ({}://); carousel reads and writes local paths only: "
-                 "mount the storage (gcsfuse, s3fs, ...) or copy the files and give a local path",
-                 key, value, m[1].str());
-}
-
 void verify_checkpoint(const std::string& directory) { verify_manifest(directory); }
 
 std::string metrics_file_path(const Config& cfg) {
@@ -428,7 +419,8 @@ TrainingState load_checkpoint(Backend& be, const std::string& directory,
                               const CheckpointContents& contents) {
   check_local_path("checkpoint directory", directory);
   const fs::path dir(directory);
-  CAROUSEL_CHECK(fs::is_directory(dir), "checkpoint directory '{}' does not exist", directory);
+  CAROUSEL_CHECK(fs::is_directory(dir), "checkpoint directory '{}' does not exist{}", directory,
+                 relative_to_note(directory));
   verify_manifest(dir);
   load_tensors(be, SafetensorsFile((dir / "model.safetensors").string()), *contents.params, "");
   if (contents.adam_m && contents.adam_v) {
@@ -463,8 +455,8 @@ std::map<std::string, std::string> checkpoint_config(const std::string& director
 void load_parameters(Backend& be, const ModelConfig& model, const std::string& directory,
                      const ParamSet& params) {
   check_local_path("load_parameters_path", directory);
-  CAROUSEL_CHECK(fs::is_directory(directory), "load_parameters_path='{}' is not a directory",
-                 directory);
+  CAROUSEL_CHECK(fs::is_directory(directory), "load_parameters_path='{}' is not a directory{}",
+                 directory, relative_to_note(directory));
   if (is_hf_model_directory(directory)) return load_hf_model(be, directory, model, params);
   CAROUSEL_CHECK(fs::exists(fs::path(directory) / "manifest.json") ||
                      fs::exists(fs::path(directory) / "state.json"),

@@ -20,6 +20,7 @@
 
 #include "compute/backend.h"
 #include "host/config.h"
+#include "host/paths.h"
 #include "models/params.h"
 
 namespace carousel {
@@ -56,10 +57,6 @@ std::map<std::string, std::string> checkpoint_config(const std::string& director
 // left alone. Safe to run in every process of a run at once. Runs on every save; returns the
 // directories removed.
 std::vector<std::string> clean_partial_checkpoints(const Config& cfg);
-
-// Refuses a remote URL (gs://, s3://, http(s)://, any scheme://) as the value of `key`: carousel
-// reads and writes local paths only. The error names the key and the value.
-void check_local_path(const std::string& key, const std::string& value);
 
 // Before step 1 (on the process that writes outputs): the run directory can be created and
 // written (a file is written, fsync'ed and removed), the checkpoints path is a directory when

@@ -18,6 +18,7 @@
 
 #include "compute/error.h"
 #include "host/config.h"
+#include "host/paths.h"
 
 namespace carousel {
 
@@ -73,7 +74,8 @@ void apply_aliases(std::vector<Assignment>& assignments) {
 std::string read_config_text(const std::string& path) {
   std::error_code ec;
   const fs::file_status st = fs::status(path, ec);
-  CAROUSEL_CHECK(fs::exists(st), "config file '{}' does not exist", path);
+  CAROUSEL_CHECK(fs::exists(st), "config file '{}' does not exist{}", path,
+                 relative_to_note(path));
   CAROUSEL_CHECK(!fs::is_directory(st), "config file '{}' is a directory, not a YAML file", path);
   CAROUSEL_CHECK(fs::is_regular_file(st), "config file '{}' is not a regular file", path);
   std::ifstream in(path, std::ios::binary);

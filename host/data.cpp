@@ -159,7 +159,7 @@ std::unique_ptr<DataLoader> open_stream(const Config& cfg, const char* key,
   check_local_path(key, path);
   if (cfg.dataset_type == "tokens") {
     const auto files = expand_glob(path);
-    CAROUSEL_CHECK(!files.empty(), "{}='{}' matches no file", key, path);
+    CAROUSEL_CHECK(!files.empty(), "{}='{}' matches no file{}", key, path, relative_to_note(path));
     for (const auto& f : files) read_shard(key, f, V, tokens);
     what = fmt::format("{} llm.c shard(s) {}", files.size(), path);
   } else {
@@ -179,21 +179,6 @@ std::unique_ptr<DataLoader> open_stream(const Config& cfg, const char* key,
 
 }  // namespace
 
-// Refuses what is not a regular file before opening it: opening a FIFO blocks until a writer
-// appears, a directory or device has no size.
-void check_regular(const std::string& key, const std::string& path, const char* what) {
-  std::error_code ec;
-  const auto status = std::filesystem::status(path, ec);
-  CAROUSEL_CHECK(std::filesystem::exists(status), "{}: {} '{}' does not exist", key, what, path);
-  const char* kind = std::filesystem::is_directory(status)        ? "a directory"
-                     : std::filesystem::is_fifo(status)           ? "a FIFO (named pipe)"
-                     : std::filesystem::is_character_file(status) ? "a character device"
-                     : std::filesystem::is_block_file(status)     ? "a block device"
-                     : std::filesystem::is_socket(status)         ? "a socket"
-                                                                  : "not a regular file";
-  CAROUSEL_CHECK(std::filesystem::is_regular_file(status),
-                 "{}: {} '{}' is {}; carousel reads regular files only", key, what, path, kind);
-}
 
 std::unique_ptr<DataLoader> make_data_loader(const Config& cfg) {
   if (cfg.dataset_type == "synthetic") {

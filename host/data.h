@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "host/config.h"
+#include "host/paths.h"
 
 namespace carousel {
 
@@ -60,9 +61,6 @@ std::unique_ptr<DataLoader> make_eval_data_loader(const Config& cfg);
 // max(1, floor((n - 1) / (B*T))) batches of the global batch B (1 for synthetic data).
 std::int64_t eval_batches(const Config& cfg, const DataLoader& eval);
 
-// Refuses what is not a regular file before it is opened (a FIFO would block, a directory has no
-// size): one error naming the key, what the file was for, the path and what it is instead.
-void check_regular(const std::string& key, const std::string& path, const char* what);
 
 // Writes an llm.c token shard (used by tests and by `carousel` tools that prepare data).
 void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens);

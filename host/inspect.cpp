@@ -76,7 +76,7 @@ void print_tensors(const fs::path& path, const std::string& title, std::ostream&
 
 std::string resolve_checkpoint_directory(const std::string& path) {
   const fs::path p(path);
-  CAROUSEL_CHECK(fs::exists(p), "'{}' does not exist", path);
+  CAROUSEL_CHECK(fs::exists(p), "'{}' does not exist{}", path, relative_to_note(path));
   CAROUSEL_CHECK(fs::is_directory(p),
                  "'{}' is not a directory (give a checkpoint step directory "
                  "or a run directory)",

@@ -196,3 +196,24 @@ TEST(Data, TokenizerVocabularyMustFitVocabSize) {
 
 }  // namespace
 }  // namespace carousel
+
+namespace carousel {
+namespace {
+
+// A relative path that does not resolve says where it was looked for; an absolute one needs not.
+TEST(Paths, RelativePathErrorsNameTheWorkingDirectory) {
+  const std::string cwd = std::filesystem::current_path().string();
+  EXPECT_EQ(relative_to_note("data/x.bin"), " (relative to the working directory '" + cwd + "')");
+  EXPECT_EQ(relative_to_note("/data/x.bin"), "");
+  Config c;
+  c.dataset_type = "tokens";
+  c.dataset_path = "no_such_dir/train_*.bin";
+  EXPECT_NE(testing::error_of([&] { make_data_loader(c); })
+                .find("dataset_path='no_such_dir/train_*.bin' matches no file (relative to the "
+                      "working directory '" +
+                      cwd + "')"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace carousel
