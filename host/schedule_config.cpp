@@ -17,8 +17,12 @@ sch::ScheduleSpec schedule_spec(const Config& cfg) {
 }
 
 sch::Costs schedule_costs(const Config& cfg) {
-  const double L = double(cfg.num_layers_per_pipeline_stage);
+  const bool uneven = cfg.uneven_stages();
+  const double L = uneven ? 1.0 : double(cfg.num_layers_per_pipeline_stage);
   sch::Costs c;
+  if (uneven) {
+    for (const int n : cfg.stage_layer_counts()) c.stage_scale.push_back(double(n));
+  }
   c.f = cfg.schedule_cost_f * L;
   c.b = cfg.schedule_cost_b * L;
   c.w = cfg.schedule_cost_w * L;
@@ -28,6 +32,11 @@ sch::Costs schedule_costs(const Config& cfg) {
   c.reduce_scatter = cfg.schedule_cost_reduce_scatter * L;
   c.forward_delay = schedule_spec(cfg).forward_delay;
   return c;
+}
+
+sch::StageLayers stage_layers(const Config& cfg) {
+  if (cfg.num_devices() == 1) return sch::StageLayers({int(cfg.model.num_layers)});
+  return sch::StageLayers(cfg.stage_layer_counts());
 }
 
 sch::Program lowered_program(const Config& cfg) {
