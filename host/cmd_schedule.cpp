@@ -61,6 +61,18 @@ int run_schedule(const ConfigArgs& options) {
                                               : cfg.weight_slots() == 2 ? "2 (BSW)"
                                                                         : "0 (every use)")
            : std::string());
+  {
+    // The logits GEMM does 2 V E FLOPs per token, a layer's GEMMs 2 x its parameters (the
+    // attention's T^2 terms aside): the head costs about V E / layer parameters layers.
+    std::int64_t layer_params = 0;
+    for (const auto& p : param_table(cfg.model)) layer_params += p.layer == 0 ? numel(p.shape) : 0;
+    const double head_layers =
+        double(cfg.model.vocab_size) * double(cfg.model.emb_dim) / double(layer_params);
+    fmt::print(
+        "head (logits + loss) costs about {:.2f} layers of this model; the cost model "
+        "charges schedule_cost_head={} layers to the last stage\n",
+        head_layers, cfg.schedule_cost_head);
+  }
   if (!layers.is_even()) {
     fmt::print("stage layout (costs scale with each stage's layers):\n");
     for (int v = 0; v < layers.stages(); ++v) {
@@ -84,17 +96,17 @@ int run_schedule(const ConfigArgs& options) {
                    sch::circular_table(l.ranks, l.microbatches, l.repeats, d, layers),
                    layers.count(0), cfg.pipeline_fsdp_ag_per_repeat));
   }
-  if (layers.is_even()) {
+  if (costs.stage_scale.empty()) {
     const double closed = sch::closed_form_bubble(spec.kind, l, costs);
     fmt::print("step time {:.3f} (cost units); bubble predicted {:.1f}%, closed form {:.1f}%{}\n",
                sim.step_time, 100 * sim.bubble_fraction, 100 * closed,
                costs.p2p > 0 || costs.all_gather > 0 || costs.reduce_scatter > 0
                    ? " (closed form ignores communication)"
                    : "");
-  } else {  // the closed forms assume equal stages
+  } else {  // the closed forms assume stages of equal cost
     fmt::print(
         "step time {:.3f} (cost units); bubble predicted {:.1f}% (no closed form for "
-        "uneven stages)\n",
+        "stages of unequal cost)\n",
         sim.step_time, 100 * sim.bubble_fraction);
   }
   // Bytes: a stage's weights in fp32 (its layers' worth); a gather moves (F-1)/F of them into

@@ -237,6 +237,9 @@ const std::vector<ConfigKey>& config_keys() {
           "all-gather of one layer's weights"),
       key("schedule_cost_reduce_scatter", &Config::schedule_cost_reduce_scatter,
           "reduce-scatter of one layer's gradients"),
+      key("schedule_cost_head", &Config::schedule_cost_head,
+          "forward/backward cost of the final norm, logits and loss in layers, added to the last "
+          "stage (why uneven stages pay; `carousel schedule` prints this model's estimate)"),
       key("per_device_batch_size", &Config::per_device_batch_size,
           "sequences per device per step; global batch B = this x devices"),
       key("dtype", &Config::dtype,

@@ -36,7 +36,8 @@ std::vector<std::pair<const char*, double>> schedule_cost_keys(const Config& c) 
           {"schedule_cost_w", c.schedule_cost_w},
           {"schedule_cost_p2p", c.schedule_cost_p2p},
           {"schedule_cost_all_gather", c.schedule_cost_all_gather},
-          {"schedule_cost_reduce_scatter", c.schedule_cost_reduce_scatter}};
+          {"schedule_cost_reduce_scatter", c.schedule_cost_reduce_scatter},
+          {"schedule_cost_head", c.schedule_cost_head}};
 }
 
 // Each float key must be finite; validate() also runs on configs built in code, not parsed.

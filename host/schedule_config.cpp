@@ -17,11 +17,18 @@ sch::ScheduleSpec schedule_spec(const Config& cfg) {
 }
 
 sch::Costs schedule_costs(const Config& cfg) {
-  const bool uneven = cfg.uneven_stages();
-  const double L = uneven ? 1.0 : double(cfg.num_layers_per_pipeline_stage);
+  return schedule_costs(cfg, sch::StageLayers(cfg.stage_layer_counts()));
+}
+
+sch::Costs schedule_costs(const Config& cfg, const sch::StageLayers& layers) {
+  // Per stage scales when the stages differ: uneven layer counts, or the head's cost on the
+  // last stage.
+  const bool scaled = cfg.uneven_stages() || cfg.schedule_cost_head > 0;
+  const double L = scaled ? 1.0 : double(cfg.num_layers_per_pipeline_stage);
   sch::Costs c;
-  if (uneven) {
-    for (const int n : cfg.stage_layer_counts()) c.stage_scale.push_back(double(n));
+  if (scaled) {
+    for (const int n : layers.counts()) c.stage_scale.push_back(double(n));
+    c.stage_scale.back() += cfg.schedule_cost_head;
   }
   c.f = cfg.schedule_cost_f * L;
   c.b = cfg.schedule_cost_b * L;

@@ -134,6 +134,34 @@ TEST(UnevenCosts, HandWorkedTimeline1f1bLayers1And3) {
   EXPECT_NEAR(sim.bubble_fraction, 3.0 / 7, 1e-12);
 }
 
+// Why uneven stages pay: the last stage also runs the head. 6 layers, a head of 2 layers
+// (schedule_cost_head=2), 1f1b S = 2, M = 2, f = 1, b = 2 per layer. Worked by hand:
+//   even [3, 3] -> scales [3, 5]: rank 0 0F0 [0,3) 0F1 [3,6); rank 1 1F0 [3,8) 1B0 [8,18)
+//     1F1 [18,23) 1B1 [23,33); rank 0 0B0 [18,24) 0B1 [33,39): step 39
+//   uneven [4, 2] -> scales [4, 4]: rank 0 0F0 [0,4) 0F1 [4,8); rank 1 1F0 [4,8) 1B0 [8,16)
+//     1F1 [16,20) 1B1 [20,28); rank 0 0B0 [16,24) 0B1 [28,36): step 36
+TEST(UnevenCosts, AHeavyHeadMakesTheLighterLastStageFaster) {
+  auto simulated = [](std::vector<std::string> layout) {
+    layout.insert(layout.end(), {"ici_pipeline_parallelism=2", "pipeline_schedule=1f1b",
+                                 "num_pipeline_microbatches=2", "base_num_decoder_layers=6",
+                                 "schedule_cost_head=2"});
+    const Config cfg = config_of(layout);
+    const Costs costs = schedule_costs(cfg);
+    return std::pair{costs.stage_scale,
+                     simulate(lower(generate(schedule_spec(cfg)), {0, 0, false}), costs)};
+  };
+  const auto [even_scale, even] = simulated({"num_layers_per_pipeline_stage=3"});
+  EXPECT_EQ(even_scale, (std::vector<double>{3, 5}));
+  EXPECT_EQ(compute_timeline(even, 2),
+            (std::vector<std::string>{"0F0@0 0F1@3 0B0@18 0B1@33", "1F0@3 1B0@8 1F1@18 1B1@23"}));
+  EXPECT_DOUBLE_EQ(even.step_time, 39);
+  const auto [uneven_scale, uneven] = simulated({"pipeline_stage_layers=[4,2]"});
+  EXPECT_EQ(uneven_scale, (std::vector<double>{4, 4}));
+  EXPECT_EQ(compute_timeline(uneven, 2),
+            (std::vector<std::string>{"0F0@0 0F1@4 0B0@16 0B1@28", "1F0@4 1B0@8 1F1@16 1B1@20"}));
+  EXPECT_DOUBLE_EQ(uneven.step_time, 36);
+}
+
 // The same costs with no stage_scale and f, b of one layer reproduce the even run exactly: an
 // empty scale is 1 everywhere, and a scale of L equals costs multiplied by L.
 TEST(UnevenCosts, EvenScaleEqualsMultipliedCosts) {
