@@ -191,12 +191,13 @@ const std::vector<ConfigKey>& config_keys() {
           "M: microbatches per step (-1 = S, or 2S with the forwarding delay); B must divide; "
           "0 and other negatives are errors"),
       key("num_pipeline_repeats", &Config::num_pipeline_repeats,
-          "R: circular repeats (-1 = layers / (S x L); 0 and other negatives are errors)"),
+          "R: circular repeats (-1 = layers / (S x L), or pipeline_stage_layers' entries / S; "
+          "0 and other negatives are errors)"),
       key("num_layers_per_pipeline_stage", &Config::num_layers_per_pipeline_stage,
           "L: consecutive layers a stage runs per visit"),
       key("pipeline_stage_layers", &Config::pipeline_stage_layers,
           "uneven stages: layers of each virtual stage in order, S x R entries summing to the "
-          "decoder layers, e.g. [1, 3] (first and last stages lighter: they also run the "
+          "decoder layers, e.g. [1, 3] or 1,3 (first and last stages lighter: they also run the "
           "embedding and the head); empty = L each"),
       key("decoder_first_pipeline_num_layers", &Config::decoder_first_pipeline_num_layers,
           "Megatron's uneven stages: layers of the first virtual stage, the others split the "

@@ -37,7 +37,7 @@ struct Config {
   // Pipeline (MaxText names; see docs/circular-pipeline.md and docs/schedules.md).
   std::int64_t ici_pipeline_parallelism = 1;       // S, pipeline stages (ranks in the ring)
   std::int64_t num_pipeline_microbatches = -1;     // M; -1 = S (2S with the forwarding delay)
-  std::int64_t num_pipeline_repeats = -1;          // R; -1 = layers / (S L)
+  std::int64_t num_pipeline_repeats = -1;          // R; -1 = derived, see repeats()
   std::int64_t num_layers_per_pipeline_stage = 1;  // L
   // Uneven stages (docs/schedules.md#uneven-stages): layers per virtual stage, S x R entries in
   // stage order; empty = L each. Megatron's sugar: the first / last virtual stage's layers, the
