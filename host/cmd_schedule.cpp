@@ -52,14 +52,43 @@ int run_schedule(const ConfigArgs& options) {
   const sch::Costs costs = schedule_costs(cfg);
   const sch::SimResult sim = sch::simulate(lowered, costs);
 
-  fmt::print("schedule {}: S={} ranks, R={} repeats, M={} microbatches, L={} layers/stage, "
-             "{} virtual stages; FSDP F={}{}\n",
-             spec.kind, l.ranks, l.repeats, l.microbatches, cfg.num_layers_per_pipeline_stage,
-             l.stages(), cfg.ici_fsdp_parallelism,
-             fsdp ? fmt::format(", weight slots {}", cfg.weight_slots() == -1 ? "one per stage"
-                                                    : cfg.weight_slots() == 2 ? "2 (BSW)"
-                                                                              : "0 (every use)")
-                  : std::string());
+  const sch::StageLayers layers(cfg.stage_layer_counts());
+  fmt::print(
+      "schedule {}: S={} ranks, R={} repeats, M={} microbatches, {} layers/stage, "
+      "{} virtual stages; FSDP F={}{}\n",
+      spec.kind, l.ranks, l.repeats, l.microbatches,
+      layers.is_even() ? fmt::format("L={}", layers.count(0))
+                       : fmt::format("uneven {}", layers.to_string()),
+      l.stages(), cfg.ici_fsdp_parallelism,
+      fsdp ? fmt::format(", weight slots {}", cfg.weight_slots() == -1  ? "one per stage"
+                                              : cfg.weight_slots() == 2 ? "2 (BSW)"
+                                                                        : "0 (every use)")
+           : std::string());
+  {
+    // The logits GEMM does 2 V E FLOPs per token, a layer's GEMMs 2 x its parameters (the
+    // attention's T^2 terms aside): the head costs about V E / layer parameters layers.
+    std::int64_t layer_params = 0;
+    for (const auto& p : param_table(cfg.model)) layer_params += p.layer == 0 ? numel(p.shape) : 0;
+    const double head_layers =
+        double(cfg.model.vocab_size) * double(cfg.model.emb_dim) / double(layer_params);
+    fmt::print(
+        "head (logits + loss) costs about {:.2f} layers of this model; the cost model "
+        "charges schedule_cost_head={} layers to the last stage\n",
+        head_layers, cfg.schedule_cost_head);
+  }
+  if (!layers.is_even()) {
+    fmt::print("stage layout (costs scale with each stage's layers):\n");
+    for (int v = 0; v < layers.stages(); ++v) {
+      fmt::print(
+          "  stage {:>3} on rank {:>3}: {} layer(s), {}{}\n", v, l.rank_of(v), layers.count(v),
+          layers.count(v) == 1
+              ? fmt::format("L{}", layers.first(v))
+              : fmt::format("L{}-{}", layers.first(v), layers.first(v) + layers.count(v) - 1),
+          v == 0                     ? " + embedding"
+          : v == layers.stages() - 1 ? " + final norm, head"
+                                     : "");
+    }
+  }
   fmt::print("validated; deadlock replay passed\n\nper-rank instructions:\n{}\n",
              sch::to_text(lowered));
   if (spec.kind == "circular" || spec.kind == "gpipe") {
@@ -67,22 +96,36 @@ int run_schedule(const ConfigArgs& options) {
     fmt::print("MaxText iteration table (t, stage) -> microbatch/repeat (layers){}:\n{}\n",
                cfg.pipeline_fsdp_ag_per_repeat ? ", BSW slot read" : "",
                sch::format_circular_table(
-                   sch::circular_table(l.ranks, l.microbatches, l.repeats, d,
-                                       int(cfg.num_layers_per_pipeline_stage)),
-                   int(cfg.num_layers_per_pipeline_stage), cfg.pipeline_fsdp_ag_per_repeat));
+                   sch::circular_table(l.ranks, l.microbatches, l.repeats, d, layers),
+                   layers.count(0), cfg.pipeline_fsdp_ag_per_repeat));
   }
-  const double closed = sch::closed_form_bubble(spec.kind, l, costs);
-  fmt::print("step time {:.3f} (cost units); bubble predicted {:.1f}%, closed form {:.1f}%{}\n",
-             sim.step_time, 100 * sim.bubble_fraction, 100 * closed,
-             costs.p2p > 0 || costs.all_gather > 0 || costs.reduce_scatter > 0
-                 ? " (closed form ignores communication)"
-                 : "");
-  // Bytes: one stage's weights in fp32; a gather moves (F-1)/F of them into each rank.
+  if (costs.stage_scale.empty()) {
+    const double closed = sch::closed_form_bubble(spec.kind, l, costs);
+    fmt::print("step time {:.3f} (cost units); bubble predicted {:.1f}%, closed form {:.1f}%{}\n",
+               sim.step_time, 100 * sim.bubble_fraction, 100 * closed,
+               costs.p2p > 0 || costs.all_gather > 0 || costs.reduce_scatter > 0
+                   ? " (closed form ignores communication)"
+                   : "");
+  } else {  // the closed forms assume stages of equal cost
+    fmt::print(
+        "step time {:.3f} (cost units); bubble predicted {:.1f}% (no closed form for "
+        "stages of unequal cost)\n",
+        sim.step_time, 100 * sim.bubble_fraction);
+  }
+  // Bytes: a stage's weights in fp32 (its layers' worth); a gather moves (F-1)/F of them into
+  // each rank.
   std::int64_t layer_params = 0;
   for (const auto& p : param_table(cfg.model)) layer_params += p.layer == 0 ? numel(p.shape) : 0;
-  const double stage_bytes = 4.0 * double(layer_params * cfg.num_layers_per_pipeline_stage);
-  const double moved = stage_bytes * double(cfg.ici_fsdp_parallelism - 1) /
-                       double(cfg.ici_fsdp_parallelism);
+  const double fraction_moved =
+      double(cfg.ici_fsdp_parallelism - 1) / double(cfg.ici_fsdp_parallelism);
+  std::vector<double> gathered_bytes(std::size_t(l.ranks), 0.0);
+  for (int r = 0; r < l.ranks; ++r) {
+    for (const auto& a : lowered.ranks[std::size_t(r)]) {
+      if (a.kind != sch::Kind::AG_ISSUE) continue;
+      gathered_bytes[std::size_t(r)] +=
+          4.0 * double(layer_params * layers.count(a.stage)) * fraction_moved;
+    }
+  }
   fmt::print("\n{:>4} {:>8} {:>12} {:>14} {:>12} {:>11} {:>11} {:>14}\n", "rank", "busy",
              "peak acts", "(x A/microbatch)", "weight slots", "all-gathers", "red-scatters",
              "AG bytes/step");
@@ -90,7 +133,7 @@ int run_schedule(const ConfigArgs& options) {
     fmt::print("{:>4} {:>8.2f} {:>12} {:>14.3f} {:>12} {:>11} {:>11} {:>14}\n", r, sim.busy[r],
                sim.peak_activations[r], double(sim.peak_activations[r]) / l.stages(),
                sim.peak_weight_slots[r], sim.all_gathers[r], sim.reduce_scatters[r],
-               format_bytes(std::size_t(moved * sim.all_gathers[r])));
+               format_bytes(std::size_t(gathered_bytes[std::size_t(r)])));
   }
   const std::filesystem::path dir(cfg.run_directory());
   write_file(dir / "schedule.trace.json", sch::chrome_trace_json(sim, l.ranks, 1000.0));

@@ -2,6 +2,9 @@
 // Loading (YAML, key=value) is in config_load.cpp, validation in config_validate.cpp.
 #include "host/config.h"
 
+#include <fmt/ranges.h>
+
+#include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -75,7 +78,35 @@ bool parse_bool(const std::string& key, const std::string& text) {
   fail("config key '{}' expects true or false, got '{}'", key, text);
 }
 
+// "[1, 3]", "1,3", "1 3" or "" (empty): a list of integers, as list keys are written on the
+// command line (a YAML list arrives joined by commas, config_load.cpp).
+std::vector<std::int64_t> parse_int_list(const std::string& key, const std::string& text) {
+  std::string t = text;
+  const auto first = t.find_first_not_of(" \t");
+  const auto last = t.find_last_not_of(" \t");
+  t = first == std::string::npos ? "" : t.substr(first, last - first + 1);
+  if (t.size() >= 2 && t.front() == '[' && t.back() == ']') t = t.substr(1, t.size() - 2);
+  for (char& c : t) c = c == ',' ? ' ' : c;
+  std::vector<std::int64_t> out;
+  std::size_t at = 0;
+  while ((at = t.find_first_not_of(" \t", at)) != std::string::npos) {
+    const std::size_t end = std::min(t.find_first_of(" \t", at), t.size());
+    const std::string item = t.substr(at, end - at);
+    std::int64_t v = 0;
+    CAROUSEL_CHECK(parse_number(item, v) == std::errc(),
+                   "config key '{}' expects a list of integers such as [1, 3] or 1,3 (empty for "
+                   "none), got '{}' ('{}' is not an integer)",
+                   key, text, item);
+    out.push_back(v);
+    at = end;
+  }
+  return out;
+}
+
 std::string to_text(std::int64_t v) { return std::to_string(v); }
+std::string to_text(const std::vector<std::int64_t>& v) {
+  return fmt::format("[{}]", fmt::join(v, ", "));
+}
 std::string to_text(double v) { return fmt::format("{}", v); }
 std::string to_text(bool v) { return v ? "true" : "false"; }
 std::string to_text(const std::string& v) { return v; }
@@ -85,6 +116,7 @@ const char* type_name() {
   if constexpr (std::is_same_v<T, std::int64_t>) return "int";
   if constexpr (std::is_same_v<T, double>) return "float";
   if constexpr (std::is_same_v<T, bool>) return "bool";
+  if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) return "[int]";
   return "string";
 }
 
@@ -94,6 +126,7 @@ T parse(const std::string& key, const std::string& text) {
   if constexpr (std::is_same_v<T, double>) return parse_float(key, text);
   if constexpr (std::is_same_v<T, bool>) return parse_bool(key, text);
   if constexpr (std::is_same_v<T, std::string>) return text;
+  if constexpr (std::is_same_v<T, std::vector<std::int64_t>>) return parse_int_list(key, text);
 }
 
 // A key stored in Config.
@@ -163,9 +196,19 @@ const std::vector<ConfigKey>& config_keys() {
           "M: microbatches per step (-1 = S, or 2S with the forwarding delay); B must divide; "
           "0 and other negatives are errors"),
       key("num_pipeline_repeats", &Config::num_pipeline_repeats,
-          "R: circular repeats (-1 = layers / (S x L); 0 and other negatives are errors)"),
+          "R: circular repeats (-1 = layers / (S x L), or pipeline_stage_layers' entries / S; "
+          "0 and other negatives are errors)"),
       key("num_layers_per_pipeline_stage", &Config::num_layers_per_pipeline_stage,
           "L: consecutive layers a stage runs per visit"),
+      key("pipeline_stage_layers", &Config::pipeline_stage_layers,
+          "uneven stages: layers of each virtual stage in order, S x R entries summing to the "
+          "decoder layers, e.g. [1, 3] or 1,3 (first and last stages lighter: they also run the "
+          "embedding and the head); empty = L each"),
+      key("decoder_first_pipeline_num_layers", &Config::decoder_first_pipeline_num_layers,
+          "Megatron's uneven stages: layers of the first virtual stage, the others split the "
+          "rest evenly (-1 = unset)"),
+      key("decoder_last_pipeline_num_layers", &Config::decoder_last_pipeline_num_layers,
+          "Megatron's uneven stages: layers of the last virtual stage (-1 = unset)"),
       key("pipeline_schedule", &Config::pipeline_schedule, schedule::schedule_names(" | ")),
       key("pipeline_delay_activation_forwarding", &Config::pipeline_delay_activation_forwarding,
           "circular: forward stage outputs one iteration later (MaxText's d = 2)"),
@@ -200,6 +243,9 @@ const std::vector<ConfigKey>& config_keys() {
           "all-gather of one layer's weights"),
       key("schedule_cost_reduce_scatter", &Config::schedule_cost_reduce_scatter,
           "reduce-scatter of one layer's gradients"),
+      key("schedule_cost_head", &Config::schedule_cost_head,
+          "forward/backward cost of the final norm, logits and loss in layers, added to the last "
+          "stage (why uneven stages pay; `carousel schedule` prints this model's estimate)"),
       key("per_device_batch_size", &Config::per_device_batch_size,
           "sequences per device per step; global batch B = this x devices"),
       key("dtype", &Config::dtype,
@@ -271,7 +317,36 @@ std::int64_t Config::microbatches() const {
 
 std::int64_t Config::repeats() const {
   if (num_pipeline_repeats > 0) return num_pipeline_repeats;
-  return model.num_layers / (ici_pipeline_parallelism * num_layers_per_pipeline_stage);
+  const std::int64_t S = std::max<std::int64_t>(ici_pipeline_parallelism, 1);
+  // A list of S x R counts gives R; Megatron's first/last keys describe one chunk per rank.
+  if (!pipeline_stage_layers.empty())
+    return std::max<std::int64_t>(1, std::int64_t(pipeline_stage_layers.size()) / S);
+  if (uneven_stages()) return 1;
+  return model.num_layers / (S * std::max<std::int64_t>(num_layers_per_pipeline_stage, 1));
+}
+
+bool Config::uneven_stages() const {
+  return !pipeline_stage_layers.empty() || decoder_first_pipeline_num_layers != -1 ||
+         decoder_last_pipeline_num_layers != -1;
+}
+
+std::vector<int> Config::stage_layer_counts() const {
+  const std::int64_t V = ici_pipeline_parallelism * repeats();
+  if (!pipeline_stage_layers.empty())
+    return {pipeline_stage_layers.begin(), pipeline_stage_layers.end()};
+  if (!uneven_stages()) return std::vector<int>(std::size_t(V), int(num_layers_per_pipeline_stage));
+  // Megatron: the set ends fixed, the other stages share the remaining layers evenly
+  // (validate_pipeline checks that they divide).
+  const bool first = decoder_first_pipeline_num_layers != -1;
+  const bool last = decoder_last_pipeline_num_layers != -1;
+  const std::int64_t fixed = (first ? decoder_first_pipeline_num_layers : 0) +
+                             (last ? decoder_last_pipeline_num_layers : 0);
+  const std::int64_t others = V - first - last;
+  const int each = others > 0 ? int((model.num_layers - fixed) / others) : 0;
+  std::vector<int> counts(std::size_t(V), each);
+  if (first) counts.front() = int(decoder_first_pipeline_num_layers);
+  if (last) counts.back() = int(decoder_last_pipeline_num_layers);
+  return counts;
 }
 
 int Config::weight_slots() const {

@@ -38,8 +38,14 @@ struct Config {
   // Pipeline (MaxText names; see docs/circular-pipeline.md and docs/schedules.md).
   std::int64_t ici_pipeline_parallelism = 1;       // S, pipeline stages (ranks in the ring)
   std::int64_t num_pipeline_microbatches = -1;     // M; -1 = S (2S with the forwarding delay)
-  std::int64_t num_pipeline_repeats = -1;          // R; -1 = layers / (S L)
+  std::int64_t num_pipeline_repeats = -1;          // R; -1 = derived, see repeats()
   std::int64_t num_layers_per_pipeline_stage = 1;  // L
+  // Uneven stages (docs/schedules.md#uneven-stages): layers per virtual stage, S x R entries in
+  // stage order; empty = L each. Megatron's sugar: the first / last virtual stage's layers, the
+  // rest split evenly; -1 = unset.
+  std::vector<std::int64_t> pipeline_stage_layers;
+  std::int64_t decoder_first_pipeline_num_layers = -1;
+  std::int64_t decoder_last_pipeline_num_layers = -1;
   std::string pipeline_schedule = "circular";
   bool pipeline_delay_activation_forwarding = false;
   std::int64_t pipeline_microbatch_group_size = 0;  // interleaved_1f1b g; 0 = S
@@ -53,6 +59,7 @@ struct Config {
   // Cost model of `carousel schedule`, per layer (a stage costs L times these).
   double schedule_cost_f = 1, schedule_cost_b = 2, schedule_cost_w = 1;
   double schedule_cost_p2p = 0, schedule_cost_all_gather = 0, schedule_cost_reduce_scatter = 0;
+  double schedule_cost_head = 0;  // the head's compute in layers, added to the last stage
 
   // Batch and precision.
   double per_device_batch_size = 8;
@@ -101,6 +108,9 @@ struct Config {
   }
   std::int64_t microbatches() const;  // M after MaxText's defaulting
   std::int64_t repeats() const;       // R after defaulting
+  bool uneven_stages() const;         // pipeline_stage_layers or the Megatron keys are set
+  // Layers of each of the S x R virtual stages in stage order (valid after validate_pipeline).
+  std::vector<int> stage_layer_counts() const;
   int weight_slots() const;           // 0 default, 2 with ag_per_repeat, -1 with ag_once
   std::int64_t global_batch() const;  // B = per_device_batch_size * devices
   std::int64_t schedule_steps() const {
@@ -114,7 +124,7 @@ struct Config {
 // One key of the table.
 struct ConfigKey {
   std::string name;
-  std::string type;  // int | float | bool | string
+  std::string type;  // int | float | bool | string | [int] (a list)
   std::string help;
   bool model_key;  // part of the model shape (set by model_name presets)
   std::function<std::string(const Config&)> get;

@@ -108,6 +108,13 @@ const char* kind_of(const YAML::Node& n) {
 
 int line_of(const YAML::Node& n) { return n.Mark().is_null() ? 0 : n.Mark().line + 1; }
 
+bool is_list_key(const std::string& name) {
+  for (const auto& k : config_keys()) {
+    if (k.name == name) return k.type == "[int]";
+  }
+  return false;
+}
+
 // Every line with content must hold a key: a line that does not continues the value of the key
 // above it (a quoted or plain value spanning lines, usually an unterminated quote).
 void check_every_line_is_a_key(const std::string& path, const std::string& text,
@@ -120,6 +127,9 @@ void check_every_line_is_a_key(const std::string& path, const std::string& text,
     if (line.rfind("---", 0) == 0 || line.rfind("...", 0) == 0 || line[0] == '%') continue;
     if (key_at_line.count(n)) continue;
     auto above = key_at_line.lower_bound(n);
+    // An item of a block list ("  - 3") under a list key is part of that key's value.
+    if (line[first] == '-' && above != key_at_line.begin() && is_list_key(std::prev(above)->second))
+      continue;
     CAROUSEL_CHECK(above == key_at_line.begin(),
                    "config file '{}' line {}: '{}' is not a `key: value` line; YAML read it as "
                    "part of the value of '{}' (line {}): an unterminated quote, or a value "
@@ -160,6 +170,19 @@ void check_quote_closes(const std::string& where, const std::string& text, const
       where, key, quote == '"' ? "double" : "single");
 }
 
+// A YAML list of plain values as the key's text form "a,b,c" (its parser checks each value).
+std::string joined_list(const std::string& where, const std::string& key, const YAML::Node& list) {
+  std::string text;
+  for (const auto& item : list) {
+    CAROUSEL_CHECK(item.IsScalar(),
+                   "{}: key '{}' takes a list of integers such as [1, 3], but "
+                   "one of its entries is {}",
+                   where, key, kind_of(item));
+    text += (text.empty() ? "" : ",") + item.Scalar();
+  }
+  return text;
+}
+
 std::vector<Assignment> read_yaml(const std::string& path) {
   const std::string text = read_config_text(path);
   std::vector<YAML::Node> docs;
@@ -196,6 +219,10 @@ std::vector<Assignment> read_yaml(const std::string& path) {
                    path, k, line_of_key[k], line);
     line_of_key[k] = line;
     key_at_line[line] = k;
+    if (item.second.IsSequence() && is_list_key(k)) {  // `key: [1, 3]`: read as "1,3"
+      out.push_back({k, joined_list(where, k, item.second), "file " + path, where});
+      continue;
+    }
     CAROUSEL_CHECK(item.second.IsScalar() || item.second.IsNull(),
                    "{}: key '{}' must have a single value, not {} (the config is flat: write "
                    "`{}: VALUE`; `carousel train --help-keys` lists each key's type)",

@@ -2,8 +2,10 @@
 // blames another key), then the rules between keys (batch, divisibility, schedule), then the
 // size limits of one microbatch's activations. Each failure names the key, the value and what
 // would be valid.
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -34,7 +36,8 @@ std::vector<std::pair<const char*, double>> schedule_cost_keys(const Config& c) 
           {"schedule_cost_w", c.schedule_cost_w},
           {"schedule_cost_p2p", c.schedule_cost_p2p},
           {"schedule_cost_all_gather", c.schedule_cost_all_gather},
-          {"schedule_cost_reduce_scatter", c.schedule_cost_reduce_scatter}};
+          {"schedule_cost_reduce_scatter", c.schedule_cost_reduce_scatter},
+          {"schedule_cost_head", c.schedule_cost_head}};
 }
 
 // Each float key must be finite; validate() also runs on configs built in code, not parsed.
@@ -250,25 +253,109 @@ void Config::validate() const {
                  run_name);
 }
 
+namespace {
+
+// Even stages: S x R x L = the decoder layers.
+void check_even_stages(const Config& c) {
+  const std::int64_t S = c.ici_pipeline_parallelism, L = c.num_layers_per_pipeline_stage;
+  const std::int64_t N = c.model.num_layers;
+  CAROUSEL_CHECK(c.num_pipeline_repeats != -1 || N % (S * L) == 0,
+                 "base_num_decoder_layers={} is not divisible by ici_pipeline_parallelism x "
+                 "num_layers_per_pipeline_stage = {} x {}; choose S and L so that S x L divides "
+                 "the layers (or give uneven stages with pipeline_stage_layers)",
+                 N, S, L);
+  CAROUSEL_CHECK(S * c.repeats() * L == N,
+                 "ici_pipeline_parallelism x num_pipeline_repeats x "
+                 "num_layers_per_pipeline_stage = {} x {} x {} must equal "
+                 "base_num_decoder_layers={}",
+                 S, c.repeats(), L, N);
+}
+
+// Uneven stages: pipeline_stage_layers (S x R counts, each >= 1, summing to the layers) or
+// Megatron's first/last keys (the other stages split the rest evenly), never both, and not
+// together with num_layers_per_pipeline_stage.
+void check_uneven_stages(const Config& c) {
+  const std::int64_t S = c.ici_pipeline_parallelism, R = c.repeats(), V = S * R;
+  const std::int64_t N = c.model.num_layers;
+  const std::int64_t first = c.decoder_first_pipeline_num_layers;
+  const std::int64_t last = c.decoder_last_pipeline_num_layers;
+  CAROUSEL_CHECK(c.num_layers_per_pipeline_stage == 1,
+                 "num_layers_per_pipeline_stage={} and uneven stages ({}) both set the layers of "
+                 "a stage; keep one (the uneven layout gives every stage's count)",
+                 c.num_layers_per_pipeline_stage,
+                 c.pipeline_stage_layers.empty() ? "decoder_first/last_pipeline_num_layers"
+                                                 : "pipeline_stage_layers");
+  if (!c.pipeline_stage_layers.empty()) {
+    const auto& counts = c.pipeline_stage_layers;
+    const std::string text = fmt::format("[{}]", fmt::join(counts, ", "));
+    CAROUSEL_CHECK(first == -1 && last == -1,
+                   "pipeline_stage_layers={} and decoder_first/last_pipeline_num_layers both set "
+                   "the stage layout; keep one",
+                   text);
+    CAROUSEL_CHECK(std::int64_t(counts.size()) == V,
+                   "pipeline_stage_layers={} has {} entries, but the pipeline has "
+                   "ici_pipeline_parallelism x num_pipeline_repeats = {} x {} = {} virtual stages; "
+                   "give one layer count per virtual stage{}",
+                   text, counts.size(), S, R, V,
+                   c.num_pipeline_repeats == -1 ? " (with num_pipeline_repeats=-1, a multiple of "
+                                                  "S entries sets R)"
+                                                : "");
+    std::int64_t sum = 0;
+    for (std::size_t v = 0; v < counts.size(); ++v) {
+      CAROUSEL_CHECK(counts[v] >= 1 && counts[v] <= N,
+                     "pipeline_stage_layers={} gives virtual stage {} {} layers; every stage "
+                     "needs between 1 and base_num_decoder_layers={} layers",
+                     text, v, counts[v], N);
+      sum += counts[v];
+    }
+    CAROUSEL_CHECK(sum == N,
+                   "pipeline_stage_layers={} sums to {} layers, but base_num_decoder_layers={}; "
+                   "the counts must add up to the decoder layers",
+                   text, sum, N);
+    return;
+  }
+  for (const auto& [key, value] : {std::pair{"decoder_first_pipeline_num_layers", first},
+                                   std::pair{"decoder_last_pipeline_num_layers", last}}) {
+    CAROUSEL_CHECK(value == -1 || (value >= 1 && value <= N),
+                   "{}={} is not valid; give between 1 and base_num_decoder_layers={} layers, or "
+                   "-1 for unset",
+                   key, value, N);
+  }
+  const std::int64_t fixed_stages = (first != -1) + (last != -1);
+  const std::int64_t fixed_layers =
+      std::max<std::int64_t>(first, 0) + std::max<std::int64_t>(last, 0);
+  const char* key =
+      first != -1 ? "decoder_first_pipeline_num_layers" : "decoder_last_pipeline_num_layers";
+  const std::int64_t value = first != -1 ? first : last;
+  CAROUSEL_CHECK(V >= fixed_stages + 1,
+                 "{}={}: the pipeline has {} virtual stage(s) (S x R = {} x {}), too few: the "
+                 "first/last stage given needs at least one other stage; raise S or R",
+                 key, value, V, S, R);
+  const std::int64_t rest = N - fixed_layers, others = V - fixed_stages;
+  CAROUSEL_CHECK(rest >= others && rest % others == 0,
+                 "{}={}: with decoder_first_pipeline_num_layers={} and "
+                 "decoder_last_pipeline_num_layers={}, {} of base_num_decoder_layers={} layers "
+                 "are left for the {} other virtual stages, which cannot split them evenly (at "
+                 "least 1 each); choose counts that leave a multiple of {}, or give every stage's "
+                 "count with pipeline_stage_layers",
+                 key, value, first, last, rest, N, others, others);
+}
+
+}  // namespace
+
 void Config::validate_pipeline() const {
   const std::int64_t S = ici_pipeline_parallelism, L = num_layers_per_pipeline_stage;
-  const std::int64_t N = model.num_layers;
   // Own ranges (validate() checks them too; `carousel schedule` may call this alone).
   check_range("ici_pipeline_parallelism", S, 1, kMaxMeshAxis);
   check_range("num_layers_per_pipeline_stage", L, 1, 4096);
   check_auto_or_range("num_pipeline_microbatches", num_pipeline_microbatches, 1, kMaxMicrobatches,
                       "= S, or 2S with the forwarding delay");
   check_auto_or_range("num_pipeline_repeats", num_pipeline_repeats, 1, 4096, "= layers / (S x L)");
-  CAROUSEL_CHECK(num_pipeline_repeats != -1 || N % (S * L) == 0,
-                 "base_num_decoder_layers={} is not divisible by ici_pipeline_parallelism x "
-                 "num_layers_per_pipeline_stage = {} x {}; choose S and L so that S x L divides "
-                 "the layers",
-                 N, S, L);
-  CAROUSEL_CHECK(S * repeats() * L == N,
-                 "ici_pipeline_parallelism x num_pipeline_repeats x "
-                 "num_layers_per_pipeline_stage = {} x {} x {} must equal "
-                 "base_num_decoder_layers={}",
-                 S, repeats(), L, N);
+  if (uneven_stages()) {
+    check_uneven_stages(*this);
+  } else {
+    check_even_stages(*this);
+  }
   // The schedule, by the registry's checks (generate()'s messages). A run on one device generates
   // no schedule (trainer.cpp), so only the name and its knobs are checked there.
   const schedule::ScheduleSpec spec = schedule_spec(*this);

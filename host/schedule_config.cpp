@@ -17,8 +17,19 @@ sch::ScheduleSpec schedule_spec(const Config& cfg) {
 }
 
 sch::Costs schedule_costs(const Config& cfg) {
-  const double L = double(cfg.num_layers_per_pipeline_stage);
+  return schedule_costs(cfg, sch::StageLayers(cfg.stage_layer_counts()));
+}
+
+sch::Costs schedule_costs(const Config& cfg, const sch::StageLayers& layers) {
+  // Per stage scales when the stages differ: uneven layer counts, or the head's cost on the
+  // last stage.
+  const bool scaled = cfg.uneven_stages() || cfg.schedule_cost_head > 0;
+  const double L = scaled ? 1.0 : double(cfg.num_layers_per_pipeline_stage);
   sch::Costs c;
+  if (scaled) {
+    for (const int n : layers.counts()) c.stage_scale.push_back(double(n));
+    c.stage_scale.back() += cfg.schedule_cost_head;
+  }
   c.f = cfg.schedule_cost_f * L;
   c.b = cfg.schedule_cost_b * L;
   c.w = cfg.schedule_cost_w * L;
@@ -28,6 +39,11 @@ sch::Costs schedule_costs(const Config& cfg) {
   c.reduce_scatter = cfg.schedule_cost_reduce_scatter * L;
   c.forward_delay = schedule_spec(cfg).forward_delay;
   return c;
+}
+
+sch::StageLayers stage_layers(const Config& cfg) {
+  if (cfg.num_devices() == 1) return sch::StageLayers({int(cfg.model.num_layers)});
+  return sch::StageLayers(cfg.stage_layer_counts());
 }
 
 sch::Program lowered_program(const Config& cfg) {

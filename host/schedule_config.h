@@ -6,11 +6,21 @@
 #include "host/config.h"
 #include "host/schedule/generators.h"
 #include "host/schedule/simulate.h"
+#include "host/schedule/stage_layers.h"
 
 namespace carousel {
 
 schedule::ScheduleSpec schedule_spec(const Config& cfg);
+// Per virtual stage; uneven stages (pipeline_stage_layers) or a head cost make the costs per
+// layer and stage_scale each stage's layer count (the last stage's plus schedule_cost_head);
+// otherwise one number per stage (cost x L) and no scale.
 schedule::Costs schedule_costs(const Config& cfg);
+// The same for a program whose stages hold `layers` (the trainer's: stage_layers(cfg)).
+schedule::Costs schedule_costs(const Config& cfg, const schedule::StageLayers& layers);
+
+// Which layers each virtual stage of lowered_program(cfg) runs: the config's layout, or the
+// whole model as one stage on one device.
+schedule::StageLayers stage_layers(const Config& cfg);
 
 // The lowered, deadlock-checked program every rank of a training run walks. One device (the
 // trivial mesh) runs the whole model as one stage and its microbatches one after the other,

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "host/schedule_config.h"
+
 namespace carousel {
 
 ShardedParams::ShardedParams(const Config& cfg, const schedule::Layout& layout,
@@ -16,12 +18,15 @@ ShardedParams::ShardedParams(const Config& cfg, const schedule::Layout& layout,
       comms_(comms),
       zero1_(cfg.shard_optimizer_over_data && place.mesh.data > 1),
       compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32) {
-  const int layers_per_stage = cfg.model.num_layers / layout.stages();
+  const schedule::StageLayers map = stage_layers(cfg);  // uneven stages hold other counts
+  CAROUSEL_ASSERT(map.stages() == layout.stages() && map.layers() == cfg.model.num_layers,
+                  "the stage layout {} does not fit the program's {} virtual stages",
+                  map.to_string(), layout.stages());
   const int fsdp = place.mesh.fsdp, data = place.mesh.data;
   std::vector<ParamSpec> extras;
   for (const auto& spec : param_table(cfg.model)) {
     if (spec.layer >= 0) {
-      const int stage = spec.layer / layers_per_stage;
+      const int stage = map.stage_of(spec.layer);
       if (layout_.rank_of(stage) == place_.stage_rank) stages_[stage].specs.push_back(spec);
     } else if (holds_extra(spec.role)) {
       extras.push_back(spec);

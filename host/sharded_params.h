@@ -3,7 +3,9 @@
 // embedding / head, the gradient reductions, the global norm, the AdamW step and the checkpoint
 // exchange with whole-model sets.
 //
-// Layer parameters. The rank holds the virtual stages the layout places on its pipeline rank.
+// Layer parameters. The rank holds the virtual stages the layout places on its pipeline rank;
+// which layers a stage holds comes from the stage map (stage_layers(cfg), uneven stages
+// included), so stages may differ in size and the weight slots fit the largest.
 // FSDP shards each stage's parameters as one flat buffer of `padded` elements (their total
 // rounded up to a multiple of F): FSDP rank f keeps elements [f * padded / F, (f + 1) * padded
 // / F) of the weights, their gradient and both AdamW moments. With F = 1 the shard is the whole
@@ -142,8 +144,8 @@ class ShardedParams {
   ParamSet extras_, extras_grads_;
   ParamSet extras_compute_;  // extras_ in the compute dtype (= extras_ in float32)
   std::int64_t extras_piece_ = 0;
-  Tensor extras_m_, extras_v_;  // [extras_piece_] AdamW moments of this FSDP rank's piece
-  std::int64_t max_padded_ = 0;
+  Tensor extras_m_, extras_v_;   // [extras_piece_] AdamW moments of this FSDP rank's piece
+  std::int64_t max_padded_ = 0;  // the largest local stage: every weight slot holds this many
   // FSDP: weight slots and the gradient buffers of stages being computed.
   std::map<int, Tensor> slots_;       // slot -> gathered stage weights [max_padded_]
   std::map<int, Event> gathers_;      // slot -> its in-flight all-gather

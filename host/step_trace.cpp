@@ -89,13 +89,15 @@ double measured_bubble(const std::vector<const StepTrace*>& ranks) {
 
 std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
                             sch::Costs costs, double* predicted_bubble) {
-  // Calibrate: mean measured duration per action kind (per virtual stage, like Costs).
+  // Calibrate: mean measured duration per action kind (per virtual stage, like Costs; per unit
+  // of stage_scale, i.e. per layer, when the stages are uneven).
   std::map<sch::Kind, std::pair<double, int>> sums;
   double origin = 1e300;
   for (const StepTrace* r : ranks) {
     for (const auto& s : r->slices()) {
       auto& [total, count] = sums[s.action.kind];
-      total += s.end_us - s.start_us;
+      const double scale = s.action.stage >= 0 ? costs.scale(s.action.stage) : 1.0;
+      total += (s.end_us - s.start_us) / scale;
       ++count;
       origin = std::min(origin, s.start_us);
     }

@@ -189,8 +189,8 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
   const std::string name =
       process_world ? fmt::format("trace-rank{}.json", process_world->rank()) : "trace.json";
   const std::string path = (std::filesystem::path(cfg.run_directory()) / name).string();
-  const std::string json =
-      step_trace_json(ranks, program, schedule_costs(cfg), &result.predicted_bubble);
+  const std::string json = step_trace_json(ranks, program, schedule_costs(cfg, stage_layers(cfg)),
+                                           &result.predicted_bubble);
   std::ofstream out(path, std::ios::trunc);
   out << json;
   out.flush();

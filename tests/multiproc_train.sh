@@ -50,6 +50,26 @@ else
   done
 fi
 
+# Uneven stages ([1, 3, 3, 1]: S = 2, R = 2, FSDP slots shared by a 1- and a 3-layer stage): the
+# processes hold and train the same stages as the threads, bitwise, checkpoints included.
+uneven=(steps=2 "pipeline_stage_layers=[1,3,3,1]")
+"$carousel" train "${common[@]}" "${uneven[@]}" run_name=uneven_threads
+"$here/mpirun.sh" 4 "$carousel" train "${common[@]}" "${uneven[@]}" run_name=uneven_processes
+if ! cmp "$work/uneven_threads/checkpoints/2/model.safetensors" \
+         "$work/uneven_processes/checkpoints/2/model.safetensors"; then
+  echo "FAIL: uneven stages: model.safetensors after 2 steps differs between threads and processes"
+  status=1
+fi
+python3 - "$work/uneven_threads/metrics.jsonl" "$work/uneven_processes/metrics.jsonl" <<'PY' || status=1
+import json, sys
+threads, processes = ([(r["step"], r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))]
+                      for p in sys.argv[1:])
+assert len(threads) == 2, threads
+if threads != processes:
+    sys.exit(f"FAIL: uneven stages: (step, loss, grad norm) differ\n {threads}\n {processes}")
+print(f"uneven stages: 2 steps equal, bitwise: final loss {threads[-1][1]!r}")
+PY
+
 # A job whose process count is not the mesh's device count: one clear error, every process ends.
 if out=$("$here/mpirun.sh" 2 "$carousel" train "${common[@]}" steps=1 run_name=wrong 2>&1); then
   echo "FAIL: 2 processes for a 4-device mesh did not fail"

@@ -20,17 +20,26 @@ std::string data_dir() {
   return env ? env : CAROUSEL_TEST_DATA_DIR;
 }
 
-std::vector<double> losses(const std::string& device, const std::string& dtype) {
+std::vector<double> losses(const std::string& device, const std::string& dtype,
+                           const std::vector<std::string>& more = {}) {
   init_logging({.rank = 0, .level = "warn", .file_dir = {}});
-  const Config c =
-      load_config(
-          "",
-          {"max_target_length=32", "steps=4", "enable_checkpointing=false", "learning_rate=0.003",
-           "dataset_type=text", "dataset_path=" + data_dir() + "/tiny_corpus.txt",
-           "ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2", "num_pipeline_microbatches=4",
-           "per_device_batch_size=2", "pipeline_fsdp_ag_per_repeat=true", "device=" + device,
-           "dtype=" + dtype, "base_output_directory=/tmp/carousel_pipeline_gpu", "run_name=gpu"})
-          .config;
+  std::vector<std::string> keys = {"max_target_length=32",
+                                   "steps=4",
+                                   "enable_checkpointing=false",
+                                   "learning_rate=0.003",
+                                   "dataset_type=text",
+                                   "dataset_path=" + data_dir() + "/tiny_corpus.txt",
+                                   "ici_pipeline_parallelism=2",
+                                   "ici_fsdp_parallelism=2",
+                                   "num_pipeline_microbatches=4",
+                                   "per_device_batch_size=2",
+                                   "pipeline_fsdp_ag_per_repeat=true",
+                                   "device=" + device,
+                                   "dtype=" + dtype,
+                                   "base_output_directory=/tmp/carousel_pipeline_gpu",
+                                   "run_name=gpu"};
+  keys.insert(keys.end(), more.begin(), more.end());
+  const Config c = load_config("", keys).config;
   std::vector<double> out;
   for (const auto& s : train(c).steps) out.push_back(s.loss);
   return out;
@@ -47,6 +56,19 @@ TEST(PipelineGpu, LogicalGpuDevicesTrainLikeCpuDevices) {
     for (std::size_t i = 0; i < gpu.size(); ++i) {
       EXPECT_NEAR(gpu[i], cpu[i], rtol * cpu[i]) << dtype << " step " << i;
     }
+  }
+}
+
+// Uneven stages ([1, 3, 3, 1] over S = 2, R = 2 with FSDP and BSW: a 1-layer and a 3-layer
+// stage share each rank's weight slots) on GPUs train like on CPUs, float32 1e-4.
+TEST(PipelineGpu, UnevenStagesTrainLikeCpuDevices) {
+  const CudaDevices gpus = list_cuda_devices();
+  if (gpus.devices.empty()) GTEST_SKIP() << "no GPU to test on: " << gpus.why_none;
+  const std::vector<std::string> uneven = {"pipeline_stage_layers=[1,3,3,1]"};
+  const auto gpu = losses("cuda", "float32", uneven), cpu = losses("cpu", "float32", uneven);
+  ASSERT_EQ(gpu.size(), cpu.size());
+  for (std::size_t i = 0; i < gpu.size(); ++i) {
+    EXPECT_NEAR(gpu[i], cpu[i], 1e-4 * cpu[i]) << "step " << i;
   }
 }
 

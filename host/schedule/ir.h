@@ -7,12 +7,13 @@
 // AG_ISSUE/AG_WAIT (all-gather) and RELEASE of weight slots, REDUCE_SCATTER of gradients,
 // OPTIMIZER.
 //
-// "stage" is the virtual stage: layers [stage*L, (stage+1)*L) of the model; with S ranks and R
-// repeats there are S*R of them. Layout::rank_of places them: loop placement (the default) puts
-// stage v on rank v % S (MaxText's repeat r of stage s is virtual stage r*S + s); V placement
-// (zbv) runs the stages down the ranks and back up, v on rank v for v < S and on 2S-1-v for
-// S <= v < 2S, so the first and the last stage share rank 0. Every pass and the executor ask
-// rank_of, never v % S.
+// "stage" is the virtual stage: layers [stage*L, (stage+1)*L) of the model, or with uneven
+// stages the layers StageLayers (stage_layers.h) gives it; with S ranks and R repeats there are
+// S*R of them. The program never needs the layer counts: only the cost model does (Costs).
+// Layout::rank_of places them: loop placement (the default) puts stage v on rank v % S (MaxText's
+// repeat r of stage s is virtual stage r*S + s); V placement (zbv) runs the stages down the ranks
+// and back up, v on rank v for v < S and on 2S-1-v for S <= v < 2S, so the first and the last stage
+// share rank 0. Every pass and the executor ask rank_of, never v % S.
 //
 // Text form (PyTorch pipelining style), one action per token:
 //   0F1  2B0  3I1  3W1        stage, kind, microbatch

@@ -4,9 +4,18 @@
 
 #include <fmt/format.h>
 
+#include "compute/error.h"
+
 namespace carousel::schedule {
 
 std::vector<std::vector<CircularCell>> circular_table(int S, int M, int R, int d, int L) {
+  return circular_table(S, M, R, d, StageLayers::even(S * R, L));
+}
+
+std::vector<std::vector<CircularCell>> circular_table(int S, int M, int R, int d,
+                                                      const StageLayers& layers) {
+  CAROUSEL_ASSERT(layers.stages() == S * R, "{} stage counts for S x R = {} x {} stages",
+                  layers.stages(), S, R);
   const int T = M * R + d * (S - 1);
   std::vector<std::vector<CircularCell>> table(T, std::vector<CircularCell>(S));
   for (int t = 0; t < T; ++t) {
@@ -17,7 +26,8 @@ std::vector<std::vector<CircularCell>> circular_table(int S, int M, int R, int d
       c.real = true;
       c.microbatch = p % M;
       c.repeat = p / M;
-      c.first_layer = (c.repeat * S + s) * L;
+      c.first_layer = layers.first(c.repeat * S + s);
+      c.last_layer = c.first_layer + layers.count(c.repeat * S + s) - 1;
       // Block k = t / M (the bubble block after the last repeat uses repeat R-1 = slot 1).
       c.bsw_slot = (t >= M * R || c.repeat == t / M) ? 1 : 0;
     }
@@ -25,7 +35,7 @@ std::vector<std::vector<CircularCell>> circular_table(int S, int M, int R, int d
   return table;
 }
 
-std::string format_circular_table(const std::vector<std::vector<CircularCell>>& table, int L,
+std::string format_circular_table(const std::vector<std::vector<CircularCell>>& table, int /*L*/,
                                   bool show_bsw) {
   if (table.empty()) return {};
   const int S = int(table[0].size());
@@ -37,9 +47,9 @@ std::string format_circular_table(const std::vector<std::vector<CircularCell>>& 
     for (const auto& c : table[t]) {
       std::string cell = "--";
       if (c.real) {
-        const std::string layers =
-            L == 1 ? fmt::format("L{}", c.first_layer)
-                   : fmt::format("L{}-{}", c.first_layer, c.first_layer + L - 1);
+        const std::string layers = c.first_layer == c.last_layer
+                                       ? fmt::format("L{}", c.first_layer)
+                                       : fmt::format("L{}-{}", c.first_layer, c.last_layer);
         cell = fmt::format("m{}/r{} ({})", c.microbatch, c.repeat, layers);
         if (show_bsw) cell += fmt::format(" s{}", c.bsw_slot);
       }

@@ -11,18 +11,25 @@
 #include <string>
 #include <vector>
 
+#include "host/schedule/stage_layers.h"
+
 namespace carousel::schedule {
 
 struct CircularCell {
   bool real = false;  // false: a bubble iteration for this stage
   int microbatch = -1, repeat = -1, first_layer = -1;
-  int bsw_slot = -1;  // which BSW slot the stage reads (real cells)
+  int last_layer = -1;  // the stage's layers are [first_layer, last_layer]
+  int bsw_slot = -1;    // which BSW slot the stage reads (real cells)
 };
 
-// table[t][s] for t in [0, M R + d (S - 1)).
+// table[t][s] for t in [0, M R + d (S - 1)); every stage L layers, or (the second form) the
+// layers the map gives virtual stage r S + s (uneven stages).
 std::vector<std::vector<CircularCell>> circular_table(int S, int M, int R, int d, int L);
+std::vector<std::vector<CircularCell>> circular_table(int S, int M, int R, int d,
+                                                      const StageLayers& layers);
 
-// The MaxText-style table as text: one row per iteration, "m3/r1 (L5)" cells, "--" for bubbles.
+// The MaxText-style table as text: one row per iteration, "m3/r1 (L5)" or "m3/r1 (L4-6)" cells
+// (each cell's own layers; L is not read), "--" for bubbles.
 std::string format_circular_table(const std::vector<std::vector<CircularCell>>& table, int L,
                                   bool show_bsw);
 

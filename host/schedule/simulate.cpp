@@ -22,9 +22,20 @@ double Costs::cost(Kind k) const {
   }
 }
 
+double Costs::scale(int stage) const {
+  if (stage_scale.empty()) return 1.0;
+  CAROUSEL_ASSERT(stage >= 0 && std::size_t(stage) < stage_scale.size(),
+                  "cost model: stage {} has no scale ({} given)", stage, stage_scale.size());
+  return stage_scale[std::size_t(stage)];
+}
+
 SimResult simulate(const Program& p, const Costs& c) {
   const Layout& l = p.layout;
   const int R = l.ranks, V = l.stages();
+  CAROUSEL_CHECK(c.stage_scale.empty() || int(c.stage_scale.size()) == V,
+                 "cost model: stage_scale has {} entries, but the program has {} virtual stages "
+                 "(one per stage, or none for even stages)",
+                 c.stage_scale.size(), V);
   constexpr double kUnknown = -1;
   std::map<std::tuple<Kind, int, int>, double> end_of;  // compute (kind, stage, mb) -> end
   auto finished = [&](Kind k, int v, int m) {
@@ -41,7 +52,8 @@ SimResult simulate(const Program& p, const Costs& c) {
         const double e = finished(Kind::F, v - 1, m);
         if (e < 0) return kUnknown;
         const bool remote = l.rank_of(v - 1) != rank;
-        return e + cross(v - 1) + (remote ? (c.forward_delay - 1) * c.f : 0.0);
+        // The delay is counted in forwards of the producing rank (stage v - 1's size).
+        return e + cross(v - 1) + (remote ? (c.forward_delay - 1) * c.cost(Kind::F, v - 1) : 0.0);
       }
       case Kind::B:
       case Kind::I: {
@@ -76,7 +88,7 @@ SimResult simulate(const Program& p, const Costs& c) {
           const double ready = input_ready(r, a);
           if (ready < 0) break;  // the producer has not been simulated yet
           const double start = std::max({compute_free[r], ready, pending[r]});
-          const double end = start + c.cost(a.kind);
+          const double end = start + c.cost(a.kind, a.stage);
           end_of[{a.kind, a.stage, a.index}] = end;
           res.timeline.push_back({r, a, start, end});
           res.busy[r] += end - start;
@@ -84,7 +96,7 @@ SimResult simulate(const Program& p, const Costs& c) {
           pending[r] = 0;
         } else if (a.kind == Kind::AG_ISSUE) {
           const double start = std::max(compute_free[r], comm_free[r]);
-          comm_free[r] = start + c.all_gather;
+          comm_free[r] = start + c.all_gather * c.scale(a.stage);
           gather_done[r][a.index] = comm_free[r];
           res.all_gathers[r] += 1;
           if (c.all_gather > 0) res.timeline.push_back({r, a, start, comm_free[r]});
@@ -95,7 +107,7 @@ SimResult simulate(const Program& p, const Costs& c) {
           pending[r] = std::max(pending[r], it->second);
         } else if (a.kind == Kind::REDUCE_SCATTER) {
           const double start = std::max(compute_free[r], comm_free[r]);
-          comm_free[r] = start + c.reduce_scatter;
+          comm_free[r] = start + c.reduce_scatter * c.scale(a.stage);
           res.reduce_scatters[r] += 1;
           if (c.reduce_scatter > 0) res.timeline.push_back({r, a, start, comm_free[r]});
         } else if (a.kind == Kind::OPTIMIZER) {

@@ -10,13 +10,18 @@
 namespace carousel::schedule {
 
 // Durations per virtual stage (one stage = L layers), in any unit (unit costs reproduce the
-// textbook bubble formulas).
+// textbook bubble formulas). Uneven stages (stage_layers.h) set stage_scale: stage v's compute,
+// all-gather and reduce-scatter cost stage_scale[v] times the numbers here (schedule_costs
+// makes those per-layer numbers and the scale each stage's layer count).
 struct Costs {
   double f = 1, b = 2, i = 1, w = 1;  // forward, full backward, input grad, weight grad
   double p2p = 0;        // latency of a cross-rank activation / gradient hand-off
   double all_gather = 0, reduce_scatter = 0;  // per stage's weights, on the rank's comm stream
   int forward_delay = 1;  // MaxText's d: a forward output reaches the next rank d-1 forwards later
-  double cost(Kind k) const;
+  std::vector<double> stage_scale;  // per virtual stage; empty = 1 for every stage
+  double cost(Kind k) const;        // of a stage of scale 1
+  double scale(int stage) const;    // stage_scale[stage], or 1 when stage_scale is empty
+  double cost(Kind k, int stage) const { return cost(k) * scale(stage); }
 };
 
 struct Interval {
@@ -49,8 +54,9 @@ SimResult simulate(const Program& program, const Costs& costs);
 //   zb_h1, interleaved_zb   (S-1)(f + i - w), chunk costs for interleaved_zb
 //   looped_bfs              (S-1)(f + b) + (R-1) max(0, S-M)(f + b), any M
 //   zbv                     (S-1) f, chunk costs, valid at f = i = w only
-// bubble = idle / (work + idle). Valid for M >= S (circular, zb_h1) with comm-free costs; the
-// simulator covers everything else. docs/schedules.md "Closed forms" derives each.
+// bubble = idle / (work + idle). Valid for M >= S (circular, zb_h1) with comm-free costs and
+// even stages (an empty stage_scale); the simulator covers everything else. docs/schedules.md
+// "Closed forms" derives each.
 double closed_form_bubble(const std::string& kind, const Layout& layout, const Costs& costs);
 
 }  // namespace carousel::schedule

@@ -176,11 +176,12 @@ Recording record_streams(const Program& p, const std::vector<StreamPlan>& plans,
     }
   }
   auto duration = [&](int r, int i) {
-    const Kind k = p.ranks[r][i].kind;
+    const Action& a = p.ranks[r][i];
     const double more = r < int(extra.size()) && i < int(extra[r].size()) ? extra[r][i] : 0.0;
-    if (k == Kind::AG_ISSUE) return c.all_gather + more;
-    if (k == Kind::REDUCE_SCATTER) return c.reduce_scatter + more;
-    return c.cost(k) + more;  // compute; 0 for markers and the host
+    if (a.kind == Kind::AG_ISSUE) return c.all_gather * c.scale(a.stage) + more;
+    if (a.kind == Kind::REDUCE_SCATTER) return c.reduce_scatter * c.scale(a.stage) + more;
+    if (a.is_compute()) return c.cost(a.kind, a.stage) + more;
+    return more;  // 0 for markers and the host
   };
   // When every event in `events` has been recorded; -1 while one has not.
   auto ready_at = [&](int r, const std::vector<int>& events, double t) {
