@@ -62,14 +62,15 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
     const sch::Action& a = actions_[i];
     recorder_.start(step, std::int64_t(i), a);
     maybe_stall(place_.rank(), step, std::int64_t(i));  // a test's fault
+    if (a.is_compute()) await_input(a);  // before the clock: a wait is idle time, not compute
     const auto start = Clock::now();
     if (a.is_p2p()) {
       const std::size_t first = i;
-      run_p2p_group(i);  // the group's first action stands for it in the recorder
+      const Event done = post_p2p_group(i);  // the group's first action stands for it
       if (trace) {
         trace->p2p_group(
             {actions_.begin() + std::ptrdiff_t(first), actions_.begin() + std::ptrdiff_t(i)}, start,
-            Clock::now());
+            done);
       }
       recorder_.complete();
       continue;
@@ -101,6 +102,7 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
         break;
       }
       case sch::Kind::OPTIMIZER: {
+        drain_p2p();
         const double scale = 1.0 / double(cfg_.global_batch() * cfg_.model.max_target_length);
         const StepOutcome outcome = params_.optimizer_step(step, update, loss_sum_ * scale);
         if (trace) {
@@ -125,9 +127,10 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
   fail("pipeline executor: stage rank {}'s program has no OPTIMIZER action", place_.stage_rank);
 }
 
-void RankExecutor::run_p2p_group(std::size_t& i, bool forward_only) {
+Event RankExecutor::post_p2p_group(std::size_t& i, bool forward_only) {
   bool started = false;
-  std::vector<Key> sent_f, sent_b;
+  PostedGroup group;
+  std::vector<std::pair<std::map<Key, Event>*, Key>> receives;
   for (; i < actions_.size() && actions_[i].is_p2p(); ++i) {
     const sch::Action& p = actions_[i];
     const bool forward = p.kind == sch::Kind::SEND_F || p.kind == sch::Kind::RECV_F;
@@ -138,26 +141,53 @@ void RankExecutor::run_p2p_group(std::size_t& i, bool forward_only) {
     switch (p.kind) {
       case sch::Kind::SEND_F:
         comms_.pipe->send(out_f_.at(key), p.peer);
-        sent_f.push_back(key);
+        group.sent_f.push_back(key);
         break;
       case sch::Kind::SEND_B:
         comms_.pipe->send(out_b_.at(key), p.peer);
-        sent_b.push_back(key);
+        group.sent_b.push_back(key);
         break;
       case sch::Kind::RECV_F:
         comms_.pipe->recv(in_f_[key] = activation(), p.peer);
+        receives.emplace_back(&recv_f_, key);
         break;
       case sch::Kind::RECV_B:
         comms_.pipe->recv(in_b_[key] = activation(), p.peer);
+        receives.emplace_back(&recv_b_, key);
         break;
       default:
         fail("pipeline executor: {} is not a p2p action", sch::to_string(p));
     }
   }
-  if (!started) return;
-  comms_.pipe->group_end().wait();
-  for (const auto& key : sent_f) out_f_.erase(key);  // sent: the buffers may go
-  for (const auto& key : sent_b) out_b_.erase(key);
+  if (!started) {
+    Event none;
+    none.complete();
+    return none;
+  }
+  group.done = comms_.pipe->group_end();
+  for (const auto& [pending, key] : receives) (*pending)[key] = group.done;
+  posted_.push_back(std::move(group));
+  return posted_.back().done;
+}
+
+void RankExecutor::await_input(const sch::Action& action) {
+  std::map<Key, Event>& pending = action.kind == sch::Kind::F ? recv_f_ : recv_b_;
+  if (action.kind == sch::Kind::W) return;  // W's input is this rank's own I
+  const auto it = pending.find({action.stage, action.index});
+  if (it == pending.end()) return;
+  it->second.wait();
+  pending.erase(it);
+}
+
+void RankExecutor::drain_p2p() {
+  for (const PostedGroup& group : posted_) {
+    group.done.wait();
+    for (const auto& key : group.sent_f) out_f_.erase(key);  // sent: the buffers may go
+    for (const auto& key : group.sent_b) out_b_.erase(key);
+  }
+  posted_.clear();
+  recv_f_.clear();  // every receive of the step was consumed (and so waited for) by now
+  recv_b_.clear();
 }
 
 // AG_ISSUE gathers the stage's weights into slot `index`, AG_WAIT makes them the stage's,
@@ -195,16 +225,20 @@ double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
     for (std::size_t i = 0; i < actions_.size();) {
       const sch::Action& a = actions_[i];
       if (a.is_p2p()) {
-        run_p2p_group(i, /*forward_only=*/true);
+        post_p2p_group(i, /*forward_only=*/true);
         continue;
       }
-      if (a.kind == sch::Kind::F) forward(a.stage, a.index);
+      if (a.kind == sch::Kind::F) {
+        await_input(a);
+        forward(a.stage, a.index);
+      }
       if (a.kind == sch::Kind::AG_ISSUE || a.kind == sch::Kind::AG_WAIT ||
           a.kind == sch::Kind::RELEASE) {
         weight_residency(a, StepTrace::Clock::now(), nullptr);
       }
       ++i;  // backward, gradient reductions and the optimizer are not part of evaluation
     }
+    drain_p2p();
     saved_.clear();  // what the forwards kept for backwards that will not run
     in_b_.clear();
     sum += loss_sum_ / double(cfg_.global_batch() * cfg_.model.max_target_length);

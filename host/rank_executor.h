@@ -3,9 +3,11 @@
 // A step walks the rank's actions in order (host/schedule/ir.h): F and B / I / W run the
 // forward and backward of a (virtual stage, microbatch) through models/stage.h, with the
 // embedding before stage 0 and the fused head + loss after the last stage; runs of consecutive
-// SEND/RECV actions are one p2p group on the stage ring; AG_ISSUE, AG_WAIT, RELEASE and
-// REDUCE_SCATTER move weights and gradients through the rank's ShardedParams; OPTIMIZER ends
-// the step. Activations travel between actions in maps keyed by (stage, microbatch).
+// SEND/RECV actions are one p2p group on the stage ring, posted without waiting: the F or B that
+// consumes a received tensor waits for its group then (so a receive posted early never delays
+// the compute before its consumer), and a sent buffer lives until its group completes; AG_ISSUE,
+// AG_WAIT, RELEASE and REDUCE_SCATTER move weights and gradients through the rank's ShardedParams;
+// OPTIMIZER ends the step. Activations travel between actions in maps keyed by (stage, microbatch).
 #pragma once
 
 #include <cstdint>
@@ -45,9 +47,15 @@ class RankExecutor {
  private:
   using Key = std::pair<int, int>;  // (virtual stage, microbatch)
 
-  // Actions i.. while p2p, as one group (only the forward ones with forward_only); leaves i past
-  // the group.
-  void run_p2p_group(std::size_t& i, bool forward_only = false);
+  // Posts actions i.. while p2p as one group (only the forward ones with forward_only); leaves i
+  // past the group. Returns the group's completion (a completed Event when nothing was posted).
+  Event post_p2p_group(std::size_t& i, bool forward_only = false);
+  // Waits for the group that receives `action`'s input, if that input comes by a receive not yet
+  // waited for (F: its activation, B and I: its gradient).
+  void await_input(const schedule::Action& action);
+  // Waits for every posted group and frees the sent buffers: at the step's end, so no transfer
+  // outlives the step that posted it.
+  void drain_p2p();
   void weight_residency(const schedule::Action& a, StepTrace::Clock::time_point start,
                         StepTrace* trace);
   void forward(int stage, int microbatch);
@@ -78,6 +86,12 @@ class RankExecutor {
   std::map<Key, std::vector<DeferredWeightGrad>> deferred_;  // I done, W pending
   std::map<Key, Tensor> in_f_, in_b_;                        // inputs of F and B
   std::map<Key, Tensor> out_f_, out_b_;                      // outputs waiting for their SEND
+  std::map<Key, Event> recv_f_, recv_b_;  // receives into in_f_ / in_b_ not yet waited for
+  struct PostedGroup {
+    Event done;
+    std::vector<Key> sent_f, sent_b;  // out_f_ / out_b_ entries that live until `done`
+  };
+  std::vector<PostedGroup> posted_;
 };
 
 }  // namespace carousel

@@ -35,9 +35,15 @@ void StepTrace::begin_step(std::int64_t step, Clock::time_point at) {
 }
 
 void StepTrace::end_step(Clock::time_point at) {
-  for (const Pending& p : pending_) {  // every collective of the step has completed by now
-    slices_.push_back({sch::to_string(p.action), row_of(p.action), micros(p.issued),
-                       std::max(micros(p.issued), micros(p.done.completed_at())), p.action});
+  for (const Pending& p : pending_) {  // every collective and p2p group has completed by now
+    const double issued = micros(p.issued);
+    const double done = std::max(issued, micros(p.done.completed_at()));
+    const sch::Action& first = p.actions.front();
+    if (first.is_p2p()) {
+      add_p2p_slice(p.actions, issued, done);
+    } else {
+      slices_.push_back({sch::to_string(first), row_of(first), issued, done, first});
+    }
   }
   pending_.clear();
   steps_.back().end_us = micros(at);
@@ -49,11 +55,16 @@ void StepTrace::compute(const sch::Action& action, Clock::time_point start, Cloc
 }
 
 void StepTrace::p2p_group(const std::vector<sch::Action>& group, Clock::time_point start,
-                          Clock::time_point end) {
+                          const Event& done) {
+  pending_.push_back({group, start, done});
+}
+
+void StepTrace::add_p2p_slice(const std::vector<sch::Action>& group, double start_us,
+                              double end_us) {
   std::vector<std::string> names;
   for (const auto& a : group) names.push_back(sch::to_string(a));
   const std::string name = fmt::format("{}", fmt::join(names, " "));
-  slices_.push_back({name, "pipe", micros(start), micros(end), group.front()});
+  slices_.push_back({name, "pipe", start_us, end_us, group.front()});
   for (const auto& a : group) {
     // The flow is named after the sending stage: SEND_F of stage v meets RECV_F of v + 1,
     // SEND_B of v meets RECV_B of v - 1.
@@ -62,15 +73,15 @@ void StepTrace::p2p_group(const std::vector<sch::Action>& group, Clock::time_poi
     const int sender = send ? a.stage : forward ? a.stage - 1 : a.stage + 1;
     flows_.push_back(
         {fmt::format("{}:{}:{}:{}:{}", step_, ring_, forward ? 'F' : 'B', sender, a.index), send,
-         send ? micros(start) : micros(end)});
+         send ? start_us : end_us});
   }
 }
 
 void StepTrace::collective(const sch::Action& action, Clock::time_point issued, const Event& done) {
-  pending_.push_back({action, issued, done});
+  pending_.push_back({{action}, issued, done});
 }
 
-double measured_bubble(const std::vector<const StepTrace*>& ranks) {
+MeasuredSchedule measure_schedule(const std::vector<const StepTrace*>& ranks) {
   double busy = 0, span = 0;
   std::map<std::int64_t, std::pair<double, double>> steps;  // step -> (first start, last optimizer)
   for (const StepTrace* r : ranks) {
@@ -84,11 +95,13 @@ double measured_bubble(const std::vector<const StepTrace*>& ranks) {
     }
   }
   for (const auto& [step, bounds] : steps) span += bounds.second - bounds.first;
-  return span > 0 ? 1 - busy / (double(ranks.size()) * span) : 0;
+  if (span <= 0) return {};
+  return {.bubble = 1 - busy / (double(ranks.size()) * span),
+          .span_us = span / double(steps.size())};
 }
 
 std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
-                            sch::Costs costs, double* predicted_bubble) {
+                            sch::Costs costs, sch::SimResult* predicted) {
   // Calibrate: mean measured duration per action kind (per virtual stage, like Costs; per unit
   // of stage_scale, i.e. per layer, when the stages are uneven).
   std::map<sch::Kind, std::pair<double, int>> sums;
@@ -114,7 +127,7 @@ std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sc
   costs.all_gather = mean(sch::Kind::AG_ISSUE, 0);
   costs.reduce_scatter = mean(sch::Kind::REDUCE_SCATTER, 0);
   const sch::SimResult sim = sch::simulate(program, costs);
-  if (predicted_bubble) *predicted_bubble = sim.bubble_fraction;
+  if (predicted) *predicted = sim;
 
   nlohmann::json events = nlohmann::json::array();
   auto name_process = [&](int pid, const std::string& name) {

@@ -33,8 +33,10 @@ class StepTrace {
   void begin_step(std::int64_t step, Clock::time_point at);
   void end_step(Clock::time_point at);
   void compute(const schedule::Action& action, Clock::time_point start, Clock::time_point end);
+  // A p2p group posted at `start` whose event completes later (read at end_step): compute goes
+  // on meanwhile, so the pipe row shows each group from posting to completion.
   void p2p_group(const std::vector<schedule::Action>& group, Clock::time_point start,
-                 Clock::time_point end);
+                 const Event& done);
   // A collective issued at `issued` whose event completes later (read at end_step).
   void collective(const schedule::Action& action, Clock::time_point issued, const Event& done);
 
@@ -59,10 +61,11 @@ class StepTrace {
 
  private:
   struct Pending {
-    schedule::Action action;
+    std::vector<schedule::Action> actions;  // one collective, or the actions of a p2p group
     Clock::time_point issued;
     Event done;
   };
+  void add_p2p_slice(const std::vector<schedule::Action>& group, double start_us, double end_us);
   int rank_ = 0, ring_ = 0;
   std::int64_t step_ = 0;
   std::vector<Slice> slices_;
@@ -74,14 +77,18 @@ class StepTrace {
 // Measured bubble of the traced steps, defined like the simulator's: 1 - compute busy time /
 // (ranks x span), the span of a step running from its earliest start to its latest OPTIMIZER
 // over the ranks (the optimizer and the step-end agreement are not part of the schedule); waits
-// for weight gathers count as idle.
-double measured_bubble(const std::vector<const StepTrace*>& ranks);
+// for weight gathers count as idle. `span_us` is that span's mean over the traced steps, the
+// measured counterpart of the simulator's step_time.
+struct MeasuredSchedule {
+  double bubble = 0, span_us = 0;
+};
+MeasuredSchedule measure_schedule(const std::vector<const StepTrace*>& ranks);
 
 // The Chrome trace JSON of `ranks` (this process's ranks), with the predicted schedule of
 // `program` beside them: `costs` with F, B, I, W and the collectives' durations replaced by the
-// traces' means. `predicted_bubble` receives the simulation's bubble fraction.
+// traces' means. `predicted` receives that simulation (step time in microseconds, bubble).
 std::string step_trace_json(const std::vector<const StepTrace*>& ranks,
                             const schedule::Program& program, schedule::Costs costs,
-                            double* predicted_bubble);
+                            schedule::SimResult* predicted);
 
 }  // namespace carousel

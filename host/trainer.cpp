@@ -189,13 +189,18 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
   const std::string name =
       process_world ? fmt::format("trace-rank{}.json", process_world->rank()) : "trace.json";
   const std::string path = (std::filesystem::path(cfg.run_directory()) / name).string();
-  const std::string json = step_trace_json(ranks, program, schedule_costs(cfg, stage_layers(cfg)),
-                                           &result.predicted_bubble);
+  schedule::SimResult predicted;
+  const std::string json =
+      step_trace_json(ranks, program, schedule_costs(cfg, stage_layers(cfg)), &predicted);
   std::ofstream out(path, std::ios::trunc);
   out << json;
   out.flush();
   CAROUSEL_CHECK(out.good(), "writing the trace '{}' failed: {}", path, std::strerror(errno));
-  result.measured_bubble = measured_bubble(ranks);
+  const MeasuredSchedule measured = measure_schedule(ranks);
+  result.measured_bubble = measured.bubble;
+  result.measured_span_ms = measured.span_us / 1e3;
+  result.predicted_bubble = predicted.bubble_fraction;
+  result.predicted_span_ms = predicted.step_time / 1e3;
   result.trace_path = path;
   const auto& steps = ranks.front()->steps();
   spdlog::info(

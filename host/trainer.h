@@ -36,6 +36,8 @@ struct TrainResult {
   // profiler_steps: where the trace went, and the bubble measured vs the calibrated prediction.
   std::string trace_path;
   double measured_bubble = -1, predicted_bubble = -1;
+  // The schedule's span per step (first action to the last OPTIMIZER), measured and predicted.
+  double measured_span_ms = -1, predicted_span_ms = -1;
   std::size_t peak_device_bytes = 0;                 // the largest over the ranks
   std::vector<std::int64_t> all_gathers_per_device;  // FSDP weight gathers done, per rank
 };
