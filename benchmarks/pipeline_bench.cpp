@@ -31,6 +31,7 @@
 #include "host/logging.h"
 #include "host/schedule/registry.h"
 #include "host/trainer.h"
+#include "models/model.h"
 
 namespace {
 
@@ -69,7 +70,7 @@ struct Row {
   int stages, repeats, microbatches, fsdp;
   bool oversubscribed;
   double step_ms, tokens_per_s, measured_span_ms, predicted_span_ms, measured_bubble,
-      predicted_bubble, peak_mib, gathers_per_step;
+      predicted_bubble, exposed_gather_ms, peak_mib, gathers_per_step, gather_mib_per_step;
 };
 
 Row run_one(const std::vector<std::string>& model, const std::string& schedule, int stages,
@@ -108,6 +109,13 @@ Row run_one(const std::vector<std::string>& model, const std::string& schedule, 
   const double median = timed.empty() ? 0 : timed[timed.size() / 2];
   double gathers = 0;
   for (auto g : result.all_gathers_per_device) gathers = std::max(gathers, double(g));
+  // A gather brings a whole stage's weights (float32 masters, the largest stage: even splits).
+  std::int64_t layer_elements = 0;
+  for (const auto& spec : param_table(cfg.model)) {
+    if (spec.layer >= 0) layer_elements += numel(spec.shape);
+  }
+  const double stage_mib =
+      4.0 * double(layer_elements) / double(stages * repeats) / double(1 << 20);
   return {
       .schedule = schedule,
       .mode = mode.name,
@@ -122,8 +130,10 @@ Row run_one(const std::vector<std::string>& model, const std::string& schedule, 
       .predicted_span_ms = result.predicted_span_ms,
       .measured_bubble = result.measured_bubble,
       .predicted_bubble = result.predicted_bubble,
+      .exposed_gather_ms = result.exposed_gather_ms,
       .peak_mib = double(result.peak_device_bytes) / (1 << 20),
-      .gathers_per_step = gathers / double(steps)};
+      .gathers_per_step = gathers / double(steps),
+      .gather_mib_per_step = stage_mib * gathers / double(steps)};
 }
 
 nlohmann::json to_json(const Row& r) {
@@ -140,8 +150,10 @@ nlohmann::json to_json(const Row& r) {
           {"predicted_span_ms", r.predicted_span_ms},
           {"measured_bubble", r.measured_bubble},
           {"predicted_bubble", r.predicted_bubble},
+          {"exposed_gather_ms", r.exposed_gather_ms},
           {"peak_mib", r.peak_mib},
-          {"all_gathers_per_step", r.gathers_per_step}};
+          {"all_gathers_per_step", r.gathers_per_step},
+          {"all_gather_mib_per_step", r.gather_mib_per_step}};
 }
 
 std::vector<std::string> split(const std::string& list) {
@@ -203,9 +215,11 @@ int main(int argc, char** argv) {
     const auto out_dir =
         (std::filesystem::temp_directory_path() / "carousel_pipeline_bench").string();
     std::filesystem::remove_all(out_dir);
-    fmt::print("{:<17} {:>2} {:>2} {:>3} {:<8} {:>9} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8}\n",
-               "schedule", "S", "R", "M", "weights", "step ms", "tok/s", "span ms", "pred ms",
-               "err", "bubble", "pred", "peak MiB");
+    fmt::print(
+        "{:<17} {:>2} {:>2} {:>3} {:<8} {:>9} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} "
+        "{:>9}\n",
+        "schedule", "S", "R", "M", "weights", "step ms", "tok/s", "span ms", "pred ms", "err",
+        "bubble", "pred", "AG wait", "AG MiB", "peak MiB");
     std::vector<Row> rows;
     for (const int stages : split_ints("--stages", stages_list)) {
       for (const auto& schedule : split(schedules)) {
@@ -216,11 +230,12 @@ int main(int argc, char** argv) {
             const Row r = run_one(model, schedule, stages, factor, mode, batch, steps, out_dir);
             fmt::print(
                 "{:<17} {:>2} {:>2} {:>3} {:<8} {:>9.1f} {:>9.0f} {:>9.1f} {:>9.1f} {:>5.0f}% "
-                "{:>7.1f}% {:>7.1f}% {:>8.1f}{}\n",
+                "{:>7.1f}% {:>7.1f}% {:>8.2f} {:>8.1f} {:>9.1f}{}\n",
                 r.schedule, r.stages, r.repeats, r.microbatches, r.mode, r.step_ms, r.tokens_per_s,
                 r.measured_span_ms, r.predicted_span_ms,
                 100 * (r.predicted_span_ms / r.measured_span_ms - 1), 100 * r.measured_bubble,
-                100 * r.predicted_bubble, r.peak_mib, r.oversubscribed ? "  oversubscribed" : "");
+                100 * r.predicted_bubble, r.exposed_gather_ms, r.gather_mib_per_step, r.peak_mib,
+                r.oversubscribed ? "  oversubscribed" : "");
             std::fflush(stdout);
             rows.push_back(r);
           }

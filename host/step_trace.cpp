@@ -82,11 +82,12 @@ void StepTrace::collective(const sch::Action& action, Clock::time_point issued, 
 }
 
 MeasuredSchedule measure_schedule(const std::vector<const StepTrace*>& ranks) {
-  double busy = 0, span = 0;
+  double busy = 0, span = 0, gather_waits = 0;
   std::map<std::int64_t, std::pair<double, double>> steps;  // step -> (first start, last optimizer)
   for (const StepTrace* r : ranks) {
     for (const auto& s : r->slices()) {
       if (s.action.is_compute()) busy += s.end_us - s.start_us;
+      if (s.action.kind == sch::Kind::AG_WAIT) gather_waits += s.end_us - s.start_us;
     }
     for (const auto& step : r->steps()) {
       auto [it, fresh] = steps.try_emplace(step.step, step.start_us, step.optimizer_us);
@@ -96,8 +97,10 @@ MeasuredSchedule measure_schedule(const std::vector<const StepTrace*>& ranks) {
   }
   for (const auto& [step, bounds] : steps) span += bounds.second - bounds.first;
   if (span <= 0) return {};
+  const double rank_steps = double(ranks.size()) * double(steps.size());
   return {.bubble = 1 - busy / (double(ranks.size()) * span),
-          .span_us = span / double(steps.size())};
+          .span_us = span / double(steps.size()),
+          .exposed_gather_us = gather_waits / rank_steps};
 }
 
 std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sch::Program& program,

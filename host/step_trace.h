@@ -79,8 +79,10 @@ class StepTrace {
 // over the ranks (the optimizer and the step-end agreement are not part of the schedule); waits
 // for weight gathers count as idle. `span_us` is that span's mean over the traced steps, the
 // measured counterpart of the simulator's step_time.
+// `exposed_gather_us`: time a rank's compute waited for weight gathers (AG_WAIT), per rank and
+// step: the all-gather time the schedule did not hide.
 struct MeasuredSchedule {
-  double bubble = 0, span_us = 0;
+  double bubble = 0, span_us = 0, exposed_gather_us = 0;
 };
 MeasuredSchedule measure_schedule(const std::vector<const StepTrace*>& ranks);
 

@@ -199,6 +199,7 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
   const MeasuredSchedule measured = measure_schedule(ranks);
   result.measured_bubble = measured.bubble;
   result.measured_span_ms = measured.span_us / 1e3;
+  result.exposed_gather_ms = measured.exposed_gather_us / 1e3;
   result.predicted_bubble = predicted.bubble_fraction;
   result.predicted_span_ms = predicted.step_time / 1e3;
   result.trace_path = path;

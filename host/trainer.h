@@ -38,6 +38,7 @@ struct TrainResult {
   double measured_bubble = -1, predicted_bubble = -1;
   // The schedule's span per step (first action to the last OPTIMIZER), measured and predicted.
   double measured_span_ms = -1, predicted_span_ms = -1;
+  double exposed_gather_ms = -1;  // per rank and step: compute waiting for weight gathers
   std::size_t peak_device_bytes = 0;                 // the largest over the ranks
   std::vector<std::int64_t> all_gathers_per_device;  // FSDP weight gathers done, per rank
 };

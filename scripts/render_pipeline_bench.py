@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""render_pipeline_bench.py — pipeline_bench's JSON to the Markdown table and the PNG of
+docs/performance.md.
+
+    build/bin/pipeline_bench --json out/pipeline_bench.json
+    python3 scripts/render_pipeline_bench.py out/pipeline_bench.json \
+        --markdown out/pipeline_bench.md --png docs/pipeline_bench.png
+
+The table has one row per configuration: step time, tokens/s, the schedule's measured span and
+the cost model's calibrated prediction (and their ratio), measured and predicted bubble, the
+exposed all-gather time and bytes, peak memory. The PNG puts measured against predicted bubble
+per configuration (oversubscribed rows hatched: ranks share cores, so their idle time is not a
+pipeline bubble). Exit status 2 with one line on a file that is not pipeline_bench's JSON.
+(matplotlib: Debian's python3-matplotlib, installed by scripts/setup.sh; only --png needs it.)
+"""
+import argparse
+import json
+import sys
+
+
+def fail(message):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def load(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+        rows = doc["rows"]
+        for r in rows:
+            for key in ("schedule", "S", "R", "M", "weight_mode", "step_ms", "measured_bubble",
+                        "predicted_bubble", "measured_span_ms", "predicted_span_ms"):
+                r[key]  # noqa: B018 - presence check
+        return doc
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        fail(f"{path} is not pipeline_bench --json output ({e!r})")
+
+
+def markdown(doc):
+    m = doc["machine"]
+    lines = [
+        f"Machine: {m['cpu']}, {m['cores']} cores; global batch {doc['batch']} sequences, "
+        f"{doc['steps']} steps per run (the last {doc['steps'] - 2} traced); model "
+        f"`{' '.join(doc['model'])}`.",
+        "",
+        "| schedule | S | R | M | weights | step ms | tok/s | span ms | predicted | pred/meas "
+        "| bubble | predicted | AG wait ms | AG MiB | peak MiB |",
+        "|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for r in doc["rows"]:
+        ratio = r["predicted_span_ms"] / r["measured_span_ms"] if r["measured_span_ms"] > 0 else 0
+        note = " (oversubscribed)" if r.get("oversubscribed") else ""
+        lines.append(
+            f"| {r['schedule']} | {r['S']} | {r['R']} | {r['M']} | {r['weight_mode']}{note} "
+            f"| {r['step_ms']:.1f} | {r['tokens_per_s']:.0f} | {r['measured_span_ms']:.1f} "
+            f"| {r['predicted_span_ms']:.1f} | {ratio:.2f} | {100 * r['measured_bubble']:.1f} % "
+            f"| {100 * r['predicted_bubble']:.1f} % | {r.get('exposed_gather_ms', 0):.2f} "
+            f"| {r.get('all_gather_mib_per_step', 0):.1f} | {r.get('peak_mib', 0):.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(doc, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in doc["rows"] if r["S"] > 1]
+    labels = [f"{r['schedule']} S{r['S']} M{r['M']} {r['weight_mode']}" for r in rows]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(rows) + 2), 4.5))
+    measured = [100 * r["measured_bubble"] for r in rows]
+    predicted = [100 * r["predicted_bubble"] for r in rows]
+    hatch = ["//" if r.get("oversubscribed") else "" for r in rows]
+    for i in x:
+        ax.bar(i - 0.2, measured[i], 0.4, color="tab:blue", hatch=hatch[i],
+               label="measured" if i == 0 else None)
+        ax.bar(i + 0.2, predicted[i], 0.4, color="tab:orange",
+               label="predicted (calibrated)" if i == 0 else None)
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("bubble %")
+    ax.set_title("pipeline_bench: measured vs predicted bubble")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("json", help="pipeline_bench --json output")
+    ap.add_argument("--markdown", help="write the table here (default: stdout)")
+    ap.add_argument("--png", help="write the bubble plot here")
+    args = ap.parse_args()
+    doc = load(args.json)
+    table = markdown(doc)
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as f:
+            f.write(table)
+    else:
+        sys.stdout.write(table)
+    if args.png:
+        try:
+            plot(doc, args.png)
+        except ImportError:
+            fail("--png needs matplotlib (python3-matplotlib; scripts/setup.sh)")
+
+
+if __name__ == "__main__":
+    main()

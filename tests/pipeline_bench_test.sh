@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# pipeline_bench_test.sh PIPELINE_BENCH SOURCE_DIR WORK_DIR — the pipeline benchmark's grid and
+# outputs (no timing is asserted: figures belong in docs/performance.md): one row per
+# configuration of the grid (one device runs only its one program), the traced figures present
+# and sane (a span, bubbles in [0, 1), the prediction calibrated), gathers only with FSDP, the
+# renderer's table with the same rows; bad flags are one error line and exit status 2.
+set -uo pipefail
+bench=$1 src=$2 work=$3
+rm -rf "$work" && mkdir -p "$work"
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+"$bench" --schedules 1f1b,zb_h1 --stages 1,2 --factors 1,2 --weight-modes none,bsw --steps 4 \
+  --json "$work/bench.json" -- base_num_decoder_layers=4 max_target_length=16 >"$work/table.txt" ||
+  fail "pipeline_bench exited $?"
+cat "$work/table.txt"
+python3 - "$work/bench.json" <<'PY' || fail "bench.json"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+grid = {(s, sched, m, mode) for s in (1, 2) for sched in ("1f1b", "zb_h1") for m in (1, 2)
+        for mode in ("none", "bsw") if s == 2 or sched == "1f1b"}
+got = {(r["S"], r["schedule"], r["M"] // r["S"], r["weight_mode"]) for r in rows}
+assert got == grid and len(rows) == len(grid), (sorted(got), sorted(grid))
+for r in rows:
+    assert r["measured_span_ms"] > 0 and r["predicted_span_ms"] > 0, r
+    assert 0 <= r["measured_bubble"] < 1 and 0 <= r["predicted_bubble"] < 1, r
+    assert (r["all_gathers_per_step"] > 0) == (r["F"] > 1), r
+    if r["S"] == 1 and r["F"] == 1:
+        assert r["predicted_bubble"] == 0, r   # one device: nothing to wait for
+PY
+n=$(python3 "$src/scripts/render_pipeline_bench.py" "$work/bench.json" | grep -c '^| \(1f1b\|zb_h1\) ')
+[ "$n" -eq 12 ] || fail "the rendered table has $n rows, not 12"
+
+"$bench" --weight-modes fast >/dev/null 2>"$work/bad.err"
+rc=$?
+[ $rc -eq 2 ] || fail "--weight-modes fast exited $rc, not 2"
+grep -q "'fast' is not a weight mode; use none, per_use, bsw or once" "$work/bad.err" ||
+  fail "no weight-mode error: $(cat "$work/bad.err")"
+"$bench" --factors 0 >/dev/null 2>"$work/bad.err"
+[ $? -eq 2 ] || fail "--factors 0 was accepted"
+python3 "$src/scripts/render_pipeline_bench.py" "$work/bad.err" >/dev/null 2>&1
+[ $? -eq 2 ] || fail "the renderer accepted a file that is not pipeline_bench JSON"
+
+[ $fails -eq 0 ] && echo "pipeline_bench: all checks passed"
+exit $((fails > 0))
