@@ -234,6 +234,9 @@ const std::vector<ConfigKey>& config_keys() {
           "measured at start-up on CPUs"),
       key("collective_timeout_seconds", &Config::collective_timeout_seconds,
           "a communication waiting longer than this fails, naming the rank and operation"),
+      key("schedule_costs_file", &Config::schedule_costs_file,
+          "schedule_costs.yml a profiled run wrote (profiler_steps): its measured schedule_cost_* "
+          "values replace the defaults"),
       key("schedule_cost_f", &Config::schedule_cost_f, "schedule cost model: forward, per layer"),
       key("schedule_cost_b", &Config::schedule_cost_b, "full backward, per layer"),
       key("schedule_cost_w", &Config::schedule_cost_w,

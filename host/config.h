@@ -59,6 +59,7 @@ struct Config {
   // Cost model of `carousel schedule`, per layer (a stage costs L times these).
   double schedule_cost_f = 1, schedule_cost_b = 2, schedule_cost_w = 1;
   double schedule_cost_p2p = 0, schedule_cost_all_gather = 0, schedule_cost_reduce_scatter = 0;
+  std::string schedule_costs_file;  // schedule_cost_* keys measured by a run (schedule_costs.yml)
   double schedule_cost_head = 0;  // the head's compute in layers, added to the last stage
 
   // Batch and precision.

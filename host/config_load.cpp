@@ -253,6 +253,32 @@ std::vector<Assignment> read_overrides(const std::vector<std::string>& overrides
 
 }  // namespace
 
+// schedule_costs_file: the schedule_cost_* keys a profiled run measured (schedule_costs.yml)
+// replace the defaults; a key the config file or the command line set keeps its value.
+void apply_schedule_costs_file(Config& cfg, std::map<std::string, std::string>& source) {
+  if (cfg.schedule_costs_file.empty()) return;
+  check_local_path("schedule_costs_file", cfg.schedule_costs_file);
+  std::vector<Assignment> costs;
+  try {
+    costs = read_yaml(cfg.schedule_costs_file);
+  } catch (const Error& e) {
+    fail("schedule_costs_file: {}", e.what());
+  }
+  for (const auto& a : costs) {
+    CAROUSEL_CHECK(a.key.rfind("schedule_cost_", 0) == 0,
+                   "schedule_costs_file: {} sets '{}'; the file may set only schedule_cost_* keys "
+                   "(a profiled run writes it as <run dir>/schedule_costs.yml)",
+                   a.where, a.key);
+    if (source.count(a.key)) continue;
+    try {
+      find_key(a.key, a.where).set(cfg, a.value);
+    } catch (const Error& e) {
+      fail("{}: {}", a.where, e.what());
+    }
+    source[a.key] = a.source;
+  }
+}
+
 LoadedConfig load_config(const std::string& yaml_path, const std::vector<std::string>& overrides) {
   std::vector<Assignment> assignments;
   if (!yaml_path.empty()) assignments = read_yaml(yaml_path);
@@ -291,6 +317,7 @@ LoadedConfig load_config(const std::string& yaml_path, const std::vector<std::st
     }
     source[a.key] = a.source;
   }
+  apply_schedule_costs_file(cfg, source);
   for (const auto& k : config_keys()) {
     out.table.push_back({k.name, k.get(cfg), source.count(k.name) ? source[k.name] : "default"});
   }

@@ -104,31 +104,12 @@ MeasuredSchedule measure_schedule(const std::vector<const StepTrace*>& ranks) {
 }
 
 std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
-                            sch::Costs costs, sch::SimResult* predicted) {
-  // Calibrate: mean measured duration per action kind (per virtual stage, like Costs; per unit
-  // of stage_scale, i.e. per layer, when the stages are uneven).
-  std::map<sch::Kind, std::pair<double, int>> sums;
+                            const sch::Costs& costs, sch::SimResult* predicted) {
   double origin = 1e300;
   for (const StepTrace* r : ranks) {
-    for (const auto& s : r->slices()) {
-      auto& [total, count] = sums[s.action.kind];
-      const double scale = s.action.stage >= 0 ? costs.scale(s.action.stage) : 1.0;
-      total += (s.end_us - s.start_us) / scale;
-      ++count;
-      origin = std::min(origin, s.start_us);
-    }
+    for (const auto& s : r->slices()) origin = std::min(origin, s.start_us);
     for (const auto& step : r->steps()) origin = std::min(origin, step.start_us);
   }
-  auto mean = [&](sch::Kind k, double fallback) {
-    const auto it = sums.find(k);
-    return it == sums.end() ? fallback : it->second.first / it->second.second;
-  };
-  costs.f = mean(sch::Kind::F, costs.f);
-  costs.b = mean(sch::Kind::B, costs.b);
-  costs.i = mean(sch::Kind::I, costs.i);
-  costs.w = mean(sch::Kind::W, costs.w);
-  costs.all_gather = mean(sch::Kind::AG_ISSUE, 0);
-  costs.reduce_scatter = mean(sch::Kind::REDUCE_SCATTER, 0);
   const sch::SimResult sim = sch::simulate(program, costs);
   if (predicted) *predicted = sim;
 

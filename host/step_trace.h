@@ -87,10 +87,10 @@ struct MeasuredSchedule {
 MeasuredSchedule measure_schedule(const std::vector<const StepTrace*>& ranks);
 
 // The Chrome trace JSON of `ranks` (this process's ranks), with the predicted schedule of
-// `program` beside them: `costs` with F, B, I, W and the collectives' durations replaced by the
-// traces' means. `predicted` receives that simulation (step time in microseconds, bubble).
+// `program` beside them, simulated with `costs` (calibrated from these traces:
+// host/cost_calibration.h). `predicted` receives that simulation (step time in microseconds).
 std::string step_trace_json(const std::vector<const StepTrace*>& ranks,
-                            const schedule::Program& program, schedule::Costs costs,
+                            const schedule::Program& program, const schedule::Costs& costs,
                             schedule::SimResult* predicted);
 
 }  // namespace carousel

@@ -15,6 +15,7 @@
 
 #include "compute/cpu_backend.h"
 #include "host/checkpoint.h"
+#include "host/cost_calibration.h"
 #include "host/data.h"
 #include "host/device_peak.h"
 #include "host/fault_injection.h"
@@ -124,7 +125,9 @@ void compare_with_checkpoint(const Config& cfg, const std::string& dir) {
   for (const auto& key : config_keys()) {
     const auto it = saved.find(key.name);
     const std::string now = key.get(cfg);
-    if (it == saved.end() || it->second == now || free.count(key.name)) continue;
+    // The schedule_cost_* keys only feed predictions, never the arithmetic.
+    const bool prediction_only = key.name.rfind("schedule_cost", 0) == 0;
+    if (it == saved.end() || it->second == now || free.count(key.name) || prediction_only) continue;
     const std::string change = fmt::format("{}={} (saved: {})", key.name, now, it->second);
     const bool mesh =
         key.name.rfind("ici_", 0) == 0 || key.name.find("pipeline") != std::string::npos ||
@@ -189,9 +192,12 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
   const std::string name =
       process_world ? fmt::format("trace-rank{}.json", process_world->rank()) : "trace.json";
   const std::string path = (std::filesystem::path(cfg.run_directory()) / name).string();
+  const schedule::StageLayers layers = stage_layers(cfg);
+  const CalibratedCosts measured_costs = calibrate_costs(ranks, layers, cfg.schedule_cost_head);
   schedule::SimResult predicted;
-  const std::string json =
-      step_trace_json(ranks, program, schedule_costs(cfg, stage_layers(cfg)), &predicted);
+  const std::string json = step_trace_json(
+      ranks, program,
+      calibrated_schedule_costs(measured_costs, layers, schedule_costs(cfg, layers)), &predicted);
   std::ofstream out(path, std::ios::trunc);
   out << json;
   out.flush();
@@ -203,6 +209,21 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
   result.predicted_bubble = predicted.bubble_fraction;
   result.predicted_span_ms = predicted.step_time / 1e3;
   result.trace_path = path;
+  // The measured costs, for `carousel schedule` / the planner (schedule_costs_file=...).
+  const std::string costs_path =
+      (std::filesystem::path(cfg.run_directory()) /
+       (process_world ? fmt::format("schedule_costs-rank{}.yml", process_world->rank())
+                      : "schedule_costs.yml"))
+          .string();
+  std::ofstream costs_out(costs_path, std::ios::trunc);
+  costs_out << schedule_costs_yaml(
+      measured_costs,
+      fmt::format("{} on {}, {}, S={} R={} M={}, steps {}-{}", cfg.model_name, cfg.device,
+                  cfg.pipeline_schedule, program.layout.ranks, program.layout.repeats,
+                  program.layout.microbatches, ranks.front()->steps().front().step + 1,
+                  ranks.front()->steps().back().step + 1));
+  CAROUSEL_CHECK(costs_out.good(), "writing '{}' failed: {}", costs_path, std::strerror(errno));
+  result.costs_path = costs_path;
   const auto& steps = ranks.front()->steps();
   spdlog::info(
       "trace of steps {}-{}: {} (chrome://tracing or ui.perfetto.dev); measured bubble "

@@ -35,6 +35,7 @@ struct TrainResult {
   bool stopped_by_signal = false;  // SIGTERM/SIGINT: stopped early after saving a checkpoint
   // profiler_steps: where the trace went, and the bubble measured vs the calibrated prediction.
   std::string trace_path;
+  std::string costs_path;  // the calibrated schedule_cost_* keys (schedule_costs_file)
   double measured_bubble = -1, predicted_bubble = -1;
   // The schedule's span per step (first action to the last OPTIMIZER), measured and predicted.
   double measured_span_ms = -1, predicted_span_ms = -1;

@@ -1,0 +1,107 @@
+// cost_calibration.cpp — per-layer costs from traced steps (see cost_calibration.h).
+#include "host/cost_calibration.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+namespace carousel {
+
+namespace sch = schedule;
+
+namespace {
+
+struct Sum {
+  double micros = 0, layers = 0;  // durations summed, layers they covered
+  int slices = 0;
+  double per_layer() const { return layers > 0 ? micros / layers : 0; }
+  double mean() const { return slices > 0 ? micros / slices : 0; }
+};
+
+}  // namespace
+
+CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
+                                const sch::StageLayers& layers, double configured_head) {
+  const int last = layers.stages() - 1;
+  std::map<sch::Kind, Sum> body, last_stage, collectives;
+  for (const StepTrace* rank : ranks) {
+    for (const auto& s : rank->slices()) {
+      const sch::Action& a = s.action;
+      if (a.stage < 0) continue;  // the optimizer
+      const double duration = s.end_us - s.start_us;
+      const double n = layers.count(a.stage);
+      if (a.kind == sch::Kind::AG_ISSUE || a.kind == sch::Kind::REDUCE_SCATTER) {
+        auto& sum = collectives[a.kind];
+        sum.micros += duration, sum.layers += n, ++sum.slices;
+      } else if (a.is_compute()) {
+        // With one stage, its slices are the only measure of the layers (head included).
+        auto& sum = (a.stage == last && last > 0) ? last_stage[a.kind] : body[a.kind];
+        sum.micros += duration, sum.layers += n, ++sum.slices;
+      }
+    }
+  }
+  auto per_layer = [](const std::map<sch::Kind, Sum>& sums, sch::Kind kind) {
+    const auto it = sums.find(kind);  // (find: operator[] would invent the kinds it asks for)
+    return it == sums.end() ? 0.0 : it->second.per_layer();
+  };
+  const bool split = body.count(sch::Kind::W) > 0;
+  CalibratedCosts c;
+  c.f = per_layer(body, sch::Kind::F);
+  c.i = per_layer(body, sch::Kind::I);
+  c.w = per_layer(body, sch::Kind::W);
+  c.b = body.count(sch::Kind::B) ? per_layer(body, sch::Kind::B) : c.i + c.w;
+  if (!split) {  // B not split here: W as the default model's half of B
+    c.w = c.b / 2;
+    c.i = c.b - c.w;
+  }
+  c.all_gather = per_layer(collectives, sch::Kind::AG_ISSUE);
+  c.reduce_scatter = per_layer(collectives, sch::Kind::REDUCE_SCATTER);
+  c.head = configured_head;
+  if (last > 0 && !last_stage.empty()) {
+    double beyond = 0, layer_total = 0;
+    for (const auto& [kind, sum] : last_stage) {
+      const double layer_cost = per_layer(body, kind);
+      if (layer_cost <= 0) continue;
+      beyond += sum.mean() - layers.count(last) * layer_cost;
+      layer_total += layer_cost;
+    }
+    if (layer_total > 0) {
+      c.head = std::max(0.0, beyond / layer_total);
+      c.measured_head = true;
+    }
+  }
+  return c;
+}
+
+sch::Costs calibrated_schedule_costs(const CalibratedCosts& measured,
+                                     const sch::StageLayers& layers, sch::Costs base) {
+  base.f = measured.f;
+  base.b = measured.b;
+  base.i = measured.i;
+  base.w = measured.w;
+  base.all_gather = measured.all_gather;
+  base.reduce_scatter = measured.reduce_scatter;
+  base.stage_scale.clear();
+  for (const int n : layers.counts()) base.stage_scale.push_back(double(n));
+  base.stage_scale.back() += measured.head;
+  return base;
+}
+
+std::string schedule_costs_yaml(const CalibratedCosts& m, const std::string& description) {
+  return fmt::format(
+      "# schedule_costs.yml — cost model inputs measured by a profiled carousel run\n"
+      "# ({}).\n"
+      "# Microseconds per layer (the head: in layers, added to the last stage{}).\n"
+      "# Use: carousel schedule ... schedule_costs_file=<this file>\n"
+      "schedule_cost_f: {:.3f}\n"
+      "schedule_cost_b: {:.3f}\n"
+      "schedule_cost_w: {:.3f}\n"
+      "schedule_cost_all_gather: {:.3f}\n"
+      "schedule_cost_reduce_scatter: {:.3f}\n"
+      "schedule_cost_head: {:.3f}\n",
+      description, m.measured_head ? "" : "; not measured with one stage: the configured value",
+      m.f, m.b, m.w, m.all_gather, m.reduce_scatter, m.head);
+}
+
+}  // namespace carousel

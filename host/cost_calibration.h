@@ -1,0 +1,44 @@
+// cost_calibration.h — the cost model's inputs measured on this machine: per-layer durations of
+// F, B, I, W, weight gathers and gradient reductions, and the head's cost in layers, taken from
+// the traced steps of a run (profiler_steps). The trace's predicted rows simulate with them, and
+// the run writes them to <run dir>/schedule_costs.yml, which `carousel schedule` (and the
+// planner) read back with schedule_costs_file=<that file> instead of unit costs.
+//
+// Per layer: a slice of stage v counts count(v) layers. The last stage also runs the final
+// norm, logits and loss (the head), so its compute is left out of the per-layer means and the
+// head is what it took beyond count(last) layers: head = sum over kinds of (mean last-stage
+// duration - count(last) x per-layer mean) / sum of per-layer means, in layers (>= 0). With one
+// stage the head cannot be told apart from the layers and the configured value is kept.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "host/schedule/simulate.h"
+#include "host/schedule/stage_layers.h"
+#include "host/step_trace.h"
+
+namespace carousel {
+
+struct CalibratedCosts {
+  // Microseconds per layer; b = i + w when split; without W slices, w = b / 2 (the unit model's
+  // share) so a zero-bubble schedule simulated with these costs has one.
+  double f = 0, b = 0, i = 0, w = 0;
+  double all_gather = 0, reduce_scatter = 0;  // microseconds per layer's weights
+  double head = 0;                            // in layers, added to the last stage
+  bool measured_head = false;                 // false: `head` is the configured value
+};
+
+CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
+                                const schedule::StageLayers& layers, double configured_head);
+
+// `base` (p2p, forward delay) with the calibrated durations: per-layer costs scaled by each
+// stage's layer count, the head added to the last stage.
+schedule::Costs calibrated_schedule_costs(const CalibratedCosts& measured,
+                                          const schedule::StageLayers& layers,
+                                          schedule::Costs base);
+
+// The schedule_cost_* keys of `measured` as YAML, `description` (machine, run) in comments.
+std::string schedule_costs_yaml(const CalibratedCosts& measured, const std::string& description);
+
+}  // namespace carousel

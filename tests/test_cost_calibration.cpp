@@ -1,0 +1,151 @@
+// test_cost_calibration.cpp — per-layer costs measured from traces: exact figures from traces
+// built by hand, the schedule_costs.yml round trip through schedule_costs_file, and that the
+// file a profiled run writes reproduces that run's own calibrated prediction.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "host/config.h"
+#include "host/cost_calibration.h"
+#include "host/logging.h"
+#include "host/schedule/passes.h"
+#include "host/schedule_config.h"
+#include "host/trainer.h"
+#include "tests/test_util.h"
+
+namespace carousel {
+namespace {
+
+namespace fs = std::filesystem;
+namespace sch = schedule;
+using Clock = StepTrace::Clock;
+
+// One step of `rank` holding (kind, stage, microseconds) slices laid end to end.
+StepTrace trace_of(int rank, const std::vector<std::tuple<sch::Kind, int, double>>& slices) {
+  StepTrace trace(rank, 0);
+  Clock::time_point at{};
+  trace.begin_step(0, at);
+  int microbatch = 0;
+  for (const auto& [kind, stage, micros] : slices) {
+    const auto end = at + std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double, std::micro>(micros));
+    trace.compute(sch::Action{.kind = kind, .stage = stage, .index = microbatch++}, at, end);
+    at = end;
+  }
+  trace.end_step(at);
+  return trace;
+}
+
+// Two stages of 2 layers: the first stage's slices give 100 us per layer forward and 200 us
+// backward; the last stage took 300 and 600, i.e. 100 + 200 us beyond its 2 layers, which is
+// one layer's 100 + 200: the head is 1.0 layer.
+TEST(CostCalibration, PerLayerMeansAndTheHeadFromHandBuiltTraces) {
+  const StepTrace first = trace_of(0, {{sch::Kind::F, 0, 190},
+                                       {sch::Kind::F, 0, 210},
+                                       {sch::Kind::B, 0, 400},
+                                       {sch::Kind::B, 0, 400}});
+  const StepTrace last = trace_of(1, {{sch::Kind::F, 1, 300}, {sch::Kind::B, 1, 600}});
+  const CalibratedCosts c = calibrate_costs({&first, &last}, sch::StageLayers({2, 2}), 0.25);
+  EXPECT_NEAR(c.f, 100, 1e-6);
+  EXPECT_NEAR(c.b, 200, 1e-6);
+  EXPECT_NEAR(c.w, 100, 1e-6);  // B not split: half of it
+  EXPECT_NEAR(c.head, 1.0, 1e-6);
+  EXPECT_TRUE(c.measured_head);
+
+  // Uneven [1, 3] with I/W split: per layer F 100, I 60, W 40 from stage 0; the last stage's
+  // 3 layers + 0.5 layer of head: F 350, I 210, W 140.
+  const StepTrace a =
+      trace_of(0, {{sch::Kind::F, 0, 100}, {sch::Kind::I, 0, 60}, {sch::Kind::W, 0, 40}});
+  const StepTrace b =
+      trace_of(1, {{sch::Kind::F, 1, 350}, {sch::Kind::I, 1, 210}, {sch::Kind::W, 1, 140}});
+  const CalibratedCosts split = calibrate_costs({&a, &b}, sch::StageLayers({1, 3}), 0);
+  EXPECT_NEAR(split.f, 100, 1e-6);
+  EXPECT_NEAR(split.i, 60, 1e-6);
+  EXPECT_NEAR(split.w, 40, 1e-6);
+  EXPECT_NEAR(split.b, 100, 1e-6);
+  EXPECT_NEAR(split.head, 0.5, 1e-6);
+  const sch::Costs costs = calibrated_schedule_costs(split, sch::StageLayers({1, 3}), {});
+  EXPECT_EQ(costs.stage_scale, (std::vector<double>{1, 3.5}));
+
+  // One stage: the head is the configured value, the layers carry everything.
+  const StepTrace only = trace_of(0, {{sch::Kind::F, 0, 400}, {sch::Kind::B, 0, 800}});
+  const CalibratedCosts one = calibrate_costs({&only}, sch::StageLayers({4}), 0.25);
+  EXPECT_NEAR(one.f, 100, 1e-6);
+  EXPECT_EQ(one.head, 0.25);
+  EXPECT_FALSE(one.measured_head);
+}
+
+fs::path scratch(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / "carousel_cost_tests" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+TEST(CostCalibration, CostsFileReplacesDefaultsNotExplicitKeys) {
+  const fs::path dir = scratch("file");
+  CalibratedCosts m{.f = 812.5,
+                    .b = 1700.25,
+                    .i = 900,
+                    .w = 800.25,
+                    .all_gather = 12,
+                    .reduce_scatter = 13,
+                    .head = 0.75,
+                    .measured_head = true};
+  std::ofstream(dir / "costs.yml") << schedule_costs_yaml(m, "a test");
+  const std::string file = "schedule_costs_file=" + (dir / "costs.yml").string();
+  Config c = load_config("", {file}).config;
+  EXPECT_EQ(c.schedule_cost_f, 812.5);
+  EXPECT_EQ(c.schedule_cost_b, 1700.25);
+  EXPECT_EQ(c.schedule_cost_w, 800.25);
+  EXPECT_EQ(c.schedule_cost_all_gather, 12);
+  EXPECT_EQ(c.schedule_cost_reduce_scatter, 13);
+  EXPECT_EQ(c.schedule_cost_head, 0.75);
+  c = load_config("", {file, "schedule_cost_f=5"}).config;  // the command line wins
+  EXPECT_EQ(c.schedule_cost_f, 5);
+
+  std::ofstream(dir / "bad.yml") << "schedule_cost_f: 1\nlearning_rate: 3\n";
+  const std::string msg = testing::error_of(
+      [&] { load_config("", {"schedule_costs_file=" + (dir / "bad.yml").string()}); });
+  EXPECT_NE(msg.find("sets 'learning_rate'; the file may set only schedule_cost_* keys"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(testing::error_of([&] {
+              load_config("", {"schedule_costs_file=" + (dir / "none.yml").string()});
+            }).find("does not exist"),
+            std::string::npos);
+}
+
+// The file a profiled 2-stage run writes gives `carousel schedule` the prediction the run made
+// from its own trace (the file rounds to 1e-3 us: 1e-4 relative).
+TEST(CostCalibration, ProfiledRunWritesTheCostsOfItsPrediction) {
+  init_logging({.rank = 0, .level = "error", .file_dir = {}});
+  const std::vector<std::string> keys = {"max_target_length=16",
+                                         "base_num_decoder_layers=4",
+                                         "ici_pipeline_parallelism=2",
+                                         "pipeline_schedule=1f1b",
+                                         "num_pipeline_repeats=1",
+                                         "num_layers_per_pipeline_stage=2",
+                                         "num_pipeline_microbatches=4",
+                                         "per_device_batch_size=4",
+                                         "steps=4",
+                                         "profiler_steps=2",
+                                         "skip_first_n_steps_for_profiler=2",
+                                         "enable_checkpointing=false",
+                                         "base_output_directory=" + scratch("run").string(),
+                                         "run_name=costs"};
+  const TrainResult r = train(load_config("", keys).config);
+  ASSERT_FALSE(r.costs_path.empty());
+  std::vector<std::string> with_file = keys;
+  with_file.push_back("schedule_costs_file=" + r.costs_path);
+  const Config cfg = load_config("", with_file).config;
+  EXPECT_GT(cfg.schedule_cost_f, 0);
+  EXPECT_GT(cfg.schedule_cost_b, cfg.schedule_cost_f * 0.5);
+  const sch::SimResult sim = sch::simulate(lowered_program(cfg), schedule_costs(cfg));
+  EXPECT_NEAR(sim.bubble_fraction, r.predicted_bubble, 1e-4);
+  EXPECT_NEAR(sim.step_time / 1e3, r.predicted_span_ms, 1e-4 * r.predicted_span_ms);
+}
+
+}  // namespace
+}  // namespace carousel
