@@ -8,18 +8,20 @@
 // matmul + 2 T E = 2048 attention = 92672; remat=full makes forward + backward 4 forwards; the
 // head costs 6 V E = 98304 per token.
 #include <gtest/gtest.h>
-
-#include <algorithm>
-
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "compute/error.h"
+#include "host/config.h"
 #include "host/hf_import.h"
 #include "host/plan/plan_search.h"
 #include "host/plan/plan_units.h"
+#include "host/schedule/simulate.h"
+#include "host/schedule_config.h"
 #include "tests/test_util.h"
 
 namespace carousel {
@@ -174,6 +176,32 @@ TEST(PlanUnits, ParsesUnitsAndRefusesOthers) {
             std::string::npos);
 }
 
+// The keys printed with a candidate are a run: loaded as a config they give the candidate's mesh
+// and, simulated as `carousel schedule` does, the planner's pipeline time (to the 6 significant
+// digits the costs are printed with).
+TEST(PlanSearch, PrintedKeysReproduceTheScheduleThePlannerRanked) {
+  plan::Workload w = tiny_workload(16);
+  w.model_keys = "model_name=tiny max_target_length=16";
+  plan::Cluster cluster = two_nodes(1e9);
+  cluster.devices = 8;
+  cluster.devices_per_node = 4;
+  const plan::SearchResult r = plan::search(w, cluster, {.top = 5, .schedules = {}});
+  ASSERT_FALSE(r.best.empty());
+  for (const auto& p : r.best) {
+    std::vector<std::string> keys;
+    std::istringstream in(p.keys);
+    for (std::string k; in >> k;) keys.push_back(k);
+    const Config cfg = load_config("", keys).config;
+    EXPECT_EQ(cfg.ici_pipeline_parallelism, p.candidate.stages);
+    EXPECT_EQ(cfg.ici_fsdp_parallelism, p.candidate.fsdp);
+    EXPECT_EQ(cfg.ici_data_parallelism, p.candidate.data);
+    EXPECT_EQ(cfg.global_batch(), 16);
+    const double simulated =
+        schedule::simulate(lowered_program(cfg), schedule_costs(cfg)).step_time;
+    EXPECT_NEAR(simulated, p.pipeline_seconds, 1e-5 * p.pipeline_seconds) << p.keys;
+  }
+}
+
 // `carousel plan --model path/config.json`: the shape of Meta's published Llama-3-8B config.json
 // (values typed in from it, not from our preset) reads as the llama3-8b preset; an architecture
 // carousel does not implement is refused with check_hf_config's message.
@@ -203,11 +231,13 @@ TEST(PlanModelSource, HuggingFaceConfigReadsAsTheModelItDescribes) {
   std::ofstream(dir / "config.json") << R"({"model_type": "mistral", "hidden_size": 64,
     "intermediate_size": 172, "num_attention_heads": 4, "num_hidden_layers": 2,
     "vocab_size": 256})";
-  EXPECT_NE(testing::error_of([&] { model_from_hf_config(dir.string()); })
-                .find("not supported: model_type=\"mistral\""),
+  EXPECT_NE(testing::error_of([&] {
+              model_from_hf_config(dir.string());
+            }).find("not supported: model_type=\"mistral\""),
             std::string::npos);
-  EXPECT_NE(testing::error_of([&] { model_from_hf_config((dir / "absent.json").string()); })
-                .find("is not a Hugging Face config.json"),
+  EXPECT_NE(testing::error_of([&] {
+              model_from_hf_config((dir / "absent.json").string());
+            }).find("is not a Hugging Face config.json"),
             std::string::npos);
   fs::remove_all(dir);
 }

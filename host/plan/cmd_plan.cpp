@@ -3,8 +3,10 @@
 // (plan_search.h) and prints the best candidates as a table (or JSON) with the details of the
 // best: memory per device by part, bytes per step by link, and the keys that run it.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -42,6 +44,8 @@ nlohmann::json to_json(const plan::Prediction& p) {
           {"bubble", p.bubble},
           {"mfu", p.mfu},
           {"tokens_per_second", p.tokens_per_second},
+          {"pipeline_seconds", p.pipeline_seconds},
+          {"head_seconds", p.head_seconds},
           {"exposed_comm_seconds", p.exposed_comm_seconds},
           {"memory_bytes",
            {{"stage_rank", p.memory_stage_rank},
@@ -104,7 +108,14 @@ void print_best(const plan::Prediction& p) {
       p.bytes.pipeline / 1e9, p.bytes.fsdp_gather / 1e9, p.bytes.fsdp_scatter / 1e9,
       p.bytes.data / 1e9, p.bytes.extras / 1e9, p.bytes.intra / 1e9, p.bytes.inter / 1e9,
       p.exposed_comm_seconds);
-  fmt::print("      run it with: {}\n", p.keys);
+  fmt::print(
+      "      step {:.4f} s = simulated schedule {:.4f} s + head {:.4f} s + exposed "
+      "reductions {:.4f} s\n",
+      p.step_seconds, p.pipeline_seconds, p.head_seconds, p.exposed_comm_seconds);
+  fmt::print(
+      "      keys (carousel train / carousel schedule; the schedule_cost_* are the "
+      "planner's, in seconds):\n      {}\n",
+      p.keys);
 }
 
 }  // namespace
@@ -148,9 +159,26 @@ int run_plan(const PlanOptions& o) {
   plan::Workload w;
   const bool file = o.model.find('/') != std::string::npos || o.model.ends_with(".json") ||
                     std::filesystem::exists(o.model);
+  if (!file) {
+    const auto names = model_preset_names();
+    CAROUSEL_CHECK(std::find(names.begin(), names.end(), o.model) != names.end(),
+                   "--model='{}' is neither a model preset ({}) nor a Hugging Face config.json",
+                   o.model, fmt::join(names, ", "));
+  }
   w.model = file ? model_from_hf_config(o.model) : model_preset(o.model);
   if (o.seq_len > 0) w.model.max_target_length = o.seq_len;
   w.model.validate();
+  const ModelConfig& m = w.model;
+  w.model_keys =
+      file
+          ? fmt::format(
+                "vocab_size={} base_emb_dim={} base_num_decoder_layers={} "
+                "base_num_query_heads={} base_num_kv_heads={} base_mlp_dim={} "
+                "rope_max_timescale={} normalization_layer_epsilon={} "
+                "logits_via_embedding={} max_target_length={}",
+                m.vocab_size, m.emb_dim, m.num_layers, m.num_query_heads, m.num_kv_heads, m.mlp_dim,
+                m.rope_max_timescale, m.norm_eps, m.logits_via_embedding, m.max_target_length)
+          : fmt::format("model_name={} max_target_length={}", o.model, m.max_target_length);
   CAROUSEL_CHECK(o.dtype == "bfloat16" || o.dtype == "float32",
                  "--dtype={} is not valid; use bfloat16 or float32", o.dtype);
   CAROUSEL_CHECK(o.remat == "full" || o.remat == "none",
@@ -216,7 +244,7 @@ int run_plan(const PlanOptions& o) {
       w.remat_policy);
   fmt::print(
       "{} candidates: {} refused (do not fit), {} simulated, {} pruned by their time "
-      "bound; best per (mesh, schedule):\n\n",
+      "bound; the best per mesh (S, F, D):\n\n",
       r.candidates, r.refused_memory, r.simulated, r.pruned);
   print_table(r);
   print_best(r.best.front());

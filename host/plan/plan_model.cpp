@@ -182,14 +182,16 @@ Prediction predict(const Workload& w, const Cluster& cluster, const Candidate& c
     }
   }
   const double tokens = double(w.global_batch * w.model.max_target_length);
+  p.pipeline_seconds = sim.step_time;
+  p.head_seconds = double(cfg.microbatches()) * head;
   p.exposed_comm_seconds = exposed;
-  p.step_seconds = sim.step_time + double(cfg.microbatches()) * head + exposed;
+  p.step_seconds = p.pipeline_seconds + p.head_seconds + p.exposed_comm_seconds;
   p.bubble = sim.bubble_fraction;
   p.tokens_per_second = tokens / p.step_seconds;
   p.mfu = train_flops_per_token(w.model) * tokens /
           (p.step_seconds * double(cluster.devices) * cluster.peak_flops);
   p.fits = double(p.memory.total()) <= cluster.memory_bytes;
-  p.keys = candidate_keys(cfg) +
+  p.keys = (w.model_keys.empty() ? "" : w.model_keys + " ") + candidate_keys(cfg) +
            fmt::format(
                " schedule_cost_f={:.6g} schedule_cost_b={:.6g} schedule_cost_w={:.6g} "
                "schedule_cost_p2p={:.6g} schedule_cost_all_gather={:.6g} "

@@ -33,6 +33,9 @@ struct Workload {
   std::int64_t global_batch = 1;
   std::string dtype = "bfloat16";
   std::string remat_policy = "full";
+  // Config keys that select the model (e.g. "model_name=llama2-7b max_target_length=4096"):
+  // the start of every candidate's printed keys, so they run as they are.
+  std::string model_keys;
 };
 
 // One point of the search space.
@@ -55,6 +58,8 @@ struct Prediction {
   double bubble = 0;  // the simulated idle fraction of the pipeline's compute
   double mfu = 0;     // model FLOPs (6 x params x tokens + attention) / (step x peak)
   double tokens_per_second = 0;
+  double pipeline_seconds = 0;      // the simulated schedule (what `carousel schedule` prints)
+  double head_seconds = 0;          // M x the head's forward + backward, on the last stage
   double exposed_comm_seconds = 0;  // replica and extras reductions after the last backward
   MemoryBreakdown memory;           // the device holding the most
   int memory_stage_rank = 0;

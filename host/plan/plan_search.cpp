@@ -1,8 +1,9 @@
 // plan_search.cpp — enumerate the candidates of a cluster, refuse what cannot fit, simulate the
-// rest in order of their step-time bound, keep the fastest per (mesh, schedule).
+// rest in order of their step-time bound, keep the best per mesh.
 #include "host/plan/plan_search.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -22,10 +23,19 @@ std::vector<std::int64_t> divisors(std::int64_t n) {
   return out;
 }
 
-// Faster first; at equal time, less memory.
+// Step times are compared in steps of 0.2% (a cost model is not more exact than that); within
+// one step, fewer bytes sent is better (communication is where the model assumes most: full
+// overlap with compute), then less memory.
+constexpr double kTimeStep = 0.002;
+std::int64_t time_bucket(double seconds) {
+  return std::int64_t(std::floor(std::log(seconds) / std::log1p(kTimeStep)));
+}
 bool better(const Prediction& a, const Prediction& b) {
-  return a.step_seconds != b.step_seconds ? a.step_seconds < b.step_seconds
-                                          : a.memory.total() < b.memory.total();
+  const std::int64_t ta = time_bucket(a.step_seconds), tb = time_bucket(b.step_seconds);
+  if (ta != tb) return ta < tb;
+  const double sent_a = a.bytes.intra + a.bytes.inter, sent_b = b.bytes.intra + b.bytes.inter;
+  if (sent_a != sent_b) return sent_a < sent_b;
+  return a.memory.total() < b.memory.total();
 }
 
 struct Pending {
@@ -51,9 +61,13 @@ std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
       if (B % (F * D) != 0) continue;
       for (const std::int64_t L : divisors(N / S)) {
         const std::int64_t R = N / (S * L);
-        if (S == 1 && R != 1) continue;  // one device runs the whole model as one stage
+        // One device runs the whole model as one stage (gradient accumulation), whatever the
+        // keys say; a mesh of several devices with S = 1 runs R = N / L stages, which gives
+        // FSDP its gather granularity.
+        const bool one_device = cluster.devices == 1;
+        if (one_device && R != 1) continue;
         for (const auto& name : names) {
-          if (S == 1 && name != names.front()) continue;  // no pipeline: the schedule is moot
+          if (one_device && name != names.front()) continue;
           for (const std::int64_t M : divisors(B / (F * D))) {
             if (options.max_microbatches > 0 && M > options.max_microbatches) continue;
             for (const int slots : F > 1 ? std::vector<int>{0, 2, -1} : std::vector<int>{0}) {
@@ -63,7 +77,7 @@ std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
                                 int(M),
                                 int(R),
                                 int(L),
-                                S == 1 ? std::string("1f1b") : name,
+                                one_device ? std::string("1f1b") : name,
                                 slots,
                                 D > 1};
               Config cfg;
@@ -111,8 +125,9 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
                  cluster.devices, w.global_batch, w.model.num_layers);
   std::stable_sort(pending.begin(), pending.end(),
                    [](const Pending& a, const Pending& b) { return a.bound < b.bound; });
-  // The best prediction per (S, F, D, schedule): one row per mesh and schedule.
-  std::map<std::tuple<int, int, int, std::string>, Prediction> best;
+  // The best prediction per mesh (S, F, D): one row per mesh, with its best schedule, M, L and
+  // weight mode.
+  std::map<std::tuple<int, int, int>, Prediction> best;
   auto kth_best = [&] {
     if (int(best.size()) < options.top) return std::numeric_limits<double>::infinity();
     std::vector<double> times;
@@ -122,10 +137,12 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
   };
   double kth = std::numeric_limits<double>::infinity();
   for (const Pending& p : pending) {
-    const auto key = std::make_tuple(p.candidate.stages, p.candidate.fsdp, p.candidate.data,
-                                     p.candidate.schedule);
+    const auto key = std::make_tuple(p.candidate.stages, p.candidate.fsdp, p.candidate.data);
     const auto it = best.find(key);
-    if (p.bound > kth && (it == best.end() || p.bound > it->second.step_seconds)) {
+    // Beyond the next time step of the k-th best (and of its own mesh's best) it cannot enter.
+    const double margin = 1 + 2 * kTimeStep;
+    if (p.bound > kth * margin &&
+        (it == best.end() || p.bound > it->second.step_seconds * margin)) {
       ++result.pruned;
       continue;
     }
