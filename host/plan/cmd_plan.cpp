@@ -222,8 +222,8 @@ int run_plan(const PlanOptions& o) {
   if (r.best.empty()) {
     const plan::Candidate& c = r.smallest_candidate;
     fail(
-        "no candidate fits in {:.1f} GiB per device: the smallest needs {:.1f} GiB (S={} F={} "
-        "D={} M={}); use more devices, devices with more memory, or a smaller batch",
+        "no candidate fits in {:.1f} GiB per device: the smallest needs at least {:.1f} GiB "
+        "(S={} F={} D={} M={}); use more devices, devices with more memory, or a smaller batch",
         cluster.memory_bytes / double(1 << 30), gib(r.smallest_memory), c.stages, c.fsdp, c.data,
         c.microbatches);
   }
