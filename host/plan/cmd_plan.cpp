@@ -143,14 +143,17 @@ void add_plan_options(CLI::App& cmd, PlanOptions& o) {
       ->required();
   cmd.add_option("--global-batch-tokens", o.global_batch_tokens,
                  "tokens per step, e.g. 4M (= 4 x 2^20); or --global-batch");
-  cmd.add_option("--global-batch", o.global_batch, "sequences per step");
-  cmd.add_option("--seq-len", o.seq_len, "sequence length (default: the model's)");
+  cmd.add_option("--global-batch", o.global_batch, "sequences per step")
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+  cmd.add_option("--seq-len", o.seq_len, "sequence length (default: the model's)")
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   cmd.add_option("--dtype", o.dtype, "compute dtype: bfloat16 | float32");
   cmd.add_option("--remat", o.remat, "remat_policy: full | none");
   cmd.add_option("--compute-efficiency", o.compute_efficiency,
                  "fraction of the peak a layer's forward and backward reach (default 0.6)");
   cmd.add_option("--schedules", o.schedules, "only these schedules (default: all)")->delimiter(',');
-  cmd.add_option("--max-microbatches", o.max_microbatches, "at most this M (default: no limit)");
+  cmd.add_option("--max-microbatches", o.max_microbatches, "at most this M (default: no limit)")
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   cmd.add_option("--top", o.top, "candidates to print")->check(CLI::Range(1, 1000));
   cmd.add_flag("--json", o.json, "print JSON instead of the table");
 }

@@ -28,6 +28,7 @@ std::vector<std::int64_t> divisors(std::int64_t n) {
 // overlap with compute), then less memory.
 constexpr double kTimeStep = 0.002;
 std::int64_t time_bucket(double seconds) {
+  CAROUSEL_ASSERT(seconds > 0 && std::isfinite(seconds), "a predicted step of {} s", seconds);
   return std::int64_t(std::floor(std::log(seconds) / std::log1p(kTimeStep)));
 }
 bool better(const Prediction& a, const Prediction& b) {
