@@ -45,7 +45,7 @@ nlohmann::json to_json(const plan::Prediction& p) {
           {"mfu", p.mfu},
           {"tokens_per_second", p.tokens_per_second},
           {"pipeline_seconds", p.pipeline_seconds},
-          {"head_seconds", p.head_seconds},
+          {"head_layers", p.head_layers},
           {"exposed_comm_seconds", p.exposed_comm_seconds},
           {"memory_bytes",
            {{"stage_rank", p.memory_stage_rank},
@@ -109,9 +109,10 @@ void print_best(const plan::Prediction& p) {
       p.bytes.data / 1e9, p.bytes.extras / 1e9, p.bytes.intra / 1e9, p.bytes.inter / 1e9,
       p.exposed_comm_seconds);
   fmt::print(
-      "      step {:.4f} s = simulated schedule {:.4f} s + head {:.4f} s + exposed "
+      "      step {:.4f} s = simulated schedule {:.4f} s (the head charged to the last stage "
+      "as {:.2f} layers) + exposed "
       "reductions {:.4f} s\n",
-      p.step_seconds, p.pipeline_seconds, p.head_seconds, p.exposed_comm_seconds);
+      p.step_seconds, p.pipeline_seconds, p.head_layers, p.exposed_comm_seconds);
   fmt::print(
       "      keys (carousel train / carousel schedule; the schedule_cost_* are the "
       "planner's, in seconds):\n      {}\n",

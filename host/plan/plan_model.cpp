@@ -33,13 +33,6 @@ double link(const Cluster& c, bool inter) {
   return inter ? c.inter_node_bytes_per_second : c.intra_node_bytes_per_second;
 }
 
-// The head's forward + backward for one microbatch on the last stage's device (lm_head GEMM,
-// its input and weight gradients: 6 V E per token).
-double head_seconds(const Config& cfg, const Cluster& cluster) {
-  const double tokens = double(microbatch_rows(cfg) * cfg.model.max_target_length);
-  return 6.0 * double(cfg.model.vocab_size * cfg.model.emb_dim) * tokens / rate(cluster);
-}
-
 // Replica and extras reductions of the optimizer step: nothing else runs meanwhile.
 double exposed_seconds(const LinkBytes& b, const Cluster& cluster, const MeshLinks& links) {
   return b.data / link(cluster, links.data_inter) + b.extras / link(cluster, links.fsdp_inter);
@@ -96,7 +89,7 @@ std::string candidate_keys(const Config& cfg) {
   return keys;
 }
 
-double set_planner_costs(Config& cfg, const Cluster& cluster, const MeshLinks& links) {
+void set_planner_costs(Config& cfg, const Cluster& cluster, const MeshLinks& links) {
   CAROUSEL_CHECK(cluster.peak_flops > 0 && cluster.compute_efficiency > 0 &&
                      cluster.intra_node_bytes_per_second > 0 &&
                      cluster.inter_node_bytes_per_second > 0,
@@ -121,7 +114,10 @@ double set_planner_costs(Config& cfg, const Cluster& cluster, const MeshLinks& l
   const double share = (F - 1) / F / link(cluster, links.fsdp_inter);
   cfg.schedule_cost_all_gather = per_layer * c * share;
   cfg.schedule_cost_reduce_scatter = per_layer * 4 * share;
-  return head_seconds(cfg, cluster);
+  // The head (lm_head GEMM, its input and weight gradients: 6 V E FLOPs per token) in layers of
+  // forward + backward, so the last stage's F and B together cost it exactly.
+  const double head = 6.0 * double(m.vocab_size) * double(m.emb_dim);
+  cfg.schedule_cost_head = head / ((1.0 + (remat ? 3 : 2)) * layer_forward_flops_per_token(m));
 }
 
 std::int64_t memory_lower_bound(const Config& cfg) {
@@ -142,9 +138,10 @@ std::int64_t memory_lower_bound(const Config& cfg) {
 double step_time_lower_bound(const Config& cfg, const Cluster& cluster) {
   Config timed = cfg;
   const MeshLinks links = links_of(cfg, cluster);
-  const double head = set_planner_costs(timed, cluster, links);
-  const double L = double(cfg.num_layers_per_pipeline_stage);
-  const double compute = double(cfg.microbatches() * cfg.repeats()) * L *
+  set_planner_costs(timed, cluster, links);
+  // The last stage's rank: its stages' layers and the head, for every microbatch.
+  const double layers = double(cfg.repeats() * cfg.num_layers_per_pipeline_stage);
+  const double compute = double(cfg.microbatches()) * (layers + timed.schedule_cost_head) *
                          (timed.schedule_cost_f + timed.schedule_cost_b);
   // The reductions need the layout only, not the program's actions.
   double exposed = 0;
@@ -156,13 +153,13 @@ double step_time_lower_bound(const Config& cfg, const Cluster& cluster) {
     exposed =
         std::max(exposed, exposed_seconds(device_link_bytes(cfg, shell, s, links), cluster, links));
   }
-  return compute + double(cfg.microbatches()) * head + exposed;
+  return compute + exposed;
 }
 
 Prediction predict(const Workload& w, const Cluster& cluster, const Candidate& candidate) {
   Config cfg = candidate_config(w, candidate);
   const MeshLinks links = links_of(cfg, cluster);
-  const double head = set_planner_costs(cfg, cluster, links);
+  set_planner_costs(cfg, cluster, links);
   const sch::Program program = lowered_program(cfg);
   const sch::SimResult sim = sch::simulate(program, schedule_costs(cfg));
   Prediction p;
@@ -183,21 +180,22 @@ Prediction predict(const Workload& w, const Cluster& cluster, const Candidate& c
   }
   const double tokens = double(w.global_batch * w.model.max_target_length);
   p.pipeline_seconds = sim.step_time;
-  p.head_seconds = double(cfg.microbatches()) * head;
+  p.head_layers = cfg.schedule_cost_head;
   p.exposed_comm_seconds = exposed;
-  p.step_seconds = p.pipeline_seconds + p.head_seconds + p.exposed_comm_seconds;
+  p.step_seconds = p.pipeline_seconds + p.exposed_comm_seconds;
   p.bubble = sim.bubble_fraction;
   p.tokens_per_second = tokens / p.step_seconds;
   p.mfu = train_flops_per_token(w.model) * tokens /
           (p.step_seconds * double(cluster.devices) * cluster.peak_flops);
   p.fits = double(p.memory.total()) <= cluster.memory_bytes;
-  p.keys = (w.model_keys.empty() ? "" : w.model_keys + " ") + candidate_keys(cfg) +
-           fmt::format(
-               " schedule_cost_f={:.6g} schedule_cost_b={:.6g} schedule_cost_w={:.6g} "
-               "schedule_cost_p2p={:.6g} schedule_cost_all_gather={:.6g} "
-               "schedule_cost_reduce_scatter={:.6g}",
-               cfg.schedule_cost_f, cfg.schedule_cost_b, cfg.schedule_cost_w, cfg.schedule_cost_p2p,
-               cfg.schedule_cost_all_gather, cfg.schedule_cost_reduce_scatter);
+  p.keys =
+      (w.model_keys.empty() ? "" : w.model_keys + " ") + candidate_keys(cfg) +
+      fmt::format(
+          " schedule_cost_f={:.6g} schedule_cost_b={:.6g} schedule_cost_w={:.6g} "
+          "schedule_cost_p2p={:.6g} schedule_cost_all_gather={:.6g} "
+          "schedule_cost_reduce_scatter={:.6g} schedule_cost_head={:.6g}",
+          cfg.schedule_cost_f, cfg.schedule_cost_b, cfg.schedule_cost_w, cfg.schedule_cost_p2p,
+          cfg.schedule_cost_all_gather, cfg.schedule_cost_reduce_scatter, cfg.schedule_cost_head);
   return p;
 }
 

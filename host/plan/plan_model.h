@@ -58,10 +58,11 @@ struct Prediction {
   double bubble = 0;  // the simulated idle fraction of the pipeline's compute
   double mfu = 0;     // model FLOPs (6 x params x tokens + attention) / (step x peak)
   double tokens_per_second = 0;
-  double pipeline_seconds = 0;      // the simulated schedule (what `carousel schedule` prints)
-  double head_seconds = 0;          // M x the head's forward + backward, on the last stage
+  double pipeline_seconds = 0;  // the simulated schedule (what `carousel schedule` prints)
+  double head_layers = 0;  // schedule_cost_head: the head's compute in layers, on the last stage
   double exposed_comm_seconds = 0;  // replica and extras reductions after the last backward
-  MemoryBreakdown memory;           // the device holding the most
+  // step_seconds = pipeline_seconds + exposed_comm_seconds
+  MemoryBreakdown memory;  // the device holding the most
   int memory_stage_rank = 0;
   LinkBytes bytes;    // the device sending the most
   bool fits = false;  // memory.total() <= the device memory
@@ -72,8 +73,10 @@ struct Prediction {
 // keys): forward 2 x layer matmul params + 2 T E FLOPs per token at peak x efficiency; backward
 // twice that (three times with remat=full, which recomputes the forward); weight gradient one
 // forward; p2p one activation over the slowest hop; all-gather and reduce-scatter one stage over
-// the FSDP group's link. Also returns the head's forward + backward seconds per microbatch.
-double set_planner_costs(Config& cfg, const Cluster& cluster, const MeshLinks& links);
+// the FSDP group's link; schedule_cost_head the head's 6 V E FLOPs per token in layers of
+// forward + backward (the simulator charges it to the last stage's F and B, and scales that
+// stage's gathers by the same factor, a pessimism: the head is never gathered).
+void set_planner_costs(Config& cfg, const Cluster& cluster, const MeshLinks& links);
 
 // A lower bound on the step time without simulating: compute on the busiest rank plus the exposed
 // reductions (the search prunes with it).
