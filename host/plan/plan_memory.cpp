@@ -80,6 +80,11 @@ std::int64_t microbatch_rows(const Config& cfg) {
 ParamLayout param_layout(const Config& cfg, const sch::Layout& layout, int stage_rank) {
   const std::int64_t F = cfg.ici_fsdp_parallelism, D = cfg.ici_data_parallelism;
   const bool zero1 = cfg.shard_optimizer_over_data && D > 1;
+  // Even stages only (the planner does not search pipeline_stage_layers): every stage holds
+  // N / stages layers, as ShardedParams' stage map then says.
+  CAROUSEL_ASSERT(!cfg.uneven_stages() && cfg.model.num_layers % layout.stages() == 0,
+                  "the planner's layout needs even stages, got {} layers on {} stages",
+                  cfg.model.num_layers, layout.stages());
   const int layers_per_stage = int(cfg.model.num_layers / layout.stages());
   const bool first = layout.rank_of(0) == stage_rank;
   const bool last = layout.rank_of(layout.stages() - 1) == stage_rank;
