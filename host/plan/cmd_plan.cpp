@@ -123,14 +123,15 @@ void print_best(const plan::Prediction& p) {
 
 void add_plan_options(CLI::App& cmd, PlanOptions& o) {
   cmd.add_option("--model", o.model,
-                 "a model preset (tiny, llama2-7b, llama2-13b, llama3-8b) or a Hugging Face "
-                 "config.json (or its directory)")
+                 fmt::format("a model preset ({}) or a Hugging Face config.json (or its "
+                             "directory)",
+                             fmt::join(model_preset_names(), ", ")))
       ->required();
   cmd.add_option("--devices", o.devices, "devices in the cluster")
       ->required()
       ->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--devices-per-node", o.devices_per_node,
-                 "devices per node (they share the intra-node link)")
+                 "devices per node, which share the intra-node link (default 8)")
       ->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--device-memory", o.device_memory, "memory per device, e.g. 80GiB")->required();
   cmd.add_option("--peak-tflops", o.peak_tflops,
