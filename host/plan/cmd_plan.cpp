@@ -80,7 +80,7 @@ void print_table(const plan::SearchResult& r) {
     const plan::Candidate& c = p.candidate;
     const plan::MemoryBreakdown& m = p.memory;
     fmt::print(
-        "{:>2}  {:>3} {:>3} {:>3}  {:>4} {:>2} {:>2}  {:<16} {:<7} {:>8.3f} {:>5.1f}% "
+        "{:>2}  {:>3} {:>3} {:>3}  {:>4} {:>2} {:>2}  {:<16} {:<7} {:>8.4g} {:>5.1f}% "
         "{:>4.1f}% {:>9.0f}  {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>8.1f} "
         "{:>6.1f}  {:>7.2f} {:>7.2f}\n",
         i + 1, c.stages, c.fsdp, c.data, c.microbatches, c.repeats, c.layers_per_stage, c.schedule,
@@ -235,6 +235,7 @@ int run_plan(const PlanOptions& o) {
   if (o.json) {
     nlohmann::json out = {{"candidates", r.candidates},
                           {"refused_memory", r.refused_memory},
+                          {"refused_simulated", r.refused_simulated},
                           {"simulated", r.simulated},
                           {"pruned", r.pruned}};
     for (const auto& p : r.best) out["best"].push_back(to_json(p));
@@ -248,9 +249,11 @@ int run_plan(const PlanOptions& o) {
       o.peak_tflops, o.compute_efficiency, w.global_batch, w.model.max_target_length, w.dtype,
       w.remat_policy);
   fmt::print(
-      "{} candidates: {} refused (do not fit), {} simulated, {} pruned by their time "
+      "{} candidates: {} refused without simulating (their parameters do not fit), {} "
+      "simulated ({} of them refused: do not fit with activations), {} pruned by their time "
       "bound; the best per mesh (S, F, D):\n\n",
-      r.candidates, r.refused_memory, r.simulated, r.pruned);
+      r.candidates, r.refused_memory - r.refused_simulated, r.simulated, r.refused_simulated,
+      r.pruned);
   print_table(r);
   print_best(r.best.front());
   return 0;

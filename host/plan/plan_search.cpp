@@ -155,6 +155,7 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
     }
     if (!pred.fits) {
       ++result.refused_memory;
+      ++result.refused_simulated;
       continue;
     }
     if (it == best.end() || better(pred, it->second)) best[key] = pred;

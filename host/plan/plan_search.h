@@ -28,6 +28,7 @@ struct SearchResult {
   std::vector<Prediction> best;     // fitting candidates, fastest first (ties: less memory)
   std::int64_t candidates = 0;      // valid configurations considered
   std::int64_t refused_memory = 0;  // refused because they do not fit (before or after simulation)
+  std::int64_t refused_simulated = 0;  // of those, refused after simulating (activations too)
   std::int64_t simulated = 0;
   std::int64_t pruned = 0;  // skipped: their time bound could not beat the k-th best
   // The smallest memory any candidate needs (its parameter part when none was simulated), for
