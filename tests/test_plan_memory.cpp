@@ -8,6 +8,8 @@
 //   - the bytes still held after the step, beyond what was held before it, equal the planner's
 //     weight slots plus the step's token batches on the first and last stages' ranks
 //     (2 x M x b x T int32 each), counted here by hand (exact);
+//   - asking ShardedParams for every local stage's gradients, as the backwards do, allocates
+//     the planner's FSDP gradient buffers (exact; nothing without FSDP);
 //   - the allocator's peak lies between what is provably alive at once (state + slots + the
 //     larger of the FSDP gradient buffers and the stashed activations) and the planner's total
 //     (its working set is a bound);
@@ -77,6 +79,7 @@ class CountingCommunicator final : public Communicator {
 struct RankMeasure {
   std::int64_t state = 0;  // allocator growth while ShardedParams was built
   std::int64_t kept = 0;   // held after the step beyond what was held before it
+  std::int64_t gradient_buffers = 0;  // allocated by asking for every local stage's gradients
   std::int64_t peak = 0;
   double pipe = 0, fsdp = 0, data = 0;
 };
@@ -121,6 +124,14 @@ std::vector<RankMeasure> run_one_step(const Config& cfg, const schedule::Program
     world.barrier().wait();  // every collective of the step has completed everywhere
     m.kept = held() - ready;
     m.peak = std::int64_t(be.allocator().stats().peak_bytes);
+    // A backward asks for its stage's gradients; with FSDP that allocates the unsharded buffer
+    // the step keeps until the optimizer. Asking for every local stage's allocates all of them.
+    const std::int64_t before_buffers = held();
+    std::vector<ParamSet> buffers;
+    for (int v = 0; v < program.layout.stages(); ++v) {
+      if (program.layout.rank_of(v) == place.stage_rank) buffers.push_back(params.gradients(v));
+    }
+    m.gradient_buffers = held() - before_buffers;
     m.pipe = pipe->sent;
     m.fsdp = fsdp->sent;
     m.data = replicas->sent;
@@ -158,6 +169,7 @@ TEST_P(PlanMemory, EqualsTheExecutorsAllocationsAndTraffic) {
         program.layout.rank_of(0) == s || program.layout.rank_of(program.layout.stages() - 1) == s;
     const std::int64_t token_batches = edge ? 2 * cfg.microbatches() * rows * T * 4 : 0;
     EXPECT_EQ(m.kept, p.weight_slots + token_batches);
+    EXPECT_EQ(m.gradient_buffers, p.gradient_buffers);
     const std::int64_t alive_together = p.weights + p.gradients + p.optimizer + p.weight_slots +
                                         std::max(p.gradient_buffers, p.activations);
     EXPECT_LE(alive_together, m.peak);
