@@ -77,8 +77,8 @@ class CountingCommunicator final : public Communicator {
 };
 
 struct RankMeasure {
-  std::int64_t state = 0;  // allocator growth while ShardedParams was built
-  std::int64_t kept = 0;   // held after the step beyond what was held before it
+  std::int64_t state = 0;             // allocator growth while ShardedParams was built
+  std::int64_t kept = 0;              // held after the step beyond what was held before it
   std::int64_t gradient_buffers = 0;  // allocated by asking for every local stage's gradients
   std::int64_t peak = 0;
   double pipe = 0, fsdp = 0, data = 0;
