@@ -1,8 +1,13 @@
 // commands.h — the `carousel` subcommands; main.cpp parses the command line and calls one.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
+
+namespace CLI {
+class App;
+}
 
 namespace carousel {
 
@@ -31,6 +36,27 @@ struct InspectOptions {
 };
 // `carousel inspect`: the checkpoint report (host/inspect.h); 0 verified, 2 not.
 int run_inspect(const InspectOptions& options);
+
+// `carousel plan`: the mesh planner (host/plan/, docs/performance.md#planning-a-mesh).
+struct PlanOptions {
+  std::string model;  // a preset name, or a Hugging Face config.json (or its directory)
+  int devices = 0, devices_per_node = 8;
+  std::string device_memory;  // "80GiB"
+  double peak_tflops = 0;     // per device, dense, in the compute dtype
+  std::string intra_node_bandwidth, inter_node_bandwidth;  // "450GB/s", "400Gbit/s"
+  std::string global_batch_tokens;                         // "4M"; or global_batch in sequences
+  std::int64_t global_batch = 0;
+  std::int64_t seq_len = 0;  // 0: the model's max_target_length
+  std::string dtype = "bfloat16", remat = "full";
+  double compute_efficiency = 0.6;
+  std::vector<std::string> schedules;  // empty: all
+  std::int64_t max_microbatches = 0;
+  int top = 5;
+  bool json = false;
+};
+int run_plan(const PlanOptions& options);
+// Declares the plan flags on `cmd`, bound to `options` (in cmd_plan.cpp).
+void add_plan_options(CLI::App& cmd, PlanOptions& options);
 
 // `carousel --version`: "carousel X.Y.Z", then "key: value" lines (commit, build type, cuda,
 // nccl, mpi).

@@ -239,6 +239,31 @@ void check_hf_config(const std::string& directory, const ModelConfig& model) {
   }
 }
 
+ModelConfig model_from_hf_config(const std::string& path) {
+  const fs::path file = fs::is_directory(path) ? fs::path(path) / "config.json" : fs::path(path);
+  CAROUSEL_CHECK(fs::is_regular_file(file),
+                 "'{}' is not a Hugging Face config.json (nor a directory holding one)", path);
+  HfConfig c{read_json_file(file), fmt::format("'{}'", file.string())};
+  CAROUSEL_CHECK(c.j.is_object(), "{} must hold a JSON object, found {}", c.where, c.j.type_name());
+  ModelConfig m;
+  m.vocab_size = c.integer("vocab_size");
+  m.emb_dim = c.integer("hidden_size");
+  m.num_layers = c.integer("num_hidden_layers");
+  m.num_query_heads = c.integer("num_attention_heads");
+  m.num_kv_heads = c.integer("num_key_value_heads", m.num_query_heads);
+  m.mlp_dim = c.integer("intermediate_size");
+  m.max_target_length = c.integer("max_position_embeddings", 2048);
+  m.norm_eps = c.number(c.j, "rms_norm_eps", 1e-6);
+  m.rope_max_timescale = c.number(c.j, "rope_theta", 10000.0);
+  if (!c.has("rope_theta") && c.has("rope_parameters") && c.j["rope_parameters"].is_object()) {
+    m.rope_max_timescale = c.number(c.j["rope_parameters"], "rope_theta", 10000.0);
+  }
+  m.logits_via_embedding = c.boolean("tie_word_embeddings", false);
+  m.validate();
+  check_hf_config(file.parent_path().string(), m);  // what carousel does not implement
+  return m;
+}
+
 void load_hf_model(Backend& be, const std::string& directory, const ModelConfig& model,
                    const ParamSet& params) {
   const fs::path dir(directory);

@@ -32,6 +32,11 @@ bool is_hf_model_directory(const std::string& directory);
 // smaller than max_target_length is a warning only.
 void check_hf_config(const std::string& directory, const ModelConfig& model);
 
+// The model a Hugging Face config.json describes (`path`: the file or its directory), refused
+// with check_hf_config's message when carousel does not implement its architecture.
+// max_target_length is max_position_embeddings (2048 when absent).
+ModelConfig model_from_hf_config(const std::string& path);
+
 // check_hf_config, then fills `params` (float32, the table of `model`) from the directory's
 // safetensors file or shards. Each shard holding a needed tensor is opened once.
 void load_hf_model(Backend& be, const std::string& directory, const ModelConfig& model,

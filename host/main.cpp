@@ -3,6 +3,7 @@
 //   carousel info [--cpu-devices N]            what this build can run on
 //   carousel train [config.yml] key=value ...  train (MaxText key names; --help-keys lists them)
 //   carousel schedule [config.yml] key=value ...  show, check and simulate a pipeline schedule
+//   carousel plan --model M --devices N ...     choose the mesh for a model on a cluster
 //   carousel inspect DIR                       a checkpoint's contents and integrity (exit 2: bad)
 //   carousel --version                         version, commit, build type, CUDA/NCCL/MPI
 //
@@ -12,7 +13,6 @@
 #include <CLI/CLI.hpp>
 
 #include "compute/cpu/omp_wait_policy.h"
-
 #include "compute/error.h"
 #include "host/commands.h"
 #include "host/logging.h"
@@ -49,6 +49,11 @@ int main(int argc, char** argv) {
                            "optional YAML config file, then key=value overrides");
   schedule_cmd->footer("pipeline_schedule=NAME, one of:\n" + carousel::schedule::schedules_help());
 
+  carousel::PlanOptions plan;
+  auto* plan_cmd = app.add_subcommand(
+      "plan", "choose S, F, D, M, R, L, schedule and FSDP weight mode for a model on a cluster");
+  carousel::add_plan_options(*plan_cmd, plan);
+
   carousel::InspectOptions inspect;
   auto* inspect_cmd = app.add_subcommand(
       "inspect",
@@ -76,6 +81,7 @@ int main(int argc, char** argv) {
       return carousel::run_train(train);
     }
     if (schedule_cmd->parsed()) return carousel::run_schedule(schedule);
+    if (plan_cmd->parsed()) return carousel::run_plan(plan);
     if (inspect_cmd->parsed()) return carousel::run_inspect(inspect);
   } catch (const carousel::Error& e) {
     spdlog::error("{}", e.what());

@@ -324,5 +324,35 @@ TEST(BadInputs, CarouselTrainExitsWithCode2AndTheMessage) {
   std::filesystem::remove(dup);
 }
 
+// `carousel plan`: every bad flag is exit code 2 and one message naming the flag.
+TEST(BadInputs, CarouselPlanExitsWithCode2AndTheMessage) {
+  const std::string cluster =
+      " --devices 8 --peak-tflops 989 --intra-node-bandwidth 450GB/s --inter-node-bandwidth 50";
+  const std::pair<std::string, std::string> cases[] = {
+      {"plan --model llama9 --device-memory 80GiB --global-batch 64" + cluster,
+       "--model='llama9' is neither a model preset (tiny, llama2-7b"},
+      {"plan --model llama2-7b --device-memory 80XB --global-batch 64" + cluster,
+       "--device-memory='80XB' has an unknown unit 'XB'"},
+      {"plan --model llama2-7b --device-memory 8GiB --global-batch 64" + cluster,
+       "no candidate fits in 8.0 GiB per device: the smallest needs at least"},
+      {"plan --model llama2-7b --device-memory 80GiB --global-batch 64 --global-batch-tokens 4M" +
+           cluster,
+       "give the global batch once"},
+      {"plan --model llama2-7b --device-memory 80GiB --global-batch 64 --dtype float16" + cluster,
+       "--dtype=float16 is not valid; use bfloat16 or float32"},
+      {"plan --model llama2-7b --device-memory 80GiB --global-batch 64 --devices 12 "
+       "--devices-per-node 8 --peak-tflops 989 --intra-node-bandwidth 450 "
+       "--inter-node-bandwidth 50",
+       "--devices=12 must be a multiple of --devices-per-node=8"},
+      {"plan --model llama2-7b --device-memory 80GiB --global-batch 64", "--devices is required"},
+  };
+  for (const auto& [args, words] : cases) {
+    const CliRun r = run_carousel(args);
+    ASSERT_TRUE(WIFEXITED(r.status)) << args << ": ended by a signal";
+    EXPECT_EQ(WEXITSTATUS(r.status), 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find(words), std::string::npos) << args << "\n" << r.output;
+  }
+}
+
 }  // namespace
 }  // namespace carousel

@@ -1,0 +1,84 @@
+// plan_memory.h — the planner's arithmetic for one candidate mesh that needs no cost model:
+// the bytes one device holds (parameters, gradients, AdamW moments, FSDP weight slots and
+// gradient buffers, stashed activations) and the bytes it sends per step over each link.
+//
+// Exact parts mirror what the executor allocates (host/sharded_params.cpp, rank_executor.cpp)
+// and are tested equal to the device allocator's byte counts (tests/test_plan.cpp): weights,
+// gradients, optimizer, weight slots, gradient buffers, stashed stage inputs. The working set
+// (one stage's recomputed activations, backward temporaries, the head's logits) is an upper
+// bound, not a count of the executor's temporaries. docs/performance.md#planning-a-mesh.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "host/config.h"
+#include "host/schedule/ir.h"
+#include "models/params.h"
+
+namespace carousel::plan {
+
+// Bytes on one device, by what they hold.
+struct MemoryBreakdown {
+  std::int64_t weights = 0;    // float32 master shards and extras, plus their compute-dtype copies
+  std::int64_t gradients = 0;  // float32 gradient shards and extras
+  std::int64_t optimizer = 0;  // AdamW m and v of the owned pieces (ZeRO-1, extras over FSDP)
+  std::int64_t weight_slots = 0;      // FSDP: gathered-stage buffers, one per slot the program uses
+  std::int64_t gradient_buffers = 0;  // FSDP: unsharded stage gradients, alive until the optimizer
+  std::int64_t activations = 0;       // stashed stage inputs (peak count x one input's bytes)
+  std::int64_t working_set = 0;       // bound on transient buffers (see the header comment)
+  std::int64_t exact() const {
+    return weights + gradients + optimizer + weight_slots + gradient_buffers + activations;
+  }
+  std::int64_t total() const { return exact() + working_set; }
+};
+
+// Bytes one device sends per step, by traffic and by link (intra-node or inter-node).
+struct LinkBytes {
+  double pipeline = 0;          // activations and their gradients to the neighbouring stages
+  double fsdp_gather = 0;       // weight all-gathers (ring: (F-1)/F of the stage per gather)
+  double fsdp_scatter = 0;      // gradient reduce-scatters, float32
+  double data = 0;              // replica gradient reduction (+ ZeRO-1 weight gather), extras too
+  double extras = 0;            // embedding / head gradients and weights over FSDP (optimizer step)
+  double intra = 0, inter = 0;  // the same bytes split by the link they cross
+};
+
+// Where the groups of a mesh sit on nodes of `devices_per_node` consecutive ranks (ranks run
+// FSDP-fastest, host/mesh.h): whether each group or hop crosses a node boundary.
+struct MeshLinks {
+  bool fsdp_inter = false;                   // some FSDP group spans two nodes
+  bool data_inter = false;                   // some data group spans two nodes
+  std::vector<std::vector<bool>> hop_inter;  // [from stage rank][to stage rank]
+};
+MeshLinks mesh_links(int stages, int fsdp, int data, int devices_per_node);
+
+// Element counts of one candidate's parameter layout on one pipeline rank, as ShardedParams
+// lays it out.
+struct ParamLayout {
+  int local_stages = 0;
+  std::int64_t stage_elements = 0;                // one virtual stage's layer parameters
+  std::int64_t padded = 0, shard = 0, piece = 0;  // per stage: rounded to F, / F, / D (ZeRO-1)
+  std::int64_t extras = 0, extras_piece = 0;      // embedding / final norm / head on this rank
+};
+ParamLayout param_layout(const Config& cfg, const schedule::Layout& layout, int stage_rank);
+
+// Sequences per microbatch on one device: B / (M x F x D).
+std::int64_t microbatch_rows(const Config& cfg);
+
+// Bytes of stage rank `stage_rank`'s devices. `peak_stashed` is the simulator's peak count of
+// (stage, microbatch) activations alive at once on that rank; the program is the lowered one.
+MemoryBreakdown device_memory(const Config& cfg, const schedule::Program& lowered, int stage_rank,
+                              int peak_stashed);
+
+// Bytes a device of stage rank `stage_rank` sends per step (ring collectives).
+LinkBytes device_link_bytes(const Config& cfg, const schedule::Program& lowered, int stage_rank,
+                            const MeshLinks& links);
+
+// param_table(m), kept for the last model asked about (the search asks for the same model's
+// table for every candidate).
+const std::vector<ParamSpec>& table_of(const ModelConfig& m);
+
+// Bytes of one element in the compute dtype (bfloat16: 2, float32: 4).
+int compute_bytes(const Config& cfg);
+
+}  // namespace carousel::plan

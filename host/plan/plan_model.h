@@ -1,0 +1,92 @@
+// plan_model.h — one candidate mesh of `carousel plan`: the run config it stands for, and its
+// predicted step time, bubble, MFU, memory per device and bytes per link.
+//
+// Time comes from the schedule simulator (host/schedule/simulate.h) with per-layer costs in
+// seconds written into the config's schedule_cost_* keys, so `carousel schedule` with the same
+// keys shows the very timeline the planner ranked. docs/performance.md#planning-a-mesh states
+// the cost model and its assumptions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "host/config.h"
+#include "host/plan/plan_memory.h"
+
+namespace carousel::plan {
+
+// The machines. Bandwidths are per device and per direction.
+struct Cluster {
+  int devices = 1;
+  int devices_per_node = 1;
+  double memory_bytes = 0;  // per device
+  double peak_flops = 0;    // per device, dense, in the compute dtype
+  double intra_node_bytes_per_second = 0;
+  double inter_node_bytes_per_second = 0;
+  double compute_efficiency = 0.6;  // fraction of the peak a layer's forward/backward reaches
+};
+
+// What is trained: the model (max_target_length is the sequence length), the global batch in
+// sequences, the compute dtype and the remat policy.
+struct Workload {
+  ModelConfig model;
+  std::int64_t global_batch = 1;
+  std::string dtype = "bfloat16";
+  std::string remat_policy = "full";
+  // Config keys that select the model (e.g. "model_name=llama2-7b max_target_length=4096"):
+  // the start of every candidate's printed keys, so they run as they are.
+  std::string model_keys;
+};
+
+// One point of the search space.
+struct Candidate {
+  int stages = 1, fsdp = 1, data = 1;                       // S, F, D
+  int microbatches = 1, repeats = 1, layers_per_stage = 1;  // M, R, L
+  std::string schedule = "1f1b";
+  int weight_slots = 0;  // FSDP weight mode: 0 gather per use, 2 BSW, -1 once per step
+  bool zero1 = false;    // shard_optimizer_over_data
+};
+
+// The carousel config that runs `c` (validated: throws carousel::Error naming what is invalid).
+Config candidate_config(const Workload& w, const Candidate& c);
+// The `key=value` settings of that config that differ from the defaults of a run of the model.
+std::string candidate_keys(const Config& cfg);
+
+struct Prediction {
+  Candidate candidate;
+  double step_seconds = 0;
+  double bubble = 0;  // the simulated idle fraction of the pipeline's compute
+  double mfu = 0;     // model FLOPs (6 x params x tokens + attention) / (step x peak)
+  double tokens_per_second = 0;
+  double pipeline_seconds = 0;  // the simulated schedule (what `carousel schedule` prints)
+  double head_layers = 0;  // schedule_cost_head: the head's compute in layers, on the last stage
+  double exposed_comm_seconds = 0;  // replica and extras reductions after the last backward
+  // step_seconds = pipeline_seconds + exposed_comm_seconds
+  MemoryBreakdown memory;  // the device holding the most
+  int memory_stage_rank = 0;
+  LinkBytes bytes;    // the device sending the most
+  bool fits = false;  // memory.total() <= the device memory
+  std::string keys;   // candidate_keys of its config, with the planner's costs
+};
+
+// The schedule costs of `cfg` on `cluster` (seconds per layer, set into cfg's schedule_cost_*
+// keys): forward 2 x layer matmul params + 2 T E FLOPs per token at peak x efficiency; backward
+// twice that (three times with remat=full, which recomputes the forward); weight gradient one
+// forward; p2p one activation over the slowest hop; all-gather and reduce-scatter one stage over
+// the FSDP group's link; schedule_cost_head the head's 6 V E FLOPs per token in layers of
+// forward + backward (the simulator charges it to the last stage's F and B, and scales that
+// stage's gathers by the same factor, a pessimism: the head is never gathered).
+void set_planner_costs(Config& cfg, const Cluster& cluster, const MeshLinks& links);
+
+// A lower bound on the step time without simulating: compute on the busiest rank plus the exposed
+// reductions (the search prunes with it).
+double step_time_lower_bound(const Config& cfg, const Cluster& cluster);
+
+// Memory without activations or working set (weights, gradients, optimizer, gradient buffers):
+// a lower bound the search refuses with before simulating. The largest over the stage ranks.
+std::int64_t memory_lower_bound(const Config& cfg);
+
+// Generates, lowers and simulates `c`'s program and fills every figure.
+Prediction predict(const Workload& w, const Cluster& cluster, const Candidate& c);
+
+}  // namespace carousel::plan
