@@ -216,6 +216,7 @@ void RankExecutor::weight_residency(const sch::Action& a, StepTrace::Clock::time
 // wait of this program is a wait of the full one, which the replay proved deadlock-free.
 double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
   source_ = &data;
+  evaluating_ = true;
   params_.begin_step();  // the compute-dtype copies of the updated weights, once
   double sum = 0;
   for (std::int64_t index = 0; index < batches; ++index) {
@@ -245,22 +246,28 @@ double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
   }
   batches_.clear();
   source_ = &data_;
+  evaluating_ = false;
   return sum;
 }
 
 void RankExecutor::forward(int stage, int microbatch) {
   const Key key{stage, microbatch};
   const Tensor x =
-      stage == 0 ? embed_forward(be_, params_.extras_weights(), batch(step_, microbatch).inputs)
+      stage == 0 ? embed_forward(be_, params_.extras_weights(), batch(microbatch).inputs)
                  : take(in_f_, key);
   const Tensor y =
       stage_forward(be_, cfg_.model, layers(params_.weights(stage)), rope_, x, remat_, saved_[key]);
   if (stage == layout_.stages() - 1) {
     const double scale = 1.0 / double(cfg_.global_batch() * cfg_.model.max_target_length);
-    HeadResult head = head_loss(be_, cfg_.model, params_.extras_weights(), params_.extras_grads(),
-                                y, batch(step_, microbatch).targets, scale);
-    loss_sum_ += head.loss_sum;
-    in_b_[key] = head.dx;
+    if (evaluating_) {  // the loss alone: no backward will run
+      loss_sum_ += head_loss_sum(be_, cfg_.model, params_.extras_weights(), y,
+                                 batch(microbatch).targets);
+    } else {
+      HeadResult head = head_loss(be_, cfg_.model, params_.extras_weights(),
+                                  params_.extras_grads(), y, batch(microbatch).targets, scale);
+      loss_sum_ += head.loss_sum;
+      in_b_[key] = head.dx;
+    }
   } else if (layout_.rank_of(stage + 1) == place_.stage_rank) {
     in_f_[{stage + 1, microbatch}] = y;  // the next stage is local: no send
   } else {
@@ -276,7 +283,7 @@ void RankExecutor::backward(int stage, int microbatch, bool defer_weight_grads) 
                                    take(in_b_, key), defer);
   saved_.erase(key);
   if (stage == 0) {
-    embed_backward(be_, params_.extras_grads(), batch(step_, microbatch).inputs, dx);
+    embed_backward(be_, params_.extras_grads(), batch(microbatch).inputs, dx);
   } else if (layout_.rank_of(stage - 1) == place_.stage_rank) {
     in_b_[{stage - 1, microbatch}] = dx;
   } else {
@@ -284,15 +291,15 @@ void RankExecutor::backward(int stage, int microbatch, bool defer_weight_grads) 
   }
 }
 
-// This rank's share of microbatch m: sequences [m * b + part * b_local, ... + b_local) of the
+// This rank's share of microbatch m of step_ (or evaluation batch step_): sequences [m * b + part * b_local, ... + b_local) of the
 // step's global batch, uploaded once per step.
-const Microbatch& RankExecutor::batch(std::int64_t step, int microbatch) {
+const Microbatch& RankExecutor::batch(int microbatch) {
   auto it = batches_.find(microbatch);
   if (it == batches_.end()) {
     const std::int64_t global = cfg_.global_batch(), T = cfg_.model.max_target_length;
     const std::int64_t b = global / layout_.microbatches;
     const TokenBatch tokens = source_->batch(
-        step, global, microbatch * b + place_.batch_part() * microbatch_size_, microbatch_size_);
+        step_, global, microbatch * b + place_.batch_part() * microbatch_size_, microbatch_size_);
     it = batches_
              .emplace(microbatch, Microbatch{be_.from_host(tokens.inputs, {microbatch_size_, T}),
                                              be_.from_host(tokens.targets, {microbatch_size_, T})})

@@ -60,7 +60,7 @@ class RankExecutor {
                         StepTrace* trace);
   void forward(int stage, int microbatch);
   void backward(int stage, int microbatch, bool defer_weight_grads);
-  const Microbatch& batch(std::int64_t step, int microbatch);
+  const Microbatch& batch(int microbatch);  // this rank's part of microbatch m of step_
   Tensor activation() const;  // [b_local, T, E] in the compute dtype
 
   const Config& cfg_;
@@ -74,6 +74,7 @@ class RankExecutor {
   DType compute_;
   const DataLoader& data_;
   const DataLoader* source_;  // where batch() reads: the training data, or an evaluation's
+  bool evaluating_ = false;   // in evaluate(): the head computes the loss only
   RopeTables rope_;
   RematPolicy remat_;
   std::int64_t microbatch_size_;  // sequences of a microbatch this rank computes (b / (F x D))

@@ -22,41 +22,71 @@ const Tensor& head_weight(const ModelConfig& cfg, const ParamSet& set) {
 }
 }  // namespace
 
+namespace {
+
+// The llama head's forward: xn = rms(x, g_final) [N,E], logits = xn head^T [N,V], the summed
+// token losses. What the backward reuses is kept.
+struct HeadForward {
+  Tensor xn, rstd, logits;
+  double loss_sum = 0;
+};
+
+HeadForward llama_head_forward(Backend& be, const ModelConfig& cfg, const ParamSet& params,
+                               const Tensor& x, const Tensor& flat_targets) {
+  const DType dt = x.dtype();
+  const std::int64_t N = x.rows(), E = x.cols(), V = cfg.vocab_size;
+  HeadForward f{be.empty({N, E}, dt), be.empty({N}, stats_dtype(dt)), be.empty({N, V}, dt)};
+  be.rmsnorm_forward(x.reshape({N, E}), params.at(ParamRole::FinalNorm), cfg.norm_eps, f.xn,
+                     f.rstd);
+  be.gemm(false, true, 1.0, f.xn, head_weight(cfg, params), 0.0, f.logits);
+  Tensor losses = be.empty({N}, stats_dtype(dt));
+  be.cross_entropy_forward(f.logits, flat_targets, losses);
+  f.loss_sum = be.sum(losses);
+  return f;
+}
+
+// simple: diff = x - t.
+Tensor simple_diff(Backend& be, const Tensor& x, const Tensor& targets) {
+  Tensor diff = be.empty(x.shape(), x.dtype());
+  be.copy(x, diff);
+  be.axpy(-1.0, targets, diff);
+  return diff;
+}
+
+}  // namespace
+
 HeadResult head_loss(Backend& be, const ModelConfig& cfg, const ParamSet& params,
                      const ParamSet& grads, const Tensor& x, const Tensor& targets,
                      double loss_scale) {
-  const DType dt = x.dtype();
-  const std::int64_t N = x.rows(), E = x.cols();
   HeadResult r;
-  r.dx = be.empty(x.shape(), dt);
+  r.dx = be.empty(x.shape(), x.dtype());
   if (!cfg.is_llama()) {
     // loss = sum (x - t)^2;  dx = 2 (x - t) * loss_scale
-    Tensor diff = be.empty(x.shape(), dt);
-    be.copy(x, diff);
-    be.axpy(-1.0, targets, diff);
+    const Tensor diff = simple_diff(be, x, targets);
     r.loss_sum = be.sum_squares(diff);
     be.copy(diff, r.dx);
     be.scale(r.dx, 2.0 * loss_scale);
     return r;
   }
-  const std::int64_t V = cfg.vocab_size;
+  const std::int64_t N = x.rows(), E = x.cols();
   const Tensor& head = head_weight(cfg, params);
-  // Forward: xn = rms(x, g_final) [N,E]; logits = xn head^T [N,V]; losses [N].
-  Tensor xn = be.empty({N, E}, dt), rstd = be.empty({N}, stats_dtype(dt));
-  be.rmsnorm_forward(x.reshape({N, E}), params.at(ParamRole::FinalNorm), cfg.norm_eps, xn, rstd);
-  Tensor logits = be.empty({N, V}, dt), losses = be.empty({N}, stats_dtype(dt));
-  be.gemm(false, true, 1.0, xn, head, 0.0, logits);
   const Tensor flat_targets = targets.reshape({N});
-  be.cross_entropy_forward(logits, flat_targets, losses);
-  r.loss_sum = be.sum(losses);
+  HeadForward f = llama_head_forward(be, cfg, params, x, flat_targets);
+  r.loss_sum = f.loss_sum;
   // Backward, reusing the logits buffer for their gradient.
-  be.cross_entropy_backward(logits, flat_targets, loss_scale, logits);
-  Tensor dxn = be.empty({N, E}, dt);
-  be.gemm(false, false, 1.0, logits, head, 0.0, dxn);                   // [N,V] x [V,E]
-  be.gemm(true, false, 1.0, logits, xn, 1.0, head_weight(cfg, grads));  // d head += dlogits^T xn
-  be.rmsnorm_backward(dxn, x.reshape({N, E}), params.at(ParamRole::FinalNorm), rstd,
+  be.cross_entropy_backward(f.logits, flat_targets, loss_scale, f.logits);
+  Tensor dxn = be.empty({N, E}, x.dtype());
+  be.gemm(false, false, 1.0, f.logits, head, 0.0, dxn);                   // [N,V] x [V,E]
+  be.gemm(true, false, 1.0, f.logits, f.xn, 1.0, head_weight(cfg, grads));  // d head += dlogits^T xn
+  be.rmsnorm_backward(dxn, x.reshape({N, E}), params.at(ParamRole::FinalNorm), f.rstd,
                       r.dx.reshape({N, E}), grads.at(ParamRole::FinalNorm));
   return r;
+}
+
+double head_loss_sum(Backend& be, const ModelConfig& cfg, const ParamSet& params, const Tensor& x,
+                     const Tensor& targets) {
+  if (!cfg.is_llama()) return be.sum_squares(simple_diff(be, x, targets));
+  return llama_head_forward(be, cfg, params, x, targets.reshape({x.rows()})).loss_sum;
 }
 
 }  // namespace carousel

@@ -28,4 +28,8 @@ HeadResult head_loss(Backend& be, const ModelConfig& cfg, const ParamSet& params
                      const ParamSet& grads, const Tensor& x, const Tensor& targets,
                      double loss_scale);
 
+// The same loss sum without the gradient (evaluation): head_loss's forward half.
+double head_loss_sum(Backend& be, const ModelConfig& cfg, const ParamSet& params, const Tensor& x,
+                     const Tensor& targets);
+
 }  // namespace carousel
