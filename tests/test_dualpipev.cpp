@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "host/schedule/export.h"
 #include "host/schedule/passes.h"
 #include "host/schedule/registry.h"
 #include "host/schedule/simulate.h"
@@ -186,6 +187,20 @@ TEST(OverlapPair, APairStartsWhenBothInputsAreReady) {
   EXPECT_LT(at("0RECV_B0"), at("0F1&"));
   EXPECT_EQ(at("0F1&") + 2, at("0B0"));  // only the forward's send between the halves
   EXPECT_EQ(*(at("0F1&") + 1), "0SEND_F1");
+}
+
+// `carousel schedule`'s picture draws one black border per pair, around both halves: S = 2,
+// M = 4 has 3 pairs on each rank (the program above), 3F2& 0B0 spanning 11 to 14.
+TEST(OverlapPair, TheTimelinePictureBordersEachPair) {
+  const SimResult sim = simulate(lower(make(2, 4), {0, 0, false}), Costs{});
+  const std::string svg = timeline_svg(sim, 2, "dualpipev");
+  int pairs = 0;
+  for (std::size_t at = svg.find("class=\"pair\""); at != std::string::npos;
+       at = svg.find("class=\"pair\"", at + 1))
+    ++pairs;
+  EXPECT_EQ(pairs, 6);
+  EXPECT_NE(svg.find("<title>3F2&amp; 0B0 overlapped</title>"), std::string::npos);
+  EXPECT_EQ(svg.find("3F2&<"), std::string::npos);  // no raw '&': the SVG stays valid XML
 }
 
 TEST(DualPipeV, ConstraintsAreClearErrors) {
