@@ -54,6 +54,24 @@ TEST(DualPipeV, ProgramFollowsTheReferencesEightPhasesS2M4) {
             "1W3\n");
 }
 
+// S = 4, M = 8, worked by hand the same way: every phase is non-empty on some rank. Rank 1, for
+// one: four F0 (phase 1), two (F0, F1), two (I1, W1, F1), two (F0&B1, F1&B0), two (B1, F1&B0),
+// (B1, B0) then (I1, I0) (odd rank: zero bubble from the second iteration, before the B1), two
+// (W, I0) whose Ws are the queue's oldest (6W7, then 1W5), and the two Ws left.
+TEST(DualPipeV, ProgramFollowsTheReferencesEightPhasesS4M8) {
+  EXPECT_EQ(to_text(make(4, 8)),
+            "rank 0: 0F0 0F1 0F2 0F3 0F4 0F5 0F6 7F0 7I0 7W0 7F1 7I1 7W1 7F2 7I2 7W2 7F3 0F7& 7B3 "
+            "7F4& 0B0 7B4 7F5& 0B1 7B5 7F6& 0B2 7B6 7F7& 0B3 7B7 0I4 0W4 0I5 0W5 0I6 0W6 0I7 "
+            "0W7\n"
+            "rank 1: 1F0 1F1 1F2 1F3 1F4 6F0 1F5 6F1 6I0 6W0 6F2 6I1 6W1 6F3 1F6& 6B2 6F4& 1B0 "
+            "1F7& 6B3 6F5& 1B1 6B4 6F6& 1B2 6B5 6F7& 1B3 6B6 1B4 6I7 1I5 6W7 1I6 1W5 1I7 1W6 "
+            "1W7\n"
+            "rank 2: 2F0 2F1 2F2 5F0 2F3 5F1 2F4 5F2 5I0 5W0 5F3 2F5& 5B1 5F4& 2B0 2F6& 5B2 5F5& "
+            "2B1 2F7& 5B3 5F6& 2B2 5B4 5F7& 2B3 5B5 2B4 5B6 2I5 5I7 2I6 2W5 2I7 5W7 2W6 2W7\n"
+            "rank 3: 3F0 4F0 3F1 4F1 3F2 4F2 3F3 4F3 3F4 4B0 4F4& 3B0 3F5& 4B1 4F5& 3B1 3F6& 4B2 "
+            "4F6& 3B2 3F7& 4B3 4F7& 3B3 4B4 3B4 4B5 3B5 4I6 3I6 4I7 3I7 4W6 3W6 4W7 3W7\n");
+}
+
 // docs/schedules.md, worked example: S = 2, M = 4, f = i = w = 1 (b = 2) per chunk, a pair's
 // halves one after the other. The pair 3F2& 0B0 starts at 11 although rank 0 is free at 10 and
 // 2F2 ended at 9: a pair waits for both inputs, here 1B0's gradient (ends 11).
