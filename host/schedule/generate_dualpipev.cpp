@@ -5,6 +5,7 @@
 #include <deque>
 #include <utility>
 
+#include "compute/error.h"
 #include "host/schedule/generators.h"
 
 namespace carousel::schedule {
@@ -27,13 +28,26 @@ class RankBuilder {
     if (zero_bubble) pending_w_.push_back({stage_[chunk], mb});
   }
 
-  // The oldest queued weight gradient, if any (the reference pops nothing when the queue is
-  // empty).
+  // The oldest queued weight gradient. The phases never ask on an empty queue (phase 3 pops
+  // the W its I just queued, phases 7 and 8 the r + 1 that phase 6 queued).
   void weight() {
-    if (pending_w_.empty()) return;
+    CAROUSEL_ASSERT(!pending_w_.empty(),
+                    "dualpipev: the rank of stage {} runs a W with none queued", stage_[0]);
     const auto [stage, mb] = pending_w_.front();
     pending_w_.pop_front();
     out_.push_back({Kind::W, stage, mb});
+  }
+
+  // The phases' counts add up to M forwards and M backwards per chunk, and every queued W ran
+  // (the reference asserts the same of its WeightGradStore).
+  void check_complete(int M) const {
+    for (int c : {0, 1}) {
+      CAROUSEL_ASSERT(next_f_[c] == M && next_b_[c] == M,
+                      "dualpipev: stage {} got {} forwards and {} backwards of {} microbatches",
+                      stage_[c], next_f_[c], next_b_[c], M);
+    }
+    CAROUSEL_ASSERT(pending_w_.empty(), "dualpipev: {} weight gradients never ran",
+                    pending_w_.size());
   }
 
   // DualPipe's overlapped "F&B chunk": the forward of `f_chunk` and the full backward of
@@ -109,6 +123,7 @@ Program generate_dualpipev(const ScheduleSpec& spec) {
       rank.backward(0, /*zero_bubble=*/true);
     }
     for (int k = 0; k < r + 1; ++k) rank.weight();
+    rank.check_complete(M);
   }
   return p;
 }
