@@ -5,6 +5,7 @@
 // writes a Chrome trace and an SVG timeline into the run directory.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -91,6 +92,18 @@ int run_schedule(const ConfigArgs& options) {
   }
   fmt::print("validated; deadlock replay passed\n\nper-rank instructions:\n{}\n",
              sch::to_text(lowered));
+  std::string pairs;  // overlapped F&B pairs per rank, when the schedule has any (dualpipev)
+  for (int r = 0; r < l.ranks; ++r) {
+    const auto& list = lowered.ranks[std::size_t(r)];
+    const auto n = std::count_if(list.begin(), list.end(), [](const auto& a) { return a.overlap; });
+    if (n > 0) pairs += fmt::format("{}rank {}: {}", pairs.empty() ? "" : ", ", r, n);
+  }
+  if (!pairs.empty()) {
+    fmt::print(
+        "overlapped F&B pairs (0F4& runs with the rank's next compute action; back to back "
+        "on CPU, both inputs received first): {}\n\n",
+        pairs);
+  }
   if (spec.kind == "circular" || spec.kind == "gpipe") {
     const int d = costs.forward_delay;
     fmt::print("MaxText iteration table (t, stage) -> microbatch/repeat (layers){}:\n{}\n",

@@ -8,6 +8,9 @@
 // the compute before its consumer), and a sent buffer lives until its group completes; AG_ISSUE,
 // AG_WAIT, RELEASE and REDUCE_SCATTER move weights and gradients through the rank's ShardedParams;
 // OPTIMIZER ends the step. Activations travel between actions in maps keyed by (stage, microbatch).
+// An overlapped F&B pair (schedule::Action::overlap, dualpipev) runs as its two actions, back
+// to back: lowering has received both inputs before the pair, the halves share no tensor, so
+// the numerics are those of the unpaired order. A second compute stream on GPUs would go there.
 #pragma once
 
 #include <cstdint>

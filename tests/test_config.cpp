@@ -130,7 +130,8 @@ TEST(Config, ScheduleErrorsAreTheRegistrysBeforeAnyMath) {
     load_config("", {"pipeline_schedule=1f1b", "ici_pipeline_parallelism=2"});
   });
   EXPECT_NE(
-      repeats.find("for repeats use circular, interleaved_1f1b, looped_bfs, interleaved_zb or zbv"),
+      repeats.find("for repeats use circular, interleaved_1f1b, looped_bfs, interleaved_zb, zbv or "
+                   "dualpipev"),
       std::string::npos)
       << repeats;
   EXPECT_EQ(repeats, testing::error_of([] {

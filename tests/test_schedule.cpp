@@ -127,6 +127,9 @@ TEST(CostModel, MatchesTheSurveyWorkedExample) {
       {"looped_bfs", 2, 1, 2, 1, 57, 3.0 / 19, {2, 2, 2, 2}},
       {"zbv", 2, 0.5, 1, 0.5, 25.5, 1.5 / 25.5, {1, 1, 1, 1}},
       {"interleaved_zb", 2, 0.5, 1, 0.5, 25.5, 1.5 / 25.5, {1.375, 1.25, 1.125, 1}},
+      // DeepSeek's table: idle (S-1)(F&B + B - 3W) = 3 (0.5 + 1 + 1 - 1.5) = 3 with F&B = f + b,
+      // activations PP + 1 = 2S + 1 chunks = 9/8 A.
+      {"dualpipev", 2, 0.5, 1, 0.5, 27, 3.0 / 27, {1.125, 1.125, 1.125, 1.125}},
   };
   for (const auto& c : cases) {
     const Program p = make(c.kind, 4, 8, c.repeats);
@@ -157,16 +160,15 @@ TEST(CostModel, ForwardDelayAddsOneForwardPerHop) {
 
 TEST(Properties, EveryGeneratorValidatesLowersReplaysAndMeetsItsClosedForm) {
   int checked = 0;
-  for (const std::string kind :
-       {"circular", "gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "looped_bfs", "interleaved_zb",
-        "zbv"})
+  for (const std::string kind : {"circular", "gpipe", "1f1b", "interleaved_1f1b", "zb_h1",
+                                 "looped_bfs", "interleaved_zb", "zbv", "dualpipev"})
     for (int S : {1, 2, 3, 4, 8})
       for (int M : {1, 2, 3, 4, 8, 12, 16, 32})
         for (int R : {1, 2, 3, 4}) {
           const bool one_stage = kind == "gpipe" || kind == "1f1b" || kind == "zb_h1";
           if (one_stage && R > 1) continue;
           if (kind.starts_with("interleaved") && (R < 2 || M < S || M % S != 0)) continue;
-          if (kind == "zbv" && (R != 2 || M < 2 * S)) continue;
+          if ((kind == "zbv" || kind == "dualpipev") && (R != 2 || M < 2 * S)) continue;
           const Program p = make(kind, S, M, R);
           SCOPED_TRACE(kind + " S=" + std::to_string(S) + " M=" + std::to_string(M) +
                        " R=" + std::to_string(R));
@@ -303,9 +305,11 @@ TEST(Broken, ReceiveWithoutSend) {
 }
 
 TEST(Broken, GeneratorConstraintsAreClear) {
-  EXPECT_NE(testing::error_of([] { make("1f1b", 2, 4, 2); })
-                .find("for repeats use circular, interleaved_1f1b, looped_bfs, interleaved_zb or zbv"),
-            std::string::npos);
+  EXPECT_NE(
+      testing::error_of([] { make("1f1b", 2, 4, 2); })
+          .find("for repeats use circular, interleaved_1f1b, looped_bfs, interleaved_zb, zbv or "
+                "dualpipev"),
+      std::string::npos);
   EXPECT_NE(testing::error_of([] {
               make("interleaved_1f1b", 4, 6, 2);
             }).find("S <= g <= M and M % g == 0"),

@@ -149,6 +149,20 @@ TEST(Zbv, SurveySizeStepBubbleAndMemory) {
   EXPECT_EQ(sim.peak_activations, (std::vector<int>{8, 8, 8, 8}));
 }
 
+// Rank 1 of S = 4, M = 8, worked by hand from the phases of PyTorch's
+// ScheduleZBVZeroBubble._calculate_single_rank_operations: warm-up 2(S-r)-1 = 5 F0, r = 1
+// (F1, F0), S-r = 3 (F1, I1, W1); stable (F0 while any, I0, W0, F1, I1, W1) until the forwards
+// run out; cool-down r = 1 (I0, I1), S-r = 3 (I0, W0), then the W1s and the W0s left.
+TEST(Zbv, RankOneFollowsPyTorchsPhasesS4M8) {
+  const Program p = make("zbv", 4, 8, 2);
+  std::string rank1;
+  for (const Action& a : p.ranks[1]) rank1 += (rank1.empty() ? "" : " ") + to_string(a);
+  EXPECT_EQ(rank1,
+            "1F0 1F1 1F2 1F3 1F4 6F0 1F5 6F1 6I0 6W0 6F2 6I1 6W1 6F3 6I2 6W2 1F6 1I0 1W0 6F4 6I3 "
+            "6W3 1F7 1I1 1W1 6F5 6I4 6W4 1I2 1W2 6F6 6I5 6W5 1I3 1W3 6F7 6I6 6W6 1I4 6I7 1I5 1W4 "
+            "1I6 1W5 1I7 1W6 6W7 1W7");
+}
+
 TEST(Zbv, ConstraintsAreClearErrors) {
   EXPECT_NE(testing::error_of([] { make("zbv", 2, 4, 1); }).find("num_pipeline_repeats=2"),
             std::string::npos);

@@ -115,6 +115,9 @@ INSTANTIATE_TEST_SUITE_P(
         UnevenCase{"zbv_S2_1331",  // V placement: rank 0 holds stages 0 and 3 (2 layers)
                    {"ici_pipeline_parallelism=2", k1331, "pipeline_schedule=zbv",
                     "num_pipeline_microbatches=4"}},
+        UnevenCase{"dualpipev_S2_1331",  // zbv's V with overlapped pairs
+                   {"ici_pipeline_parallelism=2", k1331, "pipeline_schedule=dualpipev",
+                    "num_pipeline_microbatches=4"}},
         UnevenCase{"megatron_first_last_1f1b_S4",
                    {"ici_pipeline_parallelism=4", "decoder_first_pipeline_num_layers=1",
                     "decoder_last_pipeline_num_layers=1", "pipeline_schedule=1f1b",

@@ -4,8 +4,20 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <vector>
 
 namespace carousel::schedule {
+
+namespace {
+
+// An action's name inside SVG text: the '&' of an overlapped pair's forward is markup there.
+std::string svg_text(const Action& a) {
+  std::string out;
+  for (const char c : to_string(a)) out += c == '&' ? std::string("&amp;") : std::string(1, c);
+  return out;
+}
+
+}  // namespace
 
 std::string chrome_trace_json(const SimResult& sim, int ranks, double time_unit_us) {
   nlohmann::json events = nlohmann::json::array();
@@ -33,7 +45,8 @@ std::string timeline_svg(const SimResult& sim, int ranks, const std::string& tit
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
       "font-family=\"monospace\" font-size=\"10\">\n<rect width=\"100%\" height=\"100%\" "
       "fill=\"white\"/>\n<text x=\"4\" y=\"16\" font-size=\"12\">{}   (F blue, B/I green, "
-      "W olive, collectives grey; numbers are microbatches)</text>\n",
+      "W olive, collectives grey; numbers are microbatches; a black border: an overlapped F&amp;B "
+      "pair)</text>\n",
       left + 1010, top + ranks * row + 10, title);
   for (int r = 0; r < ranks; ++r) {
     out += fmt::format("<text x=\"4\" y=\"{}\">rank {}</text>\n", top + r * row + 17, r);
@@ -50,13 +63,32 @@ std::string timeline_svg(const SimResult& sim, int ranks, const std::string& tit
     const double x = left + iv.start * scale, w = (iv.end - iv.start) * scale;
     const int y = top + iv.rank * row + (iv.action.is_compute() ? 0 : row / 2);
     const int h = iv.action.is_compute() ? row - 4 : row / 2 - 2;
-    out += fmt::format("<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" "
-                       "stroke=\"white\"><title>{}</title></rect>\n",
-                       x, y, w, h, color, to_string(iv.action));
+    out += fmt::format(
+        "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\" "
+        "stroke=\"white\"><title>{}</title></rect>\n",
+        x, y, w, h, color, svg_text(iv.action));
     if (iv.action.is_compute() && w > 14) {
       out += fmt::format("<text x=\"{:.1f}\" y=\"{}\" fill=\"white\">{}</text>\n", x + 2, y + 15,
                          iv.action.index);
     }
+  }
+  // Overlapped F&B pairs (Action::overlap), as DeepSeek draws them: one black border around
+  // the forward and the rank's next compute action, its partner.
+  std::vector<const Interval*> open(std::size_t(ranks), nullptr);  // a pair's forward, per rank
+  for (const auto& iv : sim.timeline) {
+    if (!iv.action.is_compute()) continue;
+    const Interval*& first = open[std::size_t(iv.rank)];
+    if (first) {
+      const double x = left + first->start * scale;
+      out += fmt::format(
+          "<rect class=\"pair\" x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" "
+          "fill=\"none\" stroke=\"black\" stroke-width=\"2\"><title>{} {} "
+          "overlapped</title></rect>\n",
+          x, top + iv.rank * row, (iv.end - first->start) * scale, row - 4, svg_text(first->action),
+          svg_text(iv.action));
+      first = nullptr;
+    }
+    if (iv.action.overlap) first = &iv;
   }
   return out + "</svg>\n";
 }

@@ -13,7 +13,7 @@ namespace carousel::schedule {
 std::string chrome_trace_json(const SimResult& sim, int ranks, double time_unit_us);
 
 // A self-contained SVG: one row per rank, F blue, B/I green, W olive, collectives grey; the
-// microbatch number in each box.
+// microbatch number in each box; a black border around each overlapped F&B pair.
 std::string timeline_svg(const SimResult& sim, int ranks, const std::string& title);
 
 }  // namespace carousel::schedule

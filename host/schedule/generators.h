@@ -17,6 +17,9 @@
 //                     backwards (ZB-H1's rule), PyTorch's ScheduleInterleavedZeroBubble order.
 //   zbv               Zero Bubble V: two chunks per rank in V placement (Placement::V), I/W
 //                     split; the generator sets the program's layout.placement.
+//   dualpipev         DeepSeek's DualPipeV: zbv's placement, forward/backward pairs of different
+//                     microbatches overlapped (Action::overlap) in the steady state, Ws deferred
+//                     at the ends (generate_dualpipev.cpp).
 #pragma once
 
 #include <string>
@@ -48,5 +51,6 @@ Program generate_zb_h1(const ScheduleSpec& spec);
 Program generate_looped_bfs(const ScheduleSpec& spec);
 Program generate_zbv(const ScheduleSpec& spec);
 Program generate_interleaved_zb(const ScheduleSpec& spec);
+Program generate_dualpipev(const ScheduleSpec& spec);
 
 }  // namespace carousel::schedule

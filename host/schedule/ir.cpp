@@ -42,7 +42,14 @@ std::string to_string(const Action& a) {
   if (i.has_stage) s += std::to_string(a.stage);
   s += i.name;
   if (i.has_index) s += std::to_string(a.index);
+  if (a.overlap) s += '&';
   return s;
+}
+
+std::size_t overlap_partner(const std::vector<Action>& list, std::size_t i) {
+  std::size_t j = i + 1;
+  while (j < list.size() && !list[j].is_compute()) ++j;
+  return j;
 }
 
 Action parse_action(std::string_view text) {
@@ -67,6 +74,14 @@ Action parse_action(std::string_view text) {
   a.kind = best->kind;
   p += best->name.size();
   a.index = number(p);
+  if (p < text.size() && text[p] == '&') {
+    CAROUSEL_CHECK(a.kind == Kind::F && p + 1 == text.size(),
+                   "schedule action '{}' is not valid: only a forward (e.g. 0F4&) may carry the "
+                   "'&' of an overlapped F&B pair, as its last character",
+                   text);
+    a.overlap = true;
+    ++p;
+  }
   CAROUSEL_CHECK(p == text.size() && (a.stage >= 0) == best->has_stage &&
                      (a.index >= 0) == best->has_index,
                  "schedule action '{}' is not valid: {} takes {}{}", text, best->name,

@@ -17,6 +17,9 @@
 //
 // Text form (PyTorch pipelining style), one action per token:
 //   0F1  2B0  3I1  3W1        stage, kind, microbatch
+//   0F4& 3B0                  an overlapped F&B pair (DualPipe): the F marked & runs paired
+//                             with the rank's next compute action, a backward of another
+//                             microbatch (see Action::overlap)
 //   1SEND_F0  2RECV_F0        activation of stage 1 / into stage 2, microbatch 0
 //   2SEND_B0  1RECV_B0        gradient of stage 2's input / into stage 1, microbatch 0
 //   4AG_ISSUE1  4AG_WAIT1     gather stage 4's weights into slot 1 / wait for it
@@ -46,6 +49,12 @@ struct Action {
   int stage = -1;  // virtual stage; -1 for OPTIMIZER
   int index = -1;  // microbatch (compute, p2p) or slot (AG_*, RELEASE); -1 otherwise
   int peer = -1;   // p2p: the other rank (set by lowering and parse_program)
+  // F only: this forward and the rank's next compute action (a B or I of another microbatch,
+  // so neither reads what the other writes) form one overlapped F&B pair, DualPipe's "F&B
+  // chunk". The pair starts when both inputs are there (lower() and simulate() treat it as one
+  // unit); the CPU executor then runs the two back to back, a GPU may run them on two streams.
+  // A scheduling hint, not part of the action's identity (operator== ignores it).
+  bool overlap = false;
 
   bool is_compute() const { return kind <= Kind::W; }
   bool is_p2p() const { return kind >= Kind::SEND_F && kind <= Kind::RECV_B; }
@@ -54,7 +63,7 @@ struct Action {
   }
 };
 
-std::string to_string(const Action& a);
+std::string to_string(const Action& a);      // "0F4", "0F4&" for the F of an overlapped pair
 Action parse_action(std::string_view text);  // throws carousel::Error on bad text
 std::string_view kind_name(Kind k);
 
@@ -77,6 +86,10 @@ struct Layout {
     return k < ranks ? k : 2 * ranks - 1 - k;
   }
 };
+
+// The partner of an overlapped F at list[i]: the index of the next compute action after i
+// (lowering may put p2p and weight actions between the two), or list.size() if there is none.
+std::size_t overlap_partner(const std::vector<Action>& list, std::size_t i);
 
 struct Program {
   Layout layout;

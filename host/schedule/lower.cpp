@@ -160,35 +160,45 @@ Program lower(const Program& compute, const LoweringOptions& options) {
         return has(Kind::I, v, m);
     }
   };
+  // An overlapped F&B pair (Action::overlap) is one unit: it runs when both inputs are there
+  // (the backward's cannot come from the forward, validate() checks they are of different
+  // microbatches), so every receive either half needs is posted before the pair starts.
+  auto unit_size = [&](int r) -> std::size_t {
+    const auto& prog = compute.ranks[r];
+    if (ptr[r] == prog.size() || !input_ready(r, prog[ptr[r]])) return 0;
+    if (!prog[ptr[r]].overlap) return 1;
+    return input_ready(r, prog[ptr[r] + 1]) ? 2 : 0;
+  };
   for (bool progress = true; progress;) {
     progress = false;
     for (int r = 0; r < R; ++r) {
       const auto& prog = compute.ranks[r];
-      if (ptr[r] == prog.size() || !input_ready(r, prog[ptr[r]])) continue;
-      const std::size_t j = ptr[r]++;
-      const Action& a = prog[j];
-      auto& list = out.ranks[r];
-      if (options.fsdp) list.insert(list.end(), res[r].before[j].begin(), res[r].before[j].end());
-      list.push_back(a);
-      if (options.fsdp) list.insert(list.end(), res[r].after[j].begin(), res[r].after[j].end());
-      done.insert({a.kind, a.stage, a.index});
-      const int v = a.stage, m = a.index;
-      if (a.kind == Kind::F && v < V - 1 && l.rank_of(v + 1) != r) {
-        const int q = l.rank_of(v + 1);
-        list.push_back({Kind::SEND_F, v, m, q});
-        out.ranks[q].push_back({Kind::RECV_F, v + 1, m, r});
-        received.insert({true, v + 1, m});
+      for (std::size_t unit = unit_size(r); unit > 0; --unit) {
+        const std::size_t j = ptr[r]++;
+        const Action& a = prog[j];
+        auto& list = out.ranks[r];
+        if (options.fsdp) list.insert(list.end(), res[r].before[j].begin(), res[r].before[j].end());
+        list.push_back(a);
+        if (options.fsdp) list.insert(list.end(), res[r].after[j].begin(), res[r].after[j].end());
+        done.insert({a.kind, a.stage, a.index});
+        const int v = a.stage, m = a.index;
+        if (a.kind == Kind::F && v < V - 1 && l.rank_of(v + 1) != r) {
+          const int q = l.rank_of(v + 1);
+          list.push_back({Kind::SEND_F, v, m, q});
+          out.ranks[q].push_back({Kind::RECV_F, v + 1, m, r});
+          received.insert({true, v + 1, m});
+        }
+        if ((a.kind == Kind::B || a.kind == Kind::I) && v > 0 && l.rank_of(v - 1) != r) {
+          const int q = l.rank_of(v - 1);
+          list.push_back({Kind::SEND_B, v, m, q});
+          out.ranks[q].push_back({Kind::RECV_B, v - 1, m, r});
+          received.insert({false, v - 1, m});
+        }
+        if (options.fsdp && last_grad[r].count(v) && last_grad[r][v] == j) {
+          list.push_back({Kind::REDUCE_SCATTER, v, -1});
+        }
+        progress = true;
       }
-      if ((a.kind == Kind::B || a.kind == Kind::I) && v > 0 && l.rank_of(v - 1) != r) {
-        const int q = l.rank_of(v - 1);
-        list.push_back({Kind::SEND_B, v, m, q});
-        out.ranks[q].push_back({Kind::RECV_B, v - 1, m, r});
-        received.insert({false, v - 1, m});
-      }
-      if (options.fsdp && last_grad[r].count(v) && last_grad[r][v] == j) {
-        list.push_back({Kind::REDUCE_SCATTER, v, -1});
-      }
-      progress = true;
     }
   }
   for (int r = 0; r < R; ++r) {

@@ -38,6 +38,22 @@ void check_zbv(const ScheduleSpec& spec) {
                  M, S, 2 * S);
 }
 
+// DualPipeV has zbv's shape (two chunks, the V) and, like DeepSeek's DualPipeV.step() and
+// PyTorch's ScheduleDualPipeV, needs a microbatch per virtual stage: its first phase alone runs
+// 2(S-1) forwards of chunk 0 on rank 0, and its steady phase M - 2S + r + 1 pairs on rank r.
+void check_dualpipev(const ScheduleSpec& spec) {
+  const int S = spec.layout.ranks, M = spec.layout.microbatches, R = spec.layout.repeats;
+  CAROUSEL_CHECK(R == 2,
+                 "dualpipev runs two chunks per rank (the V: down the ranks and back up), so it "
+                 "needs num_pipeline_repeats=2 (layers = 2 x S x L), got R={}",
+                 R);
+  CAROUSEL_CHECK(M >= 2 * S,
+                 "dualpipev needs num_pipeline_microbatches >= 2 x ici_pipeline_parallelism (one "
+                 "per virtual stage, as DeepSeek's DualPipeV asserts), got M={} with S={}; use "
+                 "M >= {}",
+                 M, S, 2 * S);
+}
+
 // ---- the table -------------------------------------------------------------------------------
 
 constexpr ScheduleInfo kSchedules[] = {
@@ -64,6 +80,10 @@ constexpr ScheduleInfo kSchedules[] = {
      "Zero Bubble V: 2 chunks per rank, down the ranks and back up, I/W split; R = 2, "
      "M >= 2S",
      generate_zbv, check_zbv, true, false},
+    {"dualpipev",
+     "DeepSeek DualPipeV: zbv's V, overlapped F&B pairs of different microbatches; R = 2, "
+     "M >= 2S",
+     generate_dualpipev, check_dualpipev, true, false},
 };
 
 // The names of the rows with `flag` set (every row when null): "a", "a or b", "a, b or c".

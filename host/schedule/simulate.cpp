@@ -85,7 +85,14 @@ SimResult simulate(const Program& p, const Costs& c) {
       while (pos[r] < p.ranks[r].size()) {
         const Action& a = p.ranks[r][pos[r]];
         if (a.is_compute()) {
-          const double ready = input_ready(r, a);
+          double ready = input_ready(r, a);
+          if (a.overlap && ready >= 0) {  // an F&B pair starts when both inputs are there
+            const std::size_t j = overlap_partner(p.ranks[r], pos[r]);
+            CAROUSEL_ASSERT(j < p.ranks[r].size(), "simulate: {} on rank {} has no partner",
+                            to_string(a), r);
+            const double partner = input_ready(r, p.ranks[r][j]);
+            ready = partner < 0 ? kUnknown : std::max(ready, partner);
+          }
           if (ready < 0) break;  // the producer has not been simulated yet
           const double start = std::max({compute_free[r], ready, pending[r]});
           const double end = start + c.cost(a.kind, a.stage);
@@ -165,6 +172,12 @@ double closed_form_bubble(const std::string& kind, const Layout& l, const Costs&
     // At f = i = w (chunk costs) rank s waits s f for microbatch 0 to come down s ranks, then
     // runs its 2M (F, I, W) back to back; rank S - 1 ends last, (S - 1) f after rank 0.
     idle = (S - 1) * c.f;
+  } else if (kind == "dualpipev") {
+    // DeepSeek's table: DualPipe on PP ranks idles (PP/2 - 1)(F&B + B - 3W) per rank; DualPipeV
+    // folds DualPipe on PP = 2S ranks onto S, so (S - 1)(F&B + B - 3W) in chunk costs. The
+    // cost model runs a pair's halves one after the other (F&B = f + b): the overlap hides
+    // communication, which a comm-free model has none of. Exact at f = i = w (docs/schedules.md).
+    idle = (S - 1) * (c.f + c.b + c.b - 3 * c.w);
   } else if (kind == "zb_h1" || kind == "interleaved_zb") {
     // interleaved_zb: the same per hop in chunk costs, its Ws deferred as in zb_h1
     idle = (S - 1) * (c.f + c.i - c.w);  // (p-1)(t_F + t_B - t_W), t_B = input gradient only

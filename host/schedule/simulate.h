@@ -42,8 +42,11 @@ struct SimResult {
 
 // Runs every rank's actions in order on a compute stream (and AG/RS on a comm stream). A compute
 // action starts when its rank is free, its input is ready (the producing action's end + p2p, or
-// + (d-1) forwards for a delayed forward), and its weights are gathered (AG_WAIT). Activations
-// of (stage, microbatch) live from the start of F to the end of B (or of W when split).
+// + (d-1) forwards for a delayed forward), and its weights are gathered (AG_WAIT). An overlapped
+// F&B pair (Action::overlap) starts when the inputs of both halves are ready, and its halves run
+// one after the other (F + B, as the CPU executor runs them): what DualPipe's overlap hides is
+// communication, and compute-bound halves sharing one device do not finish sooner together.
+// Activations of (stage, microbatch) live from the start of F to the end of B (or of W when split).
 // Throws carousel::Error if the dependencies can never be satisfied.
 SimResult simulate(const Program& program, const Costs& costs);
 
@@ -54,6 +57,7 @@ SimResult simulate(const Program& program, const Costs& costs);
 //   zb_h1, interleaved_zb   (S-1)(f + i - w), chunk costs for interleaved_zb
 //   looped_bfs              (S-1)(f + b) + (R-1) max(0, S-M)(f + b), any M
 //   zbv                     (S-1) f, chunk costs, valid at f = i = w only
+//   dualpipev               (S-1)(F&B + b - 3w), F&B = f + b, chunk costs, at f = i = w only
 // bubble = idle / (work + idle). Valid for M >= S (circular, zb_h1) with comm-free costs and
 // even stages (an empty stage_scale); the simulator covers everything else. docs/schedules.md
 // "Closed forms" derives each.

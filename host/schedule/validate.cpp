@@ -28,6 +28,28 @@ std::string grid(const Program& p, int bad_rank, std::size_t bad_step) {
   fail("invalid schedule: {} (rank {}, step {}):{}", what, rank, step, grid(p, rank, step));
 }
 
+// An overlapped pair (Action::overlap) is a forward and the next compute action, a backward of
+// another microbatch: the two share no data (a backward never needs another microbatch's
+// forward), so they may run at the same time, and lowering can wait for both inputs at once.
+void check_pair(const Program& p, int r, std::size_t i) {
+  const Action& f = p.ranks[r][i];
+  if (f.kind != Kind::F) fault(p, r, i, to_string(f) + ": only a forward may start an F&B pair");
+  const std::size_t j = overlap_partner(p.ranks[r], i);
+  if (j == p.ranks[r].size())
+    fault(p, r, i, to_string(f) + " starts an F&B pair with nothing after it");
+  const Action& b = p.ranks[r][j];
+  if (b.kind != Kind::B && b.kind != Kind::I) {
+    fault(p, r, j,
+          fmt::format("{} is paired with {}, which is not a backward (B or I)", to_string(f),
+                      to_string(b)));
+  }
+  if (b.index == f.index) {
+    fault(p, r, j,
+          fmt::format("{} is paired with {} of the same microbatch, which depends on it",
+                      to_string(f), to_string(b)));
+  }
+}
+
 }  // namespace
 
 void validate(const Program& p) {
@@ -52,6 +74,7 @@ void validate(const Program& p) {
       if (!seen.emplace(std::tuple{a.kind, a.stage, a.index}, std::pair{r, i}).second) {
         fault(p, r, i, to_string(a) + " appears twice");
       }
+      if (a.overlap) check_pair(p, r, i);
     }
   }
   auto where = [&](Kind k, int v, int m) -> const std::pair<int, std::size_t>* {
