@@ -156,7 +156,10 @@ TEST(Zbv, SurveySizeStepBubbleAndMemory) {
 TEST(Zbv, RankOneFollowsPyTorchsPhasesS4M8) {
   const Program p = make("zbv", 4, 8, 2);
   std::string rank1;
-  for (const Action& a : p.ranks[1]) rank1 += (rank1.empty() ? "" : " ") + to_string(a);
+  for (const Action& a : p.ranks[1]) {
+    if (!rank1.empty()) rank1 += ' ';
+    rank1 += to_string(a);
+  }
   EXPECT_EQ(rank1,
             "1F0 1F1 1F2 1F3 1F4 6F0 1F5 6F1 6I0 6W0 6F2 6I1 6W1 6F3 6I2 6W2 1F6 1I0 1W0 6F4 6I3 "
             "6W3 1F7 1I1 1W1 6F5 6I4 6W4 1I2 1W2 6F6 6I5 6W5 1I3 1W3 6F7 6I6 6W6 1I4 6I7 1I5 1W4 "
