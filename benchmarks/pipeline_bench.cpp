@@ -73,8 +73,11 @@ struct Row {
       predicted_bubble, exposed_gather_ms, peak_mib, gathers_per_step, gather_mib_per_step;
 };
 
-Row run_one(const std::vector<std::string>& model, const std::string& schedule, int stages,
-            int factor, const WeightMode& mode, int batch, int steps, const std::string& out_dir) {
+// The config of one grid point; throws carousel::Error when the schedule rejects its layout
+// (e.g. zbv with M < 2S), which the grid skips.
+Config bench_config(const std::vector<std::string>& model, const std::string& schedule, int stages,
+                    int factor, const WeightMode& mode, int batch, int steps,
+                    const std::string& out_dir) {
   const int repeats = repeats_of(schedule);
   const int microbatches = factor * stages;
   const int devices = stages * mode.fsdp;
@@ -101,7 +104,12 @@ Row run_one(const std::vector<std::string>& model, const std::string& schedule, 
       fmt::format("run_name={}_S{}_M{}_{}", schedule, stages, microbatches, mode.name)};
   keys.insert(keys.end(), mesh.begin(), mesh.end());
   keys.insert(keys.end(), mode.keys.begin(), mode.keys.end());
-  const Config cfg = load_config("", keys).config;
+  return load_config("", keys).config;
+}
+
+Row run_one(const Config& cfg, const WeightMode& mode, int batch, int steps) {
+  const int stages = int(cfg.ici_pipeline_parallelism), repeats = int(cfg.repeats());
+  const int devices = stages * mode.fsdp;
   const TrainResult result = train(cfg);
   std::vector<double> timed;  // the steps after the first two (warm-up)
   for (std::size_t i = 2; i < result.steps.size(); ++i) timed.push_back(result.steps[i].step_ms);
@@ -117,11 +125,11 @@ Row run_one(const std::vector<std::string>& model, const std::string& schedule, 
   const double stage_mib =
       4.0 * double(layer_elements) / double(stages * repeats) / double(1 << 20);
   return {
-      .schedule = schedule,
+      .schedule = cfg.pipeline_schedule,
       .mode = mode.name,
       .stages = stages,
       .repeats = repeats,
-      .microbatches = microbatches,
+      .microbatches = int(cfg.microbatches()),
       .fsdp = mode.fsdp,
       .oversubscribed = devices > omp_get_num_procs(),
       .step_ms = median,
@@ -227,7 +235,15 @@ int main(int argc, char** argv) {
         if (stages == 1 && schedule != "1f1b") continue;  // one device: one program
         for (const int factor : split_ints("--factors", factors)) {
           for (const auto& mode : weight_modes) {
-            const Row r = run_one(model, schedule, stages, factor, mode, batch, steps, out_dir);
+            Config cfg;
+            try {
+              cfg = bench_config(model, schedule, stages, factor, mode, batch, steps, out_dir);
+            } catch (const Error& e) {
+              fmt::print("{:<17} {:>2} {:>2} {:>3} {:<8} skipped: {}\n", schedule, stages,
+                         repeats_of(schedule), factor * stages, mode.name, e.what());
+              continue;
+            }
+            const Row r = run_one(cfg, mode, batch, steps);
             fmt::print(
                 "{:<17} {:>2} {:>2} {:>3} {:<8} {:>9.1f} {:>9.0f} {:>9.1f} {:>9.1f} {:>5.0f}% "
                 "{:>7.1f}% {:>7.1f}% {:>8.2f} {:>8.1f} {:>9.1f}{}\n",

@@ -19,6 +19,47 @@ struct Sum {
   double mean() const { return slices > 0 ? micros / slices : 0; }
 };
 
+// The input of `a` comes from this action (same microbatch): the F of the stage before, or the
+// backward (B or I) of the stage after. Nothing for stage 0's F, the last stage's B and W.
+bool producer_of(const sch::Action& a, int last_stage, const sch::Action& candidate) {
+  if (candidate.index != a.index) return false;
+  if (a.kind == sch::Kind::F) {
+    return a.stage > 0 && candidate.kind == sch::Kind::F && candidate.stage == a.stage - 1;
+  }
+  if (a.kind == sch::Kind::B || a.kind == sch::Kind::I) {
+    return a.stage < last_stage && candidate.stage == a.stage + 1 &&
+           (candidate.kind == sch::Kind::B || candidate.kind == sch::Kind::I);
+  }
+  return false;
+}
+
+double median_handoff(const std::vector<const StepTrace*>& ranks, int last_stage) {
+  std::vector<double> handoffs;
+  for (const StepTrace* consumer_rank : ranks) {
+    double rank_free = -1e300;  // when this rank's previous compute action ended
+    for (const auto& s : consumer_rank->slices()) {
+      if (!s.action.is_compute()) continue;
+      // The latest producer on another rank that ended before this action started.
+      double produced = -1e300;
+      for (const StepTrace* other : ranks) {
+        if (other == consumer_rank) continue;
+        for (const auto& p : other->slices()) {
+          if (p.end_us <= s.start_us && p.end_us > produced &&
+              producer_of(s.action, last_stage, p.action)) {
+            produced = p.end_us;
+          }
+        }
+      }
+      if (produced > -1e300 && produced > rank_free) handoffs.push_back(s.start_us - produced);
+      rank_free = s.end_us;
+    }
+  }
+  if (handoffs.empty()) return 0;
+  const auto middle = handoffs.begin() + std::ptrdiff_t(handoffs.size() / 2);
+  std::nth_element(handoffs.begin(), middle, handoffs.end());
+  return *middle;
+}
+
 }  // namespace
 
 CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
@@ -71,6 +112,7 @@ CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
       c.measured_head = true;
     }
   }
+  c.p2p = median_handoff(ranks, last);
   return c;
 }
 
@@ -82,6 +124,7 @@ sch::Costs calibrated_schedule_costs(const CalibratedCosts& measured,
   base.w = measured.w;
   base.all_gather = measured.all_gather;
   base.reduce_scatter = measured.reduce_scatter;
+  base.p2p = measured.p2p;
   base.stage_scale.clear();
   for (const int n : layers.counts()) base.stage_scale.push_back(double(n));
   base.stage_scale.back() += measured.head;
@@ -94,14 +137,15 @@ std::string schedule_costs_yaml(const CalibratedCosts& m, const std::string& des
       "# ({}).\n"
       "# Microseconds per layer (the head: in layers, added to the last stage{}).\n"
       "# Use: carousel schedule ... schedule_costs_file=<this file>\n"
-      "schedule_cost_f: {:.3f}\n"
-      "schedule_cost_b: {:.3f}\n"
-      "schedule_cost_w: {:.3f}\n"
-      "schedule_cost_all_gather: {:.3f}\n"
-      "schedule_cost_reduce_scatter: {:.3f}\n"
-      "schedule_cost_head: {:.3f}\n",
+      "schedule_cost_f: {:.9g}\n"
+      "schedule_cost_b: {:.9g}\n"
+      "schedule_cost_w: {:.9g}\n"
+      "schedule_cost_all_gather: {:.9g}\n"
+      "schedule_cost_reduce_scatter: {:.9g}\n"
+      "schedule_cost_head: {:.9g}\n"
+      "schedule_cost_p2p: {:.9g}\n",
       description, m.measured_head ? "" : "; not measured with one stage: the configured value",
-      m.f, m.b, m.w, m.all_gather, m.reduce_scatter, m.head);
+      m.f, m.b, m.w, m.all_gather, m.reduce_scatter, m.head, m.p2p);
 }
 
 }  // namespace carousel

@@ -9,6 +9,12 @@
 // head is what it took beyond count(last) layers: head = sum over kinds of (mean last-stage
 // duration - count(last) x per-layer mean) / sum of per-layer means, in layers (>= 0). With one
 // stage the head cannot be told apart from the layers and the configured value is kept.
+//
+// p2p: for each F of stage v > 0 (its producer: the F of v - 1) and each B or I of a stage
+// below the last (its producer: the B or I of v + 1) whose producer ran on another traced rank
+// and ended after the consumer's rank finished its previous action, the consumer's start minus
+// the producer's end: the hand-off the simulator adds to every cross-rank input. Ranks are
+// matched by the traces' clock, so only the ranks of one process (one node) are compared.
 #pragma once
 
 #include <string>
@@ -27,12 +33,15 @@ struct CalibratedCosts {
   double all_gather = 0, reduce_scatter = 0;  // microseconds per layer's weights
   double head = 0;                            // in layers, added to the last stage
   bool measured_head = false;                 // false: `head` is the configured value
+  // Microseconds from a producer's end on one rank to the start of its consumer on another, when
+  // the consumer's rank was idle waiting for it (the median over such hand-offs; 0 if none).
+  double p2p = 0;
 };
 
 CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
                                 const schedule::StageLayers& layers, double configured_head);
 
-// `base` (p2p, forward delay) with the calibrated durations: per-layer costs scaled by each
+// `base` (forward delay) with the calibrated durations and hand-off: per-layer costs scaled by each
 // stage's layer count, the head added to the last stage.
 schedule::Costs calibrated_schedule_costs(const CalibratedCosts& measured,
                                           const schedule::StageLayers& layers,
