@@ -114,10 +114,19 @@ MachineView this_machine(const Communicator* process_world) {
           local_processes()};
 }
 
+int threads_per_rank(int ranks_sharing_cores) {
+  const int share = std::max(1, omp_get_num_procs() / ranks_sharing_cores);
+  const char* requested = std::getenv("OMP_NUM_THREADS");
+  if (!requested) return share;
+  char* end = nullptr;
+  const long n = std::strtol(requested, &end, 10);
+  return (end != requested && *end == '\0' && n >= 1) ? int(std::min<long>(n, share)) : share;
+}
+
 void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicator* process_world,
                   const RankMain& rank_main, const StuckRanks& stuck) {
   if (process_world) {  // this process is one rank of an mpirun job
-    omp_set_num_threads(std::max(1, omp_get_num_procs() / local_processes()));
+    omp_set_num_threads(threads_per_rank(local_processes()));
     const int rank = process_world->rank();
     if (transport == Transport::Nccl) {
 #ifdef CAROUSEL_HAVE_NCCL
@@ -139,8 +148,8 @@ void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicato
 #endif
   auto run_one = [&](int rank) {
     // The ranks share the machine's cores: each rank's OpenMP loops (and OpenBLAS, which uses
-    // the same pool) get cores / ranks threads, at least one.
-    omp_set_num_threads(std::max(1, omp_get_num_procs() / ranks));
+    // the same pool) get threads_per_rank threads.
+    omp_set_num_threads(threads_per_rank(ranks));
     const auto device = make_device_backend(cfg, rank);  // rank r on GPU r with NCCL
     const auto host = host_world.communicator(rank);     // destroyed before the device
 #ifdef CAROUSEL_HAVE_NCCL

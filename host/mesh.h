@@ -91,11 +91,16 @@ std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank);
 // in-process world (one rank runs on the calling thread). Each rank's device (make_device_backend)
 // is made before its world communicator and outlives it, so a communicator never frees a tensor
 // into a device that is gone, even when a rank fails mid-step. A rank's failure ends the other
-// ranks' waits at once and is rethrown. Each rank's OpenMP loops get an equal share of the cores.
+// ranks' waits at once and is rethrown. Each rank's OpenMP loops get threads_per_rank threads.
 // With threads, `stuck` says what to do when a rank failed and another does not come back (a
 // thread stuck inside a computation cannot be stopped: report, then exit with status 2).
 // `world` moves tensors of `device`; `host_world` (the same ranks) moves host memory: with NCCL
 // they differ (NCCL reaches only GPU memory), otherwise they are the same communicator.
+// OpenMP threads for each of `ranks_sharing_cores` ranks on this machine: cores / ranks (at
+// least 1), or OMP_NUM_THREADS when the user set a smaller number — never more than the share,
+// so ranks x threads never exceeds the cores (docs/performance.md, threads).
+int threads_per_rank(int ranks_sharing_cores);
+
 using RankMain =
     std::function<void(int rank, Backend& device, Communicator& world, Communicator& host_world)>;
 void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicator* process_world,

@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "compute/cpu_backend.h"
 #include "host/config.h"
 #include "host/device_peak.h"
@@ -79,6 +82,28 @@ TEST(Mesh, TransportRefusesWhatCannotRun) {
 
 namespace carousel {
 namespace {
+
+// Ranks share the cores; OMP_NUM_THREADS may ask for fewer threads, never for more than the
+// share (ranks x threads <= cores).
+TEST(Mesh, ThreadsPerRankNeverOversubscribe) {
+  const char* saved = std::getenv("OMP_NUM_THREADS");
+  const std::string before = saved ? saved : "";
+  const int cores = omp_get_num_procs();
+  unsetenv("OMP_NUM_THREADS");
+  EXPECT_EQ(threads_per_rank(1), cores);
+  EXPECT_EQ(threads_per_rank(2 * cores), 1);
+  setenv("OMP_NUM_THREADS", "1", 1);
+  EXPECT_EQ(threads_per_rank(1), 1);
+  setenv("OMP_NUM_THREADS", "100000", 1);
+  EXPECT_EQ(threads_per_rank(1), cores);
+  setenv("OMP_NUM_THREADS", "4,2", 1);  // a nested list: not a count, the share stands
+  EXPECT_EQ(threads_per_rank(1), cores);
+  if (saved) {
+    setenv("OMP_NUM_THREADS", before.c_str(), 1);
+  } else {
+    unsetenv("OMP_NUM_THREADS");
+  }
+}
 
 TEST(DevicePeak, ConfiguredMeasuredAndSharedCores) {
   CpuBackend be;
