@@ -232,6 +232,49 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
       100 * result.predicted_bubble);
 }
 
+// Where the run starts: the newest usable checkpoint of the run directory (its config compared
+// first), else load_parameters_path's weights, else the initial values (nullopt). Sets the
+// result's start step and skip count.
+std::optional<CheckpointContents> starting_point(const Config& cfg, CpuBackend& host,
+                                                 const CheckpointContents& whole,
+                                                 TrainResult& result) {
+  std::optional<CheckpointContents> start_from;
+  if (const auto dir = cfg.enable_checkpointing ? latest_checkpoint(cfg) : std::nullopt) {
+    compare_with_checkpoint(cfg, *dir);
+    const TrainingState state = load_checkpoint(host, *dir, whole);
+    result.start_step = state.step;
+    result.skipped_steps = state.skipped_steps;
+    start_from = whole;
+    spdlog::info("resuming from {} at step {}", *dir, result.start_step);
+  } else if (!cfg.load_parameters_path.empty()) {
+    load_parameters(host, cfg.model, cfg.load_parameters_path, *whole.params);
+    start_from = CheckpointContents{whole.params, nullptr, nullptr};
+    spdlog::info("parameters loaded from {}", cfg.load_parameters_path);
+  }
+  CAROUSEL_CHECK(result.start_step <= cfg.steps,
+                 "the run directory's checkpoint is at step {} but steps={}; raise steps to "
+                 "continue training",
+                 result.start_step, cfg.steps);
+  return start_from;
+}
+
+// One line per rank (device, place, peak memory, gathers) and the result's summary of them.
+void report_figures(const MeshShape& mesh, const RankFigures& figures, TrainResult& result) {
+  for (int rank = 0; rank < mesh.ranks(); ++rank) {
+    const RankPlace place = RankPlace::of(rank, mesh);
+    const std::string& name = figures.device_names[rank];
+    spdlog::info(
+        "rank {} {}(data rank {}, stage rank {}, fsdp rank {}): peak memory {}, {} weight "
+        "all-gathers",
+        rank, name.empty() ? "" : "on " + name + " ", place.data_rank, place.stage_rank,
+        place.fsdp_rank, format_bytes(std::size_t(figures.peak_bytes[rank])),
+        std::int64_t(figures.all_gathers[rank]));
+    result.peak_device_bytes =
+        std::max(result.peak_device_bytes, std::size_t(figures.peak_bytes[rank]));
+    result.all_gathers_per_device.push_back(std::int64_t(figures.all_gathers[rank]));
+  }
+}
+
 }  // namespace
 
 TrainResult train(const Config& requested, Communicator* process_world) {
@@ -264,23 +307,7 @@ TrainResult train(const Config& requested, Communicator* process_world) {
   check_outputs_writable(cfg);
   TrainResult result;
   result.run_directory = cfg.run_directory();
-  std::optional<CheckpointContents> start_from;  // none: the initial values
-  if (const auto dir = cfg.enable_checkpointing ? latest_checkpoint(cfg) : std::nullopt) {
-    compare_with_checkpoint(cfg, *dir);
-    const TrainingState state = load_checkpoint(host, *dir, whole);
-    result.start_step = state.step;
-    result.skipped_steps = state.skipped_steps;
-    start_from = whole;
-    spdlog::info("resuming from {} at step {}", *dir, result.start_step);
-  } else if (!cfg.load_parameters_path.empty()) {
-    load_parameters(host, cfg.model, cfg.load_parameters_path, whole_params);
-    start_from = CheckpointContents{&whole_params, nullptr, nullptr};
-    spdlog::info("parameters loaded from {}", cfg.load_parameters_path);
-  }
-  CAROUSEL_CHECK(result.start_step <= cfg.steps,
-                 "the run directory's checkpoint is at step {} but steps={}; raise steps to "
-                 "continue training",
-                 result.start_step, cfg.steps);
+  const std::optional<CheckpointContents> start_from = starting_point(cfg, host, whole, result);
 
   const int processes = process_world ? process_world->size() : 1;
   std::optional<StepReporter> reporter;  // rank 0 reports
@@ -399,12 +426,7 @@ TrainResult train(const Config& requested, Communicator* process_world) {
   } catch (const NonFiniteError&) {
     throw;  // every rank stopped at the same point, by design
   } catch (const std::exception&) {
-    // Where every rank of this process was when the run failed: the stuck edge of a stall can
-    // be read off (one rank in a RECV, its peer still computing or waiting elsewhere).
-    for (int rank = 0; rank < mesh.ranks(); ++rank) {
-      if (process_world && rank != process_world->rank()) continue;
-      spdlog::error("rank {}: {}", rank, recorders[rank].report());
-    }
+    report_ranks();
     throw;
   }
   if (cfg.profiler_steps > 0) write_trace(cfg, traces, program, process_world, result);
@@ -415,20 +437,7 @@ TrainResult train(const Config& requested, Communicator* process_world) {
                  cfg.enable_checkpointing ? ", checkpoint saved"
                                           : " (enable_checkpointing=false: nothing saved)");
   }
-
-  for (int rank = 0; rank < mesh.ranks(); ++rank) {
-    const RankPlace place = RankPlace::of(rank, mesh);
-    const std::string& name = figures.device_names[rank];
-    spdlog::info(
-        "rank {} {}(data rank {}, stage rank {}, fsdp rank {}): peak memory {}, {} weight "
-        "all-gathers",
-        rank, name.empty() ? "" : "on " + name + " ", place.data_rank, place.stage_rank,
-        place.fsdp_rank, format_bytes(std::size_t(figures.peak_bytes[rank])),
-        std::int64_t(figures.all_gathers[rank]));
-    result.peak_device_bytes =
-        std::max(result.peak_device_bytes, std::size_t(figures.peak_bytes[rank]));
-    result.all_gathers_per_device.push_back(std::int64_t(figures.all_gathers[rank]));
-  }
+  report_figures(mesh, figures, result);
   return result;
 }
 
