@@ -102,28 +102,30 @@ std::vector<double> decode(DType t, const std::vector<char>& bytes) {
   return v;
 }
 
+// acc op x, with avg summing (it divides at the end).
+template <class T>
+T combine(ReduceOp op, T acc, T x) {
+  switch (op) {
+    case ReduceOp::Sum:
+    case ReduceOp::Avg:
+      return acc + x;
+    case ReduceOp::Prod:
+      return acc * x;
+    case ReduceOp::Min:
+      return std::min(acc, x);
+    case ReduceOp::Max:
+      return std::max(acc, x);
+  }
+  return acc;
+}
+
 // The exact result of reducing element j over every rank, and sum |x_q| for the tolerance.
 double exact_reduction(DType t, ReduceOp op, int ranks, std::int64_t j, double& abs_sum) {
   abs_sum = 0;
   if (is_integer(t)) {  // inputs and products are small: int64 holds them exactly
     std::int64_t acc = std::int64_t(input_value(t, op, 0, ranks, j));
     for (int q = 1; q < ranks; ++q) {
-      const auto x = std::int64_t(input_value(t, op, q, ranks, j));
-      switch (op) {
-        case ReduceOp::Sum:
-        case ReduceOp::Avg:
-          acc += x;
-          break;
-        case ReduceOp::Prod:
-          acc *= x;
-          break;
-        case ReduceOp::Min:
-          acc = std::min(acc, x);
-          break;
-        case ReduceOp::Max:
-          acc = std::max(acc, x);
-          break;
-      }
+      acc = combine(op, acc, std::int64_t(input_value(t, op, q, ranks, j)));
     }
     acc = wrap(t, acc);
     return double(op == ReduceOp::Avg ? acc / ranks : acc);  // int64 division truncates to 0
@@ -133,21 +135,7 @@ double exact_reduction(DType t, ReduceOp op, int ranks, std::int64_t j, double& 
   for (int q = 1; q < ranks; ++q) {
     const double x = input_value(t, op, q, ranks, j);
     abs_sum += std::abs(x);
-    switch (op) {
-      case ReduceOp::Sum:
-      case ReduceOp::Avg:
-        acc += x;  // exact: small integers in double
-        break;
-      case ReduceOp::Prod:
-        acc *= x;
-        break;
-      case ReduceOp::Min:
-        acc = std::min(acc, x);
-        break;
-      case ReduceOp::Max:
-        acc = std::max(acc, x);
-        break;
-    }
+    acc = combine(op, acc, x);  // exact: small integers in double
   }
   return op == ReduceOp::Avg ? acc / ranks : acc;
 }
