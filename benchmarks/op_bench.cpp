@@ -98,12 +98,14 @@ void BM_Attention(benchmark::State& state, bool backward) {
 }
 BENCHMARK_CAPTURE(BM_Attention, forward, false)
     ->Args({8, 64, 4, 2, 16})  // tiny
+    ->Args({8, 256, 8, 4, 32})  // issue 14's one-device training config
     ->Args({4, 512, 8, 8, 64})
     ->Args({1, 2048, 8, 2, 128})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Attention, backward, true)
     ->Args({8, 64, 4, 2, 16})
+    ->Args({8, 256, 8, 4, 32})
     ->Args({4, 512, 8, 8, 64})
     ->Args({1, 2048, 8, 2, 128})
     ->Unit(benchmark::kMillisecond)
