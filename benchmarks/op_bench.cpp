@@ -113,7 +113,7 @@ void BM_Attention(benchmark::State& state, bool backward) {
   set_flops(state, backward ? 2.5 * forward_flops : forward_flops);
 }
 BENCHMARK_CAPTURE(BM_Attention, forward, false)
-    ->Args({8, 64, 4, 2, 16})  // tiny
+    ->Args({8, 64, 4, 2, 16})   // tiny
     ->Args({8, 256, 8, 4, 32})  // issue 14's one-device training config
     ->Args({4, 512, 8, 8, 64})
     ->Args({1, 2048, 8, 2, 128})
