@@ -53,6 +53,22 @@ BENCHMARK(BM_GemmLinear)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// dW[m,n] += dy[k,m]^T x[k,n]: a linear layer's weight gradient (k = tokens, the long sum).
+void BM_GemmWeightGrad(benchmark::State& state) {
+  const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  CpuBackend be;
+  Tensor dy = random_tensor(be, {k, m}, 1), x = random_tensor(be, {k, n}, 2),
+         dw = random_tensor(be, {m, n}, 3);
+  for (auto _ : state) be.gemm(true, false, 1.0, dy, x, 1.0, dw);
+  set_flops(state, 2.0 * m * n * k);
+}
+BENCHMARK(BM_GemmWeightGrad)
+    ->Args({688, 256, 2048})  // issue 14's config: MLP gate / up weights, 8 x 256 tokens
+    ->Args({256, 688, 2048})  // and the down projection
+    ->Args({256, 256, 2048})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // The same GEMM as one cblas_sgemm with OpenBLAS's own threading: the rate the backend's
 // shape-tiled GEMM (deterministic for any thread count, docs/reliability.md#determinism) is
 // compared with. Run both in one invocation and compare their FLOP rates.
@@ -97,13 +113,15 @@ void BM_Attention(benchmark::State& state, bool backward) {
   set_flops(state, backward ? 2.5 * forward_flops : forward_flops);
 }
 BENCHMARK_CAPTURE(BM_Attention, forward, false)
-    ->Args({8, 64, 4, 2, 16})  // tiny
+    ->Args({8, 64, 4, 2, 16})   // tiny
+    ->Args({8, 256, 8, 4, 32})  // issue 14's one-device training config
     ->Args({4, 512, 8, 8, 64})
     ->Args({1, 2048, 8, 2, 128})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 BENCHMARK_CAPTURE(BM_Attention, backward, true)
     ->Args({8, 64, 4, 2, 16})
+    ->Args({8, 256, 8, 4, 32})
     ->Args({4, 512, 8, 8, 64})
     ->Args({1, 2048, 8, 2, 128})
     ->Unit(benchmark::kMillisecond)

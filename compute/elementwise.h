@@ -30,9 +30,12 @@ template <class T> CAROUSEL_HD T silu_grad(T x) {
 
 // SwiGLU (Llama MLP): out = silu(gate) * up.
 template <class T> CAROUSEL_HD T swiglu(T gate, T up) { return silu(gate) * up; }
+// One sigmoid for both outputs (the same operations as silu_grad and silu, so the same bits;
+// the compiler cannot merge two exp calls itself, as exp may set errno).
 template <class T> CAROUSEL_HD void swiglu_grad(T dout, T gate, T up, T& dgate, T& dup) {
-  dgate = dout * up * silu_grad(gate);
-  dup = dout * silu(gate);
+  const T s = sigmoid(gate);
+  dgate = dout * up * (s + gate * s * (T(1) - s));
+  dup = dout * (gate * s);
 }
 
 // GELU, tanh approximation (PyTorch approximate='tanh', GPT-2):

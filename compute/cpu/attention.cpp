@@ -20,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "compute/cpu/blas.h"
 #include "compute/cpu_backend.h"
@@ -55,7 +56,7 @@ AttnDims dims_of(const Tensor& q, const Tensor& k) {
 // (an earlier float polynomial with ~1 ulp errors moved a bf16 pipeline test over its 1e-4
 // tolerance). Inputs below -87, -inf included, give 1.6e-38 instead of less. double (the
 // gradient-check dtype): std::exp.
-inline float exp_nonpositive(float xf) {
+[[gnu::always_inline]] inline float exp_nonpositive(float xf) {
   // Clamp below at -87 on the bits: for x <= 0 (and +0) the unsigned order of the bits is the
   // order of -x. A float compare would not vectorise (GCC keeps it a branch); this does.
   xf = std::bit_cast<float>(
@@ -65,11 +66,19 @@ inline float exp_nonpositive(float xf) {
   const double t = x * 1.4426950408889634 + magic;
   const double n = t - magic;
   const double r = x - n * 0.6931471805599453;
+  // Horner, written out: a loop over the coefficients is not always unrolled (then nothing
+  // vectorises, as in the AVX2 copy below).
   double p = 1.0 / 3628800;
-  for (double c : {1.0 / 362880, 1.0 / 40320, 1.0 / 5040, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6,
-                   0.5, 1.0, 1.0}) {
-    p = p * r + c;
-  }
+  p = p * r + 1.0 / 362880;
+  p = p * r + 1.0 / 40320;
+  p = p * r + 1.0 / 5040;
+  p = p * r + 1.0 / 720;
+  p = p * r + 1.0 / 120;
+  p = p * r + 1.0 / 24;
+  p = p * r + 1.0 / 6;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
   const std::int64_t ni = std::bit_cast<std::int64_t>(t) - std::bit_cast<std::int64_t>(magic);
   return float(p * std::bit_cast<double>((ni + 1023) << 52));
 }
@@ -94,7 +103,8 @@ T row_max(const T* row, std::int64_t n) {
 // row[j] = exp(row[j] - shift) for j < n, zero for n <= j < len; returns the sum (in double over
 // the eight partial sums).
 template <class T>
-double exp_row(T* row, std::int64_t n, std::int64_t len, T shift) {
+[[gnu::always_inline]] inline double exp_row_body(T* row, std::int64_t n, std::int64_t len,
+                                                  T shift) {
   T acc[8] = {};
   std::int64_t j = 0;
   for (; j + 8 <= n; j += 8) {  // exp and sum in one pass over the row
@@ -117,7 +127,8 @@ double exp_row(T* row, std::int64_t n, std::int64_t len, T shift) {
 // P[r, :] = exp(S[r, :] - lse[r]) for the unmasked columns (key k0 + c <= query q0 + r), zero
 // beyond; rows of length nk, leading dimension kTile.
 template <class T>
-void recompute_p(T* s, std::int64_t nq, std::int64_t nk, bool diagonal, const T* lse) {
+[[gnu::always_inline]] inline void recompute_p_body(T* s, std::int64_t nq, std::int64_t nk,
+                                                    bool diagonal, const T* lse) {
   for (std::int64_t r = 0; r < nq; ++r) {
     T* row = s + r * kTile;
     const std::int64_t n = diagonal ? std::min(r + 1, nk) : nk;
@@ -125,6 +136,46 @@ void recompute_p(T* s, std::int64_t nq, std::int64_t nk, bool diagonal, const T*
     for (std::int64_t c = 0; c < n; ++c) row[c] = exp_nonpositive(row[c] - shift);
     for (std::int64_t c = n; c < nk; ++c) row[c] = T(0);
   }
+}
+
+// The exp loops above are most of attention's non-GEMM time at small head dims (D = 32: a tile
+// GEMM does 64 FLOPs per exp). The build targets baseline x86-64 (SSE2: two doubles per
+// instruction), so float32 gets an AVX2 copy of them (four), chosen once at run time. The
+// copy's instructions are the same IEEE operations lane by lane (AVX2 without FMA: GCC contracts
+// nothing), so both copies give the same bits and results never depend on the machine's ISA.
+#if defined(__x86_64__) && defined(__GNUC__)
+[[gnu::target("avx2")]] double exp_row_avx2(float* row, std::int64_t n, std::int64_t len,
+                                            float shift) {
+  return exp_row_body(row, n, len, shift);
+}
+[[gnu::target("avx2")]] void recompute_p_avx2(float* s, std::int64_t nq, std::int64_t nk,
+                                              bool diagonal, const float* lse) {
+  recompute_p_body(s, nq, nk, diagonal, lse);
+}
+bool has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
+#endif
+
+template <class T>
+double exp_row(T* row, std::int64_t n, std::int64_t len, T shift) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (has_avx2()) return exp_row_avx2(row, n, len, shift);
+  }
+#endif
+  return exp_row_body(row, n, len, shift);
+}
+
+template <class T>
+void recompute_p(T* s, std::int64_t nq, std::int64_t nk, bool diagonal, const T* lse) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if constexpr (std::is_same_v<T, float>) {
+    if (has_avx2()) return recompute_p_avx2(s, nq, nk, diagonal, lse);
+  }
+#endif
+  recompute_p_body(s, nq, nk, diagonal, lse);
 }
 
 // dS = P * (dP - D[r]) in place in dp, D[r] = rowsum(dO * O) of query row r.

@@ -175,7 +175,10 @@ void CpuBackend::do_gemm(bool trans_a, bool trans_b, const GemmDims& d, double a
     // (docs/backend.md).
     const bool by_rows = d.m >= d.n;
     const std::int64_t along = by_rows ? d.m : d.n;
-    const std::int64_t tile = gemm_tile(along), tiles = (along + tile - 1) / tile;
+    // As many tiles as gemm_tile() asks for, of equal length (the last at most one shorter):
+    // 688 rows are 6 x 115, not 5 x 128 + 48, so two or three threads get equal work.
+    const std::int64_t tiles = (along + gemm_tile(along) - 1) / gemm_tile(along);
+    const std::int64_t tile = (along + tiles - 1) / tiles;
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();
     T* pc = c.data<T>();

@@ -102,13 +102,17 @@ void CpuBackend::do_rmsnorm_backward(const Tensor& dout, const Tensor& x, const 
 #pragma omp parallel for schedule(static)
     for (std::int64_t blk = 0; blk < blocks; ++blk) {
       const std::int64_t e0 = blk * kColumnBlock, e1 = std::min(cols, e0 + kColumnBlock);
-      for (std::int64_t e = e0; e < e1; ++e) {
-        double acc = 0.0;
-        for (std::int64_t i = 0; i < rows; ++i) {
-          acc += double(pdy[i * cols + e]) * double(px[i * cols + e]) * double(pr[i]);
-        }
-        pdg[e] += T(acc);
+      // Rows outer, the block's columns inner: one pass over the rows (a column at a time
+      // re-read every row's cache line kColumnBlock times); each column still sums its rows in
+      // order, so the bits are those of a column-at-a-time loop.
+      double acc[kColumnBlock] = {};
+      for (std::int64_t i = 0; i < rows; ++i) {
+        const double ri = double(pr[i]);
+        const T* dyi = pdy + i * cols;
+        const T* xi = px + i * cols;
+        for (std::int64_t e = e0; e < e1; ++e) acc[e - e0] += double(dyi[e]) * double(xi[e]) * ri;
       }
+      for (std::int64_t e = e0; e < e1; ++e) pdg[e] += T(acc[e - e0]);
     }
   });
 }
