@@ -1,6 +1,8 @@
 // rank_executor.cpp — walks one rank's actions for a step.
 #include "host/rank_executor.h"
 
+#include <fmt/format.h>
+
 #include "host/fault_injection.h"
 
 namespace carousel {
@@ -62,7 +64,7 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
     const sch::Action& a = actions_[i];
     recorder_.start(step, std::int64_t(i), a);
     maybe_stall(place_.rank(), step, std::int64_t(i));  // a test's fault
-    if (a.is_compute()) await_input(a);  // before the clock: a wait is idle time, not compute
+    if (a.is_compute()) await_input(a, i);  // before the clock: a wait is idle time, not compute
     const auto start = Clock::now();
     if (a.is_p2p()) {
       const std::size_t first = i;
@@ -170,12 +172,21 @@ Event RankExecutor::post_p2p_group(std::size_t& i, bool forward_only) {
   return posted_.back().done;
 }
 
-void RankExecutor::await_input(const sch::Action& action) {
+void RankExecutor::await_input(const sch::Action& action, std::size_t index) {
   std::map<Key, Event>& pending = action.kind == sch::Kind::F ? recv_f_ : recv_b_;
   if (action.kind == sch::Kind::W) return;  // W's input is this rank's own I
   const auto it = pending.find({action.stage, action.index});
   if (it == pending.end()) return;
+  // A failure report then shows what this rank waits for (evaluation notes itself as a whole).
+  const bool noted = !it->second.ready() && !evaluating_;
+  if (noted) {
+    const bool forward = action.kind == sch::Kind::F;
+    recorder_.note(step_,
+                   fmt::format("{} waiting for its input ({}RECV_{}{})", sch::to_string(action),
+                               action.stage, forward ? 'F' : 'B', action.index));
+  }
   it->second.wait();
+  if (noted) recorder_.start(step_, std::int64_t(index), action);
   pending.erase(it);
 }
 
@@ -230,7 +241,7 @@ double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
         continue;
       }
       if (a.kind == sch::Kind::F) {
-        await_input(a);
+        await_input(a, i);
         forward(a.stage, a.index);
       }
       if (a.kind == sch::Kind::AG_ISSUE || a.kind == sch::Kind::AG_WAIT ||
@@ -252,19 +263,19 @@ double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
 
 void RankExecutor::forward(int stage, int microbatch) {
   const Key key{stage, microbatch};
-  const Tensor x =
-      stage == 0 ? embed_forward(be_, params_.extras_weights(), batch(microbatch).inputs)
-                 : take(in_f_, key);
+  const Tensor x = stage == 0
+                       ? embed_forward(be_, params_.extras_weights(), batch(microbatch).inputs)
+                       : take(in_f_, key);
   const Tensor y =
       stage_forward(be_, cfg_.model, layers(params_.weights(stage)), rope_, x, remat_, saved_[key]);
   if (stage == layout_.stages() - 1) {
     const double scale = 1.0 / double(cfg_.global_batch() * cfg_.model.max_target_length);
     if (evaluating_) {  // the loss alone: no backward will run
-      loss_sum_ += head_loss_sum(be_, cfg_.model, params_.extras_weights(), y,
-                                 batch(microbatch).targets);
+      loss_sum_ +=
+          head_loss_sum(be_, cfg_.model, params_.extras_weights(), y, batch(microbatch).targets);
     } else {
-      HeadResult head = head_loss(be_, cfg_.model, params_.extras_weights(),
-                                  params_.extras_grads(), y, batch(microbatch).targets, scale);
+      HeadResult head = head_loss(be_, cfg_.model, params_.extras_weights(), params_.extras_grads(),
+                                  y, batch(microbatch).targets, scale);
       loss_sum_ += head.loss_sum;
       in_b_[key] = head.dx;
     }
@@ -291,8 +302,8 @@ void RankExecutor::backward(int stage, int microbatch, bool defer_weight_grads) 
   }
 }
 
-// This rank's share of microbatch m of step_ (or evaluation batch step_): sequences [m * b + part * b_local, ... + b_local) of the
-// step's global batch, uploaded once per step.
+// This rank's share of microbatch m of step_ (or evaluation batch step_): sequences [m * b + part *
+// b_local, ... + b_local) of the step's global batch, uploaded once per step.
 const Microbatch& RankExecutor::batch(int microbatch) {
   auto it = batches_.find(microbatch);
   if (it == batches_.end()) {

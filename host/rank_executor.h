@@ -55,7 +55,8 @@ class RankExecutor {
   Event post_p2p_group(std::size_t& i, bool forward_only = false);
   // Waits for the group that receives `action`'s input, if that input comes by a receive not yet
   // waited for (F: its activation, B and I: its gradient).
-  void await_input(const schedule::Action& action);
+  // A wait is noted in the flight recorder; `index` is the action's place in the program.
+  void await_input(const schedule::Action& action, std::size_t index);
   // Waits for every posted group and frees the sent buffers: at the step's end, so no transfer
   // outlives the step that posted it.
   void drain_p2p();

@@ -39,6 +39,9 @@ elapsed=$(( $(date +%s) - start ))
 [ $elapsed -le 20 ] || fail "stuck threaded run took $elapsed s"
 grep -q "rank(s) 1 did not stop within 5 s" <<<"$out" || { fail "no stuck-rank report:"; echo "$out"; }
 grep -q "rank 1: in step 1 action 3" <<<"$out" || { fail "no flight recorder line for rank 1:"; echo "$out"; }
+# The next stage's rank waits in its forward for the receive from the stalled stage.
+grep -Eq "rank 3: in step 1 1F0 waiting for its input \(1RECV_F0\)" <<<"$out" ||
+  { fail "no waiting-for-input line for rank 3:"; echo "$out"; }
 echo "stuck: exit code $rc after $elapsed s"
 
 # 2. SIGTERM to one process of the job.
