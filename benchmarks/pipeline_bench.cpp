@@ -6,7 +6,7 @@
 //
 //   build/bin/pipeline_bench                                   # the default grid, table on stdout
 //   build/bin/pipeline_bench --schedules 1f1b,zbv --stages 2 --factors 1,2,4 --json out.json
-//   build/bin/pipeline_bench --weight-modes none,bsw -- emb_dim=512 mlp_dim=1376
+//   build/bin/pipeline_bench --weight-modes none,bsw -- base_emb_dim=512 base_mlp_dim=1376
 //
 // Every configuration keeps the global batch (--batch sequences), so step times compare. Ranks
 // run as threads with cores / ranks OpenMP threads each; a configuration with more ranks than
