@@ -117,9 +117,11 @@ TEST_P(PipelineEquivalence, LossesMatchTheSingleDeviceRun) {
 // the weights agree to float32 rounding after two updates).
 TEST(PipelineEval, EvalLossEqualsTheSequentialForwardOnlyLoss) {
   const std::vector<std::string> eval = {"eval_interval=2", "eval_steps=2", "steps=4"};
-  std::vector<std::string> keys = {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+  std::vector<std::string> keys = {"ici_pipeline_parallelism=2",
+                                   "ici_fsdp_parallelism=2",
                                    "num_layers_per_pipeline_stage=2",
-                                   "pipeline_fsdp_ag_per_repeat=true", "num_pipeline_microbatches=4",
+                                   "pipeline_fsdp_ag_per_repeat=true",
+                                   "num_pipeline_microbatches=4",
                                    "eval_dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt"};
   keys.insert(keys.end(), eval.begin(), eval.end());
   std::vector<std::string> reference = {"num_pipeline_microbatches=4",
@@ -437,45 +439,43 @@ TEST(Pipeline, CheckpointsResumeExactlyAndAcrossLayouts) {
   EXPECT_NEAR(cross.steps[1].loss, full[3].loss, 1e-5 * full[3].loss);
 }
 
-// Tied embeddings: the pipeline's checkpoint holds the one shared table (written by the first
-// stage's rank; the last stage's copy is identical), so a single-device run resumes it and
-// continues like the pipeline did (1e-5: the gradient norm is summed in another order).
-TEST(Pipeline, TiedCheckpointResumesOnOneDevice) {
+// Trains `pipeline_keys` for 4 steps (checkpoints every 2) as `name`_pipe, resumes its step-2
+// checkpoint on one device as `name`_single, and expects steps 3 and 4 to match (1e-5: the
+// gradient norm is summed in another order).
+void expect_resumes_on_one_device(std::vector<std::string> pipeline_keys, const std::string& name) {
   namespace fs = std::filesystem;
-  Config pipe = run_config({"ici_pipeline_parallelism=2", "num_pipeline_microbatches=2",
-                            "logits_via_embedding=true", "enable_checkpointing=true",
-                            "learning_rate_schedule_steps=4"});
+  pipeline_keys.insert(pipeline_keys.end(),
+                       {"enable_checkpointing=true", "learning_rate_schedule_steps=4"});
+  Config pipe = run_config(pipeline_keys);
   pipe.steps = 4;
   pipe.checkpoint_period = 2;
-  pipe.run_name = "tied_pipe";
+  pipe.run_name = name + "_pipe";
   fs::remove_all(pipe.run_directory());
   const auto full = run(pipe);
-  const TrainResult resumed = resume_on_one_device(pipe, "tied_single", 2);
+  const TrainResult resumed = resume_on_one_device(pipe, name + "_single", 2);
   EXPECT_EQ(resumed.start_step, 2);
   ASSERT_EQ(resumed.steps.size(), 2u);
   EXPECT_NEAR(resumed.steps[0].loss, full[2].loss, 1e-5 * full[2].loss);
   EXPECT_NEAR(resumed.steps[1].loss, full[3].loss, 1e-5 * full[3].loss);
 }
 
+// Tied embeddings: the pipeline's checkpoint holds the one shared table (written by the first
+// stage's rank; the last stage's copy is identical), so a single-device run resumes it and
+// continues like the pipeline did (1e-5: the gradient norm is summed in another order).
+TEST(Pipeline, TiedCheckpointResumesOnOneDevice) {
+  expect_resumes_on_one_device(
+      {"ici_pipeline_parallelism=2", "num_pipeline_microbatches=2", "logits_via_embedding=true"},
+      "tied");
+}
+
 // zbv with tied embeddings: rank 0 holds both the first and the last stage, so the table has
 // one owner and no copy; its checkpoint (stages written by the ranks rank_of names) resumes on
 // one device and continues like the pipeline did.
 TEST(Pipeline, ZbvTiedCheckpointResumesOnOneDevice) {
-  namespace fs = std::filesystem;
-  Config pipe = run_config({"ici_pipeline_parallelism=2", "num_layers_per_pipeline_stage=2",
-                            "pipeline_schedule=zbv", "num_pipeline_microbatches=4",
-                            "logits_via_embedding=true", "enable_checkpointing=true",
-                            "learning_rate_schedule_steps=4"});
-  pipe.steps = 4;
-  pipe.checkpoint_period = 2;
-  pipe.run_name = "zbv_tied_pipe";
-  fs::remove_all(pipe.run_directory());
-  const auto full = run(pipe);
-  const TrainResult resumed = resume_on_one_device(pipe, "zbv_tied_single", 2);
-  EXPECT_EQ(resumed.start_step, 2);
-  ASSERT_EQ(resumed.steps.size(), 2u);
-  EXPECT_NEAR(resumed.steps[0].loss, full[2].loss, 1e-5 * full[2].loss);
-  EXPECT_NEAR(resumed.steps[1].loss, full[3].loss, 1e-5 * full[3].loss);
+  expect_resumes_on_one_device(
+      {"ici_pipeline_parallelism=2", "num_layers_per_pipeline_stage=2", "pipeline_schedule=zbv",
+       "num_pipeline_microbatches=4", "logits_via_embedding=true"},
+      "zbv_tied");
 }
 
 // ZeRO-1 changes where AdamW state lives, not the math: the replicas' gradient sums are the

@@ -12,6 +12,7 @@
 #include "host/schedule/passes.h"
 #include "host/schedule/registry.h"
 #include "host/schedule/simulate.h"
+#include "tests/schedule_timeline.h"
 #include "tests/test_util.h"
 
 namespace carousel::schedule {
@@ -21,17 +22,6 @@ Program make(const std::string& kind, int S, int M, int R) {
   return generate(ScheduleSpec{.kind = kind, .layout = Layout{S, R, M}});
 }
 
-// Per rank, "action@start" in time order, e.g. "0F0@0 0F1@1 ...".
-std::vector<std::string> timeline_text(const SimResult& sim, int ranks) {
-  std::vector<std::string> out(ranks);
-  for (const auto& iv : sim.timeline) {
-    if (!iv.action.is_compute()) continue;
-    auto& line = out[iv.rank];
-    if (!line.empty()) line += ' ';
-    line += to_string(iv.action) + "@" + std::to_string(int(iv.start));
-  }
-  return out;
-}
 
 // ---- placement ---------------------------------------------------------------------------------
 

@@ -17,21 +17,11 @@
 #include "host/schedule/simulate.h"
 #include "host/schedule/stage_layers.h"
 #include "host/schedule_config.h"
+#include "tests/schedule_timeline.h"
 
 namespace carousel::schedule {
 namespace {
 
-// Per rank, "action@start" of the compute actions in time order.
-std::vector<std::string> compute_timeline(const SimResult& sim, int ranks) {
-  std::vector<std::string> out(ranks);
-  for (const auto& iv : sim.timeline) {
-    if (!iv.action.is_compute()) continue;
-    auto& line = out[iv.rank];
-    if (!line.empty()) line += ' ';
-    line += to_string(iv.action) + "@" + std::to_string(int(iv.start));
-  }
-  return out;
-}
 
 Config config_of(std::vector<std::string> overrides) {
   return load_config("", std::move(overrides)).config;
@@ -127,7 +117,7 @@ TEST(UnevenCosts, HandWorkedTimeline1f1bLayers1And3) {
   EXPECT_EQ(costs.stage_scale, (std::vector<double>{1, 3}));
   const Program p = lower(generate(schedule_spec(cfg)), {0, 0, false});
   const SimResult sim = simulate(p, costs);
-  EXPECT_EQ(compute_timeline(sim, 2),
+  EXPECT_EQ(timeline_text(sim, 2),
             (std::vector<std::string>{"0F0@0 0F1@1 0B0@10 0B1@19", "1F0@1 1B0@4 1F1@10 1B1@13"}));
   EXPECT_DOUBLE_EQ(sim.step_time, 21);
   EXPECT_EQ(sim.busy, (std::vector<double>{6, 18}));
@@ -152,12 +142,12 @@ TEST(UnevenCosts, AHeavyHeadMakesTheLighterLastStageFaster) {
   };
   const auto [even_scale, even] = simulated({"num_layers_per_pipeline_stage=3"});
   EXPECT_EQ(even_scale, (std::vector<double>{3, 5}));
-  EXPECT_EQ(compute_timeline(even, 2),
+  EXPECT_EQ(timeline_text(even, 2),
             (std::vector<std::string>{"0F0@0 0F1@3 0B0@18 0B1@33", "1F0@3 1B0@8 1F1@18 1B1@23"}));
   EXPECT_DOUBLE_EQ(even.step_time, 39);
   const auto [uneven_scale, uneven] = simulated({"pipeline_stage_layers=[4,2]"});
   EXPECT_EQ(uneven_scale, (std::vector<double>{4, 4}));
-  EXPECT_EQ(compute_timeline(uneven, 2),
+  EXPECT_EQ(timeline_text(uneven, 2),
             (std::vector<std::string>{"0F0@0 0F1@4 0B0@16 0B1@28", "1F0@4 1B0@8 1F1@16 1B1@20"}));
   EXPECT_DOUBLE_EQ(uneven.step_time, 36);
 }

@@ -24,34 +24,29 @@ void check_interleaved_1f1b(const ScheduleSpec& spec) {
                  spec.kind, S, M, g);
 }
 
-// ZB-V runs exactly two chunks per rank (down and back up) and its warmup runs 2S - 1 forwards
-// of chunk 0 on rank 0 before the first backward reaches it.
-void check_zbv(const ScheduleSpec& spec) {
+// The V-shaped schedules run exactly two chunks per rank (down the ranks and back up) and need
+// a microbatch per virtual stage: ZB-V's warmup runs 2S - 1 forwards of chunk 0 on rank 0 before
+// the first backward reaches it; DualPipeV's first phase runs 2(S-1) and its steady phase
+// M - 2S + r + 1 pairs on rank r (DeepSeek's DualPipeV.step() and PyTorch's ScheduleDualPipeV
+// assert M >= 2S).
+void check_v_shape(const ScheduleSpec& spec, const char* name, const char* why_m) {
   const int S = spec.layout.ranks, M = spec.layout.microbatches, R = spec.layout.repeats;
   CAROUSEL_CHECK(R == 2,
-                 "zbv runs two chunks per rank (the V: down the ranks and back up), so it needs "
+                 "{} runs two chunks per rank (the V: down the ranks and back up), so it needs "
                  "num_pipeline_repeats=2 (layers = 2 x S x L), got R={}",
-                 R);
+                 name, R);
   CAROUSEL_CHECK(M >= 2 * S,
-                 "zbv needs num_pipeline_microbatches >= 2 x ici_pipeline_parallelism (one per "
-                 "virtual stage, to fill the V), got M={} with S={}; use M >= {}",
-                 M, S, 2 * S);
+                 "{} needs num_pipeline_microbatches >= 2 x ici_pipeline_parallelism ({}), got "
+                 "M={} with S={}; use M >= {}",
+                 name, why_m, M, S, 2 * S);
 }
 
-// DualPipeV has zbv's shape (two chunks, the V) and, like DeepSeek's DualPipeV.step() and
-// PyTorch's ScheduleDualPipeV, needs a microbatch per virtual stage: its first phase alone runs
-// 2(S-1) forwards of chunk 0 on rank 0, and its steady phase M - 2S + r + 1 pairs on rank r.
+void check_zbv(const ScheduleSpec& spec) {
+  check_v_shape(spec, "zbv", "one per virtual stage, to fill the V");
+}
+
 void check_dualpipev(const ScheduleSpec& spec) {
-  const int S = spec.layout.ranks, M = spec.layout.microbatches, R = spec.layout.repeats;
-  CAROUSEL_CHECK(R == 2,
-                 "dualpipev runs two chunks per rank (the V: down the ranks and back up), so it "
-                 "needs num_pipeline_repeats=2 (layers = 2 x S x L), got R={}",
-                 R);
-  CAROUSEL_CHECK(M >= 2 * S,
-                 "dualpipev needs num_pipeline_microbatches >= 2 x ici_pipeline_parallelism (one "
-                 "per virtual stage, as DeepSeek's DualPipeV asserts), got M={} with S={}; use "
-                 "M >= {}",
-                 M, S, 2 * S);
+  check_v_shape(spec, "dualpipev", "one per virtual stage, as DeepSeek's DualPipeV asserts");
 }
 
 // ---- the table -------------------------------------------------------------------------------
