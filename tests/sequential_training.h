@@ -5,6 +5,9 @@
 // arithmetic, so a run of `train()` on any mesh can be compared with it.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <vector>
 
 #include "compute/cpu_backend.h"
@@ -68,6 +71,30 @@ inline std::vector<StepMetrics> train_sequentially(const Config& cfg) {
     }
   }
   return out;
+}
+
+// A distributed run `pipe` equals the sequential run `single` of the same config: step 0's loss
+// bitwise (first_rtol = 0, where the summation order allows) or within first_rtol, its gradient
+// norm within max(first_rtol, 1e-6), every later loss (and with later_norms every later
+// gradient norm) within 1e-4 relative; and the run trains (its last loss below its first).
+inline void expect_equal_training(const std::vector<StepMetrics>& pipe,
+                                  const std::vector<StepMetrics>& single, double first_rtol,
+                                  bool later_norms) {
+  ASSERT_EQ(pipe.size(), single.size());
+  if (first_rtol == 0) {
+    EXPECT_EQ(pipe[0].loss, single[0].loss) << "step 0 loss must be bitwise equal";
+  } else {
+    EXPECT_NEAR(pipe[0].loss, single[0].loss, first_rtol * single[0].loss);
+  }
+  const double norm_rtol = std::max(first_rtol, 1e-6);
+  EXPECT_NEAR(pipe[0].grad_norm, single[0].grad_norm, norm_rtol * single[0].grad_norm);
+  for (std::size_t s = 1; s < pipe.size(); ++s) {
+    EXPECT_NEAR(pipe[s].loss, single[s].loss, 1e-4 * single[s].loss) << "step " << s;
+    if (later_norms) {
+      EXPECT_NEAR(pipe[s].grad_norm, single[s].grad_norm, 1e-4 * single[s].grad_norm) << s;
+    }
+  }
+  EXPECT_LT(pipe.back().loss, pipe.front().loss);  // it trains
 }
 
 }  // namespace carousel

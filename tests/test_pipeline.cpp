@@ -98,18 +98,7 @@ TEST_P(PipelineEquivalence, LossesMatchTheSingleDeviceRun) {
   }
   const auto pipe = run(run_config(c.keys));
   const auto single = train_sequentially(run_config(reference_keys));
-  ASSERT_EQ(pipe.size(), single.size());
-  if (c.first_rtol == 0) {
-    EXPECT_EQ(pipe[0].loss, single[0].loss) << "step 0 loss must be bitwise equal";
-  } else {
-    EXPECT_NEAR(pipe[0].loss, single[0].loss, c.first_rtol * single[0].loss);
-  }
-  const double norm_rtol = std::max(c.first_rtol, 1e-6);
-  EXPECT_NEAR(pipe[0].grad_norm, single[0].grad_norm, norm_rtol * single[0].grad_norm);
-  for (std::size_t s = 1; s < pipe.size(); ++s) {
-    EXPECT_NEAR(pipe[s].loss, single[s].loss, 1e-4 * single[s].loss) << "step " << s;
-  }
-  EXPECT_LT(pipe.back().loss, pipe.front().loss);  // it trains
+  expect_equal_training(pipe, single, c.first_rtol, /*later_norms=*/false);
 }
 
 // The held-out loss (eval_interval) of a pipeline with FSDP and BSW equals the sequential

@@ -74,19 +74,7 @@ TEST_P(UnevenEquivalence, LossesMatchTheSingleDeviceRun) {
   ASSERT_TRUE(pipe_cfg.uneven_stages()) << "the case must exercise uneven stages";
   const auto pipe = train(pipe_cfg).steps;
   const auto single = train_sequentially(uneven_run_config(reference_keys));
-  ASSERT_EQ(pipe.size(), single.size());
-  if (c.first_rtol == 0) {
-    EXPECT_EQ(pipe[0].loss, single[0].loss) << "step 0 loss must be bitwise equal";
-  } else {
-    EXPECT_NEAR(pipe[0].loss, single[0].loss, c.first_rtol * single[0].loss);
-  }
-  const double norm_rtol = std::max(c.first_rtol, 1e-6);
-  EXPECT_NEAR(pipe[0].grad_norm, single[0].grad_norm, norm_rtol * single[0].grad_norm);
-  for (std::size_t s = 1; s < pipe.size(); ++s) {
-    EXPECT_NEAR(pipe[s].loss, single[s].loss, 1e-4 * single[s].loss) << "step " << s;
-    EXPECT_NEAR(pipe[s].grad_norm, single[s].grad_norm, 1e-4 * single[s].grad_norm) << s;
-  }
-  EXPECT_LT(pipe.back().loss, pipe.front().loss);  // it trains
+  expect_equal_training(pipe, single, c.first_rtol, /*later_norms=*/true);
 }
 
 // Stages of 1 and 3 layers on 4 decoder layers; 1, 3, 3, 1 on 8 (first and last lighter, as
