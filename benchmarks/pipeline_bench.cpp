@@ -77,11 +77,10 @@ struct Row {
 // (e.g. zbv with M < 2S), which the grid skips.
 Config bench_config(const std::vector<std::string>& model, const std::string& schedule, int stages,
                     int factor, const WeightMode& mode, int batch, int steps,
-                    const std::string& out_dir) {
+                    const std::string& out_dir, std::int64_t layers) {
   const int repeats = repeats_of(schedule);
   const int microbatches = factor * stages;
   const int devices = stages * mode.fsdp;
-  const std::int64_t layers = load_config("", model).config.model.num_layers;
   CAROUSEL_CHECK(layers % (stages * repeats) == 0,
                  "{} layers do not split into S x R = {} x {} stages; give base_num_decoder_layers "
                  "a multiple of every S x R of the grid",
@@ -229,6 +228,7 @@ int main(int argc, char** argv) {
         "schedule", "S", "R", "M", "weights", "step ms", "tok/s", "span ms", "pred ms", "err",
         "bubble", "pred", "AG wait", "AG MiB", "peak MiB");
     std::vector<Row> rows;
+    const std::int64_t layers = load_config("", model).config.model.num_layers;  // once
     for (const int stages : split_ints("--stages", stages_list)) {
       for (const auto& schedule : split(schedules)) {
         schedule::find_schedule(schedule);  // an unknown name: the error lists the valid ones
@@ -237,7 +237,8 @@ int main(int argc, char** argv) {
           for (const auto& mode : weight_modes) {
             Config cfg;
             try {
-              cfg = bench_config(model, schedule, stages, factor, mode, batch, steps, out_dir);
+              cfg = bench_config(model, schedule, stages, factor, mode, batch, steps, out_dir,
+                                 layers);
             } catch (const Error& e) {
               fmt::print("{:<17} {:>2} {:>2} {:>3} {:<8} skipped: {}\n", schedule, stages,
                          repeats_of(schedule), factor * stages, mode.name, e.what());

@@ -40,8 +40,6 @@ void check_reduce_scatter(const Communicator& c, const Tensor& send, const Tenso
 void check_all_reduce(const Communicator& c, const Tensor& send, const Tensor& recv);
 void check_broadcast(const Communicator& c, const Tensor& send, const Tensor& recv, int root);
 void check_peer(const Communicator& c, const char* op, const Tensor& data, int peer);
-// Host reductions handle every DType with every ReduceOp; this checks the op is one of them.
-void check_host_reduction(const Communicator& c, const char* op, DType dtype, ReduceOp r);
 
 // out[i] = in[i] when `first`, else out[i] op in[i] (avg adds); n elements of dtype. 16-bit
 // floats combine in float32 and round back to nearest even; integers wrap around.

@@ -109,14 +109,6 @@ void check_peer(const Communicator& c, const char* op, const Tensor& data, int p
   CAROUSEL_CHECK(data.defined(), "{} on communicator '{}': undefined tensor", op, c.name());
 }
 
-void check_host_reduction(const Communicator& c, const char* op, DType dtype, ReduceOp r) {
-  CAROUSEL_CHECK(r == ReduceOp::Sum || r == ReduceOp::Prod || r == ReduceOp::Min ||
-                     r == ReduceOp::Max || r == ReduceOp::Avg,
-                 "{} on communicator '{}': reduce op {} is not one of sum, prod, min, max, avg", op,
-                 c.name(), int(r));
-  (void)dtype;  // every DType reduces (host_reduction.cpp)
-}
-
 Worker::Worker() : thread_([this] { loop(); }) {}
 
 Worker::~Worker() {

@@ -89,14 +89,12 @@ class MpiCommunicator final : public Communicator {
 
   Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     comm::check_reduce_scatter(*this, send, recv);
-    comm::check_host_reduction(*this, "reduce_scatter", send.dtype(), op);
     return collective({"reduce_scatter", recv.numel(), send.dtype(), -1, reduce_op_name(op)},
                       {send, recv}, [=, this] { run_reduce_scatter(send, recv, op); });
   }
 
   Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     comm::check_all_reduce(*this, send, recv);
-    comm::check_host_reduction(*this, "all_reduce", send.dtype(), op);
     return collective({"all_reduce", send.numel(), send.dtype(), -1, reduce_op_name(op)},
                       {send, recv}, [=, this] { run_all_reduce(send, recv, op); });
   }

@@ -59,10 +59,6 @@ constexpr std::string_view dtype_name(DType t) {
   return "?";
 }
 
-constexpr bool is_floating(DType t) {
-  return t == DType::F32 || t == DType::F64 || t == DType::BF16 || t == DType::F16;
-}
-
 // bfloat16 as stored: the upper 16 bits of a float32 (conversions in compute/bfloat16.h).
 struct bf16 {
   std::uint16_t bits;

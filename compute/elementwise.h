@@ -17,22 +17,25 @@
 namespace carousel::math {
 
 // SiLU (swish): x * sigmoid(x).
-template <class T> CAROUSEL_HD T sigmoid(T x) {
+template <class T>
+CAROUSEL_HD T sigmoid(T x) {
   using std::exp;
   return T(1) / (T(1) + exp(-x));
 }
-template <class T> CAROUSEL_HD T silu(T x) { return x * sigmoid(x); }
-// d silu / dx = s + x s (1 - s), s = sigmoid(x)
-template <class T> CAROUSEL_HD T silu_grad(T x) {
-  const T s = sigmoid(x);
-  return s + x * s * (T(1) - s);
+template <class T>
+CAROUSEL_HD T silu(T x) {
+  return x * sigmoid(x);
 }
 
 // SwiGLU (Llama MLP): out = silu(gate) * up.
-template <class T> CAROUSEL_HD T swiglu(T gate, T up) { return silu(gate) * up; }
-// One sigmoid for both outputs (the same operations as silu_grad and silu, so the same bits;
-// the compiler cannot merge two exp calls itself, as exp may set errno).
-template <class T> CAROUSEL_HD void swiglu_grad(T dout, T gate, T up, T& dgate, T& dup) {
+template <class T>
+CAROUSEL_HD T swiglu(T gate, T up) {
+  return silu(gate) * up;
+}
+// One sigmoid for both outputs (d silu / dx = s + x s (1 - s), s = sigmoid(x); the compiler
+// cannot merge two exp calls itself, as exp may set errno).
+template <class T>
+CAROUSEL_HD void swiglu_grad(T dout, T gate, T up, T& dgate, T& dup) {
   const T s = sigmoid(gate);
   dgate = dout * up * (s + gate * s * (T(1) - s));
   dup = dout * (gate * s);
@@ -40,12 +43,14 @@ template <class T> CAROUSEL_HD void swiglu_grad(T dout, T gate, T up, T& dgate, 
 
 // GELU, tanh approximation (PyTorch approximate='tanh', GPT-2):
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-template <class T> CAROUSEL_HD T gelu(T x) {
+template <class T>
+CAROUSEL_HD T gelu(T x) {
   using std::tanh;
   const T k = T(0.7978845608028654);  // sqrt(2/pi)
   return T(0.5) * x * (T(1) + tanh(k * (x + T(0.044715) * x * x * x)));
 }
-template <class T> CAROUSEL_HD T gelu_grad(T x) {
+template <class T>
+CAROUSEL_HD T gelu_grad(T x) {
   using std::tanh;
   const T k = T(0.7978845608028654);
   const T u = k * (x + T(0.044715) * x * x * x);
@@ -56,11 +61,13 @@ template <class T> CAROUSEL_HD T gelu_grad(T x) {
 
 // RoPE rotation of the pair (x[j], x[j + head_dim/2]) by an angle with cosine c and sine s
 // (Hugging Face rotate_half convention). The backward is the rotation by -angle.
-template <class T> CAROUSEL_HD void rope_rotate(T x1, T x2, T c, T s, T& y1, T& y2) {
+template <class T>
+CAROUSEL_HD void rope_rotate(T x1, T x2, T c, T s, T& y1, T& y2) {
   y1 = x1 * c - x2 * s;
   y2 = x2 * c + x1 * s;
 }
-template <class T> CAROUSEL_HD void rope_rotate_back(T dy1, T dy2, T c, T s, T& dx1, T& dx2) {
+template <class T>
+CAROUSEL_HD void rope_rotate_back(T dy1, T dy2, T c, T s, T& dx1, T& dx2) {
   dx1 = dy1 * c + dy2 * s;
   dx2 = dy2 * c - dy1 * s;
 }

@@ -448,8 +448,6 @@ bool is_unsupported_maxtext_key(const std::string& name) {
       "enable_goodput_recording",
       "monitor_goodput",
       "profiler",
-      "profiler_steps",
-      "skip_first_n_steps_for_profiler",
       "enable_tensorboard",
       "jax_cache_dir",
       "compile_topology",

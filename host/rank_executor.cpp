@@ -50,7 +50,8 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
                              cfg.model.rope_max_timescale)),
       remat_(parse_remat_policy(cfg.remat_policy)),
       microbatch_size_(cfg.global_batch() / program.layout.microbatches /
-                       (place.mesh.fsdp * place.mesh.data)) {}
+                       (place.mesh.fsdp * place.mesh.data)),
+      loss_scale_(1.0 / double(cfg.global_batch() * cfg.model.max_target_length)) {}
 
 StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace* trace) {
   using Clock = StepTrace::Clock;
@@ -105,8 +106,7 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
       }
       case sch::Kind::OPTIMIZER: {
         drain_p2p();
-        const double scale = 1.0 / double(cfg_.global_batch() * cfg_.model.max_target_length);
-        const StepOutcome outcome = params_.optimizer_step(step, update, loss_sum_ * scale);
+        const StepOutcome outcome = params_.optimizer_step(step, update, loss_sum_ * loss_scale_);
         if (trace) {
           be_.synchronize();
           const auto end = Clock::now();
@@ -168,8 +168,22 @@ Event RankExecutor::post_p2p_group(std::size_t& i, bool forward_only) {
   }
   group.done = comms_.pipe->group_end();
   for (const auto& [pending, key] : receives) (*pending)[key] = group.done;
+  const Event done = group.done;
   posted_.push_back(std::move(group));
-  return posted_.back().done;
+  free_sent(/*wait=*/false);
+  return done;
+}
+
+// Groups complete in the order they were posted (one worker per communicator), so the sent
+// buffers go front first: those of completed groups, or of all of them with `wait`.
+void RankExecutor::free_sent(bool wait) {
+  while (!posted_.empty() && (wait || posted_.front().done.ready())) {
+    const PostedGroup& group = posted_.front();
+    group.done.wait();
+    for (const auto& key : group.sent_f) out_f_.erase(key);  // sent: the buffers may go
+    for (const auto& key : group.sent_b) out_b_.erase(key);
+    posted_.pop_front();
+  }
 }
 
 void RankExecutor::await_input(const sch::Action& action, std::size_t index) {
@@ -188,15 +202,11 @@ void RankExecutor::await_input(const sch::Action& action, std::size_t index) {
   it->second.wait();
   if (noted) recorder_.start(step_, std::int64_t(index), action);
   pending.erase(it);
+  free_sent(/*wait=*/false);
 }
 
 void RankExecutor::drain_p2p() {
-  for (const PostedGroup& group : posted_) {
-    group.done.wait();
-    for (const auto& key : group.sent_f) out_f_.erase(key);  // sent: the buffers may go
-    for (const auto& key : group.sent_b) out_b_.erase(key);
-  }
-  posted_.clear();
+  free_sent(/*wait=*/true);
   recv_f_.clear();  // every receive of the step was consumed (and so waited for) by now
   recv_b_.clear();
 }
@@ -269,13 +279,12 @@ void RankExecutor::forward(int stage, int microbatch) {
   const Tensor y =
       stage_forward(be_, cfg_.model, layers(params_.weights(stage)), rope_, x, remat_, saved_[key]);
   if (stage == layout_.stages() - 1) {
-    const double scale = 1.0 / double(cfg_.global_batch() * cfg_.model.max_target_length);
     if (evaluating_) {  // the loss alone: no backward will run
       loss_sum_ +=
           head_loss_sum(be_, cfg_.model, params_.extras_weights(), y, batch(microbatch).targets);
     } else {
       HeadResult head = head_loss(be_, cfg_.model, params_.extras_weights(), params_.extras_grads(),
-                                  y, batch(microbatch).targets, scale);
+                                  y, batch(microbatch).targets, loss_scale_);
       loss_sum_ += head.loss_sum;
       in_b_[key] = head.dx;
     }

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <utility>
@@ -60,12 +61,14 @@ class RankExecutor {
   // Waits for every posted group and frees the sent buffers: at the step's end, so no transfer
   // outlives the step that posted it.
   void drain_p2p();
+  // Frees the sent buffers of completed groups (of every posted group, waiting, with `wait`).
+  void free_sent(bool wait);
   void weight_residency(const schedule::Action& a, StepTrace::Clock::time_point start,
                         StepTrace* trace);
   void forward(int stage, int microbatch);
   void backward(int stage, int microbatch, bool defer_weight_grads);
   const Microbatch& batch(int microbatch);  // this rank's part of microbatch m of step_
-  Tensor activation() const;  // [b_local, T, E] in the compute dtype
+  Tensor activation() const;                // [b_local, T, E] in the compute dtype
 
   const Config& cfg_;
   schedule::Layout layout_;
@@ -82,6 +85,7 @@ class RankExecutor {
   RopeTables rope_;
   RematPolicy remat_;
   std::int64_t microbatch_size_;  // sequences of a microbatch this rank computes (b / (F x D))
+  double loss_scale_;             // 1 / (B x T): a token loss sum to the global mean
 
   // Per step.
   std::int64_t step_ = 0;
@@ -96,7 +100,7 @@ class RankExecutor {
     Event done;
     std::vector<Key> sent_f, sent_b;  // out_f_ / out_b_ entries that live until `done`
   };
-  std::vector<PostedGroup> posted_;
+  std::deque<PostedGroup> posted_;  // in posting order
 };
 
 }  // namespace carousel

@@ -8,8 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compute/error.h"
-#include "host/checkpoint.h"
-#include "host/data.h"
+#include "host/paths.h"
 
 namespace carousel {
 namespace fs = std::filesystem;

@@ -59,15 +59,14 @@ HeadResult head_loss(Backend& be, const ModelConfig& cfg, const ParamSet& params
                      const ParamSet& grads, const Tensor& x, const Tensor& targets,
                      double loss_scale) {
   HeadResult r;
-  r.dx = be.empty(x.shape(), x.dtype());
   if (!cfg.is_llama()) {
     // loss = sum (x - t)^2;  dx = 2 (x - t) * loss_scale
-    const Tensor diff = simple_diff(be, x, targets);
-    r.loss_sum = be.sum_squares(diff);
-    be.copy(diff, r.dx);
+    r.dx = simple_diff(be, x, targets);
+    r.loss_sum = be.sum_squares(r.dx);
     be.scale(r.dx, 2.0 * loss_scale);
     return r;
   }
+  r.dx = be.empty(x.shape(), x.dtype());
   const std::int64_t N = x.rows(), E = x.cols();
   const Tensor& head = head_weight(cfg, params);
   const Tensor flat_targets = targets.reshape({N});
@@ -76,8 +75,9 @@ HeadResult head_loss(Backend& be, const ModelConfig& cfg, const ParamSet& params
   // Backward, reusing the logits buffer for their gradient.
   be.cross_entropy_backward(f.logits, flat_targets, loss_scale, f.logits);
   Tensor dxn = be.empty({N, E}, x.dtype());
-  be.gemm(false, false, 1.0, f.logits, head, 0.0, dxn);                   // [N,V] x [V,E]
-  be.gemm(true, false, 1.0, f.logits, f.xn, 1.0, head_weight(cfg, grads));  // d head += dlogits^T xn
+  be.gemm(false, false, 1.0, f.logits, head, 0.0, dxn);  // [N,V] x [V,E]
+  be.gemm(true, false, 1.0, f.logits, f.xn, 1.0,
+          head_weight(cfg, grads));  // d head += dlogits^T xn
   be.rmsnorm_backward(dxn, x.reshape({N, E}), params.at(ParamRole::FinalNorm), f.rstd,
                       r.dx.reshape({N, E}), grads.at(ParamRole::FinalNorm));
   return r;

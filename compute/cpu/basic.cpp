@@ -177,7 +177,8 @@ void CpuBackend::do_gemm(bool trans_a, bool trans_b, const GemmDims& d, double a
     const std::int64_t along = by_rows ? d.m : d.n;
     // As many tiles as gemm_tile() asks for, of equal length (the last at most one shorter):
     // 688 rows are 6 x 115, not 5 x 128 + 48, so two or three threads get equal work.
-    const std::int64_t tiles = (along + gemm_tile(along) - 1) / gemm_tile(along);
+    const std::int64_t wanted = gemm_tile(along);
+    const std::int64_t tiles = (along + wanted - 1) / wanted;
     const std::int64_t tile = (along + tiles - 1) / tiles;
     const T* pa = a.data<T>();
     const T* pb = b.data<T>();

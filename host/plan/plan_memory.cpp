@@ -56,12 +56,18 @@ std::int64_t deferred_elements(const ModelConfig& m, std::int64_t rows) {
 // the same (stage, microbatch) on one rank.
 int peak_open(const std::vector<sch::Action>& actions, sch::Kind open,
               std::initializer_list<sch::Kind> close) {
-  int live = 0, peak = 0;
+  std::set<std::pair<int, int>> live;  // (stage, microbatch) opened and not yet closed
+  std::size_t peak = 0;
   for (const auto& a : actions) {
-    if (a.kind == open) peak = std::max(peak, ++live);
-    for (const sch::Kind k : close) live -= a.kind == k ? 1 : 0;
+    if (a.kind == open) {
+      live.insert({a.stage, a.index});
+      peak = std::max(peak, live.size());
+    }
+    // A closing action whose input was local (no RECV opened it) closes nothing.
+    if (std::find(close.begin(), close.end(), a.kind) != close.end())
+      live.erase({a.stage, a.index});
   }
-  return peak;
+  return int(peak);
 }
 
 }  // namespace
