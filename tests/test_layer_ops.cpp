@@ -9,8 +9,11 @@
 //   * the float32 backward equals the float64 backward to rtol 2e-4 / atol 2e-5;
 //   * running forward + backward twice gives bitwise identical float32 results.
 #include <gtest/gtest.h>
+
 #include <omp.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "compute/cpu_backend.h"
@@ -305,6 +308,51 @@ TEST(Attention, LargerShapesMatchReferenceInFloat32) {
                        make(be, v, {B, T, Hkv, D}, DType::F32), out, lse);
   testing::expect_close(fetch(be, out), reference::attention(q, k, v, B, T, H, Hkv, D), 1e-5, 1e-5,
                         "attention T=67");
+}
+
+TEST(Attention, ForwardAcrossKeyBlocksMatchesReference) {
+  // T = 1100: queries past 512 and 1024 see their keys in two and three blocks of the forward's
+  // online softmax (compute/cpu/attention.cpp, kKeyBlock = 512), the last one partial. The output
+  // and lse are checked against the naive reference, the float32 gradients (which recompute P
+  // from that lse) against the float64 backend's.
+  const int B = 1, T = 1100, H = 2, Hkv = 1, D = 8;
+  CpuBackend be;
+  const auto q = testing::randn(B * T * H * D, 40), k = testing::randn(B * T * Hkv * D, 41),
+             v = testing::randn(B * T * Hkv * D, 42), dout = testing::randn(B * T * H * D, 43);
+  auto run = [&](DType dt) {
+    Tensor qt = make(be, q, {B, T, H, D}, dt), kt = make(be, k, {B, T, Hkv, D}, dt),
+           vt = make(be, v, {B, T, Hkv, D}, dt);
+    Tensor out = be.empty({B, T, H, D}, dt), lse = be.empty({B, H, T}, dt);
+    Tensor dq = be.empty(qt.shape(), dt), dk = be.empty(kt.shape(), dt),
+           dv = be.empty(vt.shape(), dt);
+    be.attention_forward(qt, kt, vt, out, lse);
+    be.attention_backward(make(be, dout, {B, T, H, D}, dt), qt, kt, vt, out, lse, dq, dk, dv);
+    return std::vector<std::vector<double>>{fetch(be, out), fetch(be, lse), fetch(be, dq),
+                                            fetch(be, dk), fetch(be, dv)};
+  };
+  const auto f32 = run(DType::F32), f64 = run(DType::F64);
+  testing::expect_close(f32[0], reference::attention(q, k, v, B, T, H, Hkv, D), 1e-5, 1e-5,
+                        "attention output T=1100");
+  std::vector<double> lse(std::size_t(H) * T);
+  for (int h = 0; h < H; ++h) {
+    for (int t = 0; t < T; ++t) {
+      std::vector<double> scores(std::size_t(t) + 1);
+      for (int s = 0; s <= t; ++s) {
+        double dot = 0;
+        for (int e = 0; e < D; ++e) dot += q[(t * H + h) * D + e] * k[s * Hkv * D + e];
+        scores[s] = dot / std::sqrt(double(D));
+      }
+      const double mx = *std::max_element(scores.begin(), scores.end());
+      double sum = 0;
+      for (double x : scores) sum += std::exp(x - mx);
+      lse[std::size_t(h) * T + t] = mx + std::log(sum);
+    }
+  }
+  testing::expect_close(f32[1], lse, 1e-5, 1e-5, "lse T=1100");
+  const char* grads[] = {"dq", "dk", "dv"};
+  for (int i = 0; i < 3; ++i) {
+    testing::expect_close(f32[2 + i], f64[2 + i], 1e-4, 1e-4, grads[i]);
+  }
 }
 
 TEST(Attention, ResultsDoNotDependOnTheThreadCount) {

@@ -2,13 +2,13 @@
 // (flash-style) on kTile x kTile tiles of queries x keys.
 //
 // Every product is a single-threaded BLAS GEMM on one tile (kTile = 128 rows of queries or keys,
-// the head dimension D deep) on strided views of the [B,T,H,D] tensors; tiles above the causal
+// the head dimension D deep; the forward takes up to kKeyBlock = 512 keys at once) on strided views of the [B,T,H,D] tensors; tiles above the causal
 // diagonal are skipped, the diagonal tile is masked inside its softmax pass, and the only
 // per-thread memory is two tiles. Nothing [T,T] is ever materialised.
 //
-// Forward, one task per (batch, head, query tile): an online softmax over the key tiles in order
-// (running row max m and row sum l, rescaling the output rows when m grows); saves
-// lse = m + log(l). Backward recomputes P = exp(S - lse) tile by tile, in two passes so that every
+// Forward, one task per (batch, head, query tile): an online softmax over blocks of up to
+// kKeyBlock keys in order (running row max m and row sum l, rescaling the output rows when m
+// grows); saves lse = m + log(l). Backward recomputes P = exp(S - lse) tile by tile, in two passes so that every
 // output element is written by one task in a fixed order: (batch, kv head, key tile) tasks sum
 // dK and dV over the query heads of the group and the query tiles below the diagonal, then
 // (batch, head, query tile) tasks sum dQ over the key tiles. The decomposition depends on the
@@ -16,13 +16,12 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <type_traits>
 
 #include "compute/cpu/blas.h"
+#include "compute/cpu/softmax_exp.h"
 #include "compute/cpu_backend.h"
 #include "compute/dispatch.h"
 
@@ -31,6 +30,10 @@ namespace carousel {
 namespace {
 
 constexpr std::int64_t kTile = 128;  // queries and keys per tile (a GEMM-sized block)
+// Keys per block of the forward's online softmax: one query tile's scores against up to 512 keys
+// are one GEMM (the query tile packed once, K = D is small) and need no rescaling of the output
+// within the block. A multiple of kTile, so no block starts inside a query tile.
+constexpr std::int64_t kKeyBlock = 4 * kTile;
 
 struct AttnDims {
   std::int64_t batch, seq, heads, kv_heads, head_dim;
@@ -50,40 +53,6 @@ AttnDims dims_of(const Tensor& q, const Tensor& k) {
   return {q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
 }
 
-// exp(x) for x <= 0 (or slightly above), branch-free so the row loops vectorise. float: in
-// double after a reduction by ln 2 (degree-10 Taylor on |r| <= ln2/2, error ~1e-12) and rounded
-// once, as glibc's expf does, so it equals std::exp to the bit for all but ~0.06 % of inputs
-// (an earlier float polynomial with ~1 ulp errors moved a bf16 pipeline test over its 1e-4
-// tolerance). Inputs below -87, -inf included, give 1.6e-38 instead of less. double (the
-// gradient-check dtype): std::exp.
-[[gnu::always_inline]] inline float exp_nonpositive(float xf) {
-  // Clamp below at -87 on the bits: for x <= 0 (and +0) the unsigned order of the bits is the
-  // order of -x. A float compare would not vectorise (GCC keeps it a branch); this does.
-  xf = std::bit_cast<float>(
-      std::min(std::bit_cast<std::uint32_t>(xf), std::bit_cast<std::uint32_t>(-87.0f)));
-  const double x = xf;
-  const double magic = 6755399441055744.0;  // 1.5 * 2^52: t's low bits hold round(x / ln 2)
-  const double t = x * 1.4426950408889634 + magic;
-  const double n = t - magic;
-  const double r = x - n * 0.6931471805599453;
-  // Horner, written out: a loop over the coefficients is not always unrolled (then nothing
-  // vectorises, as in the AVX2 copy below).
-  double p = 1.0 / 3628800;
-  p = p * r + 1.0 / 362880;
-  p = p * r + 1.0 / 40320;
-  p = p * r + 1.0 / 5040;
-  p = p * r + 1.0 / 720;
-  p = p * r + 1.0 / 120;
-  p = p * r + 1.0 / 24;
-  p = p * r + 1.0 / 6;
-  p = p * r + 0.5;
-  p = p * r + 1.0;
-  p = p * r + 1.0;
-  const std::int64_t ni = std::bit_cast<std::int64_t>(t) - std::bit_cast<std::int64_t>(magic);
-  return float(p * std::bit_cast<double>((ni + 1023) << 52));
-}
-inline double exp_nonpositive(double x) { return std::exp(x); }
-
 // Row helpers with eight fixed partial accumulators (vectorisable, and the same order for any
 // thread count).
 template <class T>
@@ -98,84 +67,6 @@ T row_max(const T* row, std::int64_t n) {
   T mx = acc[0];
   for (int u = 1; u < 8; ++u) mx = acc[u] > mx ? acc[u] : mx;
   return mx;
-}
-
-// row[j] = exp(row[j] - shift) for j < n, zero for n <= j < len; returns the sum (in double over
-// the eight partial sums).
-template <class T>
-[[gnu::always_inline]] inline double exp_row_body(T* row, std::int64_t n, std::int64_t len,
-                                                  T shift) {
-  T acc[8] = {};
-  std::int64_t j = 0;
-  for (; j + 8 <= n; j += 8) {  // exp and sum in one pass over the row
-    for (int u = 0; u < 8; ++u) {
-      const T e = exp_nonpositive(row[j + u] - shift);
-      row[j + u] = e;
-      acc[u] += e;
-    }
-  }
-  for (; j < n; ++j) {
-    row[j] = exp_nonpositive(row[j] - shift);
-    acc[0] += row[j];
-  }
-  for (j = n; j < len; ++j) row[j] = T(0);
-  double sum = 0.0;
-  for (int u = 0; u < 8; ++u) sum += double(acc[u]);
-  return sum;
-}
-
-// P[r, :] = exp(S[r, :] - lse[r]) for the unmasked columns (key k0 + c <= query q0 + r), zero
-// beyond; rows of length nk, leading dimension kTile.
-template <class T>
-[[gnu::always_inline]] inline void recompute_p_body(T* s, std::int64_t nq, std::int64_t nk,
-                                                    bool diagonal, const T* lse) {
-  for (std::int64_t r = 0; r < nq; ++r) {
-    T* row = s + r * kTile;
-    const std::int64_t n = diagonal ? std::min(r + 1, nk) : nk;
-    const T shift = lse[r];  // a local, so the loop does not reload it through row's alias
-    for (std::int64_t c = 0; c < n; ++c) row[c] = exp_nonpositive(row[c] - shift);
-    for (std::int64_t c = n; c < nk; ++c) row[c] = T(0);
-  }
-}
-
-// The exp loops above are most of attention's non-GEMM time at small head dims (D = 32: a tile
-// GEMM does 64 FLOPs per exp). The build targets baseline x86-64 (SSE2: two doubles per
-// instruction), so float32 gets an AVX2 copy of them (four), chosen once at run time. The
-// copy's instructions are the same IEEE operations lane by lane (AVX2 without FMA: GCC contracts
-// nothing), so both copies give the same bits and results never depend on the machine's ISA.
-#if defined(__x86_64__) && defined(__GNUC__)
-[[gnu::target("avx2")]] double exp_row_avx2(float* row, std::int64_t n, std::int64_t len,
-                                            float shift) {
-  return exp_row_body(row, n, len, shift);
-}
-[[gnu::target("avx2")]] void recompute_p_avx2(float* s, std::int64_t nq, std::int64_t nk,
-                                              bool diagonal, const float* lse) {
-  recompute_p_body(s, nq, nk, diagonal, lse);
-}
-bool has_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2");
-  return yes;
-}
-#endif
-
-template <class T>
-double exp_row(T* row, std::int64_t n, std::int64_t len, T shift) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if constexpr (std::is_same_v<T, float>) {
-    if (has_avx2()) return exp_row_avx2(row, n, len, shift);
-  }
-#endif
-  return exp_row_body(row, n, len, shift);
-}
-
-template <class T>
-void recompute_p(T* s, std::int64_t nq, std::int64_t nk, bool diagonal, const T* lse) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if constexpr (std::is_same_v<T, float>) {
-    if (has_avx2()) return recompute_p_avx2(s, nq, nk, diagonal, lse);
-  }
-#endif
-  recompute_p_body(s, nq, nk, diagonal, lse);
 }
 
 // dS = P * (dP - D[r]) in place in dp, D[r] = rowsum(dO * O) of query row r.
@@ -196,46 +87,50 @@ void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Te
   const AttnDims d = dims_of(q, k);
   const std::int64_t ldq = d.heads * d.head_dim, ldk = d.kv_heads * d.head_dim;
   const std::int64_t tiles = d.tiles(), D = d.head_dim;
-  Tensor scratch = empty({omp_get_max_threads(), kTile, kTile}, q.dtype());  // S / P per thread
+  // S / P of one query tile against one key block, per thread: [kTile, kKeyBlock].
+  Tensor scratch = empty({omp_get_max_threads(), kTile, kKeyBlock}, q.dtype());
   dispatch(FloatTypes{}, "attention_forward", q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T scale = T(1.0 / std::sqrt(double(D)));
-    // Tasks run longest first (query tile tiles-1 has the most key tiles) for balance; which
-    // thread runs a task never changes its result.
+    // Tasks run longest first (query tile tiles-1 has the most keys) for balance; which thread
+    // runs a task never changes its result.
 #pragma omp parallel for schedule(dynamic, 1)
     for (std::int64_t job = 0; job < d.batch * d.heads * tiles; ++job) {
       const std::int64_t qt = tiles - 1 - job / (d.batch * d.heads);
       const std::int64_t bh = job % (d.batch * d.heads), b = bh / d.heads, h = bh % d.heads;
-      T* s = scratch.data<T>() + std::int64_t(omp_get_thread_num()) * kTile * kTile;
+      T* s = scratch.data<T>() + std::int64_t(omp_get_thread_num()) * kTile * kKeyBlock;
       const std::int64_t q0 = qt * kTile, nq = d.tile_len(qt);
       const T* qp = q.data<T>() + d.q_offset(b, h) + q0 * ldq;
       T* op = out.data<T>() + d.q_offset(b, h) + q0 * ldq;
       const std::int64_t kv = d.kv_offset(b, h / d.group());
       T m[kTile];
       double l[kTile];
-      for (std::int64_t kt = 0; kt <= qt; ++kt) {
-        const std::int64_t k0 = kt * kTile, nk = d.tile_len(kt);
+      // Keys 0 .. q0 + nq - 1 (causal), in blocks of kKeyBlock: an online softmax across blocks.
+      for (std::int64_t k0 = 0; k0 < q0 + nq; k0 += kKeyBlock) {
+        const std::int64_t nk = std::min(kKeyBlock, q0 + nq - k0);
         const T* kp = k.data<T>() + kv + k0 * ldk;
-        cpu::blas_gemm(false, true, nq, nk, D, scale, qp, ldq, kp, ldk, T(0), s, kTile);
+        cpu::blas_gemm(false, true, nq, nk, D, scale, qp, ldq, kp, ldk, T(0), s, kKeyBlock);
         for (std::int64_t r = 0; r < nq; ++r) {
-          T* row = s + r * kTile;
-          const std::int64_t n = kt == qt ? std::min(r + 1, nk) : nk;  // causal mask
+          T* row = s + r * kKeyBlock;
+          // Unmasked keys of query q0 + r: at least one, since blocks start at multiples of
+          // kKeyBlock (a multiple of kTile) below q0 + nq, hence at or below q0.
+          const std::int64_t n = std::min(nk, q0 + r + 1 - k0);
           const T mx = row_max(row, n);
-          if (kt == 0) {
+          if (k0 == 0) {
             m[r] = mx;
-            l[r] = exp_row(row, n, nk, mx);
+            l[r] = cpu::exp_row(row, n, nk, mx);
           } else {
             const T mnew = std::max(m[r], mx);
-            const T alpha = exp_nonpositive(m[r] - mnew);
-            l[r] = l[r] * double(alpha) + exp_row(row, n, nk, mnew);
+            const T alpha = cpu::exp_nonpositive(m[r] - mnew);
+            l[r] = l[r] * double(alpha) + cpu::exp_row(row, n, nk, mnew);
             m[r] = mnew;
             if (alpha != T(1)) {
               for (std::int64_t e = 0; e < D; ++e) op[r * ldq + e] *= alpha;
             }
           }
         }
-        cpu::blas_gemm(false, false, nq, D, nk, T(1), s, kTile, v.data<T>() + kv + k0 * ldk, ldk,
-                       kt == 0 ? T(0) : T(1), op, ldq);
+        cpu::blas_gemm(false, false, nq, D, nk, T(1), s, kKeyBlock, v.data<T>() + kv + k0 * ldk,
+                       ldk, k0 == 0 ? T(0) : T(1), op, ldq);
       }
       T* lp = lse.data<T>() + (b * d.heads + h) * d.seq + q0;
       for (std::int64_t r = 0; r < nq; ++r) {
@@ -280,7 +175,7 @@ void CpuBackend::do_attention_backward(const Tensor& dout, const Tensor& q, cons
       const std::int64_t qo = d.q_offset(b, h) + q0 * ldq, row = (b * d.heads + h) * d.seq + q0;
       cpu::blas_gemm(false, true, nq, nk, D, scale, q.data<T>() + qo, ldq, k.data<T>() + kv, ldk,
                      T(0), p, kTile);
-      recompute_p(p, nq, nk, qt == kt, lse_p + row);
+      cpu::recompute_p(p, nq, nk, kTile, qt == kt, lse_p + row);
       cpu::blas_gemm(false, true, nq, nk, D, T(1), dout.data<T>() + qo, ldq, v.data<T>() + kv, ldk,
                      T(0), dp, kTile);
       ds_from_dp(p, dp, nq, nk, drow_p + row);

@@ -1,0 +1,164 @@
+// softmax_exp.cpp — the softmax exp loops of the CPU attention, with their AVX2 + FMA and
+// AVX-512 copies (see softmax_exp.h).
+//
+// Written by hand because no library we use gives a vector exp that is both fast and the same
+// to the bit on every ISA (libmvec's differ between its AVX2 and AVX-512 variants). Built with
+// -ffp-contract=off (compute/CMakeLists.txt): the only fused multiply-adds are the explicit
+// std::fma calls, exactly rounded whether an instruction or libm computes them.
+#include "compute/cpu/softmax_exp.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+
+#include "compute/error.h"
+
+namespace carousel::cpu {
+
+namespace {
+
+// float exp in double after a reduction by ln 2 (degree-10 Taylor on |r| <= ln2/2, error
+// ~1e-12), rounded once, as glibc's expf does (an earlier float polynomial with ~1 ulp errors
+// moved a bf16 pipeline test over its 1e-4 tolerance). Branch-free, so the row loops vectorise;
+// every step one std::fma (half the operations of a multiply and an add).
+[[gnu::always_inline]] inline float exp_float(float xf) {
+  // Clamp below at -87 on the bits: for x <= 0 (and +0) the unsigned order of the bits is the
+  // order of -x. A float compare would not vectorise (GCC keeps it a branch); this does.
+  xf = std::bit_cast<float>(
+      std::min(std::bit_cast<std::uint32_t>(xf), std::bit_cast<std::uint32_t>(-87.0f)));
+  const double x = xf;
+  const double magic = 6755399441055744.0;  // 1.5 * 2^52: t's low bits hold round(x / ln 2)
+  const double t = std::fma(x, 1.4426950408889634, magic);
+  const double n = t - magic;
+  const double r = std::fma(n, -0.6931471805599453, x);
+  // Horner, written out: a loop over the coefficients is not always unrolled (then nothing
+  // vectorises).
+  double p = 1.0 / 3628800;
+  p = std::fma(p, r, 1.0 / 362880);
+  p = std::fma(p, r, 1.0 / 40320);
+  p = std::fma(p, r, 1.0 / 5040);
+  p = std::fma(p, r, 1.0 / 720);
+  p = std::fma(p, r, 1.0 / 120);
+  p = std::fma(p, r, 1.0 / 24);
+  p = std::fma(p, r, 1.0 / 6);
+  p = std::fma(p, r, 0.5);
+  p = std::fma(p, r, 1.0);
+  p = std::fma(p, r, 1.0);
+  const std::int64_t ni = std::bit_cast<std::int64_t>(t) - std::bit_cast<std::int64_t>(magic);
+  return float(p * std::bit_cast<double>((ni + 1023) << 52));
+}
+[[gnu::always_inline]] inline double exp_any(double x) { return std::exp(x); }
+[[gnu::always_inline]] inline float exp_any(float x) { return exp_float(x); }
+
+template <class T>
+[[gnu::always_inline]] inline double exp_row_body(T* row, std::int64_t n, std::int64_t len,
+                                                  T shift) {
+  T acc[8] = {};
+  std::int64_t j = 0;
+  for (; j + 8 <= n; j += 8) {  // exp and sum in one pass over the row
+    for (int u = 0; u < 8; ++u) {
+      const T e = exp_any(row[j + u] - shift);
+      row[j + u] = e;
+      acc[u] += e;
+    }
+  }
+  for (; j < n; ++j) {
+    row[j] = exp_any(row[j] - shift);
+    acc[0] += row[j];
+  }
+  for (j = n; j < len; ++j) row[j] = T(0);
+  double sum = 0.0;
+  for (int u = 0; u < 8; ++u) sum += double(acc[u]);
+  return sum;
+}
+
+template <class T>
+[[gnu::always_inline]] inline void recompute_p_body(T* s, std::int64_t rows, std::int64_t cols,
+                                                    std::int64_t ld, bool diagonal,
+                                                    const T* lse) {
+  for (std::int64_t r = 0; r < rows; ++r) {
+    T* row = s + r * ld;
+    const std::int64_t n = diagonal ? std::min(r + 1, cols) : cols;
+    const T shift = lse[r];  // a local, so the loop does not reload it through row's alias
+    for (std::int64_t c = 0; c < n; ++c) row[c] = exp_any(row[c] - shift);
+    for (std::int64_t c = n; c < cols; ++c) row[c] = T(0);
+  }
+}
+
+// The copies: the bodies above compiled for each ISA (portable: baseline x86-64 or whatever
+// the build targets, where std::fma may be a library call and little vectorises).
+#define CAROUSEL_EXP_COPY(attributes, suffix)                                                   \
+  attributes double exp_row_##suffix(float* row, std::int64_t n, std::int64_t len,             \
+                                     float shift) {                                            \
+    return exp_row_body(row, n, len, shift);                                                   \
+  }                                                                                            \
+  attributes void recompute_p_##suffix(float* s, std::int64_t rows, std::int64_t cols,         \
+                                       std::int64_t ld, bool diagonal, const float* lse) {     \
+    recompute_p_body(s, rows, cols, ld, diagonal, lse);                                        \
+  }
+CAROUSEL_EXP_COPY(, portable)
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CAROUSEL_HAVE_EXP_COPIES 1
+CAROUSEL_EXP_COPY([[gnu::target("avx2,fma")]], avx2)
+CAROUSEL_EXP_COPY([[gnu::target("avx512f,prefer-vector-width=512")]], avx512)
+#endif
+#undef CAROUSEL_EXP_COPY
+
+}  // namespace
+
+bool runs_on_this_cpu(ExpIsa isa) {
+  switch (isa) {
+    case ExpIsa::portable: return true;
+#ifdef CAROUSEL_HAVE_EXP_COPIES
+    case ExpIsa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case ExpIsa::avx512: return __builtin_cpu_supports("avx512f");
+#else
+    default: return false;
+#endif
+  }
+  return false;
+}
+
+ExpIsa fastest_exp_isa() {
+  static const ExpIsa isa = runs_on_this_cpu(ExpIsa::avx512) ? ExpIsa::avx512
+                            : runs_on_this_cpu(ExpIsa::avx2) ? ExpIsa::avx2
+                                                             : ExpIsa::portable;
+  return isa;
+}
+
+float exp_nonpositive(float x) { return exp_float(x); }
+double exp_nonpositive(double x) { return std::exp(x); }
+
+double exp_row(float* row, std::int64_t n, std::int64_t len, float shift, ExpIsa isa) {
+  CAROUSEL_ASSERT(isa == fastest_exp_isa() || runs_on_this_cpu(isa),
+                  "exp copy {} does not run on this CPU", int(isa));
+  switch (isa) {
+#ifdef CAROUSEL_HAVE_EXP_COPIES
+    case ExpIsa::avx512: return exp_row_avx512(row, n, len, shift);
+    case ExpIsa::avx2: return exp_row_avx2(row, n, len, shift);
+#endif
+    default: return exp_row_portable(row, n, len, shift);
+  }
+}
+double exp_row(double* row, std::int64_t n, std::int64_t len, double shift, ExpIsa) {
+  return exp_row_body(row, n, len, shift);
+}
+
+void recompute_p(float* s, std::int64_t rows, std::int64_t cols, std::int64_t ld, bool diagonal,
+                 const float* lse, ExpIsa isa) {
+  CAROUSEL_ASSERT(isa == fastest_exp_isa() || runs_on_this_cpu(isa),
+                  "exp copy {} does not run on this CPU", int(isa));
+  switch (isa) {
+#ifdef CAROUSEL_HAVE_EXP_COPIES
+    case ExpIsa::avx512: return recompute_p_avx512(s, rows, cols, ld, diagonal, lse);
+    case ExpIsa::avx2: return recompute_p_avx2(s, rows, cols, ld, diagonal, lse);
+#endif
+    default: return recompute_p_portable(s, rows, cols, ld, diagonal, lse);
+  }
+}
+void recompute_p(double* s, std::int64_t rows, std::int64_t cols, std::int64_t ld, bool diagonal,
+                 const double* lse, ExpIsa) {
+  recompute_p_body(s, rows, cols, ld, diagonal, lse);
+}
+
+}  // namespace carousel::cpu

@@ -1,0 +1,39 @@
+// softmax_exp.h — the exp loops of the CPU attention's softmax (compute/cpu/attention.cpp):
+// exp(score - shift) over rows of a score tile, forward and in the backward's recomputation.
+//
+// They are most of attention's time outside its GEMMs, so float32 has copies compiled for
+// AVX2 + FMA and for AVX-512, chosen once at run time. Every copy runs the same exactly rounded
+// operations lane by lane, so all give the same bits (tests/test_softmax_exp.cpp checks it on
+// the copies the machine running the tests supports): results never depend on the CPU.
+#pragma once
+
+#include <cstdint>
+
+namespace carousel::cpu {
+
+enum class ExpIsa { portable, avx2, avx512 };
+
+ExpIsa fastest_exp_isa();           // the fastest copy this CPU runs
+bool runs_on_this_cpu(ExpIsa isa);  // portable always; the others when the CPU has them
+
+// exp(x) for x <= 0 (a little above is fine). float: equals std::exp to the bit for all but a
+// few in 10^4 inputs; below -87 (-inf included) it gives 1.6e-38. double: std::exp.
+float exp_nonpositive(float x);
+double exp_nonpositive(double x);
+
+// row[j] = exp(row[j] - shift) for j < n, 0 for n <= j < len; returns the sum of the n
+// exponentials, accumulated in eight fixed partial sums (the same order on every thread count).
+double exp_row(float* row, std::int64_t n, std::int64_t len, float shift,
+               ExpIsa isa = fastest_exp_isa());
+double exp_row(double* row, std::int64_t n, std::int64_t len, double shift,
+               ExpIsa isa = fastest_exp_isa());
+
+// P = exp(S - lse[r]) in place on rows r < rows of a tile with leading dimension ld: columns
+// c < n_r become exp(s[r][c] - lse[r]) and n_r <= c < cols become 0, where n_r = min(r + 1, cols)
+// on a diagonal tile (the causal mask) and cols otherwise.
+void recompute_p(float* s, std::int64_t rows, std::int64_t cols, std::int64_t ld, bool diagonal,
+                 const float* lse, ExpIsa isa = fastest_exp_isa());
+void recompute_p(double* s, std::int64_t rows, std::int64_t cols, std::int64_t ld, bool diagonal,
+                 const double* lse, ExpIsa isa = fastest_exp_isa());
+
+}  // namespace carousel::cpu

@@ -1,0 +1,120 @@
+// test_softmax_exp.cpp — the CPU attention's softmax exp loops (compute/cpu/softmax_exp.h).
+//
+// Every ISA copy this machine runs (portable always; AVX2 + FMA and AVX-512 where present) must
+// give the portable copy's bits, on rows of every length around the vector widths, masked and
+// unmasked; and the float exp must be within one float ulp of exp computed in double, equal to
+// glibc's expf for all but a few in 10^4 inputs.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "compute/cpu/softmax_exp.h"
+
+namespace carousel {
+namespace {
+
+using cpu::ExpIsa;
+
+const ExpIsa kAllCopies[] = {ExpIsa::portable, ExpIsa::avx2, ExpIsa::avx512};
+
+// Scores minus their row max look like this: mostly in [-20, 0], some far below, some exact
+// zeros, -inf for masked positions some callers leave in.
+std::vector<float> score_row(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> body(-20.f, 0.f), far(-200.f, -80.f);
+  std::vector<float> row(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    switch (gen() % 16) {
+      case 0: row[i] = far(gen); break;
+      case 1: row[i] = 0.f; break;
+      case 2: row[i] = -std::numeric_limits<float>::infinity(); break;
+      default: row[i] = body(gen);
+    }
+  }
+  return row;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(SoftmaxExp, EveryCopyGivesThePortableBits) {
+  int copies_run = 0;
+  for (ExpIsa isa : kAllCopies) {
+    if (!cpu::runs_on_this_cpu(isa)) continue;
+    ++copies_run;
+    for (std::int64_t len : {1, 7, 8, 9, 15, 16, 17, 31, 33, 128, 509, 512}) {
+      for (std::int64_t n : {len, len / 2, std::int64_t(1)}) {
+        const std::vector<float> scores = score_row(std::size_t(len), unsigned(len * 7 + n));
+        std::vector<float> portable = scores, copy = scores;
+        const double sum_portable = cpu::exp_row(portable.data(), n, len, 0.25f, ExpIsa::portable);
+        const double sum_copy = cpu::exp_row(copy.data(), n, len, 0.25f, isa);
+        EXPECT_TRUE(same_bits(portable, copy)) << "exp_row, copy " << int(isa) << ", len " << len;
+        EXPECT_EQ(std::bit_cast<std::uint64_t>(sum_portable), std::bit_cast<std::uint64_t>(sum_copy))
+            << "exp_row sum, copy " << int(isa) << ", len " << len << ", n " << n;
+      }
+    }
+    // A 37 x 45 tile inside rows of 64, diagonal (causal mask) and not, with per-row shifts.
+    const std::int64_t rows = 37, cols = 45, ld = 64;
+    const std::vector<float> tile = score_row(std::size_t(rows * ld), 99);
+    const std::vector<float> lse = score_row(std::size_t(rows), 98);
+    for (bool diagonal : {false, true}) {
+      std::vector<float> portable = tile, copy = tile;
+      cpu::recompute_p(portable.data(), rows, cols, ld, diagonal, lse.data(), ExpIsa::portable);
+      cpu::recompute_p(copy.data(), rows, cols, ld, diagonal, lse.data(), isa);
+      EXPECT_TRUE(same_bits(portable, copy)) << "recompute_p, copy " << int(isa);
+    }
+  }
+  EXPECT_GE(copies_run, 1);
+}
+
+TEST(SoftmaxExp, RowsAreExponentialsMaskedAndSummed) {
+  const std::int64_t len = 21, n = 13;
+  const std::vector<float> scores = score_row(len, 5);
+  std::vector<float> row = scores;
+  const double sum = cpu::exp_row(row.data(), n, len, -1.5f);
+  double expected_sum = 0;
+  for (std::int64_t j = 0; j < len; ++j) {
+    // exp of the float difference, clamped at -87 as documented.
+    const double want = j < n ? std::exp(std::max(double(scores[j] + 1.5f), -87.0)) : 0.0;
+    EXPECT_NEAR(row[j], want, 1.2e-7 * want) << "column " << j;
+    expected_sum += want;
+  }
+  EXPECT_NEAR(sum, expected_sum, 1e-6 * expected_sum);
+  // The causal mask of a diagonal tile: row r keeps columns 0..r.
+  std::vector<float> tile(4 * 8, -1.f), lse = {0.f, 1.f, 2.f, 3.f};
+  cpu::recompute_p(tile.data(), 4, 6, 8, /*diagonal=*/true, lse.data());
+  for (int r = 0; r < 4; ++r) {
+    for (int c = 0; c < 6; ++c) {
+      const double want = c <= r ? std::exp(-1.0 - r) : 0.0;
+      EXPECT_NEAR(tile[r * 8 + c], want, 1.2e-7 * want) << "row " << r << " column " << c;
+    }
+    EXPECT_EQ(tile[r * 8 + 6], -1.f) << "past cols untouched";
+  }
+}
+
+TEST(SoftmaxExp, FloatExpIsWithinAnUlpAndMostlyEqualsExpf) {
+  int differ_from_expf = 0, count = 0;
+  for (float x = -87.f; x <= 0.5f; x += 0.000731f, ++count) {
+    const float ours = cpu::exp_nonpositive(x);
+    const double exact = std::exp(double(x));
+    const double ulp = std::nextafter(float(exact), INFINITY) - float(exact);
+    ASSERT_LE(std::abs(double(ours) - exact), ulp) << "x = " << x;
+    differ_from_expf += ours != std::exp(x);
+  }
+  EXPECT_LT(differ_from_expf, count / 1000) << differ_from_expf << " of " << count;
+  // Below the clamp, -inf included: exp(-87) instead of something smaller (never NaN).
+  EXPECT_EQ(cpu::exp_nonpositive(-1000.f), cpu::exp_nonpositive(-87.f));
+  EXPECT_EQ(cpu::exp_nonpositive(-std::numeric_limits<float>::infinity()),
+            cpu::exp_nonpositive(-87.f));
+  EXPECT_GT(cpu::exp_nonpositive(-87.f), 0.f);
+}
+
+}  // namespace
+}  // namespace carousel
