@@ -1,8 +1,8 @@
-// softmax_exp.cpp — the softmax exp loops of the CPU attention, with their AVX2 + FMA and
-// AVX-512 copies (see softmax_exp.h).
+// softmax_exp.cpp — the softmax exp loops of the CPU attention, with their AVX2 + FMA copy (see
+// softmax_exp.h).
 //
 // Written by hand because no library we use gives a vector exp that is both fast and the same
-// to the bit on every ISA (libmvec's differ between its AVX2 and AVX-512 variants). Built with
+// to the bit on every ISA (libmvec's variants differ from each other and from libm). Built with
 // -ffp-contract=off (compute/CMakeLists.txt): the only fused multiply-adds are the explicit
 // std::fma calls, exactly rounded whether an instruction or libm computes them.
 #include "compute/cpu/softmax_exp.h"
@@ -100,7 +100,6 @@ CAROUSEL_EXP_COPY(, portable)
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CAROUSEL_HAVE_EXP_COPIES 1
 CAROUSEL_EXP_COPY([[gnu::target("avx2,fma")]], avx2)
-CAROUSEL_EXP_COPY([[gnu::target("avx512f,prefer-vector-width=512")]], avx512)
 #endif
 #undef CAROUSEL_EXP_COPY
 
@@ -111,7 +110,6 @@ bool runs_on_this_cpu(ExpIsa isa) {
     case ExpIsa::portable: return true;
 #ifdef CAROUSEL_HAVE_EXP_COPIES
     case ExpIsa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    case ExpIsa::avx512: return __builtin_cpu_supports("avx512f");
 #else
     default: return false;
 #endif
@@ -120,9 +118,7 @@ bool runs_on_this_cpu(ExpIsa isa) {
 }
 
 ExpIsa fastest_exp_isa() {
-  static const ExpIsa isa = runs_on_this_cpu(ExpIsa::avx512) ? ExpIsa::avx512
-                            : runs_on_this_cpu(ExpIsa::avx2) ? ExpIsa::avx2
-                                                             : ExpIsa::portable;
+  static const ExpIsa isa = runs_on_this_cpu(ExpIsa::avx2) ? ExpIsa::avx2 : ExpIsa::portable;
   return isa;
 }
 
@@ -134,7 +130,6 @@ double exp_row(float* row, std::int64_t n, std::int64_t len, float shift, ExpIsa
                   "exp copy {} does not run on this CPU", int(isa));
   switch (isa) {
 #ifdef CAROUSEL_HAVE_EXP_COPIES
-    case ExpIsa::avx512: return exp_row_avx512(row, n, len, shift);
     case ExpIsa::avx2: return exp_row_avx2(row, n, len, shift);
 #endif
     default: return exp_row_portable(row, n, len, shift);
@@ -150,7 +145,6 @@ void recompute_p(float* s, std::int64_t rows, std::int64_t cols, std::int64_t ld
                   "exp copy {} does not run on this CPU", int(isa));
   switch (isa) {
 #ifdef CAROUSEL_HAVE_EXP_COPIES
-    case ExpIsa::avx512: return recompute_p_avx512(s, rows, cols, ld, diagonal, lse);
     case ExpIsa::avx2: return recompute_p_avx2(s, rows, cols, ld, diagonal, lse);
 #endif
     default: return recompute_p_portable(s, rows, cols, ld, diagonal, lse);

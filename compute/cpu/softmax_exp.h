@@ -1,17 +1,18 @@
 // softmax_exp.h — the exp loops of the CPU attention's softmax (compute/cpu/attention.cpp):
 // exp(score - shift) over rows of a score tile, forward and in the backward's recomputation.
 //
-// They are most of attention's time outside its GEMMs, so float32 has copies compiled for
-// AVX2 + FMA and for AVX-512, chosen once at run time. Every copy runs the same exactly rounded
-// operations lane by lane, so all give the same bits (tests/test_softmax_exp.cpp checks it on
-// the copies the machine running the tests supports): results never depend on the CPU.
+// They are most of attention's time outside its GEMMs, so float32 has a copy compiled for
+// AVX2 + FMA (four doubles per instruction; the build targets baseline x86-64), chosen once at
+// run time. Both copies run the same exactly rounded operations lane by lane, so they give the
+// same bits (tests/test_softmax_exp.cpp checks it where the CPU has AVX2): results never depend
+// on the CPU. (An AVX-512 copy measured no faster on the development VM's Cooper Lake.)
 #pragma once
 
 #include <cstdint>
 
 namespace carousel::cpu {
 
-enum class ExpIsa { portable, avx2, avx512 };
+enum class ExpIsa { portable, avx2 };
 
 ExpIsa fastest_exp_isa();           // the fastest copy this CPU runs
 bool runs_on_this_cpu(ExpIsa isa);  // portable always; the others when the CPU has them
