@@ -6,14 +6,17 @@
 #include <fmt/format.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <list>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "collectives/common.h"
 #include "compute/cpu_backend.h"
@@ -51,6 +54,7 @@ class NcclCommunicator final : public Communicator {
       : comm_(comm), gpu_(gpu), name_(std::move(name)), timeout_(timeout) {
     CUDA_CHECK(cudaSetDevice(gpu_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&producer_done_, cudaEventDisableTiming));
     CUDA_CHECK(cudaMalloc(&barrier_buffer_, sizeof(float)));
     NCCL_CHECK(ncclCommUserRank(comm_, &rank_));
     NCCL_CHECK(ncclCommCount(comm_, &size_));
@@ -62,6 +66,7 @@ class NcclCommunicator final : public Communicator {
     cudaSetDevice(gpu_);
     cudaStreamSynchronize(stream_);
     cudaFree(barrier_buffer_);
+    cudaEventDestroy(producer_done_);
     cudaStreamDestroy(stream_);
     ncclCommDestroy(comm_);
   }
@@ -72,34 +77,34 @@ class NcclCommunicator final : public Communicator {
 
   Event all_gather(const Tensor& send, const Tensor& recv) override {
     comm::check_all_gather(*this, send, recv);
-    return enqueue("all_gather", [&] {
+    return enqueue("all_gather", {&send, &recv}, [&] {
       NCCL_CHECK(ncclAllGather(send.raw(), recv.raw(), send.numel(), nccl_type(send.dtype()), comm_,
                                stream_));
     });
   }
   Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     comm::check_reduce_scatter(*this, send, recv);
-    return enqueue("reduce_scatter", [&] {
+    return enqueue("reduce_scatter", {&send, &recv}, [&] {
       NCCL_CHECK(ncclReduceScatter(send.raw(), recv.raw(), recv.numel(), nccl_type(send.dtype()),
                                    nccl_op(op), comm_, stream_));
     });
   }
   Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     comm::check_all_reduce(*this, send, recv);
-    return enqueue("all_reduce", [&] {
+    return enqueue("all_reduce", {&send, &recv}, [&] {
       NCCL_CHECK(ncclAllReduce(send.raw(), recv.raw(), send.numel(), nccl_type(send.dtype()),
                                nccl_op(op), comm_, stream_));
     });
   }
   Event broadcast(const Tensor& send, const Tensor& recv, int root) override {
     comm::check_broadcast(*this, send, recv, root);
-    return enqueue("broadcast", [&] {
+    return enqueue("broadcast", {&send, &recv}, [&] {
       NCCL_CHECK(ncclBroadcast(send.raw(), recv.raw(), send.numel(), nccl_type(send.dtype()), root,
                                comm_, stream_));
     });
   }
   Event barrier() override {
-    return enqueue("barrier", [&] {
+    return enqueue("barrier", {}, [&] {
       NCCL_CHECK(
           ncclAllReduce(barrier_buffer_, barrier_buffer_, 1, ncclFloat32, ncclSum, comm_, stream_));
     });
@@ -146,6 +151,7 @@ class NcclCommunicator final : public Communicator {
     comm::check_peer(*this, is_send ? "send" : "recv", data, peer);
     const bool single = !in_group_;
     if (single) group_start();
+    after_producers({&data});
     if (is_send) {
       NCCL_CHECK(ncclSend(data.raw(), data.numel(), nccl_type(data.dtype()), peer, comm_, stream_));
     } else {
@@ -157,11 +163,34 @@ class NcclCommunicator final : public Communicator {
   }
 
   template <class Fn>
-  Event enqueue(const char* op, Fn&& issue) {
+  Event enqueue(const char* op, std::initializer_list<const Tensor*> tensors, Fn&& issue) {
     CAROUSEL_ASSERT(!in_group_, "{} on communicator '{}' inside a send/recv group", op, name_);
     CUDA_CHECK(cudaSetDevice(gpu_));
+    after_producers(tensors);
     issue();
     return completion(op);
+  }
+
+  // This communicator's stream waits for everything queued so far on the streams of the
+  // tensors' devices (the rank's compute stream): the kernels that wrote what is sent or reduced,
+  // and those still reading a buffer about to be overwritten (a weight slot being refilled).
+  // Without it NCCL would read activations and gradients the compute stream has not finished.
+  // The host never blocks here; the Event returned to the executor covers the other direction.
+  void after_producers(std::initializer_list<const Tensor*> tensors) {
+    std::vector<cudaStream_t> waited;
+    for (const Tensor* t : tensors) {
+      auto* producer = static_cast<cudaStream_t>(t->device().work_queue());
+      CAROUSEL_ASSERT(producer != nullptr,
+                      "NCCL communicator '{}' rank {}: a tensor on {} is not in GPU memory", name_,
+                      rank_, t->device().name());
+      if (producer == stream_ ||
+          std::find(waited.begin(), waited.end(), producer) != waited.end()) {
+        continue;
+      }
+      CUDA_CHECK(cudaEventRecord(producer_done_, producer));
+      CUDA_CHECK(cudaStreamWaitEvent(stream_, producer_done_, 0));
+      waited.push_back(producer);
+    }
   }
 
   // An Event completed by the stream itself when it reaches this point.
@@ -217,6 +246,7 @@ class NcclCommunicator final : public Communicator {
   double timeout_;
   int rank_ = 0, size_ = 1;
   cudaStream_t stream_ = nullptr;
+  cudaEvent_t producer_done_ = nullptr;  // recorded on a producer stream, waited on by stream_
   void* barrier_buffer_ = nullptr;
   bool in_group_ = false;
   std::vector<Event> group_events_;

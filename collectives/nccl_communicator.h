@@ -1,8 +1,11 @@
 // nccl_communicator.h — the Communicator on NCCL: ranks are threads of this process, one GPU
 // each (rank r on GPU r % visible GPUs), tensors in that GPU's memory (a CudaBackend's).
 //
-// Every operation is enqueued on the communicator's own CUDA stream and returns an Event that
-// completes when the stream reaches it (cudaLaunchHostFunc). A watchdog thread polls
+// Every operation is enqueued on the communicator's own CUDA stream, after a wait for the work
+// queued so far on its tensors' device streams (the rank's compute stream: what wrote them, or
+// still reads them), and returns an Event that completes when the stream reaches it
+// (cudaLaunchHostFunc); the executor waits for that Event before computing on what arrived and
+// keeps sent buffers alive until it. A watchdog thread polls
 // ncclCommGetAsyncError and the timeout; on either it aborts the communicator (ncclCommAbort)
 // and fails every pending Event with a message naming the rank, the operation and its sequence
 // number — a hang becomes an error. Built only with CUDA and NCCL (CAROUSEL_NCCL).

@@ -46,6 +46,10 @@ class DeviceAllocator {
   // device's bytes through the host, like the local communicator.
   virtual void copy_to_host(void* host, const void* src, std::size_t bytes) const;
   virtual void copy_from_host(void* dst, const void* host, std::size_t bytes) const;
+  // The queue this device's work runs on in order (a CUDA stream), so that a communicator with a
+  // queue of its own can order its operations after the work that wrote (or still reads) their
+  // tensors; nullptr for host memory, whose work is done when the call that queued it returns.
+  virtual void* work_queue() const { return nullptr; }
 
  protected:
   virtual void* raw_allocate(std::size_t bytes) = 0;  // nullptr on failure

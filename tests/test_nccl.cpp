@@ -32,6 +32,40 @@ TEST(Nccl, CollectivesAndRingAreExactOnEveryGpu) {
   });
 }
 
+TEST(Nccl, OperationsWaitForTheComputeStream) {
+  // The rank's compute stream is kept busy (large GEMMs), then writes x; the all-reduce and
+  // all-gather of x are issued at once, with no host synchronisation in between. They must see
+  // the written values: the NCCL stream waits for the compute stream's work (an all-reduce that
+  // ran at once would read the zeros from before the GEMMs).
+  const CudaDevices gpus = list_cuda_devices();
+  if (gpus.devices.empty()) GTEST_SKIP() << "no GPU to test NCCL on: " << gpus.why_none;
+  const int n = int(gpus.devices.size());
+  NcclWorld world(n, 60.0);
+  run_ranks(n, [&](int r) {
+    auto be = make_cuda_backend(r);
+    auto comm = world.communicator(r);
+    const std::int64_t count = 1 << 20, side = 4096;
+    Tensor x = be->zeros({count}), sum = be->empty({count}), gathered = be->empty({n * count});
+    Tensor a = be->zeros({side, side}), b = be->zeros({side, side}), c = be->empty({side, side});
+    be->synchronize();
+    for (int i = 0; i < 4; ++i) be->gemm(false, false, 1.0, a, b, 0.0, c);  // ~0.5 TFLOP
+    be->fill(x, double(r + 1));
+    Event reduced = comm->all_reduce(x, sum, ReduceOp::Sum);
+    Event gathered_done = comm->all_gather(x, gathered);
+    reduced.wait();
+    gathered_done.wait();
+    const std::vector<float> got_sum = be->to_host<float>(sum);
+    const std::vector<float> got_all = be->to_host<float>(gathered);
+    const float want_sum = float(n * (n + 1) / 2);
+    for (std::int64_t i = 0; i < count; i += 4099) {
+      ASSERT_EQ(got_sum[i], want_sum) << "all-reduce element " << i << " on rank " << r;
+    }
+    for (int peer = 0; peer < n; ++peer) {
+      ASSERT_EQ(got_all[peer * count + count - 1], float(peer + 1)) << "all-gather of rank " << peer;
+    }
+  });
+}
+
 TEST(Nccl, MoreRanksThanGpusIsAClearError) {
   const CudaDevices gpus = list_cuda_devices();
   const std::string msg = testing::error_of([&] { NcclWorld world(int(gpus.devices.size()) + 1); });

@@ -49,6 +49,7 @@ class CudaAllocator final : public DeviceAllocator {
   cudaStream_t stream() const { return stream_; }
 
   bool host_accessible() const override { return false; }
+  void* work_queue() const override { return stream_; }
   void copy_to_host(void* host, const void* src, std::size_t bytes) const override {
     CUDA_CHECK(cudaSetDevice(gpu_));
     CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
