@@ -40,7 +40,7 @@ bool better(const Prediction& a, const Prediction& b) {
 }
 
 struct Pending {
-  Candidate candidate;
+  CostedCandidate costed;
   double bound;
 };
 
@@ -97,7 +97,9 @@ std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
                 ++result.refused_memory;
                 continue;
               }
-              pending.push_back({c, step_time_lower_bound(cfg, cluster)});
+              CostedCandidate costed = cost_candidate(cluster, c, std::move(cfg));
+              const double bound = step_time_lower_bound(costed, cluster);
+              pending.push_back({std::move(costed), bound});
             }
           }
         }
@@ -138,7 +140,8 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
   };
   double kth = std::numeric_limits<double>::infinity();
   for (const Pending& p : pending) {
-    const auto key = std::make_tuple(p.candidate.stages, p.candidate.fsdp, p.candidate.data);
+    const Candidate& c = p.costed.candidate;
+    const auto key = std::make_tuple(c.stages, c.fsdp, c.data);
     const auto it = best.find(key);
     // Beyond the next time step of the k-th best (and of its own mesh's best) it cannot enter.
     const double margin = 1 + 2 * kTimeStep;
@@ -147,11 +150,11 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
       ++result.pruned;
       continue;
     }
-    const Prediction pred = predict(w, cluster, p.candidate);
+    const Prediction pred = predict(w, cluster, p.costed);
     ++result.simulated;
     if (pred.memory.total() < result.smallest_memory) {
       result.smallest_memory = pred.memory.total();
-      result.smallest_candidate = p.candidate;
+      result.smallest_candidate = c;
     }
     if (!pred.fits) {
       ++result.refused_memory;
