@@ -1,7 +1,8 @@
-// cmd_plan.cpp — `carousel plan`: choose the mesh (S, F, D), M, R, L, schedule and FSDP weight
-// mode for a model on a cluster before spending device hours. Reads the flags, runs the search
-// (plan_search.h) and prints the best candidates as a table (or JSON) with the details of the
-// best: memory per device by part, bytes per step by link, and the keys that run it.
+// cmd_plan.cpp — `carousel plan`: choose the mesh (S, F, D), M, R, the stage layout (L layers
+// each, or uneven stages), schedule and FSDP weight mode for a model on a cluster before
+// spending device hours. Reads the flags, runs the search (plan_search.h) and prints the best
+// candidates as a table (or JSON) with the details of the best: memory per device by part, bytes
+// per step by link, and the keys that run it.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -28,6 +29,22 @@ std::string weight_mode(const plan::Candidate& c) {
 
 double gib(std::int64_t bytes) { return double(bytes) / double(1 << 30); }
 
+// The stage layout's column: L for even stages; uneven, the counts in stage order, a run of n
+// stages of k layers written nxk ("2x8,9,7" = 8, 8, 9, 7).
+std::string layers_column(const plan::Candidate& c) {
+  if (c.stage_layers.empty()) return std::to_string(c.layers_per_stage);
+  std::string out;
+  for (std::size_t i = 0; i < c.stage_layers.size();) {
+    std::size_t j = i;
+    while (j < c.stage_layers.size() && c.stage_layers[j] == c.stage_layers[i]) ++j;
+    if (!out.empty()) out += ',';
+    out += j - i > 1 ? fmt::format("{}x{}", j - i, c.stage_layers[i])
+                     : std::to_string(c.stage_layers[i]);
+    i = j;
+  }
+  return out;
+}
+
 nlohmann::json to_json(const plan::Prediction& p) {
   const plan::Candidate& c = p.candidate;
   const plan::MemoryBreakdown& m = p.memory;
@@ -36,7 +53,8 @@ nlohmann::json to_json(const plan::Prediction& p) {
           {"D", c.data},
           {"M", c.microbatches},
           {"R", c.repeats},
-          {"L", c.layers_per_stage},
+          {"L", c.stage_layers.empty() ? nlohmann::json(c.layers_per_stage) : nlohmann::json()},
+          {"stage_layers", c.stage_layers},
           {"schedule", c.schedule},
           {"weight_mode", weight_mode(c)},
           {"zero1", c.zero1},
@@ -70,20 +88,20 @@ nlohmann::json to_json(const plan::Prediction& p) {
 
 void print_table(const plan::SearchResult& r) {
   fmt::print(
-      "{:>2}  {:>3} {:>3} {:>3}  {:>4} {:>2} {:>2}  {:<16} {:<7} {:>8} {:>6} {:>5} "
+      "{:>2}  {:>3} {:>3} {:>3}  {:>4} {:>2} {:<9}  {:<16} {:<7} {:>8} {:>6} {:>5} "
       "{:>9}  {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}  {:>7} {:>7}\n",
-      "#", "S", "F", "D", "M", "R", "L", "schedule", "weights", "step s", "bubble", "MFU",
+      "#", "S", "F", "D", "M", "R", "layers", "schedule", "weights", "step s", "bubble", "MFU",
       "tokens/s", "mem", "wts", "grads", "optim", "acts", "slots+gb", "work", "intra", "inter");
-  fmt::print("{:>101}{:>16}\n", "(GiB per device)", "(GB/step)");
+  fmt::print("{:>108}{:>16}\n", "(GiB per device)", "(GB/step)");
   for (std::size_t i = 0; i < r.best.size(); ++i) {
     const plan::Prediction& p = r.best[i];
     const plan::Candidate& c = p.candidate;
     const plan::MemoryBreakdown& m = p.memory;
     fmt::print(
-        "{:>2}  {:>3} {:>3} {:>3}  {:>4} {:>2} {:>2}  {:<16} {:<7} {:>8.4g} {:>5.1f}% "
+        "{:>2}  {:>3} {:>3} {:>3}  {:>4} {:>2} {:<9}  {:<16} {:<7} {:>8.4g} {:>5.1f}% "
         "{:>4.1f}% {:>9.0f}  {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>8.1f} "
         "{:>6.1f}  {:>7.2f} {:>7.2f}\n",
-        i + 1, c.stages, c.fsdp, c.data, c.microbatches, c.repeats, c.layers_per_stage, c.schedule,
+        i + 1, c.stages, c.fsdp, c.data, c.microbatches, c.repeats, layers_column(c), c.schedule,
         weight_mode(c), p.step_seconds, 100 * p.bubble, 100 * p.mfu, p.tokens_per_second,
         gib(m.total()), gib(m.weights), gib(m.gradients), gib(m.optimizer), gib(m.activations),
         gib(m.weight_slots + m.gradient_buffers), gib(m.working_set), p.bytes.intra / 1e9,
@@ -110,9 +128,12 @@ void print_best(const plan::Prediction& p) {
       p.exposed_comm_seconds);
   fmt::print(
       "      step {:.4f} s = simulated schedule {:.4f} s (the head charged to the last stage "
-      "as {:.2f} layers) + exposed "
-      "reductions {:.4f} s\n",
-      p.step_seconds, p.pipeline_seconds, p.head_layers, p.exposed_comm_seconds);
+      "as {:.2f} layers{}) + exposed reductions {:.4f} s\n",
+      p.step_seconds, p.pipeline_seconds, p.head_layers,
+      p.candidate.stage_layers.empty() ? std::string()
+                                       : fmt::format("; uneven stages of [{}] layers",
+                                                     fmt::join(p.candidate.stage_layers, ", ")),
+      p.exposed_comm_seconds);
   fmt::print(
       "      keys (carousel train / carousel schedule; the schedule_cost_* are the "
       "planner's, in seconds):\n      {}\n",

@@ -4,6 +4,7 @@
 #include "host/plan/plan_model.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -47,7 +48,11 @@ Config candidate_config(const Workload& w, const Candidate& c) {
   cfg.ici_data_parallelism = c.data;
   cfg.num_pipeline_microbatches = c.microbatches;
   cfg.num_pipeline_repeats = c.repeats;
-  cfg.num_layers_per_pipeline_stage = c.layers_per_stage;
+  if (c.stage_layers.empty()) {
+    cfg.num_layers_per_pipeline_stage = c.layers_per_stage;
+  } else {  // uneven stages: the counts give every stage's layers (L stays at its default 1)
+    cfg.pipeline_stage_layers.assign(c.stage_layers.begin(), c.stage_layers.end());
+  }
   cfg.pipeline_schedule = c.schedule;
   cfg.pipeline_fsdp_ag_per_repeat = c.weight_slots == 2;
   cfg.pipeline_fsdp_ag_once = c.weight_slots == -1;
@@ -67,13 +72,17 @@ Config candidate_config(const Workload& w, const Candidate& c) {
 }
 
 std::string candidate_keys(const Config& cfg) {
+  const std::string stages =
+      cfg.pipeline_stage_layers.empty()
+          ? fmt::format("num_layers_per_pipeline_stage={}", cfg.num_layers_per_pipeline_stage)
+          : fmt::format("pipeline_stage_layers={}", fmt::join(cfg.pipeline_stage_layers, ","));
   std::string keys = fmt::format(
       "ici_pipeline_parallelism={} ici_fsdp_parallelism={} ici_data_parallelism={} "
-      "num_pipeline_microbatches={} num_pipeline_repeats={} num_layers_per_pipeline_stage={} "
+      "num_pipeline_microbatches={} num_pipeline_repeats={} {} "
       "pipeline_schedule={} per_device_batch_size={} dtype={} remat_policy={}",
       cfg.ici_pipeline_parallelism, cfg.ici_fsdp_parallelism, cfg.ici_data_parallelism,
-      cfg.microbatches(), cfg.repeats(), cfg.num_layers_per_pipeline_stage, cfg.pipeline_schedule,
-      cfg.per_device_batch_size, cfg.dtype, cfg.remat_policy);
+      cfg.microbatches(), cfg.repeats(), stages, cfg.pipeline_schedule, cfg.per_device_batch_size,
+      cfg.dtype, cfg.remat_policy);
   if (cfg.pipeline_fsdp_ag_per_repeat) keys += " pipeline_fsdp_ag_per_repeat=true";
   if (cfg.pipeline_fsdp_ag_once) keys += " pipeline_fsdp_ag_once=true";
   if (cfg.shard_optimizer_over_data) keys += " shard_optimizer_over_data=true";

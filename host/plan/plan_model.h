@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "host/config.h"
 #include "host/plan/plan_costs.h"
@@ -31,7 +32,10 @@ struct Workload {
 // One point of the search space.
 struct Candidate {
   int stages = 1, fsdp = 1, data = 1;                       // S, F, D
-  int microbatches = 1, repeats = 1, layers_per_stage = 1;  // M, R, L
+  int microbatches = 1, repeats = 1, layers_per_stage = 1;  // M, R, L (L: even stages only)
+  // Uneven stages (pipeline_stage_layers): the layers of each of the S x R virtual stages;
+  // empty = every stage L layers.
+  std::vector<int> stage_layers;
   std::string schedule = "1f1b";
   int weight_slots = 0;  // FSDP weight mode: 0 gather per use, 2 BSW, -1 once per step
   bool zero1 = false;    // shard_optimizer_over_data
