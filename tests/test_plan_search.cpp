@@ -48,7 +48,8 @@ plan::Cluster two_nodes(double inter_bytes_per_second, double memory = 1e12) {
           .peak_flops = 1e12,
           .intra_node_bytes_per_second = 1e12,
           .inter_node_bytes_per_second = inter_bytes_per_second,
-          .compute_efficiency = 1.0};
+          .compute_efficiency = 1.0,
+          .measured = {}};
 }
 
 // Bytes one replica sends to reduce the gradients of D = 2 (ZeRO-1: reduce-scatter of the

@@ -56,7 +56,8 @@ plan::Cluster two_devices() {
           .peak_flops = 1e12,
           .intra_node_bytes_per_second = 1e11,
           .inter_node_bytes_per_second = 1e11,
-          .compute_efficiency = 1.0};
+          .compute_efficiency = 1.0,
+          .measured = {}};
 }
 
 // Two 1f1b stages: the search's row for S = 2 holds [6, 2] (by hand, the split whose slower

@@ -1,6 +1,7 @@
 // cmd_plan.cpp — `carousel plan`: choose the mesh (S, F, D), M, R, the stage layout (L layers
 // each, or uneven stages), schedule and FSDP weight mode for a model on a cluster before
-// spending device hours. Reads the flags, runs the search (plan_search.h) and prints the best
+// spending device hours, from the device's peak or from costs a profiled run measured
+// (--costs-file). Reads the flags, runs the search (plan_search.h) and prints the best
 // candidates as a table (or JSON) with the details of the best: memory per device by part, bytes
 // per step by link, and the keys that run it.
 #include <fmt/format.h>
@@ -174,6 +175,10 @@ void add_plan_options(CLI::App& cmd, PlanOptions& o) {
   cmd.add_option("--remat", o.remat, "remat_policy: full | none");
   cmd.add_option("--compute-efficiency", o.compute_efficiency,
                  "fraction of the peak a layer's forward and backward reach (default 0.6)");
+  cmd.add_option("--costs-file", o.costs_file,
+                 "schedule_costs.yml a profiled run of this model wrote (profiler_steps): its "
+                 "measured per-layer times, scaled to each candidate, instead of the peak x "
+                 "efficiency");
   cmd.add_option("--schedules", o.schedules, "only these schedules (default: all)")->delimiter(',');
   cmd.add_option("--max-microbatches", o.max_microbatches, "at most this M (default: no limit)")
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
@@ -238,9 +243,18 @@ int run_plan(const PlanOptions& o) {
       plan::parse_bandwidth("--intra-node-bandwidth", o.intra_node_bandwidth);
   cluster.inter_node_bytes_per_second =
       plan::parse_bandwidth("--inter-node-bandwidth", o.inter_node_bandwidth);
-  CAROUSEL_CHECK(o.compute_efficiency > 0 && o.compute_efficiency <= 1,
+  const bool efficiency_given = !std::isnan(o.compute_efficiency);
+  CAROUSEL_CHECK(!efficiency_given || (o.compute_efficiency > 0 && o.compute_efficiency <= 1),
                  "--compute-efficiency={} must be in (0, 1]", o.compute_efficiency);
-  cluster.compute_efficiency = o.compute_efficiency;
+  CAROUSEL_CHECK(!(efficiency_given && !o.costs_file.empty()),
+                 "--compute-efficiency={} and --costs-file={} both set how long a layer takes; "
+                 "give one (the file's measured times, or the peak x an efficiency)",
+                 o.compute_efficiency, o.costs_file);
+  cluster.compute_efficiency = efficiency_given ? o.compute_efficiency : 0.6;
+  if (!o.costs_file.empty()) {
+    cluster.measured = plan::read_measured_costs(o.costs_file);
+    plan::check_measured_on(*cluster.measured, w.model, w.dtype, w.remat_policy);
+  }
 
   plan::SearchOptions options{
       .top = o.top, .schedules = o.schedules, .max_microbatches = o.max_microbatches};
@@ -254,21 +268,32 @@ int run_plan(const PlanOptions& o) {
         c.microbatches);
   }
   if (o.json) {
-    nlohmann::json out = {{"candidates", r.candidates},
-                          {"refused_memory", r.refused_memory},
-                          {"refused_simulated", r.refused_simulated},
-                          {"simulated", r.simulated},
-                          {"pruned", r.pruned}};
+    nlohmann::json out = {
+        {"costs_file", o.costs_file.empty() ? nlohmann::json() : nlohmann::json(o.costs_file)},
+        {"candidates", r.candidates},
+        {"refused_memory", r.refused_memory},
+        {"refused_simulated", r.refused_simulated},
+        {"simulated", r.simulated},
+        {"pruned", r.pruned}};
     for (const auto& p : r.best) out["best"].push_back(to_json(p));
     fmt::print("{}\n", out.dump(2));
     return 0;
   }
+  const std::string speed =
+      cluster.measured
+          ? fmt::format(
+                "{} TFLOP/s peak (for MFU), costs measured on {} ({}: {:.4g} us per "
+                "layer forward at {} sequence(s) per microbatch, S={} F={})",
+                o.peak_tflops, cluster.measured->on.device, o.costs_file, cluster.measured->f * 1e6,
+                cluster.measured->microbatch_sequences,
+                cluster.measured->on.ici_pipeline_parallelism,
+                cluster.measured->on.ici_fsdp_parallelism)
+          : fmt::format("{} TFLOP/s x {} efficiency", o.peak_tflops, cluster.compute_efficiency);
   fmt::print(
-      "{} on {} devices ({} per node), {:.0f} GiB, {} TFLOP/s x {} efficiency; global "
-      "batch {} x {} tokens, {}, remat {}\n",
+      "{} on {} devices ({} per node), {:.0f} GiB, {}; global batch {} x {} tokens, {}, "
+      "remat {}\n",
       o.model, cluster.devices, cluster.devices_per_node, cluster.memory_bytes / double(1 << 30),
-      o.peak_tflops, o.compute_efficiency, w.global_batch, w.model.max_target_length, w.dtype,
-      w.remat_policy);
+      speed, w.global_batch, w.model.max_target_length, w.dtype, w.remat_policy);
   fmt::print(
       "{} candidates: {} refused without simulating (their parameters do not fit), {} "
       "simulated ({} of them refused: do not fit with activations), {} pruned by their time "

@@ -2,9 +2,10 @@
 // predicted step time, bubble, MFU, memory per device and bytes per link.
 //
 // Time comes from the schedule simulator (host/schedule/simulate.h) with per-layer costs in
-// seconds written into the config's schedule_cost_* keys (plan_costs.h), so `carousel schedule`
-// with the same keys shows the very timeline the planner ranked.
-// docs/performance.md#planning-a-mesh states the cost model and its assumptions.
+// seconds written into the config's schedule_cost_* keys (plan_costs.h: the FLOP model or a
+// measured costs file), so `carousel schedule` with the same keys shows the very timeline the
+// planner ranked. docs/performance.md#planning-a-mesh states the cost model and its
+// assumptions.
 #pragma once
 
 #include <cstdint>
