@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -48,7 +49,9 @@ struct PlanOptions {
   std::int64_t global_batch = 0;
   std::int64_t seq_len = 0;  // 0: the model's max_target_length
   std::string dtype = "bfloat16", remat = "full";
-  double compute_efficiency = 0.6;
+  // NaN: not given (0.6, or unused with costs_file, which measures the compute instead).
+  double compute_efficiency = std::numeric_limits<double>::quiet_NaN();
+  std::string costs_file;              // a schedule_costs.yml a profiled run wrote
   std::vector<std::string> schedules;  // empty: all
   std::int64_t max_microbatches = 0;
   int top = 5;

@@ -265,9 +265,13 @@ void apply_schedule_costs_file(Config& cfg, std::map<std::string, std::string>& 
     fail("schedule_costs_file: {}", e.what());
   }
   for (const auto& a : costs) {
+    // measured_* keys say what the costs were measured on: for the planner (host/plan/
+    // plan_costs.h), which scales them; a schedule of one config takes them as they are.
+    if (a.key.rfind("measured_", 0) == 0) continue;
     CAROUSEL_CHECK(a.key.rfind("schedule_cost_", 0) == 0,
                    "schedule_costs_file: {} sets '{}'; the file may set only schedule_cost_* keys "
-                   "(a profiled run writes it as <run dir>/schedule_costs.yml)",
+                   "and the measured_* keys describing its run (a profiled run writes it as "
+                   "<run dir>/schedule_costs.yml)",
                    a.where, a.key);
     if (source.count(a.key)) continue;
     try {

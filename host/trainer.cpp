@@ -21,6 +21,7 @@
 #include "host/fault_injection.h"
 #include "host/flight_recorder.h"
 #include "host/mesh.h"
+#include "host/plan/plan_costs.h"
 #include "host/rank_executor.h"
 #include "host/run_name.h"
 #include "host/schedule_config.h"
@@ -222,6 +223,7 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
                   cfg.pipeline_schedule, program.layout.ranks, program.layout.repeats,
                   program.layout.microbatches, ranks.front()->steps().front().step + 1,
                   ranks.front()->steps().back().step + 1));
+  costs_out << plan::measured_on_yaml(cfg, measured_costs.measured_head);  // for carousel plan
   CAROUSEL_CHECK(costs_out.good(), "writing '{}' failed: {}", costs_path, std::strerror(errno));
   result.costs_path = costs_path;
   const auto& steps = ranks.front()->steps();

@@ -345,6 +345,15 @@ TEST(BadInputs, CarouselPlanExitsWithCode2AndTheMessage) {
        "--inter-node-bandwidth 50",
        "--devices=12 must be a multiple of --devices-per-node=8"},
       {"plan --model llama2-7b --device-memory 80GiB --global-batch 64", "--devices is required"},
+      {"plan --model llama2-7b --device-memory 80GiB --global-batch 64 --compute-efficiency 0.5 "
+       "--costs-file costs.yml" +
+           cluster,
+       "--compute-efficiency=0.5 and --costs-file=costs.yml both set how long a layer takes"},
+      {"plan --model llama2-7b --device-memory 80GiB --global-batch 64 --costs-file "
+       "/nonexistent/schedule_costs.yml" +
+           cluster,
+       "--costs-file: schedule_costs_file: config file '/nonexistent/schedule_costs.yml' does not "
+       "exist"},
   };
   for (const auto& [args, words] : cases) {
     const CliRun r = run_carousel(args);

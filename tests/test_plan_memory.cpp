@@ -213,6 +213,25 @@ INSTANTIATE_TEST_SUITE_P(
         MeshCase{"S2_F3_gpipe_padded",
                  {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=3", "pipeline_schedule=gpipe",
                   "num_layers_per_pipeline_stage=4", "num_pipeline_microbatches=2"},
+                 6},
+        // Uneven stages (what the planner searches): each stage padded to F on its own, a weight
+        // slot the size of the rank's largest stage, gradient buffers per stage.
+        MeshCase{"S2_F2_uneven_circular",
+                 {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                  "num_pipeline_microbatches=4", "pipeline_stage_layers=1,3,3,1"}},
+        MeshCase{
+            "S4_uneven_1f1b_bf16",
+            {"ici_pipeline_parallelism=4", "pipeline_schedule=1f1b", "num_pipeline_microbatches=4",
+             "pipeline_stage_layers=1,3,3,1", "dtype=bfloat16"}},
+        MeshCase{
+            "D2_S2_F2_uneven_zero1_bsw",
+            {"ici_data_parallelism=2", "ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+             "num_pipeline_microbatches=2", "pipeline_schedule=1f1b", "pipeline_stage_layers=3,5",
+             "shard_optimizer_over_data=true", "pipeline_fsdp_ag_per_repeat=true"}},
+        // F = 3 pads stages of 5 and 3 layers differently.
+        MeshCase{"S2_F3_uneven_zb_remat_none",
+                 {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=3", "pipeline_schedule=zb_h1",
+                  "num_pipeline_microbatches=2", "pipeline_stage_layers=5,3", "remat_policy=none"},
                  6}),
     [](const auto& info) { return std::string(info.param.name); });
 

@@ -48,7 +48,8 @@ plan::Cluster two_nodes(double inter_bytes_per_second, double memory = 1e12) {
           .peak_flops = 1e12,
           .intra_node_bytes_per_second = 1e12,
           .inter_node_bytes_per_second = inter_bytes_per_second,
-          .compute_efficiency = 1.0};
+          .compute_efficiency = 1.0,
+          .measured = {}};
 }
 
 // Bytes one replica sends to reduce the gradients of D = 2 (ZeRO-1: reduce-scatter of the
@@ -154,10 +155,12 @@ TEST(PlanSearch, InconsistentInputsAreOneClearError) {
             }).find("--devices=12 must be a multiple of --devices-per-node=8"),
             std::string::npos);
   plan::Cluster three = two_nodes(1e12);
-  three.devices = 3;  // 8 layers: no 3-stage pipeline; F x D = 3 does not divide 4 sequences
-  EXPECT_NE(testing::error_of([&] {
-              plan::search(tiny_workload(4), three, {});
-            }).find("no mesh of 3 devices splits a global batch of 4 sequences"),
+  three.devices = 3;  // 2 layers: no 3-stage pipeline; F x D = 3 does not divide 4 sequences
+  plan::Workload two_layers = tiny_workload(4);
+  two_layers.model.num_layers = 2;
+  EXPECT_NE(testing::error_of([&] { plan::search(two_layers, three, {}); })
+                .find("no mesh of 3 devices splits a global batch of 4 sequences into whole "
+                      "microbatches with 2 layers"),
             std::string::npos);
 }
 

@@ -1,7 +1,9 @@
-// cmd_plan.cpp — `carousel plan`: choose the mesh (S, F, D), M, R, L, schedule and FSDP weight
-// mode for a model on a cluster before spending device hours. Reads the flags, runs the search
-// (plan_search.h) and prints the best candidates as a table (or JSON) with the details of the
-// best: memory per device by part, bytes per step by link, and the keys that run it.
+// cmd_plan.cpp — `carousel plan`: choose the mesh (S, F, D), M, R, the stage layout (L layers
+// each, or uneven stages), schedule and FSDP weight mode for a model on a cluster before
+// spending device hours, from the device's peak or from costs a profiled run measured
+// (--costs-file). Reads the flags, runs the search (plan_search.h) and prints the best
+// candidates as a table (or JSON) with the details of the best: memory per device by part, bytes
+// per step by link, and the keys that run it.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -28,6 +30,22 @@ std::string weight_mode(const plan::Candidate& c) {
 
 double gib(std::int64_t bytes) { return double(bytes) / double(1 << 30); }
 
+// The stage layout's column: L for even stages; uneven, the counts in stage order, a run of n
+// stages of k layers written nxk ("2x8,9,7" = 8, 8, 9, 7).
+std::string layers_column(const plan::Candidate& c) {
+  if (c.stage_layers.empty()) return std::to_string(c.layers_per_stage);
+  std::string out;
+  for (std::size_t i = 0; i < c.stage_layers.size();) {
+    std::size_t j = i;
+    while (j < c.stage_layers.size() && c.stage_layers[j] == c.stage_layers[i]) ++j;
+    if (!out.empty()) out += ',';
+    out += j - i > 1 ? fmt::format("{}x{}", j - i, c.stage_layers[i])
+                     : std::to_string(c.stage_layers[i]);
+    i = j;
+  }
+  return out;
+}
+
 nlohmann::json to_json(const plan::Prediction& p) {
   const plan::Candidate& c = p.candidate;
   const plan::MemoryBreakdown& m = p.memory;
@@ -36,7 +54,8 @@ nlohmann::json to_json(const plan::Prediction& p) {
           {"D", c.data},
           {"M", c.microbatches},
           {"R", c.repeats},
-          {"L", c.layers_per_stage},
+          {"L", c.stage_layers.empty() ? nlohmann::json(c.layers_per_stage) : nlohmann::json()},
+          {"stage_layers", c.stage_layers},
           {"schedule", c.schedule},
           {"weight_mode", weight_mode(c)},
           {"zero1", c.zero1},
@@ -70,20 +89,20 @@ nlohmann::json to_json(const plan::Prediction& p) {
 
 void print_table(const plan::SearchResult& r) {
   fmt::print(
-      "{:>2}  {:>3} {:>3} {:>3}  {:>4} {:>2} {:>2}  {:<16} {:<7} {:>8} {:>6} {:>5} "
+      "{:>2}  {:>3} {:>3} {:>3}  {:>4} {:>2} {:<9}  {:<16} {:<7} {:>8} {:>6} {:>5} "
       "{:>9}  {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}  {:>7} {:>7}\n",
-      "#", "S", "F", "D", "M", "R", "L", "schedule", "weights", "step s", "bubble", "MFU",
+      "#", "S", "F", "D", "M", "R", "layers", "schedule", "weights", "step s", "bubble", "MFU",
       "tokens/s", "mem", "wts", "grads", "optim", "acts", "slots+gb", "work", "intra", "inter");
-  fmt::print("{:>101}{:>16}\n", "(GiB per device)", "(GB/step)");
+  fmt::print("{:>108}{:>16}\n", "(GiB per device)", "(GB/step)");
   for (std::size_t i = 0; i < r.best.size(); ++i) {
     const plan::Prediction& p = r.best[i];
     const plan::Candidate& c = p.candidate;
     const plan::MemoryBreakdown& m = p.memory;
     fmt::print(
-        "{:>2}  {:>3} {:>3} {:>3}  {:>4} {:>2} {:>2}  {:<16} {:<7} {:>8.4g} {:>5.1f}% "
+        "{:>2}  {:>3} {:>3} {:>3}  {:>4} {:>2} {:<9}  {:<16} {:<7} {:>8.4g} {:>5.1f}% "
         "{:>4.1f}% {:>9.0f}  {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>8.1f} "
         "{:>6.1f}  {:>7.2f} {:>7.2f}\n",
-        i + 1, c.stages, c.fsdp, c.data, c.microbatches, c.repeats, c.layers_per_stage, c.schedule,
+        i + 1, c.stages, c.fsdp, c.data, c.microbatches, c.repeats, layers_column(c), c.schedule,
         weight_mode(c), p.step_seconds, 100 * p.bubble, 100 * p.mfu, p.tokens_per_second,
         gib(m.total()), gib(m.weights), gib(m.gradients), gib(m.optimizer), gib(m.activations),
         gib(m.weight_slots + m.gradient_buffers), gib(m.working_set), p.bytes.intra / 1e9,
@@ -110,9 +129,12 @@ void print_best(const plan::Prediction& p) {
       p.exposed_comm_seconds);
   fmt::print(
       "      step {:.4f} s = simulated schedule {:.4f} s (the head charged to the last stage "
-      "as {:.2f} layers) + exposed "
-      "reductions {:.4f} s\n",
-      p.step_seconds, p.pipeline_seconds, p.head_layers, p.exposed_comm_seconds);
+      "as {:.2f} layers{}) + exposed reductions {:.4f} s\n",
+      p.step_seconds, p.pipeline_seconds, p.head_layers,
+      p.candidate.stage_layers.empty() ? std::string()
+                                       : fmt::format("; uneven stages of [{}] layers",
+                                                     fmt::join(p.candidate.stage_layers, ", ")),
+      p.exposed_comm_seconds);
   fmt::print(
       "      keys (carousel train / carousel schedule; the schedule_cost_* are the "
       "planner's, in seconds):\n      {}\n",
@@ -153,6 +175,10 @@ void add_plan_options(CLI::App& cmd, PlanOptions& o) {
   cmd.add_option("--remat", o.remat, "remat_policy: full | none");
   cmd.add_option("--compute-efficiency", o.compute_efficiency,
                  "fraction of the peak a layer's forward and backward reach (default 0.6)");
+  cmd.add_option("--costs-file", o.costs_file,
+                 "schedule_costs.yml a profiled run of this model wrote (profiler_steps): its "
+                 "measured per-layer times, scaled to each candidate, instead of the peak x "
+                 "efficiency");
   cmd.add_option("--schedules", o.schedules, "only these schedules (default: all)")->delimiter(',');
   cmd.add_option("--max-microbatches", o.max_microbatches, "at most this M (default: no limit)")
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
@@ -217,9 +243,18 @@ int run_plan(const PlanOptions& o) {
       plan::parse_bandwidth("--intra-node-bandwidth", o.intra_node_bandwidth);
   cluster.inter_node_bytes_per_second =
       plan::parse_bandwidth("--inter-node-bandwidth", o.inter_node_bandwidth);
-  CAROUSEL_CHECK(o.compute_efficiency > 0 && o.compute_efficiency <= 1,
+  const bool efficiency_given = !std::isnan(o.compute_efficiency);
+  CAROUSEL_CHECK(!efficiency_given || (o.compute_efficiency > 0 && o.compute_efficiency <= 1),
                  "--compute-efficiency={} must be in (0, 1]", o.compute_efficiency);
-  cluster.compute_efficiency = o.compute_efficiency;
+  CAROUSEL_CHECK(!(efficiency_given && !o.costs_file.empty()),
+                 "--compute-efficiency={} and --costs-file={} both set how long a layer takes; "
+                 "give one (the file's measured times, or the peak x an efficiency)",
+                 o.compute_efficiency, o.costs_file);
+  cluster.compute_efficiency = efficiency_given ? o.compute_efficiency : 0.6;
+  if (!o.costs_file.empty()) {
+    cluster.measured = plan::read_measured_costs(o.costs_file);
+    plan::check_measured_on(*cluster.measured, w.model, w.dtype, w.remat_policy);
+  }
 
   plan::SearchOptions options{
       .top = o.top, .schedules = o.schedules, .max_microbatches = o.max_microbatches};
@@ -233,21 +268,32 @@ int run_plan(const PlanOptions& o) {
         c.microbatches);
   }
   if (o.json) {
-    nlohmann::json out = {{"candidates", r.candidates},
-                          {"refused_memory", r.refused_memory},
-                          {"refused_simulated", r.refused_simulated},
-                          {"simulated", r.simulated},
-                          {"pruned", r.pruned}};
+    nlohmann::json out = {
+        {"costs_file", o.costs_file.empty() ? nlohmann::json() : nlohmann::json(o.costs_file)},
+        {"candidates", r.candidates},
+        {"refused_memory", r.refused_memory},
+        {"refused_simulated", r.refused_simulated},
+        {"simulated", r.simulated},
+        {"pruned", r.pruned}};
     for (const auto& p : r.best) out["best"].push_back(to_json(p));
     fmt::print("{}\n", out.dump(2));
     return 0;
   }
+  const std::string speed =
+      cluster.measured
+          ? fmt::format(
+                "{} TFLOP/s peak (for MFU), costs measured on {} ({}: {:.4g} us per "
+                "layer forward at {} sequence(s) per microbatch, S={} F={})",
+                o.peak_tflops, cluster.measured->on.device, o.costs_file, cluster.measured->f * 1e6,
+                cluster.measured->microbatch_sequences,
+                cluster.measured->on.ici_pipeline_parallelism,
+                cluster.measured->on.ici_fsdp_parallelism)
+          : fmt::format("{} TFLOP/s x {} efficiency", o.peak_tflops, cluster.compute_efficiency);
   fmt::print(
-      "{} on {} devices ({} per node), {:.0f} GiB, {} TFLOP/s x {} efficiency; global "
-      "batch {} x {} tokens, {}, remat {}\n",
+      "{} on {} devices ({} per node), {:.0f} GiB, {}; global batch {} x {} tokens, {}, "
+      "remat {}\n",
       o.model, cluster.devices, cluster.devices_per_node, cluster.memory_bytes / double(1 << 30),
-      o.peak_tflops, o.compute_efficiency, w.global_batch, w.model.max_target_length, w.dtype,
-      w.remat_policy);
+      speed, w.global_batch, w.model.max_target_length, w.dtype, w.remat_policy);
   fmt::print(
       "{} candidates: {} refused without simulating (their parameters do not fit), {} "
       "simulated ({} of them refused: do not fit with activations), {} pruned by their time "

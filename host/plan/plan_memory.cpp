@@ -1,6 +1,6 @@
 // plan_memory.cpp — bytes held and bytes sent by one device of a candidate mesh. The exact parts
-// follow ShardedParams' layout (host/sharded_params.cpp) and the executor's stash; the working
-// set is a bound (see plan_memory.h).
+// follow ShardedParams' layout (host/sharded_params.cpp, stage by stage) and the executor's
+// stash; the working set is a bound (see plan_memory.h).
 #include "host/plan/plan_memory.h"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include "compute/error.h"
+#include "host/schedule_config.h"
 #include "models/params.h"
 
 namespace carousel::plan {
@@ -83,32 +84,83 @@ std::int64_t microbatch_rows(const Config& cfg) {
   return cfg.global_batch() / parts;
 }
 
+std::int64_t ParamLayout::shards() const {
+  std::int64_t n = 0;
+  for (const auto& s : stages) n += s.shard;
+  return n;
+}
+std::int64_t ParamLayout::pieces() const {
+  std::int64_t n = 0;
+  for (const auto& s : stages) n += s.piece;
+  return n;
+}
+std::int64_t ParamLayout::padded() const {
+  std::int64_t n = 0;
+  for (const auto& s : stages) n += s.padded;
+  return n;
+}
+std::int64_t ParamLayout::max_padded() const {
+  std::int64_t n = 0;
+  for (const auto& s : stages) n = std::max(n, s.padded);
+  return n;
+}
+int ParamLayout::max_layers() const {
+  int n = 0;
+  for (const auto& s : stages) n = std::max(n, s.layers);
+  return n;
+}
+const StageElements& ParamLayout::stage(int v) const {
+  for (const auto& s : stages) {
+    if (s.stage == v) return s;
+  }
+  CAROUSEL_ASSERT(false, "virtual stage {} is not on this rank", v);
+  return stages.front();
+}
+
 ParamLayout param_layout(const Config& cfg, const sch::Layout& layout, int stage_rank) {
   const std::int64_t F = cfg.ici_fsdp_parallelism, D = cfg.ici_data_parallelism;
   const bool zero1 = cfg.shard_optimizer_over_data && D > 1;
-  // Even stages only (the planner does not search pipeline_stage_layers): every stage holds
-  // N / stages layers, as ShardedParams' stage map then says.
-  CAROUSEL_ASSERT(!cfg.uneven_stages() && cfg.model.num_layers % layout.stages() == 0,
-                  "the planner's layout needs even stages, got {} layers on {} stages",
-                  cfg.model.num_layers, layout.stages());
-  const int layers_per_stage = int(cfg.model.num_layers / layout.stages());
+  // The stage map ShardedParams uses: even stages, uneven ones (pipeline_stage_layers), or the
+  // whole model as one stage on one device.
+  const sch::StageLayers map = stage_layers(cfg);
+  CAROUSEL_ASSERT(map.stages() == layout.stages(), "the stage layout {} does not fit {} stages",
+                  map.to_string(), layout.stages());
   const bool first = layout.rank_of(0) == stage_rank;
   const bool last = layout.rank_of(layout.stages() - 1) == stage_rank;
   ParamLayout p;
-  for (int v = 0; v < layout.stages(); ++v) p.local_stages += layout.rank_of(v) == stage_rank;
+  std::vector<std::int64_t> elements(std::size_t(layout.stages()), 0);
   for (const auto& spec : table_of(cfg.model)) {
     if (spec.layer >= 0) {
-      p.stage_elements += spec.layer < layers_per_stage ? numel(spec.shape) : 0;
+      elements[std::size_t(map.stage_of(int(spec.layer)))] += numel(spec.shape);
     } else if (spec.role == ParamRole::Embedding ? first || (last && cfg.model.logits_via_embedding)
                                                  : last) {
       p.extras += numel(spec.shape);
     }
   }
-  p.padded = ceil_div(p.stage_elements, F) * F;
-  p.shard = p.padded / F;
-  p.piece = zero1 ? ceil_div(p.shard, D) : p.shard;
+  for (int v = 0; v < layout.stages(); ++v) {
+    if (layout.rank_of(v) != stage_rank) continue;
+    StageElements s;
+    s.stage = v;
+    s.layers = map.count(v);
+    s.padded = ceil_div(elements[std::size_t(v)], F) * F;
+    s.shard = s.padded / F;
+    s.piece = zero1 ? ceil_div(s.shard, D) : s.shard;
+    p.stages.push_back(s);
+  }
   p.extras_piece = ceil_div(p.extras, F);
   return p;
+}
+
+MemoryBreakdown state_memory(const Config& cfg, const sch::Layout& layout, int stage_rank) {
+  const ParamLayout p = param_layout(cfg, layout, stage_rank);
+  const std::int64_t c = compute_bytes(cfg);
+  const std::int64_t held = p.shards() + p.extras;
+  MemoryBreakdown mem;
+  mem.weights = 4 * held + (c == 4 ? 0 : c * held);  // bf16 compute copies beside the masters
+  mem.gradients = 4 * held;
+  mem.optimizer = 2 * 4 * (p.pieces() + p.extras_piece);
+  if (cfg.ici_fsdp_parallelism > 1) mem.gradient_buffers = p.padded() * 4;
+  return mem;
 }
 
 MemoryBreakdown device_memory(const Config& cfg, const sch::Program& lowered, int stage_rank,
@@ -118,21 +170,18 @@ MemoryBreakdown device_memory(const Config& cfg, const sch::Program& lowered, in
   const ParamLayout p = param_layout(cfg, lowered.layout, stage_rank);
   const ModelConfig& m = cfg.model;
   const std::int64_t c = compute_bytes(cfg), F = cfg.ici_fsdp_parallelism;
-  const std::int64_t L = m.num_layers / lowered.layout.stages();
+  // Layers of the rank's largest stage: what one stage's stash, recompute and deferred weight
+  // gradients hold at most (every stage's count with even stages).
+  const std::int64_t L = p.max_layers();
   const std::int64_t rows = microbatch_rows(cfg) * m.max_target_length;  // tokens of a microbatch
-  const std::int64_t held = p.local_stages * p.shard + p.extras;
   const auto& actions = lowered.ranks.at(stage_rank);
-  MemoryBreakdown mem;
-  mem.weights = 4 * held + (c == 4 ? 0 : c * held);  // bf16 compute copies beside the masters
-  mem.gradients = 4 * held;
-  mem.optimizer = 2 * 4 * (p.local_stages * p.piece + p.extras_piece);
+  MemoryBreakdown mem = state_memory(cfg, lowered.layout, stage_rank);
   if (F > 1) {
     std::set<int> slots;  // a slot's buffer, once allocated, is kept for the run
     for (const auto& a : actions) {
       if (a.kind == sch::Kind::AG_ISSUE) slots.insert(a.index);
     }
-    mem.weight_slots = std::int64_t(slots.size()) * p.padded * c;
-    mem.gradient_buffers = p.local_stages * p.padded * 4;
+    mem.weight_slots = std::int64_t(slots.size()) * p.max_padded() * c;
   }
   const bool no_remat = cfg.remat_policy == "none";
   const std::int64_t stash = rows * m.emb_dim + (no_remat ? L * layer_saved_elements(m, rows) : 0);
@@ -149,7 +198,10 @@ MemoryBreakdown device_memory(const Config& cfg, const sch::Program& lowered, in
   const bool last = lowered.layout.rank_of(lowered.layout.stages() - 1) == stage_rank;
   const bool first = lowered.layout.rank_of(0) == stage_rank;
   const std::int64_t head = last ? 2 * rows * m.vocab_size * c + 4 * rows * m.emb_dim * c : 0;
-  const std::int64_t optimizer = 4 * (2 * std::max(p.extras, p.shard) + 2 * F * p.extras_piece);
+  std::int64_t largest_shard = 0;
+  for (const auto& s : p.stages) largest_shard = std::max(largest_shard, s.shard);
+  const std::int64_t optimizer =
+      4 * (2 * std::max(p.extras, largest_shard) + 2 * F * p.extras_piece);
   const std::int64_t tokens = (first || last) ? 2 * cfg.microbatches() * rows * 4 : 0;
   const std::int64_t rope = 2 * m.max_target_length * m.head_dim() * 8;
   mem.working_set = (receives + 2) * act + pending_w * L * deferred_elements(m, rows) * c +
@@ -178,39 +230,59 @@ MeshLinks mesh_links(int stages, int fsdp, int data, int devices_per_node) {
   return links;
 }
 
+bool MeshLinks::any_hop_inter() const {
+  for (const auto& row : hop_inter) {
+    for (const bool inter : row) {
+      if (inter) return true;
+    }
+  }
+  return false;
+}
+
+LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int stage_rank,
+                               const MeshLinks& links) {
+  const ParamLayout p = param_layout(cfg, layout, stage_rank);
+  const int F = int(cfg.ici_fsdp_parallelism), D = int(cfg.ici_data_parallelism);
+  const bool zero1 = cfg.shard_optimizer_over_data && D > 1;
+  // Replicas: all-reduce of the float32 shards (2 (D-1)/D), or with ZeRO-1 a reduce-scatter of
+  // the gradient and an all-gather of the updated weights (the same bytes). Extras: a
+  // reduce-scatter and an all-gather over FSDP of the float32 table, and an all-reduce over the
+  // replicas of this rank's piece.
+  const double shards = double(zero1 ? p.pieces() * D : p.shards()) * 4;
+  const double replicas = 2 * ring_share(D, shards);
+  const double extras_fsdp = p.extras > 0 ? 2 * ring_share(F, double(p.extras_piece * F) * 4) : 0;
+  const double extras_data = 2 * ring_share(D, double(p.extras_piece) * 4);
+  LinkBytes b;
+  b.data = replicas + extras_data;
+  b.extras = extras_fsdp;
+  b.inter = (links.fsdp_inter ? b.extras : 0) + (links.data_inter ? b.data : 0);
+  b.intra = b.data + b.extras - b.inter;
+  return b;
+}
+
 LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int stage_rank,
                             const MeshLinks& links) {
   const ParamLayout p = param_layout(cfg, lowered.layout, stage_rank);
-  const int F = int(cfg.ici_fsdp_parallelism), D = int(cfg.ici_data_parallelism);
-  const bool zero1 = cfg.shard_optimizer_over_data && D > 1;
+  const int F = int(cfg.ici_fsdp_parallelism);
   const double c = compute_bytes(cfg);
   const double act =
       double(microbatch_rows(cfg) * cfg.model.max_target_length * cfg.model.emb_dim) * c;
-  LinkBytes b;
+  LinkBytes b = optimizer_link_bytes(cfg, lowered.layout, stage_rank, links);
   double pipe_inter = 0;
   for (const auto& a : lowered.ranks.at(stage_rank)) {
     if (a.kind == sch::Kind::SEND_F || a.kind == sch::Kind::SEND_B) {
       b.pipeline += act;
       pipe_inter += links.hop_inter[stage_rank].at(a.peer) ? act : 0.0;
     } else if (a.kind == sch::Kind::AG_ISSUE) {
-      b.fsdp_gather += ring_share(F, double(p.padded) * c);
+      b.fsdp_gather += ring_share(F, double(p.stage(a.stage).padded) * c);
     } else if (a.kind == sch::Kind::REDUCE_SCATTER) {
-      b.fsdp_scatter += ring_share(F, double(p.padded) * 4);
+      b.fsdp_scatter += ring_share(F, double(p.stage(a.stage).padded) * 4);
     }
   }
-  // Replicas: all-reduce of the float32 shards (2 (D-1)/D), or with ZeRO-1 a reduce-scatter of
-  // the gradient and an all-gather of the updated weights (the same bytes). Extras: a
-  // reduce-scatter and an all-gather over FSDP of the float32 table, and an all-reduce over the
-  // replicas of this rank's piece.
-  const double shards = double(p.local_stages) * double(zero1 ? p.piece * D : p.shard) * 4;
-  const double replicas = 2 * ring_share(D, shards);
-  const double extras_fsdp = p.extras > 0 ? 2 * ring_share(F, double(p.extras_piece * F) * 4) : 0;
-  const double extras_data = 2 * ring_share(D, double(p.extras_piece) * 4);
-  b.data = replicas + extras_data;
-  b.extras = extras_fsdp;
-  const double fsdp_total = b.fsdp_gather + b.fsdp_scatter + b.extras;
-  b.inter = pipe_inter + (links.fsdp_inter ? fsdp_total : 0) + (links.data_inter ? b.data : 0);
-  b.intra = b.pipeline + fsdp_total + b.data - b.inter;
+  const double fsdp = b.fsdp_gather + b.fsdp_scatter;
+  const double inter = pipe_inter + (links.fsdp_inter ? fsdp : 0);
+  b.inter += inter;
+  b.intra += b.pipeline + fsdp - inter;
   return b;
 }
 

@@ -3,10 +3,13 @@
 // gradient buffers, stashed activations) and the bytes it sends per step over each link.
 //
 // Exact parts mirror what the executor allocates (host/sharded_params.cpp, rank_executor.cpp)
-// and are tested equal to the device allocator's byte counts (tests/test_plan.cpp): weights,
-// gradients, optimizer, weight slots, gradient buffers, stashed stage inputs. The working set
-// (one stage's recomputed activations, backward temporaries, the head's logits) is an upper
-// bound, not a count of the executor's temporaries. docs/performance.md#planning-a-mesh.
+// and are tested equal to the device allocator's byte counts (tests/test_plan_memory.cpp):
+// weights, gradients, optimizer, weight slots, gradient buffers, stashed stage inputs. The
+// working set (one stage's recomputed activations, backward temporaries, the head's logits) is
+// an upper bound, not a count of the executor's temporaries. Uneven stages
+// (pipeline_stage_layers) are laid out stage by stage as ShardedParams does: each virtual stage
+// padded to F on its own, a weight slot the size of the rank's largest stage.
+// docs/performance.md#planning-a-mesh.
 #pragma once
 
 #include <cstdint>
@@ -49,28 +52,52 @@ struct MeshLinks {
   bool fsdp_inter = false;                   // some FSDP group spans two nodes
   bool data_inter = false;                   // some data group spans two nodes
   std::vector<std::vector<bool>> hop_inter;  // [from stage rank][to stage rank]
+  bool any_hop_inter() const;                // the slowest pipeline hop is inter-node
 };
 MeshLinks mesh_links(int stages, int fsdp, int data, int devices_per_node);
 
-// Element counts of one candidate's parameter layout on one pipeline rank, as ShardedParams
-// lays it out.
+// One virtual stage held by a pipeline rank, in elements, as ShardedParams lays it out.
+struct StageElements {
+  int stage = 0;            // virtual stage
+  int layers = 0;           // its decoder layers (uneven stages differ)
+  std::int64_t padded = 0;  // its layer parameters rounded up to a multiple of F
+  std::int64_t shard = 0;   // padded / F
+  std::int64_t piece = 0;   // ZeRO-1: ceil(shard / D); else the shard
+};
+
+// Element counts of one candidate's parameter layout on one pipeline rank.
 struct ParamLayout {
-  int local_stages = 0;
-  std::int64_t stage_elements = 0;                // one virtual stage's layer parameters
-  std::int64_t padded = 0, shard = 0, piece = 0;  // per stage: rounded to F, / F, / D (ZeRO-1)
-  std::int64_t extras = 0, extras_piece = 0;      // embedding / final norm / head on this rank
+  std::vector<StageElements> stages;          // the rank's virtual stages, in stage order
+  std::int64_t extras = 0, extras_piece = 0;  // embedding / final norm / head on this rank
+  std::int64_t shards() const;                // sum over the stages
+  std::int64_t pieces() const;
+  std::int64_t padded() const;
+  std::int64_t max_padded() const;  // a weight slot holds the largest stage
+  int max_layers() const;
+  const StageElements& stage(int v) const;  // a stage of this rank (asserts it is)
 };
 ParamLayout param_layout(const Config& cfg, const schedule::Layout& layout, int stage_rank);
 
 // Sequences per microbatch on one device: B / (M x F x D).
 std::int64_t microbatch_rows(const Config& cfg);
 
+// The parts a stage rank's devices hold whatever the program does: weights, gradients, optimizer
+// and the FSDP gradient buffers (exact; the other parts 0). The search refuses with it before
+// simulating; device_memory adds the program's parts to it.
+MemoryBreakdown state_memory(const Config& cfg, const schedule::Layout& layout, int stage_rank);
+
 // Bytes of stage rank `stage_rank`'s devices. `peak_stashed` is the simulator's peak count of
 // (stage, microbatch) activations alive at once on that rank; the program is the lowered one.
 MemoryBreakdown device_memory(const Config& cfg, const schedule::Program& lowered, int stage_rank,
                               int peak_stashed);
 
-// Bytes a device of stage rank `stage_rank` sends per step (ring collectives).
+// Bytes a device of stage rank `stage_rank` sends in the optimizer step (the replicas' gradient
+// reduction and the extras' over FSDP and the replicas): they depend on the layout only.
+LinkBytes optimizer_link_bytes(const Config& cfg, const schedule::Layout& layout, int stage_rank,
+                               const MeshLinks& links);
+
+// Every byte a device of stage rank `stage_rank` sends per step (ring collectives): the
+// program's hand-offs, gathers and reduce-scatters plus optimizer_link_bytes.
 LinkBytes device_link_bytes(const Config& cfg, const schedule::Program& lowered, int stage_rank,
                             const MeshLinks& links);
 

@@ -1,8 +1,10 @@
-// plan_model.cpp — a candidate's config, its schedule costs in seconds, and its prediction from
-// the schedule simulator plus the memory and bytes arithmetic of plan_memory.cpp.
+// plan_model.cpp — a candidate's config (costed once, plan_costs.cpp), its bounds, and its
+// prediction from the schedule simulator plus the memory and bytes arithmetic of
+// plan_memory.cpp.
 #include "host/plan/plan_model.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -18,17 +20,6 @@ namespace sch = schedule;
 
 namespace {
 
-// Forward FLOPs of one layer for one token: the matmuls and causal attention's QK^T and AV.
-double layer_forward_flops_per_token(const ModelConfig& m) {
-  double matmul = 0;
-  for (const auto& spec : table_of(m)) {
-    if (spec.layer == 0 && spec.shape.size() == 2) matmul += double(numel(spec.shape));
-  }
-  return 2 * matmul + 2.0 * double(m.max_target_length) * double(m.emb_dim);
-}
-
-double rate(const Cluster& c) { return c.peak_flops * c.compute_efficiency; }
-
 double link(const Cluster& c, bool inter) {
   return inter ? c.inter_node_bytes_per_second : c.intra_node_bytes_per_second;
 }
@@ -38,9 +29,10 @@ double exposed_seconds(const LinkBytes& b, const Cluster& cluster, const MeshLin
   return b.data / link(cluster, links.data_inter) + b.extras / link(cluster, links.fsdp_inter);
 }
 
-MeshLinks links_of(const Config& cfg, const Cluster& cluster) {
-  return mesh_links(int(cfg.ici_pipeline_parallelism), int(cfg.ici_fsdp_parallelism),
-                    int(cfg.ici_data_parallelism), cluster.devices_per_node);
+// The layout lowered_program(cfg) runs: one device runs the whole model as one stage.
+sch::Layout program_layout(const Config& cfg) {
+  if (cfg.num_devices() == 1) return {1, 1, int(cfg.microbatches())};
+  return schedule_spec(cfg).layout;
 }
 
 }  // namespace
@@ -56,7 +48,11 @@ Config candidate_config(const Workload& w, const Candidate& c) {
   cfg.ici_data_parallelism = c.data;
   cfg.num_pipeline_microbatches = c.microbatches;
   cfg.num_pipeline_repeats = c.repeats;
-  cfg.num_layers_per_pipeline_stage = c.layers_per_stage;
+  if (c.stage_layers.empty()) {
+    cfg.num_layers_per_pipeline_stage = c.layers_per_stage;
+  } else {  // uneven stages: the counts give every stage's layers (L stays at its default 1)
+    cfg.pipeline_stage_layers.assign(c.stage_layers.begin(), c.stage_layers.end());
+  }
   cfg.pipeline_schedule = c.schedule;
   cfg.pipeline_fsdp_ag_per_repeat = c.weight_slots == 2;
   cfg.pipeline_fsdp_ag_once = c.weight_slots == -1;
@@ -76,94 +72,76 @@ Config candidate_config(const Workload& w, const Candidate& c) {
 }
 
 std::string candidate_keys(const Config& cfg) {
+  const std::string stages =
+      cfg.pipeline_stage_layers.empty()
+          ? fmt::format("num_layers_per_pipeline_stage={}", cfg.num_layers_per_pipeline_stage)
+          : fmt::format("pipeline_stage_layers={}", fmt::join(cfg.pipeline_stage_layers, ","));
   std::string keys = fmt::format(
       "ici_pipeline_parallelism={} ici_fsdp_parallelism={} ici_data_parallelism={} "
-      "num_pipeline_microbatches={} num_pipeline_repeats={} num_layers_per_pipeline_stage={} "
+      "num_pipeline_microbatches={} num_pipeline_repeats={} {} "
       "pipeline_schedule={} per_device_batch_size={} dtype={} remat_policy={}",
       cfg.ici_pipeline_parallelism, cfg.ici_fsdp_parallelism, cfg.ici_data_parallelism,
-      cfg.microbatches(), cfg.repeats(), cfg.num_layers_per_pipeline_stage, cfg.pipeline_schedule,
-      cfg.per_device_batch_size, cfg.dtype, cfg.remat_policy);
+      cfg.microbatches(), cfg.repeats(), stages, cfg.pipeline_schedule, cfg.per_device_batch_size,
+      cfg.dtype, cfg.remat_policy);
   if (cfg.pipeline_fsdp_ag_per_repeat) keys += " pipeline_fsdp_ag_per_repeat=true";
   if (cfg.pipeline_fsdp_ag_once) keys += " pipeline_fsdp_ag_once=true";
   if (cfg.shard_optimizer_over_data) keys += " shard_optimizer_over_data=true";
   return keys;
 }
 
-void set_planner_costs(Config& cfg, const Cluster& cluster, const MeshLinks& links) {
-  CAROUSEL_CHECK(cluster.peak_flops > 0 && cluster.compute_efficiency > 0 &&
-                     cluster.intra_node_bytes_per_second > 0 &&
-                     cluster.inter_node_bytes_per_second > 0,
-                 "the planner needs a positive peak, efficiency and bandwidths");
-  const ModelConfig& m = cfg.model;
-  const double tokens = double(microbatch_rows(cfg) * m.max_target_length);
-  const double f = layer_forward_flops_per_token(m) * tokens / rate(cluster);
-  const bool remat = cfg.remat_policy == "full";
-  cfg.schedule_cost_f = f;
-  cfg.schedule_cost_b = (remat ? 3 : 2) * f;
-  cfg.schedule_cost_w = f;
-  const int S = int(cfg.ici_pipeline_parallelism);
-  double hop = 0;
-  for (int s = 0; s < S; ++s) {
-    for (int t = 0; t < S; ++t) hop = std::max(hop, 1.0 / link(cluster, links.hop_inter[s][t]));
-  }
-  const double c = compute_bytes(cfg);
-  cfg.schedule_cost_p2p = S > 1 ? tokens * double(m.emb_dim) * c * hop : 0.0;
-  const double F = double(cfg.ici_fsdp_parallelism);
-  const ParamLayout p = param_layout(cfg, schedule_spec(cfg).layout, 0);
-  const double per_layer = double(p.padded) / double(cfg.num_layers_per_pipeline_stage);
-  const double share = (F - 1) / F / link(cluster, links.fsdp_inter);
-  cfg.schedule_cost_all_gather = per_layer * c * share;
-  cfg.schedule_cost_reduce_scatter = per_layer * 4 * share;
-  // The head (lm_head GEMM, its input and weight gradients: 6 V E FLOPs per token) in layers of
-  // forward + backward, so the last stage's F and B together cost it exactly.
-  const double head = 6.0 * double(m.vocab_size) * double(m.emb_dim);
-  cfg.schedule_cost_head = head / ((1.0 + (remat ? 3 : 2)) * layer_forward_flops_per_token(m));
+CostedCandidate cost_candidate(const Cluster& cluster, const Candidate& c, Config cfg) {
+  CostedCandidate out{c, std::move(cfg), {}};
+  out.links = mesh_links(c.stages, c.fsdp, c.data, cluster.devices_per_node);
+  set_planner_costs(out.cfg, cluster, out.links);
+  return out;
 }
 
 std::int64_t memory_lower_bound(const Config& cfg) {
-  const sch::Layout layout = schedule_spec(cfg).layout;
+  const sch::Layout layout = program_layout(cfg);
   std::int64_t most = 0;
-  for (const int s : {0, layout.ranks - 1}) {
-    const ParamLayout p = param_layout(cfg, layout, s);
-    const std::int64_t held = p.local_stages * p.shard + p.extras;
-    const std::int64_t c = compute_bytes(cfg);
-    std::int64_t bytes =
-        (8 + (c == 4 ? 0 : c)) * held + 8 * (p.local_stages * p.piece + p.extras_piece);
-    if (cfg.ici_fsdp_parallelism > 1) bytes += p.local_stages * p.padded * 4 + p.padded * c;
+  for (int s = 0; s < layout.ranks; ++s) {
+    std::int64_t bytes = state_memory(cfg, layout, s).exact();
+    // With FSDP a program uses at least one weight slot: its largest stage, gathered.
+    if (cfg.ici_fsdp_parallelism > 1)
+      bytes += param_layout(cfg, layout, s).max_padded() * compute_bytes(cfg);
     most = std::max(most, bytes);
   }
   return most;
 }
 
-double step_time_lower_bound(const Config& cfg, const Cluster& cluster) {
-  Config timed = cfg;
-  const MeshLinks links = links_of(cfg, cluster);
-  set_planner_costs(timed, cluster, links);
-  // The last stage's rank: its stages' layers and the head, for every microbatch.
-  const double layers = double(cfg.repeats() * cfg.num_layers_per_pipeline_stage);
-  const double compute = double(cfg.microbatches()) * (layers + timed.schedule_cost_head) *
-                         (timed.schedule_cost_f + timed.schedule_cost_b);
-  // The reductions need the layout only, not the program's actions.
+double step_time_lower_bound(const CostedCandidate& c, const Cluster& cluster) {
+  const Config& cfg = c.cfg;
+  const sch::Layout layout = program_layout(cfg);
+  const sch::StageLayers layers = stage_layers(cfg);
+  // The busiest rank: its stages' layers (and the head on the last stage's rank) for every
+  // microbatch, forward and backward.
+  std::vector<double> load(std::size_t(layout.ranks), 0.0);
+  for (int v = 0; v < layers.stages(); ++v) {
+    load[std::size_t(layout.rank_of(v))] +=
+        layers.count(v) + (v == layers.stages() - 1 ? cfg.schedule_cost_head : 0.0);
+  }
+  const double busiest = *std::max_element(load.begin(), load.end());
+  const double compute =
+      double(cfg.microbatches()) * busiest * (cfg.schedule_cost_f + cfg.schedule_cost_b);
   double exposed = 0;
-  const sch::Layout layout = schedule_spec(cfg).layout;
-  for (const int s : {0, layout.ranks - 1}) {
-    sch::Program shell;
-    shell.layout = layout;
-    shell.ranks.assign(layout.ranks, {});
-    exposed =
-        std::max(exposed, exposed_seconds(device_link_bytes(cfg, shell, s, links), cluster, links));
+  for (int s = 0; s < layout.ranks; ++s) {
+    exposed = std::max(
+        exposed, exposed_seconds(optimizer_link_bytes(cfg, layout, s, c.links), cluster, c.links));
   }
   return compute + exposed;
 }
 
-Prediction predict(const Workload& w, const Cluster& cluster, const Candidate& candidate) {
-  Config cfg = candidate_config(w, candidate);
-  const MeshLinks links = links_of(cfg, cluster);
-  set_planner_costs(cfg, cluster, links);
+Prediction predict(const Workload& w, const Cluster& cluster, const Candidate& c) {
+  return predict(w, cluster, cost_candidate(cluster, c, candidate_config(w, c)));
+}
+
+Prediction predict(const Workload& w, const Cluster& cluster, const CostedCandidate& costed) {
+  const Config& cfg = costed.cfg;
+  const MeshLinks& links = costed.links;
   const sch::Program program = lowered_program(cfg);
   const sch::SimResult sim = sch::simulate(program, schedule_costs(cfg));
   Prediction p;
-  p.candidate = candidate;
+  p.candidate = costed.candidate;
   double exposed = 0, most_bytes = -1;
   for (int s = 0; s < program.layout.ranks; ++s) {
     const MemoryBreakdown mem = device_memory(cfg, program, s, sim.peak_activations[s]);

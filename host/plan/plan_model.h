@@ -2,29 +2,21 @@
 // predicted step time, bubble, MFU, memory per device and bytes per link.
 //
 // Time comes from the schedule simulator (host/schedule/simulate.h) with per-layer costs in
-// seconds written into the config's schedule_cost_* keys, so `carousel schedule` with the same
-// keys shows the very timeline the planner ranked. docs/performance.md#planning-a-mesh states
-// the cost model and its assumptions.
+// seconds written into the config's schedule_cost_* keys (plan_costs.h: the FLOP model or a
+// measured costs file), so `carousel schedule` with the same keys shows the very timeline the
+// planner ranked. docs/performance.md#planning-a-mesh states the cost model and its
+// assumptions.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "host/config.h"
+#include "host/plan/plan_costs.h"
 #include "host/plan/plan_memory.h"
 
 namespace carousel::plan {
-
-// The machines. Bandwidths are per device and per direction.
-struct Cluster {
-  int devices = 1;
-  int devices_per_node = 1;
-  double memory_bytes = 0;  // per device
-  double peak_flops = 0;    // per device, dense, in the compute dtype
-  double intra_node_bytes_per_second = 0;
-  double inter_node_bytes_per_second = 0;
-  double compute_efficiency = 0.6;  // fraction of the peak a layer's forward/backward reaches
-};
 
 // What is trained: the model (max_target_length is the sequence length), the global batch in
 // sequences, the compute dtype and the remat policy.
@@ -41,7 +33,10 @@ struct Workload {
 // One point of the search space.
 struct Candidate {
   int stages = 1, fsdp = 1, data = 1;                       // S, F, D
-  int microbatches = 1, repeats = 1, layers_per_stage = 1;  // M, R, L
+  int microbatches = 1, repeats = 1, layers_per_stage = 1;  // M, R, L (L: even stages only)
+  // Uneven stages (pipeline_stage_layers): the layers of each of the S x R virtual stages;
+  // empty = every stage L layers.
+  std::vector<int> stage_layers;
   std::string schedule = "1f1b";
   int weight_slots = 0;  // FSDP weight mode: 0 gather per use, 2 BSW, -1 once per step
   bool zero1 = false;    // shard_optimizer_over_data
@@ -69,24 +64,28 @@ struct Prediction {
   std::string keys;   // candidate_keys of its config, with the planner's costs
 };
 
-// The schedule costs of `cfg` on `cluster` (seconds per layer, set into cfg's schedule_cost_*
-// keys): forward 2 x layer matmul params + 2 T E FLOPs per token at peak x efficiency; backward
-// twice that (three times with remat=full, which recomputes the forward); weight gradient one
-// forward; p2p one activation over the slowest hop; all-gather and reduce-scatter one stage over
-// the FSDP group's link; schedule_cost_head the head's 6 V E FLOPs per token in layers of
-// forward + backward (the simulator charges it to the last stage's F and B, and scales that
-// stage's gathers by the same factor, a pessimism: the head is never gathered).
-void set_planner_costs(Config& cfg, const Cluster& cluster, const MeshLinks& links);
+// A candidate with what both its step-time bound and its prediction need, built once: its
+// config (validated, the planner's schedule_cost_* set) and where its groups sit on nodes.
+struct CostedCandidate {
+  Candidate candidate;
+  Config cfg;
+  MeshLinks links;
+};
+// `cfg` is candidate_config(w, c), which the caller has built already (the search refuses on
+// memory before it costs anything).
+CostedCandidate cost_candidate(const Cluster& cluster, const Candidate& c, Config cfg);
 
 // A lower bound on the step time without simulating: compute on the busiest rank plus the exposed
 // reductions (the search prunes with it).
-double step_time_lower_bound(const Config& cfg, const Cluster& cluster);
+double step_time_lower_bound(const CostedCandidate& c, const Cluster& cluster);
 
-// Memory without activations or working set (weights, gradients, optimizer, gradient buffers):
-// a lower bound the search refuses with before simulating. The largest over the stage ranks.
+// What a device holds whatever the program does (plan_memory.h's state_memory) plus one weight
+// slot of its largest stage with FSDP: a lower bound the search refuses with before simulating.
+// The largest over the stage ranks.
 std::int64_t memory_lower_bound(const Config& cfg);
 
-// Generates, lowers and simulates `c`'s program and fills every figure.
+// Generates, lowers and simulates the candidate's program and fills every figure.
+Prediction predict(const Workload& w, const Cluster& cluster, const CostedCandidate& c);
 Prediction predict(const Workload& w, const Cluster& cluster, const Candidate& c);
 
 }  // namespace carousel::plan

@@ -1,5 +1,6 @@
-// plan_search.cpp — enumerate the candidates of a cluster, refuse what cannot fit, simulate the
-// rest in order of their step-time bound, keep the best per mesh.
+// plan_search.cpp — enumerate the candidates of a cluster (even and balanced uneven stages),
+// refuse what cannot fit, simulate the rest in order of their step-time bound, keep the best per
+// mesh.
 #include "host/plan/plan_search.h"
 
 #include <algorithm>
@@ -40,9 +41,40 @@ bool better(const Prediction& a, const Prediction& b) {
 }
 
 struct Pending {
-  Candidate candidate;
+  CostedCandidate costed;
   double bound;
 };
+
+// One way to lay the layers over S pipeline ranks: R repeats of even stages of L layers, or
+// R repeats of uneven stages (counts).
+struct StageLayout {
+  int repeats = 1, layers_per_stage = 1;
+  std::vector<int> counts;  // empty: even
+};
+
+std::vector<StageLayout> stage_layouts(std::int64_t N, std::int64_t S, bool one_device,
+                                       double head) {
+  std::vector<StageLayout> out;
+  if (N % S == 0) {
+    for (const std::int64_t L : divisors(N / S)) {
+      const std::int64_t R = N / (S * L);
+      // One device runs the whole model as one stage (gradient accumulation), whatever the
+      // keys say; a mesh of several devices with S = 1 runs R = N / L stages, which gives FSDP
+      // its gather granularity.
+      if (one_device && R != 1) continue;
+      out.push_back({int(R), int(L), {}});
+    }
+  }
+  if (S == 1) return out;  // one pipeline rank: moving layers between its stages balances nothing
+  for (const std::int64_t R : divisors(N)) {
+    if (S * R > N) continue;
+    std::vector<int> counts = balanced_stage_layers(int(N), int(S * R), head);
+    const bool even =
+        std::all_of(counts.begin(), counts.end(), [&](int n) { return n == counts.front(); });
+    if (!even) out.push_back({int(R), 1, std::move(counts)});
+  }
+  return out;
+}
 
 // Every valid candidate (a config that validates) with its bound, and the memory refusals.
 std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
@@ -53,34 +85,27 @@ std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
     for (const auto& row : schedule::schedules()) names.emplace_back(row.name);
   }
   for (const auto& name : names) schedule::find_schedule(name);  // an unknown name is an error
+  const double head = head_layers(w.model, w.remat_policy, cluster);
+  const bool one_device = cluster.devices == 1;
   result.smallest_memory = std::numeric_limits<std::int64_t>::max();
   std::vector<Pending> pending;
   for (const std::int64_t S : divisors(cluster.devices)) {
-    if (N % S != 0) continue;
+    if (S > N) continue;
+    const std::vector<StageLayout> layouts = stage_layouts(N, S, one_device, head);
     for (const std::int64_t F : divisors(cluster.devices / S)) {
       const std::int64_t D = cluster.devices / S / F;
       if (B % (F * D) != 0) continue;
-      for (const std::int64_t L : divisors(N / S)) {
-        const std::int64_t R = N / (S * L);
-        // One device runs the whole model as one stage (gradient accumulation), whatever the
-        // keys say; a mesh of several devices with S = 1 runs R = N / L stages, which gives
-        // FSDP its gather granularity.
-        const bool one_device = cluster.devices == 1;
-        if (one_device && R != 1) continue;
+      for (const StageLayout& layout : layouts) {
         for (const auto& name : names) {
           if (one_device && name != names.front()) continue;
           for (const std::int64_t M : divisors(B / (F * D))) {
             if (options.max_microbatches > 0 && M > options.max_microbatches) continue;
             for (const int slots : F > 1 ? std::vector<int>{0, 2, -1} : std::vector<int>{0}) {
-              const Candidate c{int(S),
-                                int(F),
-                                int(D),
-                                int(M),
-                                int(R),
-                                int(L),
-                                one_device ? std::string("1f1b") : name,
-                                slots,
-                                D > 1};
+              const Candidate c{int(S),         int(F),
+                                int(D),         int(M),
+                                layout.repeats, layout.layers_per_stage,
+                                layout.counts,  one_device ? std::string("1f1b") : name,
+                                slots,          D > 1};
               Config cfg;
               try {
                 cfg = candidate_config(w, c);
@@ -97,7 +122,9 @@ std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
                 ++result.refused_memory;
                 continue;
               }
-              pending.push_back({c, step_time_lower_bound(cfg, cluster)});
+              CostedCandidate costed = cost_candidate(cluster, c, std::move(cfg));
+              const double bound = step_time_lower_bound(costed, cluster);
+              pending.push_back({std::move(costed), bound});
             }
           }
         }
@@ -108,6 +135,25 @@ std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
 }
 
 }  // namespace
+
+std::vector<int> balanced_stage_layers(int layers, int stages, double head) {
+  CAROUSEL_ASSERT(stages >= 1 && layers >= stages, "{} layers over {} stages", layers, stages);
+  if (stages == 1) return {layers};
+  const int others = stages - 1;
+  int best_last = 1;
+  double best_time = std::numeric_limits<double>::infinity();
+  for (int last = 1; last <= layers - others; ++last) {
+    const int rest = layers - last;
+    const double largest_other = rest / others + (rest % others > 0 ? 1 : 0);
+    const double time = std::max(largest_other, last + head);
+    if (time <= best_time) best_time = time, best_last = last;
+  }
+  const int rest = layers - best_last;
+  std::vector<int> counts(std::size_t(stages), rest / others);
+  for (int extra = 0; extra < rest % others; ++extra) ++counts[std::size_t(others - 1 - extra)];
+  counts.back() = best_last;
+  return counts;
+}
 
 SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptions& options) {
   CAROUSEL_CHECK(cluster.devices >= 1 && cluster.devices_per_node >= 1 &&
@@ -138,7 +184,8 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
   };
   double kth = std::numeric_limits<double>::infinity();
   for (const Pending& p : pending) {
-    const auto key = std::make_tuple(p.candidate.stages, p.candidate.fsdp, p.candidate.data);
+    const Candidate& c = p.costed.candidate;
+    const auto key = std::make_tuple(c.stages, c.fsdp, c.data);
     const auto it = best.find(key);
     // Beyond the next time step of the k-th best (and of its own mesh's best) it cannot enter.
     const double margin = 1 + 2 * kTimeStep;
@@ -147,11 +194,11 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
       ++result.pruned;
       continue;
     }
-    const Prediction pred = predict(w, cluster, p.candidate);
+    const Prediction pred = predict(w, cluster, p.costed);
     ++result.simulated;
     if (pred.memory.total() < result.smallest_memory) {
       result.smallest_memory = pred.memory.total();
-      result.smallest_candidate = p.candidate;
+      result.smallest_candidate = c;
     }
     if (!pred.fits) {
       ++result.refused_memory;

@@ -1,8 +1,14 @@
 // plan_search.h — the search of `carousel plan`: every mesh S x F x D of the cluster's devices,
-// every L (so R), schedule, M and FSDP weight mode the registry and the batch allow, ranked by
-// predicted step time among the candidates that fit in device memory: one row per mesh (its
-// best schedule, M, L and weight mode), times compared in steps of 0.2% (within one, fewer bytes
-// sent wins, then less memory).
+// every stage layout (even: L, so R; uneven: R and the split balancing the head), schedule, M
+// and FSDP weight mode the registry and the batch allow, ranked by predicted step time among the
+// candidates that fit in device memory: one row per mesh (its best schedule, M, layout and
+// weight mode), times compared in steps of 0.2% (within one, fewer bytes sent wins, then less
+// memory).
+//
+// Uneven stages: for S > 1 and every R dividing the layers N with S x R <= N, the split of N
+// layers over the S x R virtual stages that minimises the largest stage time, the last stage
+// costing its layers plus the head (balanced_stage_layers), when it is not the even split. With
+// S not dividing N it is the only layout of S stages.
 //
 // Pruning keeps it to seconds for 512 devices: a candidate whose parameter memory alone exceeds
 // the device is refused without simulating, and the rest are simulated in order of a lower bound
@@ -36,6 +42,14 @@ struct SearchResult {
   std::int64_t smallest_memory = 0;
   Candidate smallest_candidate;
 };
+
+// `layers` split over `stages` virtual stages (each at least 1) to minimise the largest stage
+// time, stage time = its layers, plus `head` (in layers) on the last: the last stage gets
+// fewer layers the more the head costs, the others share the rest evenly, the extra layers of
+// an uneven share going to the stages just before the last (the first stage, which stashes
+// the most activations in 1F1B-like schedules, keeps the smaller share). Of splits equally good,
+// the one whose last stage is largest.
+std::vector<int> balanced_stage_layers(int layers, int stages, double head);
 
 // Throws carousel::Error when the inputs are inconsistent (devices not a multiple of
 // devices_per_node, a batch that no mesh splits, an unknown schedule name).

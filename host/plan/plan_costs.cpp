@@ -1,0 +1,259 @@
+// plan_costs.cpp — a candidate's schedule costs from the FLOP model or from a measured costs
+// file (scaled as plan_costs.h says), and the file's measured_* keys written and read.
+#include "host/plan/plan_costs.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "compute/error.h"
+#include "host/schedule_config.h"
+#include "models/params.h"
+
+namespace carousel::plan {
+
+namespace {
+
+// The config keys a costs file records about its run. The first ones must equal the planned
+// workload's (a layer's work and the head's depend on them); the others say at which mesh the
+// costs were measured, so the planner can scale them.
+const std::vector<std::string>& matching_keys() {
+  static const std::vector<std::string> keys = {
+      "decoder_block",        "vocab_size",        "base_emb_dim",
+      "base_num_query_heads", "base_num_kv_heads", "base_mlp_dim",
+      "logits_via_embedding", "max_target_length", "dtype",
+      "remat_policy"};
+  return keys;
+}
+const std::vector<std::string>& descriptive_keys() {
+  static const std::vector<std::string> keys = {"device", "base_num_decoder_layers",
+                                                "ici_pipeline_parallelism", "ici_fsdp_parallelism"};
+  return keys;
+}
+constexpr const char* kPrefix = "measured_";
+const std::vector<std::string> kCostKeys = {
+    "schedule_cost_f",   "schedule_cost_b",          "schedule_cost_w",
+    "schedule_cost_p2p", "schedule_cost_all_gather", "schedule_cost_reduce_scatter",
+    "schedule_cost_head"};
+
+const ConfigKey& config_key(const std::string& name) {
+  for (const auto& k : config_keys()) {
+    if (k.name == name) return k;
+  }
+  CAROUSEL_ASSERT(false, "no config key '{}'", name);
+  return config_keys().front();
+}
+
+double link(const Cluster& c, bool inter) {
+  return inter ? c.inter_node_bytes_per_second : c.intra_node_bytes_per_second;
+}
+
+// The share of a buffer each member of a ring of `group` sends in an all-gather or
+// reduce-scatter: (G-1)/G.
+double ring_fraction(std::int64_t group) { return double(group - 1) / double(group); }
+
+double layer_elements(const ModelConfig& m) {
+  double n = 0;
+  for (const auto& spec : table_of(m)) n += spec.layer == 0 ? double(numel(spec.shape)) : 0.0;
+  return n;
+}
+
+// The FLOP model: compute at peak x efficiency, communication over the links' bandwidths.
+void set_flop_model_costs(Config& cfg, const Cluster& cluster, const MeshLinks& links) {
+  const ModelConfig& m = cfg.model;
+  const double tokens = double(microbatch_rows(cfg) * m.max_target_length);
+  const double f =
+      layer_forward_flops_per_token(m) * tokens / (cluster.peak_flops * cluster.compute_efficiency);
+  cfg.schedule_cost_f = f;
+  cfg.schedule_cost_b = (cfg.remat_policy == "full" ? 3 : 2) * f;
+  cfg.schedule_cost_w = f;
+  const double c = compute_bytes(cfg);
+  cfg.schedule_cost_p2p =
+      cfg.ici_pipeline_parallelism > 1
+          ? tokens * double(m.emb_dim) * c / link(cluster, links.any_hop_inter())
+          : 0.0;
+  const double share =
+      ring_fraction(cfg.ici_fsdp_parallelism) * layer_elements(m) / link(cluster, links.fsdp_inter);
+  cfg.schedule_cost_all_gather = share * c;
+  cfg.schedule_cost_reduce_scatter = share * 4;  // float32 gradients
+}
+
+// The measured costs, scaled from the measuring run's microbatch, FSDP degree and links to the
+// candidate's; what the run could not measure stays the FLOP model's (set before).
+void scale_measured_costs(Config& cfg, const Cluster& cluster, const MeshLinks& links) {
+  const MeasuredCosts& m = *cluster.measured;
+  const double rows = double(microbatch_rows(cfg)) / double(m.microbatch_sequences);
+  cfg.schedule_cost_f = m.f * rows;
+  cfg.schedule_cost_b = m.b * rows;
+  cfg.schedule_cost_w = m.w * rows;
+  // The measuring run's ranks were on one node: its hand-offs and collectives ran at the
+  // intra-node speed.
+  const double slower = cluster.intra_node_bytes_per_second / cluster.inter_node_bytes_per_second;
+  if (cfg.ici_pipeline_parallelism > 1 && m.on.ici_pipeline_parallelism > 1) {
+    cfg.schedule_cost_p2p = m.p2p * rows * (links.any_hop_inter() ? slower : 1.0);
+  }
+  const std::int64_t F = cfg.ici_fsdp_parallelism, F0 = m.on.ici_fsdp_parallelism;
+  if (F > 1 && F0 > 1) {
+    const double ring = ring_fraction(F) / ring_fraction(F0) * (links.fsdp_inter ? slower : 1.0);
+    cfg.schedule_cost_all_gather = m.all_gather * ring;
+    cfg.schedule_cost_reduce_scatter = m.reduce_scatter * ring;
+  }
+}
+
+}  // namespace
+
+double layer_forward_flops_per_token(const ModelConfig& m) {
+  double matmul = 0;
+  for (const auto& spec : table_of(m)) {
+    if (spec.layer == 0 && spec.shape.size() == 2) matmul += double(numel(spec.shape));
+  }
+  return 2 * matmul + 2.0 * double(m.max_target_length) * double(m.emb_dim);
+}
+
+double head_layers(const ModelConfig& m, const std::string& remat_policy, const Cluster& cluster) {
+  if (cluster.measured && cluster.measured->head_measured) return cluster.measured->head;
+  // The lm_head GEMM, its input and weight gradients: 6 V E FLOPs per token, in layers of
+  // forward + backward, so the last stage's F and B together cost it exactly.
+  const double head = 6.0 * double(m.vocab_size) * double(m.emb_dim);
+  return head / ((1.0 + (remat_policy == "full" ? 3 : 2)) * layer_forward_flops_per_token(m));
+}
+
+void set_planner_costs(Config& cfg, const Cluster& cluster, const MeshLinks& links) {
+  CAROUSEL_CHECK(cluster.peak_flops > 0 && cluster.compute_efficiency > 0 &&
+                     cluster.intra_node_bytes_per_second > 0 &&
+                     cluster.inter_node_bytes_per_second > 0,
+                 "the planner needs a positive peak, efficiency and bandwidths");
+  set_flop_model_costs(cfg, cluster, links);
+  if (cluster.measured) scale_measured_costs(cfg, cluster, links);
+  cfg.schedule_cost_head = head_layers(cfg.model, cfg.remat_policy, cluster);
+}
+
+std::string measured_on_yaml(const Config& cfg, bool head_measured) {
+  std::string out =
+      "# What these costs were measured on: `carousel plan --costs-file` checks its workload\n"
+      "# against these and scales the costs to each candidate (carousel schedule ignores "
+      "them).\n";
+  for (const auto* keys : {&matching_keys(), &descriptive_keys()}) {
+    for (const auto& name : *keys) {
+      out += fmt::format("{}{}: {}\n", kPrefix, name, config_key(name).get(cfg));
+    }
+  }
+  out += fmt::format("{}microbatch_sequences: {}  # per device: B / (M x F x D)\n", kPrefix,
+                     microbatch_rows(cfg));
+  out += fmt::format("{}head: {}\n", kPrefix, head_measured ? "true" : "false");
+  return out;
+}
+
+MeasuredCosts read_measured_costs(const std::string& path) {
+  MeasuredCosts m;
+  m.path = path;
+  Config costs;
+  try {  // the loader's checks: a local file, valid YAML, only schedule_cost_* and measured_*
+    costs = load_config("", {"schedule_costs_file=" + path}).config;
+  } catch (const Error& e) {
+    fail("--costs-file: {}", e.what());
+  }
+  std::map<std::string, std::string> measured;
+  std::set<std::string> present;
+  for (const auto& item : YAML::LoadFile(path)) {
+    const std::string key = item.first.Scalar();
+    present.insert(key);
+    if (key.rfind(kPrefix, 0) == 0)
+      measured[key.substr(std::string(kPrefix).size())] = item.second.Scalar();
+  }
+  std::vector<std::string> missing;
+  for (const auto& key : kCostKeys) {
+    if (!present.count(key)) missing.push_back(key);
+  }
+  std::vector<std::string> known = matching_keys();
+  known.insert(known.end(), descriptive_keys().begin(), descriptive_keys().end());
+  known.push_back("microbatch_sequences");
+  known.push_back("head");
+  for (const auto& name : known) {
+    if (!measured.count(name)) missing.push_back(kPrefix + name);
+  }
+  CAROUSEL_CHECK(missing.empty(),
+                 "--costs-file='{}' lacks {}: the planner needs every schedule_cost_* key and "
+                 "what they were measured on (measured_* keys); a profiled run "
+                 "(profiler_steps=N) writes them all to <run dir>/schedule_costs.yml",
+                 path, fmt::join(missing, ", "));
+  for (const auto& [name, value] : measured) {
+    CAROUSEL_CHECK(std::find(known.begin(), known.end(), name) != known.end(),
+                   "--costs-file='{}' sets '{}{}', which is not a measured_* key; they are {}{}",
+                   path, kPrefix, name, kPrefix, fmt::join(known, fmt::format(", {}", kPrefix)));
+  }
+  auto bad = [&](const std::string& name, const std::string& why) {
+    fail("--costs-file='{}': {}{}={} is not valid: {}", path, kPrefix, name, measured.at(name),
+         why);
+  };
+  for (const auto* keys : {&matching_keys(), &descriptive_keys()}) {
+    for (const auto& name : *keys) {
+      try {
+        config_key(name).set(m.on, measured.at(name));
+      } catch (const Error& e) {
+        bad(name, e.what());
+      }
+    }
+  }
+  try {
+    m.microbatch_sequences = std::stoll(measured.at("microbatch_sequences"));
+  } catch (const std::exception&) {
+    bad("microbatch_sequences", "it must be a whole number of sequences");
+  }
+  if (m.microbatch_sequences < 1) bad("microbatch_sequences", "it must be at least 1");
+  const std::string head = measured.at("head");
+  if (head != "true" && head != "false") bad("head", "it must be true or false");
+  m.head_measured = head == "true";
+  if (m.on.ici_pipeline_parallelism < 1) bad("ici_pipeline_parallelism", "it must be at least 1");
+  if (m.on.ici_fsdp_parallelism < 1) bad("ici_fsdp_parallelism", "it must be at least 1");
+  CAROUSEL_CHECK(costs.schedule_cost_f > 0 && costs.schedule_cost_b > 0,
+                 "--costs-file='{}' has schedule_cost_f={} and schedule_cost_b={}; a measured "
+                 "layer takes some time (both must be positive)",
+                 path, costs.schedule_cost_f, costs.schedule_cost_b);
+  // The file is in microseconds, the planner in seconds.
+  m.f = costs.schedule_cost_f * 1e-6;
+  m.b = costs.schedule_cost_b * 1e-6;
+  m.w = costs.schedule_cost_w * 1e-6;
+  m.p2p = costs.schedule_cost_p2p * 1e-6;
+  m.all_gather = costs.schedule_cost_all_gather * 1e-6;
+  m.reduce_scatter = costs.schedule_cost_reduce_scatter * 1e-6;
+  m.head = costs.schedule_cost_head;
+  return m;
+}
+
+void check_measured_on(const MeasuredCosts& m, const ModelConfig& model, const std::string& dtype,
+                       const std::string& remat_policy) {
+  Config planned;
+  planned.model = model;
+  planned.dtype = dtype;
+  planned.remat_policy = remat_policy;
+  // What the planner's flags can change to match, and what needs another measurement.
+  const std::map<std::string, std::string> flag = {
+      {"max_target_length", "--seq-len"}, {"dtype", "--dtype"}, {"remat_policy", "--remat"}};
+  std::vector<std::string> differences, flags, measure;
+  for (const auto& name : matching_keys()) {
+    const ConfigKey& k = config_key(name);
+    const std::string was = k.get(m.on), is = k.get(planned);
+    if (was == is) continue;
+    differences.push_back(fmt::format("{}={} (this plan: {})", name, was, is));
+    if (flag.count(name)) flags.push_back(fmt::format("{}={}", flag.at(name), was));
+    measure.push_back(fmt::format("{}={}", name, is));
+  }
+  if (differences.empty()) return;
+  fail(
+      "--costs-file='{}' was measured on another workload: {}. Its per-layer costs scale to "
+      "other microbatch sizes, FSDP degrees and layer counts, not to other layer shapes, "
+      "vocabularies, sequence lengths, dtypes or remat policies; {}measure this workload: a "
+      "profiled run (profiler_steps=N) with {} (fewer layers will do) writes "
+      "<run dir>/schedule_costs.yml",
+      m.path, fmt::join(differences, ", "),
+      flags.size() == differences.size() ? fmt::format("plan with {}, or ", fmt::join(flags, " "))
+                                         : std::string(),
+      fmt::join(measure, " "));
+}
+
+}  // namespace carousel::plan
