@@ -311,7 +311,12 @@ TrainResult train(const Config& requested, Communicator* process_world) {
 
   const int processes = process_world ? process_world->size() : 1;
   std::optional<StepReporter> reporter;  // rank 0 reports
-  if (!process_world || process_world->rank() == 0) reporter.emplace(cfg);
+  if (!process_world || process_world->rank() == 0) {
+    reporter.emplace(cfg);
+    // Before the ranks start, so no rank computes on the cores the CPU GEMM is timed on.
+    reporter->set_peak_flops(run_peak_flops(cfg, host, mesh.ranks(), process_world == nullptr,
+                                            rank_threads(mesh.ranks(), process_world)));
+  }
   RankFigures figures{std::vector<double>(mesh.ranks()), std::vector<double>(mesh.ranks()),
                       std::vector<std::string>(mesh.ranks())};
   std::vector<FlightRecorder> recorders(mesh.ranks());  // this process's ranks' last actions
@@ -332,9 +337,6 @@ TrainResult train(const Config& requested, Communicator* process_world) {
     ShardedParams params(cfg, program.layout, place, be, comms);
     RankExecutor executor(cfg, program, place, be, comms, params, *data, recorder);
     if (start_from) params.exchange(host, *start_from, /*to_whole=*/false);
-    if (rank == 0) {
-      reporter->set_peak_flops(run_peak_flops(cfg, be, mesh.ranks(), process_world == nullptr));
-    }
     std::int64_t skipped = result.skipped_steps;
     // Held-out evaluation every eval_interval steps (and after the last step).
     auto evaluate = [&] {  // the mean token loss over the eval batches, the same on every rank
