@@ -23,7 +23,6 @@
 #include "host/hf_import.h"
 #include "host/json_fields.h"
 #include "host/safetensors.h"
-#include "host/tokenizer.h"
 
 namespace carousel {
 
@@ -200,7 +199,7 @@ void probe_write(const fs::path& dir, const std::string& what) {
 }  // namespace
 
 std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointContents& contents,
-                            const TrainingState& state) {
+                            const TrainingState& state, const TokenizerInfo* tokenizer) {
   check_local_path("base_output_directory", cfg.base_output_directory);
   const fs::path root = checkpoints_dir(cfg);
   std::error_code ec;
@@ -250,20 +249,18 @@ std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointCont
   }
   // The tokenizer travels with the weights, so the directory is a whole Hugging Face model. A
   // tokenizer that vanished since the run started costs its copy, not the checkpoint.
-  std::optional<TokenizerInfo> tokenizer;
-  if (!cfg.tokenizer_path.empty()) {
+  if (tokenizer) {
     try {
-      tokenizer = read_tokenizer(cfg.tokenizer_path);
       for (auto& name : copy_tokenizer_files(*tokenizer, tmp, cfg.model.max_target_length)) {
         files.push_back(std::move(name));
       }
     } catch (const std::exception& e) {
       spdlog::warn("checkpoint of step {} is saved without the tokenizer: {}", state.step,
                    e.what());
-      tokenizer.reset();
+      tokenizer = nullptr;
     }
   }
-  write_text(tmp / "config.json", hf_config_json(cfg.model, tokenizer ? &*tokenizer : nullptr));
+  write_text(tmp / "config.json", hf_config_json(cfg.model, tokenizer));
   nlohmann::ordered_json st = {{"format_version", kFormatVersion},
                                {"step", state.step},
                                {"skipped_steps", state.skipped_steps}};

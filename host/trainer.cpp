@@ -285,7 +285,9 @@ TrainResult train(const Config& requested, Communicator* process_world) {
   const schedule::Program program = lowered_program(cfg);
   const TransportChoice transport =
       choose_transport(cfg, mesh.ranks(), this_machine(process_world));
-  // The data, read once per process and shared by its ranks (reading it is const).
+  // The tokenizer and the data, read once per process and shared by its ranks (reading the
+  // data is const).
+  const std::optional<TokenizerInfo> tokenizer = read_run_tokenizer(cfg);
   const std::unique_ptr<DataLoader> data = make_data_loader(cfg);
   const std::unique_ptr<DataLoader> eval_data =
       cfg.eval_interval > 0 ? make_eval_data_loader(cfg) : nullptr;
@@ -388,7 +390,8 @@ TrainResult train(const Config& requested, Communicator* process_world) {
         }
         if (rank == 0) {
           spdlog::info("checkpoint saved: {}",
-                       save_checkpoint(host, cfg, whole, {step + 1, skipped}));
+                       save_checkpoint(host, cfg, whole, {step + 1, skipped},
+                                       tokenizer ? &*tokenizer : nullptr));
         }
         world.barrier().wait();
         recorder.complete();
