@@ -168,6 +168,23 @@ TEST(UnevenCosts, EvenScaleEqualsMultipliedCosts) {
   EXPECT_THROW(simulate(p, wrong), carousel::Error);
 }
 
+// One duration per action, read by the simulator and the stream recording alike: compute and
+// the stage's collectives scale with its layers; markers, p2p and the optimizer take no time.
+TEST(UnevenCosts, DurationOfEachActionKind) {
+  Costs c;
+  c.f = 1, c.b = 2, c.i = 1.25, c.w = 0.75, c.all_gather = 0.5, c.reduce_scatter = 0.25;
+  c.stage_scale = {1, 3};
+  EXPECT_EQ(c.duration({Kind::F, 1, 0}), 3);
+  EXPECT_EQ(c.duration({Kind::B, 0, 2}), 2);
+  EXPECT_EQ(c.duration({Kind::I, 1, 0}), 3.75);
+  EXPECT_EQ(c.duration({Kind::W, 1, 0}), 2.25);
+  EXPECT_EQ(c.duration({Kind::AG_ISSUE, 1, 0}), 1.5);
+  EXPECT_EQ(c.duration({Kind::REDUCE_SCATTER, 0, -1}), 0.25);
+  EXPECT_EQ(c.duration({Kind::AG_WAIT, 1, 0}), 0);
+  EXPECT_EQ(c.duration({Kind::SEND_F, 0, 0, 1}), 0);
+  EXPECT_EQ(c.duration({Kind::OPTIMIZER, -1, -1}), 0);  // no stage: no scale is read
+}
+
 // FSDP gathers and reduce-scatters move a stage's weights: each lasts its per-layer cost times
 // the stage's layers (here 0.5 and 0.25 per layer, layers [1, 3, 3, 1] on S = 2, R = 2).
 TEST(UnevenCosts, CollectivesScaleWithTheStageTheyMove) {

@@ -125,10 +125,10 @@ struct Recording {
 // Runs the plans: each stream of each rank executes its actions in order, an action starts when
 // its stream is free and the events it waits for are recorded (a host action: when its host
 // block's events are); a p2p group starts when posted and ends when every partner group has
-// been posted too, plus costs.p2p. Durations: costs.cost(kind) for compute, all_gather and
-// reduce_scatter for the fsdp stream, 0 for markers and the host, plus extra[rank][action] when
-// given (adversarial timings: a slow producer exposes any wait a plan lacks). Throws
-// carousel::Error if the plans deadlock.
+// been posted too, plus costs.p2p. Durations: costs.duration(action) (compute, the fsdp
+// stream's all_gather and reduce_scatter, 0 for markers and the host), plus
+// extra[rank][action] when given (adversarial timings: a slow producer exposes any wait a plan
+// lacks). Throws carousel::Error if the plans deadlock.
 Recording record_streams(const Program& lowered, const std::vector<StreamPlan>& plans,
                          const Costs& costs, const std::vector<std::vector<double>>& extra = {});
 
