@@ -117,8 +117,6 @@ std::vector<Access> data_accesses(const Program& lowered, int rank) {
 
 namespace {
 
-constexpr int kStreams = 4;
-
 // The action a p2p action is matched with on its peer: (peer, kind, stage, microbatch).
 std::tuple<int, Kind, int, int> partner(const Action& a) {
   switch (a.kind) {

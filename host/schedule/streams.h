@@ -28,6 +28,8 @@ enum class Stream : std::uint8_t {
   fsdp,     // the FSDP communicator: AG_ISSUE, REDUCE_SCATTER
   host,     // OPTIMIZER: the host reads the global norm
 };
+inline constexpr int kStreams = 4;  // how many Stream values there are
+static_assert(int(Stream::host) + 1 == kStreams, "kStreams counts the Stream values");
 std::string_view stream_name(Stream s);
 
 // Why a stream waits: one reason per rule of the plan.
