@@ -110,7 +110,7 @@ int run_schedule(const ConfigArgs& options) {
                cfg.pipeline_fsdp_ag_per_repeat ? ", BSW slot read" : "",
                sch::format_circular_table(
                    sch::circular_table(l.ranks, l.microbatches, l.repeats, d, layers),
-                   layers.count(0), cfg.pipeline_fsdp_ag_per_repeat));
+                   cfg.pipeline_fsdp_ag_per_repeat));
   }
   if (costs.stage_scale.empty()) {
     const double closed = sch::closed_form_bubble(spec.kind, l, costs);

@@ -218,7 +218,7 @@ TEST(UnevenCosts, CollectivesScaleWithTheStageTheyMove) {
 // stage 3 = L7.
 TEST(UnevenCosts, CircularTableShowsEachStagesLayers) {
   const auto table = circular_table(2, 2, 2, 1, StageLayers({1, 3, 3, 1}));
-  const std::string text = format_circular_table(table, 1, false);
+  const std::string text = format_circular_table(table, false);
   EXPECT_NE(text.find("m0/r0 (L0) "), std::string::npos) << text;
   EXPECT_NE(text.find("m0/r0 (L1-3)"), std::string::npos) << text;
   EXPECT_NE(text.find("m1/r1 (L4-6)"), std::string::npos) << text;
