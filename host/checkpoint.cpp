@@ -20,6 +20,7 @@
 
 #include "compute/error.h"
 #include "host/fault_injection.h"
+#include "host/files.h"
 #include "host/hf_import.h"
 #include "host/json_fields.h"
 #include "host/safetensors.h"
@@ -38,15 +39,6 @@ void fsync_path(const fs::path& p) {
   const int rc = ::fsync(fd);
   ::close(fd);
   CAROUSEL_CHECK(rc == 0, "fsync of '{}' failed (disk full or read-only?)", p.string());
-}
-
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::trunc);
-  CAROUSEL_CHECK(out.good(), "cannot create '{}': {}", p.string(), std::strerror(errno));
-  out << text;
-  out.flush();
-  CAROUSEL_CHECK(out.good(), "writing '{}' failed: {} (disk full?)", p.string(),
-                 std::strerror(errno));
 }
 
 std::uint32_t file_crc32(const fs::path& p) {
@@ -260,12 +252,12 @@ std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointCont
       tokenizer = nullptr;
     }
   }
-  write_text(tmp / "config.json", hf_config_json(cfg.model, tokenizer));
+  write_text_file(tmp / "config.json", hf_config_json(cfg.model, tokenizer));
   nlohmann::ordered_json st = {{"format_version", kFormatVersion},
                                {"step", state.step},
                                {"skipped_steps", state.skipped_steps}};
   for (const auto& key : config_keys()) st["config"][key.name] = key.get(cfg);
-  write_text(tmp / "state.json", st.dump(2));
+  write_text_file(tmp / "state.json", st.dump(2));
 
   nlohmann::ordered_json manifest;
   manifest["format_version"] = kFormatVersion;
@@ -273,7 +265,7 @@ std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointCont
     fsync_path(tmp / f);
     manifest["files"][f] = {{"bytes", fs::file_size(tmp / f)}, {"crc32", file_crc32(tmp / f)}};
   }
-  write_text(tmp / "manifest.json", manifest.dump(2));
+  write_text_file(tmp / "manifest.json", manifest.dump(2));
   fsync_path(tmp / "manifest.json");
   fsync_path(tmp);
   maybe_kill("manifest", state.step);

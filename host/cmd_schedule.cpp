@@ -7,10 +7,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 
 #include "host/commands.h"
 #include "host/config.h"
+#include "host/files.h"
 #include "host/logging.h"
 #include "host/schedule/export.h"
 #include "host/schedule/generators.h"
@@ -23,15 +23,6 @@
 namespace carousel {
 
 namespace sch = schedule;
-
-namespace {
-void write_file(const std::filesystem::path& p, const std::string& text) {
-  std::filesystem::create_directories(p.parent_path());
-  std::ofstream out(p);
-  out << text;
-  CAROUSEL_CHECK(out.good(), "cannot write '{}'", p.string());
-}
-}  // namespace
 
 int run_schedule(const ConfigArgs& options) {
   std::string file;
@@ -149,13 +140,14 @@ int run_schedule(const ConfigArgs& options) {
                format_bytes(std::size_t(gathered_bytes[std::size_t(r)])));
   }
   const std::filesystem::path dir(cfg.run_directory());
-  write_file(dir / "schedule.trace.json", sch::chrome_trace_json(sim, l.ranks, 1000.0));
-  write_file(dir / "schedule.svg",
+  std::filesystem::create_directories(dir);
+  write_text_file(dir / "schedule.trace.json", sch::chrome_trace_json(sim, l.ranks, 1000.0));
+  write_text_file(dir / "schedule.svg",
              sch::timeline_svg(sim, l.ranks,
                                fmt::format("{} S={} R={} M={}: bubble {:.1f}%", spec.kind,
                                            l.ranks, l.repeats, l.microbatches,
                                            100 * sim.bubble_fraction)));
-  write_file(dir / "schedule.txt", sch::to_text(lowered));
+  write_text_file(dir / "schedule.txt", sch::to_text(lowered));
   fmt::print("\nwrote {0}/schedule.trace.json (chrome://tracing, Perfetto), {0}/schedule.svg, "
              "{0}/schedule.txt\n",
              dir.string());

@@ -2,12 +2,10 @@
 // tokenizer.h).
 #include "host/tokenizer.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "compute/error.h"
+#include "host/files.h"
 #include "host/json_fields.h"
 #include "host/paths.h"
 
@@ -136,10 +134,7 @@ std::vector<std::string> copy_tokenizer_files(const TokenizerInfo& tokenizer, co
                                      {"model_max_length", model_max_length}};
     if (tokenizer.bos_token) config["bos_token"] = *tokenizer.bos_token;
     if (tokenizer.eos_token) config["eos_token"] = *tokenizer.eos_token;
-    std::ofstream out(dir / "tokenizer_config.json");
-    out << config.dump(2) << '\n';
-    CAROUSEL_CHECK(out.good(), "writing '{}' failed: {}", (dir / "tokenizer_config.json").string(),
-                   std::strerror(errno));
+    write_text_file(dir / "tokenizer_config.json", config.dump(2) + '\n');
     written.push_back("tokenizer_config.json");
   }
   return written;

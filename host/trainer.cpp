@@ -5,11 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <set>
 
@@ -19,6 +16,7 @@
 #include "host/data.h"
 #include "host/device_peak.h"
 #include "host/fault_injection.h"
+#include "host/files.h"
 #include "host/flight_recorder.h"
 #include "host/mesh.h"
 #include "host/rank_executor.h"
@@ -198,10 +196,7 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
   const std::string json = step_trace_json(
       ranks, program,
       calibrated_schedule_costs(measured_costs, layers, schedule_costs(cfg, layers)), &predicted);
-  std::ofstream out(path, std::ios::trunc);
-  out << json;
-  out.flush();
-  CAROUSEL_CHECK(out.good(), "writing the trace '{}' failed: {}", path, std::strerror(errno));
+  write_text_file(path, json);
   const MeasuredSchedule measured = measure_schedule(ranks);
   result.measured_bubble = measured.bubble;
   result.measured_span_ms = measured.span_us / 1e3;
@@ -215,14 +210,14 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
        (process_world ? fmt::format("schedule_costs-rank{}.yml", process_world->rank())
                       : "schedule_costs.yml"))
           .string();
-  std::ofstream costs_out(costs_path, std::ios::trunc);
-  costs_out << schedule_costs_yaml(
-      measured_costs,
-      fmt::format("{} on {}, {}, S={} R={} M={}, steps {}-{}", cfg.model_name, cfg.device,
-                  cfg.pipeline_schedule, program.layout.ranks, program.layout.repeats,
-                  program.layout.microbatches, ranks.front()->steps().front().step + 1,
-                  ranks.front()->steps().back().step + 1));
-  CAROUSEL_CHECK(costs_out.good(), "writing '{}' failed: {}", costs_path, std::strerror(errno));
+  write_text_file(
+      costs_path,
+      schedule_costs_yaml(
+          measured_costs,
+          fmt::format("{} on {}, {}, S={} R={} M={}, steps {}-{}", cfg.model_name, cfg.device,
+                      cfg.pipeline_schedule, program.layout.ranks, program.layout.repeats,
+                      program.layout.microbatches, ranks.front()->steps().front().step + 1,
+                      ranks.front()->steps().back().step + 1)));
   result.costs_path = costs_path;
   const auto& steps = ranks.front()->steps();
   spdlog::info(
