@@ -6,7 +6,6 @@
 #include <spdlog/spdlog.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -39,17 +38,6 @@ void fsync_path(const fs::path& p) {
   const int rc = ::fsync(fd);
   ::close(fd);
   CAROUSEL_CHECK(rc == 0, "fsync of '{}' failed (disk full or read-only?)", p.string());
-}
-
-std::uint32_t file_crc32(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::vector<char> buf(1 << 20);
-  uLong crc = crc32(0L, Z_NULL, 0);
-  while (in) {
-    in.read(buf.data(), std::streamsize(buf.size()));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(buf.data()), uInt(in.gcount()));
-  }
-  return std::uint32_t(crc);
 }
 
 std::string hf_config_json(const ModelConfig& m, const TokenizerInfo* tokenizer) {
@@ -121,10 +109,6 @@ void load_tensors(Backend& be, const SafetensorsFile& file, const ParamSet& set,
   }
 }
 
-fs::path checkpoints_dir(const Config& cfg) {
-  return fs::path(cfg.run_directory()) / "checkpoints";
-}
-
 // Every file the manifest lists exists with its size and CRC32; model.safetensors and
 // state.json must be listed.
 void verify_manifest(const fs::path& dir) {
@@ -164,6 +148,10 @@ std::int64_t step_of(const std::string& name) {
   if (name.empty() || name.size() > 18 || name.find_first_not_of("0123456789") != std::string::npos)
     return -1;
   return std::stoll(name);
+}
+
+fs::path checkpoints_dir(const Config& cfg) {
+  return fs::path(cfg.run_directory()) / "checkpoints";
 }
 
 bool process_alive(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM); }
@@ -275,22 +263,28 @@ std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointCont
   return final_dir.string();
 }
 
+std::vector<std::pair<std::int64_t, std::string>> step_directories(const std::string& root) {
+  std::vector<std::pair<std::int64_t, std::string>> steps;
+  if (!fs::is_directory(root)) return steps;
+  std::error_code ec;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::int64_t step = step_of(it->path().filename().string());
+    if (step >= 0 && it->is_directory()) steps.emplace_back(step, it->path().string());
+  }
+  CAROUSEL_CHECK(!ec, "cannot list the checkpoint directory '{}': {}", root, ec.message());
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
+}
+
 std::optional<std::string> latest_checkpoint(const Config& cfg) {
   const fs::path root = checkpoints_dir(cfg);
-  if (!fs::is_directory(root)) return std::nullopt;
-  std::vector<std::pair<std::int64_t, fs::path>> steps;
-  for (const auto& entry : fs::directory_iterator(root)) {
-    const std::int64_t step = step_of(entry.path().filename().string());
-    if (step >= 0 && entry.is_directory()) steps.emplace_back(step, entry.path());
-  }
-  std::sort(steps.rbegin(), steps.rend());
+  const auto steps = step_directories(root.string());
   for (const auto& [step, dir] : steps) {
     try {
       verify_manifest(dir);
-      return dir.string();
+      return dir;
     } catch (const Error& e) {
-      spdlog::warn("checkpoint '{}' is skipped: {}; trying the previous one", dir.string(),
-                   e.what());
+      spdlog::warn("checkpoint '{}' is skipped: {}; trying the previous one", dir, e.what());
     }
   }
   if (!steps.empty()) {

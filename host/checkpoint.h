@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compute/backend.h"
@@ -43,6 +44,11 @@ struct CheckpointContents {
 // when its files can no longer be copied the checkpoint is saved without them (a warning).
 std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointContents& contents,
                             const TrainingState& state, const TokenizerInfo* tokenizer);
+
+// The checkpoint step directories under `root` (names of decimal digits), newest first, with
+// their steps; none when `root` is not a directory. Throws carousel::Error when it cannot be
+// listed.
+std::vector<std::pair<std::int64_t, std::string>> step_directories(const std::string& root);
 
 // The newest usable checkpoint of the run: the newest step directory whose manifest verifies
 // (every file present with its size and CRC32). Newer directories that fail are skipped with a

@@ -304,5 +304,17 @@ TEST(FileFaults, WriteTextFileReplacesOrNamesThePathAndReason) {
             "writing '/dev/full' failed: No space left on device (disk full?)");
 }
 
+// The CRC32 of manifests and `carousel inspect`: the standard check value of "123456789"
+// (0xCBF43926, the CRC-32 of zlib and PNG), in one call, continued across two, and of a file.
+TEST(Files, Crc32MatchesTheStandardCheckValue) {
+  const std::string digits = "123456789";
+  EXPECT_EQ(crc32_of(digits.data(), digits.size()), 0xCBF43926u);
+  EXPECT_EQ(crc32_of(digits.data() + 5, 4, crc32_of(digits.data(), 5)), 0xCBF43926u);
+  EXPECT_EQ(crc32_of(nullptr, 0), 0u);
+  const fs::path path = temp("carousel_crc_digits.txt");
+  write_text_file(path, digits);
+  EXPECT_EQ(file_crc32(path), 0xCBF43926u);
+}
+
 }  // namespace
 }  // namespace carousel
