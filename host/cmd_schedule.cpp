@@ -56,11 +56,11 @@ int run_schedule(const ConfigArgs& options) {
                                               : cfg.weight_slots() == 2 ? "2 (BSW)"
                                                                         : "0 (every use)")
            : std::string());
+  std::int64_t layer_params = 0;  // one decoder layer's parameters
+  for (const auto& p : param_table(cfg.model)) layer_params += p.layer == 0 ? numel(p.shape) : 0;
   {
     // The logits GEMM does 2 V E FLOPs per token, a layer's GEMMs 2 x its parameters (the
     // attention's T^2 terms aside): the head costs about V E / layer parameters layers.
-    std::int64_t layer_params = 0;
-    for (const auto& p : param_table(cfg.model)) layer_params += p.layer == 0 ? numel(p.shape) : 0;
     const double head_layers =
         double(cfg.model.vocab_size) * double(cfg.model.emb_dim) / double(layer_params);
     fmt::print(
@@ -118,8 +118,6 @@ int run_schedule(const ConfigArgs& options) {
   }
   // Bytes: a stage's weights in fp32 (its layers' worth); a gather moves (F-1)/F of them into
   // each rank.
-  std::int64_t layer_params = 0;
-  for (const auto& p : param_table(cfg.model)) layer_params += p.layer == 0 ? numel(p.shape) : 0;
   const double fraction_moved =
       double(cfg.ici_fsdp_parallelism - 1) / double(cfg.ici_fsdp_parallelism);
   std::vector<double> gathered_bytes(std::size_t(l.ranks), 0.0);
