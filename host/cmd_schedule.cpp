@@ -41,10 +41,10 @@ int run_schedule(const ConfigArgs& options) {
   const sch::Program lowered = sch::lower(
       compute, {cfg.weight_slots(), int(cfg.pipeline_prefetch_lookahead), fsdp});
   sch::replay(lowered);
-  const sch::Costs costs = schedule_costs(cfg);
+  const sch::StageLayers layers(cfg.stage_layer_counts());
+  const sch::Costs costs = schedule_costs(cfg, layers);
   const sch::SimResult sim = sch::simulate(lowered, costs);
 
-  const sch::StageLayers layers(cfg.stage_layer_counts());
   fmt::print(
       "schedule {}: S={} ranks, R={} repeats, M={} microbatches, {} layers/stage, "
       "{} virtual stages; FSDP F={}{}\n",

@@ -152,6 +152,26 @@ TEST(UnevenCosts, AHeavyHeadMakesTheLighterLastStageFaster) {
   EXPECT_DOUBLE_EQ(uneven.step_time, 36);
 }
 
+// The costs follow the stages they are given, not the config's keys: one device's single
+// stage of all 8 layers costs 8 layers (the config says L = 1 per pipeline stage), and an
+// uneven layout whose counts are all equal needs no scale.
+TEST(UnevenCosts, ScaleFollowsTheStagesGiven) {
+  const Config cfg = config_of({"schedule_cost_f=2", "schedule_cost_b=3"});
+  ASSERT_EQ(cfg.num_layers_per_pipeline_stage, 1);
+  const Costs whole = schedule_costs(cfg, StageLayers({8}));
+  EXPECT_TRUE(whole.stage_scale.empty());
+  EXPECT_EQ(whole.f, 16);
+  EXPECT_EQ(whole.b, 24);
+  const Config equal = config_of({"ici_pipeline_parallelism=2", "pipeline_stage_layers=[4,4]",
+                                  "schedule_cost_f=2"});
+  const Costs costs = schedule_costs(equal);
+  EXPECT_TRUE(costs.stage_scale.empty());
+  EXPECT_EQ(costs.f, 8);
+  const Costs uneven = schedule_costs(equal, StageLayers({3, 5}));
+  EXPECT_EQ(uneven.stage_scale, (std::vector<double>{3, 5}));
+  EXPECT_EQ(uneven.f, 2);
+}
+
 // The same costs with no stage_scale and f, b of one layer reproduce the even run exactly: an
 // empty scale is 1 everywhere, and a scale of L equals costs multiplied by L.
 TEST(UnevenCosts, EvenScaleEqualsMultipliedCosts) {
