@@ -1,6 +1,5 @@
-// host_reduction.cpp — the element loops of host reductions (common.h: accumulate,
-// finish_reduction), shared by the local and MPI communicators so both give bitwise the same
-// result.
+// host_reduction.cpp — the rank-order host reduction (common.h: reduce_in_rank_order), the one
+// loop of the local and MPI communicators, so both give bitwise the same result.
 //
 // Per element type: float32/float64 combine in their own precision; bfloat16 and float16 load
 // into float32, combine, and round the running result back to nearest even after every rank
@@ -69,8 +68,7 @@ void combine_all(T* o, const T* x, std::int64_t n, Op op) {
   for (std::int64_t i = 0; i < n; ++i) o[i] = E::store(op(E::load(o[i]), E::load(x[i])));
 }
 
-}  // namespace
-
+// out[i] = in[i] when `first`, else out[i] op in[i] (avg adds); n elements of dtype.
 void accumulate(DType dtype, ReduceOp op, void* out, const void* in, std::int64_t n, bool first) {
   dispatch(ReduceTypes{}, "host reduction", dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -96,6 +94,7 @@ void accumulate(DType dtype, ReduceOp op, void* out, const void* in, std::int64_
   });
 }
 
+// The last step of an avg: data[i] /= by. Nothing for the other ops.
 void finish_reduction(DType dtype, ReduceOp op, void* data, std::int64_t n, int by) {
   if (op != ReduceOp::Avg) return;
   CAROUSEL_ASSERT(by > 0, "avg over {} ranks", by);
@@ -112,6 +111,15 @@ void finish_reduction(DType dtype, ReduceOp op, void* data, std::int64_t n, int 
       }
     }
   });
+}
+
+}  // namespace
+
+void reduce_in_rank_order(DType dtype, ReduceOp op, const std::vector<const void*>& inputs,
+                          void* out, std::int64_t n) {
+  CAROUSEL_ASSERT(!inputs.empty(), "a reduction over no ranks");
+  for (std::size_t r = 0; r < inputs.size(); ++r) accumulate(dtype, op, out, inputs[r], n, r == 0);
+  finish_reduction(dtype, op, out, n, int(inputs.size()));
 }
 
 }  // namespace carousel::comm
