@@ -5,8 +5,12 @@
 // into float32, combine, and round the running result back to nearest even after every rank
 // (what a ring of half-precision buffers does); integers wrap around modulo 2^bits (computed in
 // unsigned arithmetic, so no signed overflow) and avg divides the wrapped sum by the rank count,
-// truncated toward zero, as NCCL's integer avg does.
+// truncated toward zero, as NCCL's integer avg does. Min and max of floating types are fmin and
+// fmax, as NCCL's kernels (src/device/reduce_kernel.h: fminf/fmaxf, fmin/fmax, and __hmin/__hmax
+// for 16-bit floats): a NaN loses to a number, so the result is NaN only where every rank's
+// element is, whatever the rank order.
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "collectives/common.h"
@@ -60,6 +64,16 @@ M multiply(M a, M b) {
     return a * b;
 }
 
+// min (kMin) or max: fmin / fmax for floating types (see the header comment), comparisons
+// otherwise.
+template <bool kMin, class M>
+M extremum(M a, M b) {
+  if constexpr (std::is_floating_point_v<M>)
+    return kMin ? std::fmin(a, b) : std::fmax(a, b);
+  else
+    return kMin ? std::min(a, b) : std::max(a, b);
+}
+
 // o[i] = o[i] op x[i]; one loop per op (the op is not decided per element), so the compiler
 // vectorizes the float, double and integer loops.
 template <class T, class Op>
@@ -86,9 +100,9 @@ void accumulate(DType dtype, ReduceOp op, void* out, const void* in, std::int64_
       case ReduceOp::Prod:
         return combine_all(o, x, n, [](M a, M b) { return multiply(a, b); });
       case ReduceOp::Min:
-        return combine_all(o, x, n, [](M a, M b) { return std::min(a, b); });
+        return combine_all(o, x, n, [](M a, M b) { return extremum<true>(a, b); });
       case ReduceOp::Max:
-        return combine_all(o, x, n, [](M a, M b) { return std::max(a, b); });
+        return combine_all(o, x, n, [](M a, M b) { return extremum<false>(a, b); });
     }
     CAROUSEL_ASSERT(false, "reduce op {} has no host implementation", int(op));
   });
