@@ -28,6 +28,7 @@
 
 #include "compute/error.h"
 #include "host/config.h"
+#include "host/files.h"
 #include "host/logging.h"
 #include "host/schedule/registry.h"
 #include "host/trainer.h"
@@ -267,7 +268,7 @@ int main(int argc, char** argv) {
       doc["steps"] = steps;
       doc["model"] = model;
       for (const Row& r : rows) doc["rows"].push_back(to_json(r));
-      std::ofstream(json_path) << doc.dump(2) << '\n';
+      write_text_file(json_path, doc.dump(2) + '\n');
     }
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());

@@ -41,12 +41,13 @@ void check_all_reduce(const Communicator& c, const Tensor& send, const Tensor& r
 void check_broadcast(const Communicator& c, const Tensor& send, const Tensor& recv, int root);
 void check_peer(const Communicator& c, const char* op, const Tensor& data, int peer);
 
-// out[i] = in[i] when `first`, else out[i] op in[i] (avg adds); n elements of dtype. 16-bit
-// floats combine in float32 and round back to nearest even; integers wrap around.
-void accumulate(DType dtype, ReduceOp op, void* out, const void* in, std::int64_t n, bool first);
-// The last step of an avg: data[i] /= by (integers: truncated toward zero, as NCCL). Nothing
-// for the other ops.
-void finish_reduction(DType dtype, ReduceOp op, void* data, std::int64_t n, int by);
+// out[i] = ((inputs[0][i] op inputs[1][i]) op inputs[2][i]) op ..., in rank order, then / the
+// rank count for avg (integers: truncated toward zero, as NCCL); n elements of dtype each.
+// 16-bit floats combine in float32 and round back to nearest even after every rank; integers
+// wrap around. The only host reduction loop: the local and MPI communicators both call it.
+// `out` may be inputs[0], not a later input.
+void reduce_in_rank_order(DType dtype, ReduceOp op, const std::vector<const void*>& inputs,
+                          void* out, std::int64_t n);
 
 class Worker {
  public:

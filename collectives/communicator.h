@@ -25,7 +25,8 @@ namespace carousel {
 // ncclMax, ncclAvg). On the host communicators: float32/float64 in their own precision,
 // float16/bfloat16 through float32 with the running result rounded back after every rank,
 // integers wrap around (two's complement), avg of integers is the wrapped sum divided by the
-// rank count, truncated toward zero (as NCCL).
+// rank count, truncated toward zero (as NCCL); min and max of floating types skip NaN (fmin /
+// fmax, as NCCL's kernels): NaN only where every rank's element is NaN.
 enum class ReduceOp { Sum, Prod, Min, Max, Avg };
 const char* reduce_op_name(ReduceOp op);  // "sum", "prod", "min", "max", "avg"
 

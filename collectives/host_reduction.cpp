@@ -1,13 +1,16 @@
-// host_reduction.cpp — the element loops of host reductions (common.h: accumulate,
-// finish_reduction), shared by the local and MPI communicators so both give bitwise the same
-// result.
+// host_reduction.cpp — the rank-order host reduction (common.h: reduce_in_rank_order), the one
+// loop of the local and MPI communicators, so both give bitwise the same result.
 //
 // Per element type: float32/float64 combine in their own precision; bfloat16 and float16 load
 // into float32, combine, and round the running result back to nearest even after every rank
 // (what a ring of half-precision buffers does); integers wrap around modulo 2^bits (computed in
 // unsigned arithmetic, so no signed overflow) and avg divides the wrapped sum by the rank count,
-// truncated toward zero, as NCCL's integer avg does.
+// truncated toward zero, as NCCL's integer avg does. Min and max of floating types are fmin and
+// fmax, as NCCL's kernels (src/device/reduce_kernel.h: fminf/fmaxf, fmin/fmax, and __hmin/__hmax
+// for 16-bit floats): a NaN loses to a number, so the result is NaN only where every rank's
+// element is, whatever the rank order.
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 
 #include "collectives/common.h"
@@ -61,6 +64,16 @@ M multiply(M a, M b) {
     return a * b;
 }
 
+// min (kMin) or max: fmin / fmax for floating types (see the header comment), comparisons
+// otherwise.
+template <bool kMin, class M>
+M extremum(M a, M b) {
+  if constexpr (std::is_floating_point_v<M>)
+    return kMin ? std::fmin(a, b) : std::fmax(a, b);
+  else
+    return kMin ? std::min(a, b) : std::max(a, b);
+}
+
 // o[i] = o[i] op x[i]; one loop per op (the op is not decided per element), so the compiler
 // vectorizes the float, double and integer loops.
 template <class T, class Op>
@@ -69,8 +82,7 @@ void combine_all(T* o, const T* x, std::int64_t n, Op op) {
   for (std::int64_t i = 0; i < n; ++i) o[i] = E::store(op(E::load(o[i]), E::load(x[i])));
 }
 
-}  // namespace
-
+// out[i] = in[i] when `first`, else out[i] op in[i] (avg adds); n elements of dtype.
 void accumulate(DType dtype, ReduceOp op, void* out, const void* in, std::int64_t n, bool first) {
   dispatch(ReduceTypes{}, "host reduction", dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -88,14 +100,15 @@ void accumulate(DType dtype, ReduceOp op, void* out, const void* in, std::int64_
       case ReduceOp::Prod:
         return combine_all(o, x, n, [](M a, M b) { return multiply(a, b); });
       case ReduceOp::Min:
-        return combine_all(o, x, n, [](M a, M b) { return std::min(a, b); });
+        return combine_all(o, x, n, [](M a, M b) { return extremum<true>(a, b); });
       case ReduceOp::Max:
-        return combine_all(o, x, n, [](M a, M b) { return std::max(a, b); });
+        return combine_all(o, x, n, [](M a, M b) { return extremum<false>(a, b); });
     }
     CAROUSEL_ASSERT(false, "reduce op {} has no host implementation", int(op));
   });
 }
 
+// The last step of an avg: data[i] /= by. Nothing for the other ops.
 void finish_reduction(DType dtype, ReduceOp op, void* data, std::int64_t n, int by) {
   if (op != ReduceOp::Avg) return;
   CAROUSEL_ASSERT(by > 0, "avg over {} ranks", by);
@@ -112,6 +125,15 @@ void finish_reduction(DType dtype, ReduceOp op, void* data, std::int64_t n, int 
       }
     }
   });
+}
+
+}  // namespace
+
+void reduce_in_rank_order(DType dtype, ReduceOp op, const std::vector<const void*>& inputs,
+                          void* out, std::int64_t n) {
+  CAROUSEL_ASSERT(!inputs.empty(), "a reduction over no ranks");
+  for (std::size_t r = 0; r < inputs.size(); ++r) accumulate(dtype, op, out, inputs[r], n, r == 0);
+  finish_reduction(dtype, op, out, n, int(inputs.size()));
 }
 
 }  // namespace carousel::comm

@@ -248,11 +248,9 @@ class LocalCommunicator final : public Communicator {
       if (out != slot.send[sig.root]) std::memcpy(out, slot.send[sig.root], bytes);
     } else if (sig.op == "all_reduce" || sig.op == "reduce_scatter") {
       const std::size_t offset = sig.op == "reduce_scatter" ? rank_ * bytes : 0;
-      for (int r = 0; r < n; ++r) {  // rank order: bitwise identical everywhere
-        comm::accumulate(sig.dtype, op, out, static_cast<const char*>(slot.send[r]) + offset,
-                         sig.count, r == 0);
-      }
-      comm::finish_reduction(sig.dtype, op, out, sig.count, n);
+      std::vector<const void*> inputs(n);
+      for (int r = 0; r < n; ++r) inputs[r] = static_cast<const char*>(slot.send[r]) + offset;
+      comm::reduce_in_rank_order(sig.dtype, op, inputs, out, sig.count);
     }
   }
 

@@ -282,10 +282,9 @@ class MpiCommunicator final : public Communicator {
   void reduce_blocks(const char* blocks, void* out, std::int64_t count, DType dtype,
                      ReduceOp op) const {
     const std::size_t bytes = count * dtype_size(dtype);
-    for (int r = 0; r < size_; ++r) {
-      comm::accumulate(dtype, op, out, blocks + r * bytes, count, r == 0);
-    }
-    comm::finish_reduction(dtype, op, out, count, size_);
+    std::vector<const void*> inputs(size_);
+    for (int r = 0; r < size_; ++r) inputs[r] = blocks + r * bytes;
+    comm::reduce_in_rank_order(dtype, op, inputs, out, count);
   }
 
   Event p2p(bool is_send, const Tensor& data, int peer) {

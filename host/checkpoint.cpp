@@ -6,7 +6,6 @@
 #include <spdlog/spdlog.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -20,10 +19,10 @@
 
 #include "compute/error.h"
 #include "host/fault_injection.h"
+#include "host/files.h"
 #include "host/hf_import.h"
 #include "host/json_fields.h"
 #include "host/safetensors.h"
-#include "host/tokenizer.h"
 
 namespace carousel {
 
@@ -39,26 +38,6 @@ void fsync_path(const fs::path& p) {
   const int rc = ::fsync(fd);
   ::close(fd);
   CAROUSEL_CHECK(rc == 0, "fsync of '{}' failed (disk full or read-only?)", p.string());
-}
-
-void write_text(const fs::path& p, const std::string& text) {
-  std::ofstream out(p, std::ios::trunc);
-  CAROUSEL_CHECK(out.good(), "cannot create '{}': {}", p.string(), std::strerror(errno));
-  out << text;
-  out.flush();
-  CAROUSEL_CHECK(out.good(), "writing '{}' failed: {} (disk full?)", p.string(),
-                 std::strerror(errno));
-}
-
-std::uint32_t file_crc32(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::vector<char> buf(1 << 20);
-  uLong crc = crc32(0L, Z_NULL, 0);
-  while (in) {
-    in.read(buf.data(), std::streamsize(buf.size()));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(buf.data()), uInt(in.gcount()));
-  }
-  return std::uint32_t(crc);
 }
 
 std::string hf_config_json(const ModelConfig& m, const TokenizerInfo* tokenizer) {
@@ -130,10 +109,6 @@ void load_tensors(Backend& be, const SafetensorsFile& file, const ParamSet& set,
   }
 }
 
-fs::path checkpoints_dir(const Config& cfg) {
-  return fs::path(cfg.run_directory()) / "checkpoints";
-}
-
 // Every file the manifest lists exists with its size and CRC32; model.safetensors and
 // state.json must be listed.
 void verify_manifest(const fs::path& dir) {
@@ -175,6 +150,10 @@ std::int64_t step_of(const std::string& name) {
   return std::stoll(name);
 }
 
+fs::path checkpoints_dir(const Config& cfg) {
+  return fs::path(cfg.run_directory()) / "checkpoints";
+}
+
 bool process_alive(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM); }
 
 // Writes, fsyncs and removes a small file in `dir`: finds read-only, unwritable and full file
@@ -200,7 +179,7 @@ void probe_write(const fs::path& dir, const std::string& what) {
 }  // namespace
 
 std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointContents& contents,
-                            const TrainingState& state) {
+                            const TrainingState& state, const TokenizerInfo* tokenizer) {
   check_local_path("base_output_directory", cfg.base_output_directory);
   const fs::path root = checkpoints_dir(cfg);
   std::error_code ec;
@@ -250,25 +229,23 @@ std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointCont
   }
   // The tokenizer travels with the weights, so the directory is a whole Hugging Face model. A
   // tokenizer that vanished since the run started costs its copy, not the checkpoint.
-  std::optional<TokenizerInfo> tokenizer;
-  if (!cfg.tokenizer_path.empty()) {
+  if (tokenizer) {
     try {
-      tokenizer = read_tokenizer(cfg.tokenizer_path);
       for (auto& name : copy_tokenizer_files(*tokenizer, tmp, cfg.model.max_target_length)) {
         files.push_back(std::move(name));
       }
     } catch (const std::exception& e) {
       spdlog::warn("checkpoint of step {} is saved without the tokenizer: {}", state.step,
                    e.what());
-      tokenizer.reset();
+      tokenizer = nullptr;
     }
   }
-  write_text(tmp / "config.json", hf_config_json(cfg.model, tokenizer ? &*tokenizer : nullptr));
+  write_text_file(tmp / "config.json", hf_config_json(cfg.model, tokenizer));
   nlohmann::ordered_json st = {{"format_version", kFormatVersion},
                                {"step", state.step},
                                {"skipped_steps", state.skipped_steps}};
   for (const auto& key : config_keys()) st["config"][key.name] = key.get(cfg);
-  write_text(tmp / "state.json", st.dump(2));
+  write_text_file(tmp / "state.json", st.dump(2));
 
   nlohmann::ordered_json manifest;
   manifest["format_version"] = kFormatVersion;
@@ -276,7 +253,7 @@ std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointCont
     fsync_path(tmp / f);
     manifest["files"][f] = {{"bytes", fs::file_size(tmp / f)}, {"crc32", file_crc32(tmp / f)}};
   }
-  write_text(tmp / "manifest.json", manifest.dump(2));
+  write_text_file(tmp / "manifest.json", manifest.dump(2));
   fsync_path(tmp / "manifest.json");
   fsync_path(tmp);
   maybe_kill("manifest", state.step);
@@ -286,22 +263,28 @@ std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointCont
   return final_dir.string();
 }
 
+std::vector<std::pair<std::int64_t, std::string>> step_directories(const std::string& root) {
+  std::vector<std::pair<std::int64_t, std::string>> steps;
+  if (!fs::is_directory(root)) return steps;
+  std::error_code ec;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::int64_t step = step_of(it->path().filename().string());
+    if (step >= 0 && it->is_directory()) steps.emplace_back(step, it->path().string());
+  }
+  CAROUSEL_CHECK(!ec, "cannot list the checkpoint directory '{}': {}", root, ec.message());
+  std::sort(steps.rbegin(), steps.rend());
+  return steps;
+}
+
 std::optional<std::string> latest_checkpoint(const Config& cfg) {
   const fs::path root = checkpoints_dir(cfg);
-  if (!fs::is_directory(root)) return std::nullopt;
-  std::vector<std::pair<std::int64_t, fs::path>> steps;
-  for (const auto& entry : fs::directory_iterator(root)) {
-    const std::int64_t step = step_of(entry.path().filename().string());
-    if (step >= 0 && entry.is_directory()) steps.emplace_back(step, entry.path());
-  }
-  std::sort(steps.rbegin(), steps.rend());
+  const auto steps = step_directories(root.string());
   for (const auto& [step, dir] : steps) {
     try {
       verify_manifest(dir);
-      return dir.string();
+      return dir;
     } catch (const Error& e) {
-      spdlog::warn("checkpoint '{}' is skipped: {}; trying the previous one", dir.string(),
-                   e.what());
+      spdlog::warn("checkpoint '{}' is skipped: {}; trying the previous one", dir, e.what());
     }
   }
   if (!steps.empty()) {

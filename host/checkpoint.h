@@ -16,11 +16,13 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compute/backend.h"
 #include "host/config.h"
 #include "host/paths.h"
+#include "host/tokenizer.h"
 #include "models/params.h"
 
 namespace carousel {
@@ -37,9 +39,16 @@ struct CheckpointContents {
 };
 
 // Writes checkpoints/<state.step>/ under the run directory; returns its path. Refuses to
-// replace an existing checkpoint directory.
+// replace an existing checkpoint directory. `tokenizer` (the run's, read once:
+// read_run_tokenizer; nullptr for none) is copied in and its bos/eos ids go into config.json;
+// when its files can no longer be copied the checkpoint is saved without them (a warning).
 std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointContents& contents,
-                            const TrainingState& state);
+                            const TrainingState& state, const TokenizerInfo* tokenizer);
+
+// The checkpoint step directories under `root` (names of decimal digits), newest first, with
+// their steps; none when `root` is not a directory. Throws carousel::Error when it cannot be
+// listed.
+std::vector<std::pair<std::int64_t, std::string>> step_directories(const std::string& root);
 
 // The newest usable checkpoint of the run: the newest step directory whose manifest verifies
 // (every file present with its size and CRC32). Newer directories that fail are skipped with a

@@ -7,10 +7,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 
 #include "host/commands.h"
 #include "host/config.h"
+#include "host/files.h"
 #include "host/logging.h"
 #include "host/schedule/export.h"
 #include "host/schedule/generators.h"
@@ -23,15 +23,6 @@
 namespace carousel {
 
 namespace sch = schedule;
-
-namespace {
-void write_file(const std::filesystem::path& p, const std::string& text) {
-  std::filesystem::create_directories(p.parent_path());
-  std::ofstream out(p);
-  out << text;
-  CAROUSEL_CHECK(out.good(), "cannot write '{}'", p.string());
-}
-}  // namespace
 
 int run_schedule(const ConfigArgs& options) {
   std::string file;
@@ -50,10 +41,10 @@ int run_schedule(const ConfigArgs& options) {
   const sch::Program lowered = sch::lower(
       compute, {cfg.weight_slots(), int(cfg.pipeline_prefetch_lookahead), fsdp});
   sch::replay(lowered);
-  const sch::Costs costs = schedule_costs(cfg);
+  const sch::StageLayers layers(cfg.stage_layer_counts());
+  const sch::Costs costs = schedule_costs(cfg, layers);
   const sch::SimResult sim = sch::simulate(lowered, costs);
 
-  const sch::StageLayers layers(cfg.stage_layer_counts());
   fmt::print(
       "schedule {}: S={} ranks, R={} repeats, M={} microbatches, {} layers/stage, "
       "{} virtual stages; FSDP F={}{}\n",
@@ -65,11 +56,11 @@ int run_schedule(const ConfigArgs& options) {
                                               : cfg.weight_slots() == 2 ? "2 (BSW)"
                                                                         : "0 (every use)")
            : std::string());
+  std::int64_t layer_params = 0;  // one decoder layer's parameters
+  for (const auto& p : param_table(cfg.model)) layer_params += p.layer == 0 ? numel(p.shape) : 0;
   {
     // The logits GEMM does 2 V E FLOPs per token, a layer's GEMMs 2 x its parameters (the
     // attention's T^2 terms aside): the head costs about V E / layer parameters layers.
-    std::int64_t layer_params = 0;
-    for (const auto& p : param_table(cfg.model)) layer_params += p.layer == 0 ? numel(p.shape) : 0;
     const double head_layers =
         double(cfg.model.vocab_size) * double(cfg.model.emb_dim) / double(layer_params);
     fmt::print(
@@ -110,7 +101,7 @@ int run_schedule(const ConfigArgs& options) {
                cfg.pipeline_fsdp_ag_per_repeat ? ", BSW slot read" : "",
                sch::format_circular_table(
                    sch::circular_table(l.ranks, l.microbatches, l.repeats, d, layers),
-                   layers.count(0), cfg.pipeline_fsdp_ag_per_repeat));
+                   cfg.pipeline_fsdp_ag_per_repeat));
   }
   if (costs.stage_scale.empty()) {
     const double closed = sch::closed_form_bubble(spec.kind, l, costs);
@@ -127,8 +118,6 @@ int run_schedule(const ConfigArgs& options) {
   }
   // Bytes: a stage's weights in fp32 (its layers' worth); a gather moves (F-1)/F of them into
   // each rank.
-  std::int64_t layer_params = 0;
-  for (const auto& p : param_table(cfg.model)) layer_params += p.layer == 0 ? numel(p.shape) : 0;
   const double fraction_moved =
       double(cfg.ici_fsdp_parallelism - 1) / double(cfg.ici_fsdp_parallelism);
   std::vector<double> gathered_bytes(std::size_t(l.ranks), 0.0);
@@ -149,13 +138,14 @@ int run_schedule(const ConfigArgs& options) {
                format_bytes(std::size_t(gathered_bytes[std::size_t(r)])));
   }
   const std::filesystem::path dir(cfg.run_directory());
-  write_file(dir / "schedule.trace.json", sch::chrome_trace_json(sim, l.ranks, 1000.0));
-  write_file(dir / "schedule.svg",
+  std::filesystem::create_directories(dir);
+  write_text_file(dir / "schedule.trace.json", sch::chrome_trace_json(sim, l.ranks, 1000.0));
+  write_text_file(dir / "schedule.svg",
              sch::timeline_svg(sim, l.ranks,
                                fmt::format("{} S={} R={} M={}: bubble {:.1f}%", spec.kind,
                                            l.ranks, l.repeats, l.microbatches,
                                            100 * sim.bubble_fraction)));
-  write_file(dir / "schedule.txt", sch::to_text(lowered));
+  write_text_file(dir / "schedule.txt", sch::to_text(lowered));
   fmt::print("\nwrote {0}/schedule.trace.json (chrome://tracing, Perfetto), {0}/schedule.svg, "
              "{0}/schedule.txt\n",
              dir.string());

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
+#include <utility>
 
 namespace carousel {
 
@@ -19,21 +21,29 @@ struct Sum {
   double mean() const { return slices > 0 ? micros / slices : 0; }
 };
 
-// The input of `a` comes from this action (same microbatch): the F of the stage before, or the
-// backward (B or I) of the stage after. Nothing for stage 0's F, the last stage's B and W.
-bool producer_of(const sch::Action& a, int last_stage, const sch::Action& candidate) {
-  if (candidate.index != a.index) return false;
-  if (a.kind == sch::Kind::F) {
-    return a.stage > 0 && candidate.kind == sch::Kind::F && candidate.stage == a.stage - 1;
+// The actions whose output of the same microbatch is `a`'s input: (kind, stage) of the F of
+// the stage before, or of the backward (B or I) of the stage after. None for stage 0's F, the
+// last stage's B and I, and W.
+std::vector<std::pair<sch::Kind, int>> producers_of(const sch::Action& a, int last_stage) {
+  if (a.kind == sch::Kind::F && a.stage > 0) return {{sch::Kind::F, a.stage - 1}};
+  if ((a.kind == sch::Kind::B || a.kind == sch::Kind::I) && a.stage < last_stage) {
+    return {{sch::Kind::B, a.stage + 1}, {sch::Kind::I, a.stage + 1}};
   }
-  if (a.kind == sch::Kind::B || a.kind == sch::Kind::I) {
-    return a.stage < last_stage && candidate.stage == a.stage + 1 &&
-           (candidate.kind == sch::Kind::B || candidate.kind == sch::Kind::I);
-  }
-  return false;
+  return {};
 }
 
 double median_handoff(const std::vector<const StepTrace*>& ranks, int last_stage) {
+  // Every compute slice by (step, kind, stage, microbatch): when it ended, on which rank. With
+  // replicas (data or FSDP ranks of one process) a key has one slice per replica.
+  using Key = std::tuple<std::int64_t, sch::Kind, int, int>;
+  std::map<Key, std::vector<std::pair<double, const StepTrace*>>> ended;
+  for (const StepTrace* rank : ranks) {
+    for (const auto& s : rank->slices()) {
+      if (s.action.is_compute()) {
+        ended[{s.step, s.action.kind, s.action.stage, s.action.index}].push_back({s.end_us, rank});
+      }
+    }
+  }
   std::vector<double> handoffs;
   for (const StepTrace* consumer_rank : ranks) {
     double rank_free = -1e300;  // when this rank's previous compute action ended
@@ -41,13 +51,11 @@ double median_handoff(const std::vector<const StepTrace*>& ranks, int last_stage
       if (!s.action.is_compute()) continue;
       // The latest producer on another rank that ended before this action started.
       double produced = -1e300;
-      for (const StepTrace* other : ranks) {
-        if (other == consumer_rank) continue;
-        for (const auto& p : other->slices()) {
-          if (p.end_us <= s.start_us && p.end_us > produced &&
-              producer_of(s.action, last_stage, p.action)) {
-            produced = p.end_us;
-          }
+      for (const auto& [kind, stage] : producers_of(s.action, last_stage)) {
+        const auto it = ended.find({s.step, kind, stage, s.action.index});
+        if (it == ended.end()) continue;
+        for (const auto& [end_us, rank] : it->second) {
+          if (rank != consumer_rank && end_us <= s.start_us) produced = std::max(produced, end_us);
         }
       }
       if (produced > -1e300 && produced > rank_free) handoffs.push_back(s.start_us - produced);

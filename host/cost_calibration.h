@@ -11,10 +11,11 @@
 // stage the head cannot be told apart from the layers and the configured value is kept.
 //
 // p2p: for each F of stage v > 0 (its producer: the F of v - 1) and each B or I of a stage
-// below the last (its producer: the B or I of v + 1) whose producer ran on another traced rank
-// and ended after the consumer's rank finished its previous action, the consumer's start minus
-// the producer's end: the hand-off the simulator adds to every cross-rank input. Ranks are
-// matched by the traces' clock, so only the ranks of one process (one node) are compared.
+// below the last (its producer: the B or I of v + 1), producers being of the same microbatch
+// and step, whose producer ran on another traced rank and ended after the consumer's rank
+// finished its previous action, the consumer's start minus the producer's end: the hand-off the
+// simulator adds to every cross-rank input. Ranks are matched by the traces' clock, so only the
+// ranks of one process (one node) are compared.
 #pragma once
 
 #include <string>

@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
 
 #include "compute/error.h"
 #include "host/checkpoint.h"
-#include "host/tokenizer.h"
 
 namespace carousel {
 
@@ -147,13 +147,6 @@ void read_shard(const std::string& key, const std::string& path, std::int64_t vo
 std::unique_ptr<DataLoader> open_stream(const Config& cfg, const char* key,
                                         const std::string& path) {
   const std::int64_t T = cfg.model.max_target_length, V = cfg.model.vocab_size;
-  if (cfg.dataset_type == "tokens" && !cfg.tokenizer_path.empty()) {
-    const std::int64_t tv = tokenizer_vocab_size(cfg.tokenizer_path);
-    CAROUSEL_CHECK(tv <= V,
-                   "tokenizer_path='{}' has a vocabulary of {} tokens but vocab_size={}; set "
-                   "vocab_size={} (or more) so that every token id has an embedding",
-                   cfg.tokenizer_path, tv, V, tv);
-  }
   std::vector<std::int32_t> tokens;
   std::string what;
   check_local_path(key, path);
@@ -179,6 +172,25 @@ std::unique_ptr<DataLoader> open_stream(const Config& cfg, const char* key,
 
 }  // namespace
 
+
+std::optional<TokenizerInfo> read_run_tokenizer(const Config& cfg) {
+  if (cfg.tokenizer_path.empty()) return std::nullopt;
+  if (cfg.dataset_type != "tokens") {  // only carried into checkpoints
+    try {
+      return read_tokenizer(cfg.tokenizer_path);
+    } catch (const Error& e) {
+      spdlog::warn("checkpoints are saved without the tokenizer: {}", e.what());
+      return std::nullopt;
+    }
+  }
+  TokenizerInfo tokenizer = read_tokenizer(cfg.tokenizer_path);
+  const std::int64_t V = cfg.model.vocab_size;
+  CAROUSEL_CHECK(tokenizer.vocab_size <= V,
+                 "tokenizer_path='{}' has a vocabulary of {} tokens but vocab_size={}; set "
+                 "vocab_size={} (or more) so that every token id has an embedding",
+                 cfg.tokenizer_path, tokenizer.vocab_size, V, tokenizer.vocab_size);
+  return tokenizer;
+}
 
 std::unique_ptr<DataLoader> make_data_loader(const Config& cfg) {
   if (cfg.dataset_type == "synthetic") {

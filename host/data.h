@@ -8,11 +8,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "host/config.h"
 #include "host/paths.h"
+#include "host/tokenizer.h"
 
 namespace carousel {
 
@@ -45,8 +47,13 @@ class DataLoader {
 // text: the bytes of a file.
 // Every token is checked against vocab_size when the data is opened. dataset_path must name
 // regular files (a FIFO would block forever) and be local (check_local_path).
-// With dataset_type=tokens and tokenizer_path set, the tokenizer's vocabulary must fit vocab_size.
 std::unique_ptr<DataLoader> make_data_loader(const Config& cfg);
+
+// tokenizer_path's tokenizer (nullopt when unset), read once per run: its files and bos/eos ids
+// travel into every checkpoint (save_checkpoint). With dataset_type=tokens it must be readable
+// and its vocabulary fit vocab_size, so that every token id it made has an embedding; with other
+// data a tokenizer that cannot be read is a warning (nullopt: checkpoints are saved without it).
+std::optional<TokenizerInfo> read_run_tokenizer(const Config& cfg);
 
 // The held-out split (docs/training.md#bring-your-data): eval_dataset_path read as dataset_type
 // says, checked like the training data, in its own deterministic order starting at its first

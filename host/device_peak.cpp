@@ -54,10 +54,15 @@ double device_peak_flops(const Config& cfg, Backend& be) {
   return 0;
 }
 
-double run_peak_flops(const Config& cfg, Backend& be, int ranks, bool ranks_are_threads) {
+double run_peak_flops(const Config& cfg, Backend& be, int ranks, bool ranks_are_threads,
+                      int threads_per_rank) {
+  const int threads = std::max(1, threads_per_rank);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(threads);  // the GEMM computes as one rank does
   const double one = device_peak_flops(cfg, be);
+  omp_set_num_threads(saved);
   if (runs_on_gpus(cfg) || !ranks_are_threads || cfg.peak_flops > 0) return one * ranks;
-  const int at_once = std::max(1, omp_get_num_procs() / std::max(1, omp_get_max_threads()));
+  const int at_once = std::max(1, omp_get_num_procs() / threads);
   return one * std::min(ranks, at_once);
 }
 

@@ -12,9 +12,13 @@ namespace carousel {
 // is compared with.
 double device_peak_flops(const Config& cfg, Backend& be);
 
-// The peak of all `ranks` devices of a run together (the MFU's denominator). Simulated CPU
-// devices that are threads of one process share its cores: at most cores / (threads per rank)
-// of them compute at once, so only those count.
-double run_peak_flops(const Config& cfg, Backend& be, int ranks, bool ranks_are_threads);
+// The peak of all `ranks` devices of a run together (the MFU's denominator), each computing
+// with `threads_per_rank` OpenMP threads (the CPU GEMM is measured with that many, and this
+// thread's count is restored after). Simulated CPU devices that are threads of one process share
+// its cores: at most cores / threads_per_rank of them compute at once, so only those count.
+// Measure it before the ranks start (train() does): a GEMM timed while other ranks compute on
+// the same cores would not be the device's peak.
+double run_peak_flops(const Config& cfg, Backend& be, int ranks, bool ranks_are_threads,
+                      int threads_per_rank);
 
 }  // namespace carousel

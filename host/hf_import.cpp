@@ -49,31 +49,30 @@ float half_to_float(std::uint16_t h) {
   return f;
 }
 
-// The tensor's values as float32; F32, BF16 and F16 only (each widening is exact).
-std::vector<float> to_float32(const SafetensorsFile& file, const std::string& name,
-                              const SafetensorsEntry& e) {
-  const std::size_t n = std::size_t(numel(e.shape));
-  std::vector<float> out(n);
+// Uploads a tensor of the file into `dst` (float32): F32 straight from the file, BF16 and F16
+// widened once into a float32 buffer (each widening is exact); other dtypes are refused.
+void upload_as_float32(Backend& be, const SafetensorsFile& file, const std::string& name,
+                       const SafetensorsEntry& e, const Tensor& dst) {
   const void* src = file.data(name);
-  if (e.dtype_name == "F32") {
-    std::memcpy(out.data(), src, n * sizeof(float));
-  } else if (e.dtype_name == "BF16" || e.dtype_name == "F16") {
-    std::vector<std::uint16_t> half(n);
-    std::memcpy(half.data(), src, n * sizeof(std::uint16_t));
-    const bool bf16 = e.dtype_name == "BF16";
-    for (std::size_t i = 0; i < n; ++i) {
-      if (bf16) {
-        const std::uint32_t bits = std::uint32_t(half[i]) << 16;
-        std::memcpy(&out[i], &bits, sizeof(float));
-      } else {
-        out[i] = half_to_float(half[i]);
-      }
+  if (e.dtype_name == "F32") return be.upload(src, dst);
+  CAROUSEL_CHECK(e.dtype_name == "BF16" || e.dtype_name == "F16",
+                 "'{}': tensor '{}' is {}; Hugging Face weights are read from F32, BF16 or F16",
+                 file.path(), name, e.dtype_name);
+  const std::size_t n = std::size_t(numel(e.shape));
+  const bool bf16 = e.dtype_name == "BF16";
+  const auto* bytes = static_cast<const unsigned char*>(src);  // 16-bit values, maybe unaligned
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint16_t h;
+    std::memcpy(&h, bytes + 2 * i, sizeof(h));
+    if (bf16) {
+      const std::uint32_t bits = std::uint32_t(h) << 16;
+      std::memcpy(&out[i], &bits, sizeof(float));
+    } else {
+      out[i] = half_to_float(h);
     }
-  } else {
-    fail("'{}': tensor '{}' is {}; Hugging Face weights are read from F32, BF16 or F16",
-         file.path(), name, e.dtype_name);
   }
-  return out;
+  be.upload(out.data(), dst);
 }
 
 // "a, b, c and 7 more": names in errors and debug lines stay one readable line.
@@ -133,24 +132,22 @@ std::string rope_variant(const HfConfig& c, const char* key) {
   return r.dump();
 }
 
-}  // namespace
-
-bool is_hf_model_directory(const std::string& directory) {
-  const fs::path dir(directory);
-  return fs::is_regular_file(dir / "config.json") && !fs::exists(dir / "manifest.json") &&
-         !fs::exists(dir / "state.json");
-}
-
-void check_hf_config(const std::string& directory, const ModelConfig& model) {
-  const fs::path path = fs::path(directory) / "config.json";
+HfConfig read_hf_config(const fs::path& path) {
   HfConfig c{read_json_file(path), fmt::format("'{}'", path.string())};
   CAROUSEL_CHECK(c.j.is_object(), "{} must hold a JSON object, found {}", c.where, c.j.type_name());
-  CAROUSEL_CHECK(model.is_llama(),
-                 "decoder_block={} cannot start from the Hugging Face Llama model in '{}' "
-                 "(set decoder_block=llama)",
-                 model.decoder_block, directory);
+  return c;
+}
 
-  // What carousel does not implement: no key fixes these.
+// rope_theta, or (transformers >= 5) rope_parameters.rope_theta; 10000 when neither is there.
+double rope_theta(const HfConfig& c) {
+  if (!c.has("rope_theta") && c.has("rope_parameters") && c.j["rope_parameters"].is_object()) {
+    return c.number(c.j["rope_parameters"], "rope_theta", 10000.0);
+  }
+  return c.number(c.j, "rope_theta", 10000.0);
+}
+
+// What carousel does not implement (no key fixes these), one line each.
+std::vector<std::string> unsupported_features(const HfConfig& c) {
   std::vector<std::string> unsupported;
   if (c.has("model_type") && c.j["model_type"] != "llama") {
     unsupported.push_back(
@@ -172,6 +169,54 @@ void check_hf_config(const std::string& directory, const ModelConfig& model) {
           fmt::format("{} of type {} (carousel implements plain RoPE only)", rope, variant));
     }
   }
+  const std::int64_t heads = c.has("head_dim") ? c.integer("num_attention_heads") : 0;
+  if (heads > 0) {
+    const std::int64_t hidden = c.integer("hidden_size");
+    const std::int64_t head_dim = c.integer("head_dim");
+    if (head_dim != hidden / heads || hidden % heads != 0) {
+      unsupported.push_back(fmt::format(
+          "head_dim={} is not hidden_size / num_attention_heads = {} / {} (carousel's head "
+          "dimension is always base_emb_dim / base_num_query_heads; there is no head_dim key)",
+          head_dim, hidden, heads));
+    }
+  }
+  return unsupported;
+}
+
+// One error listing every key that differs (`differ`, with the `settings` that fix them) and
+// every unsupported feature; nothing when all are empty.
+void fail_on_mismatch(const std::string& directory, const std::vector<std::string>& differ,
+                      const std::vector<std::string>& settings,
+                      const std::vector<std::string>& unsupported) {
+  if (differ.empty() && unsupported.empty()) return;
+  std::string msg =
+      fmt::format("load_parameters_path='{}': config.json does not match this run", directory);
+  for (const auto& d : differ) msg += "\n  " + d;
+  for (const auto& u : unsupported) msg += "\n  not supported: " + u;
+  if (!settings.empty()) {
+    std::string all;
+    for (const auto& s : settings) all += (all.empty() ? "" : " ") + s;
+    msg += "\n  (all on the command line: " + all + ")";
+  }
+  fail("{}", msg);
+}
+
+}  // namespace
+
+bool is_hf_model_directory(const std::string& directory) {
+  const fs::path dir(directory);
+  return fs::is_regular_file(dir / "config.json") && !fs::exists(dir / "manifest.json") &&
+         !fs::exists(dir / "state.json");
+}
+
+void check_hf_config(const std::string& directory, const ModelConfig& model) {
+  const fs::path path = fs::path(directory) / "config.json";
+  const HfConfig c = read_hf_config(path);
+  CAROUSEL_CHECK(model.is_llama(),
+                 "decoder_block={} cannot start from the Hugging Face Llama model in '{}' "
+                 "(set decoder_block=llama)",
+                 model.decoder_block, directory);
+  const std::vector<std::string> unsupported = unsupported_features(c);
 
   // Keys that must equal the run's: (HF key, HF value, carousel key, carousel value).
   std::vector<std::string> differ, settings;
@@ -186,8 +231,7 @@ void check_hf_config(const std::string& directory, const ModelConfig& model) {
     compare(hf_key, std::to_string(hf), key, std::to_string(ours), hf == ours);
   };
   const std::int64_t heads = c.integer("num_attention_heads");
-  const std::int64_t hidden = c.integer("hidden_size");
-  compare_int("hidden_size", hidden, "base_emb_dim", model.emb_dim);
+  compare_int("hidden_size", c.integer("hidden_size"), "base_emb_dim", model.emb_dim);
   compare_int("intermediate_size", c.integer("intermediate_size"), "base_mlp_dim", model.mlp_dim);
   compare_int("num_hidden_layers", c.integer("num_hidden_layers"), "base_num_decoder_layers",
               model.num_layers);
@@ -198,38 +242,14 @@ void check_hf_config(const std::string& directory, const ModelConfig& model) {
   const double eps = c.number(c.j, "rms_norm_eps", 1e-6);
   compare("rms_norm_eps", fmt::format("{}", eps), "normalization_layer_epsilon",
           fmt::format("{}", model.norm_eps), same_number(eps, model.norm_eps));
-  double theta = c.number(c.j, "rope_theta", 10000.0);
-  if (!c.has("rope_theta") && c.has("rope_parameters") && c.j["rope_parameters"].is_object()) {
-    theta = c.number(c.j["rope_parameters"], "rope_theta", theta);  // transformers >= 5
-  }
+  const double theta = rope_theta(c);
   compare("rope_theta", fmt::format("{}", theta), "rope_max_timescale",
           fmt::format("{}", model.rope_max_timescale),
           same_number(theta, model.rope_max_timescale));
   const bool tied = c.boolean("tie_word_embeddings", false);
   compare("tie_word_embeddings", tied ? "true" : "false", "logits_via_embedding",
           model.logits_via_embedding ? "true" : "false", tied == model.logits_via_embedding);
-  if (c.has("head_dim") && heads > 0) {
-    const std::int64_t head_dim = c.integer("head_dim");
-    if (head_dim != hidden / heads || hidden % heads != 0) {
-      unsupported.push_back(fmt::format(
-          "head_dim={} is not hidden_size / num_attention_heads = {} / {} (carousel's head "
-          "dimension is always base_emb_dim / base_num_query_heads; there is no head_dim key)",
-          head_dim, hidden, heads));
-    }
-  }
-
-  if (!differ.empty() || !unsupported.empty()) {
-    std::string msg =
-        fmt::format("load_parameters_path='{}': config.json does not match this run", directory);
-    for (const auto& d : differ) msg += "\n  " + d;
-    for (const auto& u : unsupported) msg += "\n  not supported: " + u;
-    if (!settings.empty()) {
-      std::string all;
-      for (const auto& s : settings) all += (all.empty() ? "" : " ") + s;
-      msg += "\n  (all on the command line: " + all + ")";
-    }
-    fail("{}", msg);
-  }
+  fail_on_mismatch(directory, differ, settings, unsupported);
   const std::int64_t max_positions = c.integer("max_position_embeddings", 2048);
   if (model.max_target_length > max_positions) {
     spdlog::warn(
@@ -243,8 +263,7 @@ ModelConfig model_from_hf_config(const std::string& path) {
   const fs::path file = fs::is_directory(path) ? fs::path(path) / "config.json" : fs::path(path);
   CAROUSEL_CHECK(fs::is_regular_file(file),
                  "'{}' is not a Hugging Face config.json (nor a directory holding one)", path);
-  HfConfig c{read_json_file(file), fmt::format("'{}'", file.string())};
-  CAROUSEL_CHECK(c.j.is_object(), "{} must hold a JSON object, found {}", c.where, c.j.type_name());
+  const HfConfig c = read_hf_config(file);
   ModelConfig m;
   m.vocab_size = c.integer("vocab_size");
   m.emb_dim = c.integer("hidden_size");
@@ -254,13 +273,11 @@ ModelConfig model_from_hf_config(const std::string& path) {
   m.mlp_dim = c.integer("intermediate_size");
   m.max_target_length = c.integer("max_position_embeddings", 2048);
   m.norm_eps = c.number(c.j, "rms_norm_eps", 1e-6);
-  m.rope_max_timescale = c.number(c.j, "rope_theta", 10000.0);
-  if (!c.has("rope_theta") && c.has("rope_parameters") && c.j["rope_parameters"].is_object()) {
-    m.rope_max_timescale = c.number(c.j["rope_parameters"], "rope_theta", 10000.0);
-  }
+  m.rope_max_timescale = rope_theta(c);
   m.logits_via_embedding = c.boolean("tie_word_embeddings", false);
   m.validate();
-  check_hf_config(file.parent_path().string(), m);  // what carousel does not implement
+  // The model is this file's, so only what carousel does not implement can differ.
+  fail_on_mismatch(file.parent_path().string(), {}, {}, unsupported_features(c));
   return m;
 }
 
@@ -342,8 +359,7 @@ void load_hf_model(Backend& be, const std::string& directory, const ModelConfig&
       CAROUSEL_CHECK(params.tensors[i].dtype() == DType::F32,
                      "Hugging Face weights load into float32 parameters, not {}",
                      dtype_name(params.tensors[i].dtype()));
-      const std::vector<float> values = to_float32(st, spec.name, it->second);
-      be.upload(values.data(), params.tensors[i]);
+      upload_as_float32(be, st, spec.name, it->second, params.tensors[i]);
     }
   }
   spdlog::info("loaded {} Hugging Face tensors from {} file(s) in '{}'", params.specs.size(),

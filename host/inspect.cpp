@@ -3,7 +3,6 @@
 #include "host/inspect.h"
 
 #include <fmt/format.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -12,6 +11,7 @@
 
 #include "compute/error.h"
 #include "host/checkpoint.h"
+#include "host/files.h"
 #include "host/json_fields.h"
 #include "host/safetensors.h"
 
@@ -26,34 +26,6 @@ bool holds_checkpoint_files(const fs::path& dir) {
     if (fs::exists(dir / f)) return true;
   }
   return false;
-}
-
-// The newest directory named by decimal digits under `dir`, or "".
-fs::path newest_step_directory(const fs::path& dir) {
-  std::vector<std::pair<std::int64_t, fs::path>> steps;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    const std::string name = e.path().filename().string();
-    if (name.empty() || name.size() > 18 || !e.is_directory() ||
-        name.find_first_not_of("0123456789") != std::string::npos) {
-      continue;
-    }
-    steps.emplace_back(std::stoll(name), e.path());
-  }
-  if (steps.empty()) return {};
-  return std::max_element(steps.begin(), steps.end())->second;
-}
-
-std::uint32_t crc32_of(const void* data, std::uint64_t bytes) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const auto* p = static_cast<const Bytef*>(data);
-  while (bytes > 0) {  // zlib takes at most 4 GiB per call
-    const auto n = uInt(std::min<std::uint64_t>(bytes, 1u << 30));
-    crc = crc32(crc, p, n);
-    p += n;
-    bytes -= n;
-  }
-  return std::uint32_t(crc);
 }
 
 // One table of a safetensors file: name, shape, dtype, CRC32 of the tensor's bytes.
@@ -83,9 +55,8 @@ std::string resolve_checkpoint_directory(const std::string& path) {
                  path);
   if (holds_checkpoint_files(p)) return p.string();
   for (const fs::path& root : {p / "checkpoints", p}) {
-    if (!fs::is_directory(root)) continue;
-    const fs::path newest = newest_step_directory(root);
-    if (!newest.empty()) return newest.string();
+    const auto steps = step_directories(root.string());
+    if (!steps.empty()) return steps.front().second;
   }
   fail(
       "'{}' is not a checkpoint: it holds no manifest.json, state.json or model.safetensors, "
@@ -114,13 +85,10 @@ int inspect_checkpoint(const std::string& path, std::ostream& out) {
     if (st.contains("skipped_steps")) {
       out << fmt::format("skipped_steps: {}\n", st["skipped_steps"].dump());
     }
-    if (st.contains("config") && st["config"].is_object()) {
-      const auto& c = st["config"];
-      for (const char* key : {"model_name", "steps", "lr_schedule_type"}) {
-        if (!c.contains(key)) continue;
-        const auto& v = c[key];
-        out << fmt::format("config {}: {}\n", key, v.is_string() ? v.get<std::string>() : v.dump());
-      }
+    const auto config = checkpoint_config(dir.string());
+    for (const char* key : {"model_name", "steps", "lr_schedule_type"}) {
+      const auto it = config.find(key);
+      if (it != config.end()) out << fmt::format("config {}: {}\n", key, it->second);
     }
   });
   part("manifest.json", [&] {

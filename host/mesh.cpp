@@ -123,10 +123,14 @@ int threads_per_rank(int ranks_sharing_cores) {
   return (end != requested && *end == '\0' && n >= 1) ? int(std::min<long>(n, share)) : share;
 }
 
+int rank_threads(int ranks, const Communicator* process_world) {
+  return threads_per_rank(process_world ? local_processes() : ranks);
+}
+
 void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicator* process_world,
                   const RankMain& rank_main, const StuckRanks& stuck) {
   if (process_world) {  // this process is one rank of an mpirun job
-    omp_set_num_threads(threads_per_rank(local_processes()));
+    omp_set_num_threads(rank_threads(ranks, process_world));
     const int rank = process_world->rank();
     if (transport == Transport::Nccl) {
 #ifdef CAROUSEL_HAVE_NCCL
@@ -149,7 +153,7 @@ void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicato
   auto run_one = [&](int rank) {
     // The ranks share the machine's cores: each rank's OpenMP loops (and OpenBLAS, which uses
     // the same pool) get threads_per_rank threads.
-    omp_set_num_threads(threads_per_rank(ranks));
+    omp_set_num_threads(rank_threads(ranks, nullptr));
     const auto device = make_device_backend(cfg, rank);  // rank r on GPU r with NCCL
     const auto host = host_world.communicator(rank);     // destroyed before the device
 #ifdef CAROUSEL_HAVE_NCCL

@@ -100,6 +100,9 @@ std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank);
 // least 1), or OMP_NUM_THREADS when the user set a smaller number — never more than the share,
 // so ranks x threads never exceeds the cores (docs/performance.md, threads).
 int threads_per_rank(int ranks_sharing_cores);
+// The OpenMP threads launch_ranks gives each rank of this process: threads_per_rank over the
+// job's processes on this machine (mpirun) or over the `ranks` rank threads.
+int rank_threads(int ranks, const Communicator* process_world);
 
 using RankMain =
     std::function<void(int rank, Backend& device, Communicator& world, Communicator& host_world)>;

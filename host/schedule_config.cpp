@@ -21,10 +21,10 @@ sch::Costs schedule_costs(const Config& cfg) {
 }
 
 sch::Costs schedule_costs(const Config& cfg, const sch::StageLayers& layers) {
-  // Per stage scales when the stages differ: uneven layer counts, or the head's cost on the
-  // last stage.
-  const bool scaled = cfg.uneven_stages() || cfg.schedule_cost_head > 0;
-  const double L = scaled ? 1.0 : double(cfg.num_layers_per_pipeline_stage);
+  // Per stage scales when the given stages differ: unequal layer counts, or the head's cost on
+  // the last stage; otherwise each stage's L layers are in the costs.
+  const bool scaled = !layers.is_even() || cfg.schedule_cost_head > 0;
+  const double L = scaled ? 1.0 : double(layers.count(0));
   sch::Costs c;
   if (scaled) {
     for (const int n : layers.counts()) c.stage_scale.push_back(double(n));

@@ -11,12 +11,13 @@
 namespace carousel {
 
 schedule::ScheduleSpec schedule_spec(const Config& cfg);
-// Per virtual stage; uneven stages (pipeline_stage_layers) or a head cost make the costs per
-// layer and stage_scale each stage's layer count (the last stage's plus schedule_cost_head);
-// otherwise one number per stage (cost x L) and no scale.
-schedule::Costs schedule_costs(const Config& cfg);
-// The same for a program whose stages hold `layers` (the trainer's: stage_layers(cfg)).
+// Per virtual stage of `layers` (the trainer's: stage_layers(cfg)); stages of unequal layer
+// counts or a head cost make the costs per layer and stage_scale each stage's layer count (the
+// last stage's plus schedule_cost_head); otherwise one number per stage (cost x its L layers)
+// and no scale.
 schedule::Costs schedule_costs(const Config& cfg, const schedule::StageLayers& layers);
+// The same for the config's own stages (cfg.stage_layer_counts()).
+schedule::Costs schedule_costs(const Config& cfg);
 
 // Which layers each virtual stage of lowered_program(cfg) runs: the config's layout, or the
 // whole model as one stage on one device.

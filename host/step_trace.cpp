@@ -42,7 +42,7 @@ void StepTrace::end_step(Clock::time_point at) {
     if (first.is_p2p()) {
       add_p2p_slice(p.actions, issued, done);
     } else {
-      slices_.push_back({sch::to_string(first), row_of(first), issued, done, first});
+      slices_.push_back({sch::to_string(first), row_of(first), issued, done, first, step_});
     }
   }
   pending_.clear();
@@ -50,7 +50,8 @@ void StepTrace::end_step(Clock::time_point at) {
 }
 
 void StepTrace::compute(const sch::Action& action, Clock::time_point start, Clock::time_point end) {
-  slices_.push_back({sch::to_string(action), "compute", micros(start), micros(end), action});
+  slices_.push_back(
+      {sch::to_string(action), "compute", micros(start), micros(end), action, step_});
   if (action.kind == sch::Kind::OPTIMIZER) steps_.back().optimizer_us = micros(start);
 }
 
@@ -64,7 +65,7 @@ void StepTrace::add_p2p_slice(const std::vector<sch::Action>& group, double star
   std::vector<std::string> names;
   for (const auto& a : group) names.push_back(sch::to_string(a));
   const std::string name = fmt::format("{}", fmt::join(names, " "));
-  slices_.push_back({name, "pipe", start_us, end_us, group.front()});
+  slices_.push_back({name, "pipe", start_us, end_us, group.front(), step_});
   for (const auto& a : group) {
     // The flow is named after the sending stage: SEND_F of stage v meets RECV_F of v + 1,
     // SEND_B of v meets RECV_B of v - 1.

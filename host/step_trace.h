@@ -44,6 +44,7 @@ class StepTrace {
     std::string name, row;  // row: compute | pipe | fsdp
     double start_us, end_us;
     schedule::Action action;
+    std::int64_t step;  // the step it belongs to
   };
   struct Flow {
     std::string id;  // step, ring, F|B, the sending stage, microbatch: the same on both ends

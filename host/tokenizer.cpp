@@ -2,12 +2,11 @@
 // tokenizer.h).
 #include "host/tokenizer.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "compute/error.h"
+#include "host/files.h"
+#include "host/json_fields.h"
 #include "host/paths.h"
 
 namespace carousel {
@@ -15,14 +14,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-nlohmann::json read_json(const fs::path& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  CAROUSEL_CHECK(in.good(), "tokenizer_path: cannot open {} '{}': {}", what, path.string(),
-                 std::strerror(errno));
+// A JSON file of the tokenizer (read_json_file), its errors prefixed with the config key and
+// followed by `hint`.
+nlohmann::json read_tokenizer_json(const fs::path& path, const char* hint = "") {
   try {
-    return nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    fail("tokenizer_path: {} '{}' is not JSON ({})", what, path.string(), e.what());
+    return read_json_file(path);
+  } catch (const Error& e) {
+    fail("tokenizer_path: {}{}", e.what(), hint);
   }
 }
 
@@ -96,17 +94,8 @@ std::int64_t vocab_size_of(const nlohmann::json& j, const std::string& path) {
 TokenizerInfo read_tokenizer(const std::string& path) {
   check_local_path("tokenizer_path", path);
   check_regular("tokenizer_path", path, "tokenizer file");
-  nlohmann::json j;
-  {
-    std::ifstream in(path, std::ios::binary);
-    CAROUSEL_CHECK(in.good(), "tokenizer_path='{}': cannot open: {}", path, std::strerror(errno));
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      fail("tokenizer_path='{}' is not JSON ({}); expected a Hugging Face tokenizer.json", path,
-           e.what());
-    }
-  }
+  const nlohmann::json j =
+      read_tokenizer_json(path, "; expected a Hugging Face tokenizer.json");
   CAROUSEL_CHECK(j.is_object() && j.contains("model") && j["model"].is_object() &&
                      j["model"].contains("vocab"),
                  "tokenizer_path='{}' has no model.vocab; expected a Hugging Face tokenizer.json "
@@ -120,7 +109,7 @@ TokenizerInfo read_tokenizer(const std::string& path) {
     if (fs::is_regular_file(dir / name)) info.companions.push_back(dir / name);
   }
   if (fs::is_regular_file(dir / "tokenizer_config.json")) {
-    const auto config = read_json(dir / "tokenizer_config.json", "tokenizer config");
+    const auto config = read_tokenizer_json(dir / "tokenizer_config.json");
     info.bos_token = token_text(config, "bos_token");
     info.eos_token = token_text(config, "eos_token");
   } else {
@@ -130,10 +119,6 @@ TokenizerInfo read_tokenizer(const std::string& path) {
   if (info.bos_token) info.bos_id = id_of(j, *info.bos_token);
   if (info.eos_token) info.eos_id = id_of(j, *info.eos_token);
   return info;
-}
-
-std::int64_t tokenizer_vocab_size(const std::string& path) {
-  return read_tokenizer(path).vocab_size;
 }
 
 std::vector<std::string> copy_tokenizer_files(const TokenizerInfo& tokenizer, const fs::path& dir,
@@ -149,10 +134,7 @@ std::vector<std::string> copy_tokenizer_files(const TokenizerInfo& tokenizer, co
                                      {"model_max_length", model_max_length}};
     if (tokenizer.bos_token) config["bos_token"] = *tokenizer.bos_token;
     if (tokenizer.eos_token) config["eos_token"] = *tokenizer.eos_token;
-    std::ofstream out(dir / "tokenizer_config.json");
-    out << config.dump(2) << '\n';
-    CAROUSEL_CHECK(out.good(), "writing '{}' failed: {}", (dir / "tokenizer_config.json").string(),
-                   std::strerror(errno));
+    write_text_file(dir / "tokenizer_config.json", config.dump(2) + '\n');
     written.push_back("tokenizer_config.json");
   }
   return written;

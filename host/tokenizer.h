@@ -29,9 +29,6 @@ struct TokenizerInfo {
 // trains, use <|endoftext|> for both). Errors name the file and what is wrong.
 TokenizerInfo read_tokenizer(const std::string& path);
 
-// Vocabulary size of a tokenizer.json (read_tokenizer(path).vocab_size).
-std::int64_t tokenizer_vocab_size(const std::string& path);
-
 // Copies tokenizer.json and its companions into `dir`; without a tokenizer_config.json, writes
 // one (PreTrainedTokenizerFast with the bos/eos tokens and model_max_length) so transformers can
 // load the directory. Returns the file names written.

@@ -5,11 +5,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <optional>
 #include <set>
 
@@ -19,6 +16,7 @@
 #include "host/data.h"
 #include "host/device_peak.h"
 #include "host/fault_injection.h"
+#include "host/files.h"
 #include "host/flight_recorder.h"
 #include "host/mesh.h"
 #include "host/plan/plan_costs.h"
@@ -199,10 +197,7 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
   const std::string json = step_trace_json(
       ranks, program,
       calibrated_schedule_costs(measured_costs, layers, schedule_costs(cfg, layers)), &predicted);
-  std::ofstream out(path, std::ios::trunc);
-  out << json;
-  out.flush();
-  CAROUSEL_CHECK(out.good(), "writing the trace '{}' failed: {}", path, std::strerror(errno));
+  write_text_file(path, json);
   const MeasuredSchedule measured = measure_schedule(ranks);
   result.measured_bubble = measured.bubble;
   result.measured_span_ms = measured.span_us / 1e3;
@@ -216,15 +211,15 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
        (process_world ? fmt::format("schedule_costs-rank{}.yml", process_world->rank())
                       : "schedule_costs.yml"))
           .string();
-  std::ofstream costs_out(costs_path, std::ios::trunc);
-  costs_out << schedule_costs_yaml(
-      measured_costs,
-      fmt::format("{} on {}, {}, S={} R={} M={}, steps {}-{}", cfg.model_name, cfg.device,
-                  cfg.pipeline_schedule, program.layout.ranks, program.layout.repeats,
-                  program.layout.microbatches, ranks.front()->steps().front().step + 1,
-                  ranks.front()->steps().back().step + 1));
-  costs_out << plan::measured_on_yaml(cfg, measured_costs.measured_head);  // for carousel plan
-  CAROUSEL_CHECK(costs_out.good(), "writing '{}' failed: {}", costs_path, std::strerror(errno));
+  write_text_file(
+      costs_path,
+      schedule_costs_yaml(
+          measured_costs,
+          fmt::format("{} on {}, {}, S={} R={} M={}, steps {}-{}", cfg.model_name, cfg.device,
+                      cfg.pipeline_schedule, program.layout.ranks, program.layout.repeats,
+                      program.layout.microbatches, ranks.front()->steps().front().step + 1,
+                      ranks.front()->steps().back().step + 1)) +
+          plan::measured_on_yaml(cfg, measured_costs.measured_head));  // for carousel plan
   result.costs_path = costs_path;
   const auto& steps = ranks.front()->steps();
   spdlog::info(
@@ -287,7 +282,9 @@ TrainResult train(const Config& requested, Communicator* process_world) {
   const schedule::Program program = lowered_program(cfg);
   const TransportChoice transport =
       choose_transport(cfg, mesh.ranks(), this_machine(process_world));
-  // The data, read once per process and shared by its ranks (reading it is const).
+  // The tokenizer and the data, read once per process and shared by its ranks (reading the
+  // data is const).
+  const std::optional<TokenizerInfo> tokenizer = read_run_tokenizer(cfg);
   const std::unique_ptr<DataLoader> data = make_data_loader(cfg);
   const std::unique_ptr<DataLoader> eval_data =
       cfg.eval_interval > 0 ? make_eval_data_loader(cfg) : nullptr;
@@ -313,7 +310,12 @@ TrainResult train(const Config& requested, Communicator* process_world) {
 
   const int processes = process_world ? process_world->size() : 1;
   std::optional<StepReporter> reporter;  // rank 0 reports
-  if (!process_world || process_world->rank() == 0) reporter.emplace(cfg);
+  if (!process_world || process_world->rank() == 0) {
+    reporter.emplace(cfg);
+    // Before the ranks start, so no rank computes on the cores the CPU GEMM is timed on.
+    reporter->set_peak_flops(run_peak_flops(cfg, host, mesh.ranks(), process_world == nullptr,
+                                            rank_threads(mesh.ranks(), process_world)));
+  }
   RankFigures figures{std::vector<double>(mesh.ranks()), std::vector<double>(mesh.ranks()),
                       std::vector<std::string>(mesh.ranks())};
   std::vector<FlightRecorder> recorders(mesh.ranks());  // this process's ranks' last actions
@@ -334,9 +336,6 @@ TrainResult train(const Config& requested, Communicator* process_world) {
     ShardedParams params(cfg, program.layout, place, be, comms);
     RankExecutor executor(cfg, program, place, be, comms, params, *data, recorder);
     if (start_from) params.exchange(host, *start_from, /*to_whole=*/false);
-    if (rank == 0) {
-      reporter->set_peak_flops(run_peak_flops(cfg, be, mesh.ranks(), process_world == nullptr));
-    }
     std::int64_t skipped = result.skipped_steps;
     // Held-out evaluation every eval_interval steps (and after the last step).
     auto evaluate = [&] {  // the mean token loss over the eval batches, the same on every rank
@@ -388,7 +387,8 @@ TrainResult train(const Config& requested, Communicator* process_world) {
         }
         if (rank == 0) {
           spdlog::info("checkpoint saved: {}",
-                       save_checkpoint(host, cfg, whole, {step + 1, skipped}));
+                       save_checkpoint(host, cfg, whole, {step + 1, skipped},
+                                       tokenizer ? &*tokenizer : nullptr));
         }
         world.barrier().wait();
         recorder.complete();

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <cmath>
+#include <limits>
 
 #include "compute/error.h"
 #include "models/params.h"
@@ -26,19 +27,37 @@ void check_range(std::string_view key, std::int64_t v, std::int64_t lo, std::int
                  note);
 }
 
+namespace {
+
+// Each size key's range. The upper bounds are far above any Llama (llama3-405b: E 16384,
+// Fm 53248, V 128256, N 126) and keep every product (V x E, B x H x T x T, ...) inside int64.
+constexpr std::int64_t kMaxVocab = std::int64_t(1) << 24, kMaxEmbDim = std::int64_t(1) << 16,
+                       kMaxLayers = 4096, kMaxHeads = 4096, kMaxMlpDim = std::int64_t(1) << 20,
+                       kMaxLength = std::int64_t(1) << 20;
+
+// The most parameters those ranges allow (param_table): per layer q, k, v and o (each at most
+// E x E: the kv heads divide the query heads, H x head_dim = E), gate, up and down (E x Fm each)
+// and two norms; then the embedding, an untied head and the final norm. About 2^49.7: summing
+// a valid model's parameters cannot overflow int64, so validate() only compares the count.
+constexpr std::int64_t kLargestParameterCount =
+    kMaxLayers * (4 * kMaxEmbDim * kMaxEmbDim + 3 * kMaxEmbDim * kMaxMlpDim + 2 * kMaxEmbDim) +
+    2 * kMaxVocab * kMaxEmbDim + kMaxEmbDim;
+static_assert(kLargestParameterCount < std::numeric_limits<std::int64_t>::max() / 1024,
+              "the size ranges must keep the parameter count far inside int64");
+
+}  // namespace
+
 void ModelConfig::validate() const {
   CAROUSEL_CHECK(decoder_block == "llama" || decoder_block == "simple",
                  "decoder_block='{}' is not valid; use llama or simple", decoder_block);
-  // Each key's own range first, so a message never blames a product of several keys. The upper
-  // bounds are far above any Llama (llama3-405b: E 16384, Fm 53248, V 128256, N 126) and keep
-  // every product below (V x E, B x H x T x T, ...) inside int64.
-  check_range("vocab_size", vocab_size, 1, std::int64_t(1) << 24);
-  check_range("base_emb_dim", emb_dim, 1, std::int64_t(1) << 16);
-  check_range("base_num_decoder_layers", num_layers, 1, 4096);
-  check_range("base_num_query_heads", num_query_heads, 1, 4096);
-  check_range("base_num_kv_heads", num_kv_heads, 1, 4096);
-  check_range("base_mlp_dim", mlp_dim, 1, std::int64_t(1) << 20);
-  check_range("max_target_length", max_target_length, 1, std::int64_t(1) << 20);
+  // Each key's own range first, so a message never blames a product of several keys.
+  check_range("vocab_size", vocab_size, 1, kMaxVocab);
+  check_range("base_emb_dim", emb_dim, 1, kMaxEmbDim);
+  check_range("base_num_decoder_layers", num_layers, 1, kMaxLayers);
+  check_range("base_num_query_heads", num_query_heads, 1, kMaxHeads);
+  check_range("base_num_kv_heads", num_kv_heads, 1, kMaxHeads);
+  check_range("base_mlp_dim", mlp_dim, 1, kMaxMlpDim);
+  check_range("max_target_length", max_target_length, 1, kMaxLength);
   CAROUSEL_CHECK(std::isfinite(rope_max_timescale) && rope_max_timescale > 0,
                  "rope_max_timescale={} is not valid; it must be a finite number > 0",
                  rope_max_timescale);
@@ -55,19 +74,12 @@ void ModelConfig::validate() const {
                    "base_num_query_heads={} must be a multiple of base_num_kv_heads={}",
                    num_query_heads, num_kv_heads);
   }
-  // The parameter count, summed with overflow checks, before anything is allocated.
-  std::int64_t params = 0;
-  bool overflow = false;
-  for (const auto& spec : param_table(*this)) {
-    std::int64_t n = 1;
-    for (const std::int64_t d : spec.shape) overflow |= __builtin_mul_overflow(n, d, &n);
-    overflow |= __builtin_add_overflow(params, n, &params);
-  }
-  CAROUSEL_CHECK(!overflow && params <= kMaxParameters,
+  // The parameter count before anything is allocated (at most kLargestParameterCount here).
+  const std::int64_t params = parameter_count(*this);
+  CAROUSEL_CHECK(params <= kMaxParameters,
                  "the model has {} parameters (vocab_size={}, base_emb_dim={}, base_mlp_dim={}, "
                  "base_num_decoder_layers={}); at most {} are supported",
-                 overflow ? std::string("more than 2^63") : std::to_string(params), vocab_size,
-                 emb_dim, mlp_dim, num_layers, kMaxParameters);
+                 params, vocab_size, emb_dim, mlp_dim, num_layers, kMaxParameters);
 }
 
 namespace {

@@ -17,6 +17,10 @@
 //   bfloat16  256 + 1 = 257 ties to 256 (8 significant bits), so 256 + 1 + 1 = 256;
 //             avg(1, 2, 4) = 7/3 -> 149 * 2^-6 = 2.328125 (bits 0x4015).
 //   float     min, max, prod exact; avg(1, 2, 4) is 7.0f / 3.0f (correctly rounded).
+//   NaN       min and max of floats (all four widths) skip NaN, as NCCL's fminf / fmaxf and
+//             __hmin / __hmax do: min(NaN, 2, 3) = 2 whichever rank holds the NaN, and only an
+//             element that is NaN on every rank stays NaN (with std::min's "keep the first
+//             operand" rank 0's NaN would win and rank 1's would be dropped).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -65,6 +69,8 @@ inline std::vector<ReductionCase> reduction_table() {
   constexpr i32 i32_max = std::numeric_limits<i32>::max(),
                 i32_min = std::numeric_limits<i32>::min();
   constexpr i64 i64_min = std::numeric_limits<i64>::min();
+  constexpr float fnan = std::numeric_limits<float>::quiet_NaN();
+  constexpr double dnan = std::numeric_limits<double>::quiet_NaN();
   const DType I8 = DType::I8, U8 = DType::U8, I32 = DType::I32, I64 = DType::I64, F16 = DType::F16,
               BF16 = DType::BF16, F32 = DType::F32, F64 = DType::F64;
   const ReduceOp Sum = ReduceOp::Sum, Prod = ReduceOp::Prod, Min = ReduceOp::Min,
@@ -128,6 +134,25 @@ inline std::vector<ReductionCase> reduction_table() {
       reduction_case<double>("double prod", F64, Prod, {{1.5}, {-2.0}, {0.25}}, {-0.75}),
       reduction_case<double>("double min", F64, Min, {{1.5}, {-2.0}, {0.25}}, {-2.0}),
       reduction_case<double>("double max", F64, Max, {{1.5}, {-2.0}, {0.25}}, {1.5}),
+      // NaN in min / max (qNaN bits: float 0x7FC00000, half 0x7E00, bfloat16 0x7FC0).
+      reduction_case<float>("float min skips NaN", F32, Min,
+                            {{fnan, 1.0f, fnan}, {2.0f, fnan, fnan}, {3.0f, 0.5f, fnan}},
+                            {2.0f, 0.5f, fnan}),
+      reduction_case<float>("float max skips NaN", F32, Max,
+                            {{fnan, 1.0f, fnan}, {2.0f, fnan, fnan}, {3.0f, 0.5f, fnan}},
+                            {3.0f, 1.0f, fnan}),
+      reduction_case<double>("double min skips NaN", F64, Min,
+                             {{dnan, 4.0}, {-1.0, dnan}, {dnan, 5.0}}, {-1.0, 4.0}),
+      reduction_case<double>("double max skips NaN", F64, Max,
+                             {{dnan, 4.0}, {-1.0, dnan}, {dnan, 5.0}}, {-1.0, 5.0}),
+      reduction_case<u16>("half min skips NaN", F16, Min,
+                          {{0x7E00, 0x3C00}, {0x4000, 0x7E00}, {0x4400, 0x3800}}, {0x4000, 0x3800}),
+      reduction_case<u16>("half max skips NaN", F16, Max,
+                          {{0x7E00, 0x3C00}, {0x4000, 0x7E00}, {0x4400, 0x3800}}, {0x4400, 0x3C00}),
+      reduction_case<u16>("bfloat16 min skips NaN", BF16, Min, {{0x7FC0}, {0x4000}, {0xBF80}},
+                          {0xBF80}),
+      reduction_case<u16>("bfloat16 max skips NaN", BF16, Max, {{0x7FC0}, {0x4000}, {0xBF80}},
+                          {0x4000}),
   };
 }
 

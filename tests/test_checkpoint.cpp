@@ -53,7 +53,8 @@ struct Fixture {
 // length, a JSON header, tensors back to back.
 TEST(Safetensors, IndependentParserReadsNamesDtypesShapesOffsetsAndValues) {
   Fixture f("parse");
-  const std::string dir = save_checkpoint(f.be, f.cfg, {&f.params, &f.opt.m, &f.opt.v}, {3});
+  const std::string dir =
+      save_checkpoint(f.be, f.cfg, {&f.params, &f.opt.m, &f.opt.v}, {3}, nullptr);
   const auto bytes = read_bytes(fs::path(dir) / "model.safetensors");
   std::uint64_t n = 0;
   std::memcpy(&n, bytes.data(), 8);  // x86-64 is little-endian
@@ -84,7 +85,8 @@ TEST(Safetensors, IndependentParserReadsNamesDtypesShapesOffsetsAndValues) {
 
 TEST(Checkpoint, RoundTripIsBitwise) {
   Fixture f("roundtrip");
-  const std::string dir = save_checkpoint(f.be, f.cfg, {&f.params, &f.opt.m, &f.opt.v}, {12});
+  const std::string dir =
+      save_checkpoint(f.be, f.cfg, {&f.params, &f.opt.m, &f.opt.v}, {12}, nullptr);
   EXPECT_EQ(latest_checkpoint(f.cfg), dir);
   ParamSet p2 = ParamSet::allocate(f.be, f.params.specs, DType::F32);
   AdamW o2 = AdamW::create(f.be, f.params.specs);
@@ -95,14 +97,15 @@ TEST(Checkpoint, RoundTripIsBitwise) {
   EXPECT_TRUE(testing::bitwise_equal(f.be, o2.v.flat, f.opt.v.flat));
   // A second save of the same step is refused: nothing is overwritten.
   EXPECT_NE(testing::error_of([&] {
-              save_checkpoint(f.be, f.cfg, {&f.params, nullptr, nullptr}, {12});
+              save_checkpoint(f.be, f.cfg, {&f.params, nullptr, nullptr}, {12}, nullptr);
             }).find("already exists; refusing to overwrite"),
             std::string::npos);
 }
 
 TEST(Checkpoint, CorruptionAndIncompleteDirectoriesAreDetected) {
   Fixture f("corrupt");
-  const std::string dir = save_checkpoint(f.be, f.cfg, {&f.params, &f.opt.m, &f.opt.v}, {5});
+  const std::string dir =
+      save_checkpoint(f.be, f.cfg, {&f.params, &f.opt.m, &f.opt.v}, {5}, nullptr);
   ParamSet p2 = ParamSet::allocate(f.be, f.params.specs, DType::F32);
   const fs::path model = fs::path(dir) / "model.safetensors";
   {
@@ -127,7 +130,7 @@ TEST(Checkpoint, CorruptionAndIncompleteDirectoriesAreDetected) {
 
 TEST(Checkpoint, ShapeMismatchNamesTensorAndShapes) {
   Fixture f("mismatch");
-  const std::string dir = save_checkpoint(f.be, f.cfg, {&f.params, nullptr, nullptr}, {1});
+  const std::string dir = save_checkpoint(f.be, f.cfg, {&f.params, nullptr, nullptr}, {1}, nullptr);
   ModelConfig wider = f.cfg.model;
   wider.mlp_dim = 100;
   ParamSet other = ParamSet::allocate(f.be, param_table(wider), DType::F32);

@@ -60,7 +60,7 @@ struct TestRun {
     init_params(be, params, 3);
   }
   std::string save(std::int64_t step) {
-    return save_checkpoint(be, cfg, {&params, nullptr, nullptr}, {step});
+    return save_checkpoint(be, cfg, {&params, nullptr, nullptr}, {step}, nullptr);
   }
   fs::path checkpoints() const { return fs::path(cfg.run_directory()) / "checkpoints"; }
   std::string load_error(const std::string& dir) {

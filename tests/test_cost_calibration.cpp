@@ -76,23 +76,28 @@ TEST(CostCalibration, PerLayerMeansAndTheHeadFromHandBuiltTraces) {
   EXPECT_FALSE(one.measured_head);
 }
 
-// Slices at given times: (kind, stage, microbatch, start us, end us).
-StepTrace timed_trace(int rank,
-                      const std::vector<std::tuple<sch::Kind, int, int, double, double>>& slices) {
+// Steps 0, 1, ... of slices at given times: (kind, stage, microbatch, start us, end us); step i
+// spans [1000 i, 1000 (i + 1)) us.
+using TimedSlices = std::vector<std::tuple<sch::Kind, int, int, double, double>>;
+StepTrace traced_steps(int rank, const std::vector<TimedSlices>& steps) {
   StepTrace trace(rank, 0);
   const Clock::time_point zero{};
   auto at = [&](double micros) {
     return zero + std::chrono::duration_cast<Clock::duration>(
                       std::chrono::duration<double, std::micro>(micros));
   };
-  trace.begin_step(0, zero);
-  for (const auto& [kind, stage, microbatch, start, end] : slices) {
-    trace.compute(sch::Action{.kind = kind, .stage = stage, .index = microbatch}, at(start),
-                  at(end));
+  for (std::size_t step = 0; step < steps.size(); ++step) {
+    trace.begin_step(std::int64_t(step), at(1000.0 * double(step)));
+    for (const auto& [kind, stage, microbatch, start, end] : steps[step]) {
+      trace.compute(sch::Action{.kind = kind, .stage = stage, .index = microbatch}, at(start),
+                    at(end));
+    }
+    trace.end_step(at(1000.0 * double(step + 1)));
   }
-  trace.end_step(at(1000));
   return trace;
 }
+
+StepTrace timed_trace(int rank, const TimedSlices& slices) { return traced_steps(rank, {slices}); }
 
 // Hand-offs from rank 0's F of stage 0 to rank 1's F of stage 1: 30, 50 and 40 us after the
 // producer ended, rank 1 idle each time: median 40. A consumer whose rank was still busy when
@@ -111,6 +116,18 @@ TEST(CostCalibration, HandOffIsTheMedianWaitOfIdleConsumers) {
   const CalibratedCosts c = calibrate_costs({&first, &second}, sch::StageLayers({1, 1}), 0);
   EXPECT_NEAR(c.p2p, 40, 1e-6);
   EXPECT_EQ(calibrated_schedule_costs(c, sch::StageLayers({1, 1}), {}).p2p, c.p2p);
+}
+
+// A consumer's producer is the same microbatch's action of the same step. Rank 1's F of
+// microbatch 0 in step 1 has no traced producer (rank 0 traced step 0 only): matching rank 0's
+// step-0 F of microbatch 0 (ended at 500, after rank 1's last compute) would add a hand-off of
+// 500 us and make the median 500; the only hand-off is microbatch 1's in step 0, 40 us.
+TEST(CostCalibration, HandOffsPairActionsOfOneStep) {
+  using K = sch::Kind;
+  const StepTrace first = traced_steps(0, {{{K::F, 0, 1, 0, 100}, {K::F, 0, 0, 400, 500}}, {}});
+  const StepTrace second = traced_steps(1, {{{K::F, 1, 1, 140, 300}}, {{K::F, 1, 0, 1000, 1100}}});
+  const CalibratedCosts c = calibrate_costs({&first, &second}, sch::StageLayers({1, 1}), 0);
+  EXPECT_NEAR(c.p2p, 40, 1e-6);
 }
 
 fs::path scratch(const std::string& name) {

@@ -7,7 +7,6 @@
 
 #include "compute/error.h"
 #include "host/data.h"
-#include "host/tokenizer.h"
 #include "tests/test_util.h"
 
 namespace carousel {
@@ -166,31 +165,36 @@ TEST(Data, TokenizerVocabularyMustFitVocabSize) {
   const std::string bpe = temp("carousel_tokenizer_bpe.json").string();
   std::ofstream(bpe) << R"({"added_tokens": [{"id": 1203, "content": "<eos>"}],
       "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 999}, "merges": []}})";
-  EXPECT_EQ(tokenizer_vocab_size(bpe), 1204);  // the added token's id is the largest
+  EXPECT_EQ(read_tokenizer(bpe).vocab_size, 1204);  // the added token's id is the largest
   const std::string unigram = temp("carousel_tokenizer_unigram.json").string();
   std::ofstream(unigram) << R"({"model": {"type": "Unigram", "vocab": [["a", -1], ["b", -2]]}})";
-  EXPECT_EQ(tokenizer_vocab_size(unigram), 2);
+  EXPECT_EQ(read_tokenizer(unigram).vocab_size, 2);
 
-  std::vector<std::uint16_t> tokens(50, 3);
-  write_token_shard(temp("carousel_tok_shard.bin").string(), tokens);
-  Config c = config_for("tokens", temp("carousel_tok_shard.bin").string(), 4);  // vocab 1000
+  Config c = config_for("tokens", "unused.bin", 4);  // vocab 1000
+  EXPECT_FALSE(read_run_tokenizer(c).has_value());   // no tokenizer_path
   c.tokenizer_path = unigram;
-  EXPECT_NO_THROW(make_data_loader(c));
+  EXPECT_EQ(read_run_tokenizer(c)->vocab_size, 2);
   c.tokenizer_path = bpe;
-  const std::string msg = testing::error_of([&] { make_data_loader(c); });
+  const std::string msg = testing::error_of([&] { read_run_tokenizer(c); });
   EXPECT_NE(msg.find("has a vocabulary of 1204 tokens but vocab_size=1000; set vocab_size=1204"),
             std::string::npos)
       << msg;
+  c.dataset_type = "text";  // bytes, not the tokenizer's ids: no bound, and no error without one
+  EXPECT_EQ(read_run_tokenizer(c)->vocab_size, 1204);
+  c.tokenizer_path = temp("carousel_no_such_tokenizer.json").string();
+  EXPECT_FALSE(read_run_tokenizer(c).has_value());
+  c.tokenizer_path = bpe;
+  c.dataset_type = "tokens";
   c.model.vocab_size = 1204;
-  EXPECT_NO_THROW(make_data_loader(c));
+  EXPECT_EQ(read_run_tokenizer(c)->vocab_size, 1204);
 
   const std::string not_tok = temp("carousel_tokenizer_config.json").string();
   std::ofstream(not_tok) << R"({"model_max_length": 2048})";
   c.tokenizer_path = not_tok;
-  EXPECT_NE(testing::error_of([&] { make_data_loader(c); }).find("has no model.vocab"),
+  EXPECT_NE(testing::error_of([&] { read_run_tokenizer(c); }).find("has no model.vocab"),
             std::string::npos);
   c.tokenizer_path = temp("carousel_no_such_tokenizer.json").string();
-  EXPECT_NE(testing::error_of([&] { make_data_loader(c); }).find("does not exist"),
+  EXPECT_NE(testing::error_of([&] { read_run_tokenizer(c); }).find("does not exist"),
             std::string::npos);
 }
 

@@ -1,6 +1,7 @@
 // test_file_faults.cpp — bad input files are clear errors (docs/reliability.md#files-and-outputs):
 // safetensors files with wrong header lengths, offsets, dtypes or JSON types; FIFOs,
-// directories and devices as datasets; bad token shard headers; non-finite metrics in JSONL.
+// directories and devices as datasets; bad token shard headers; non-finite metrics in JSONL;
+// text files that cannot be written.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "host/data.h"
+#include "host/files.h"
 #include "host/safetensors.h"
 #include "host/step_report.h"
 #include "tests/test_util.h"
@@ -286,6 +288,32 @@ TEST(MetricsJsonl, AFullDiskIsAnErrorNamingTheFile) {
   EXPECT_NE(msg.find("writing metrics file '/dev/full' failed at step 0: No space left on device"),
             std::string::npos)
       << msg;
+}
+
+// Every text file carousel writes goes through write_text_file: its content, replaced whole,
+// or one error naming the path and the system's reason.
+TEST(FileFaults, WriteTextFileReplacesOrNamesThePathAndReason) {
+  const fs::path path = temp("carousel_write_text.txt");
+  write_text_file(path, "first, longer text\n");
+  write_text_file(path, "second\n");
+  std::ifstream in(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "second\n");
+  EXPECT_EQ(testing::error_of([] { write_text_file("/nonexistent/dir/file.txt", "x"); }),
+            "cannot create '/nonexistent/dir/file.txt': No such file or directory");
+  EXPECT_EQ(testing::error_of([] { write_text_file("/dev/full", "x"); }),
+            "writing '/dev/full' failed: No space left on device (disk full?)");
+}
+
+// The CRC32 of manifests and `carousel inspect`: the standard check value of "123456789"
+// (0xCBF43926, the CRC-32 of zlib and PNG), in one call, continued across two, and of a file.
+TEST(Files, Crc32MatchesTheStandardCheckValue) {
+  const std::string digits = "123456789";
+  EXPECT_EQ(crc32_of(digits.data(), digits.size()), 0xCBF43926u);
+  EXPECT_EQ(crc32_of(digits.data() + 5, 4, crc32_of(digits.data(), 5)), 0xCBF43926u);
+  EXPECT_EQ(crc32_of(nullptr, 0), 0u);
+  const fs::path path = temp("carousel_crc_digits.txt");
+  write_text_file(path, digits);
+  EXPECT_EQ(file_crc32(path), 0xCBF43926u);
 }
 
 }  // namespace

@@ -146,7 +146,7 @@ TEST(HfImport, TiedEmbeddingsNeedNoLmHead) {
   CpuBackend be;
   const ParamSet params = ParamSet::allocate(be, param_table(c.model), DType::F32);
   init_params(be, params, 3);
-  const std::string ckpt = save_checkpoint(be, c, {&params, nullptr, nullptr}, {0});
+  const std::string ckpt = save_checkpoint(be, c, {&params, nullptr, nullptr}, {0}, nullptr);
   const std::string dir = write_hf("tied", "", ckpt);
   EXPECT_FALSE(contains(load_error(dir, c.model), "lm_head"));
   EXPECT_EQ(loaded(dir, c.model), be.to_host<float>(params.flat));

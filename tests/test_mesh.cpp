@@ -109,15 +109,16 @@ TEST(DevicePeak, ConfiguredMeasuredAndSharedCores) {
   CpuBackend be;
   Config c;
   c.peak_flops = 2e12;
-  EXPECT_EQ(run_peak_flops(c, be, 4, true), 8e12);  // a given peak counts every device
+  EXPECT_EQ(run_peak_flops(c, be, 4, true, 1), 8e12);  // a given peak counts every device
   c.peak_flops = 0;
   const double one = device_peak_flops(c, be);  // a measured GEMM: positive, below 10 TFLOP/s
   EXPECT_GT(one, 1e8);
   EXPECT_LT(one, 1e13);
   // Threads of one process share its cores: never more devices at once than cores / threads.
-  omp_set_num_threads(1);
-  const double many = run_peak_flops(c, be, 1000, true);
+  const int threads = omp_get_max_threads();
+  const double many = run_peak_flops(c, be, 1000, true, 1);
   EXPECT_LE(many, one * 1.5 * omp_get_num_procs());
+  EXPECT_EQ(omp_get_max_threads(), threads);  // measured with 1 thread, the count restored
 }
 
 }  // namespace

@@ -263,6 +263,23 @@ TEST(Init, DependsOnSeedAndNameNotOnOrder) {
   EXPECT_EQ(initial_values(gain, 0), std::vector<double>(64, 1.0));
 }
 
+// Every size key at the top of its range (one head, so q, k, v and o are E x E each): the
+// count, worked by hand, is N (4 E^2 + 3 E Fm + 2 E) + 2 V E + E = 916993234501632, about
+// 2^49.7; the ranges keep any count far inside int64, and this one is refused by the limit.
+TEST(ModelConfig, TheLargestModelTheRangesAllowIsCountedAndRefused) {
+  ModelConfig c;
+  c.vocab_size = std::int64_t(1) << 24;
+  c.emb_dim = std::int64_t(1) << 16;
+  c.num_layers = 4096;
+  c.num_query_heads = 1;
+  c.num_kv_heads = 1;
+  c.mlp_dim = std::int64_t(1) << 20;
+  EXPECT_EQ(parameter_count(c), 916993234501632);
+  const std::string msg = testing::error_of([&] { c.validate(); });
+  EXPECT_NE(msg.find("the model has 916993234501632 parameters"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at most 1000000000000 are supported"), std::string::npos) << msg;
+}
+
 TEST(ModelConfig, ValidationNamesTheKey) {
   ModelConfig c = model_preset("tiny");
   c.num_kv_heads = 3;

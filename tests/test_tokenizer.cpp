@@ -7,6 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "compute/cpu_backend.h"
 #include "host/checkpoint.h"
 #include "host/config.h"
 #include "host/logging.h"
@@ -80,8 +81,14 @@ TEST(Tokenizer, TokenizerConfigBesideItDecides) {
   std::ofstream(dir / "tokenizer_config.json") << "{not json";
   EXPECT_NE(testing::error_of([&] {
               read_tokenizer((dir / "tokenizer.json").string());
-            }).find("tokenizer_config.json' is not JSON"),
+            }).find("tokenizer_config.json' is not valid JSON"),
             std::string::npos);
+  std::ofstream(dir / "tokenizer.json") << "{not json";
+  const std::string msg =
+      testing::error_of([&] { read_tokenizer((dir / "tokenizer.json").string()); });
+  EXPECT_EQ(msg.rfind("tokenizer_path: '", 0), 0u) << msg;
+  EXPECT_NE(msg.find("tokenizer.json' is not valid JSON"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("; expected a Hugging Face tokenizer.json"), std::string::npos) << msg;
 }
 
 Config run_with_tokenizer(const fs::path& base, const fs::path& tokenizer) {
@@ -122,7 +129,8 @@ TEST(Tokenizer, CheckpointsCarryTheTokenizer) {
   EXPECT_TRUE(manifest.at("files").contains("tokenizer_config.json"));
   EXPECT_EQ(latest_checkpoint(c), ckpt.string());  // the manifest verifies
 
-  // The tokenizer gone before a save: the checkpoint is still written, without it.
+  // The tokenizer gone before the resumed run (text data: it only travels into checkpoints):
+  // a warning, and its checkpoints are still written, without it.
   Config more = c;
   more.steps = 2;
   fs::remove(tokenizer);
@@ -132,6 +140,26 @@ TEST(Tokenizer, CheckpointsCarryTheTokenizer) {
   EXPECT_TRUE(fs::is_regular_file(second / "model.safetensors"));
   EXPECT_FALSE(fs::exists(second / "tokenizer.json"));
   EXPECT_FALSE(read_json(second / "config.json").contains("eos_token_id"));
+}
+
+// The run reads its tokenizer once; one that vanished before a save costs the checkpoint its
+// copy (and config.json its bos/eos ids), not the checkpoint.
+TEST(Tokenizer, ASaveOutlivesAVanishedTokenizer) {
+  const fs::path dir = fresh_dir("vanished");
+  const fs::path tokenizer = dir / "tok" / "tokenizer.json";
+  fs::create_directories(tokenizer.parent_path());
+  std::ofstream(tokenizer) << tokenizer_json({{3, "<s>", true}, {4, "</s>", true}});
+  const TokenizerInfo tok = read_tokenizer(tokenizer.string());
+  fs::remove(tokenizer);
+  const Config c = run_with_tokenizer(dir / "out", tokenizer);
+  CpuBackend be;
+  const auto specs = param_table(c.model);
+  const ParamSet params = ParamSet::over(specs, be.zeros({ParamSet::total_numel(specs)}));
+  const fs::path ckpt = save_checkpoint(be, c, {&params, nullptr, nullptr}, {1}, &tok);
+  EXPECT_TRUE(fs::is_regular_file(ckpt / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(ckpt / "tokenizer.json"));
+  EXPECT_FALSE(read_json(ckpt / "config.json").contains("bos_token_id"));
+  EXPECT_NO_THROW(verify_checkpoint(ckpt.string()));
 }
 
 }  // namespace

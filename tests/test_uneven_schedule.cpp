@@ -152,6 +152,26 @@ TEST(UnevenCosts, AHeavyHeadMakesTheLighterLastStageFaster) {
   EXPECT_DOUBLE_EQ(uneven.step_time, 36);
 }
 
+// The costs follow the stages they are given, not the config's keys: one device's single
+// stage of all 8 layers costs 8 layers (the config says L = 1 per pipeline stage), and an
+// uneven layout whose counts are all equal needs no scale.
+TEST(UnevenCosts, ScaleFollowsTheStagesGiven) {
+  const Config cfg = config_of({"schedule_cost_f=2", "schedule_cost_b=3"});
+  ASSERT_EQ(cfg.num_layers_per_pipeline_stage, 1);
+  const Costs whole = schedule_costs(cfg, StageLayers({8}));
+  EXPECT_TRUE(whole.stage_scale.empty());
+  EXPECT_EQ(whole.f, 16);
+  EXPECT_EQ(whole.b, 24);
+  const Config equal = config_of({"ici_pipeline_parallelism=2", "pipeline_stage_layers=[4,4]",
+                                  "schedule_cost_f=2"});
+  const Costs costs = schedule_costs(equal);
+  EXPECT_TRUE(costs.stage_scale.empty());
+  EXPECT_EQ(costs.f, 8);
+  const Costs uneven = schedule_costs(equal, StageLayers({3, 5}));
+  EXPECT_EQ(uneven.stage_scale, (std::vector<double>{3, 5}));
+  EXPECT_EQ(uneven.f, 2);
+}
+
 // The same costs with no stage_scale and f, b of one layer reproduce the even run exactly: an
 // empty scale is 1 everywhere, and a scale of L equals costs multiplied by L.
 TEST(UnevenCosts, EvenScaleEqualsMultipliedCosts) {
@@ -166,6 +186,23 @@ TEST(UnevenCosts, EvenScaleEqualsMultipliedCosts) {
   Costs wrong;
   wrong.stage_scale = {1, 2, 3};
   EXPECT_THROW(simulate(p, wrong), carousel::Error);
+}
+
+// One duration per action, read by the simulator and the stream recording alike: compute and
+// the stage's collectives scale with its layers; markers, p2p and the optimizer take no time.
+TEST(UnevenCosts, DurationOfEachActionKind) {
+  Costs c;
+  c.f = 1, c.b = 2, c.i = 1.25, c.w = 0.75, c.all_gather = 0.5, c.reduce_scatter = 0.25;
+  c.stage_scale = {1, 3};
+  EXPECT_EQ(c.duration({Kind::F, 1, 0}), 3);
+  EXPECT_EQ(c.duration({Kind::B, 0, 2}), 2);
+  EXPECT_EQ(c.duration({Kind::I, 1, 0}), 3.75);
+  EXPECT_EQ(c.duration({Kind::W, 1, 0}), 2.25);
+  EXPECT_EQ(c.duration({Kind::AG_ISSUE, 1, 0}), 1.5);
+  EXPECT_EQ(c.duration({Kind::REDUCE_SCATTER, 0, -1}), 0.25);
+  EXPECT_EQ(c.duration({Kind::AG_WAIT, 1, 0}), 0);
+  EXPECT_EQ(c.duration({Kind::SEND_F, 0, 0, 1}), 0);
+  EXPECT_EQ(c.duration({Kind::OPTIMIZER, -1, -1}), 0);  // no stage: no scale is read
 }
 
 // FSDP gathers and reduce-scatters move a stage's weights: each lasts its per-layer cost times
@@ -201,7 +238,7 @@ TEST(UnevenCosts, CollectivesScaleWithTheStageTheyMove) {
 // stage 3 = L7.
 TEST(UnevenCosts, CircularTableShowsEachStagesLayers) {
   const auto table = circular_table(2, 2, 2, 1, StageLayers({1, 3, 3, 1}));
-  const std::string text = format_circular_table(table, 1, false);
+  const std::string text = format_circular_table(table, false);
   EXPECT_NE(text.find("m0/r0 (L0) "), std::string::npos) << text;
   EXPECT_NE(text.find("m0/r0 (L1-3)"), std::string::npos) << text;
   EXPECT_NE(text.find("m1/r1 (L4-6)"), std::string::npos) << text;

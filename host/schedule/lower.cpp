@@ -167,7 +167,8 @@ Program lower(const Program& compute, const LoweringOptions& options) {
     const auto& prog = compute.ranks[r];
     if (ptr[r] == prog.size() || !input_ready(r, prog[ptr[r]])) return 0;
     if (!prog[ptr[r]].overlap) return 1;
-    return input_ready(r, prog[ptr[r] + 1]) ? 2 : 0;
+    const std::size_t partner = overlap_partner(prog, ptr[r]);  // validate(): it exists
+    return input_ready(r, prog[partner]) ? partner - ptr[r] + 1 : 0;
   };
   for (bool progress = true; progress;) {
     progress = false;

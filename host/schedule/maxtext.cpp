@@ -35,7 +35,7 @@ std::vector<std::vector<CircularCell>> circular_table(int S, int M, int R, int d
   return table;
 }
 
-std::string format_circular_table(const std::vector<std::vector<CircularCell>>& table, int /*L*/,
+std::string format_circular_table(const std::vector<std::vector<CircularCell>>& table,
                                   bool show_bsw) {
   if (table.empty()) return {};
   const int S = int(table[0].size());

@@ -29,8 +29,8 @@ std::vector<std::vector<CircularCell>> circular_table(int S, int M, int R, int d
                                                       const StageLayers& layers);
 
 // The MaxText-style table as text: one row per iteration, "m3/r1 (L5)" or "m3/r1 (L4-6)" cells
-// (each cell's own layers; L is not read), "--" for bubbles.
-std::string format_circular_table(const std::vector<std::vector<CircularCell>>& table, int L,
+// (each cell's own layers), "--" for bubbles.
+std::string format_circular_table(const std::vector<std::vector<CircularCell>>& table,
                                   bool show_bsw);
 
 }  // namespace carousel::schedule

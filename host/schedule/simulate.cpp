@@ -29,6 +29,13 @@ double Costs::scale(int stage) const {
   return stage_scale[std::size_t(stage)];
 }
 
+double Costs::duration(const Action& a) const {
+  if (a.is_compute()) return cost(a.kind, a.stage);
+  if (a.kind == Kind::AG_ISSUE) return all_gather * scale(a.stage);
+  if (a.kind == Kind::REDUCE_SCATTER) return reduce_scatter * scale(a.stage);
+  return 0;
+}
+
 SimResult simulate(const Program& p, const Costs& c) {
   const Layout& l = p.layout;
   const int R = l.ranks, V = l.stages();
@@ -95,7 +102,7 @@ SimResult simulate(const Program& p, const Costs& c) {
           }
           if (ready < 0) break;  // the producer has not been simulated yet
           const double start = std::max({compute_free[r], ready, pending[r]});
-          const double end = start + c.cost(a.kind, a.stage);
+          const double end = start + c.duration(a);
           end_of[{a.kind, a.stage, a.index}] = end;
           res.timeline.push_back({r, a, start, end});
           res.busy[r] += end - start;
@@ -103,7 +110,7 @@ SimResult simulate(const Program& p, const Costs& c) {
           pending[r] = 0;
         } else if (a.kind == Kind::AG_ISSUE) {
           const double start = std::max(compute_free[r], comm_free[r]);
-          comm_free[r] = start + c.all_gather * c.scale(a.stage);
+          comm_free[r] = start + c.duration(a);
           gather_done[r][a.index] = comm_free[r];
           res.all_gathers[r] += 1;
           if (c.all_gather > 0) res.timeline.push_back({r, a, start, comm_free[r]});
@@ -114,7 +121,7 @@ SimResult simulate(const Program& p, const Costs& c) {
           pending[r] = std::max(pending[r], it->second);
         } else if (a.kind == Kind::REDUCE_SCATTER) {
           const double start = std::max(compute_free[r], comm_free[r]);
-          comm_free[r] = start + c.reduce_scatter * c.scale(a.stage);
+          comm_free[r] = start + c.duration(a);
           res.reduce_scatters[r] += 1;
           if (c.reduce_scatter > 0) res.timeline.push_back({r, a, start, comm_free[r]});
         } else if (a.kind == Kind::OPTIMIZER) {

@@ -22,6 +22,9 @@ struct Costs {
   double cost(Kind k) const;        // of a stage of scale 1
   double scale(int stage) const;    // stage_scale[stage], or 1 when stage_scale is empty
   double cost(Kind k, int stage) const { return cost(k) * scale(stage); }
+  // How long `a` runs: a compute action on its stream, an AG_ISSUE / REDUCE_SCATTER on the
+  // comm stream (the stage's weights), 0 for markers, p2p and the optimizer.
+  double duration(const Action& a) const;
 };
 
 struct Interval {

@@ -117,8 +117,6 @@ std::vector<Access> data_accesses(const Program& lowered, int rank) {
 
 namespace {
 
-constexpr int kStreams = 4;
-
 // The action a p2p action is matched with on its peer: (peer, kind, stage, microbatch).
 std::tuple<int, Kind, int, int> partner(const Action& a) {
   switch (a.kind) {
@@ -178,10 +176,7 @@ Recording record_streams(const Program& p, const std::vector<StreamPlan>& plans,
   auto duration = [&](int r, int i) {
     const Action& a = p.ranks[r][i];
     const double more = r < int(extra.size()) && i < int(extra[r].size()) ? extra[r][i] : 0.0;
-    if (a.kind == Kind::AG_ISSUE) return c.all_gather * c.scale(a.stage) + more;
-    if (a.kind == Kind::REDUCE_SCATTER) return c.reduce_scatter * c.scale(a.stage) + more;
-    if (a.is_compute()) return c.cost(a.kind, a.stage) + more;
-    return more;  // 0 for markers and the host
+    return c.duration(a) + more;
   };
   // When every event in `events` has been recorded; -1 while one has not.
   auto ready_at = [&](int r, const std::vector<int>& events, double t) {

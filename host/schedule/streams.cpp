@@ -68,8 +68,6 @@ Stream stream_of(Kind k) {
   return Stream::host;
 }
 
-constexpr int kStreams = 4;
-
 }  // namespace
 
 StreamPlan plan_streams(const Program& lowered, int rank) {

@@ -28,6 +28,8 @@ enum class Stream : std::uint8_t {
   fsdp,     // the FSDP communicator: AG_ISSUE, REDUCE_SCATTER
   host,     // OPTIMIZER: the host reads the global norm
 };
+inline constexpr int kStreams = 4;  // how many Stream values there are
+static_assert(int(Stream::host) + 1 == kStreams, "kStreams counts the Stream values");
 std::string_view stream_name(Stream s);
 
 // Why a stream waits: one reason per rule of the plan.
@@ -125,10 +127,10 @@ struct Recording {
 // Runs the plans: each stream of each rank executes its actions in order, an action starts when
 // its stream is free and the events it waits for are recorded (a host action: when its host
 // block's events are); a p2p group starts when posted and ends when every partner group has
-// been posted too, plus costs.p2p. Durations: costs.cost(kind) for compute, all_gather and
-// reduce_scatter for the fsdp stream, 0 for markers and the host, plus extra[rank][action] when
-// given (adversarial timings: a slow producer exposes any wait a plan lacks). Throws
-// carousel::Error if the plans deadlock.
+// been posted too, plus costs.p2p. Durations: costs.duration(action) (compute, the fsdp
+// stream's all_gather and reduce_scatter, 0 for markers and the host), plus
+// extra[rank][action] when given (adversarial timings: a slow producer exposes any wait a plan
+// lacks). Throws carousel::Error if the plans deadlock.
 Recording record_streams(const Program& lowered, const std::vector<StreamPlan>& plans,
                          const Costs& costs, const std::vector<std::vector<double>>& extra = {});
 
