@@ -32,6 +32,13 @@ std::vector<std::pair<sch::Kind, int>> producers_of(const sch::Action& a, int la
   return {};
 }
 
+double median(std::vector<double> values) {  // 0 when empty
+  if (values.empty()) return 0;
+  const auto middle = values.begin() + std::ptrdiff_t(values.size() / 2);
+  std::nth_element(values.begin(), middle, values.end());
+  return *middle;
+}
+
 double median_handoff(const std::vector<const StepTrace*>& ranks, int last_stage) {
   // Every compute slice by (step, kind, stage, microbatch): when it ended, on which rank. With
   // replicas (data or FSDP ranks of one process) a key has one slice per replica.
@@ -62,10 +69,7 @@ double median_handoff(const std::vector<const StepTrace*>& ranks, int last_stage
       rank_free = s.end_us;
     }
   }
-  if (handoffs.empty()) return 0;
-  const auto middle = handoffs.begin() + std::ptrdiff_t(handoffs.size() / 2);
-  std::nth_element(handoffs.begin(), middle, handoffs.end());
-  return *middle;
+  return median(std::move(handoffs));
 }
 
 }  // namespace
@@ -137,6 +141,32 @@ sch::Costs calibrated_schedule_costs(const CalibratedCosts& measured,
   for (const int n : layers.counts()) base.stage_scale.push_back(double(n));
   base.stage_scale.back() += measured.head;
   return base;
+}
+
+Replay replay_traced_steps(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
+                           const sch::Costs& calibrated) {
+  using Key = std::tuple<sch::Kind, int, int>;  // kind, stage, microbatch: unique in a step
+  std::map<std::int64_t, std::map<Key, Sum>> steps;
+  for (const StepTrace* rank : ranks) {
+    for (const auto& s : rank->slices()) {
+      if (!s.action.is_compute()) continue;
+      Sum& sum = steps[s.step][{s.action.kind, s.action.stage, s.action.index}];
+      sum.micros += s.end_us - s.start_us;
+      ++sum.slices;
+    }
+  }
+  std::vector<double> spans, bubbles;
+  for (const auto& [step, durations] : steps) {
+    sch::Costs costs = calibrated;
+    costs.measured_compute = [&, &durations = durations](const sch::Action& a) {
+      const auto it = durations.find({a.kind, a.stage, a.index});
+      return it == durations.end() ? calibrated.cost(a.kind, a.stage) : it->second.mean();
+    };
+    const sch::SimResult sim = sch::simulate(program, costs);
+    spans.push_back(sim.step_time);
+    bubbles.push_back(sim.bubble_fraction);
+  }
+  return {.span_us = median(std::move(spans)), .bubble = median(std::move(bubbles))};
 }
 
 std::string schedule_costs_yaml(const CalibratedCosts& m, const std::string& description) {

@@ -48,6 +48,17 @@ schedule::Costs calibrated_schedule_costs(const CalibratedCosts& measured,
                                           const schedule::StageLayers& layers,
                                           schedule::Costs base);
 
+// The traced steps replayed through the schedule's dependencies: each step simulated with the
+// durations its compute actions measured (averaged over a stage's FSDP / data replicas) and
+// `calibrated`'s hand-off and collectives, instead of per-kind means. Medians over the steps.
+// Against the measured span it shows what the dependency model explains; against the mean-cost
+// prediction, what the spread of action durations costs (docs/performance.md).
+struct Replay {
+  double span_us = 0, bubble = 0;
+};
+Replay replay_traced_steps(const std::vector<const StepTrace*>& ranks,
+                           const schedule::Program& program, const schedule::Costs& calibrated);
+
 // The schedule_cost_* keys of `measured` as YAML, `description` (machine, run) in comments.
 std::string schedule_costs_yaml(const CalibratedCosts& measured, const std::string& description);
 

@@ -194,9 +194,9 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
   const schedule::StageLayers layers = stage_layers(cfg);
   const CalibratedCosts measured_costs = calibrate_costs(ranks, layers, cfg.schedule_cost_head);
   schedule::SimResult predicted;
-  const std::string json = step_trace_json(
-      ranks, program,
-      calibrated_schedule_costs(measured_costs, layers, schedule_costs(cfg, layers)), &predicted);
+  const schedule::Costs calibrated =
+      calibrated_schedule_costs(measured_costs, layers, schedule_costs(cfg, layers));
+  const std::string json = step_trace_json(ranks, program, calibrated, &predicted);
   write_text_file(path, json);
   const MeasuredSchedule measured = measure_schedule(ranks);
   result.measured_bubble = measured.bubble;
@@ -204,6 +204,9 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
   result.exposed_gather_ms = measured.exposed_gather_us / 1e3;
   result.predicted_bubble = predicted.bubble_fraction;
   result.predicted_span_ms = predicted.step_time / 1e3;
+  const Replay replayed = replay_traced_steps(ranks, program, calibrated);
+  result.replayed_span_ms = replayed.span_us / 1e3;
+  result.replayed_bubble = replayed.bubble;
   result.trace_path = path;
   // The measured costs, for `carousel schedule` / the planner (schedule_costs_file=...).
   const std::string costs_path =
@@ -224,9 +227,10 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
   const auto& steps = ranks.front()->steps();
   spdlog::info(
       "trace of steps {}-{}: {} (chrome://tracing or ui.perfetto.dev); measured bubble "
-      "{:.1f} %, predicted {:.1f} % (cost model calibrated from these steps)",
+      "{:.1f} %, predicted {:.1f} % (cost model calibrated from these steps), replayed {:.1f} % "
+      "(these steps' own durations through the schedule)",
       steps.front().step + 1, steps.back().step + 1, path, 100 * result.measured_bubble,
-      100 * result.predicted_bubble);
+      100 * result.predicted_bubble, 100 * result.replayed_bubble);
 }
 
 // Where the run starts: the newest usable checkpoint of the run directory (its config compared

@@ -130,6 +130,44 @@ TEST(CostCalibration, HandOffsPairActionsOfOneStep) {
   EXPECT_NEAR(c.p2p, 40, 1e-6);
 }
 
+// Replay: each traced step simulated with its own durations and the calibrated hand-off (10 us).
+// Program (1F1B-like, S = 2, M = 2): rank 0 "0F0 0F1 0B0 0B1", rank 1 "1F0 1B0 1F1 1B1".
+// Steps 0 and 2: F 100 / B 150 on rank 0, F 200 / B 300 on rank 1. By hand: rank 0 forwards
+// [0, 200]; rank 1 1F0 [110, 310], 1B0 [310, 610], 1F1 [610, 810], 1B1 [810, 1110]; rank 0
+// 0B0 [620, 770], 0B1 [1120, 1270]: span 1270, bubble 1 - 1500 / (2 x 1270). Step 1: rank 1
+// F 100 / B 100: 1F0 [110, 210], 1B0 [210, 310], 1F1 [310, 410], 1B1 [410, 510], 0B1 ends
+// 670. Medians over the steps: 1270 and step 0's bubble (the mean durations would give neither).
+TEST(CostCalibration, ReplaySimulatesEachStepWithItsOwnDurations) {
+  using K = sch::Kind;
+  auto end_to_end = [](double origin, const std::vector<std::tuple<K, int, int, double>>& list) {
+    TimedSlices out;
+    for (const auto& [kind, stage, microbatch, micros] : list) {
+      out.emplace_back(kind, stage, microbatch, origin, origin + micros);
+      origin += micros;
+    }
+    return out;
+  };
+  auto first_steps = [&](double origin) {
+    return end_to_end(origin, {{K::F, 0, 0, 100}, {K::F, 0, 1, 100}, {K::B, 0, 0, 150},
+                               {K::B, 0, 1, 150}});
+  };
+  auto second_steps = [&](double origin, double f, double b) {
+    return end_to_end(origin, {{K::F, 1, 0, f}, {K::B, 1, 0, b}, {K::F, 1, 1, f},
+                               {K::B, 1, 1, b}});
+  };
+  const StepTrace first = traced_steps(0, {first_steps(0), first_steps(1000), first_steps(2000)});
+  const StepTrace second = traced_steps(
+      1, {second_steps(0, 200, 300), second_steps(1000, 100, 100), second_steps(2000, 200, 300)});
+  const sch::Layout layout{.ranks = 2, .repeats = 1, .microbatches = 2};
+  const sch::Program program =
+      sch::parse_program(layout, "rank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1B0 1F1 1B1\n");
+  sch::Costs calibrated;
+  calibrated.p2p = 10;
+  const Replay replay = replay_traced_steps({&first, &second}, program, calibrated);
+  EXPECT_NEAR(replay.span_us, 1270, 1e-6);
+  EXPECT_NEAR(replay.bubble, 1 - 1500.0 / (2 * 1270), 1e-9);
+}
+
 fs::path scratch(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / "carousel_cost_tests" / name;
   fs::remove_all(dir);

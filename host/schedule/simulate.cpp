@@ -30,7 +30,7 @@ double Costs::scale(int stage) const {
 }
 
 double Costs::duration(const Action& a) const {
-  if (a.is_compute()) return cost(a.kind, a.stage);
+  if (a.is_compute()) return measured_compute ? measured_compute(a) : cost(a.kind, a.stage);
   if (a.kind == Kind::AG_ISSUE) return all_gather * scale(a.stage);
   if (a.kind == Kind::REDUCE_SCATTER) return reduce_scatter * scale(a.stage);
   return 0;

@@ -2,6 +2,7 @@
 // communication counts of a (lowered or compute-only) program, before any math runs.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,10 @@ struct Costs {
   double cost(Kind k) const;        // of a stage of scale 1
   double scale(int stage) const;    // stage_scale[stage], or 1 when stage_scale is empty
   double cost(Kind k, int stage) const { return cost(k) * scale(stage); }
+  // Replay of a measured step: when set, the duration of each compute action (F, B, I, W of a
+  // stage and microbatch, unique within a step) instead of its kind's cost. Gathers and
+  // reduce-scatters keep theirs (host/cost_calibration.h, replay_traced_steps).
+  std::function<double(const Action&)> measured_compute;
   // How long `a` runs: a compute action on its stream, an AG_ISSUE / REDUCE_SCATTER on the
   // comm stream (the stage's weights), 0 for markers, p2p and the optimizer.
   double duration(const Action& a) const;
