@@ -70,9 +70,9 @@ struct Row {
   std::string schedule, mode;
   int stages, repeats, microbatches, fsdp;
   bool oversubscribed;
-  double step_ms, tokens_per_s, measured_span_ms, predicted_span_ms, replayed_span_ms,
-      measured_bubble, predicted_bubble, replayed_bubble, exposed_gather_ms, peak_mib,
-      gathers_per_step, gather_mib_per_step;
+  double step_ms, tokens_per_s, measured_span_ms, predicted_span_ms, spread_span_ms,
+      replayed_span_ms, measured_bubble, predicted_bubble, spread_bubble, replayed_bubble,
+      exposed_gather_ms, peak_mib, gathers_per_step, gather_mib_per_step;
 };
 
 // The config of one grid point; throws carousel::Error when the schedule rejects its layout
@@ -137,9 +137,11 @@ Row run_one(const Config& cfg, const WeightMode& mode, int batch, int steps) {
       .tokens_per_s = median > 0 ? double(batch * cfg.model.max_target_length) / median * 1e3 : 0,
       .measured_span_ms = result.measured_span_ms,
       .predicted_span_ms = result.predicted_span_ms,
+      .spread_span_ms = result.spread_span_ms,
       .replayed_span_ms = result.replayed_span_ms,
       .measured_bubble = result.measured_bubble,
       .predicted_bubble = result.predicted_bubble,
+      .spread_bubble = result.spread_bubble,
       .replayed_bubble = result.replayed_bubble,
       .exposed_gather_ms = result.exposed_gather_ms,
       .peak_mib = double(result.peak_device_bytes) / (1 << 20),
@@ -159,9 +161,11 @@ nlohmann::json to_json(const Row& r) {
           {"tokens_per_s", r.tokens_per_s},
           {"measured_span_ms", r.measured_span_ms},
           {"predicted_span_ms", r.predicted_span_ms},
+          {"spread_span_ms", r.spread_span_ms},
           {"replayed_span_ms", r.replayed_span_ms},
           {"measured_bubble", r.measured_bubble},
           {"predicted_bubble", r.predicted_bubble},
+          {"spread_bubble", r.spread_bubble},
           {"replayed_bubble", r.replayed_bubble},
           {"exposed_gather_ms", r.exposed_gather_ms},
           {"peak_mib", r.peak_mib},
@@ -230,9 +234,9 @@ int main(int argc, char** argv) {
     std::filesystem::remove_all(out_dir);
     fmt::print(
         "{:<17} {:>2} {:>2} {:>3} {:<8} {:>9} {:>9} {:>9} {:>9} {:>6} {:>8} {:>8} {:>8} {:>8} "
-        "{:>8} {:>9}\n",
+        "{:>8} {:>8} {:>9}\n",
         "schedule", "S", "R", "M", "weights", "step ms", "tok/s", "span ms", "pred ms", "err",
-        "bubble", "pred", "replay", "AG wait", "AG MiB", "peak MiB");
+        "bubble", "pred", "+spread", "replay", "AG wait", "AG MiB", "peak MiB");
     std::vector<Row> rows;
     const std::int64_t layers = load_config("", model).config.model.num_layers;  // once
     for (const int stages : split_ints("--stages", stages_list)) {
@@ -253,11 +257,12 @@ int main(int argc, char** argv) {
             const Row r = run_one(cfg, mode, batch, steps);
             fmt::print(
                 "{:<17} {:>2} {:>2} {:>3} {:<8} {:>9.1f} {:>9.0f} {:>9.1f} {:>9.1f} {:>5.0f}% "
-                "{:>7.1f}% {:>7.1f}% {:>7.1f}% {:>8.2f} {:>8.1f} {:>9.1f}{}\n",
+                "{:>7.1f}% {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>8.2f} {:>8.1f} {:>9.1f}{}\n",
                 r.schedule, r.stages, r.repeats, r.microbatches, r.mode, r.step_ms, r.tokens_per_s,
                 r.measured_span_ms, r.predicted_span_ms,
                 100 * (r.predicted_span_ms / r.measured_span_ms - 1), 100 * r.measured_bubble,
-                100 * r.predicted_bubble, 100 * r.replayed_bubble, r.exposed_gather_ms, r.gather_mib_per_step, r.peak_mib,
+                100 * r.predicted_bubble, 100 * r.spread_bubble, 100 * r.replayed_bubble,
+                r.exposed_gather_ms, r.gather_mib_per_step, r.peak_mib,
                 r.oversubscribed ? "  oversubscribed" : "");
             std::fflush(stdout);
             rows.push_back(r);

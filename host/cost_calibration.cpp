@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <random>
 #include <tuple>
 #include <utility>
 
@@ -39,7 +40,8 @@ double median(std::vector<double> values) {  // 0 when empty
   return *middle;
 }
 
-double median_handoff(const std::vector<const StepTrace*>& ranks, int last_stage) {
+// Every hand-off: a consumer's start minus its producer's end, when the consumer's rank was idle.
+std::vector<double> handoffs_of(const std::vector<const StepTrace*>& ranks, int last_stage) {
   // Every compute slice by (step, kind, stage, microbatch): when it ended, on which rank. With
   // replicas (data or FSDP ranks of one process) a key has one slice per replica.
   using Key = std::tuple<std::int64_t, sch::Kind, int, int>;
@@ -69,7 +71,7 @@ double median_handoff(const std::vector<const StepTrace*>& ranks, int last_stage
       rank_free = s.end_us;
     }
   }
-  return median(std::move(handoffs));
+  return handoffs;
 }
 
 }  // namespace
@@ -124,7 +126,7 @@ CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
       c.measured_head = true;
     }
   }
-  c.p2p = median_handoff(ranks, last);
+  c.p2p = median(handoffs_of(ranks, last));
   return c;
 }
 
@@ -167,6 +169,37 @@ Replay replay_traced_steps(const std::vector<const StepTrace*>& ranks, const sch
     bubbles.push_back(sim.bubble_fraction);
   }
   return {.span_us = median(std::move(spans)), .bubble = median(std::move(bubbles))};
+}
+
+Replay predict_with_spread(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
+                           const sch::Costs& calibrated, int samples) {
+  std::map<std::pair<sch::Kind, int>, std::vector<double>> measured;  // (kind, stage) -> durations
+  for (const StepTrace* rank : ranks) {
+    for (const auto& s : rank->slices()) {
+      if (s.action.is_compute()) measured[{s.action.kind, s.action.stage}].push_back(s.end_us - s.start_us);
+    }
+  }
+  if (measured.empty() || samples < 1) return {};
+  const std::vector<double> handoffs = handoffs_of(ranks, program.layout.stages() - 1);
+  std::mt19937_64 random(20261123);
+  double span = 0, bubble = 0;
+  for (int sample = 0; sample < samples; ++sample) {
+    sch::Costs costs = calibrated;
+    costs.measured_compute = [&](const sch::Action& a) {
+      const auto it = measured.find({a.kind, a.stage});
+      if (it == measured.end()) return calibrated.cost(a.kind, a.stage);
+      return it->second[std::uniform_int_distribution<std::size_t>(0, it->second.size() - 1)(random)];
+    };
+    if (!handoffs.empty()) {
+      costs.measured_p2p = [&] {
+        return handoffs[std::uniform_int_distribution<std::size_t>(0, handoffs.size() - 1)(random)];
+      };
+    }
+    const sch::SimResult sim = sch::simulate(program, costs);
+    span += sim.step_time;
+    bubble += sim.bubble_fraction;
+  }
+  return {.span_us = span / samples, .bubble = bubble / samples};
 }
 
 std::string schedule_costs_yaml(const CalibratedCosts& m, const std::string& description) {

@@ -59,6 +59,15 @@ struct Replay {
 Replay replay_traced_steps(const std::vector<const StepTrace*>& ranks,
                            const schedule::Program& program, const schedule::Costs& calibrated);
 
+// The prediction with the spread of durations: `samples` simulations in which every compute
+// action takes a duration drawn (seeded, so the same traces give the same figure) from those its
+// stage and kind measured over the traced steps and replicas, and every cross-rank hand-off one
+// of the measured hand-offs; the means of their spans and bubbles. A slow action on the critical path delays everything behind it while a fast one off
+// it gains nothing, so this is longer than the mean-cost prediction by what the spread costs.
+Replay predict_with_spread(const std::vector<const StepTrace*>& ranks,
+                           const schedule::Program& program, const schedule::Costs& calibrated,
+                           int samples = 64);
+
 // The schedule_cost_* keys of `measured` as YAML, `description` (machine, run) in comments.
 std::string schedule_costs_yaml(const CalibratedCosts& measured, const std::string& description);
 

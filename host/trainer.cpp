@@ -204,6 +204,9 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
   result.exposed_gather_ms = measured.exposed_gather_us / 1e3;
   result.predicted_bubble = predicted.bubble_fraction;
   result.predicted_span_ms = predicted.step_time / 1e3;
+  const Replay spread = predict_with_spread(ranks, program, calibrated);
+  result.spread_span_ms = spread.span_us / 1e3;
+  result.spread_bubble = spread.bubble;
   const Replay replayed = replay_traced_steps(ranks, program, calibrated);
   result.replayed_span_ms = replayed.span_us / 1e3;
   result.replayed_bubble = replayed.bubble;
@@ -227,10 +230,11 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
   const auto& steps = ranks.front()->steps();
   spdlog::info(
       "trace of steps {}-{}: {} (chrome://tracing or ui.perfetto.dev); measured bubble "
-      "{:.1f} %, predicted {:.1f} % (cost model calibrated from these steps), replayed {:.1f} % "
-      "(these steps' own durations through the schedule)",
+      "{:.1f} %, predicted {:.1f} % (cost model calibrated from these steps; {:.1f} % with the "
+      "spread of their durations), replayed {:.1f} % (these steps' own durations through the "
+      "schedule)",
       steps.front().step + 1, steps.back().step + 1, path, 100 * result.measured_bubble,
-      100 * result.predicted_bubble, 100 * result.replayed_bubble);
+      100 * result.predicted_bubble, 100 * result.spread_bubble, 100 * result.replayed_bubble);
 }
 
 // Where the run starts: the newest usable checkpoint of the run directory (its config compared

@@ -39,7 +39,9 @@ struct TrainResult {
   double measured_bubble = -1, predicted_bubble = -1;
   // The schedule's span per step (first action to the last OPTIMIZER), measured and predicted.
   double measured_span_ms = -1, predicted_span_ms = -1;
-  // The traced steps replayed with their own measured durations (cost_calibration.h).
+  // The prediction with the measured spread of durations, and the traced steps replayed with
+  // their own durations (cost_calibration.h).
+  double spread_span_ms = -1, spread_bubble = -1;
   double replayed_span_ms = -1, replayed_bubble = -1;
   double exposed_gather_ms = -1;  // per rank and step: compute waiting for weight gathers
   std::size_t peak_device_bytes = 0;                 // the largest over the ranks

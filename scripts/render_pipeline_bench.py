@@ -45,8 +45,8 @@ def markdown(doc):
         f"`{' '.join(doc['model'])}`.",
         "",
         "| schedule | S | R | M | weights | step ms | tok/s | span ms | predicted | pred/meas "
-        "| bubble | predicted | replayed | AG wait ms | AG MiB | peak MiB |",
-        "|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| bubble | predicted | + spread | replayed | AG wait ms | AG MiB | peak MiB |",
+        "|---|--:|--:|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in doc["rows"]:
         ratio = r["predicted_span_ms"] / r["measured_span_ms"] if r["measured_span_ms"] > 0 else 0
@@ -55,7 +55,8 @@ def markdown(doc):
             f"| {r['schedule']} | {r['S']} | {r['R']} | {r['M']} | {r['weight_mode']}{note} "
             f"| {r['step_ms']:.1f} | {r['tokens_per_s']:.0f} | {r['measured_span_ms']:.1f} "
             f"| {r['predicted_span_ms']:.1f} | {ratio:.2f} | {100 * r['measured_bubble']:.1f} % "
-            f"| {100 * r['predicted_bubble']:.1f} % | {100 * r.get('replayed_bubble', 0):.1f} % "
+            f"| {100 * r['predicted_bubble']:.1f} % | {100 * r.get('spread_bubble', 0):.1f} % "
+            f"| {100 * r.get('replayed_bubble', 0):.1f} % "
             f"| {r.get('exposed_gather_ms', 0):.2f} "
             f"| {r.get('all_gather_mib_per_step', 0):.1f} | {r.get('peak_mib', 0):.1f} |")
     return "\n".join(lines) + "\n"
@@ -72,15 +73,17 @@ def plot(doc, path):
     fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(rows) + 2), 4.5))
     measured = [100 * r["measured_bubble"] for r in rows]
     predicted = [100 * r["predicted_bubble"] for r in rows]
+    spread = [100 * r.get("spread_bubble", 0) for r in rows]
     replayed = [100 * r.get("replayed_bubble", 0) for r in rows]
     hatch = ["//" if r.get("oversubscribed") else "" for r in rows]
+    bars = [(measured, "tab:blue", "measured"),
+            (replayed, "tab:green", "replayed (each step's own durations)"),
+            (spread, "tab:red", "predicted (measured spread)"),
+            (predicted, "tab:orange", "predicted (calibrated means)")]
     for i in x:
-        ax.bar(i - 0.27, measured[i], 0.27, color="tab:blue", hatch=hatch[i],
-               label="measured" if i == 0 else None)
-        ax.bar(i, replayed[i], 0.27, color="tab:green",
-               label="replayed (measured durations)" if i == 0 else None)
-        ax.bar(i + 0.27, predicted[i], 0.27, color="tab:orange",
-               label="predicted (calibrated means)" if i == 0 else None)
+        for k, (values, color, label) in enumerate(bars):
+            ax.bar(i + 0.2 * (k - 1.5), values[i], 0.2, color=color,
+                   hatch=hatch[i] if k == 0 else "", label=label if i == 0 else None)
     ax.set_xticks(list(x))
     ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("bubble %")

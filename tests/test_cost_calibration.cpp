@@ -168,6 +168,22 @@ TEST(CostCalibration, ReplaySimulatesEachStepWithItsOwnDurations) {
   EXPECT_NEAR(replay.bubble, 1 - 1500.0 / (2 * 1270), 1e-9);
 }
 
+// The spread prediction: rank 0 "0F0 0F1", rank 1 "1F0 1F1", no hand-off. Stage 0's forwards
+// measured 100 us, stage 1's 50 and 150. The span is a1 + max(b1, a2) + b2 with a = 100 and b
+// drawn from {50, 150}: expected 100 + (100 + 150) / 2 + 100 = 325 us, where the mean durations
+// give 300 (4096 draws: the estimate's standard deviation is under 1 us).
+TEST(CostCalibration, SpreadPredictionIsTheExpectedSpanOverMeasuredDurations) {
+  using K = sch::Kind;
+  const StepTrace first = timed_trace(0, {{K::F, 0, 0, 0, 100}, {K::F, 0, 1, 100, 200}});
+  const StepTrace second = timed_trace(1, {{K::F, 1, 0, 100, 150}, {K::F, 1, 1, 200, 350}});
+  const sch::Layout layout{.ranks = 2, .repeats = 1, .microbatches = 2};
+  const sch::Program program = sch::parse_program(layout, "rank 0: 0F0 0F1\nrank 1: 1F0 1F1\n");
+  const Replay spread = predict_with_spread({&first, &second}, program, sch::Costs{}, 4096);
+  EXPECT_NEAR(spread.span_us, 325, 4);
+  EXPECT_EQ(predict_with_spread({&first, &second}, program, sch::Costs{}, 4096).span_us,
+            spread.span_us);  // seeded: the same traces give the same figure
+}
+
 fs::path scratch(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / "carousel_cost_tests" / name;
   fs::remove_all(dir);

@@ -52,7 +52,10 @@ SimResult simulate(const Program& p, const Costs& c) {
   // When the input of a compute action is ready (kUnknown while its producer has not run).
   auto input_ready = [&](int rank, const Action& a) -> double {
     const int v = a.stage, m = a.index;
-    auto cross = [&](int other) { return l.rank_of(other) != rank ? c.p2p : 0.0; };
+    auto cross = [&](int other) {
+      if (l.rank_of(other) == rank) return 0.0;
+      return c.measured_p2p ? c.measured_p2p() : c.p2p;
+    };
     switch (a.kind) {
       case Kind::F: {
         if (v == 0) return 0;
