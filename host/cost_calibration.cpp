@@ -67,7 +67,11 @@ std::vector<double> handoffs_of(const std::vector<const StepTrace*>& ranks, int 
           if (rank != consumer_rank && end_us <= s.start_us) produced = std::max(produced, end_us);
         }
       }
-      if (produced > -1e300 && produced > rank_free) handoffs.push_back(s.start_us - produced);
+      // An overlapped F&B pair starts when both halves' inputs are there: its F may have waited
+      // for the B's input, which is not a hand-off of its own.
+      if (produced > -1e300 && produced > rank_free && !s.action.overlap) {
+        handoffs.push_back(s.start_us - produced);
+      }
       rank_free = s.end_us;
     }
   }

@@ -13,7 +13,8 @@
 // p2p: for each F of stage v > 0 (its producer: the F of v - 1) and each B or I of a stage
 // below the last (its producer: the B or I of v + 1), producers being of the same microbatch
 // and step, whose producer ran on another traced rank and ended after the consumer's rank
-// finished its previous action, the consumer's start minus the producer's end: the hand-off the
+// finished its previous action, the consumer's start minus the producer's end (not for the F of
+// an overlapped F&B pair, which may have waited for its B's input): the hand-off the
 // simulator adds to every cross-rank input. Ranks are matched by the traces' clock, so only the
 // ranks of one process (one node) are compared.
 #pragma once
