@@ -7,14 +7,18 @@ docs/performance.md.
         --markdown out/pipeline_bench.md --png docs/pipeline_bench.png
 
 The table has one row per configuration: step time, tokens/s, the schedule's measured span and
-the cost model's calibrated prediction (and their ratio), measured and predicted bubble, the
-exposed all-gather time and bytes, peak memory. The PNG puts measured against predicted bubble
+the cost model's calibrated prediction (and their ratio), the measured bubble against the
+mean-cost prediction, the prediction with the measured spread and the replay of the traced
+steps, the exposed all-gather time and bytes, peak memory. The PNG puts the bubbles side by side
 per configuration (oversubscribed rows hatched: ranks share cores, so their idle time is not a
-pipeline bubble). Exit status 2 with one line on a file that is not pipeline_bench's JSON.
+pipeline bubble). Several JSON files of the same grid (repeated runs on a noisy machine) give
+one table of per-configuration medians. Exit status 2 with one line on a file that is not
+pipeline_bench's JSON.
 (matplotlib: Debian's python3-matplotlib, installed by scripts/setup.sh; only --png needs it.)
 """
 import argparse
 import json
+import statistics
 import sys
 
 
@@ -37,12 +41,31 @@ def load(path):
         fail(f"{path} is not pipeline_bench --json output ({e!r})")
 
 
+def median_of(docs):
+    """One document whose rows are the per-configuration medians of the numeric fields."""
+    if len(docs) == 1:
+        return docs[0]
+    key = lambda r: (r["schedule"], r["S"], r["R"], r["M"], r["weight_mode"])  # noqa: E731
+    grids = [{key(r): r for r in d["rows"]} for d in docs]
+    if any(set(g) != set(grids[0]) for g in grids):
+        fail("the JSON files are not runs of the same grid")
+    rows = []
+    for r in docs[0]["rows"]:
+        merged = dict(r)
+        for field, value in r.items():
+            if isinstance(value, float):
+                merged[field] = statistics.median(g[key(r)][field] for g in grids)
+        rows.append(merged)
+    return {**docs[0], "rows": rows, "runs": len(docs)}
+
+
 def markdown(doc):
     m = doc["machine"]
     lines = [
         f"Machine: {m['cpu']}, {m['cores']} cores; global batch {doc['batch']} sequences, "
         f"{doc['steps']} steps per run (the last {doc['steps'] - 2} traced); model "
-        f"`{' '.join(doc['model'])}`.",
+        f"`{' '.join(doc['model'])}`"
+        + (f"; medians of {doc['runs']} runs." if doc.get("runs", 1) > 1 else "."),
         "",
         "| schedule | S | R | M | weights | step ms | tok/s | span ms | predicted | pred/meas "
         "| bubble | predicted | + spread | replayed | AG wait ms | AG MiB | peak MiB |",
@@ -95,11 +118,11 @@ def plot(doc, path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("json", help="pipeline_bench --json output")
+    ap.add_argument("json", nargs="+", help="pipeline_bench --json output (several: medians)")
     ap.add_argument("--markdown", help="write the table here (default: stdout)")
     ap.add_argument("--png", help="write the bubble plot here")
     args = ap.parse_args()
-    doc = load(args.json)
+    doc = median_of([load(path) for path in args.json])
     table = markdown(doc)
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as f:

@@ -23,13 +23,35 @@ got = {(r["S"], r["schedule"], r["M"] // r["S"], r["weight_mode"]) for r in rows
 assert got == grid and len(rows) == len(grid), (sorted(got), sorted(grid))
 for r in rows:
     assert r["measured_span_ms"] > 0 and r["predicted_span_ms"] > 0, r
-    assert 0 <= r["measured_bubble"] < 1 and 0 <= r["predicted_bubble"] < 1, r
+    for bubble in ("measured_bubble", "predicted_bubble", "spread_bubble", "replayed_bubble"):
+        assert 0 <= r[bubble] < 1, (bubble, r)
     assert (r["all_gathers_per_step"] > 0) == (r["F"] > 1), r
     if r["S"] == 1 and r["F"] == 1:
         assert r["predicted_bubble"] == 0, r   # one device: nothing to wait for
 PY
 n=$(python3 "$src/scripts/render_pipeline_bench.py" "$work/bench.json" | grep -c '^| \(1f1b\|zb_h1\) ')
 [ "$n" -eq 12 ] || fail "the rendered table has $n rows, not 12"
+# Three runs of one grid: the table of medians is the middle run's (the others shifted by
+# +-0.01 in every figure); a file of another grid is refused.
+python3 - "$work" <<'PY' || fail "shifted copies"
+import json, sys
+doc = json.load(open(f"{sys.argv[1]}/bench.json"))
+for name, delta in (("up", 0.01), ("down", -0.01)):
+    copy = json.loads(json.dumps(doc))
+    for r in copy["rows"]:
+        for k, v in r.items():
+            if isinstance(v, float):
+                r[k] = v + delta
+    json.dump(copy, open(f"{sys.argv[1]}/{name}.json", "w"))
+doc["rows"].pop()
+json.dump(doc, open(f"{sys.argv[1]}/other.json", "w"))
+PY
+python3 "$src/scripts/render_pipeline_bench.py" "$work/bench.json" | tail -n +2 >"$work/one.md"
+python3 "$src/scripts/render_pipeline_bench.py" "$work/up.json" "$work/bench.json" "$work/down.json" |
+  tail -n +2 >"$work/median.md"
+cmp -s "$work/one.md" "$work/median.md" || fail "medians of three runs differ from the middle run"
+python3 "$src/scripts/render_pipeline_bench.py" "$work/bench.json" "$work/other.json" >/dev/null 2>&1
+[ $? -eq 2 ] || fail "the renderer took medians over different grids"
 
 "$bench" --weight-modes fast >/dev/null 2>"$work/bad.err"
 rc=$?
