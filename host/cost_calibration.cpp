@@ -33,7 +33,7 @@ std::vector<std::pair<sch::Kind, int>> producers_of(const sch::Action& a, int la
   return {};
 }
 
-double median(std::vector<double> values) {  // 0 when empty
+double median(std::vector<double> values) {  // the upper middle one; 0 when empty
   if (values.empty()) return 0;
   const auto middle = values.begin() + std::ptrdiff_t(values.size() / 2);
   std::nth_element(values.begin(), middle, values.end());
@@ -130,7 +130,8 @@ CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
       c.measured_head = true;
     }
   }
-  c.p2p = median(handoffs_of(ranks, last));
+  c.handoffs = handoffs_of(ranks, last);
+  c.p2p = median(c.handoffs);
   return c;
 }
 
@@ -149,6 +150,26 @@ sch::Costs calibrated_schedule_costs(const CalibratedCosts& measured,
   return base;
 }
 
+namespace {
+
+// Spans and busy times of simulations pooled as measure_schedule pools the measured steps: the
+// mean span, and the bubble of the total busy time over ranks x the total span.
+struct Pooled {
+  double span = 0, busy = 0;
+  int simulations = 0;
+  void add(const sch::SimResult& sim) {
+    span += sim.step_time;
+    for (const double b : sim.busy) busy += b;
+    ++simulations;
+  }
+  Replay result(int ranks) const {
+    if (simulations == 0 || span <= 0) return {};
+    return {.span_us = span / simulations, .bubble = 1 - busy / (double(ranks) * span)};
+  }
+};
+
+}  // namespace
+
 Replay replay_traced_steps(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
                            const sch::Costs& calibrated) {
   using Key = std::tuple<sch::Kind, int, int>;  // kind, stage, microbatch: unique in a step
@@ -161,49 +182,44 @@ Replay replay_traced_steps(const std::vector<const StepTrace*>& ranks, const sch
       ++sum.slices;
     }
   }
-  std::vector<double> spans, bubbles;
+  Pooled pooled;
   for (const auto& [step, durations] : steps) {
     sch::Costs costs = calibrated;
     costs.measured_compute = [&, &durations = durations](const sch::Action& a) {
       const auto it = durations.find({a.kind, a.stage, a.index});
       return it == durations.end() ? calibrated.cost(a.kind, a.stage) : it->second.mean();
     };
-    const sch::SimResult sim = sch::simulate(program, costs);
-    spans.push_back(sim.step_time);
-    bubbles.push_back(sim.bubble_fraction);
+    pooled.add(sch::simulate(program, costs));
   }
-  return {.span_us = median(std::move(spans)), .bubble = median(std::move(bubbles))};
+  return pooled.result(program.layout.ranks);
 }
 
 Replay predict_with_spread(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
-                           const sch::Costs& calibrated, int samples) {
+                           const sch::Costs& calibrated, const std::vector<double>& handoffs,
+                           int samples) {
   std::map<std::pair<sch::Kind, int>, std::vector<double>> measured;  // (kind, stage) -> durations
   for (const StepTrace* rank : ranks) {
     for (const auto& s : rank->slices()) {
-      if (s.action.is_compute()) measured[{s.action.kind, s.action.stage}].push_back(s.end_us - s.start_us);
+      if (!s.action.is_compute()) continue;
+      measured[{s.action.kind, s.action.stage}].push_back(s.end_us - s.start_us);
     }
   }
   if (measured.empty() || samples < 1) return {};
-  const std::vector<double> handoffs = handoffs_of(ranks, program.layout.stages() - 1);
   std::mt19937_64 random(20261123);
-  double span = 0, bubble = 0;
+  auto draw = [&](const std::vector<double>& values) {
+    return values[std::uniform_int_distribution<std::size_t>(0, values.size() - 1)(random)];
+  };
+  Pooled pooled;
   for (int sample = 0; sample < samples; ++sample) {
     sch::Costs costs = calibrated;
     costs.measured_compute = [&](const sch::Action& a) {
       const auto it = measured.find({a.kind, a.stage});
-      if (it == measured.end()) return calibrated.cost(a.kind, a.stage);
-      return it->second[std::uniform_int_distribution<std::size_t>(0, it->second.size() - 1)(random)];
+      return it == measured.end() ? calibrated.cost(a.kind, a.stage) : draw(it->second);
     };
-    if (!handoffs.empty()) {
-      costs.measured_p2p = [&] {
-        return handoffs[std::uniform_int_distribution<std::size_t>(0, handoffs.size() - 1)(random)];
-      };
-    }
-    const sch::SimResult sim = sch::simulate(program, costs);
-    span += sim.step_time;
-    bubble += sim.bubble_fraction;
+    if (!handoffs.empty()) costs.measured_p2p = [&] { return draw(handoffs); };
+    pooled.add(sch::simulate(program, costs));
   }
-  return {.span_us = span / samples, .bubble = bubble / samples};
+  return pooled.result(program.layout.ranks);
 }
 
 std::string schedule_costs_yaml(const CalibratedCosts& m, const std::string& description) {

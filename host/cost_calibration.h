@@ -36,7 +36,9 @@ struct CalibratedCosts {
   double head = 0;                            // in layers, added to the last stage
   bool measured_head = false;                 // false: `head` is the configured value
   // Microseconds from a producer's end on one rank to the start of its consumer on another, when
-  // the consumer's rank was idle waiting for it (the median over such hand-offs; 0 if none).
+  // the consumer's rank was idle waiting for it: every such hand-off, and their median (0 if
+  // none), which the simulator adds to every cross-rank input.
+  std::vector<double> handoffs;
   double p2p = 0;
 };
 
@@ -51,7 +53,8 @@ schedule::Costs calibrated_schedule_costs(const CalibratedCosts& measured,
 
 // The traced steps replayed through the schedule's dependencies: each step simulated with the
 // durations its compute actions measured (averaged over a stage's FSDP / data replicas) and
-// `calibrated`'s hand-off and collectives, instead of per-kind means. Medians over the steps.
+// `calibrated`'s hand-off and collectives, instead of per-kind means. Pooled as
+// measure_schedule pools the measured steps (mean span; total busy / (ranks x total span)).
 // Against the measured span it shows what the dependency model explains; against the mean-cost
 // prediction, what the spread of action durations costs (docs/performance.md).
 struct Replay {
@@ -63,11 +66,12 @@ Replay replay_traced_steps(const std::vector<const StepTrace*>& ranks,
 // The prediction with the spread of durations: `samples` simulations in which every compute
 // action takes a duration drawn (seeded, so the same traces give the same figure) from those its
 // stage and kind measured over the traced steps and replicas, and every cross-rank hand-off one
-// of the measured hand-offs; the means of their spans and bubbles. A slow action on the critical path delays everything behind it while a fast one off
-// it gains nothing, so this is longer than the mean-cost prediction by what the spread costs.
+// of `handoffs` (CalibratedCosts::handoffs, one pool); pooled like the replay. A slow action on
+// the critical path delays everything behind it while a fast one off it gains nothing, so this
+// is longer than the mean-cost prediction by what the spread costs.
 Replay predict_with_spread(const std::vector<const StepTrace*>& ranks,
                            const schedule::Program& program, const schedule::Costs& calibrated,
-                           int samples = 64);
+                           const std::vector<double>& handoffs, int samples = 64);
 
 // The schedule_cost_* keys of `measured` as YAML, `description` (machine, run) in comments.
 std::string schedule_costs_yaml(const CalibratedCosts& measured, const std::string& description);

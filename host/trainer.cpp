@@ -204,7 +204,7 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
   result.exposed_gather_ms = measured.exposed_gather_us / 1e3;
   result.predicted_bubble = predicted.bubble_fraction;
   result.predicted_span_ms = predicted.step_time / 1e3;
-  const Replay spread = predict_with_spread(ranks, program, calibrated);
+  const Replay spread = predict_with_spread(ranks, program, calibrated, measured_costs.handoffs);
   result.spread_span_ms = spread.span_us / 1e3;
   result.spread_bubble = spread.bubble;
   const Replay replayed = replay_traced_steps(ranks, program, calibrated);

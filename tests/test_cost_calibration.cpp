@@ -134,9 +134,9 @@ TEST(CostCalibration, HandOffsPairActionsOfOneStep) {
 // Program (1F1B-like, S = 2, M = 2): rank 0 "0F0 0F1 0B0 0B1", rank 1 "1F0 1B0 1F1 1B1".
 // Steps 0 and 2: F 100 / B 150 on rank 0, F 200 / B 300 on rank 1. By hand: rank 0 forwards
 // [0, 200]; rank 1 1F0 [110, 310], 1B0 [310, 610], 1F1 [610, 810], 1B1 [810, 1110]; rank 0
-// 0B0 [620, 770], 0B1 [1120, 1270]: span 1270, bubble 1 - 1500 / (2 x 1270). Step 1: rank 1
-// F 100 / B 100: 1F0 [110, 210], 1B0 [210, 310], 1F1 [310, 410], 1B1 [410, 510], 0B1 ends
-// 670. Medians over the steps: 1270 and step 0's bubble (the mean durations would give neither).
+// 0B0 [620, 770], 0B1 [1120, 1270]: span 1270, busy 1500. Step 1: rank 1 F 100 / B 100: 1F0
+// [110, 210], 1B0 [210, 310], 1F1 [310, 410], 1B1 [410, 510], 0B1 ends 670: span 670, busy 900.
+// Pooled as the measured steps are: mean span 3210 / 3 = 1070, bubble 1 - 3900 / (2 x 3210).
 TEST(CostCalibration, ReplaySimulatesEachStepWithItsOwnDurations) {
   using K = sch::Kind;
   auto end_to_end = [](double origin, const std::vector<std::tuple<K, int, int, double>>& list) {
@@ -148,12 +148,11 @@ TEST(CostCalibration, ReplaySimulatesEachStepWithItsOwnDurations) {
     return out;
   };
   auto first_steps = [&](double origin) {
-    return end_to_end(origin, {{K::F, 0, 0, 100}, {K::F, 0, 1, 100}, {K::B, 0, 0, 150},
-                               {K::B, 0, 1, 150}});
+    return end_to_end(origin,
+                      {{K::F, 0, 0, 100}, {K::F, 0, 1, 100}, {K::B, 0, 0, 150}, {K::B, 0, 1, 150}});
   };
   auto second_steps = [&](double origin, double f, double b) {
-    return end_to_end(origin, {{K::F, 1, 0, f}, {K::B, 1, 0, b}, {K::F, 1, 1, f},
-                               {K::B, 1, 1, b}});
+    return end_to_end(origin, {{K::F, 1, 0, f}, {K::B, 1, 0, b}, {K::F, 1, 1, f}, {K::B, 1, 1, b}});
   };
   const StepTrace first = traced_steps(0, {first_steps(0), first_steps(1000), first_steps(2000)});
   const StepTrace second = traced_steps(
@@ -164,8 +163,8 @@ TEST(CostCalibration, ReplaySimulatesEachStepWithItsOwnDurations) {
   sch::Costs calibrated;
   calibrated.p2p = 10;
   const Replay replay = replay_traced_steps({&first, &second}, program, calibrated);
-  EXPECT_NEAR(replay.span_us, 1270, 1e-6);
-  EXPECT_NEAR(replay.bubble, 1 - 1500.0 / (2 * 1270), 1e-9);
+  EXPECT_NEAR(replay.span_us, 1070, 1e-6);
+  EXPECT_NEAR(replay.bubble, 1 - 3900.0 / (2 * 3210), 1e-9);
 }
 
 // The spread prediction: rank 0 "0F0 0F1", rank 1 "1F0 1F1", no hand-off. Stage 0's forwards
@@ -178,10 +177,66 @@ TEST(CostCalibration, SpreadPredictionIsTheExpectedSpanOverMeasuredDurations) {
   const StepTrace second = timed_trace(1, {{K::F, 1, 0, 100, 150}, {K::F, 1, 1, 200, 350}});
   const sch::Layout layout{.ranks = 2, .repeats = 1, .microbatches = 2};
   const sch::Program program = sch::parse_program(layout, "rank 0: 0F0 0F1\nrank 1: 1F0 1F1\n");
-  const Replay spread = predict_with_spread({&first, &second}, program, sch::Costs{}, 4096);
+  const Replay spread = predict_with_spread({&first, &second}, program, sch::Costs{}, {}, 4096);
   EXPECT_NEAR(spread.span_us, 325, 4);
-  EXPECT_EQ(predict_with_spread({&first, &second}, program, sch::Costs{}, 4096).span_us,
+  EXPECT_EQ(predict_with_spread({&first, &second}, program, sch::Costs{}, {}, 4096).span_us,
             spread.span_us);  // seeded: the same traces give the same figure
+
+  // Hand-offs drawn from the measured ones: "0F0" then "1F0", 100 us each, hand-off 10 or 50:
+  // expected span 100 + 30 + 100 (the calibrated p2p, 0 here, is not used).
+  const sch::Program chain = sch::parse_program({.ranks = 2, .repeats = 1, .microbatches = 1},
+                                                "rank 0: 0F0\nrank 1: 1F0\n");
+  const StepTrace a = timed_trace(0, {{K::F, 0, 0, 0, 100}});
+  const StepTrace b = timed_trace(1, {{K::F, 1, 0, 100, 200}});
+  EXPECT_NEAR(predict_with_spread({&a, &b}, chain, sch::Costs{}, {10, 50}, 4096).span_us, 230, 2);
+}
+
+// A drawn hand-off is drawn once per consuming action, however often the simulator asks: the
+// overlapped pair "1F1& 1B0" of the middle stage (both halves fed from other ranks) is asked for
+// its inputs when the pair starts and again when each half runs. S = 3, M = 2: 8 cross-rank
+// inputs (stage 1 and 2's forwards, stage 0 and 1's backwards), so 8 draws, and the pair's halves
+// run back to back.
+TEST(CostCalibration, DrawnHandOffsAreDrawnOncePerConsumer) {
+  const sch::Program program = sch::parse_program(
+      {.ranks = 3, .repeats = 1, .microbatches = 2},
+      "rank 0: 0F0 0F1 0B0 0B1\nrank 1: 1F0 1F1& 1B0 1B1\nrank 2: 2F0 2B0 2F1 2B1\n");
+  int draws = 0;
+  sch::Costs costs;
+  costs.measured_p2p = [&] { return double(10 * ++draws); };  // every draw differs
+  const sch::SimResult sim = sch::simulate(program, costs);
+  EXPECT_EQ(draws, 8);
+  double pair_f_end = -1, pair_b_start = -2;
+  for (const auto& iv : sim.timeline) {
+    if (iv.action.kind == sch::Kind::F && iv.action.stage == 1 && iv.action.index == 1) {
+      pair_f_end = iv.end;
+    }
+    if (iv.action.kind == sch::Kind::B && iv.action.stage == 1 && iv.action.index == 0) {
+      pair_b_start = iv.start;
+    }
+  }
+  EXPECT_EQ(pair_b_start, pair_f_end);
+}
+
+// The F of an overlapped F&B pair is no hand-off measurement: the pair started when its B's input
+// came too. Rank 1's 1F0 waits 40 us for its input; its pair "1F1&" starts 400 us after 0F1
+// ended (it waited for the B's input), which would make the median (upper middle) 400.
+TEST(CostCalibration, HandOffsSkipTheForwardOfAnOverlappedPair) {
+  using K = sch::Kind;
+  const StepTrace first = timed_trace(0, {{K::F, 0, 0, 0, 20}, {K::F, 0, 1, 20, 100}});
+  StepTrace second(1, 0);
+  const Clock::time_point zero{};
+  auto at = [&](double micros) {
+    return zero + std::chrono::duration_cast<Clock::duration>(
+                      std::chrono::duration<double, std::micro>(micros));
+  };
+  second.begin_step(0, at(0));
+  second.compute(sch::Action{.kind = K::F, .stage = 1, .index = 0}, at(60), at(80));
+  second.compute(sch::Action{.kind = K::F, .stage = 1, .index = 1, .overlap = true}, at(500),
+                 at(520));
+  second.end_step(at(1000));
+  const CalibratedCosts c = calibrate_costs({&first, &second}, sch::StageLayers({1, 1}), 0);
+  EXPECT_NEAR(c.p2p, 40, 1e-6);
+  EXPECT_EQ(c.handoffs, std::vector<double>{40});
 }
 
 fs::path scratch(const std::string& name) {

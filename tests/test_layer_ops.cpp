@@ -9,7 +9,6 @@
 //   * the float32 backward equals the float64 backward to rtol 2e-4 / atol 2e-5;
 //   * running forward + backward twice gives bitwise identical float32 results.
 #include <gtest/gtest.h>
-
 #include <omp.h>
 
 #include <algorithm>

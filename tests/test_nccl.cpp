@@ -61,7 +61,8 @@ TEST(Nccl, OperationsWaitForTheComputeStream) {
       ASSERT_EQ(got_sum[i], want_sum) << "all-reduce element " << i << " on rank " << r;
     }
     for (int peer = 0; peer < n; ++peer) {
-      ASSERT_EQ(got_all[peer * count + count - 1], float(peer + 1)) << "all-gather of rank " << peer;
+      ASSERT_EQ(got_all[peer * count + count - 1], float(peer + 1))
+          << "all-gather of rank " << peer;
     }
   });
 }

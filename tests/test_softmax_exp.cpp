@@ -31,10 +31,17 @@ std::vector<float> score_row(std::size_t n, unsigned seed) {
   std::vector<float> row(n);
   for (std::size_t i = 0; i < n; ++i) {
     switch (gen() % 16) {
-      case 0: row[i] = far(gen); break;
-      case 1: row[i] = 0.f; break;
-      case 2: row[i] = -std::numeric_limits<float>::infinity(); break;
-      default: row[i] = body(gen);
+      case 0:
+        row[i] = far(gen);
+        break;
+      case 1:
+        row[i] = 0.f;
+        break;
+      case 2:
+        row[i] = -std::numeric_limits<float>::infinity();
+        break;
+      default:
+        row[i] = body(gen);
     }
   }
   return row;
@@ -56,7 +63,8 @@ TEST(SoftmaxExp, EveryCopyGivesThePortableBits) {
         const double sum_portable = cpu::exp_row(portable.data(), n, len, 0.25f, ExpIsa::portable);
         const double sum_copy = cpu::exp_row(copy.data(), n, len, 0.25f, isa);
         EXPECT_TRUE(same_bits(portable, copy)) << "exp_row, copy " << int(isa) << ", len " << len;
-        EXPECT_EQ(std::bit_cast<std::uint64_t>(sum_portable), std::bit_cast<std::uint64_t>(sum_copy))
+        EXPECT_EQ(std::bit_cast<std::uint64_t>(sum_portable),
+                  std::bit_cast<std::uint64_t>(sum_copy))
             << "exp_row sum, copy " << int(isa) << ", len " << len << ", n " << n;
       }
     }

@@ -1,18 +1,20 @@
 // attention.cpp — CpuBackend: causal grouped-query attention, forward and backward, blocked
 // (flash-style) on kTile x kTile tiles of queries x keys.
 //
-// Every product is a single-threaded BLAS GEMM on one tile (kTile = 128 rows of queries or keys,
-// the head dimension D deep; the forward takes up to kKeyBlock = 512 keys at once) on strided views of the [B,T,H,D] tensors; tiles above the causal
-// diagonal are skipped, the diagonal tile is masked inside its softmax pass, and the only
-// per-thread memory is two tiles. Nothing [T,T] is ever materialised.
+// Every product is a single-threaded BLAS GEMM on strided views of the [B,T,H,D] tensors, one
+// tile deep in queries or keys (kTile = 128; the forward takes up to kKeyBlock = 512 keys at
+// once) and the head dimension D deep. Tiles above the causal diagonal are skipped and the
+// diagonal is masked inside the softmax pass. Per-thread memory: one kTile x kKeyBlock score
+// block in the forward, two kTile x kTile tiles in the backward; nothing [T,T] is materialised.
 //
 // Forward, one task per (batch, head, query tile): an online softmax over blocks of up to
 // kKeyBlock keys in order (running row max m and row sum l, rescaling the output rows when m
-// grows); saves lse = m + log(l). Backward recomputes P = exp(S - lse) tile by tile, in two passes so that every
-// output element is written by one task in a fixed order: (batch, kv head, key tile) tasks sum
-// dK and dV over the query heads of the group and the query tiles below the diagonal, then
-// (batch, head, query tile) tasks sum dQ over the key tiles. The decomposition depends on the
-// shape alone, so results do not depend on the thread count (docs/reliability.md#determinism).
+// grows); saves lse = m + log(l). Backward recomputes P = exp(S - lse) tile by tile, in two
+// passes so that every output element is written by one task in a fixed order: (batch, kv head,
+// key tile) tasks sum dK and dV over the query heads of the group and the query tiles below the
+// diagonal, then (batch, head, query tile) tasks sum dQ over the key tiles. The decomposition
+// depends on the shape alone, so results do not depend on the thread count
+// (docs/reliability.md#determinism). The exp loops: softmax_exp.h.
 #include <omp.h>
 
 #include <algorithm>
@@ -109,8 +111,8 @@ void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Te
       for (std::int64_t k0 = 0; k0 < q0 + nq; k0 += kKeyBlock) {
         const std::int64_t nk = std::min(kKeyBlock, q0 + nq - k0);
         // The last block holds the diagonal: its query rows go in four groups of 32, each against
-        // the keys up to its own last row, so of the diagonal tile's masked half only an eighth
-        // is multiplied (about a tenth less GEMM work at T = 512).
+        // the keys up to its own last row, so a quarter of the diagonal tile's masked half is
+        // multiplied instead of all of it (at T = 512, 15 % less GEMM work than whole tiles).
         const bool diagonal = k0 + nk == q0 + nq;
         const std::int64_t group = diagonal ? kTile / 4 : kTile;
         for (std::int64_t r0 = 0; r0 < nq; r0 += group) {

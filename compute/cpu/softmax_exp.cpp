@@ -74,8 +74,7 @@ template <class T>
 
 template <class T>
 [[gnu::always_inline]] inline void recompute_p_body(T* s, std::int64_t rows, std::int64_t cols,
-                                                    std::int64_t ld, bool diagonal,
-                                                    const T* lse) {
+                                                    std::int64_t ld, bool diagonal, const T* lse) {
   for (std::int64_t r = 0; r < rows; ++r) {
     T* row = s + r * ld;
     const std::int64_t n = diagonal ? std::min(r + 1, cols) : cols;
@@ -87,14 +86,13 @@ template <class T>
 
 // The copies: the bodies above compiled for each ISA (portable: baseline x86-64 or whatever
 // the build targets, where std::fma may be a library call and little vectorises).
-#define CAROUSEL_EXP_COPY(attributes, suffix)                                                   \
-  attributes double exp_row_##suffix(float* row, std::int64_t n, std::int64_t len,             \
-                                     float shift) {                                            \
-    return exp_row_body(row, n, len, shift);                                                   \
-  }                                                                                            \
-  attributes void recompute_p_##suffix(float* s, std::int64_t rows, std::int64_t cols,         \
-                                       std::int64_t ld, bool diagonal, const float* lse) {     \
-    recompute_p_body(s, rows, cols, ld, diagonal, lse);                                        \
+#define CAROUSEL_EXP_COPY(attributes, suffix)                                                     \
+  attributes double exp_row_##suffix(float* row, std::int64_t n, std::int64_t len, float shift) { \
+    return exp_row_body(row, n, len, shift);                                                      \
+  }                                                                                               \
+  attributes void recompute_p_##suffix(float* s, std::int64_t rows, std::int64_t cols,            \
+                                       std::int64_t ld, bool diagonal, const float* lse) {        \
+    recompute_p_body(s, rows, cols, ld, diagonal, lse);                                           \
   }
 CAROUSEL_EXP_COPY(, portable)
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -107,11 +105,14 @@ CAROUSEL_EXP_COPY([[gnu::target("avx2,fma")]], avx2)
 
 bool runs_on_this_cpu(ExpIsa isa) {
   switch (isa) {
-    case ExpIsa::portable: return true;
+    case ExpIsa::portable:
+      return true;
 #ifdef CAROUSEL_HAVE_EXP_COPIES
-    case ExpIsa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case ExpIsa::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 #else
-    default: return false;
+    default:
+      return false;
 #endif
   }
   return false;
@@ -122,17 +123,19 @@ ExpIsa fastest_exp_isa() {
   return isa;
 }
 
-float exp_nonpositive(float x) { return exp_float(x); }
-double exp_nonpositive(double x) { return std::exp(x); }
+float exp_nonpositive(float x) { return exp_any(x); }
+double exp_nonpositive(double x) { return exp_any(x); }
 
 double exp_row(float* row, std::int64_t n, std::int64_t len, float shift, ExpIsa isa) {
   CAROUSEL_ASSERT(isa == fastest_exp_isa() || runs_on_this_cpu(isa),
                   "exp copy {} does not run on this CPU", int(isa));
   switch (isa) {
 #ifdef CAROUSEL_HAVE_EXP_COPIES
-    case ExpIsa::avx2: return exp_row_avx2(row, n, len, shift);
+    case ExpIsa::avx2:
+      return exp_row_avx2(row, n, len, shift);
 #endif
-    default: return exp_row_portable(row, n, len, shift);
+    default:
+      return exp_row_portable(row, n, len, shift);
   }
 }
 double exp_row(double* row, std::int64_t n, std::int64_t len, double shift, ExpIsa) {
@@ -145,9 +148,11 @@ void recompute_p(float* s, std::int64_t rows, std::int64_t cols, std::int64_t ld
                   "exp copy {} does not run on this CPU", int(isa));
   switch (isa) {
 #ifdef CAROUSEL_HAVE_EXP_COPIES
-    case ExpIsa::avx2: return recompute_p_avx2(s, rows, cols, ld, diagonal, lse);
+    case ExpIsa::avx2:
+      return recompute_p_avx2(s, rows, cols, ld, diagonal, lse);
 #endif
-    default: return recompute_p_portable(s, rows, cols, ld, diagonal, lse);
+    default:
+      return recompute_p_portable(s, rows, cols, ld, diagonal, lse);
   }
 }
 void recompute_p(double* s, std::int64_t rows, std::int64_t cols, std::int64_t ld, bool diagonal,

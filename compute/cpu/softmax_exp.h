@@ -5,7 +5,8 @@
 // AVX2 + FMA (four doubles per instruction; the build targets baseline x86-64), chosen once at
 // run time. Both copies run the same exactly rounded operations lane by lane, so they give the
 // same bits (tests/test_softmax_exp.cpp checks it where the CPU has AVX2): results never depend
-// on the CPU. (An AVX-512 copy measured no faster on the development VM's Cooper Lake.)
+// on the CPU. (An AVX-512 copy measured no faster on the development VM's AMD EPYC, a Zen 4,
+// which runs 512-bit instructions as two 256-bit halves.)
 #pragma once
 
 #include <cstdint>

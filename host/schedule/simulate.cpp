@@ -49,12 +49,18 @@ SimResult simulate(const Program& p, const Costs& c) {
     const auto it = end_of.find({k, v, m});
     return it == end_of.end() ? kUnknown : it->second;
   };
+  // A drawn hand-off is drawn once per consumer: input_ready may ask again (an overlapped
+  // pair's partner, a retry), and the answer must not change.
+  std::map<std::tuple<Kind, int, int>, double> drawn_p2p;
   // When the input of a compute action is ready (kUnknown while its producer has not run).
   auto input_ready = [&](int rank, const Action& a) -> double {
     const int v = a.stage, m = a.index;
     auto cross = [&](int other) {
       if (l.rank_of(other) == rank) return 0.0;
-      return c.measured_p2p ? c.measured_p2p() : c.p2p;
+      if (!c.measured_p2p) return c.p2p;
+      const auto [it, fresh] = drawn_p2p.try_emplace({a.kind, v, m}, 0.0);
+      if (fresh) it->second = c.measured_p2p();
+      return it->second;
     };
     switch (a.kind) {
       case Kind::F: {

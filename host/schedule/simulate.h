@@ -27,7 +27,9 @@ struct Costs {
   // stage and microbatch, unique within a step) instead of its kind's cost. Gathers and
   // reduce-scatters keep theirs (host/cost_calibration.h, replay_traced_steps).
   std::function<double(const Action&)> measured_compute;
-  // Spread prediction: when set, each cross-rank hand-off's latency instead of p2p.
+  // Spread prediction: when set, each cross-rank hand-off's latency instead of p2p (called once
+  // per consuming action). The delayed forwarding of forward_delay > 1 still counts forwards at
+  // their kind's cost.
   std::function<double()> measured_p2p;
   // How long `a` runs: a compute action on its stream, an AG_ISSUE / REDUCE_SCATTER on the
   // comm stream (the stage's weights), 0 for markers, p2p and the optimizer.
