@@ -67,6 +67,34 @@ TEST(Nccl, OperationsWaitForTheComputeStream) {
   });
 }
 
+TEST(Nccl, OperationsDoNotOverwriteWhatTheComputeStreamStillReads) {
+  // The other direction: large GEMMs queued on the compute stream read `a` (all ones), then an
+  // all-gather into `a` (zeros) is issued at once. Every product must have read the ones: the
+  // NCCL stream waits for the compute stream's queued work before it writes (as a weight slot
+  // refilled by the Buffer Sliding Window while the previous repeat's kernels still read it).
+  const CudaDevices gpus = list_cuda_devices();
+  if (gpus.devices.empty()) GTEST_SKIP() << "no GPU to test NCCL on: " << gpus.why_none;
+  const int n = int(gpus.devices.size());
+  NcclWorld world(n, 60.0);
+  run_ranks(n, [&](int r) {
+    auto be = make_cuda_backend(r);
+    auto comm = world.communicator(r);
+    const std::int64_t side = 4096;
+    Tensor a = be->empty({side * side}), b = be->empty({side, side}), c = be->empty({side, side});
+    const std::int64_t count = side * side / n;  // each rank's share of a (all of it on 1 GPU)
+    Tensor zeros = be->zeros({count});
+    be->fill(a, 1.0);
+    be->fill(b, 1.0);
+    be->synchronize();
+    for (int i = 0; i < 4; ++i) be->gemm(false, false, 1.0, a.reshape({side, side}), b, 0.0, c);
+    comm->all_gather(zeros, a.view(0, {n * count})).wait();
+    const std::vector<float> products = be->to_host<float>(c);
+    for (std::int64_t i = 0; i < side * side; i += 4099) {
+      ASSERT_EQ(products[i], float(side)) << "element " << i << " on rank " << r;
+    }
+  });
+}
+
 TEST(Nccl, MoreRanksThanGpusIsAClearError) {
   const CudaDevices gpus = list_cuda_devices();
   const std::string msg = testing::error_of([&] { NcclWorld world(int(gpus.devices.size()) + 1); });
