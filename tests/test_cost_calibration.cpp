@@ -12,6 +12,7 @@
 #include "host/schedule/passes.h"
 #include "host/schedule_config.h"
 #include "host/trainer.h"
+#include "tests/profiled_run.h"
 #include "tests/test_util.h"
 
 namespace carousel {
@@ -284,20 +285,7 @@ TEST(CostCalibration, CostsFileReplacesDefaultsNotExplicitKeys) {
 // from its own trace (9 significant digits in the file: 1e-6 relative).
 TEST(CostCalibration, ProfiledRunWritesTheCostsOfItsPrediction) {
   init_logging({.rank = 0, .level = "error", .file_dir = {}});
-  const std::vector<std::string> keys = {"max_target_length=16",
-                                         "base_num_decoder_layers=4",
-                                         "ici_pipeline_parallelism=2",
-                                         "pipeline_schedule=1f1b",
-                                         "num_pipeline_repeats=1",
-                                         "num_layers_per_pipeline_stage=2",
-                                         "num_pipeline_microbatches=4",
-                                         "per_device_batch_size=4",
-                                         "steps=4",
-                                         "profiler_steps=2",
-                                         "skip_first_n_steps_for_profiler=2",
-                                         "enable_checkpointing=false",
-                                         "base_output_directory=" + scratch("run").string(),
-                                         "run_name=costs"};
+  const std::vector<std::string> keys = testing::profiled_two_stage_run(scratch("run").string());
   const TrainResult r = train(load_config("", keys).config);
   ASSERT_FALSE(r.costs_path.empty());
   std::vector<std::string> with_file = keys;

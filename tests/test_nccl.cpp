@@ -3,6 +3,8 @@
 // ranks as there are GPUs (one per GPU, as NCCL requires). Skips, naming why, without a GPU.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "collectives/local_communicator.h"
 #include "collectives/nccl_communicator.h"
 #include "compute/cuda_backend.h"
@@ -13,7 +15,9 @@
 namespace carousel {
 namespace {
 
-TEST(Nccl, CollectivesAndRingAreExactOnEveryGpu) {
+// Runs body(rank, ranks, backend, communicator) on every GPU of this machine, one NCCL rank per
+// GPU (threads of this process); skips the calling test, naming why, without a GPU.
+void on_every_gpu(const std::function<void(int, int, Backend&, Communicator&)>& body) {
   const CudaDevices gpus = list_cuda_devices();
   if (gpus.devices.empty()) GTEST_SKIP() << "no GPU to test NCCL on: " << gpus.why_none;
   const int n = int(gpus.devices.size());
@@ -21,12 +25,18 @@ TEST(Nccl, CollectivesAndRingAreExactOnEveryGpu) {
   run_ranks(n, [&](int r) {
     auto be = make_cuda_backend(r);
     auto comm = world.communicator(r);
+    body(r, n, *be, *comm);
+  });
+}
+
+TEST(Nccl, CollectivesAndRingAreExactOnEveryGpu) {
+  on_every_gpu([](int r, int n, Backend& be, Communicator& comm) {
     for (std::int64_t count : {1, 7, 1000}) {
       for (bool in_place : {false, true})
-        testing::check_collectives_exact(*comm, *be, count, in_place);
+        testing::check_collectives_exact(comm, be, count, in_place);
     }
-    if (n > 1) testing::check_grouped_rings(*comm, *be);
-    auto sub = comm->split(0, -r);
+    if (n > 1) testing::check_grouped_rings(comm, be);
+    auto sub = comm.split(0, -r);
     ASSERT_TRUE(sub);
     EXPECT_EQ(sub->rank(), n - 1 - r);
   });
@@ -37,25 +47,19 @@ TEST(Nccl, OperationsWaitForTheComputeStream) {
   // all-gather of x are issued at once, with no host synchronisation in between. They must see
   // the written values: the NCCL stream waits for the compute stream's work (an all-reduce that
   // ran at once would read the zeros from before the GEMMs).
-  const CudaDevices gpus = list_cuda_devices();
-  if (gpus.devices.empty()) GTEST_SKIP() << "no GPU to test NCCL on: " << gpus.why_none;
-  const int n = int(gpus.devices.size());
-  NcclWorld world(n, 60.0);
-  run_ranks(n, [&](int r) {
-    auto be = make_cuda_backend(r);
-    auto comm = world.communicator(r);
+  on_every_gpu([](int r, int n, Backend& be, Communicator& comm) {
     const std::int64_t count = 1 << 20, side = 4096;
-    Tensor x = be->zeros({count}), sum = be->empty({count}), gathered = be->empty({n * count});
-    Tensor a = be->zeros({side, side}), b = be->zeros({side, side}), c = be->empty({side, side});
-    be->synchronize();
-    for (int i = 0; i < 4; ++i) be->gemm(false, false, 1.0, a, b, 0.0, c);  // ~0.5 TFLOP
-    be->fill(x, double(r + 1));
-    Event reduced = comm->all_reduce(x, sum, ReduceOp::Sum);
-    Event gathered_done = comm->all_gather(x, gathered);
+    Tensor x = be.zeros({count}), sum = be.empty({count}), gathered = be.empty({n * count});
+    Tensor a = be.zeros({side, side}), b = be.zeros({side, side}), c = be.empty({side, side});
+    be.synchronize();
+    for (int i = 0; i < 4; ++i) be.gemm(false, false, 1.0, a, b, 0.0, c);  // ~0.5 TFLOP
+    be.fill(x, double(r + 1));
+    Event reduced = comm.all_reduce(x, sum, ReduceOp::Sum);
+    Event gathered_done = comm.all_gather(x, gathered);
     reduced.wait();
     gathered_done.wait();
-    const std::vector<float> got_sum = be->to_host<float>(sum);
-    const std::vector<float> got_all = be->to_host<float>(gathered);
+    const std::vector<float> got_sum = be.to_host<float>(sum);
+    const std::vector<float> got_all = be.to_host<float>(gathered);
     const float want_sum = float(n * (n + 1) / 2);
     for (std::int64_t i = 0; i < count; i += 4099) {
       ASSERT_EQ(got_sum[i], want_sum) << "all-reduce element " << i << " on rank " << r;
@@ -72,23 +76,17 @@ TEST(Nccl, OperationsDoNotOverwriteWhatTheComputeStreamStillReads) {
   // all-gather into `a` (zeros) is issued at once. Every product must have read the ones: the
   // NCCL stream waits for the compute stream's queued work before it writes (as a weight slot
   // refilled by the Buffer Sliding Window while the previous repeat's kernels still read it).
-  const CudaDevices gpus = list_cuda_devices();
-  if (gpus.devices.empty()) GTEST_SKIP() << "no GPU to test NCCL on: " << gpus.why_none;
-  const int n = int(gpus.devices.size());
-  NcclWorld world(n, 60.0);
-  run_ranks(n, [&](int r) {
-    auto be = make_cuda_backend(r);
-    auto comm = world.communicator(r);
+  on_every_gpu([](int r, int n, Backend& be, Communicator& comm) {
     const std::int64_t side = 4096;
-    Tensor a = be->empty({side * side}), b = be->empty({side, side}), c = be->empty({side, side});
+    Tensor a = be.empty({side * side}), b = be.empty({side, side}), c = be.empty({side, side});
     const std::int64_t count = side * side / n;  // each rank's share of a (all of it on 1 GPU)
-    Tensor zeros = be->zeros({count});
-    be->fill(a, 1.0);
-    be->fill(b, 1.0);
-    be->synchronize();
-    for (int i = 0; i < 4; ++i) be->gemm(false, false, 1.0, a.reshape({side, side}), b, 0.0, c);
-    comm->all_gather(zeros, a.view(0, {n * count})).wait();
-    const std::vector<float> products = be->to_host<float>(c);
+    Tensor zeros = be.zeros({count});
+    be.fill(a, 1.0);
+    be.fill(b, 1.0);
+    be.synchronize();
+    for (int i = 0; i < 4; ++i) be.gemm(false, false, 1.0, a.reshape({side, side}), b, 0.0, c);
+    comm.all_gather(zeros, a.view(0, {n * count})).wait();
+    const std::vector<float> products = be.to_host<float>(c);
     for (std::int64_t i = 0; i < side * side; i += 4099) {
       ASSERT_EQ(products[i], float(side)) << "element " << i << " on rank " << r;
     }
