@@ -19,6 +19,7 @@
 #include "host/schedule_config.h"
 #include "host/trainer.h"
 #include "tests/profiled_run.h"
+#include "tests/plan_workload.h"
 #include "tests/test_util.h"
 
 namespace carousel {
@@ -68,15 +69,6 @@ std::string write(const fs::path& path, const std::string& text) {
   return path.string();
 }
 
-plan::Workload tiny(std::int64_t batch) {
-  plan::Workload w;
-  w.model = model_preset("tiny");
-  w.model.max_target_length = 16;
-  w.global_batch = batch;
-  w.dtype = "float32";
-  w.remat_policy = "full";
-  return w;
-}
 
 // S stages of L layers, F-way FSDP, M microbatches; 1f1b, no replicas.
 plan::Candidate even_stages(int stages, int fsdp, int microbatches, int layers_per_stage) {
@@ -113,7 +105,7 @@ TEST(PlanCosts, MeasuredCostsScaledToACandidateGiveTheHandWorkedStep) {
   const fs::path dir = scratch("hand");
   const plan::Cluster cluster = cluster_of(2, 2, write(dir / "costs.yml", kHandFile));
   const plan::Candidate c = even_stages(2, 1, 2, 4);
-  const plan::Prediction p = plan::predict(tiny(4), cluster, c);
+  const plan::Prediction p = plan::predict(testing::tiny_plan_workload(4), cluster, c);
   EXPECT_NEAR(p.step_seconds, 792e-6, 1e-12);
   EXPECT_NEAR(p.pipeline_seconds, 792e-6, 1e-12);
   EXPECT_EQ(p.exposed_comm_seconds, 0);
@@ -129,7 +121,7 @@ TEST(PlanCosts, MeasuredCostsScaledToACandidateGiveTheHandWorkedStep) {
 // 1e10 B/s, one [16, 64] float32 activation over it, and 6 V E / (4 x 92672) layers.
 TEST(PlanCosts, CollectivesAndHandOffsScaleWithTheGroupAndTheLink) {
   const fs::path dir = scratch("scale");
-  const plan::Workload w = tiny(8);
+  const plan::Workload w = testing::tiny_plan_workload(8);
   const plan::Candidate c = even_stages(2, 4, 2, 4);
   plan::Cluster cluster = cluster_of(8, 2, write(dir / "costs.yml", kHandFile));
   const plan::CostedCandidate costed =
@@ -168,7 +160,7 @@ TEST(PlanCosts, AProfiledRunsFilePredictsWhatTheRunAndCarouselSchedulePredict) {
   const TrainResult r = train(load_config("", keys).config);
   ASSERT_FALSE(r.costs_path.empty());
 
-  plan::Workload w = tiny(8);
+  plan::Workload w = testing::tiny_plan_workload(8);
   w.model.num_layers = 4;
   const plan::Cluster cluster = cluster_of(2, 2, r.costs_path);
   EXPECT_TRUE(cluster.measured->head_measured);

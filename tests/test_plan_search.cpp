@@ -22,6 +22,7 @@
 #include "host/plan/plan_units.h"
 #include "host/schedule/simulate.h"
 #include "host/schedule_config.h"
+#include "tests/plan_workload.h"
 #include "tests/test_util.h"
 
 namespace carousel {
@@ -30,15 +31,6 @@ namespace {
 constexpr double kLayerParams = 45440, kExtras = 32832, kLayers = 8;
 constexpr double kForwardPerToken = 92672, kHeadPerToken = 98304;
 
-plan::Workload tiny_workload(std::int64_t batch) {
-  plan::Workload w;
-  w.model = model_preset("tiny");
-  w.model.max_target_length = 16;
-  w.global_batch = batch;
-  w.dtype = "float32";
-  w.remat_policy = "full";
-  return w;
-}
 
 // Two devices on two nodes (every link is the inter-node one), 1 TFLOP/s reached in full.
 plan::Cluster two_nodes(double inter_bytes_per_second, double memory = 1e12) {
@@ -65,7 +57,7 @@ double replica_reduction_bytes() {
 // the batch computed at 1 TFLOP/s, plus the reduction. (FSDP over the two devices costs about
 // the same on this link: one stage's gather and reduce-scatter instead of the reduction.)
 TEST(PlanSearch, FastLinkPicksNoPipelineAndReplicasTakeTheHandWorkedTime) {
-  const plan::Workload w = tiny_workload(16);
+  const plan::Workload w = testing::tiny_plan_workload(16);
   const plan::SearchResult r = plan::search(w, two_nodes(1e12), {.top = 8, .schedules = {}});
   ASSERT_FALSE(r.best.empty());
   EXPECT_EQ(r.best.front().candidate.stages, 1);
@@ -96,7 +88,7 @@ TEST(PlanSearch, FastLinkPicksNoPipelineAndReplicasTakeTheHandWorkedTime) {
 // 15.9 ms, while the pipeline sends only 4 KiB activations per microbatch and computes for
 // under 2 ms; so the planner puts the stages, not the replicas, across the nodes.
 TEST(PlanSearch, SlowInterNodeLinkPutsStagesNotReplicasAcrossNodes) {
-  const plan::Workload w = tiny_workload(16);
+  const plan::Workload w = testing::tiny_plan_workload(16);
   const double bandwidth = 1e8;
   const plan::SearchResult r = plan::search(w, two_nodes(bandwidth), {.top = 3, .schedules = {}});
   ASSERT_FALSE(r.best.empty());
@@ -120,7 +112,7 @@ TEST(PlanSearch, SlowInterNodeLinkPutsStagesNotReplicasAcrossNodes) {
 // more (a gathered slot and an unsharded gradient buffer of the whole stage); so only the
 // two-stage pipeline fits, and the planner says how many candidates it refused.
 TEST(PlanSearch, AModelThatFitsOnlyAsTwoStagesIsPlannedAsTwoStages) {
-  const plan::Workload w = tiny_workload(16);
+  const plan::Workload w = testing::tiny_plan_workload(16);
   const double replica =
       2 * 4 * (kLayers * kLayerParams + kExtras) + 8 * (kLayers * kLayerParams / 2 + kExtras);
   const plan::SearchResult r =
@@ -134,7 +126,7 @@ TEST(PlanSearch, AModelThatFitsOnlyAsTwoStagesIsPlannedAsTwoStages) {
 }
 
 TEST(PlanSearch, NothingFitsIsReportedWithTheSmallestNeed) {
-  const plan::Workload w = tiny_workload(16);
+  const plan::Workload w = testing::tiny_plan_workload(16);
   const plan::SearchResult r = plan::search(w, two_nodes(1e12, 1e5), {.top = 5, .schedules = {}});
   EXPECT_TRUE(r.best.empty());
   EXPECT_EQ(r.refused_memory, r.candidates);
@@ -142,7 +134,7 @@ TEST(PlanSearch, NothingFitsIsReportedWithTheSmallestNeed) {
 }
 
 TEST(PlanSearch, InconsistentInputsAreOneClearError) {
-  const plan::Workload w = tiny_workload(16);
+  const plan::Workload w = testing::tiny_plan_workload(16);
   EXPECT_NE(testing::error_of([&] {
               plan::search(w, two_nodes(1e12), {.schedules = {"zigzag"}});
             }).find("pipeline_schedule='zigzag' is not valid; use circular"),
@@ -156,7 +148,7 @@ TEST(PlanSearch, InconsistentInputsAreOneClearError) {
             std::string::npos);
   plan::Cluster three = two_nodes(1e12);
   three.devices = 3;  // 2 layers: no 3-stage pipeline; F x D = 3 does not divide 4 sequences
-  plan::Workload two_layers = tiny_workload(4);
+  plan::Workload two_layers = testing::tiny_plan_workload(4);
   two_layers.model.num_layers = 2;
   EXPECT_NE(testing::error_of([&] { plan::search(two_layers, three, {}); })
                 .find("no mesh of 3 devices splits a global batch of 4 sequences into whole "
@@ -183,7 +175,7 @@ TEST(PlanUnits, ParsesUnitsAndRefusesOthers) {
 // and, simulated as `carousel schedule` does, the planner's pipeline time (to the 6 significant
 // digits the costs are printed with).
 TEST(PlanSearch, PrintedKeysReproduceTheScheduleThePlannerRanked) {
-  plan::Workload w = tiny_workload(16);
+  plan::Workload w = testing::tiny_plan_workload(16);
   w.model_keys = "model_name=tiny max_target_length=16";
   plan::Cluster cluster = two_nodes(1e9);
   cluster.devices = 8;
