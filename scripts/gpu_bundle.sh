@@ -3,7 +3,8 @@
 # libraries (the device tool's GPU machines: nothing can be installed there).
 #
 #   bash scripts/gpu_bundle.sh       # here: build, then write .gpu/ (git-ignored, ~15 MB)
-#   device run: command "bash .gpu/run.sh", carry [".gpu"]   # there: unpack and run the checks
+#   device run: command "bash .gpu/run.sh checks", carry [".gpu"]   # there: unpack, run the checks
+#   (then "bash .gpu/run.sh llama" and "bash .gpu/run.sh cpu": one device call may run 10 min)
 #
 # .gpu/bundle.tar.xz holds the GPU binaries and the shared libraries they need that a CUDA image
 # lacks (OpenBLAS, spdlog, fmt, yaml-cpp, Google Benchmark, Open MPI, ...). CUDA's own libraries
@@ -11,7 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
-bins=(test_cuda_backend test_pipeline_gpu test_nccl op_bench carousel all_reduce_perf all_gather_perf sendrecv_perf)
+bins=(test_cuda_backend test_pipeline_gpu test_nccl op_bench carousel pipeline_bench all_reduce_perf
+  all_gather_perf sendrecv_perf)
 rm -rf .gpu && mkdir -p .gpu/stage/bin .gpu/stage/lib
 for b in "${bins[@]}"; do
   if [ -x "build/bin/$b" ]; then cp "build/bin/$b" .gpu/stage/bin/; fi

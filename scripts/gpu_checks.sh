@@ -2,7 +2,22 @@
 # gpu_checks.sh — the checks that need a GPU, run from the repository root on the GPU machine
 # (copied to .gpu/run.sh by scripts/gpu_bundle.sh, which packs the binaries it runs). Writes
 # every log to $OUT (the device tool brings that folder back), else to .gpu/out.
+#
+#   bash .gpu/run.sh [checks|llama|cpu|all]     (default: checks)
+#
+# One device call may run 10 minutes, so the work comes in parts of a few minutes each:
+#   checks  the GPU op tests, the executor on logical GPU devices, NCCL (ordering included),
+#           cuBLAS GEMM TFLOP/s, single-GPU training f32/bf16, all_reduce_perf, a BSW trace
+#   llama   a ~1.1B-parameter llama in bfloat16 on one GPU: step time, tokens/s, MFU
+#   cpu     pipeline_bench on the machine's CPU cores (16: S = 4 without oversubscription)
 set -uo pipefail
+part=${1:-checks}
+case $part in checks | llama | cpu | all) ;; *)
+  echo "gpu_checks.sh: unknown part '$part'; use checks, llama, cpu or all" >&2
+  exit 2
+  ;;
+esac
+wants() { [ "$part" = "$1" ] || [ "$part" = all ]; }
 out=${OUT:-.gpu/out}
 mkdir -p "$out" /tmp/carousel
 tar -C /tmp/carousel -xJf .gpu/bundle.tar.xz
@@ -27,11 +42,13 @@ run() {  # run NAME COMMAND...: log to $out/NAME.log, print its tail
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
+lscpu > "$out/cpu.txt" 2>&1
 export CAROUSEL_TEST_DATA_DIR=$PWD/tests/data
+if wants checks; then
 run gpu_tests "$bin/test_cuda_backend"
 run pipeline_gpu "$bin/test_pipeline_gpu"
 run nccl_tests "$bin/test_nccl"
-run op_bench "$bin/op_bench" --benchmark_filter=Cuda --benchmark_min_time=0.5s
+run op_bench "$bin/op_bench" --benchmark_filter=Cuda --benchmark_min_time=0.5
 run train_cuda_f32 "$bin/carousel" train configs/demo.yml ici_pipeline_parallelism=1 \
   ici_fsdp_parallelism=1 per_device_batch_size=8 num_pipeline_microbatches=1 device=cuda \
   steps=20 log_period=5 base_output_directory=/tmp/carousel/out run_name=f32
@@ -44,6 +61,8 @@ run nccl_all_reduce "$bin/all_reduce_perf" --backend nccl -g 1 -b 8 -e 256M -f 4
 run trace_logical_bsw "$bin/carousel" train configs/demo.yml device=cuda steps=4 \
   profiler_steps=2 enable_checkpointing=false base_output_directory=/tmp/carousel/out run_name=trace
 cp /tmp/carousel/out/trace/trace.json "$out/trace_logical_bsw.json" 2>/dev/null
+fi
+if wants llama; then
 # A llama of about 1.1B parameters in bfloat16 on one GPU (one rank: the NCCL transport with one
 # rank): step time, tokens/s and model FLOP/s in the step lines.
 run llama_1b_bf16 timeout 540 "$bin/carousel" train model_name=tiny vocab_size=32000 \
@@ -51,3 +70,14 @@ run llama_1b_bf16 timeout 540 "$bin/carousel" train model_name=tiny vocab_size=3
   base_mlp_dim=5504 max_target_length=2048 per_device_batch_size=4 num_pipeline_microbatches=4 \
   dtype=bfloat16 device=cuda steps=4 log_period=1 enable_checkpointing=false \
   base_output_directory=/tmp/carousel/out run_name=llama1b
+fi
+if wants cpu; then
+# Every schedule at S = 2 and 4 and the weight modes at F = 2, on CPU ranks with cores to spare
+# (issue 14's S <= 4 prediction check, which the 2-core development VM cannot make).
+run pipeline_bench_cpu "$bin/pipeline_bench" \
+  --schedules gpipe,1f1b,circular,interleaved_1f1b,zb_h1,looped_bfs,interleaved_zb,zbv,dualpipev \
+  --stages 1,2,4 --factors 1,2,4 --batch 32 --json "$out/pipeline_bench_cpu.json"
+run pipeline_bench_cpu_weights "$bin/pipeline_bench" --schedules 1f1b,circular,zbv --stages 2,4 \
+  --factors 2 --weight-modes none,per_use,bsw,once --batch 32 \
+  --json "$out/pipeline_bench_cpu_weights.json"
+fi
