@@ -120,6 +120,9 @@ struct Config {
   std::string run_directory() const;  // <base_output_directory>/<run_name>; run_name must be set
   void validate() const;
   void validate_pipeline() const;  // S, M, R, L, the schedule (registry) and FSDP/BSW knobs
+  // Each microbatch's sequences split evenly over the F x D ranks of a stage (validate() asks,
+  // and train() again for configs built without load_config).
+  void check_microbatch_split() const;
 };
 
 // One key of the table.

@@ -187,6 +187,7 @@ void Config::validate() const {
   CAROUSEL_CHECK(global_batch() % microbatches() == 0,
                  "num_pipeline_microbatches={} must divide the global batch {}", microbatches(),
                  global_batch());
+  check_microbatch_split();
   check_activation_sizes(*this);
   CAROUSEL_CHECK(dtype == "float32" || dtype == "bfloat16",
                  "dtype='{}' is not valid; use float32 or bfloat16 (activations and weights for "
@@ -369,6 +370,16 @@ void Config::validate_pipeline() const {
   CAROUSEL_CHECK(schedule_cost_w <= schedule_cost_b,
                  "schedule_cost_w={} is part of the backward and cannot exceed schedule_cost_b={}",
                  schedule_cost_w, schedule_cost_b);
+}
+
+void Config::check_microbatch_split() const {
+  const std::int64_t sequences = global_batch() / microbatches();
+  CAROUSEL_CHECK(sequences % (ici_fsdp_parallelism * ici_data_parallelism) == 0,
+                 "each microbatch has {} sequences (global batch {} / {} microbatches), which "
+                 "ici_fsdp_parallelism x ici_data_parallelism = {} x {} ranks cannot split "
+                 "evenly; choose a batch or microbatch count that makes it a multiple of {}",
+                 sequences, global_batch(), microbatches(), ici_fsdp_parallelism,
+                 ici_data_parallelism, ici_fsdp_parallelism * ici_data_parallelism);
 }
 
 }  // namespace carousel

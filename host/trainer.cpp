@@ -42,13 +42,8 @@ void check_mesh(const Config& cfg, const MeshShape& mesh, const Communicator* pr
   CAROUSEL_CHECK(cfg.model.is_llama(),
                  "carousel train runs decoder_block=llama; the simple block is for pipeline "
                  "equivalence tests");
-  const std::int64_t b = cfg.global_batch() / cfg.microbatches();
+  cfg.check_microbatch_split();
   const int fsdp = mesh.fsdp, data = mesh.data, ranks = mesh.ranks();
-  CAROUSEL_CHECK(b % (fsdp * data) == 0,
-                 "each microbatch has {} sequences (global batch {} / {} microbatches), which "
-                 "ici_fsdp_parallelism x ici_data_parallelism = {} x {} ranks cannot split "
-                 "evenly; choose a batch or microbatch count that makes it a multiple of {}",
-                 b, cfg.global_batch(), cfg.microbatches(), fsdp, data, fsdp * data);
   CAROUSEL_CHECK(!process_world || process_world->size() == ranks,
                  "mpirun started {} processes but the config has D x S x F = {} x {} x {} = {} "
                  "devices (ici_data_parallelism x ici_pipeline_parallelism x "

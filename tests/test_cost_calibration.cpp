@@ -256,7 +256,8 @@ TEST(CostCalibration, CostsFileReplacesDefaultsNotExplicitKeys) {
                     .all_gather = 12,
                     .reduce_scatter = 13,
                     .head = 0.75,
-                    .measured_head = true};
+                    .measured_head = true,
+                    .handoffs = {}};
   std::ofstream(dir / "costs.yml") << schedule_costs_yaml(m, "a test");
   const std::string file = "schedule_costs_file=" + (dir / "costs.yml").string();
   Config c = load_config("", {file}).config;
