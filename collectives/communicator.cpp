@@ -33,6 +33,25 @@ void Event::wait() const {
   if (state_->error) std::rethrow_exception(state_->error);
 }
 
+void Event::order_before(void* work_queue) const {
+  std::function<void(void*)> device_order;
+  {
+    std::lock_guard lock(state_->mutex);
+    if (state_->error) std::rethrow_exception(state_->error);
+    device_order = state_->device_order;
+  }
+  if (work_queue != nullptr && device_order) {
+    device_order(work_queue);
+  } else {
+    wait();
+  }
+}
+
+void Event::set_device_order(std::function<void(void* work_queue)> enqueue_wait) const {
+  std::lock_guard lock(state_->mutex);
+  state_->device_order = std::move(enqueue_wait);
+}
+
 bool Event::ready() const {
   std::lock_guard lock(state_->mutex);
   return state_->done;

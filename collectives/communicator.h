@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -36,10 +37,19 @@ class Event {
   Event();
   void wait() const;
   bool ready() const;
+  // Makes the work queued next on `work_queue` (a device's queue, DeviceAllocator::work_queue:
+  // a CUDA stream) run after this operation. Where the implementation can order a device queue
+  // itself (NCCL: the stream waits for a CUDA event recorded after the operation) the host does
+  // not block; otherwise (host communicators, or a null queue) this is wait(). An error already
+  // reported is rethrown either way; one reported later surfaces at the next wait() on this
+  // Event, which the caller owes before it relies on the result on the host (step end).
+  void order_before(void* work_queue) const;
   // When the operation completed (steady clock), for traces; the epoch when not yet complete.
   std::chrono::steady_clock::time_point completed_at() const;
   // For implementations: finish the operation, successfully or with an error.
   void complete(std::exception_ptr error = nullptr) const;
+  // For implementations with a queue of their own: how order_before makes another queue wait.
+  void set_device_order(std::function<void(void* work_queue)> enqueue_wait) const;
 
  private:
   struct State {
@@ -48,6 +58,7 @@ class Event {
     bool done = false;
     std::exception_ptr error;
     std::chrono::steady_clock::time_point completed_at;
+    std::function<void(void*)> device_order;  // empty: order_before waits on the host
   };
   std::shared_ptr<State> state_;
 };

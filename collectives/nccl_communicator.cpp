@@ -183,6 +183,12 @@ class NcclCommunicator final : public Communicator {
       CAROUSEL_ASSERT(producer != nullptr,
                       "NCCL communicator '{}' rank {}: a tensor on {} is not in GPU memory", name_,
                       rank_, t->device().name());
+      cudaPointerAttributes where{};
+      CUDA_CHECK(cudaPointerGetAttributes(&where, t->raw()));
+      CAROUSEL_ASSERT(where.device == gpu_,
+                      "NCCL communicator '{}' rank {} runs on GPU {} but is given a tensor in GPU "
+                      "{}'s memory ({})",
+                      name_, rank_, gpu_, where.device, t->device().name());
       if (producer == stream_ ||
           std::find(waited.begin(), waited.end(), producer) != waited.end()) {
         continue;
@@ -193,8 +199,17 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
-  // An Event completed by the stream itself when it reaches this point.
+  // An Event completed by the stream itself when it reaches this point, carrying a CUDA event
+  // recorded there too: a consumer's stream waits for that (Event::order_before) instead of
+  // its host, so a RECV's consumer or an AG_WAIT never blocks the host inside a step.
   Event completion(const std::string& op, Event event = Event()) {
+    cudaEvent_t reached = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&reached, cudaEventDisableTiming));
+    const std::shared_ptr<CUevent_st> owned(reached, [](cudaEvent_t e) { cudaEventDestroy(e); });
+    CUDA_CHECK(cudaEventRecord(reached, stream_));
+    event.set_device_order([owned](void* queue) {
+      CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(queue), owned.get(), 0));
+    });
     Pending p{event, fmt::format("{} #{}", op, seq_++), std::chrono::steady_clock::now(),
               std::make_shared<std::atomic<bool>>(false)};
     auto* payload = new Pending(p);

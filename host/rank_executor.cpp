@@ -59,6 +59,8 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
   loss_sum_ = 0;
   batches_.clear();
   source_ = &data_;
+  // A profiled step waits on the host, so that its trace tells waiting apart from compute.
+  device_queue_ = trace ? nullptr : be_.allocator().work_queue();
   if (trace) trace->begin_step(step, Clock::now());
   params_.begin_step();
   for (std::size_t i = 0; i < actions_.size();) {
@@ -199,7 +201,7 @@ void RankExecutor::await_input(const sch::Action& action, std::size_t index) {
                    fmt::format("{} waiting for its input ({}RECV_{}{})", sch::to_string(action),
                                action.stage, forward ? 'F' : 'B', action.index));
   }
-  it->second.wait();
+  it->second.order_before(device_queue_);  // the group's own wait() at step end reports errors
   if (noted) recorder_.start(step_, std::int64_t(index), action);
   pending.erase(it);
   free_sent(/*wait=*/false);
@@ -222,7 +224,7 @@ void RankExecutor::weight_residency(const sch::Action& a, StepTrace::Clock::time
       break;
     }
     case sch::Kind::AG_WAIT:
-      params_.wait_gather(a.stage, a.index);
+      params_.wait_gather(a.stage, a.index, device_queue_);
       break;
     case sch::Kind::RELEASE:
       params_.release(a.stage);
@@ -238,6 +240,7 @@ void RankExecutor::weight_residency(const sch::Action& a, StepTrace::Clock::time
 double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
   source_ = &data;
   evaluating_ = true;
+  device_queue_ = be_.allocator().work_queue();
   params_.begin_step();  // the compute-dtype copies of the updated weights, once
   double sum = 0;
   for (std::int64_t index = 0; index < batches; ++index) {
@@ -261,6 +264,7 @@ double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
       ++i;  // backward, gradient reductions and the optimizer are not part of evaluation
     }
     drain_p2p();
+    params_.finish_gathers();
     saved_.clear();  // what the forwards kept for backwards that will not run
     in_b_.clear();
     sum += loss_sum_ / double(cfg_.global_batch() * cfg_.model.max_target_length);

@@ -5,7 +5,8 @@
 // embedding before stage 0 and the fused head + loss after the last stage; runs of consecutive
 // SEND/RECV actions are one p2p group on the stage ring, posted without waiting: the F or B that
 // consumes a received tensor waits for its group then (so a receive posted early never delays
-// the compute before its consumer), and a sent buffer lives until its group completes; AG_ISSUE,
+// the compute before its consumer; with NCCL the GPU's compute stream waits, not the host:
+// Event::order_before), and a sent buffer lives until its group completes; AG_ISSUE,
 // AG_WAIT, RELEASE and REDUCE_SCATTER move weights and gradients through the rank's ShardedParams;
 // OPTIMIZER ends the step. Activations travel between actions in maps keyed by (stage, microbatch).
 // An overlapped F&B pair (schedule::Action::overlap, dualpipev) runs as its two actions, back
@@ -89,6 +90,10 @@ class RankExecutor {
 
   // Per step.
   std::int64_t step_ = 0;
+  // Where a received tensor's consumer and an AG_WAIT wait (Event::order_before): the device's
+  // queue (a CUDA stream waits for NCCL's event; host communicators wait on the host), or
+  // nullptr for the host itself.
+  void* device_queue_ = nullptr;
   double loss_sum_ = 0;                                      // this rank's head losses
   std::map<int, Microbatch> batches_;                        // microbatch -> this rank's part
   std::map<Key, StageSaved> saved_;                          // forward state for the backward

@@ -41,6 +41,7 @@ std::vector<Segment> segments_in(const std::vector<ParamSpec>& specs, std::int64
 }  // namespace
 
 void ShardedParams::reduce_gradients() {
+  finish_gathers();
   for (auto& [event, buffer] : reduce_scatters_) event.wait();
   reduce_scatters_.clear();
   if (place_.mesh.data > 1) {

@@ -100,9 +100,13 @@ Event ShardedParams::issue_gather(int stage, int slot) {
   return gathers_[slot];
 }
 
-void ShardedParams::wait_gather(int stage, int slot) {
-  gathers_.at(slot).wait();
+void ShardedParams::wait_gather(int stage, int slot, void* device_queue) {
+  gathers_.at(slot).order_before(device_queue);
   resident_[stage] = slot;
+}
+
+void ShardedParams::finish_gathers() {
+  for (const auto& [slot, gathered] : gathers_) gathered.wait();
 }
 
 Event ShardedParams::reduce_scatter(int stage) {

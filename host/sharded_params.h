@@ -92,7 +92,11 @@ class ShardedParams {
   // FSDP weight residency and gradient folding, as the lowered program orders them. The events
   // returned complete with the collective (traces read their completion times).
   Event issue_gather(int stage, int slot);
-  void wait_gather(int stage, int slot);
+  // Work queued next on `device_queue` (nullptr: the host) reads the slot after its gather.
+  void wait_gather(int stage, int slot, void* device_queue);
+  // Waits on the host for every gather issued (errors of those only ordered on a device queue
+  // surface here); optimizer_step does it too.
+  void finish_gathers();
   void release(int stage) { resident_.erase(stage); }
   Event reduce_scatter(int stage);
 

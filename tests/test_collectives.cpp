@@ -1,8 +1,8 @@
 // test_collectives.cpp — the local communicator: every collective over 1..8 ranks with counts
 // that do and do not divide, in and out of place, checked exactly on rank-dependent integers;
 // every element type with every reduce op against a hand-worked table (reduction_table.h);
-// the float16 conversions; split communicators; send/recv rings; and the mismatch and timeout
-// errors.
+// the float16 conversions; split communicators; send/recv rings; the mismatch and timeout
+// errors; and Event::order_before's choice between a device-side and a host wait.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -120,6 +120,57 @@ TEST(Collectives, AsynchronousOperationsCompleteInIssueOrder) {
       ASSERT_EQ(be.to_host<std::int32_t>(outs[k])[0], 3 + 3 * k);  // (0+1+2) + 3k
     }
   });
+}
+
+// Event::order_before, the one decision between a device-side wait (NCCL: the consumer's
+// stream waits for a CUDA event) and a host wait (host communicators, or no device queue).
+TEST(EventOrder, WithoutADeviceOrderTheHostWaitsForCompletion) {
+  Event op;
+  std::atomic<bool> completed{false};
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    completed = true;
+    op.complete();
+  });
+  int queue = 0;
+  op.order_before(&queue);  // a device queue, but the operation offers no device order
+  EXPECT_TRUE(completed.load());
+  EXPECT_TRUE(op.ready());
+  finisher.join();
+}
+
+TEST(EventOrder, ADeviceOrderIsEnqueuedWithoutBlockingTheHost) {
+  // The operation completes a second from now (so a host wait would end, not hang, the test).
+  Event op;
+  std::vector<void*> ordered;
+  op.set_device_order([&](void* queue) { ordered.push_back(queue); });
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    op.complete();
+  });
+  int queue = 0;
+  op.order_before(&queue);
+  EXPECT_FALSE(op.ready()) << "the host waited although the operation orders device queues";
+  ASSERT_EQ(ordered.size(), 1u);
+  EXPECT_EQ(ordered[0], &queue);
+
+  // No device queue (the host itself, e.g. a profiled step): the host waits.
+  op.order_before(nullptr);
+  EXPECT_TRUE(op.ready());
+  EXPECT_EQ(ordered.size(), 1u);
+  finisher.join();
+}
+
+TEST(EventOrder, AReportedErrorIsRethrownOnEitherPath) {
+  Event failed;
+  bool device_ordered = false;
+  failed.set_device_order([&](void*) { device_ordered = true; });
+  failed.complete(std::make_exception_ptr(Error("rank 1: all_gather #3 timed out")));
+  int queue = 0;
+  EXPECT_THROW(failed.order_before(&queue), Error);
+  EXPECT_FALSE(device_ordered);  // no device wait queued behind a failed operation
+  EXPECT_THROW(failed.order_before(nullptr), Error);
+  EXPECT_THROW(failed.wait(), Error);
 }
 
 TEST(Collectives, ReduceScatterCountNotDivisibleIsAClearError) {

@@ -93,6 +93,29 @@ TEST(Nccl, OperationsDoNotOverwriteWhatTheComputeStreamStillReads) {
   });
 }
 
+TEST(Nccl, ConsumersWaitOnTheDeviceNotTheHost) {
+  // Event::order_before on an NCCL operation: the compute stream waits for the gather's CUDA
+  // event, the host does not (the gather is still queued behind large GEMMs when it returns),
+  // and the kernel queued next on the compute stream reads the gathered values.
+  on_every_gpu([](int r, int n, Backend& be, Communicator& comm) {
+    const std::int64_t count = 1 << 20, side = 4096;
+    Tensor x = be.zeros({count}), gathered = be.zeros({n * count}), doubled = be.empty({n * count});
+    Tensor a = be.zeros({side, side}), b = be.zeros({side, side}), c = be.empty({side, side});
+    be.synchronize();
+    for (int i = 0; i < 4; ++i) be.gemm(false, false, 1.0, a, b, 0.0, c);  // ~0.5 TFLOP
+    be.fill(x, double(r + 1));
+    const Event done = comm.all_gather(x, gathered);
+    done.order_before(be.allocator().work_queue());
+    EXPECT_FALSE(done.ready()) << "the host waited for the gather on rank " << r;
+    be.add(gathered, gathered, doubled);  // queued on the compute stream after the wait
+    const std::vector<float> got = be.to_host<float>(doubled);
+    done.wait();
+    for (int peer = 0; peer < n; ++peer) {
+      ASSERT_EQ(got[peer * count + count - 1], float(2 * (peer + 1))) << "gathered from " << peer;
+    }
+  });
+}
+
 TEST(Nccl, MoreRanksThanGpusIsAClearError) {
   const CudaDevices gpus = list_cuda_devices();
   const std::string msg = testing::error_of([&] { NcclWorld world(int(gpus.devices.size()) + 1); });
