@@ -4,7 +4,7 @@
 #
 #   bash scripts/gpu_bundle.sh       # here: build, then write .gpu/ (git-ignored, ~15 MB)
 #   device run: command "bash .gpu/run.sh checks", carry [".gpu"]   # there: unpack, run the checks
-#   (then "bash .gpu/run.sh llama" and "bash .gpu/run.sh cpu": one device call may run 10 min)
+#   (then "bash .gpu/run.sh llama", "... cpu" and "... cpu_weights": one device call may run 10 min)
 #
 # .gpu/bundle.tar.xz holds the GPU binaries and the shared libraries they need that a CUDA image
 # lacks (OpenBLAS, spdlog, fmt, yaml-cpp, Google Benchmark, Open MPI, ...). CUDA's own libraries

@@ -9,7 +9,8 @@ docs/performance.md.
 The table has one row per configuration: step time, tokens/s, the schedule's measured span and
 the cost model's calibrated prediction (and their ratio), the measured bubble against the
 mean-cost prediction, the prediction with the measured spread and the replay of the traced
-steps, the exposed all-gather time and bytes, peak memory. The PNG puts the bubbles side by side
+steps, the exposed all-gather time and bytes, peak memory; below it, how many pipelined
+configurations meet issue 14's targets (span within 10 %, bubble at most 1.1 x predicted). The PNG puts the bubbles side by side
 per configuration (oversubscribed rows hatched: ranks share cores, so their idle time is not a
 pipeline bubble). Several JSON files of the same grid (repeated runs on a noisy machine) give
 one table of per-configuration medians. Exit status 2 with one line on a file that is not
@@ -82,7 +83,30 @@ def markdown(doc):
             f"| {100 * r.get('replayed_bubble', 0):.1f} % "
             f"| {r.get('exposed_gather_ms', 0):.2f} "
             f"| {r.get('all_gather_mib_per_step', 0):.1f} | {r.get('peak_mib', 0):.1f} |")
+    lines += summary(doc["rows"])
     return "\n".join(lines) + "\n"
+
+
+def summary(rows):
+    """Issue 14's two targets counted over the pipelined rows with a core per rank: predicted
+    span within 10 % of the measured one, measured bubble at most 1.1 x each prediction."""
+    rows = [r for r in rows if r["S"] > 1 and not r.get("oversubscribed")]
+    if not rows:
+        return []
+
+    def count(ok):
+        return sum(1 for r in rows if ok(r))
+
+    def bubble_within(field):
+        return count(lambda r: r["measured_bubble"] <= 1.1 * r.get(field, 0))
+
+    span = count(lambda r: r["measured_span_ms"] > 0
+                 and abs(r["predicted_span_ms"] / r["measured_span_ms"] - 1) <= 0.1)
+    return ["", f"Of {len(rows)} pipelined configurations with a core per rank: predicted span "
+            f"within 10 % of the measured at {span}; measured bubble <= 1.1 x predicted at "
+            f"{bubble_within('predicted_bubble')} (calibrated means), "
+            f"{bubble_within('spread_bubble')} (measured spread), "
+            f"{bubble_within('replayed_bubble')} (replay)."]
 
 
 def plot(doc, path):

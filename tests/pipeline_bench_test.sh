@@ -3,7 +3,8 @@
 # outputs (no timing is asserted: figures belong in docs/performance.md): one row per
 # configuration of the grid (one device runs only its one program), the traced figures present
 # and sane (a span, bubbles in [0, 1), the prediction calibrated), gathers only with FSDP, the
-# renderer's table with the same rows; bad flags are one error line and exit status 2.
+# renderer's table with the same rows and its count of issue 14's targets; bad flags are one
+# error line and exit status 2.
 set -uo pipefail
 bench=$1 src=$2 work=$3
 rm -rf "$work" && mkdir -p "$work"
@@ -31,6 +32,20 @@ for r in rows:
 PY
 n=$(python3 "$src/scripts/render_pipeline_bench.py" "$work/bench.json" | grep -c '^| \(1f1b\|zb_h1\) ')
 [ "$n" -eq 12 ] || fail "the rendered table has $n rows, not 12"
+# The line under the table counts issue 14's targets over the pipelined rows with a core each.
+python3 - "$work/bench.json" "$src/scripts/render_pipeline_bench.py" <<'PY' || fail "summary line"
+import json, subprocess, sys
+rows = [r for r in json.load(open(sys.argv[1]))["rows"]
+        if r["S"] > 1 and not r.get("oversubscribed")]
+table = subprocess.run([sys.executable, sys.argv[2], sys.argv[1]], capture_output=True, text=True,
+                       check=True).stdout
+span = sum(abs(r["predicted_span_ms"] / r["measured_span_ms"] - 1) <= 0.1 for r in rows)
+means = sum(r["measured_bubble"] <= 1.1 * r["predicted_bubble"] for r in rows)
+want = (f"Of {len(rows)} pipelined configurations with a core per rank: predicted span within "
+        f"10 % of the measured at {span}; measured bubble <= 1.1 x predicted at {means} "
+        "(calibrated means)")
+assert rows and want in table, (want, table[-400:])
+PY
 # Three runs of one grid: the table of medians is the middle run's (the others shifted by +0.5
 # and -0.01 in every figure, so a mean would differ); a file of another grid is refused.
 python3 - "$work" <<'PY' || fail "shifted copies"
