@@ -168,22 +168,38 @@ struct Pooled {
   }
 };
 
+// The durations the traced compute actions measured, in one pass over the slices, in the two
+// tables the predictions read: per step, each action's (kind, stage, microbatch: unique in a
+// step) sum over a stage's replicas, for the replay; per (kind, stage), every duration in trace
+// order, for the spread's draws.
+struct TracedDurations {
+  using Action = std::tuple<sch::Kind, int, int>;
+  std::map<std::int64_t, std::map<Action, Sum>> by_step;
+  std::map<std::pair<sch::Kind, int>, std::vector<double>> by_kind_and_stage;
+};
+
+TracedDurations traced_durations(const std::vector<const StepTrace*>& ranks) {
+  TracedDurations traced;
+  for (const StepTrace* rank : ranks) {
+    for (const auto& s : rank->slices()) {
+      if (!s.action.is_compute()) continue;
+      const double duration = s.end_us - s.start_us;
+      Sum& sum = traced.by_step[s.step][{s.action.kind, s.action.stage, s.action.index}];
+      sum.micros += duration;
+      ++sum.slices;
+      traced.by_kind_and_stage[{s.action.kind, s.action.stage}].push_back(duration);
+    }
+  }
+  return traced;
+}
+
 }  // namespace
 
 Replay replay_traced_steps(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
                            const sch::Costs& calibrated) {
-  using Key = std::tuple<sch::Kind, int, int>;  // kind, stage, microbatch: unique in a step
-  std::map<std::int64_t, std::map<Key, Sum>> steps;
-  for (const StepTrace* rank : ranks) {
-    for (const auto& s : rank->slices()) {
-      if (!s.action.is_compute()) continue;
-      Sum& sum = steps[s.step][{s.action.kind, s.action.stage, s.action.index}];
-      sum.micros += s.end_us - s.start_us;
-      ++sum.slices;
-    }
-  }
+  const TracedDurations traced = traced_durations(ranks);
   Pooled pooled;
-  for (const auto& [step, durations] : steps) {
+  for (const auto& [step, durations] : traced.by_step) {
     sch::Costs costs = calibrated;
     costs.measured_compute = [&, &durations = durations](const sch::Action& a) {
       const auto it = durations.find({a.kind, a.stage, a.index});
@@ -197,13 +213,8 @@ Replay replay_traced_steps(const std::vector<const StepTrace*>& ranks, const sch
 Replay predict_with_spread(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
                            const sch::Costs& calibrated, const std::vector<double>& handoffs,
                            int samples) {
-  std::map<std::pair<sch::Kind, int>, std::vector<double>> measured;  // (kind, stage) -> durations
-  for (const StepTrace* rank : ranks) {
-    for (const auto& s : rank->slices()) {
-      if (!s.action.is_compute()) continue;
-      measured[{s.action.kind, s.action.stage}].push_back(s.end_us - s.start_us);
-    }
-  }
+  const TracedDurations traced = traced_durations(ranks);
+  const auto& measured = traced.by_kind_and_stage;
   if (measured.empty() || samples < 1) return {};
   std::mt19937_64 random(20261123);
   auto draw = [&](const std::vector<double>& values) {
