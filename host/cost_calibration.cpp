@@ -233,6 +233,14 @@ Replay predict_with_spread(const std::vector<const StepTrace*>& ranks, const sch
   return pooled.result(program.layout.ranks);
 }
 
+TracedPredictions predict_traced_steps(const std::vector<const StepTrace*>& ranks,
+                                       const sch::Program& program, const sch::Costs& calibrated,
+                                       const std::vector<double>& handoffs) {
+  return {.mean_cost = sch::simulate(program, calibrated),
+          .spread = predict_with_spread(ranks, program, calibrated, handoffs),
+          .replayed = replay_traced_steps(ranks, program, calibrated)};
+}
+
 std::string schedule_costs_yaml(const CalibratedCosts& m, const std::string& description) {
   return fmt::format(
       "# schedule_costs.yml — cost model inputs measured by a profiled carousel run\n"

@@ -73,6 +73,18 @@ Replay predict_with_spread(const std::vector<const StepTrace*>& ranks,
                            const schedule::Program& program, const schedule::Costs& calibrated,
                            const std::vector<double>& handoffs, int samples = 64);
 
+// The traced steps' predictions with the `calibrated` costs, side by side: the mean-cost
+// simulation (the trace's predicted rows), the prediction with the spread of durations (hand-offs
+// drawn from `handoffs`) and the replay.
+struct TracedPredictions {
+  schedule::SimResult mean_cost;
+  Replay spread, replayed;
+};
+TracedPredictions predict_traced_steps(const std::vector<const StepTrace*>& ranks,
+                                       const schedule::Program& program,
+                                       const schedule::Costs& calibrated,
+                                       const std::vector<double>& handoffs);
+
 // The schedule_cost_* keys of `measured` as YAML, `description` (machine, run) in comments.
 std::string schedule_costs_yaml(const CalibratedCosts& measured, const std::string& description);
 

@@ -105,14 +105,12 @@ MeasuredSchedule measure_schedule(const std::vector<const StepTrace*>& ranks) {
 }
 
 std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
-                            const sch::Costs& costs, sch::SimResult* predicted) {
+                            const sch::SimResult& predicted) {
   double origin = 1e300;
   for (const StepTrace* r : ranks) {
     for (const auto& s : r->slices()) origin = std::min(origin, s.start_us);
     for (const auto& step : r->steps()) origin = std::min(origin, step.start_us);
   }
-  const sch::SimResult sim = sch::simulate(program, costs);
-  if (predicted) *predicted = sim;
 
   nlohmann::json events = nlohmann::json::array();
   auto name_process = [&](int pid, const std::string& name) {
@@ -159,7 +157,7 @@ std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sc
   for (int s = 0; s < program.layout.ranks; ++s) {
     name_process(1000 + s, fmt::format("pipeline rank {} (predicted)", s));
   }
-  for (const auto& iv : sim.timeline) {
+  for (const auto& iv : predicted.timeline) {
     events.push_back({{"ph", "X"},
                       {"name", sch::to_string(iv.action)},
                       {"cat", "predicted"},

@@ -87,11 +87,10 @@ struct MeasuredSchedule {
 };
 MeasuredSchedule measure_schedule(const std::vector<const StepTrace*>& ranks);
 
-// The Chrome trace JSON of `ranks` (this process's ranks), with the predicted schedule of
-// `program` beside them, simulated with `costs` (calibrated from these traces:
-// host/cost_calibration.h). `predicted` receives that simulation (step time in microseconds).
+// The Chrome trace JSON of `ranks` (this process's ranks), with `predicted`, the simulation of
+// `program` with costs calibrated from these traces (host/cost_calibration.h,
+// predict_traced_steps), beside them.
 std::string step_trace_json(const std::vector<const StepTrace*>& ranks,
-                            const schedule::Program& program, const schedule::Costs& costs,
-                            schedule::SimResult* predicted);
+                            const schedule::Program& program, const schedule::SimResult& predicted);
 
 }  // namespace carousel

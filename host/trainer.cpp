@@ -188,23 +188,21 @@ void write_trace(const Config& cfg, const std::vector<StepTrace>& traces,
   const std::string path = (std::filesystem::path(cfg.run_directory()) / name).string();
   const schedule::StageLayers layers = stage_layers(cfg);
   const CalibratedCosts measured_costs = calibrate_costs(ranks, layers, cfg.schedule_cost_head);
-  schedule::SimResult predicted;
   const schedule::Costs calibrated =
       calibrated_schedule_costs(measured_costs, layers, schedule_costs(cfg, layers));
-  const std::string json = step_trace_json(ranks, program, calibrated, &predicted);
-  write_text_file(path, json);
+  const TracedPredictions predicted =
+      predict_traced_steps(ranks, program, calibrated, measured_costs.handoffs);
+  write_text_file(path, step_trace_json(ranks, program, predicted.mean_cost));
   const MeasuredSchedule measured = measure_schedule(ranks);
   result.measured_bubble = measured.bubble;
   result.measured_span_ms = measured.span_us / 1e3;
   result.exposed_gather_ms = measured.exposed_gather_us / 1e3;
-  result.predicted_bubble = predicted.bubble_fraction;
-  result.predicted_span_ms = predicted.step_time / 1e3;
-  const Replay spread = predict_with_spread(ranks, program, calibrated, measured_costs.handoffs);
-  result.spread_span_ms = spread.span_us / 1e3;
-  result.spread_bubble = spread.bubble;
-  const Replay replayed = replay_traced_steps(ranks, program, calibrated);
-  result.replayed_span_ms = replayed.span_us / 1e3;
-  result.replayed_bubble = replayed.bubble;
+  result.predicted_bubble = predicted.mean_cost.bubble_fraction;
+  result.predicted_span_ms = predicted.mean_cost.step_time / 1e3;
+  result.spread_span_ms = predicted.spread.span_us / 1e3;
+  result.spread_bubble = predicted.spread.bubble;
+  result.replayed_span_ms = predicted.replayed.span_us / 1e3;
+  result.replayed_bubble = predicted.replayed.bubble;
   result.trace_path = path;
   // The measured costs, for `carousel schedule` / the planner (schedule_costs_file=...).
   const std::string costs_path =
