@@ -14,7 +14,7 @@
 // key tile) tasks sum dK and dV over the query heads of the group and the query tiles below the
 // diagonal, then (batch, head, query tile) tasks sum dQ over the key tiles. The decomposition
 // depends on the shape alone, so results do not depend on the thread count
-// (docs/reliability.md#determinism). The exp loops: softmax_exp.h.
+// (docs/reliability.md#determinism). The exp loops: exp_loops.h.
 #include <omp.h>
 
 #include <algorithm>
@@ -23,7 +23,7 @@
 #include <limits>
 
 #include "compute/cpu/blas.h"
-#include "compute/cpu/softmax_exp.h"
+#include "compute/cpu/exp_loops.h"
 #include "compute/cpu_backend.h"
 #include "compute/dispatch.h"
 

@@ -3,9 +3,12 @@
 // Row-wise ops parallelise over rows; ops that reduce over rows (weight gradients, embedding
 // scatter-add) parallelise over column blocks and walk the rows in order, so each output element
 // is summed by one thread in a fixed order (deterministic, race-free).
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "compute/cpu/blas.h"
+#include "compute/cpu/exp_loops.h"
 #include "compute/cpu_backend.h"
 #include "compute/dispatch.h"
 #include "compute/elementwise.h"
@@ -14,6 +17,7 @@ namespace carousel {
 
 namespace {
 constexpr std::int64_t kColumnBlock = 16;  // columns per task in row-reducing loops
+constexpr std::int64_t kSwigluChunk = 4096;  // elements per call of the vectorised SwiGLU loops
 }  // namespace
 
 void CpuBackend::do_embedding_forward(const Tensor& table, const Tensor& tokens,
@@ -156,8 +160,15 @@ void CpuBackend::do_swiglu_forward(const Tensor& gate, const Tensor& up, const T
     const T* pu = up.data<T>();
     T* po = out.data<T>();
     const std::int64_t n = gate.numel();
+    if constexpr (std::is_same_v<T, float>) {  // the vectorised sigmoid (exp_loops.h)
 #pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < n; ++i) po[i] = math::swiglu(pg[i], pu[i]);
+      for (std::int64_t i0 = 0; i0 < n; i0 += kSwigluChunk) {
+        cpu::swiglu_forward(pg + i0, pu + i0, po + i0, std::min(kSwigluChunk, n - i0));
+      }
+    } else {
+#pragma omp parallel for schedule(static)
+      for (std::int64_t i = 0; i < n; ++i) po[i] = math::swiglu(pg[i], pu[i]);
+    }
   });
 }
 
@@ -171,12 +182,20 @@ void CpuBackend::do_swiglu_backward(const Tensor& dout, const Tensor& gate, cons
     T* pdg = dgate.data<T>();
     T* pdu = dup.data<T>();
     const std::int64_t n = gate.numel();
+    if constexpr (std::is_same_v<T, float>) {
 #pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < n; ++i) {
-      T dg, du;
-      math::swiglu_grad(pdy[i], pg[i], pu[i], dg, du);
-      pdg[i] = dg;
-      pdu[i] = du;
+      for (std::int64_t i0 = 0; i0 < n; i0 += kSwigluChunk) {
+        const std::int64_t len = std::min(kSwigluChunk, n - i0);
+        cpu::swiglu_backward(pdy + i0, pg + i0, pu + i0, pdg + i0, pdu + i0, len);
+      }
+    } else {
+#pragma omp parallel for schedule(static)
+      for (std::int64_t i = 0; i < n; ++i) {
+        T dg, du;
+        math::swiglu_grad(pdy[i], pg[i], pu[i], dg, du);
+        pdg[i] = dg;
+        pdu[i] = du;
+      }
     }
   });
 }

@@ -1,12 +1,13 @@
-// softmax_exp.h — the exp loops of the CPU attention's softmax (compute/cpu/attention.cpp):
-// exp(score - shift) over rows of a score tile, forward and in the backward's recomputation.
+// exp_loops.h — the CPU backend's exp-bound loops: exp(score - shift) over rows of an attention
+// score tile (compute/cpu/attention.cpp, forward and the backward's recomputation) and SwiGLU's
+// sigmoid (compute/cpu/layers.cpp).
 //
-// They are most of attention's time outside its GEMMs, so float32 has a copy compiled for
-// AVX2 + FMA (four doubles per instruction; the build targets baseline x86-64), chosen once at
-// run time. Both copies run the same exactly rounded operations lane by lane, so they give the
-// same bits (tests/test_softmax_exp.cpp checks it where the CPU has AVX2): results never depend
-// on the CPU. (An AVX-512 copy measured no faster on the development VM's AMD EPYC, a Zen 4,
-// which runs 512-bit instructions as two 256-bit halves.)
+// They are most of the time outside the GEMMs, so float32 has a copy compiled for AVX2 + FMA
+// (four doubles per instruction; the build targets baseline x86-64), chosen once at run time.
+// Both copies run the same exactly rounded operations lane by lane, so they give the same bits
+// (tests/test_exp_loops.cpp checks it where the CPU has AVX2): results never depend on the CPU.
+// (An AVX-512 copy measured no faster on the development VM's AMD EPYC, a Zen 4, which runs
+// 512-bit instructions as two 256-bit halves.)
 #pragma once
 
 #include <cstdint>
@@ -37,5 +38,15 @@ void recompute_p(float* s, std::int64_t rows, std::int64_t cols, std::int64_t ld
                  const float* lse, ExpIsa isa = fastest_exp_isa());
 void recompute_p(double* s, std::int64_t rows, std::int64_t cols, std::int64_t ld, bool diagonal,
                  const double* lse, ExpIsa isa = fastest_exp_isa());
+
+// SwiGLU over n float elements, out = silu(gate) * up, and its gradients (dgate, dup for the
+// incoming dout), with silu(x) = x * sigmoid(x) and sigmoid from e = exp(-|x|) (so the exp's
+// argument is never positive): 1 / (1 + e) for x >= 0, e / (1 + e) below. Within a float ulp or
+// two of std::exp's sigmoid, except below -87 where the exp's clamp makes it exp(-87) ~ 1.6e-38
+// (an output of ~1e-36 where the exact one is smaller still); NaN gates give NaN.
+void swiglu_forward(const float* gate, const float* up, float* out, std::int64_t n,
+                    ExpIsa isa = fastest_exp_isa());
+void swiglu_backward(const float* dout, const float* gate, const float* up, float* dgate,
+                     float* dup, std::int64_t n, ExpIsa isa = fastest_exp_isa());
 
 }  // namespace carousel::cpu

@@ -1,11 +1,11 @@
-// softmax_exp.cpp — the softmax exp loops of the CPU attention, with their AVX2 + FMA copy (see
-// softmax_exp.h).
+// exp_loops.cpp — the exp-bound loops of the CPU backend (attention's softmax, SwiGLU), with
+// their AVX2 + FMA copies (see exp_loops.h).
 //
 // Written by hand because no library we use gives a vector exp that is both fast and the same
 // to the bit on every ISA (libmvec's variants differ from each other and from libm). Built with
 // -ffp-contract=off (compute/CMakeLists.txt): the only fused multiply-adds are the explicit
 // std::fma calls, exactly rounded whether an instruction or libm computes them.
-#include "compute/cpu/softmax_exp.h"
+#include "compute/cpu/exp_loops.h"
 
 #include <algorithm>
 #include <bit>
@@ -84,6 +84,37 @@ template <class T>
   }
 }
 
+// sigmoid(x) from e = exp(-|x|) in (0, 1]: 1 / (1 + e) for x >= 0, e / (1 + e) for x < 0. The
+// choice goes through the sign bit (integer operations vectorise where a float compare may stay
+// a branch).
+[[gnu::always_inline]] inline float sigmoid_float(float x) {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+  const float e = exp_float(std::bit_cast<float>(bits | 0x80000000u));  // exp(-|x|)
+  const std::uint32_t negative = 0u - (bits >> 31);                      // all ones when x < 0
+  const float numerator = std::bit_cast<float>((std::bit_cast<std::uint32_t>(e) & negative) |
+                                               (std::bit_cast<std::uint32_t>(1.0f) & ~negative));
+  return numerator / (1.0f + e);
+}
+
+// The formulas of compute/elementwise.h (math::swiglu, math::swiglu_grad) with this sigmoid.
+[[gnu::always_inline]] inline void swiglu_forward_body(const float* gate, const float* up,
+                                                       float* out, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g * sigmoid_float(g) * up[i];
+  }
+}
+
+[[gnu::always_inline]] inline void swiglu_backward_body(const float* dout, const float* gate,
+                                                        const float* up, float* dgate, float* dup,
+                                                        std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float g = gate[i], s = sigmoid_float(g), dy = dout[i];
+    dgate[i] = dy * up[i] * (s + g * s * (1.0f - s));
+    dup[i] = dy * (g * s);
+  }
+}
+
 // The copies: the bodies above compiled for each ISA (portable: baseline x86-64 or whatever
 // the build targets, where std::fma may be a library call and little vectorises).
 #define CAROUSEL_EXP_COPY(attributes, suffix)                                                     \
@@ -93,13 +124,33 @@ template <class T>
   attributes void recompute_p_##suffix(float* s, std::int64_t rows, std::int64_t cols,            \
                                        std::int64_t ld, bool diagonal, const float* lse) {        \
     recompute_p_body(s, rows, cols, ld, diagonal, lse);                                           \
+  }                                                                                               \
+  attributes void swiglu_forward_##suffix(const float* gate, const float* up, float* out,         \
+                                          std::int64_t n) {                                       \
+    swiglu_forward_body(gate, up, out, n);                                                        \
+  }                                                                                               \
+  attributes void swiglu_backward_##suffix(const float* dout, const float* gate, const float* up, \
+                                           float* dgate, float* dup, std::int64_t n) {            \
+    swiglu_backward_body(dout, gate, up, dgate, dup, n);                                          \
   }
 CAROUSEL_EXP_COPY(, portable)
 #if defined(__x86_64__) && defined(__GNUC__)
 #define CAROUSEL_HAVE_EXP_COPIES 1
 CAROUSEL_EXP_COPY([[gnu::target("avx2,fma")]], avx2)
+// A loop's copies in ExpIsa order, for copy_for.
+#define CAROUSEL_COPIES(loop) loop##_portable, loop##_avx2
+#else
+#define CAROUSEL_COPIES(loop) loop##_portable, loop##_portable
 #endif
 #undef CAROUSEL_EXP_COPY
+
+// The copy of a loop for `isa`, which must run on this CPU.
+template <class Loop>
+Loop* copy_for(ExpIsa isa, Loop* portable, Loop* avx2) {
+  CAROUSEL_ASSERT(isa == fastest_exp_isa() || runs_on_this_cpu(isa),
+                  "exp copy {} does not run on this CPU", int(isa));
+  return isa == ExpIsa::avx2 ? avx2 : portable;
+}
 
 }  // namespace
 
@@ -127,16 +178,7 @@ float exp_nonpositive(float x) { return exp_any(x); }
 double exp_nonpositive(double x) { return exp_any(x); }
 
 double exp_row(float* row, std::int64_t n, std::int64_t len, float shift, ExpIsa isa) {
-  CAROUSEL_ASSERT(isa == fastest_exp_isa() || runs_on_this_cpu(isa),
-                  "exp copy {} does not run on this CPU", int(isa));
-  switch (isa) {
-#ifdef CAROUSEL_HAVE_EXP_COPIES
-    case ExpIsa::avx2:
-      return exp_row_avx2(row, n, len, shift);
-#endif
-    default:
-      return exp_row_portable(row, n, len, shift);
-  }
+  return copy_for(isa, CAROUSEL_COPIES(exp_row))(row, n, len, shift);
 }
 double exp_row(double* row, std::int64_t n, std::int64_t len, double shift, ExpIsa) {
   return exp_row_body(row, n, len, shift);
@@ -144,20 +186,20 @@ double exp_row(double* row, std::int64_t n, std::int64_t len, double shift, ExpI
 
 void recompute_p(float* s, std::int64_t rows, std::int64_t cols, std::int64_t ld, bool diagonal,
                  const float* lse, ExpIsa isa) {
-  CAROUSEL_ASSERT(isa == fastest_exp_isa() || runs_on_this_cpu(isa),
-                  "exp copy {} does not run on this CPU", int(isa));
-  switch (isa) {
-#ifdef CAROUSEL_HAVE_EXP_COPIES
-    case ExpIsa::avx2:
-      return recompute_p_avx2(s, rows, cols, ld, diagonal, lse);
-#endif
-    default:
-      return recompute_p_portable(s, rows, cols, ld, diagonal, lse);
-  }
+  copy_for(isa, CAROUSEL_COPIES(recompute_p))(s, rows, cols, ld, diagonal, lse);
 }
 void recompute_p(double* s, std::int64_t rows, std::int64_t cols, std::int64_t ld, bool diagonal,
                  const double* lse, ExpIsa) {
   recompute_p_body(s, rows, cols, ld, diagonal, lse);
+}
+
+void swiglu_forward(const float* gate, const float* up, float* out, std::int64_t n, ExpIsa isa) {
+  copy_for(isa, CAROUSEL_COPIES(swiglu_forward))(gate, up, out, n);
+}
+
+void swiglu_backward(const float* dout, const float* gate, const float* up, float* dgate,
+                     float* dup, std::int64_t n, ExpIsa isa) {
+  copy_for(isa, CAROUSEL_COPIES(swiglu_backward))(dout, gate, up, dgate, dup, n);
 }
 
 }  // namespace carousel::cpu

@@ -1,9 +1,11 @@
-// test_softmax_exp.cpp — the CPU attention's softmax exp loops (compute/cpu/softmax_exp.h).
+// test_exp_loops.cpp — the CPU backend's exp loops (compute/cpu/exp_loops.h): attention's
+// softmax rows and SwiGLU.
 //
 // Every ISA copy this machine runs (portable always; AVX2 + FMA where present) must
 // give the portable copy's bits, on rows of every length around the vector widths, masked and
-// unmasked; and the float exp must be within one float ulp of exp computed in double, equal to
-// glibc's expf for all but a few in 10^4 inputs.
+// unmasked; the float exp must be within one float ulp of exp computed in double, equal to
+// glibc's expf for all but a few in 10^4 inputs; SwiGLU and its gradients must be within a few
+// float ulps of the same formulas evaluated in double.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +16,8 @@
 #include <random>
 #include <vector>
 
-#include "compute/cpu/softmax_exp.h"
+#include "compute/cpu/exp_loops.h"
+#include "compute/elementwise.h"
 
 namespace carousel {
 namespace {
@@ -122,6 +125,83 @@ TEST(SoftmaxExp, FloatExpIsWithinAnUlpAndMostlyEqualsExpf) {
   EXPECT_EQ(cpu::exp_nonpositive(-std::numeric_limits<float>::infinity()),
             cpu::exp_nonpositive(-87.f));
   EXPECT_GT(cpu::exp_nonpositive(-87.f), 0.f);
+}
+
+// SwiGLU inputs: gates across the sigmoid's whole range (both signs, tiny, beyond +-87 where
+// the exp clamps, signed zeros), ups and incoming gradients of both signs.
+struct SwigluInputs {
+  std::vector<float> gate, up, dout;
+};
+SwigluInputs swiglu_inputs(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> body(-12.f, 12.f), wide(-120.f, 120.f), other(-3.f, 3.f);
+  SwigluInputs in;
+  const float specials[] = {0.f, -0.f, 1e-30f, -1e-30f, 87.f, -87.f, 100.f, -100.f};
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned pick = gen() % 16;
+    in.gate.push_back(pick == 0 ? specials[gen() % 8] : pick == 1 ? wide(gen) : body(gen));
+    in.up.push_back(other(gen));
+    in.dout.push_back(other(gen));
+  }
+  return in;
+}
+
+TEST(SwigluExp, EveryCopyGivesThePortableBits) {
+  int copies_run = 0;
+  for (ExpIsa isa : kAllCopies) {
+    if (!cpu::runs_on_this_cpu(isa)) continue;
+    ++copies_run;
+    for (std::size_t n : {1, 3, 4, 7, 8, 9, 15, 16, 17, 33, 1000, 4096}) {
+      const SwigluInputs in = swiglu_inputs(n, unsigned(n));
+      std::vector<float> out_p(n), out_c(n), dg_p(n), dg_c(n), du_p(n), du_c(n);
+      const auto size = std::int64_t(n);
+      cpu::swiglu_forward(in.gate.data(), in.up.data(), out_p.data(), size, ExpIsa::portable);
+      cpu::swiglu_forward(in.gate.data(), in.up.data(), out_c.data(), size, isa);
+      cpu::swiglu_backward(in.dout.data(), in.gate.data(), in.up.data(), dg_p.data(), du_p.data(),
+                           size, ExpIsa::portable);
+      cpu::swiglu_backward(in.dout.data(), in.gate.data(), in.up.data(), dg_c.data(), du_c.data(),
+                           size, isa);
+      EXPECT_TRUE(same_bits(out_p, out_c)) << "forward, copy " << int(isa) << ", n " << n;
+      EXPECT_TRUE(same_bits(dg_p, dg_c)) << "dgate, copy " << int(isa) << ", n " << n;
+      EXPECT_TRUE(same_bits(du_p, du_c)) << "dup, copy " << int(isa) << ", n " << n;
+    }
+  }
+  EXPECT_GE(copies_run, 1);
+}
+
+TEST(SwigluExp, MatchesTheFormulasInDouble) {
+  const std::size_t n = 20000;
+  const SwigluInputs in = swiglu_inputs(n, 7);
+  std::vector<float> out(n), dgate(n), dup(n);
+  cpu::swiglu_forward(in.gate.data(), in.up.data(), out.data(), std::int64_t(n));
+  cpu::swiglu_backward(in.dout.data(), in.gate.data(), in.up.data(), dgate.data(), dup.data(),
+                       std::int64_t(n));
+  const double eps = std::numeric_limits<float>::epsilon();
+  for (std::size_t i = 0; i < n; ++i) {
+    const double g = in.gate[i], u = in.up[i], dy = in.dout[i];
+    const double s = math::sigmoid(g);
+    const double want_out = math::swiglu(g, u);
+    double want_dg = 0, want_du = 0;
+    math::swiglu_grad(dy, g, u, want_dg, want_du);
+    // A few roundings of float operations on each term: the bound scales with the terms' sizes
+    // (dgate's s + g s (1 - s) cancels for negative gates, so its terms, not its sum, set it;
+    // and 1 - s in float is off by up to an ulp of s, which g multiplies).
+    // Below -87 the exp is clamped (exp_loops.h): the sigmoid is exp(-87) ~ 1.6e-38 instead.
+    const double clamped = g < -87 ? 1.7e-38 * (1 + std::abs(g)) : 0.0;
+    ASSERT_NEAR(out[i], want_out, 4 * eps * std::abs(want_out) + clamped * std::abs(u) + 1e-44)
+        << "gate " << g;
+    ASSERT_NEAR(dup[i], want_du, 4 * eps * std::abs(want_du) + clamped * std::abs(dy) + 1e-44)
+        << "gate " << g;
+    const double dg_terms = s + std::abs(g) * s * (1 - s), one_minus_s = 2 * eps * std::abs(g);
+    ASSERT_NEAR(dgate[i], want_dg, std::abs(dy * u) * (6 * eps * dg_terms + one_minus_s + clamped))
+        << "gate " << g;
+  }
+  // A NaN gate gives NaN outputs (the sigmoid of NaN is a number, multiplied by the NaN gate).
+  const float nan = std::numeric_limits<float>::quiet_NaN(), one = 1.f;
+  float o = 0, dg = 0, du = 0;
+  cpu::swiglu_forward(&nan, &one, &o, 1);
+  cpu::swiglu_backward(&one, &nan, &one, &dg, &du, 1);
+  EXPECT_TRUE(std::isnan(o) && std::isnan(dg) && std::isnan(du));
 }
 
 }  // namespace
