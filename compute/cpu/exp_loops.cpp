@@ -90,7 +90,7 @@ template <class T>
 [[gnu::always_inline]] inline float sigmoid_float(float x) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
   const float e = exp_float(std::bit_cast<float>(bits | 0x80000000u));  // exp(-|x|)
-  const std::uint32_t negative = 0u - (bits >> 31);                      // all ones when x < 0
+  const std::uint32_t negative = 0u - (bits >> 31);                     // all ones when x < 0
   const float numerator = std::bit_cast<float>((std::bit_cast<std::uint32_t>(e) & negative) |
                                                (std::bit_cast<std::uint32_t>(1.0f) & ~negative));
   return numerator / (1.0f + e);

@@ -16,7 +16,7 @@
 namespace carousel {
 
 namespace {
-constexpr std::int64_t kColumnBlock = 16;  // columns per task in row-reducing loops
+constexpr std::int64_t kColumnBlock = 16;    // columns per task in row-reducing loops
 constexpr std::int64_t kSwigluChunk = 4096;  // elements per call of the vectorised SwiGLU loops
 }  // namespace
 
