@@ -1,10 +1,15 @@
 // mesh.cpp — rank placement, communicator splits, devices and starting the ranks.
 #include "host/mesh.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
+#include <optional>
+#include <vector>
 
 #include "collectives/local_communicator.h"
 #include "compute/cpu_backend.h"
@@ -92,6 +97,67 @@ TransportChoice choose_transport(const Config& cfg, int ranks, const MachineView
                             ranks, machine.visible_gpus)
               : "this build has no NCCL: logical GPU devices exchange through host memory "
                 "(in-process communicator)"};
+}
+
+TransportChoice agree_on_transport(const Config& cfg, int ranks, const MachineView& machine,
+                                   Communicator& processes) {
+  constexpr std::int32_t kRefused = -1;
+  std::optional<TransportChoice> mine;
+  std::exception_ptr refusal;
+  try {
+    mine = choose_transport(cfg, ranks, machine);
+  } catch (const Error&) {
+    refusal = std::current_exception();
+  }
+  CpuBackend host(processes.rank());
+  const Tensor own = host.from_host(
+      std::vector<std::int32_t>{mine ? std::int32_t(mine->transport) : kRefused}, {1});
+  Tensor all = host.zeros({processes.size()}, DType::I32);
+  processes.all_gather(own, all).wait();
+  const std::vector<std::int32_t> choices = host.to_host<std::int32_t>(all);
+  if (refusal) std::rethrow_exception(refusal);  // this process's own reason
+  // Which processes chose `code`, for the message: "0, 1, 5".
+  auto processes_with = [&](std::int32_t code) {
+    std::vector<int> which;
+    for (int p = 0; p < int(choices.size()); ++p) {
+      if (choices[p] == code) which.push_back(p);
+    }
+    return fmt::format("{}", fmt::join(which, ", "));
+  };
+  CAROUSEL_CHECK(std::count(choices.begin(), choices.end(), kRefused) == 0,
+                 "process(es) {} of this mpirun job cannot run with device={} (their error says "
+                 "why); this process would have used {}",
+                 processes_with(kRefused), cfg.device, transport_name(mine->transport));
+  if (std::count(choices.begin(), choices.end(), choices.front()) !=
+      std::ptrdiff_t(choices.size())) {
+    std::vector<std::string> groups;  // one per choice, in the order of the first process
+    for (std::size_t p = 0; p < choices.size(); ++p) {
+      if (std::find(choices.begin(), choices.begin() + std::ptrdiff_t(p), choices[p]) !=
+          choices.begin() + std::ptrdiff_t(p)) {
+        continue;
+      }
+      groups.push_back(fmt::format("{} on process(es) {}", transport_name(Transport(choices[p])),
+                                   processes_with(choices[p])));
+    }
+    fail(
+        "the processes of this mpirun job chose different transports with device={}: {} (a node "
+        "without GPUs beside nodes with them?); every node needs the same GPUs (device=cuda), "
+        "or run device=cpu",
+        cfg.device, fmt::join(groups, "; "));
+  }
+  return *mine;
+}
+
+std::string_view transport_name(Transport t) {
+  switch (t) {
+    case Transport::Local:
+      return "in-process communicator";
+    case Transport::Mpi:
+      return "MPI on CPUs";
+    case Transport::Nccl:
+      return "NCCL on GPUs";
+  }
+  return "?";
 }
 
 namespace {

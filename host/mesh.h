@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "collectives/communicator.h"
 #include "collectives/local_communicator.h"
@@ -67,6 +68,7 @@ enum class Transport {
   Mpi,    // ranks are mpirun processes on CPUs; MPI communicator
   Nccl,   // one GPU per rank, ranks as threads or as mpirun processes; NCCL communicators
 };
+std::string_view transport_name(Transport t);  // "NCCL on GPUs", for messages
 struct TransportChoice {
   Transport transport;
   std::string reason;
@@ -81,6 +83,14 @@ struct MachineView {
 // processes on a node than GPUs, device=cuda without a visible GPU.
 TransportChoice choose_transport(const Config& cfg, int ranks, const MachineView& machine);
 MachineView this_machine(const Communicator* process_world);
+// Under mpirun each process decides from its own node (choose_transport). A job whose nodes
+// decide differently (device=auto with GPUs on some nodes only; device=cuda with a node that
+// has none) must fail on every process at once rather than hang in its first collective, so the
+// processes exchange their decisions over `processes` first. Returns the common choice; throws
+// carousel::Error on every process otherwise: the process's own reason where it refused, else
+// one message naming the processes that refused or what each would have used.
+TransportChoice agree_on_transport(const Config& cfg, int ranks, const MachineView& machine,
+                                   Communicator& processes);
 
 // The device of rank `rank`: a CPU device, or on GPUs logical device `rank` on GPU
 // rank % visible GPUs (several logical devices share a GPU when there are more ranks).

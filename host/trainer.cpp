@@ -281,8 +281,10 @@ TrainResult train(const Config& requested, Communicator* process_world) {
   const MeshShape mesh = MeshShape::of(cfg);
   check_mesh(cfg, mesh, process_world);
   const schedule::Program program = lowered_program(cfg);
+  const MachineView machine = this_machine(process_world);
   const TransportChoice transport =
-      choose_transport(cfg, mesh.ranks(), this_machine(process_world));
+      process_world ? agree_on_transport(cfg, mesh.ranks(), machine, *process_world)
+                    : choose_transport(cfg, mesh.ranks(), machine);
   // The tokenizer and the data, read once per process and shared by its ranks (reading the
   // data is const).
   const std::optional<TokenizerInfo> tokenizer = read_run_tokenizer(cfg);

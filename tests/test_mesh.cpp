@@ -1,10 +1,12 @@
 // test_mesh.cpp — the decisions of host/mesh.h that the GPU path follows, checked on CPUs:
-// rank placement, and which transport (in-process, MPI, NCCL) a run uses and why.
+// rank placement, and which transport (in-process, MPI, NCCL) a run uses and why, agreed by the
+// processes of an mpirun job.
 #include <gtest/gtest.h>
 #include <omp.h>
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "compute/cpu_backend.h"
 #include "host/config.h"
@@ -75,6 +77,48 @@ TEST(Mesh, TransportRefusesWhatCannotRun) {
   EXPECT_NE(too_many.find("16 processes on this node but it has 8 visible GPU(s)"),
             std::string::npos)
       << too_many;
+}
+
+// Under mpirun the processes exchange their choices first: a job whose nodes differ fails on
+// every process with one message (4 processes as threads over the in-process communicator).
+TEST(Mesh, ProcessesThatChooseDifferentlyAllFail) {
+  auto outcome = [](const std::string& device, const std::vector<int>& gpus_per_process) {
+    const int n = int(gpus_per_process.size());
+    LocalWorld world(n);
+    std::vector<std::string> messages(std::size_t(n), "no error");
+    run_ranks(n, [&](int p) {
+      const auto processes = world.communicator(p);
+      const MachineView machine{gpus_per_process[std::size_t(p)], true, n, 1};
+      try {
+        const TransportChoice agreed =
+            agree_on_transport(with_device(device), n, machine, *processes);
+        messages[std::size_t(p)] = "agreed on " + std::string(transport_name(agreed.transport));
+      } catch (const Error& e) {
+        messages[std::size_t(p)] = e.what();
+      }
+    });
+    return messages;
+  };
+  // GPUs on the first two nodes only, device=auto: the same error everywhere.
+  const std::vector<std::string> mixed = outcome("auto", {1, 1, 0, 0});
+  for (const std::string& m : mixed) {
+    EXPECT_EQ(m, mixed[0]);
+    EXPECT_NE(m.find("NCCL on GPUs on process(es) 0, 1; MPI on CPUs on process(es) 2, 3"),
+              std::string::npos)
+        << m;
+  }
+  // device=cuda and process 3 sees no GPU: its own reason there, the others name it.
+  const std::vector<std::string> missing = outcome("cuda", {1, 1, 1, 0});
+  EXPECT_NE(missing[3].find("no GPU is visible"), std::string::npos) << missing[3];
+  for (int p = 0; p < 3; ++p) {
+    EXPECT_NE(missing[std::size_t(p)].find("process(es) 3 of this mpirun job cannot run with "
+                                           "device=cuda"),
+              std::string::npos)
+        << missing[std::size_t(p)];
+  }
+  // Agreement: every process goes on with the common choice.
+  for (const std::string& m : outcome("auto", {0, 0, 0})) EXPECT_EQ(m, "agreed on MPI on CPUs");
+  for (const std::string& m : outcome("cuda", {1, 1})) EXPECT_EQ(m, "agreed on NCCL on GPUs");
 }
 
 }  // namespace
