@@ -65,6 +65,10 @@ std::chrono::steady_clock::time_point Event::completed_at() const {
 void Event::complete(std::exception_ptr error) const {
   {
     std::lock_guard lock(state_->mutex);
+    // The first completion is the outcome: NCCL's watchdog fails an operation and aborts the
+    // communicator, after which the stream still reaches the operation's own (successful)
+    // completion; that must not erase the error a later wait() (step end) has to report.
+    if (state_->done) return;
     state_->done = true;
     state_->error = error;
     state_->completed_at = std::chrono::steady_clock::now();

@@ -46,7 +46,8 @@ class Event {
   void order_before(void* work_queue) const;
   // When the operation completed (steady clock), for traces; the epoch when not yet complete.
   std::chrono::steady_clock::time_point completed_at() const;
-  // For implementations: finish the operation, successfully or with an error.
+  // For implementations: finish the operation, successfully or with an error. Only the first
+  // call counts (a watchdog's error is not overwritten by a completion reached afterwards).
   void complete(std::exception_ptr error = nullptr) const;
   // For implementations with a queue of their own: how order_before makes another queue wait.
   void set_device_order(std::function<void(void* work_queue)> enqueue_wait) const;

@@ -173,6 +173,24 @@ TEST(EventOrder, AReportedErrorIsRethrownOnEitherPath) {
   EXPECT_THROW(failed.wait(), Error);
 }
 
+TEST(EventOrder, AnErrorReportedFirstIsNotErasedByALaterCompletion) {
+  // NCCL: the watchdog fails a hung operation and aborts the communicator; the stream then
+  // reaches the operation's host function, which completes the same Event again, successfully.
+  // An operation only ordered on the device is waited for at step end, after both: the error
+  // must still be there (and a completion time must not move).
+  Event op;
+  op.set_device_order([](void*) {});
+  int queue = 0;
+  op.order_before(&queue);  // not done yet: a device-side wait, no host block
+  op.complete(std::make_exception_ptr(Error("rank 0: send/recv group #7 timed out")));
+  const auto failed_at = op.completed_at();
+  op.complete();  // the stream's own completion, after the abort
+  EXPECT_TRUE(op.ready());
+  EXPECT_EQ(op.completed_at(), failed_at);
+  EXPECT_THROW(op.wait(), Error);
+  EXPECT_THROW(op.order_before(&queue), Error);
+}
+
 TEST(Collectives, ReduceScatterCountNotDivisibleIsAClearError) {
   LocalWorld world(3);
   auto comm = world.communicator(0);
