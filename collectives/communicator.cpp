@@ -38,6 +38,7 @@ void Event::order_before(void* work_queue) const {
   {
     std::lock_guard lock(state_->mutex);
     if (state_->error) std::rethrow_exception(state_->error);
+    if (state_->done) return;  // everything the operation wrote is there already
     device_order = state_->device_order;
   }
   if (work_queue != nullptr && device_order) {

@@ -14,6 +14,7 @@
 #include <functional>
 #include <initializer_list>
 #include <list>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -48,6 +49,25 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   return ncclSum;
 }
 
+// CUDA events whose last owner let go inside a stream's host function (no CUDA calls allowed
+// there), per GPU, until a thread with that GPU current destroys them.
+std::mutex retired_mutex;
+std::map<int, std::vector<cudaEvent_t>> retired_events;
+
+void retire_event(int gpu, cudaEvent_t event) {
+  std::lock_guard lock(retired_mutex);
+  retired_events[gpu].push_back(event);
+}
+
+void destroy_retired_events(int gpu) {  // the caller has made `gpu` current
+  std::vector<cudaEvent_t> events;
+  {
+    std::lock_guard lock(retired_mutex);
+    events.swap(retired_events[gpu]);
+  }
+  for (cudaEvent_t e : events) cudaEventDestroy(e);  // released once complete, if still pending
+}
+
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(ncclComm_t comm, int gpu, std::string name, double timeout)
@@ -65,10 +85,11 @@ class NcclCommunicator final : public Communicator {
     watchdog_.join();
     cudaSetDevice(gpu_);
     cudaStreamSynchronize(stream_);
+    destroy_retired_events(gpu_);
     cudaFree(barrier_buffer_);
     cudaEventDestroy(producer_done_);
     cudaStreamDestroy(stream_);
-    ncclCommDestroy(comm_);
+    if (!aborted_) ncclCommDestroy(comm_);  // ncclCommAbort already freed it
   }
 
   int rank() const override { return rank_; }
@@ -111,6 +132,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void group_start() override {
+    check_not_aborted("group_start");
     CAROUSEL_ASSERT(!in_group_, "group_start on communicator '{}' rank {}: already in a group",
                     name_, rank_);
     in_group_ = true;
@@ -131,6 +153,7 @@ class NcclCommunicator final : public Communicator {
   Event recv(const Tensor& data, int peer) override { return p2p(false, data, peer); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
+    check_not_aborted("split");
     CUDA_CHECK(cudaSetDevice(gpu_));
     ncclComm_t child = nullptr;
     NCCL_CHECK(ncclCommSplit(comm_, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, nullptr));
@@ -149,6 +172,7 @@ class NcclCommunicator final : public Communicator {
 
   Event p2p(bool is_send, const Tensor& data, int peer) {
     comm::check_peer(*this, is_send ? "send" : "recv", data, peer);
+    check_not_aborted(is_send ? "send" : "recv");
     const bool single = !in_group_;
     if (single) group_start();
     after_producers({&data});
@@ -165,6 +189,7 @@ class NcclCommunicator final : public Communicator {
   template <class Fn>
   Event enqueue(const char* op, std::initializer_list<const Tensor*> tensors, Fn&& issue) {
     CAROUSEL_ASSERT(!in_group_, "{} on communicator '{}' inside a send/recv group", op, name_);
+    check_not_aborted(op);
     CUDA_CHECK(cudaSetDevice(gpu_));
     after_producers(tensors);
     issue();
@@ -203,9 +228,13 @@ class NcclCommunicator final : public Communicator {
   // recorded there too: a consumer's stream waits for that (Event::order_before) instead of
   // its host, so a RECV's consumer or an AG_WAIT never blocks the host inside a step.
   Event completion(const std::string& op, Event event = Event()) {
+    destroy_retired_events(gpu_);
     cudaEvent_t reached = nullptr;
     CUDA_CHECK(cudaEventCreateWithFlags(&reached, cudaEventDisableTiming));
-    const std::shared_ptr<CUevent_st> owned(reached, [](cudaEvent_t e) { cudaEventDestroy(e); });
+    // The last Event copy may die in the host function below, where CUDA calls are not allowed:
+    // the handle is retired there and destroyed by the next completion on this GPU.
+    const std::shared_ptr<CUevent_st> owned(reached,
+                                            [gpu = gpu_](cudaEvent_t e) { retire_event(gpu, e); });
     CUDA_CHECK(cudaEventRecord(reached, stream_));
     event.set_device_order([owned](void* queue) {
       CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(queue), owned.get(), 0));
@@ -227,8 +256,19 @@ class NcclCommunicator final : public Communicator {
     return p.event;
   }
 
+  // After an abort comm_ is gone: an operation issued then is an error naming the abort's reason
+  // (not a call into freed memory, nor an Event no watchdog would ever complete).
+  void check_not_aborted(const char* op) {
+    std::lock_guard lock(mutex_);
+    CAROUSEL_CHECK(!aborted_, "rank {}: {} on NCCL communicator '{}', which was aborted: {}", rank_,
+                   op, name_, abort_reason_);
+  }
+
   // Polls async errors and timeouts; aborts the communicator and fails what is pending.
   void watch() {
+    // This thread's CUDA calls (destroying events of completed operations) must not create a
+    // context on GPU 0 (every rank but GPU 0's would pay ~0.5 GB for it).
+    cudaSetDevice(gpu_);
     while (!stop_) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       std::lock_guard lock(mutex_);
@@ -246,6 +286,7 @@ class NcclCommunicator final : public Communicator {
               : fmt::format("timed out after {} s", timeout_);
       ncclCommAbort(comm_);
       aborted_ = true;
+      abort_reason_ = why;
       for (auto& p : pending_) {
         p.event.complete(std::make_exception_ptr(Error(fmt::format(
             "rank {}: {} on NCCL communicator '{}' failed: {}; the communicator was aborted", rank_,
@@ -268,7 +309,8 @@ class NcclCommunicator final : public Communicator {
   std::int64_t seq_ = 0;
   std::mutex mutex_;
   std::list<Pending> pending_;
-  bool aborted_ = false;
+  bool aborted_ = false;  // guarded by mutex_, like abort_reason_
+  std::string abort_reason_;
   std::atomic<bool> stop_{false};
   std::thread watchdog_;
 };

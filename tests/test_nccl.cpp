@@ -101,6 +101,7 @@ TEST(Nccl, ConsumersWaitOnTheDeviceNotTheHost) {
     const std::int64_t count = 1 << 20, side = 4096;
     Tensor x = be.zeros({count}), gathered = be.zeros({n * count}), doubled = be.empty({n * count});
     Tensor a = be.zeros({side, side}), b = be.zeros({side, side}), c = be.empty({side, side});
+    comm.all_gather(x, gathered).wait();  // NCCL connects on first use: not within the GEMMs
     be.synchronize();
     for (int i = 0; i < 4; ++i) be.gemm(false, false, 1.0, a, b, 0.0, c);  // ~0.5 TFLOP
     be.fill(x, double(r + 1));
