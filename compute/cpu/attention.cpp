@@ -107,42 +107,70 @@ void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Te
       const std::int64_t kv = d.kv_offset(b, h / d.group());
       T m[kTile];
       double l[kTile];
+      // Scores of rows [r0, r0 + rows) against keys [k0 + c0, k0 + c0 + cols) into columns c0..
+      auto scores = [&](std::int64_t r0, std::int64_t rows, std::int64_t k0, std::int64_t c0,
+                        std::int64_t cols) {
+        cpu::blas_gemm(false, true, rows, cols, D, scale, qp + r0 * ldq, ldq,
+                       k.data<T>() + kv + (k0 + c0) * ldk, ldk, T(0), s + r0 * kKeyBlock + c0,
+                       kKeyBlock);
+      };
+      // O rows [r0, r0 + rows) (+)= P columns [c0, c0 + cols) times the values of those keys.
+      auto accumulate = [&](std::int64_t r0, std::int64_t rows, std::int64_t k0, std::int64_t c0,
+                            std::int64_t cols, bool first) {
+        cpu::blas_gemm(false, false, rows, D, cols, T(1), s + r0 * kKeyBlock + c0, kKeyBlock,
+                       v.data<T>() + kv + (k0 + c0) * ldk, ldk, first ? T(0) : T(1), op + r0 * ldq,
+                       ldq);
+      };
+      // Rows [r0, r0 + rows) of the block's scores (the first `cols` columns computed) to
+      // exponentials, with the online softmax's running max and sum; O rows rescaled when their
+      // max grows.
+      auto softmax_rows = [&](std::int64_t r0, std::int64_t rows, std::int64_t k0,
+                              std::int64_t cols) {
+        for (std::int64_t r = r0; r < r0 + rows; ++r) {
+          T* row = s + r * kKeyBlock;
+          // Unmasked keys of query q0 + r: at least one, since blocks start at multiples of
+          // kKeyBlock (a multiple of kTile) below q0 + nq, hence at or below q0.
+          const std::int64_t n = std::min(cols, q0 + r + 1 - k0);
+          const T mx = row_max(row, n);
+          if (k0 == 0) {
+            m[r] = mx;
+            l[r] = cpu::exp_row(row, n, cols, mx);
+          } else {
+            const T mnew = std::max(m[r], mx);
+            const T alpha = cpu::exp_nonpositive(m[r] - mnew);
+            l[r] = l[r] * double(alpha) + cpu::exp_row(row, n, cols, mnew);
+            m[r] = mnew;
+            if (alpha != T(1)) {
+              for (std::int64_t e = 0; e < D; ++e) op[r * ldq + e] *= alpha;
+            }
+          }
+        }
+      };
       // Keys 0 .. q0 + nq - 1 (causal), in blocks of kKeyBlock: an online softmax across blocks.
       for (std::int64_t k0 = 0; k0 < q0 + nq; k0 += kKeyBlock) {
         const std::int64_t nk = std::min(kKeyBlock, q0 + nq - k0);
-        // The last block holds the diagonal: its query rows go in four groups of 32, each against
-        // the keys up to its own last row, so a quarter of the diagonal tile's masked half is
-        // multiplied instead of all of it (at T = 512, 15 % less GEMM work than whole tiles).
-        const bool diagonal = k0 + nk == q0 + nq;
-        const std::int64_t group = diagonal ? kTile / 4 : kTile;
+        if (k0 + nk < q0 + nq) {  // below the diagonal: one GEMM each way, all rows
+          scores(0, nq, k0, 0, nk);
+          softmax_rows(0, nq, k0, nk);
+          accumulate(0, nq, k0, 0, nk, k0 == 0);
+          continue;
+        }
+        // The block that ends with the diagonal tile. Its keys before the tile (`before`, a
+        // multiple of kTile, maybe 0) go in one GEMM for all rows each way; the tile's rows go
+        // in four groups of 32, each against the tile's keys up to its own last row (a quarter
+        // of the tile's masked half is multiplied instead of all of it: at T = 512, 15 % less
+        // GEMM work than whole tiles), with the keys before the tile packed once, not per group.
+        const std::int64_t before = q0 - k0, group = kTile / 4;
+        if (before > 0) scores(0, nq, k0, 0, before);
         for (std::int64_t r0 = 0; r0 < nq; r0 += group) {
           const std::int64_t rows = std::min(group, nq - r0);
-          const std::int64_t cols = diagonal ? std::min(nk, q0 + r0 + rows - k0) : nk;
-          T* sg = s + r0 * kKeyBlock;
-          T* og = op + r0 * ldq;
-          cpu::blas_gemm(false, true, rows, cols, D, scale, qp + r0 * ldq, ldq,
-                         k.data<T>() + kv + k0 * ldk, ldk, T(0), sg, kKeyBlock);
-          for (std::int64_t r = r0; r < r0 + rows; ++r) {
-            T* row = s + r * kKeyBlock;
-            // Unmasked keys of query q0 + r: at least one, since blocks start at multiples of
-            // kKeyBlock (a multiple of kTile) below q0 + nq, hence at or below q0.
-            const std::int64_t n = std::min(cols, q0 + r + 1 - k0);
-            const T mx = row_max(row, n);
-            if (k0 == 0) {
-              m[r] = mx;
-              l[r] = cpu::exp_row(row, n, cols, mx);
-            } else {
-              const T mnew = std::max(m[r], mx);
-              const T alpha = cpu::exp_nonpositive(m[r] - mnew);
-              l[r] = l[r] * double(alpha) + cpu::exp_row(row, n, cols, mnew);
-              m[r] = mnew;
-              if (alpha != T(1)) {
-                for (std::int64_t e = 0; e < D; ++e) op[r * ldq + e] *= alpha;
-              }
-            }
-          }
-          cpu::blas_gemm(false, false, rows, D, cols, T(1), sg, kKeyBlock,
-                         v.data<T>() + kv + k0 * ldk, ldk, k0 == 0 ? T(0) : T(1), og, ldq);
+          scores(r0, rows, k0, before, r0 + rows);
+          softmax_rows(r0, rows, k0, before + r0 + rows);
+        }
+        if (before > 0) accumulate(0, nq, k0, 0, before, k0 == 0);
+        for (std::int64_t r0 = 0; r0 < nq; r0 += group) {
+          const std::int64_t rows = std::min(group, nq - r0);
+          accumulate(r0, rows, k0, before, r0 + rows, k0 == 0 && before == 0);
         }
       }
       T* lp = lse.data<T>() + (b * d.heads + h) * d.seq + q0;
