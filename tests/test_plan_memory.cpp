@@ -30,50 +30,38 @@
 #include "host/schedule/simulate.h"
 #include "host/schedule_config.h"
 #include "host/sharded_params.h"
+#include "tests/communicator_decorator.h"
 
 namespace carousel {
 namespace {
 
 // Counts the bytes one member of a ring collective sends: all-gather (G-1) x its part,
 // reduce-scatter (G-1) x its part, all-reduce 2 (G-1)/G x the buffer, a send its buffer.
-class CountingCommunicator final : public Communicator {
+class CountingCommunicator final : public testing::ForwardingCommunicator {
  public:
-  explicit CountingCommunicator(std::unique_ptr<Communicator> inner) : inner_(std::move(inner)) {}
+  using ForwardingCommunicator::ForwardingCommunicator;
   double sent = 0;
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string name() const override { return inner_->name(); }
   Event all_gather(const Tensor& send, const Tensor& recv) override {
     sent += double(size() - 1) * double(send.nbytes());
-    return inner_->all_gather(send, recv);
+    return inner().all_gather(send, recv);
   }
   Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     sent += double(size() - 1) * double(recv.nbytes());
-    return inner_->reduce_scatter(send, recv, op);
+    return inner().reduce_scatter(send, recv, op);
   }
   Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     sent += 2.0 * double(size() - 1) / double(size()) * double(send.nbytes());
-    return inner_->all_reduce(send, recv, op);
+    return inner().all_reduce(send, recv, op);
   }
   Event broadcast(const Tensor& send, const Tensor& recv, int root) override {
     ADD_FAILURE() << "the step was not expected to broadcast on " << name();
-    return inner_->broadcast(send, recv, root);
+    return inner().broadcast(send, recv, root);
   }
-  Event barrier() override { return inner_->barrier(); }
-  void group_start() override { inner_->group_start(); }
-  Event group_end() override { return inner_->group_end(); }
   Event send(const Tensor& data, int peer) override {
     sent += double(data.nbytes());
-    return inner_->send(data, peer);
+    return inner().send(data, peer);
   }
-  Event recv(const Tensor& data, int peer) override { return inner_->recv(data, peer); }
-  std::unique_ptr<Communicator> split(int color, int key) override {
-    return inner_->split(color, key);
-  }
-
- private:
-  std::unique_ptr<Communicator> inner_;
 };
 
 struct RankMeasure {
@@ -102,15 +90,9 @@ std::vector<RankMeasure> run_one_step(const Config& cfg, const schedule::Program
     const RankPlace place = RankPlace::of(rank, mesh);
     RankCommunicators comms =
         split_communicators(world, place, program.layout, cfg.model.logits_via_embedding);
-    auto wrap = [](std::unique_ptr<Communicator>& c) {
-      auto counting = std::make_unique<CountingCommunicator>(std::move(c));
-      CountingCommunicator* raw = counting.get();
-      c = std::move(counting);
-      return raw;
-    };
-    CountingCommunicator* pipe = wrap(comms.pipe);
-    CountingCommunicator* fsdp = wrap(comms.fsdp);
-    CountingCommunicator* replicas = wrap(comms.data);
+    auto* pipe = testing::decorate<CountingCommunicator>(comms.pipe);
+    auto* fsdp = testing::decorate<CountingCommunicator>(comms.fsdp);
+    auto* replicas = testing::decorate<CountingCommunicator>(comms.data);
     auto held = [&] { return std::int64_t(be.allocator().stats().current_bytes); };
     const std::int64_t before = held();
     ShardedParams params(cfg, program.layout, place, be, comms);
