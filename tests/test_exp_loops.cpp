@@ -186,8 +186,9 @@ TEST(SwigluExp, MatchesTheFormulasInDouble) {
     // A few roundings of float operations on each term: the bound scales with the terms' sizes
     // (dgate's s + g s (1 - s) cancels for negative gates, so its terms, not its sum, set it;
     // and 1 - s in float is off by up to an ulp of s, which g multiplies).
-    // Below -87 the exp is clamped (exp_loops.h): the sigmoid is exp(-87) ~ 1.6e-38 instead.
-    const double clamped = g < -87 ? 1.7e-38 * (1 + std::abs(g)) : 0.0;
+    // Below -87 the sigmoid is 0 (the exact one is under exp(-87) ~ 1.6e-38): the terms it
+    // multiplies are off by at most |g| exp(g) <= 87 exp(-87) ~ 1.4e-36.
+    const double clamped = g < -87 ? 1.5e-36 : 0.0;
     ASSERT_NEAR(out[i], want_out, 4 * eps * std::abs(want_out) + clamped * std::abs(u) + 1e-44)
         << "gate " << g;
     ASSERT_NEAR(dup[i], want_du, 4 * eps * std::abs(want_du) + clamped * std::abs(dy) + 1e-44)
@@ -202,6 +203,44 @@ TEST(SwigluExp, MatchesTheFormulasInDouble) {
   cpu::swiglu_forward(&nan, &one, &o, 1);
   cpu::swiglu_backward(&one, &nan, &one, &dg, &du, 1);
   EXPECT_TRUE(std::isnan(o) && std::isnan(dg) && std::isnan(du));
+}
+
+TEST(SwigluExp, VeryNegativeGatesGiveAboutZero) {
+  // exp(-|x|) is clamped at exp(-87) (exp_loops.h); the sigmoid must not be, or silu(x) =
+  // x sigmoid(x) becomes 1.6e-38 x: -1.6e-18 at x = -1e20, -5.6 at -FLT_MAX, where the exact
+  // value (and glibc's expf formula, math::swiglu) is 0. Gradients the same.
+  const float lowest = std::numeric_limits<float>::lowest();
+  const std::vector<float> gates = {-87.5f, -88.f, -100.f, -1e4f, -1e20f, -1e30f, lowest};
+  const std::vector<float> ups = {1.f, -3.f, 1e30f};
+  std::vector<float> gate, up, dout;
+  for (float g : gates) {
+    for (float u : ups) {
+      gate.push_back(g);
+      up.push_back(u);
+      dout.push_back(1.f);
+    }
+  }
+  const std::size_t n = gate.size();
+  for (ExpIsa isa : kAllCopies) {
+    if (!cpu::runs_on_this_cpu(isa)) continue;
+    std::vector<float> out(n), dgate(n), dup(n);
+    cpu::swiglu_forward(gate.data(), up.data(), out.data(), std::int64_t(n), isa);
+    cpu::swiglu_backward(dout.data(), gate.data(), up.data(), dgate.data(), dup.data(),
+                         std::int64_t(n), isa);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double g = gate[i], u = up[i], s = math::sigmoid(g);
+      const double tol = 1.5e-36 * std::abs(u);  // |g| sigmoid(g) <= 87 exp(-87) below -87
+      EXPECT_NEAR(out[i], g * s * u, tol) << "copy " << int(isa) << " gate " << g << " up " << u;
+      EXPECT_NEAR(dup[i], g * s, 1.5e-36) << "copy " << int(isa) << " gate " << g;
+      EXPECT_NEAR(dgate[i], u * (s + g * s * (1 - s)), tol)
+          << "copy " << int(isa) << " gate " << g << " up " << u;
+    }
+  }
+  // A -inf gate gives NaN (-inf * 0), as math::swiglu does.
+  const float minus_inf = -std::numeric_limits<float>::infinity(), one = 1.f;
+  float o = 0;
+  cpu::swiglu_forward(&minus_inf, &one, &o, 1);
+  EXPECT_TRUE(std::isnan(o) && std::isnan(math::swiglu(minus_inf, one))) << o;
 }
 
 }  // namespace

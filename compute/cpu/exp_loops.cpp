@@ -84,15 +84,22 @@ template <class T>
   }
 }
 
-// sigmoid(x) from e = exp(-|x|) in (0, 1]: 1 / (1 + e) for x >= 0, e / (1 + e) for x < 0. The
-// choice goes through the sign bit (integer operations vectorise where a float compare may stay
-// a branch).
+// sigmoid(x) from e = exp(-|x|) in (0, 1]: 1 / (1 + e) for x >= 0, e / (1 + e) for x < 0, and 0
+// below -87, where exp_float's clamp would leave e at exp(-87) ~ 1.6e-38 whatever x: silu(x) =
+// x sigmoid(x) would then be 1.6e-38 x, growing with |x| (-5.6 at -FLT_MAX) instead of falling
+// to 0. The choices go through the bits (integer operations vectorise where a float compare may
+// stay a branch); -|x| < -87 is a signed compare of the bits, as both are negative floats.
 [[gnu::always_inline]] inline float sigmoid_float(float x) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
-  const float e = exp_float(std::bit_cast<float>(bits | 0x80000000u));  // exp(-|x|)
-  const std::uint32_t negative = 0u - (bits >> 31);                     // all ones when x < 0
-  const float numerator = std::bit_cast<float>((std::bit_cast<std::uint32_t>(e) & negative) |
-                                               (std::bit_cast<std::uint32_t>(1.0f) & ~negative));
+  const std::uint32_t minus_abs = bits | 0x80000000u;
+  const float e = exp_float(std::bit_cast<float>(minus_abs));  // exp(-|x|)
+  const std::uint32_t negative = 0u - (bits >> 31);            // all ones when x < 0
+  const bool beyond_clamp =                                    // |x| > 87 (or NaN)
+      std::bit_cast<std::int32_t>(minus_abs) > std::bit_cast<std::int32_t>(-87.0f);
+  const std::uint32_t clamped = 0u - std::uint32_t(beyond_clamp);  // all ones when beyond
+  const float numerator =
+      std::bit_cast<float>((std::bit_cast<std::uint32_t>(e) & negative & ~clamped) |
+                           (std::bit_cast<std::uint32_t>(1.0f) & ~negative));
   return numerator / (1.0f + e);
 }
 
