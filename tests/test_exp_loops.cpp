@@ -127,6 +127,27 @@ TEST(SoftmaxExp, FloatExpIsWithinAnUlpAndMostlyEqualsExpf) {
   EXPECT_GT(cpu::exp_nonpositive(-87.f), 0.f);
 }
 
+// x86 makes NaNs with the sign bit set (inf - inf, 0 * inf): their bits lie above -inf's, where
+// the exp's clamp on the bits would have turned them into exp(-87), a finite probability.
+TEST(SoftmaxExp, NaNsOfEitherSignStayNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const float x : {nan, -nan}) {
+    EXPECT_TRUE(std::isnan(cpu::exp_nonpositive(x))) << std::bit_cast<std::uint32_t>(x);
+    for (ExpIsa isa : kAllCopies) {
+      if (!cpu::runs_on_this_cpu(isa)) continue;
+      std::vector<float> row = score_row(19, 3);
+      row[11] = x;
+      const double sum = cpu::exp_row(row.data(), 19, 19, 0.f, isa);
+      EXPECT_TRUE(std::isnan(row[11]) && std::isnan(sum)) << "exp_row, copy " << int(isa);
+      EXPECT_FALSE(std::isnan(row[10]) || std::isnan(row[12]));
+      std::vector<float> tile = score_row(3 * 16, 4), lse = {0.f, 0.f, 0.f};
+      tile[16 + 5] = x;
+      cpu::recompute_p(tile.data(), 3, 9, 16, /*diagonal=*/false, lse.data(), isa);
+      EXPECT_TRUE(std::isnan(tile[16 + 5])) << "recompute_p, copy " << int(isa);
+    }
+  }
+}
+
 // SwiGLU inputs: gates across the sigmoid's whole range (both signs, tiny, beyond +-87 where
 // the exp clamps, signed zeros), ups and incoming gradients of both signs.
 struct SwigluInputs {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "compute/cpu_backend.h"
 #include "tests/reference.h"
@@ -351,6 +352,33 @@ TEST(Attention, ForwardAcrossKeyBlocksMatchesReference) {
   const char* grads[] = {"dq", "dk", "dv"};
   for (int i = 0; i < 3; ++i) {
     testing::expect_close(f32[2 + i], f64[2 + i], 1e-4, 1e-4, grads[i]);
+  }
+}
+
+TEST(Attention, ANaNKeyMakesTheRowsThatSeeItNaN) {
+  // Of either sign: x86 makes NaNs with the sign bit set (inf - inf, 0 * inf), and those once
+  // slipped through the softmax's exp as a finite probability. Rows before the key (causal) do
+  // not see it and stay finite.
+  const int B = 1, T = 300, H = 2, Hkv = 1, D = 8, poisoned = 150;
+  CpuBackend be;
+  const auto q = testing::randn(B * T * H * D, 50), v = testing::randn(B * T * Hkv * D, 52);
+  for (const double nan :
+       {std::numeric_limits<double>::quiet_NaN(), -std::numeric_limits<double>::quiet_NaN()}) {
+    auto k = testing::randn(B * T * Hkv * D, 51);
+    k[std::size_t(poisoned) * Hkv * D + 3] = nan;
+    const Tensor qt = make(be, q, {B, T, H, D}, DType::F32);
+    const Tensor kt = make(be, k, {B, T, Hkv, D}, DType::F32);
+    const Tensor vt = make(be, v, {B, T, Hkv, D}, DType::F32);
+    Tensor out = be.empty({B, T, H, D}, DType::F32), lse = be.empty({B, H, T}, DType::F32);
+    be.attention_forward(qt, kt, vt, out, lse);
+    const std::vector<double> got = fetch(be, out);
+    for (int t = 0; t < T; ++t) {
+      for (int h = 0; h < H; ++h) {
+        const bool is_nan = std::isnan(got[std::size_t((t * H + h) * D)]);
+        ASSERT_EQ(is_nan, t >= poisoned) << "query " << t << " head " << h << ", key NaN sign "
+                                         << (std::signbit(nan) ? '-' : '+');
+      }
+    }
   }
 }
 

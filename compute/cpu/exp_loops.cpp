@@ -23,9 +23,14 @@ namespace {
 // every step one std::fma (half the operations of a multiply and an add).
 [[gnu::always_inline]] inline float exp_float(float xf) {
   // Clamp below at -87 on the bits: for x <= 0 (and +0) the unsigned order of the bits is the
-  // order of -x. A float compare would not vectorise (GCC keeps it a branch); this does.
-  xf = std::bit_cast<float>(
-      std::min(std::bit_cast<std::uint32_t>(xf), std::bit_cast<std::uint32_t>(-87.0f)));
+  // order of -x, up to -inf's. Above those are the NaNs with the sign bit set, what x86 makes of
+  // inf - inf or 0 * inf: they stay NaN instead of becoming exp(-87) (a NaN score must not turn
+  // into a finite probability). Integer operations: a float compare would not vectorise (GCC
+  // keeps it a branch); these do.
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(xf);
+  const std::uint32_t negative_nan = 0u - std::uint32_t(bits > 0xff800000u);  // all ones if so
+  xf = std::bit_cast<float>((std::min(bits, std::bit_cast<std::uint32_t>(-87.0f)) & ~negative_nan) |
+                            (bits & negative_nan));
   const double x = xf;
   const double magic = 6755399441055744.0;  // 1.5 * 2^52: t's low bits hold round(x / ln 2)
   const double t = std::fma(x, 1.4426950408889634, magic);

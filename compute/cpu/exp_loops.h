@@ -20,7 +20,8 @@ ExpIsa fastest_exp_isa();           // the fastest copy this CPU runs
 bool runs_on_this_cpu(ExpIsa isa);  // portable always; the others when the CPU has them
 
 // exp(x) for x <= 0 (a little above is fine). float: equals std::exp to the bit for all but a
-// few in 10^4 inputs; below -87 (-inf included) it gives 1.6e-38. double: std::exp.
+// few in 10^4 inputs; below -87 (-inf included) it gives 1.6e-38; NaN gives NaN. double:
+// std::exp.
 float exp_nonpositive(float x);
 double exp_nonpositive(double x);
 
