@@ -30,7 +30,7 @@ struct Config {
   std::int64_t log_period = 1;
   std::string metrics_file;  // default <base_output_directory>/<run_name>/metrics.jsonl
   std::string log_level = "info";
-  std::string progress_bar = "auto";  // auto | always | never (host/progress_bar.h)
+  std::string progress_bar = "auto";                 // auto | always | never (host/progress_bar.h)
   std::int64_t profiler_steps = 0;                   // measured trace of this many steps
   double peak_flops = 0;                             // per device, for MFU; 0 = known or measured
   std::int64_t skip_first_n_steps_for_profiler = 1;  // MaxText's name
@@ -60,7 +60,7 @@ struct Config {
   double schedule_cost_f = 1, schedule_cost_b = 2, schedule_cost_w = 1;
   double schedule_cost_p2p = 0, schedule_cost_all_gather = 0, schedule_cost_reduce_scatter = 0;
   std::string schedule_costs_file;  // schedule_cost_* keys measured by a run (schedule_costs.yml)
-  double schedule_cost_head = 0;  // the head's compute in layers, added to the last stage
+  double schedule_cost_head = 0;    // the head's compute in layers, added to the last stage
 
   // Batch and precision.
   double per_device_batch_size = 8;
@@ -120,9 +120,10 @@ struct Config {
   std::string run_directory() const;  // <base_output_directory>/<run_name>; run_name must be set
   void validate() const;
   void validate_pipeline() const;  // S, M, R, L, the schedule (registry) and FSDP/BSW knobs
-  // Each microbatch's sequences split evenly over the F x D ranks of a stage (validate() asks,
-  // and train() again for configs built without load_config).
-  void check_microbatch_split() const;
+  // The global batch splits into M microbatches, each evenly over the F x D ranks of a stage
+  // (validate() asks, train() again for configs built without load_config, and the planner);
+  // returns the sequences of a microbatch on one rank, B / (M x F x D).
+  std::int64_t check_microbatch_split() const;
 };
 
 // One key of the table.

@@ -184,9 +184,6 @@ void Config::validate() const {
                  "the global batch per_device_batch_size x devices = {} x {} = {} is above {}",
                  per_device_batch_size, num_devices(), global_batch(), kMaxGlobalBatch);
   validate_pipeline();
-  CAROUSEL_CHECK(global_batch() % microbatches() == 0,
-                 "num_pipeline_microbatches={} must divide the global batch {}", microbatches(),
-                 global_batch());
   check_microbatch_split();
   check_activation_sizes(*this);
   CAROUSEL_CHECK(dtype == "float32" || dtype == "bfloat16",
@@ -372,7 +369,10 @@ void Config::validate_pipeline() const {
                  schedule_cost_w, schedule_cost_b);
 }
 
-void Config::check_microbatch_split() const {
+std::int64_t Config::check_microbatch_split() const {
+  CAROUSEL_CHECK(global_batch() % microbatches() == 0,
+                 "num_pipeline_microbatches={} must divide the global batch {}", microbatches(),
+                 global_batch());
   const std::int64_t sequences = global_batch() / microbatches();
   CAROUSEL_CHECK(sequences % (ici_fsdp_parallelism * ici_data_parallelism) == 0,
                  "each microbatch has {} sequences (global batch {} / {} microbatches), which "
@@ -380,6 +380,7 @@ void Config::check_microbatch_split() const {
                  "evenly; choose a batch or microbatch count that makes it a multiple of {}",
                  sequences, global_batch(), microbatches(), ici_fsdp_parallelism,
                  ici_data_parallelism, ici_fsdp_parallelism * ici_data_parallelism);
+  return sequences / (ici_fsdp_parallelism * ici_data_parallelism);
 }
 
 }  // namespace carousel

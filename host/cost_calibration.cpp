@@ -193,11 +193,8 @@ TracedDurations traced_durations(const std::vector<const StepTrace*>& ranks) {
   return traced;
 }
 
-}  // namespace
-
-Replay replay_traced_steps(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
-                           const sch::Costs& calibrated) {
-  const TracedDurations traced = traced_durations(ranks);
+Replay replay(const TracedDurations& traced, const sch::Program& program,
+              const sch::Costs& calibrated) {
   Pooled pooled;
   for (const auto& [step, durations] : traced.by_step) {
     sch::Costs costs = calibrated;
@@ -210,10 +207,8 @@ Replay replay_traced_steps(const std::vector<const StepTrace*>& ranks, const sch
   return pooled.result(program.layout.ranks);
 }
 
-Replay predict_with_spread(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
-                           const sch::Costs& calibrated, const std::vector<double>& handoffs,
-                           int samples) {
-  const TracedDurations traced = traced_durations(ranks);
+Replay spread(const TracedDurations& traced, const sch::Program& program,
+              const sch::Costs& calibrated, const std::vector<double>& handoffs, int samples) {
   const auto& measured = traced.by_kind_and_stage;
   if (measured.empty() || samples < 1) return {};
   std::mt19937_64 random(20261123);
@@ -233,12 +228,26 @@ Replay predict_with_spread(const std::vector<const StepTrace*>& ranks, const sch
   return pooled.result(program.layout.ranks);
 }
 
+}  // namespace
+
+Replay replay_traced_steps(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
+                           const sch::Costs& calibrated) {
+  return replay(traced_durations(ranks), program, calibrated);
+}
+
+Replay predict_with_spread(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
+                           const sch::Costs& calibrated, const std::vector<double>& handoffs,
+                           int samples) {
+  return spread(traced_durations(ranks), program, calibrated, handoffs, samples);
+}
+
 TracedPredictions predict_traced_steps(const std::vector<const StepTrace*>& ranks,
                                        const sch::Program& program, const sch::Costs& calibrated,
                                        const std::vector<double>& handoffs) {
+  const TracedDurations traced = traced_durations(ranks);  // one walk of the slices for both
   return {.mean_cost = sch::simulate(program, calibrated),
-          .spread = predict_with_spread(ranks, program, calibrated, handoffs),
-          .replayed = replay_traced_steps(ranks, program, calibrated)};
+          .spread = spread(traced, program, calibrated, handoffs, kSpreadSamples),
+          .replayed = replay(traced, program, calibrated)};
 }
 
 std::string schedule_costs_yaml(const CalibratedCosts& m, const std::string& description) {

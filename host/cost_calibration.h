@@ -69,9 +69,10 @@ Replay replay_traced_steps(const std::vector<const StepTrace*>& ranks,
 // of `handoffs` (CalibratedCosts::handoffs, one pool); pooled like the replay. A slow action on
 // the critical path delays everything behind it while a fast one off it gains nothing, so this
 // is longer than the mean-cost prediction by what the spread costs.
+inline constexpr int kSpreadSamples = 64;
 Replay predict_with_spread(const std::vector<const StepTrace*>& ranks,
                            const schedule::Program& program, const schedule::Costs& calibrated,
-                           const std::vector<double>& handoffs, int samples = 64);
+                           const std::vector<double>& handoffs, int samples = kSpreadSamples);
 
 // The traced steps' predictions with the `calibrated` costs, side by side: the mean-cost
 // simulation (the trace's predicted rows), the prediction with the spread of durations (hand-offs

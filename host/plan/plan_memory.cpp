@@ -75,30 +75,20 @@ int peak_open(const std::vector<sch::Action>& actions, sch::Kind open,
 
 int compute_bytes(const Config& cfg) { return cfg.dtype == "bfloat16" ? 2 : 4; }
 
-std::int64_t microbatch_rows(const Config& cfg) {
-  const std::int64_t parts =
-      cfg.microbatches() * cfg.ici_fsdp_parallelism * cfg.ici_data_parallelism;
-  CAROUSEL_CHECK(cfg.global_batch() % parts == 0,
-                 "a global batch of {} sequences does not split into M x F x D = {} parts",
-                 cfg.global_batch(), parts);
-  return cfg.global_batch() / parts;
-}
+std::int64_t microbatch_rows(const Config& cfg) { return cfg.check_microbatch_split(); }
 
-std::int64_t ParamLayout::shards() const {
+namespace {
+std::int64_t sum_over(const std::vector<StageElements>& stages,
+                      std::int64_t StageElements::*count) {
   std::int64_t n = 0;
-  for (const auto& s : stages) n += s.shard;
+  for (const auto& s : stages) n += s.*count;
   return n;
 }
-std::int64_t ParamLayout::pieces() const {
-  std::int64_t n = 0;
-  for (const auto& s : stages) n += s.piece;
-  return n;
-}
-std::int64_t ParamLayout::padded() const {
-  std::int64_t n = 0;
-  for (const auto& s : stages) n += s.padded;
-  return n;
-}
+}  // namespace
+
+std::int64_t ParamLayout::shards() const { return sum_over(stages, &StageElements::shard); }
+std::int64_t ParamLayout::pieces() const { return sum_over(stages, &StageElements::piece); }
+std::int64_t ParamLayout::padded() const { return sum_over(stages, &StageElements::padded); }
 std::int64_t ParamLayout::max_padded() const {
   std::int64_t n = 0;
   for (const auto& s : stages) n = std::max(n, s.padded);
