@@ -8,13 +8,12 @@
 // model FLOPs a trainer reports: forward 2 * 2 B H T^2 D / 2, backward 2.5x the forward
 // (four products, the recomputed scores included, minus nothing for the mask).
 #include <benchmark/benchmark.h>
-
 #include <cblas.h>
 
 #include <random>
 
 #include "compute/cpu_backend.h"
-#include "compute/cuda_backend.h"
+#include "cuda/cuda_backend.h"
 
 namespace {
 

@@ -27,11 +27,11 @@
 #include <vector>
 
 #include "compute/error.h"
-#include "host/config.h"
-#include "host/files.h"
-#include "host/logging.h"
+#include "host/config/config.h"
+#include "host/io/files.h"
+#include "host/report/logging.h"
+#include "host/run/trainer.h"
 #include "host/schedule/registry.h"
-#include "host/trainer.h"
 #include "models/model.h"
 
 namespace {
@@ -242,7 +242,8 @@ int main(int argc, char** argv) {
     for (const int stages : split_ints("--stages", stages_list)) {
       for (const auto& schedule : split(schedules)) {
         schedule::find_schedule(schedule);  // an unknown name: the error lists the valid ones
-        if (stages == 1 && schedule != "1f1b") continue;  // one device: one program
+        if (stages == 1 && schedule != schedule::one_device_schedule().name)
+          continue;  // one device: one program
         for (const int factor : split_ints("--factors", factors)) {
           for (const auto& mode : weight_modes) {
             Config cfg;

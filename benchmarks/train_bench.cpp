@@ -9,9 +9,9 @@
 #include <benchmark/benchmark.h>
 
 #include "compute/cpu_backend.h"
-#include "host/config.h"
-#include "host/data.h"
-#include "host/optimizer.h"
+#include "host/config/config.h"
+#include "host/io/data.h"
+#include "host/parallel/optimizer.h"
 #include "models/model.h"
 
 namespace {
@@ -49,15 +49,19 @@ void run(benchmark::State& state, const std::vector<std::string>& overrides) {
 
 // tiny (docs/model.md#named-shapes): V 256, E 64, N 8, H 4, Hkv 2, Fm 172, T 64; batch 8.
 BENCHMARK_CAPTURE(run, tiny_remat_full, {"per_device_batch_size=8"})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(run, tiny_remat_none, {"per_device_batch_size=8", "remat_policy=none"})
-    ->Unit(benchmark::kMillisecond)->UseRealTime();
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 // A larger CPU config: 30M parameters, E 512, N 8, H 8, Hkv 4, Fm 1376, T 256, V 2048; batch 4.
 BENCHMARK_CAPTURE(run, small_remat_full,
                   {"vocab_size=2048", "base_emb_dim=512", "base_num_decoder_layers=8",
                    "base_num_query_heads=8", "base_num_kv_heads=4", "base_mlp_dim=1376",
                    "max_target_length=256", "per_device_batch_size=4"})
-    ->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(3.0);
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MinTime(3.0);
 
 }  // namespace
 

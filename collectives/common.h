@@ -1,7 +1,5 @@
 // common.h — what every Communicator implementation shares.
 //
-// - Argument checks, so the local, MPI and NCCL communicators reject a wrong count, dtype, root
-//   or peer with the same message (naming the communicator, the rank and both shapes).
 // - Rank-order reductions on host memory (host_reduction.cpp): out = ((in_0 op in_1) op in_2)
 //   op ..., then / size for avg. The local and MPI communicators both reduce this way, so their
 //   results are bitwise equal to each other on every rank and every run.
@@ -34,12 +32,6 @@ struct Signature {
   bool operator==(const Signature&) const = default;
   std::string str() const;  // "all_reduce(count=8, int32, sum)"
 };
-
-void check_all_gather(const Communicator& c, const Tensor& send, const Tensor& recv);
-void check_reduce_scatter(const Communicator& c, const Tensor& send, const Tensor& recv);
-void check_all_reduce(const Communicator& c, const Tensor& send, const Tensor& recv);
-void check_broadcast(const Communicator& c, const Tensor& send, const Tensor& recv, int root);
-void check_peer(const Communicator& c, const char* op, const Tensor& data, int peer);
 
 // out[i] = ((inputs[0][i] op inputs[1][i]) op inputs[2][i]) op ..., in rank order, then / the
 // rank count for avg (integers: truncated toward zero, as NCCL); n elements of dtype each.

@@ -1,5 +1,5 @@
-// communicator.cpp — Event, and the checks, host reductions and worker thread shared by the
-// communicator implementations (common.h).
+// communicator.cpp — Event, the checked front of every operation, and the worker thread shared
+// by the host communicator implementations (common.h).
 #include "collectives/communicator.h"
 
 #include <fmt/format.h>
@@ -77,8 +77,6 @@ void Event::complete(std::exception_ptr error) const {
   state_->cv.notify_all();
 }
 
-namespace comm {
-
 namespace {
 
 void check_pair(const Communicator& c, const char* op, const Tensor& send, const Tensor& recv,
@@ -94,43 +92,59 @@ void check_pair(const Communicator& c, const char* op, const Tensor& send, const
                  op, c.name(), c.rank(), recv.numel(), expected, rule, c.size(), send.describe());
 }
 
+void check_peer(const Communicator& c, const char* op, const Tensor& data, int peer) {
+  CAROUSEL_CHECK(peer >= 0 && peer < c.size() && peer != c.rank(),
+                 "{} on communicator '{}' rank {}: peer {} is not another rank in [0, {})", op,
+                 c.name(), c.rank(), peer, c.size());
+  CAROUSEL_CHECK(data.defined(), "{} on communicator '{}': undefined tensor", op, c.name());
+}
+
 }  // namespace
+
+Event Communicator::all_gather(const Tensor& send, const Tensor& recv) {
+  check_pair(*this, "all_gather", send, recv, send.numel() * size(), "size x send count");
+  return do_all_gather(send, recv);
+}
+
+Event Communicator::reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) {
+  CAROUSEL_CHECK(send.numel() % size() == 0,
+                 "reduce_scatter on communicator '{}': send count {} is not divisible by {} "
+                 "ranks; pad the tensor to a multiple of the rank count",
+                 name(), send.numel(), size());
+  check_pair(*this, "reduce_scatter", send, recv, send.numel() / size(), "send count / size");
+  return do_reduce_scatter(send, recv, op);
+}
+
+Event Communicator::all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) {
+  check_pair(*this, "all_reduce", send, recv, send.numel(), "send count");
+  return do_all_reduce(send, recv, op);
+}
+
+Event Communicator::broadcast(const Tensor& send, const Tensor& recv, int root) {
+  CAROUSEL_CHECK(root >= 0 && root < size(),
+                 "broadcast on communicator '{}': root {} is not a rank in [0, {})", name(), root,
+                 size());
+  check_pair(*this, "broadcast", send, recv, send.numel(), "send count");
+  return do_broadcast(send, recv, root);
+}
+
+Event Communicator::send(const Tensor& data, int peer) {
+  check_peer(*this, "send", data, peer);
+  return do_send(data, peer);
+}
+
+Event Communicator::recv(const Tensor& data, int peer) {
+  check_peer(*this, "recv", data, peer);
+  return do_recv(data, peer);
+}
+
+namespace comm {
 
 std::string Signature::str() const {
   std::string s = fmt::format("{}(count={}, {}", op, count, dtype_name(dtype));
   if (root >= 0) s += fmt::format(", root={}", root);
   if (!reduce.empty()) s += ", " + reduce;
   return s + ")";
-}
-
-void check_all_gather(const Communicator& c, const Tensor& send, const Tensor& recv) {
-  check_pair(c, "all_gather", send, recv, send.numel() * c.size(), "size x send count");
-}
-
-void check_reduce_scatter(const Communicator& c, const Tensor& send, const Tensor& recv) {
-  CAROUSEL_CHECK(send.numel() % c.size() == 0,
-                 "reduce_scatter on communicator '{}': send count {} is not divisible by {} "
-                 "ranks; pad the tensor to a multiple of the rank count",
-                 c.name(), send.numel(), c.size());
-  check_pair(c, "reduce_scatter", send, recv, send.numel() / c.size(), "send count / size");
-}
-
-void check_all_reduce(const Communicator& c, const Tensor& send, const Tensor& recv) {
-  check_pair(c, "all_reduce", send, recv, send.numel(), "send count");
-}
-
-void check_broadcast(const Communicator& c, const Tensor& send, const Tensor& recv, int root) {
-  CAROUSEL_CHECK(root >= 0 && root < c.size(),
-                 "broadcast on communicator '{}': root {} is not a rank in [0, {})", c.name(), root,
-                 c.size());
-  check_pair(c, "broadcast", send, recv, send.numel(), "send count");
-}
-
-void check_peer(const Communicator& c, const char* op, const Tensor& data, int peer) {
-  CAROUSEL_CHECK(peer >= 0 && peer < c.size() && peer != c.rank(),
-                 "{} on communicator '{}' rank {}: peer {} is not another rank in [0, {})", op,
-                 c.name(), c.rank(), peer, c.size());
-  CAROUSEL_CHECK(data.defined(), "{} on communicator '{}': undefined tensor", op, c.name());
 }
 
 Worker::Worker() : thread_([this] { loop(); }) {}

@@ -64,6 +64,10 @@ class Event {
   std::shared_ptr<State> state_;
 };
 
+// The operations that move tensors are non-virtual: each checks its arguments here, once, with
+// one wording for every implementation (naming the communicator, the rank and both shapes), and
+// then calls the implementation's do_<op>. An implementation overrides the do_ functions and
+// may rely on their arguments having passed the checks.
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -73,14 +77,14 @@ class Communicator {
 
   // recv [size * n] = concatenation over ranks of send [n]. In place when send is the rank's
   // slice of recv (send == recv.view(rank * n, ...)).
-  virtual Event all_gather(const Tensor& send, const Tensor& recv) = 0;
+  Event all_gather(const Tensor& send, const Tensor& recv);
   // recv [n] = reduction over ranks of send[rank * n, (rank + 1) * n); send [size * n]. The send
   // count must be divisible by the number of ranks (an error otherwise: pad the tensor).
-  virtual Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) = 0;
+  Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op);
   // recv = reduction over ranks of send (same count); may be in place (send == recv).
-  virtual Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) = 0;
+  Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op);
   // recv = root's send on every rank (send is read on the root only); may be in place.
-  virtual Event broadcast(const Tensor& send, const Tensor& recv, int root) = 0;
+  Event broadcast(const Tensor& send, const Tensor& recv, int root);
   virtual Event barrier() = 0;
 
   // Point-to-point. Between group_start() and group_end() sends and receives are posted together
@@ -89,12 +93,21 @@ class Communicator {
   // send/recv is its own group.
   virtual void group_start() = 0;
   virtual Event group_end() = 0;
-  virtual Event send(const Tensor& data, int peer) = 0;
-  virtual Event recv(const Tensor& data, int peer) = 0;
+  Event send(const Tensor& data, int peer);
+  Event recv(const Tensor& data, int peer);
 
   // Collective over this communicator: ranks passing the same color form a new communicator,
   // ordered by (key, rank). A negative color returns nullptr (the rank joins none).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+ protected:
+  // The implementation's part of each checked operation above.
+  virtual Event do_all_gather(const Tensor& send, const Tensor& recv) = 0;
+  virtual Event do_reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) = 0;
+  virtual Event do_all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) = 0;
+  virtual Event do_broadcast(const Tensor& send, const Tensor& recv, int root) = 0;
+  virtual Event do_send(const Tensor& data, int peer) = 0;
+  virtual Event do_recv(const Tensor& data, int peer) = 0;
 };
 
 }  // namespace carousel

@@ -116,22 +116,18 @@ class LocalCommunicator final : public Communicator {
   int size() const override { return group_->size; }
   std::string name() const override { return group_->name; }
 
-  Event all_gather(const Tensor& send, const Tensor& recv) override {
-    comm::check_all_gather(*this, send, recv);
+  Event do_all_gather(const Tensor& send, const Tensor& recv) override {
     return collective({"all_gather", send.numel(), send.dtype()}, send, recv);
   }
-  Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
-    comm::check_reduce_scatter(*this, send, recv);
+  Event do_reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     return collective({"reduce_scatter", recv.numel(), send.dtype(), -1, reduce_op_name(op)}, send,
                       recv, op);
   }
-  Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
-    comm::check_all_reduce(*this, send, recv);
+  Event do_all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     return collective({"all_reduce", send.numel(), send.dtype(), -1, reduce_op_name(op)}, send,
                       recv, op);
   }
-  Event broadcast(const Tensor& send, const Tensor& recv, int root) override {
-    comm::check_broadcast(*this, send, recv, root);
+  Event do_broadcast(const Tensor& send, const Tensor& recv, int root) override {
     return collective({"broadcast", send.numel(), send.dtype(), root}, send, recv);
   }
   Event barrier() override { return collective({"barrier", 0, DType::F32}, Tensor(), Tensor()); }
@@ -152,8 +148,8 @@ class LocalCommunicator final : public Communicator {
     worker_.enqueue([this, ops] { run_p2p(ops); }, events);
     return events.front();
   }
-  Event send(const Tensor& data, int peer) override { return p2p(true, data, peer); }
-  Event recv(const Tensor& data, int peer) override { return p2p(false, data, peer); }
+  Event do_send(const Tensor& data, int peer) override { return p2p(true, data, peer); }
+  Event do_recv(const Tensor& data, int peer) override { return p2p(false, data, peer); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     const std::int64_t seq = next_seq_++;
@@ -355,7 +351,6 @@ class LocalCommunicator final : public Communicator {
   }
 
   Event p2p(bool is_send, const Tensor& data, int peer) {
-    comm::check_peer(*this, is_send ? "send" : "recv", data, peer);
     auto op = std::make_shared<P2POp>();
     op->is_send = is_send;
     op->data = data;

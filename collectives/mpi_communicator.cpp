@@ -70,8 +70,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string name() const override { return name_; }
 
-  Event all_gather(const Tensor& send, const Tensor& recv) override {
-    comm::check_all_gather(*this, send, recv);
+  Event do_all_gather(const Tensor& send, const Tensor& recv) override {
     return collective({"all_gather", send.numel(), send.dtype()}, {send, recv}, [=, this] {
       const int n = int_count(send.numel());
       const char* own = static_cast<const char*>(recv.raw()) + rank_ * send.nbytes();
@@ -87,20 +86,17 @@ class MpiCommunicator final : public Communicator {
     });
   }
 
-  Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
-    comm::check_reduce_scatter(*this, send, recv);
+  Event do_reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     return collective({"reduce_scatter", recv.numel(), send.dtype(), -1, reduce_op_name(op)},
                       {send, recv}, [=, this] { run_reduce_scatter(send, recv, op); });
   }
 
-  Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
-    comm::check_all_reduce(*this, send, recv);
+  Event do_all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     return collective({"all_reduce", send.numel(), send.dtype(), -1, reduce_op_name(op)},
                       {send, recv}, [=, this] { run_all_reduce(send, recv, op); });
   }
 
-  Event broadcast(const Tensor& send, const Tensor& recv, int root) override {
-    comm::check_broadcast(*this, send, recv, root);
+  Event do_broadcast(const Tensor& send, const Tensor& recv, int root) override {
     return collective({"broadcast", send.numel(), send.dtype(), root}, {send, recv}, [=, this] {
       if (rank_ == root && send.raw() != recv.raw())
         std::memcpy(recv.raw(), send.raw(), send.nbytes());
@@ -131,8 +127,8 @@ class MpiCommunicator final : public Communicator {
     worker_->enqueue([this, ops] { run_group(ops); }, events);
     return events.front();
   }
-  Event send(const Tensor& data, int peer) override { return p2p(true, data, peer); }
-  Event recv(const Tensor& data, int peer) override { return p2p(false, data, peer); }
+  Event do_send(const Tensor& data, int peer) override { return p2p(true, data, peer); }
+  Event do_recv(const Tensor& data, int peer) override { return p2p(false, data, peer); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     MPI_Comm child = MPI_COMM_NULL;
@@ -288,7 +284,6 @@ class MpiCommunicator final : public Communicator {
   }
 
   Event p2p(bool is_send, const Tensor& data, int peer) {
-    comm::check_peer(*this, is_send ? "send" : "recv", data, peer);
     check_host(*this, data);
     if (sends_.empty()) sends_.assign(size_, 0), recvs_.assign(size_, 0);
     P2P op{is_send, data, peer, is_send ? sends_[peer]++ : recvs_[peer]++, Event()};

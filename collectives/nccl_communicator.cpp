@@ -96,29 +96,25 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string name() const override { return name_; }
 
-  Event all_gather(const Tensor& send, const Tensor& recv) override {
-    comm::check_all_gather(*this, send, recv);
+  Event do_all_gather(const Tensor& send, const Tensor& recv) override {
     return enqueue("all_gather", {&send, &recv}, [&] {
       NCCL_CHECK(ncclAllGather(send.raw(), recv.raw(), send.numel(), nccl_type(send.dtype()), comm_,
                                stream_));
     });
   }
-  Event reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
-    comm::check_reduce_scatter(*this, send, recv);
+  Event do_reduce_scatter(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     return enqueue("reduce_scatter", {&send, &recv}, [&] {
       NCCL_CHECK(ncclReduceScatter(send.raw(), recv.raw(), recv.numel(), nccl_type(send.dtype()),
                                    nccl_op(op), comm_, stream_));
     });
   }
-  Event all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
-    comm::check_all_reduce(*this, send, recv);
+  Event do_all_reduce(const Tensor& send, const Tensor& recv, ReduceOp op) override {
     return enqueue("all_reduce", {&send, &recv}, [&] {
       NCCL_CHECK(ncclAllReduce(send.raw(), recv.raw(), send.numel(), nccl_type(send.dtype()),
                                nccl_op(op), comm_, stream_));
     });
   }
-  Event broadcast(const Tensor& send, const Tensor& recv, int root) override {
-    comm::check_broadcast(*this, send, recv, root);
+  Event do_broadcast(const Tensor& send, const Tensor& recv, int root) override {
     return enqueue("broadcast", {&send, &recv}, [&] {
       NCCL_CHECK(ncclBroadcast(send.raw(), recv.raw(), send.numel(), nccl_type(send.dtype()), root,
                                comm_, stream_));
@@ -149,8 +145,8 @@ class NcclCommunicator final : public Communicator {
     group_events_.clear();
     return completion("send/recv group");
   }
-  Event send(const Tensor& data, int peer) override { return p2p(true, data, peer); }
-  Event recv(const Tensor& data, int peer) override { return p2p(false, data, peer); }
+  Event do_send(const Tensor& data, int peer) override { return p2p(true, data, peer); }
+  Event do_recv(const Tensor& data, int peer) override { return p2p(false, data, peer); }
 
   std::unique_ptr<Communicator> split(int color, int key) override {
     check_not_aborted("split");
@@ -171,7 +167,6 @@ class NcclCommunicator final : public Communicator {
   };
 
   Event p2p(bool is_send, const Tensor& data, int peer) {
-    comm::check_peer(*this, is_send ? "send" : "recv", data, peer);
     check_not_aborted(is_send ? "send" : "recv");
     const bool single = !in_group_;
     if (single) group_start();

@@ -1,6 +1,6 @@
 // model_config.h — the hyper-parameters of a model, and the named shapes (presets).
 //
-// Field names follow MaxText's config keys (host/config.h maps keys to these fields).
+// Field names follow MaxText's config keys (host/config/config.h maps keys to these fields).
 #pragma once
 
 #include <cstdint>

@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "compute/error.h"
+#include "compute/hash.h"
 
 namespace carousel {
 
@@ -27,8 +28,8 @@ std::vector<ParamSpec> param_table(const ModelConfig& cfg) {
     t.push_back({p + "self_attn.k_proj.weight", {Hkv * hd, E}, ParamRole::Wk, i});
     t.push_back({p + "self_attn.v_proj.weight", {Hkv * hd, E}, ParamRole::Wv, i});
     t.push_back({p + "self_attn.o_proj.weight", {E, H * hd}, ParamRole::Wo, i});
-    t.push_back({p + "post_attention_layernorm.weight", {E}, ParamRole::MlpNorm, i, 0, false,
-                 true});
+    t.push_back(
+        {p + "post_attention_layernorm.weight", {E}, ParamRole::MlpNorm, i, 0, false, true});
     t.push_back({p + "mlp.gate_proj.weight", {Fm, E}, ParamRole::WGate, i});
     t.push_back({p + "mlp.up_proj.weight", {Fm, E}, ParamRole::WUp, i});
     t.push_back({p + "mlp.down_proj.weight", {E, Fm}, ParamRole::WDown, i});
@@ -89,11 +90,6 @@ std::uint64_t splitmix64(std::uint64_t x) {
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
-std::uint64_t hash_name(const std::string& s) {  // FNV-1a
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ULL;
-  return h;
-}
 // Uniform in (0, 1) from 53 random bits.
 double unit(std::uint64_t bits) { return (double(bits >> 11) + 0.5) * 0x1.0p-53; }
 }  // namespace
@@ -102,7 +98,7 @@ std::vector<double> initial_values(const ParamSpec& spec, std::uint64_t seed) {
   const std::int64_t n = numel(spec.shape);
   std::vector<double> v(n, 1.0);
   if (spec.init_ones) return v;
-  const std::uint64_t key = splitmix64(seed ^ splitmix64(hash_name(spec.name)));
+  const std::uint64_t key = splitmix64(seed ^ splitmix64(fnv1a64(spec.name)));
   constexpr double kStd = 0.02;
   for (std::int64_t i = 0; i < n; ++i) {
     // Box-Muller on two uniforms drawn from counters (key, 2i) and (key, 2i+1).
@@ -120,8 +116,10 @@ void init_params(Backend& backend, const ParamSet& params, std::uint64_t seed) {
     if (t.dtype() == DType::F64) {
       backend.upload(values.data(), t);
     } else {
-      CAROUSEL_CHECK(t.dtype() == DType::F32, "init_params: parameters must be float32 or "
-                     "float64, '{}' is {}", params.specs[i].name, dtype_name(t.dtype()));
+      CAROUSEL_CHECK(t.dtype() == DType::F32,
+                     "init_params: parameters must be float32 or "
+                     "float64, '{}' is {}",
+                     params.specs[i].name, dtype_name(t.dtype()));
       const std::vector<float> f(values.begin(), values.end());
       backend.upload(f.data(), t);
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gen_config_docs.sh — rewrite the key table in docs/config.md from `carousel train --help-keys`
-# (tests/test_config.cpp fails when a key is missing from the doc).
+# (tests/run/test_config.cpp fails when a key is missing from the doc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 table=$(build/bin/carousel train --help-keys)

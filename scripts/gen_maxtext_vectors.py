@@ -5,7 +5,7 @@ The replay module (maxtext_replay, developer tooling that is not part of this re
 simulates MaxText's activation buffer rules symbolically (docs/circular-pipeline.md, sections
 "Activation buffers in MaxText" and "Test vectors"); for each (S, M, R, d) we record, for every
 iteration t and stage s doing real work, the microbatch, repeat and layer the replay says MaxText
-computes. tests/test_schedule.cpp checks carousel's circular table against these vectors; the
+computes. tests/schedule/test_schedule.cpp checks carousel's circular table against these vectors; the
 vectors file is checked in, so the tests do not need this script.
 Usage:  python3 scripts/gen_maxtext_vectors.py DIRECTORY_HOLDING_maxtext_replay.py
 """

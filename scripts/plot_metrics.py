@@ -6,7 +6,7 @@
 One panel each for the loss, the learning rate (`lr`), the throughput (`tokens_per_s`) and the
 gradient norm, plus the eval loss (`eval_loss`) when any record has it. carousel writes the
 non-finite values NaN, inf and -inf as the strings "NaN", "Infinity" and "-Infinity"
-(host/step_report.cpp); they are plotted as gaps and counted in the title. A run resumed from a
+(host/run/step_report.cpp); they are plotted as gaps and counted in the title. A run resumed from a
 checkpoint appends the steps it re-runs: the last record of a step wins.
 
 Exit status 0, or 2 with one line "error: ..." naming the file and line for a file that is

@@ -20,7 +20,7 @@ the bytes, are the held-out split; the split is on document boundaries and does 
 the tokenizer. Each document is encoded on its own; --add-eos appends <|endoftext|> (the
 tokenizer's eos token) after each input file.
 
-Shard format (host/data.cpp): a header of 256 int32 (magic 20240520, version 1, token count),
+Shard format (host/io/data.cpp): a header of 256 int32 (magic 20240520, version 1, token count),
 then the tokens as uint16. A tokenizer with more than 65536 tokens does not fit uint16 and is
 refused. Every error is one "error: ..." line on stderr and exit status 2.
 """

@@ -21,7 +21,7 @@
 #include "collectives/local_communicator.h"
 #include "collectives/rendezvous.h"
 #include "compute/cpu_backend.h"
-#include "compute/cuda_backend.h"
+#include "cuda/cuda_backend.h"
 #ifdef CAROUSEL_HAVE_NCCL
 #include "collectives/nccl_communicator.h"
 #endif

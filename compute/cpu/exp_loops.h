@@ -5,10 +5,9 @@
 // They are most of the time outside the GEMMs, so float32 has a copy compiled for AVX2 + FMA
 // (four doubles per instruction; the build targets baseline x86-64), chosen once at run time.
 // Both copies run the same exactly rounded operations lane by lane, so they give the same bits
-// (tests/test_exp_loops.cpp checks it where the CPU has AVX2): results never depend on the CPU
-// (a NaN's sign and payload aside, where two NaNs meet).
-// (An AVX-512 copy measured no faster on the development VM's AMD EPYC, a Zen 4, which runs
-// 512-bit instructions as two 256-bit halves.)
+// (tests/compute/test_exp_loops.cpp checks it where the CPU has AVX2): results never depend on the
+// CPU (a NaN's sign and payload aside, where two NaNs meet). (An AVX-512 copy measured no faster on
+// the development VM's AMD EPYC, a Zen 4, which runs 512-bit instructions as two 256-bit halves.)
 #pragma once
 
 #include <cstdint>

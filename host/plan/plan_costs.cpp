@@ -11,7 +11,7 @@
 #include <set>
 
 #include "compute/error.h"
-#include "host/schedule_config.h"
+#include "host/config/schedule_config.h"
 #include "models/params.h"
 
 namespace carousel::plan {

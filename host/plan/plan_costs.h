@@ -26,7 +26,7 @@
 #include <optional>
 #include <string>
 
-#include "host/config.h"
+#include "host/config/config.h"
 #include "host/plan/plan_memory.h"
 
 namespace carousel::plan {

@@ -1,6 +1,6 @@
 // plan_memory.cpp — bytes held and bytes sent by one device of a candidate mesh. The exact parts
-// follow ShardedParams' layout (host/sharded_params.cpp, stage by stage) and the executor's
-// stash; the working set is a bound (see plan_memory.h).
+// follow ShardedParams' layout (host/parallel/sharded_params.cpp, stage by stage) and the
+// executor's stash; the working set is a bound (see plan_memory.h).
 #include "host/plan/plan_memory.h"
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <tuple>
 
 #include "compute/error.h"
-#include "host/schedule_config.h"
+#include "host/config/schedule_config.h"
 #include "models/params.h"
 
 namespace carousel::plan {

@@ -2,11 +2,11 @@
 // the bytes one device holds (parameters, gradients, AdamW moments, FSDP weight slots and
 // gradient buffers, stashed activations) and the bytes it sends per step over each link.
 //
-// Exact parts mirror what the executor allocates (host/sharded_params.cpp, rank_executor.cpp)
-// and are tested equal to the device allocator's byte counts (tests/test_plan_memory.cpp):
-// weights, gradients, optimizer, weight slots, gradient buffers, stashed stage inputs. The
-// working set (one stage's recomputed activations, backward temporaries, the head's logits) is
-// an upper bound, not a count of the executor's temporaries. Uneven stages
+// Exact parts mirror what the executor allocates (host/parallel/sharded_params.cpp,
+// rank_executor.cpp) and are tested equal to the device allocator's byte counts
+// (tests/plan/test_plan_memory.cpp): weights, gradients, optimizer, weight slots, gradient buffers,
+// stashed stage inputs. The working set (one stage's recomputed activations, backward temporaries,
+// the head's logits) is an upper bound, not a count of the executor's temporaries. Uneven stages
 // (pipeline_stage_layers) are laid out stage by stage as ShardedParams does: each virtual stage
 // padded to F on its own, a weight slot the size of the rank's largest stage.
 // docs/performance.md#planning-a-mesh.
@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "host/config.h"
+#include "host/config/config.h"
 #include "host/schedule/ir.h"
 #include "models/params.h"
 
@@ -47,7 +47,7 @@ struct LinkBytes {
 };
 
 // Where the groups of a mesh sit on nodes of `devices_per_node` consecutive ranks (ranks run
-// FSDP-fastest, host/mesh.h): whether each group or hop crosses a node boundary.
+// FSDP-fastest, host/parallel/mesh.h): whether each group or hop crosses a node boundary.
 struct MeshLinks {
   bool fsdp_inter = false;                   // some FSDP group spans two nodes
   bool data_inter = false;                   // some data group spans two nodes

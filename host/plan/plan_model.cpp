@@ -9,9 +9,9 @@
 #include <algorithm>
 
 #include "compute/error.h"
+#include "host/config/schedule_config.h"
 #include "host/schedule/passes.h"
 #include "host/schedule/simulate.h"
-#include "host/schedule_config.h"
 #include "models/params.h"
 
 namespace carousel::plan {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "host/config.h"
+#include "host/config/config.h"
 #include "host/plan/plan_costs.h"
 #include "host/plan/plan_memory.h"
 

@@ -101,11 +101,17 @@ std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
           for (const std::int64_t M : divisors(B / (F * D))) {
             if (options.max_microbatches > 0 && M > options.max_microbatches) continue;
             for (const int slots : F > 1 ? std::vector<int>{0, 2, -1} : std::vector<int>{0}) {
-              const Candidate c{int(S),         int(F),
-                                int(D),         int(M),
-                                layout.repeats, layout.layers_per_stage,
-                                layout.counts,  one_device ? std::string("1f1b") : name,
-                                slots,          D > 1};
+              const Candidate c{
+                  int(S),
+                  int(F),
+                  int(D),
+                  int(M),
+                  layout.repeats,
+                  layout.layers_per_stage,
+                  layout.counts,
+                  one_device ? std::string(schedule::one_device_schedule().name) : name,
+                  slots,
+                  D > 1};
               Config cfg;
               try {
                 cfg = candidate_config(w, c);

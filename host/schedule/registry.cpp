@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "compute/error.h"
@@ -49,36 +50,75 @@ void check_dualpipev(const ScheduleSpec& spec) {
   check_v_shape(spec, "dualpipev", "one per virtual stage, as DeepSeek's DualPipeV asserts");
 }
 
+// ---- closed-form idle time per rank, one per row (S ranks, M microbatches, R repeats) ----------
+
+// gpipe, 1f1b, circular: the fill and the drain, stretched by the forward delay d.
+double idle_fill_drain(const Layout& l, const Costs& c) {
+  return (l.ranks - 1) * (c.forward_delay * c.f + c.b);
+}
+
+// interleaved_1f1b: the same fill and drain in chunk costs, which are already 1/R of a stage.
+double idle_interleaved(const Layout& l, const Costs& c) { return (l.ranks - 1) * (c.f + c.b); }
+
+// zb_h1 (and interleaved_zb, in chunk costs): (p-1)(t_F + t_B - t_W), t_B = the input gradient
+// only, the Ws deferred into the cooldown.
+double idle_zero_bubble(const Layout& l, const Costs& c) {
+  return (l.ranks - 1) * (c.f + c.i - c.w);
+}
+
+// looped_bfs: the fill and the drain, plus, when M < S, a wait of (S - M) actions at each of the
+// R - 1 turns from a rank's stage c S + s to its stage (c + 1) S + s, forward and backward: the
+// turn needs microbatch 0 back from rank S - 1, S actions after it left, and the rank has only M
+// actions of stage c S + s to run meanwhile.
+double idle_looped_bfs(const Layout& l, const Costs& c) {
+  const double S = l.ranks, M = l.microbatches, R = l.repeats;
+  return (S - 1) * (c.f + c.b) + (R - 1) * std::max(0.0, S - M) * (c.f + c.b);
+}
+
+// zbv: at f = i = w (chunk costs) rank s waits s f for microbatch 0 to come down s ranks, then
+// runs its 2M (F, I, W) back to back; rank S - 1 ends last, (S - 1) f after rank 0.
+double idle_zbv(const Layout& l, const Costs& c) { return (l.ranks - 1) * c.f; }
+
+// dualpipev: DeepSeek's table: DualPipe on PP ranks idles (PP/2 - 1)(F&B + B - 3W) per rank;
+// DualPipeV folds DualPipe on PP = 2S ranks onto S, so (S - 1)(F&B + B - 3W) in chunk costs. The
+// cost model runs a pair's halves one after the other (F&B = f + b): the overlap hides
+// communication, which a comm-free model has none of. Exact at f = i = w (docs/schedules.md).
+double idle_dualpipev(const Layout& l, const Costs& c) {
+  return (l.ranks - 1) * (c.f + c.b + c.b - 3 * c.w);
+}
+
 // ---- the table -------------------------------------------------------------------------------
 
 constexpr ScheduleInfo kSchedules[] = {
-    // name, help, generator, check, repeats (R > 1), forward_delay (d = 2)
+    // name, help, generator, check, idle, repeats (R > 1), forward_delay (d = 2),
+    // maxtext_table, one_device
     {"circular", "MaxText: forwards breadth-first over (repeat, microbatch), backwards reversed",
-     generate_circular, no_more_constraints, true, true},
+     generate_circular, no_more_constraints, idle_fill_drain, true, true, true, false},
     {"gpipe", "all forwards, then all backwards in reverse order; R = 1", generate_gpipe,
-     no_more_constraints, false, false},
+     no_more_constraints, idle_fill_drain, false, false, true, false},
     {"1f1b", "PipeDream-flush: S-s-1 warmup forwards, then one forward / one backward; R = 1",
-     generate_1f1b, no_more_constraints, false, false},
+     generate_1f1b, no_more_constraints, idle_fill_drain, false, false, false, true},
     {"interleaved_1f1b", "Megatron: R chunks per rank, microbatch groups of g; S <= g <= M, g | M",
-     generate_interleaved_1f1b, check_interleaved_1f1b, true, false},
+     generate_interleaved_1f1b, check_interleaved_1f1b, idle_interleaved, true, false, false,
+     false},
     {"zb_h1", "Zero Bubble H1: 1f1b with B split into I and W, Ws deferred to the cooldown; R = 1",
-     generate_zb_h1, no_more_constraints, false, false},
+     generate_zb_h1, no_more_constraints, idle_zero_bubble, false, false, false, false},
     {"looped_bfs",
      "PyTorch LoopedBFS: all microbatches of each local stage in turn, backward "
      "reversed",
-     generate_looped_bfs, no_more_constraints, true, false},
+     generate_looped_bfs, no_more_constraints, idle_looped_bfs, true, false, false, false},
     {"interleaved_zb",
      "interleaved_1f1b with B split into I and W, W deferred like zb_h1; "
      "S <= g <= M, g | M",
-     generate_interleaved_zb, check_interleaved_1f1b, true, false},
+     generate_interleaved_zb, check_interleaved_1f1b, idle_zero_bubble, true, false, false, false},
     {"zbv",
      "Zero Bubble V: 2 chunks per rank, down the ranks and back up, I/W split; R = 2, "
      "M >= 2S",
-     generate_zbv, check_zbv, true, false},
+     generate_zbv, check_zbv, idle_zbv, true, false, false, false},
     {"dualpipev",
      "DeepSeek DualPipeV: zbv's V, overlapped F&B pairs of different microbatches; R = 2, "
      "M >= 2S",
-     generate_dualpipev, check_dualpipev, true, false},
+     generate_dualpipev, check_dualpipev, idle_dualpipev, true, false, false, false},
 };
 
 // The names of the rows with `flag` set (every row when null): "a", "a or b", "a, b or c".
@@ -130,6 +170,24 @@ void check_schedule(const ScheduleSpec& spec) {
 Program generate(const ScheduleSpec& spec) {
   check_schedule(spec);
   return find_schedule(spec.kind).generate(spec);
+}
+
+const ScheduleInfo& one_device_schedule() {
+  const ScheduleInfo* found = nullptr;
+  for (const auto& row : kSchedules) {
+    if (!row.one_device) continue;
+    CAROUSEL_ASSERT(found == nullptr, "two schedules marked one_device: {} and {}", found->name,
+                    row.name);
+    found = &row;
+  }
+  CAROUSEL_ASSERT(found != nullptr, "no schedule is marked one_device");
+  return *found;
+}
+
+double closed_form_bubble(std::string_view name, const Layout& layout, const Costs& costs) {
+  const double work = double(layout.microbatches) * layout.repeats * (costs.f + costs.b);
+  const double idle = find_schedule(name).idle(layout, costs);
+  return idle / (work + idle);
 }
 
 std::string schedule_names(std::string_view separator) {

@@ -1,16 +1,20 @@
-// registry.h — the pipeline schedules, one row each: name, one-line help, generator, constraint
-// check and two flags (runs repeats, accepts the forwarding delay). The table is the only list of
-// schedules: generate(), the config validation of pipeline_schedule and its knobs
+// registry.h — the pipeline schedules, one row each: everything about a schedule that is not its
+// generator's order of work lives in its row — name, one-line help, generator, constraint check,
+// closed-form idle time, and flags (runs repeats, accepts the forwarding delay, has MaxText's
+// iteration table, runs the one-device program). The table is the only list of schedules:
+// generate(), the config validation of pipeline_schedule and its knobs
 // (pipeline_delay_activation_forwarding, pipeline_microbatch_group_size), the key's help text (so
-// docs/config.md) and `carousel schedule --help` all read it. Adding a schedule = a generator
-// (generators.h) and a row in registry.cpp; docs/schedules.md "Adding a schedule" has the recipe.
+// docs/config.md), `carousel schedule` and its --help all read it; no code outside the table
+// compares a schedule's name (scripts/check_architecture.py). Adding a schedule = a generator
+// (generators/generators.h) and a row in registry.cpp; docs/schedules.md "Adding a schedule".
 #pragma once
 
 #include <span>
 #include <string>
 #include <string_view>
 
-#include "host/schedule/generators.h"
+#include "host/schedule/generators/generators.h"
+#include "host/schedule/simulate.h"
 
 namespace carousel::schedule {
 
@@ -22,8 +26,13 @@ struct ScheduleInfo {
   // Constraints beyond the two flags below; throws carousel::Error naming the violated
   // constraint (config key and value) and what would be valid.
   void (*check)(const ScheduleSpec& spec);
+  // Closed-form idle time per rank with comm-free costs and stages of equal cost (the
+  // simulator covers everything else; docs/schedules.md "Closed forms" derives each).
+  double (*idle)(const Layout& layout, const Costs& costs);
   bool repeats;        // runs R > 1 stages per rank (else it needs num_pipeline_repeats = 1)
   bool forward_delay;  // accepts pipeline_delay_activation_forwarding (MaxText's d = 2)
+  bool maxtext_table;  // its order is MaxText's iteration table (t, stage) -> microbatch
+  bool one_device;     // the program of a one-device run: the whole model, microbatches in turn
 };
 
 // Every registered schedule, in table order (the first is the default, circular).
@@ -41,6 +50,14 @@ void check_schedule(const ScheduleSpec& spec);
 // The part of check_schedule that does not depend on the layout: a registered name, and knobs
 // that schedule accepts. Config validation of a one-device run, which generates no schedule.
 const ScheduleInfo& check_schedule_knobs(const ScheduleSpec& spec);
+
+// The row whose program a one-device run runs (exactly one row has one_device set).
+const ScheduleInfo& one_device_schedule();
+
+// Closed-form bubble fraction of the schedule called `name`: idle / (work + idle) per rank,
+// work = M R (f + b), idle from its row. Valid for M >= S (circular, zb_h1) with comm-free costs
+// and even stages (an empty stage_scale).
+double closed_form_bubble(std::string_view name, const Layout& layout, const Costs& costs);
 
 // The registered names joined by `separator` ("circular | gpipe | ..." for the key's help).
 std::string schedule_names(std::string_view separator);

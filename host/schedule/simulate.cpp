@@ -14,11 +14,16 @@ namespace carousel::schedule {
 
 double Costs::cost(Kind k) const {
   switch (k) {
-    case Kind::F: return f;
-    case Kind::B: return b;
-    case Kind::I: return i;
-    case Kind::W: return w;
-    default: return 0;
+    case Kind::F:
+      return f;
+    case Kind::B:
+      return b;
+    case Kind::I:
+      return i;
+    case Kind::W:
+      return w;
+    default:
+      return 0;
   }
 }
 
@@ -80,8 +85,10 @@ SimResult simulate(const Program& p, const Costs& c) {
         if (e < 0) e = finished(Kind::I, v + 1, m);
         return e < 0 ? kUnknown : std::max(own, e + cross(v + 1));
       }
-      case Kind::W: return finished(Kind::I, v, m);
-      default: return 0;
+      case Kind::W:
+        return finished(Kind::I, v, m);
+      default:
+        return 0;
     }
   };
 
@@ -94,7 +101,7 @@ SimResult simulate(const Program& p, const Costs& c) {
   std::vector<std::size_t> pos(R, 0);
   std::vector<double> compute_free(R, 0), comm_free(R, 0);
   std::vector<std::map<int, double>> gather_done(R);  // slot -> when its gather completes
-  std::vector<double> pending(R, 0);                   // waits collected before the next compute
+  std::vector<double> pending(R, 0);                  // waits collected before the next compute
   for (bool progress = true; progress;) {
     progress = false;
     for (int r = 0; r < R; ++r) {
@@ -125,8 +132,10 @@ SimResult simulate(const Program& p, const Costs& c) {
           if (c.all_gather > 0) res.timeline.push_back({r, a, start, comm_free[r]});
         } else if (a.kind == Kind::AG_WAIT) {
           const auto it = gather_done[r].find(a.index);
-          CAROUSEL_CHECK(it != gather_done[r].end(), "schedule: {} on rank {} waits for a "
-                         "gather that was never issued", to_string(a), r);
+          CAROUSEL_CHECK(it != gather_done[r].end(),
+                         "schedule: {} on rank {} waits for a "
+                         "gather that was never issued",
+                         to_string(a), r);
           pending[r] = std::max(pending[r], it->second);
         } else if (a.kind == Kind::REDUCE_SCATTER) {
           const double start = std::max(compute_free[r], comm_free[r]);
@@ -143,8 +152,8 @@ SimResult simulate(const Program& p, const Costs& c) {
   }
   for (int r = 0; r < R; ++r) {
     if (pos[r] < p.ranks[r].size()) {
-      fail("schedule simulation is stuck: rank {} waits at {} for an input no rank produces",
-           r, to_string(p.ranks[r][pos[r]]));
+      fail("schedule simulation is stuck: rank {} waits at {} for an input no rank produces", r,
+           to_string(p.ranks[r][pos[r]]));
     }
     res.step_time = std::max(res.step_time, compute_free[r]);
   }
@@ -163,46 +172,17 @@ SimResult simulate(const Program& p, const Costs& c) {
   for (int r = 0; r < R; ++r) {
     std::sort(events[r].begin(), events[r].end());  // frees (-1) sort before allocations at ties
     int live = 0;
-    for (const auto& [t, d] : events[r]) res.peak_activations[r] = std::max(res.peak_activations[r], live += d);
+    for (const auto& [t, d] : events[r])
+      res.peak_activations[r] = std::max(res.peak_activations[r], live += d);
     // Weight slots: held from AG_ISSUE to RELEASE, in program order.
     int held = 0;
     for (const auto& a : p.ranks[r]) {
-      if (a.kind == Kind::AG_ISSUE) res.peak_weight_slots[r] = std::max(res.peak_weight_slots[r], ++held);
+      if (a.kind == Kind::AG_ISSUE)
+        res.peak_weight_slots[r] = std::max(res.peak_weight_slots[r], ++held);
       if (a.kind == Kind::RELEASE) --held;
     }
   }
   return res;
-}
-
-double closed_form_bubble(const std::string& kind, const Layout& l, const Costs& c) {
-  const double S = l.ranks, M = l.microbatches, R = l.repeats;
-  const double work = M * R * (c.f + c.b);  // per rank
-  double idle = 0;
-  if (kind == "looped_bfs") {
-    // The fill and the drain, plus, when M < S, a wait of (S - M) actions at each of the R - 1
-    // turns from a rank's stage c S + s to its stage (c + 1) S + s, forward and backward: the
-    // turn needs microbatch 0 back from rank S - 1, S actions after it left, and the rank has
-    // only M actions of stage c S + s to run meanwhile.
-    idle = (S - 1) * (c.f + c.b) + (R - 1) * std::max(0.0, S - M) * (c.f + c.b);
-  } else if (kind == "zbv") {
-    // At f = i = w (chunk costs) rank s waits s f for microbatch 0 to come down s ranks, then
-    // runs its 2M (F, I, W) back to back; rank S - 1 ends last, (S - 1) f after rank 0.
-    idle = (S - 1) * c.f;
-  } else if (kind == "dualpipev") {
-    // DeepSeek's table: DualPipe on PP ranks idles (PP/2 - 1)(F&B + B - 3W) per rank; DualPipeV
-    // folds DualPipe on PP = 2S ranks onto S, so (S - 1)(F&B + B - 3W) in chunk costs. The
-    // cost model runs a pair's halves one after the other (F&B = f + b): the overlap hides
-    // communication, which a comm-free model has none of. Exact at f = i = w (docs/schedules.md).
-    idle = (S - 1) * (c.f + c.b + c.b - 3 * c.w);
-  } else if (kind == "zb_h1" || kind == "interleaved_zb") {
-    // interleaved_zb: the same per hop in chunk costs, its Ws deferred as in zb_h1
-    idle = (S - 1) * (c.f + c.i - c.w);  // (p-1)(t_F + t_B - t_W), t_B = input gradient only
-  } else if (kind == "interleaved_1f1b") {
-    idle = (S - 1) * (c.f + c.b);  // chunk costs are already 1/R of a full stage
-  } else {  // gpipe, 1f1b, circular: the fill and the drain, stretched by the forward delay
-    idle = (S - 1) * (c.forward_delay * c.f + c.b);
-  }
-  return idle / (work + idle);
 }
 
 }  // namespace carousel::schedule

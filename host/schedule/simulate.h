@@ -16,7 +16,7 @@ namespace carousel::schedule {
 // makes those per-layer numbers and the scale each stage's layer count).
 struct Costs {
   double f = 1, b = 2, i = 1, w = 1;  // forward, full backward, input grad, weight grad
-  double p2p = 0;        // latency of a cross-rank activation / gradient hand-off
+  double p2p = 0;                     // latency of a cross-rank activation / gradient hand-off
   double all_gather = 0, reduce_scatter = 0;  // per stage's weights, on the rank's comm stream
   int forward_delay = 1;  // MaxText's d: a forward output reaches the next rank d-1 forwards later
   std::vector<double> stage_scale;  // per virtual stage; empty = 1 for every stage
@@ -25,7 +25,7 @@ struct Costs {
   double cost(Kind k, int stage) const { return cost(k) * scale(stage); }
   // Replay of a measured step: when set, the duration of each compute action (F, B, I, W of a
   // stage and microbatch, unique within a step) instead of its kind's cost. Gathers and
-  // reduce-scatters keep theirs (host/cost_calibration.h, replay_traced_steps).
+  // reduce-scatters keep theirs (host/report/cost_calibration.h, replay_traced_steps).
   std::function<double(const Action&)> measured_compute;
   // Spread prediction: when set, each cross-rank hand-off's latency instead of p2p (called once
   // per consuming action). The delayed forwarding of forward_delay > 1 still counts forwards at
@@ -44,11 +44,11 @@ struct Interval {
 
 struct SimResult {
   double step_time = 0;
-  double bubble_fraction = 0;  // 1 - compute busy time / (ranks x step time)
-  std::vector<Interval> timeline;           // compute and collective intervals
-  std::vector<double> busy;                 // per rank
-  std::vector<int> peak_activations;        // per rank: stage activations alive at once
-  std::vector<int> peak_weight_slots;       // per rank: gathered stage weights alive at once
+  double bubble_fraction = 0;                     // 1 - compute busy time / (ranks x step time)
+  std::vector<Interval> timeline;                 // compute and collective intervals
+  std::vector<double> busy;                       // per rank
+  std::vector<int> peak_activations;              // per rank: stage activations alive at once
+  std::vector<int> peak_weight_slots;             // per rank: gathered stage weights alive at once
   std::vector<int> all_gathers, reduce_scatters;  // per rank
 };
 
@@ -61,18 +61,5 @@ struct SimResult {
 // Activations of (stage, microbatch) live from the start of F to the end of B (or of W when split).
 // Throws carousel::Error if the dependencies can never be satisfied.
 SimResult simulate(const Program& program, const Costs& costs);
-
-// Closed-form bubble fraction of a schedule with unit-like costs f, b (= i + w), comm-free;
-// idle per rank:
-//   gpipe, 1f1b, circular   (S-1)(d f + b), d = forward delay
-//   interleaved_1f1b        (S-1)(f + b), chunk costs
-//   zb_h1, interleaved_zb   (S-1)(f + i - w), chunk costs for interleaved_zb
-//   looped_bfs              (S-1)(f + b) + (R-1) max(0, S-M)(f + b), any M
-//   zbv                     (S-1) f, chunk costs, valid at f = i = w only
-//   dualpipev               (S-1)(F&B + b - 3w), F&B = f + b, chunk costs, at f = i = w only
-// bubble = idle / (work + idle). Valid for M >= S (circular, zb_h1) with comm-free costs and
-// even stages (an empty stage_scale); the simulator covers everything else. docs/schedules.md
-// "Closed forms" derives each.
-double closed_form_bubble(const std::string& kind, const Layout& layout, const Costs& costs);
 
 }  // namespace carousel::schedule

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "compute/error.h"
-#include "host/config.h"
+#include "host/config/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

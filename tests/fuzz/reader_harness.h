@@ -1,5 +1,6 @@
 // reader_harness.h — one file's bytes through carousel's file readers, shared by the bounded fuzz
-// tests (tests/test_fuzz_readers.cpp, in CI) and the libFuzzer targets (tests/fuzz/, long runs).
+// tests (tests/bad_inputs/test_fuzz_readers.cpp, in CI) and the libFuzzer targets (tests/fuzz/,
+// long runs).
 //
 // The contract checked: a reader either loads the file or throws carousel::Error. A file that
 // loads must also be consistent (every tensor inside the file and the right size; every token
@@ -14,8 +15,8 @@
 #include <string>
 
 #include "compute/error.h"
-#include "host/data.h"
-#include "host/safetensors.h"
+#include "host/io/data.h"
+#include "host/io/safetensors.h"
 
 namespace carousel::fuzz {
 

@@ -1,0 +1,157 @@
+// cmd_schedule.cpp — `carousel schedule [config.yml] key=value ...`: look at a pipeline schedule
+// before spending device hours on it. Builds the program, lowers it, proves it deadlock-free,
+// simulates it with the cost model, prints per-rank instruction lists, the MaxText-style table
+// (circular), bubble (predicted and closed form), memory and communication per rank, and
+// writes a Chrome trace and an SVG timeline into the run directory.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "host/cli/commands.h"
+#include "host/config/config.h"
+#include "host/config/schedule_config.h"
+#include "host/io/files.h"
+#include "host/report/logging.h"
+#include "host/schedule/export.h"
+#include "host/schedule/generators/generators.h"
+#include "host/schedule/maxtext.h"
+#include "host/schedule/passes.h"
+#include "host/schedule/registry.h"
+#include "host/schedule/simulate.h"
+#include "models/params.h"
+
+namespace carousel {
+
+namespace sch = schedule;
+
+int run_schedule(const ConfigArgs& options) {
+  std::string file;
+  std::vector<std::string> overrides;
+  split_config_arguments(options.args, file, overrides);
+  Config cfg = load_config(file, overrides).config;
+  // Its files describe a config, not a training run: without a run_name they go to
+  // <base_output_directory>/schedule/ (replaced by the next `carousel schedule`).
+  if (cfg.run_name.empty()) cfg.run_name = "schedule";
+  init_logging({.rank = 0, .level = cfg.log_level, .file_dir = {}});
+  const sch::ScheduleSpec spec = schedule_spec(cfg);
+  const sch::Layout& l = spec.layout;
+  const bool fsdp = cfg.ici_fsdp_parallelism > 1;
+  const sch::Program compute = sch::generate(spec);
+  sch::validate(compute);
+  const sch::Program lowered =
+      sch::lower(compute, {cfg.weight_slots(), int(cfg.pipeline_prefetch_lookahead), fsdp});
+  sch::replay(lowered);
+  const sch::StageLayers layers(cfg.stage_layer_counts());
+  const sch::Costs costs = schedule_costs(cfg, layers);
+  const sch::SimResult sim = sch::simulate(lowered, costs);
+
+  fmt::print(
+      "schedule {}: S={} ranks, R={} repeats, M={} microbatches, {} layers/stage, "
+      "{} virtual stages; FSDP F={}{}\n",
+      spec.kind, l.ranks, l.repeats, l.microbatches,
+      layers.is_even() ? fmt::format("L={}", layers.count(0))
+                       : fmt::format("uneven {}", layers.to_string()),
+      l.stages(), cfg.ici_fsdp_parallelism,
+      fsdp ? fmt::format(", weight slots {}", cfg.weight_slots() == -1  ? "one per stage"
+                                              : cfg.weight_slots() == 2 ? "2 (BSW)"
+                                                                        : "0 (every use)")
+           : std::string());
+  std::int64_t layer_params = 0;  // one decoder layer's parameters
+  for (const auto& p : param_table(cfg.model)) layer_params += p.layer == 0 ? numel(p.shape) : 0;
+  {
+    // The logits GEMM does 2 V E FLOPs per token, a layer's GEMMs 2 x its parameters (the
+    // attention's T^2 terms aside): the head costs about V E / layer parameters layers.
+    const double head_layers =
+        double(cfg.model.vocab_size) * double(cfg.model.emb_dim) / double(layer_params);
+    fmt::print(
+        "head (logits + loss) costs about {:.2f} layers of this model; the cost model "
+        "charges schedule_cost_head={} layers to the last stage\n",
+        head_layers, cfg.schedule_cost_head);
+  }
+  if (!layers.is_even()) {
+    fmt::print("stage layout (costs scale with each stage's layers):\n");
+    for (int v = 0; v < layers.stages(); ++v) {
+      fmt::print(
+          "  stage {:>3} on rank {:>3}: {} layer(s), {}{}\n", v, l.rank_of(v), layers.count(v),
+          layers.count(v) == 1
+              ? fmt::format("L{}", layers.first(v))
+              : fmt::format("L{}-{}", layers.first(v), layers.first(v) + layers.count(v) - 1),
+          v == 0                     ? " + embedding"
+          : v == layers.stages() - 1 ? " + final norm, head"
+                                     : "");
+    }
+  }
+  fmt::print("validated; deadlock replay passed\n\nper-rank instructions:\n{}\n",
+             sch::to_text(lowered));
+  std::string pairs;  // overlapped F&B pairs per rank, when the schedule has any (dualpipev)
+  for (int r = 0; r < l.ranks; ++r) {
+    const auto& list = lowered.ranks[std::size_t(r)];
+    const auto n = std::count_if(list.begin(), list.end(), [](const auto& a) { return a.overlap; });
+    if (n > 0) pairs += fmt::format("{}rank {}: {}", pairs.empty() ? "" : ", ", r, n);
+  }
+  if (!pairs.empty()) {
+    fmt::print(
+        "overlapped F&B pairs (0F4& runs with the rank's next compute action; back to back "
+        "on CPU, both inputs received first): {}\n\n",
+        pairs);
+  }
+  if (sch::find_schedule(spec.kind).maxtext_table) {
+    const int d = costs.forward_delay;
+    fmt::print("MaxText iteration table (t, stage) -> microbatch/repeat (layers){}:\n{}\n",
+               cfg.pipeline_fsdp_ag_per_repeat ? ", BSW slot read" : "",
+               sch::format_circular_table(
+                   sch::circular_table(l.ranks, l.microbatches, l.repeats, d, layers),
+                   cfg.pipeline_fsdp_ag_per_repeat));
+  }
+  if (costs.stage_scale.empty()) {
+    const double closed = sch::closed_form_bubble(spec.kind, l, costs);
+    fmt::print("step time {:.3f} (cost units); bubble predicted {:.1f}%, closed form {:.1f}%{}\n",
+               sim.step_time, 100 * sim.bubble_fraction, 100 * closed,
+               costs.p2p > 0 || costs.all_gather > 0 || costs.reduce_scatter > 0
+                   ? " (closed form ignores communication)"
+                   : "");
+  } else {  // the closed forms assume stages of equal cost
+    fmt::print(
+        "step time {:.3f} (cost units); bubble predicted {:.1f}% (no closed form for "
+        "stages of unequal cost)\n",
+        sim.step_time, 100 * sim.bubble_fraction);
+  }
+  // Bytes: a stage's weights in fp32 (its layers' worth); a gather moves (F-1)/F of them into
+  // each rank.
+  const double fraction_moved =
+      double(cfg.ici_fsdp_parallelism - 1) / double(cfg.ici_fsdp_parallelism);
+  std::vector<double> gathered_bytes(std::size_t(l.ranks), 0.0);
+  for (int r = 0; r < l.ranks; ++r) {
+    for (const auto& a : lowered.ranks[std::size_t(r)]) {
+      if (a.kind != sch::Kind::AG_ISSUE) continue;
+      gathered_bytes[std::size_t(r)] +=
+          4.0 * double(layer_params * layers.count(a.stage)) * fraction_moved;
+    }
+  }
+  fmt::print("\n{:>4} {:>8} {:>12} {:>14} {:>12} {:>11} {:>11} {:>14}\n", "rank", "busy",
+             "peak acts", "(x A/microbatch)", "weight slots", "all-gathers", "red-scatters",
+             "AG bytes/step");
+  for (int r = 0; r < l.ranks; ++r) {
+    fmt::print("{:>4} {:>8.2f} {:>12} {:>14.3f} {:>12} {:>11} {:>11} {:>14}\n", r, sim.busy[r],
+               sim.peak_activations[r], double(sim.peak_activations[r]) / l.stages(),
+               sim.peak_weight_slots[r], sim.all_gathers[r], sim.reduce_scatters[r],
+               format_bytes(std::size_t(gathered_bytes[std::size_t(r)])));
+  }
+  const std::filesystem::path dir(cfg.run_directory());
+  std::filesystem::create_directories(dir);
+  write_text_file(dir / "schedule.trace.json", sch::chrome_trace_json(sim, l.ranks, 1000.0));
+  write_text_file(
+      dir / "schedule.svg",
+      sch::timeline_svg(sim, l.ranks,
+                        fmt::format("{} S={} R={} M={}: bubble {:.1f}%", spec.kind, l.ranks,
+                                    l.repeats, l.microbatches, 100 * sim.bubble_fraction)));
+  write_text_file(dir / "schedule.txt", sch::to_text(lowered));
+  fmt::print(
+      "\nwrote {0}/schedule.trace.json (chrome://tracing, Perfetto), {0}/schedule.svg, "
+      "{0}/schedule.txt\n",
+      dir.string());
+  return 0;
+}
+
+}  // namespace carousel

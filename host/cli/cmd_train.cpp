@@ -1,0 +1,76 @@
+// cmd_train.cpp — `carousel train [config.yml] key=value ...`.
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "host/cli/commands.h"
+#include "host/config/config.h"
+#include "host/config/run_name.h"
+#include "host/parallel/launch.h"
+#include "host/report/logging.h"
+#include "host/report/progress_bar.h"
+#include "host/run/trainer.h"
+
+namespace carousel {
+
+void split_config_arguments(const std::vector<std::string>& args, std::string& file,
+                            std::vector<std::string>& overrides) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (i == 0 && args[i].find('=') == std::string::npos) {
+      file = args[i];
+    } else {
+      overrides.push_back(args[i]);
+    }
+  }
+}
+
+void print_config_keys() {
+  const Config defaults;
+  fmt::print("{:<38} {:<7} {:<12} {:<11} {}\n", "key", "type", "default", "on resume", "meaning");
+  for (const auto& k : config_keys()) {
+    fmt::print("{:<38} {:<7} {:<12} {:<11} {}\n", k.name, k.type, k.get(defaults),
+               resume_class_name(k.resume), k.help);
+  }
+}
+
+int run_train(const ConfigArgs& options) {
+  std::string file;
+  std::vector<std::string> overrides;
+  split_config_arguments(options.args, file, overrides);
+  LoadedConfig loaded = load_config(file, overrides);
+  const auto processes = ProcessGroup::join(loaded.config.collective_timeout_seconds);
+  // Named before logging starts: the log file lives in the run directory.
+  const bool fresh_run = resolve_run_name(loaded.config, processes->world());
+  // Also to <run directory>/logs/rank<r>.log (appended: a resumed run keeps what came before).
+  // When that directory cannot be made, the console alone: check_outputs_writable reports why.
+  const LogOptions log{
+      .rank = processes->rank(),
+      .level = loaded.config.log_level,
+      .file_dir = (std::filesystem::path(loaded.config.run_directory()) / "logs").string(),
+      .progress_bar = progress_bar_wanted(loaded.config.progress_bar, isatty(STDERR_FILENO) == 1,
+                                          processes->rank(), loaded.config.log_level)};
+  try {
+    init_logging(log);
+  } catch (const std::filesystem::filesystem_error&) {
+    init_logging({.rank = log.rank, .level = log.level, .file_dir = {}, .progress_bar = false});
+  }
+  if (fresh_run) log_fresh_run_name(loaded.config);
+  spdlog::info("config ({} keys; non-default marked *):", loaded.table.size());
+  for (const auto& row : loaded.table) {
+    spdlog::info("  {} {:<36} {:<24} {}", row.source == "default" ? ' ' : '*', row.key, row.value,
+                 row.source == "default" ? "" : row.source);
+  }
+  try {
+    train(loaded.config, processes->world());
+  } catch (const std::exception& e) {
+    if (processes->size() > 1) {  // the other processes would wait for this one forever
+      spdlog::error("{}", e.what());
+      processes->abort(2);
+    }
+    throw;
+  }
+  return 0;
+}
+
+}  // namespace carousel

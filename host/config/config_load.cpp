@@ -1,0 +1,346 @@
+// config_load.cpp — builds a Config from a YAML file and key=value overrides.
+//
+// A config file is one flat YAML map of `key: value` lines. yaml-cpp accepts more than that and
+// silently drops or merges some of it (a duplicate key keeps one value, a second document is
+// ignored, an unterminated quote swallows the next lines into a value), so the file is checked
+// here for each of those and refused with its name and line. Every failure is a carousel::Error
+// naming the file (and line) or the command line, the key, the value and what is valid. MaxText's
+// renamed keys are read under their new names (a warning each); MaxText keys carousel does not
+// implement are named as such.
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "compute/error.h"
+#include "host/config/config.h"
+#include "host/config/paths.h"
+
+namespace carousel {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Bigger files or deeper bracket nesting are not configs (and could exhaust yaml-cpp's stack).
+constexpr std::size_t kMaxConfigFileBytes = 1 << 20;
+constexpr int kMaxNesting = 32;
+
+const ConfigKey& find_key(const std::string& name, const std::string& where) {
+  for (const auto& k : config_keys()) {
+    if (k.name == name) return k;
+  }
+  CAROUSEL_CHECK(!is_unsupported_maxtext_key(name),
+                 "MaxText key '{}' is not supported by carousel ({}); remove it "
+                 "(`carousel train --help-keys` lists the keys carousel implements)",
+                 name, where);
+  const std::string hint = closest_key(name);
+  CAROUSEL_CHECK(hint.empty(),
+                 "unknown config key '{}' ({}); did you mean '{}'? (`carousel train --help-keys` "
+                 "lists all)",
+                 name, where, hint);
+  fail("unknown config key '{}' ({}); `carousel train --help-keys` lists all", name, where);
+}
+
+struct Assignment {
+  std::string key, value;
+  std::string source;  // for the printed table: "file PATH" | "command line"
+  std::string where;   // for errors: "config file 'PATH' line N" | "command line"
+};
+
+// MaxText's old key names become their current ones, with a warning; one source setting both
+// is refused (which value would win is not obvious).
+void apply_aliases(std::vector<Assignment>& assignments) {
+  for (const auto& alias : config_aliases()) {
+    for (auto& a : assignments) {
+      if (a.key != alias.old_name) continue;
+      for (const auto& b : assignments) {
+        CAROUSEL_CHECK(b.key != alias.new_name || b.source != a.source,
+                       "{}: '{}' is MaxText's old name of '{}', which {} also sets; keep only "
+                       "'{}'",
+                       a.where, alias.old_name, alias.new_name, b.where, alias.new_name);
+      }
+      spdlog::warn("{}: config key '{}' is MaxText's old name of '{}'; read as '{}' (rename it)",
+                   a.where, alias.old_name, alias.new_name, alias.new_name);
+      a.key = alias.new_name;
+    }
+  }
+}
+
+std::string read_config_text(const std::string& path) {
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  CAROUSEL_CHECK(fs::exists(st), "config file '{}' does not exist{}", path, relative_to_note(path));
+  CAROUSEL_CHECK(!fs::is_directory(st), "config file '{}' is a directory, not a YAML file", path);
+  CAROUSEL_CHECK(fs::is_regular_file(st), "config file '{}' is not a regular file", path);
+  std::ifstream in(path, std::ios::binary);
+  CAROUSEL_CHECK(in.good(), "config file '{}' cannot be read (permissions?)", path);
+  std::string text;
+  text.resize(kMaxConfigFileBytes + 1);
+  in.read(text.data(), std::streamsize(text.size()));
+  text.resize(std::size_t(in.gcount()));
+  CAROUSEL_CHECK(text.size() <= kMaxConfigFileBytes,
+                 "config file '{}' is larger than {} bytes; a config is a short list of `key: "
+                 "value` lines",
+                 path, kMaxConfigFileBytes);
+  int depth = 0;
+  for (const char c : text) {
+    depth += (c == '[' || c == '{') - (c == ']' || c == '}');
+    CAROUSEL_CHECK(depth <= kMaxNesting,
+                   "config file '{}' nests brackets deeper than {} levels; a config is a flat map "
+                   "of `key: value` lines",
+                   path, kMaxNesting);
+  }
+  return text;
+}
+
+const char* kind_of(const YAML::Node& n) {
+  if (n.IsMap()) return "a map";
+  if (n.IsSequence()) return "a list";
+  if (n.IsNull()) return "empty";
+  return "a single value";
+}
+
+int line_of(const YAML::Node& n) { return n.Mark().is_null() ? 0 : n.Mark().line + 1; }
+
+bool is_list_key(const std::string& name) {
+  for (const auto& k : config_keys()) {
+    if (k.name == name) return k.type == "[int]";
+  }
+  return false;
+}
+
+// Every line with content must hold a key: a line that does not continues the value of the key
+// above it (a quoted or plain value spanning lines, usually an unterminated quote).
+void check_every_line_is_a_key(const std::string& path, const std::string& text,
+                               const std::map<int, std::string>& key_at_line) {
+  std::istringstream lines(text);
+  std::string line;
+  for (int n = 1; std::getline(lines, line); ++n) {
+    const auto first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;
+    if (line.rfind("---", 0) == 0 || line.rfind("...", 0) == 0 || line[0] == '%') continue;
+    if (key_at_line.count(n)) continue;
+    auto above = key_at_line.lower_bound(n);
+    // An item of a block list ("  - 3") under a list key is part of that key's value.
+    if (line[first] == '-' && above != key_at_line.begin() && is_list_key(std::prev(above)->second))
+      continue;
+    CAROUSEL_CHECK(above == key_at_line.begin(),
+                   "config file '{}' line {}: '{}' is not a `key: value` line; YAML read it as "
+                   "part of the value of '{}' (line {}): an unterminated quote, or a value "
+                   "spanning lines? Put each key on its own line",
+                   path, n, line, std::prev(above)->second, std::prev(above)->first);
+    fail("config file '{}' line {}: '{}' is not a `key: value` line", path, n, line);
+  }
+}
+
+// A quoted value must close on its own line: yaml-cpp accepts a quote left open at the end of the
+// file, and one closed lines later joins those lines into the value.
+void check_quote_closes(const std::string& where, const std::string& text, const YAML::Node& value,
+                        const std::string& key) {
+  if (value.Mark().is_null()) return;
+  std::size_t at = 0;
+  for (int line = 0; line < value.Mark().line && at != std::string::npos; ++line) {
+    at = text.find('\n', at);
+    if (at != std::string::npos) ++at;
+  }
+  if (at == std::string::npos) return;
+  at += std::size_t(value.Mark().column);
+  if (at >= text.size() || (text[at] != '"' && text[at] != '\'')) return;
+  const char quote = text[at];
+  for (std::size_t i = at + 1; i < text.size() && text[i] != '\n'; ++i) {
+    if (quote == '"' && text[i] == '\\') {
+      ++i;
+    } else if (text[i] == quote) {
+      if (quote == '\'' && i + 1 < text.size() && text[i + 1] == '\'') {
+        ++i;  // '' is a quote inside single quotes
+      } else {
+        return;
+      }
+    }
+  }
+  fail(
+      "{}: the value of '{}' opens a {} quote that does not close on that line (an unterminated "
+      "quote swallows the next lines into the value); close it on the same line",
+      where, key, quote == '"' ? "double" : "single");
+}
+
+// A YAML list of plain values as the key's text form "a,b,c" (its parser checks each value).
+std::string joined_list(const std::string& where, const std::string& key, const YAML::Node& list) {
+  std::string text;
+  for (const auto& item : list) {
+    CAROUSEL_CHECK(item.IsScalar(),
+                   "{}: key '{}' takes a list of integers such as [1, 3], but "
+                   "one of its entries is {}",
+                   where, key, kind_of(item));
+    text += (text.empty() ? "" : ",") + item.Scalar();
+  }
+  return text;
+}
+
+std::vector<Assignment> read_yaml(const std::string& path) {
+  const std::string text = read_config_text(path);
+  std::vector<YAML::Node> docs;
+  try {
+    docs = YAML::LoadAll(text);
+  } catch (const YAML::Exception& e) {
+    fail("config file '{}' is not valid YAML: line {}, column {}: {}", path, e.mark.line + 1,
+         e.mark.column + 1, e.msg);
+  } catch (const std::exception& e) {
+    fail("config file '{}' cannot be parsed as YAML: {}", path, e.what());
+  }
+  std::vector<Assignment> out;
+  if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) return out;
+  CAROUSEL_CHECK(docs.size() == 1,
+                 "config file '{}' holds {} YAML documents (a '---' line starts another, from "
+                 "line {}); a config file is one map of `key: value` lines",
+                 path, docs.size(), line_of(docs[1]));
+  const YAML::Node& root = docs[0];
+  CAROUSEL_CHECK(root.IsMap(),
+                 "config file '{}' must be a map of `key: value` lines, but its top level is {} "
+                 "(line {})",
+                 path, kind_of(root), line_of(root));
+  std::map<std::string, int> line_of_key;
+  std::map<int, std::string> key_at_line;
+  for (const auto& item : root) {
+    const int line = line_of(item.first);
+    const std::string where = fmt::format("config file '{}' line {}", path, line);
+    CAROUSEL_CHECK(item.first.IsScalar() && !item.first.Scalar().empty(),
+                   "{}: a key must be a plain name, not {}", where, kind_of(item.first));
+    const std::string k = item.first.Scalar();
+    CAROUSEL_CHECK(!line_of_key.count(k),
+                   "config file '{}': key '{}' is set twice (lines {} and {}); remove one (YAML "
+                   "would keep one of them silently)",
+                   path, k, line_of_key[k], line);
+    line_of_key[k] = line;
+    key_at_line[line] = k;
+    if (item.second.IsSequence() && is_list_key(k)) {  // `key: [1, 3]`: read as "1,3"
+      out.push_back({k, joined_list(where, k, item.second), "file " + path, where});
+      continue;
+    }
+    CAROUSEL_CHECK(item.second.IsScalar() || item.second.IsNull(),
+                   "{}: key '{}' must have a single value, not {} (the config is flat: write "
+                   "`{}: VALUE`; `carousel train --help-keys` lists each key's type)",
+                   where, k, kind_of(item.second), k);
+    check_quote_closes(where, text, item.second, k);
+    out.push_back({k, item.second.IsNull() ? "" : item.second.Scalar(), "file " + path, where});
+  }
+  check_every_line_is_a_key(path, text, key_at_line);
+  return out;
+}
+
+std::vector<Assignment> read_overrides(const std::vector<std::string>& overrides) {
+  std::vector<Assignment> out;
+  for (const auto& o : overrides) {
+    const auto eq = o.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::error_code ec;
+      CAROUSEL_CHECK(!fs::exists(o, ec),
+                     "command-line argument '{}' is a file, not key=value; a config file must "
+                     "come first (carousel train config.yml key=value ...)",
+                     o);
+      fail("command-line argument '{}' is not key=value (e.g. steps=100)", o);
+    }
+    out.push_back({o.substr(0, eq), o.substr(eq + 1), "command line", "command line"});
+  }
+  return out;
+}
+
+}  // namespace
+
+// schedule_costs_file: the schedule_cost_* keys a profiled run measured (schedule_costs.yml)
+// replace the defaults; a key the config file or the command line set keeps its value.
+void apply_schedule_costs_file(Config& cfg, std::map<std::string, std::string>& source) {
+  if (cfg.schedule_costs_file.empty()) return;
+  check_local_path("schedule_costs_file", cfg.schedule_costs_file);
+  std::vector<Assignment> costs;
+  try {
+    costs = read_yaml(cfg.schedule_costs_file);
+  } catch (const Error& e) {
+    fail("schedule_costs_file: {}", e.what());
+  }
+  for (const auto& a : costs) {
+    // measured_* keys say what the costs were measured on: for the planner (host/plan/
+    // plan_costs.h), which scales them; a schedule of one config takes them as they are.
+    if (a.key.rfind("measured_", 0) == 0) continue;
+    CAROUSEL_CHECK(a.key.rfind("schedule_cost_", 0) == 0,
+                   "schedule_costs_file: {} sets '{}'; the file may set only schedule_cost_* keys "
+                   "and the measured_* keys describing its run (a profiled run writes it as "
+                   "<run dir>/schedule_costs.yml)",
+                   a.where, a.key);
+    if (source.count(a.key)) continue;
+    try {
+      find_key(a.key, a.where).set(cfg, a.value);
+    } catch (const Error& e) {
+      fail("{}: {}", a.where, e.what());
+    }
+    source[a.key] = a.source;
+  }
+}
+
+LoadedConfig load_config(const std::string& yaml_path, const std::vector<std::string>& overrides) {
+  std::vector<Assignment> assignments;
+  if (!yaml_path.empty()) assignments = read_yaml(yaml_path);
+  for (auto& a : read_overrides(overrides)) assignments.push_back(std::move(a));
+  apply_aliases(assignments);
+  for (const auto& a : assignments) find_key(a.key, a.where);  // unknown keys first
+
+  LoadedConfig out;
+  Config& cfg = out.config;
+  std::map<std::string, std::string> source;
+  // The model preset first, so explicit model keys override it.
+  std::string preset_where = "default";
+  for (const auto& a : assignments) {
+    if (a.key == "model_name") {
+      cfg.model_name = a.value;
+      source["model_name"] = a.source;
+      preset_where = a.where;
+    }
+  }
+  try {
+    cfg.model = model_preset(cfg.model_name);
+  } catch (const Error& e) {
+    fail("{}: {}", preset_where, e.what());
+  }
+  if (cfg.model_name != "tiny") {
+    for (const auto& k : config_keys()) {
+      if (k.resume == ResumeClass::Model) source[k.name] = "preset " + cfg.model_name;
+    }
+  }
+  for (const auto& a : assignments) {
+    if (a.key == "model_name") continue;
+    try {
+      find_key(a.key, a.where).set(cfg, a.value);
+    } catch (const Error& e) {
+      fail("{}: {}", a.where, e.what());
+    }
+    source[a.key] = a.source;
+  }
+  apply_schedule_costs_file(cfg, source);
+  for (const auto& k : config_keys()) {
+    out.table.push_back({k.name, k.get(cfg), source.count(k.name) ? source[k.name] : "default"});
+  }
+  // A validation message starting with "key=" is about that key: name the file and line that
+  // set it (a key from the command line is plain to see, and keeps the message the same as the
+  // one of the check itself, e.g. the schedule registry's).
+  std::map<std::string, std::string> where;
+  for (const auto& a : assignments) {
+    if (a.where != "command line") where[a.key] = a.where;
+  }
+  try {
+    cfg.validate();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    const auto eq = message.find('=');
+    const auto it = eq == std::string::npos ? where.end() : where.find(message.substr(0, eq));
+    if (it == where.end()) throw;
+    fail("{} (from {})", message, it->second);
+  }
+  return out;
+}
+
+}  // namespace carousel

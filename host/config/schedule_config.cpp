@@ -1,0 +1,62 @@
+// schedule_config.cpp — Config -> ScheduleSpec and Costs.
+#include "host/config/schedule_config.h"
+
+#include "host/schedule/passes.h"
+#include "host/schedule/registry.h"
+
+namespace carousel {
+
+namespace sch = schedule;
+
+sch::ScheduleSpec schedule_spec(const Config& cfg) {
+  sch::ScheduleSpec spec;
+  spec.kind = cfg.pipeline_schedule;
+  spec.layout = {int(cfg.ici_pipeline_parallelism), int(cfg.repeats()), int(cfg.microbatches())};
+  spec.group_size = int(cfg.pipeline_microbatch_group_size);
+  spec.forward_delay = cfg.pipeline_delay_activation_forwarding ? 2 : 1;
+  return spec;
+}
+
+sch::Costs schedule_costs(const Config& cfg) {
+  return schedule_costs(cfg, sch::StageLayers(cfg.stage_layer_counts()));
+}
+
+sch::Costs schedule_costs(const Config& cfg, const sch::StageLayers& layers) {
+  // Per stage scales when the given stages differ: unequal layer counts, or the head's cost on
+  // the last stage; otherwise each stage's L layers are in the costs.
+  const bool scaled = !layers.is_even() || cfg.schedule_cost_head > 0;
+  const double L = scaled ? 1.0 : double(layers.count(0));
+  sch::Costs c;
+  if (scaled) {
+    for (const int n : layers.counts()) c.stage_scale.push_back(double(n));
+    c.stage_scale.back() += cfg.schedule_cost_head;
+  }
+  c.f = cfg.schedule_cost_f * L;
+  c.b = cfg.schedule_cost_b * L;
+  c.w = cfg.schedule_cost_w * L;
+  c.i = c.b - c.w;
+  c.p2p = cfg.schedule_cost_p2p;
+  c.all_gather = cfg.schedule_cost_all_gather * L;
+  c.reduce_scatter = cfg.schedule_cost_reduce_scatter * L;
+  c.forward_delay = schedule_spec(cfg).forward_delay;
+  return c;
+}
+
+sch::StageLayers stage_layers(const Config& cfg) {
+  if (cfg.num_devices() == 1) return sch::StageLayers({int(cfg.model.num_layers)});
+  return sch::StageLayers(cfg.stage_layer_counts());
+}
+
+sch::Program lowered_program(const Config& cfg) {
+  sch::ScheduleSpec spec = schedule_spec(cfg);
+  if (cfg.num_devices() == 1)
+    spec = {.kind = std::string(sch::one_device_schedule().name),
+            .layout = {1, 1, int(cfg.microbatches())}};
+  const sch::Program program =
+      sch::lower(sch::generate(spec), {cfg.weight_slots(), int(cfg.pipeline_prefetch_lookahead),
+                                       /*fsdp=*/cfg.ici_fsdp_parallelism > 1});
+  sch::replay(program);
+  return program;
+}
+
+}  // namespace carousel

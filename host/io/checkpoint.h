@@ -1,0 +1,98 @@
+// checkpoint.h — saving and restoring a run (docs/model.md#checkpoints).
+//
+// <base_output_directory>/<run_name>/checkpoints/<step>/ holds
+//   model.safetensors      full (unsharded) parameters under Hugging Face Llama names
+//   config.json            Hugging Face LlamaConfig, so `transformers` can open the directory
+//   optimizer.safetensors  AdamW moments "<param name>.exp_avg" / ".exp_avg_sq" (global names:
+//                          a run may resume with another parallel layout)
+//   state.json             completed steps (= the data position), the full carousel config
+//   manifest.json          byte size and CRC32 of every file above; written last
+// A checkpoint is written into a temporary directory, every file fsync'ed, the manifest last,
+// then renamed into place: a crash leaves either the whole checkpoint or none (and a temporary
+// directory, cleaned by the next save). Failure modes: docs/reliability.md#files-and-outputs.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compute/backend.h"
+#include "host/config/config.h"
+#include "host/config/paths.h"
+#include "host/io/tokenizer.h"
+#include "models/params.h"
+
+namespace carousel {
+
+struct TrainingState {
+  std::int64_t step = 0;           // completed steps; the next step to run
+  std::int64_t skipped_steps = 0;  // of those, skipped as non-finite (no update applied)
+};
+
+struct CheckpointContents {
+  const ParamSet* params = nullptr;  // required
+  const ParamSet* adam_m = nullptr;  // optimizer moments, optional when loading parameters only
+  const ParamSet* adam_v = nullptr;
+};
+
+// Writes checkpoints/<state.step>/ under the run directory; returns its path. Refuses to
+// replace an existing checkpoint directory. `tokenizer` (the run's, read once:
+// read_run_tokenizer; nullptr for none) is copied in and its bos/eos ids go into config.json;
+// when its files can no longer be copied the checkpoint is saved without them (a warning).
+std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointContents& contents,
+                            const TrainingState& state, const TokenizerInfo* tokenizer);
+
+// The checkpoint step directories under `root` (names of decimal digits), newest first, with
+// their steps; none when `root` is not a directory. Throws carousel::Error when it cannot be
+// listed.
+std::vector<std::pair<std::int64_t, std::string>> step_directories(const std::string& root);
+
+// The newest usable checkpoint of the run: the newest step directory whose manifest verifies
+// (every file present with its size and CRC32). Newer directories that fail are skipped with a
+// warning naming what is wrong; nothing is deleted.
+std::optional<std::string> latest_checkpoint(const Config& cfg);
+
+// The config a checkpoint was saved with (state.json: every key's value as text); empty when
+// the file has none.
+std::map<std::string, std::string> checkpoint_config(const std::string& directory);
+
+// Temporary directories (checkpoints/.tmp-<step>-<pid>) that an interrupted save left behind:
+// each is reported with a warning and removed, except one whose manifest verifies (the save
+// stopped between the manifest and the rename), which is renamed into place when its step
+// directory does not exist, and otherwise left alone. A directory of another live process is
+// left alone. Safe to run in every process of a run at once. Runs on every save; returns the
+// directories removed.
+std::vector<std::string> clean_partial_checkpoints(const Config& cfg);
+
+// Before step 1 (on the process that writes outputs): the run directory can be created and
+// written (a file is written, fsync'ed and removed), the checkpoints path is a directory when
+// checkpointing, the metrics file can be opened for appending and its file system is not full,
+// no path is a remote URL. Also cleans partial checkpoints (clean_partial_checkpoints). Every
+// process of a run may call it (each probes with its own file name).
+void check_outputs_writable(const Config& cfg);
+
+// Checks a checkpoint step directory as a resume would: manifest.json present and well formed,
+// model.safetensors and state.json listed, every listed file present with its byte size and
+// CRC32. Throws carousel::Error naming the first problem (the file and what is wrong).
+void verify_checkpoint(const std::string& directory);
+
+// metrics_file, or <run directory>/metrics.jsonl when it is empty.
+std::string metrics_file_path(const Config& cfg);
+
+// Verifies the manifest (sizes, CRC32) and copies the tensors into `contents` (parameters, and
+// the moments when given). Every tensor must exist with the table's shape and dtype float32;
+// errors name the file, the tensor and both shapes. Returns the saved training state.
+TrainingState load_checkpoint(Backend& be, const std::string& directory,
+                              const CheckpointContents& contents);
+
+// `load_parameters_path`: the parameters of a new run, from a carousel checkpoint directory
+// (manifest.json or state.json present: load_checkpoint, parameters only) or a Hugging Face
+// model directory (config.json + model.safetensors or sharded with
+// model.safetensors.index.json: host/io/hf_import.h, which checks config.json against `model`).
+void load_parameters(Backend& be, const ModelConfig& model, const std::string& directory,
+                     const ParamSet& params);
+
+}  // namespace carousel

@@ -1,0 +1,369 @@
+// hf_import.cpp — reading a Hugging Face Llama directory (config.json + safetensors, single
+// file or sharded) into the parameter table; see hf_import.h.
+#include "host/io/hf_import.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "compute/error.h"
+#include "host/io/json_fields.h"
+#include "host/io/safetensors.h"
+
+namespace carousel {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kSingleFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+// IEEE binary16 -> float32, exact (every half is a float): sign, 5 exponent bits, 10 mantissa.
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1Fu;
+  std::uint32_t mant = h & 0x3FFu;
+  std::uint32_t bits;
+  if (exp == 0x1F) {  // infinity or NaN (payload kept)
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else if (exp != 0) {  // normal: rebias 15 -> 127
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {  // signed zero
+    bits = sign;
+  } else {  // subnormal half = mant * 2^-24: normalise it (a normal float)
+    int e = -1;
+    do {
+      mant <<= 1;
+      ++e;
+    } while ((mant & 0x400u) == 0);
+    bits = sign | std::uint32_t(112 - e) << 23 | ((mant & 0x3FFu) << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Uploads a tensor of the file into `dst` (float32): F32 straight from the file, BF16 and F16
+// widened once into a float32 buffer (each widening is exact); other dtypes are refused.
+void upload_as_float32(Backend& be, const SafetensorsFile& file, const std::string& name,
+                       const SafetensorsEntry& e, const Tensor& dst) {
+  const void* src = file.data(name);
+  if (e.dtype_name == "F32") return be.upload(src, dst);
+  CAROUSEL_CHECK(e.dtype_name == "BF16" || e.dtype_name == "F16",
+                 "'{}': tensor '{}' is {}; Hugging Face weights are read from F32, BF16 or F16",
+                 file.path(), name, e.dtype_name);
+  const std::size_t n = std::size_t(numel(e.shape));
+  const bool bf16 = e.dtype_name == "BF16";
+  const auto* bytes = static_cast<const unsigned char*>(src);  // 16-bit values, maybe unaligned
+  std::vector<float> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint16_t h;
+    std::memcpy(&h, bytes + 2 * i, sizeof(h));
+    if (bf16) {
+      const std::uint32_t bits = std::uint32_t(h) << 16;
+      std::memcpy(&out[i], &bits, sizeof(float));
+    } else {
+      out[i] = half_to_float(h);
+    }
+  }
+  be.upload(out.data(), dst);
+}
+
+// "a, b, c and 7 more": names in errors and debug lines stay one readable line.
+std::string name_list(const std::vector<std::string>& names, std::size_t shown = 12) {
+  std::string s;
+  for (std::size_t i = 0; i < names.size() && i < shown; ++i) s += (i ? ", " : "") + names[i];
+  if (names.size() > shown) s += fmt::format(" and {} more", names.size() - shown);
+  return s;
+}
+
+// config.json fields, with errors naming the file and the field.
+struct HfConfig {
+  nlohmann::json j;
+  std::string where;  // "'<dir>/config.json'"
+
+  bool has(const char* key) const { return j.contains(key) && !j[key].is_null(); }
+  std::int64_t integer(const char* key) const {
+    CAROUSEL_CHECK(has(key), "{}: field '{}' is missing (a Llama config.json has it)", where, key);
+    const auto& v = j[key];
+    CAROUSEL_CHECK(v.is_number_integer(), "{}: field '{}' must be an integer, found {} {}", where,
+                   key, v.type_name(), v.dump());
+    return v.get<std::int64_t>();
+  }
+  std::int64_t integer(const char* key, std::int64_t fallback) const {
+    return has(key) ? integer(key) : fallback;
+  }
+  double number(const nlohmann::json& obj, const char* key, double fallback) const {
+    if (!obj.contains(key) || obj[key].is_null()) return fallback;
+    const auto& v = obj[key];
+    CAROUSEL_CHECK(v.is_number(), "{}: field '{}' must be a number, found {} {}", where, key,
+                   v.type_name(), v.dump());
+    return v.get<double>();
+  }
+  bool boolean(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    CAROUSEL_CHECK(j[key].is_boolean(), "{}: field '{}' must be true or false, found {}", where,
+                   key, j[key].dump());
+    return j[key].get<bool>();
+  }
+};
+
+bool same_number(double a, double b) {
+  return a == b || std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b));
+}
+
+// A rope_scaling / rope_parameters object other than plain RoPE, or "".
+std::string rope_variant(const HfConfig& c, const char* key) {
+  if (!c.has(key)) return "";
+  const auto& r = c.j[key];
+  if (!r.is_object()) return r.dump();
+  for (const char* field : {"rope_type", "type"}) {
+    if (r.contains(field) && r[field].is_string()) {
+      const std::string type = r[field].get<std::string>();
+      return type == "default" ? "" : type;
+    }
+  }
+  return r.dump();
+}
+
+HfConfig read_hf_config(const fs::path& path) {
+  HfConfig c{read_json_file(path), fmt::format("'{}'", path.string())};
+  CAROUSEL_CHECK(c.j.is_object(), "{} must hold a JSON object, found {}", c.where, c.j.type_name());
+  return c;
+}
+
+// rope_theta, or (transformers >= 5) rope_parameters.rope_theta; 10000 when neither is there.
+double rope_theta(const HfConfig& c) {
+  if (!c.has("rope_theta") && c.has("rope_parameters") && c.j["rope_parameters"].is_object()) {
+    return c.number(c.j["rope_parameters"], "rope_theta", 10000.0);
+  }
+  return c.number(c.j, "rope_theta", 10000.0);
+}
+
+// What carousel does not implement (no key fixes these), one line each.
+std::vector<std::string> unsupported_features(const HfConfig& c) {
+  std::vector<std::string> unsupported;
+  if (c.has("model_type") && c.j["model_type"] != "llama") {
+    unsupported.push_back(
+        fmt::format("model_type={} (carousel trains \"llama\")", c.j["model_type"].dump()));
+  }
+  if (c.has("hidden_act") && c.j["hidden_act"] != "silu") {
+    unsupported.push_back(
+        fmt::format("hidden_act={} (carousel's MLP uses \"silu\")", c.j["hidden_act"].dump()));
+  }
+  for (const char* bias : {"attention_bias", "mlp_bias"}) {
+    if (c.boolean(bias, false)) {
+      unsupported.push_back(fmt::format("{}=true (carousel's projections have no bias)", bias));
+    }
+  }
+  for (const char* rope : {"rope_scaling", "rope_parameters"}) {
+    const std::string variant = rope_variant(c, rope);
+    if (!variant.empty()) {
+      unsupported.push_back(
+          fmt::format("{} of type {} (carousel implements plain RoPE only)", rope, variant));
+    }
+  }
+  const std::int64_t heads = c.has("head_dim") ? c.integer("num_attention_heads") : 0;
+  if (heads > 0) {
+    const std::int64_t hidden = c.integer("hidden_size");
+    const std::int64_t head_dim = c.integer("head_dim");
+    if (head_dim != hidden / heads || hidden % heads != 0) {
+      unsupported.push_back(fmt::format(
+          "head_dim={} is not hidden_size / num_attention_heads = {} / {} (carousel's head "
+          "dimension is always base_emb_dim / base_num_query_heads; there is no head_dim key)",
+          head_dim, hidden, heads));
+    }
+  }
+  return unsupported;
+}
+
+// One error listing every key that differs (`differ`, with the `settings` that fix them) and
+// every unsupported feature; nothing when all are empty.
+void fail_on_mismatch(const std::string& directory, const std::vector<std::string>& differ,
+                      const std::vector<std::string>& settings,
+                      const std::vector<std::string>& unsupported) {
+  if (differ.empty() && unsupported.empty()) return;
+  std::string msg =
+      fmt::format("load_parameters_path='{}': config.json does not match this run", directory);
+  for (const auto& d : differ) msg += "\n  " + d;
+  for (const auto& u : unsupported) msg += "\n  not supported: " + u;
+  if (!settings.empty()) {
+    std::string all;
+    for (const auto& s : settings) all += (all.empty() ? "" : " ") + s;
+    msg += "\n  (all on the command line: " + all + ")";
+  }
+  fail("{}", msg);
+}
+
+}  // namespace
+
+bool is_hf_model_directory(const std::string& directory) {
+  const fs::path dir(directory);
+  return fs::is_regular_file(dir / "config.json") && !fs::exists(dir / "manifest.json") &&
+         !fs::exists(dir / "state.json");
+}
+
+void check_hf_config(const std::string& directory, const ModelConfig& model) {
+  const fs::path path = fs::path(directory) / "config.json";
+  const HfConfig c = read_hf_config(path);
+  CAROUSEL_CHECK(model.is_llama(),
+                 "decoder_block={} cannot start from the Hugging Face Llama model in '{}' "
+                 "(set decoder_block=llama)",
+                 model.decoder_block, directory);
+  const std::vector<std::string> unsupported = unsupported_features(c);
+
+  // Keys that must equal the run's: (HF key, HF value, carousel key, carousel value).
+  std::vector<std::string> differ, settings;
+  const auto compare = [&](const char* hf_key, const std::string& hf, const char* key,
+                           const std::string& ours, bool equal) {
+    if (equal) return;
+    differ.push_back(fmt::format("{}={} but {}={}: set {}={}", hf_key, hf, key, ours, key, hf));
+    settings.push_back(fmt::format("{}={}", key, hf));
+  };
+  const auto compare_int = [&](const char* hf_key, std::int64_t hf, const char* key,
+                               std::int64_t ours) {
+    compare(hf_key, std::to_string(hf), key, std::to_string(ours), hf == ours);
+  };
+  const std::int64_t heads = c.integer("num_attention_heads");
+  compare_int("hidden_size", c.integer("hidden_size"), "base_emb_dim", model.emb_dim);
+  compare_int("intermediate_size", c.integer("intermediate_size"), "base_mlp_dim", model.mlp_dim);
+  compare_int("num_hidden_layers", c.integer("num_hidden_layers"), "base_num_decoder_layers",
+              model.num_layers);
+  compare_int("num_attention_heads", heads, "base_num_query_heads", model.num_query_heads);
+  compare_int("num_key_value_heads", c.integer("num_key_value_heads", heads), "base_num_kv_heads",
+              model.num_kv_heads);
+  compare_int("vocab_size", c.integer("vocab_size"), "vocab_size", model.vocab_size);
+  const double eps = c.number(c.j, "rms_norm_eps", 1e-6);
+  compare("rms_norm_eps", fmt::format("{}", eps), "normalization_layer_epsilon",
+          fmt::format("{}", model.norm_eps), same_number(eps, model.norm_eps));
+  const double theta = rope_theta(c);
+  compare("rope_theta", fmt::format("{}", theta), "rope_max_timescale",
+          fmt::format("{}", model.rope_max_timescale),
+          same_number(theta, model.rope_max_timescale));
+  const bool tied = c.boolean("tie_word_embeddings", false);
+  compare("tie_word_embeddings", tied ? "true" : "false", "logits_via_embedding",
+          model.logits_via_embedding ? "true" : "false", tied == model.logits_via_embedding);
+  fail_on_mismatch(directory, differ, settings, unsupported);
+  const std::int64_t max_positions = c.integer("max_position_embeddings", 2048);
+  if (model.max_target_length > max_positions) {
+    spdlog::warn(
+        "max_target_length={} is longer than the model's max_position_embeddings={} ('{}'): "
+        "it was not trained on positions that far",
+        model.max_target_length, max_positions, path.string());
+  }
+}
+
+ModelConfig model_from_hf_config(const std::string& path) {
+  const fs::path file = fs::is_directory(path) ? fs::path(path) / "config.json" : fs::path(path);
+  CAROUSEL_CHECK(fs::is_regular_file(file),
+                 "'{}' is not a Hugging Face config.json (nor a directory holding one)", path);
+  const HfConfig c = read_hf_config(file);
+  ModelConfig m;
+  m.vocab_size = c.integer("vocab_size");
+  m.emb_dim = c.integer("hidden_size");
+  m.num_layers = c.integer("num_hidden_layers");
+  m.num_query_heads = c.integer("num_attention_heads");
+  m.num_kv_heads = c.integer("num_key_value_heads", m.num_query_heads);
+  m.mlp_dim = c.integer("intermediate_size");
+  m.max_target_length = c.integer("max_position_embeddings", 2048);
+  m.norm_eps = c.number(c.j, "rms_norm_eps", 1e-6);
+  m.rope_max_timescale = rope_theta(c);
+  m.logits_via_embedding = c.boolean("tie_word_embeddings", false);
+  m.validate();
+  // The model is this file's, so only what carousel does not implement can differ.
+  fail_on_mismatch(file.parent_path().string(), {}, {}, unsupported_features(c));
+  return m;
+}
+
+void load_hf_model(Backend& be, const std::string& directory, const ModelConfig& model,
+                   const ParamSet& params) {
+  const fs::path dir(directory);
+  const bool one_file = fs::exists(dir / kSingleFile);
+  CAROUSEL_CHECK(one_file || fs::exists(dir / kIndexFile),
+                 "load_parameters_path='{}' has config.json but neither {} nor {} (weights in "
+                 "pytorch_model.bin are not read: save them with safe_serialization=True)",
+                 directory, kSingleFile, kIndexFile);
+  check_hf_config(directory, model);  // before reading gigabytes of weights
+  // Which file holds each tensor: one file, or the index's weight_map (as transformers does,
+  // model.safetensors wins when both exist).
+  std::map<std::string, std::string> file_of;  // tensor name -> file name in `dir`
+  std::vector<std::string> extra;
+  std::optional<SafetensorsFile> single;  // read once: listed here, copied from below
+  if (one_file) {
+    single.emplace((dir / kSingleFile).string());
+    for (const auto& [name, entry] : single->entries()) file_of[name] = kSingleFile;
+  } else {
+    const fs::path index_path = dir / kIndexFile;
+    const nlohmann::json index = read_json_file(index_path);
+    const std::string where = fmt::format("'{}'", index_path.string());
+    const auto& map = json_field(index, "weight_map", where);
+    CAROUSEL_CHECK(map.is_object(), "{}: field 'weight_map' must be an object, found {}", where,
+                   map.type_name());
+    for (const auto& [name, file] : map.items()) {
+      const std::string f = json_string(file, where, "weight_map." + name);
+      CAROUSEL_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..",
+                     "{}: weight_map.{} = '{}' is not a file name inside the directory", where,
+                     name, f);
+      file_of[name] = f;
+    }
+  }
+
+  std::vector<std::string> missing;
+  std::map<std::string, std::vector<std::size_t>> by_file;  // file -> indices into params
+  for (std::size_t i = 0; i < params.specs.size(); ++i) {
+    const auto it = file_of.find(params.specs[i].name);
+    if (it == file_of.end()) {
+      missing.push_back(params.specs[i].name);
+    } else {
+      by_file[it->second].push_back(i);
+    }
+  }
+  CAROUSEL_CHECK(missing.empty(),
+                 "load_parameters_path='{}' lacks {} tensor(s) the model needs: {} (weights of "
+                 "another model, or a partial save?)",
+                 directory, missing.size(), name_list(missing));
+  for (const auto& [name, file] : file_of) {
+    if (params.index_of(name) < 0) extra.push_back(name);
+  }
+  if (!extra.empty()) {
+    spdlog::debug("'{}': ignoring {} tensor(s) the model does not use: {}", directory, extra.size(),
+                  name_list(extra));
+  }
+  for (const auto& [file, indices] : by_file) {
+    CAROUSEL_CHECK(fs::exists(dir / file),
+                   "'{}': weight_map puts {} tensor(s) (such as '{}') in '{}', which does not "
+                   "exist in '{}' (a shard missing from the download?)",
+                   (dir / kIndexFile).string(), indices.size(), params.specs[indices[0]].name, file,
+                   directory);
+  }
+
+  for (const auto& [file, indices] : by_file) {  // each file read once, in name order
+    std::optional<SafetensorsFile> shard;
+    const SafetensorsFile& st = single ? *single : shard.emplace((dir / file).string());
+    for (const std::size_t i : indices) {
+      const ParamSpec& spec = params.specs[i];
+      const auto it = st.entries().find(spec.name);
+      CAROUSEL_CHECK(it != st.entries().end(),
+                     "'{}': weight_map puts tensor '{}' in '{}', but that file does not hold it",
+                     (dir / kIndexFile).string(), spec.name, st.path());
+      CAROUSEL_CHECK(it->second.shape == spec.shape,
+                     "'{}': tensor '{}' has shape {} but the model needs {} (config.json and "
+                     "the weights disagree?)",
+                     st.path(), spec.name, shape_str(it->second.shape), shape_str(spec.shape));
+      CAROUSEL_CHECK(params.tensors[i].dtype() == DType::F32,
+                     "Hugging Face weights load into float32 parameters, not {}",
+                     dtype_name(params.tensors[i].dtype()));
+      upload_as_float32(be, st, spec.name, it->second, params.tensors[i]);
+    }
+  }
+  spdlog::info("loaded {} Hugging Face tensors from {} file(s) in '{}'", params.specs.size(),
+               by_file.size(), directory);
+}
+
+}  // namespace carousel

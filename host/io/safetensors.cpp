@@ -1,0 +1,181 @@
+// safetensors.cpp — writer and validating reader of the safetensors format.
+#include "host/io/safetensors.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <tuple>
+
+#include "compute/error.h"
+#include "host/io/json_fields.h"
+
+namespace carousel {
+
+const char* safetensors_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return "F32";
+    case DType::F64:
+      return "F64";
+    case DType::BF16:
+      return "BF16";
+    case DType::I32:
+      return "I32";
+    case DType::F16:
+      return "F16";
+    case DType::I8:
+      return "I8";
+    case DType::U8:
+      return "U8";
+    case DType::I64:
+      return "I64";
+  }
+  return "?";
+}
+
+namespace {
+// Sets the entry's dtype fields; false for a dtype carousel does not read.
+bool parse_dtype(const std::string& s, SafetensorsEntry& e) {
+  e.dtype_name = s;
+  if (s == "F16") {  // IEEE half: read only, widened to float32 by the importer
+    e.element_size = 2;
+    return true;
+  }
+  for (DType d : {DType::F32, DType::F64, DType::BF16, DType::I32}) {
+    if (s == safetensors_dtype(d)) {
+      e.dtype = d;
+      e.element_size = dtype_size(d);
+      return true;
+    }
+  }
+  return false;
+}
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header;
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    const std::uint64_t bytes = std::uint64_t(numel(t.shape)) * dtype_size(t.dtype);
+    header[t.name] = {{"dtype", safetensors_dtype(t.dtype)},
+                      {"shape", t.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  CAROUSEL_CHECK(out.good(), "cannot create '{}'", path);
+  const std::uint64_t n = text.size();
+  unsigned char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  out.write(reinterpret_cast<const char*>(len), 8);
+  out.write(text.data(), std::streamsize(text.size()));
+  for (const auto& t : tensors) {
+    out.write(static_cast<const char*>(t.data),
+              std::streamsize(numel(t.shape) * dtype_size(t.dtype)));
+  }
+  out.flush();
+  CAROUSEL_CHECK(out.good(), "writing '{}' failed (disk full?)", path);
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  // Checked before opening: an ifstream on a FIFO blocks until a writer appears.
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  CAROUSEL_CHECK(std::filesystem::exists(status), "safetensors file '{}' does not exist", path);
+  CAROUSEL_CHECK(std::filesystem::is_regular_file(status),
+                 "'{}' is not a regular file (a directory, FIFO or device?); a safetensors file "
+                 "is expected",
+                 path);
+  std::ifstream in(path, std::ios::binary);
+  CAROUSEL_CHECK(in.good(), "cannot open '{}'", path);
+  bytes_.assign(std::istreambuf_iterator<char>(in), {});
+  CAROUSEL_CHECK(bytes_.size() >= 8, "'{}' is {} bytes: too short for a safetensors file", path,
+                 bytes_.size());
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(bytes_[i])) << (8 * i);
+  CAROUSEL_CHECK(n <= bytes_.size() - 8,
+                 "'{}': header length {} exceeds the file size {} (truncated, or not a "
+                 "safetensors file)",
+                 path, n, bytes_.size());
+  data_start_ = 8 + n;
+  const std::string where = fmt::format("'{}': the safetensors header", path);
+  const nlohmann::json header =
+      parse_json_text(bytes_.begin() + 8, bytes_.begin() + std::ptrdiff_t(data_start_), where);
+  CAROUSEL_CHECK(header.is_object(), "{} is a JSON {}, not an object", where, header.type_name());
+  const std::uint64_t data_size = bytes_.size() - data_start_;
+  std::vector<std::tuple<std::uint64_t, std::uint64_t, std::string>> starts;  // begin, end, name
+  for (const auto& [name, value] : header.items()) {
+    if (name == "__metadata__") {
+      const std::string meta = fmt::format("'{}': __metadata__", path);
+      CAROUSEL_CHECK(value.is_object(), "{} must be an object, found {}", meta, value.type_name());
+      for (const auto& [k, v] : value.items()) metadata_[k] = json_string(v, meta, k);
+      continue;
+    }
+    const std::string entry = fmt::format("'{}': tensor '{}'", path, name);
+    SafetensorsEntry e;
+    const std::string dtype = json_string(json_field(value, "dtype", entry), entry, "dtype");
+    CAROUSEL_CHECK(parse_dtype(dtype, e), "{} has dtype '{}'; supported: F32, F64, BF16, F16, I32",
+                   entry, dtype);
+    const auto& shape = json_field(value, "shape", entry);
+    CAROUSEL_CHECK(shape.is_array(), "{}: field 'shape' must be an array, found {}", entry,
+                   shape.type_name());
+    std::uint64_t expected = e.element_size;
+    for (const auto& dim : shape) {
+      const std::uint64_t d = json_unsigned(dim, entry, "shape", 1ULL << 48);
+      CAROUSEL_CHECK(!__builtin_mul_overflow(expected, d, &expected), "{}: shape {} is too large",
+                     entry, shape.dump());
+      e.shape.push_back(std::int64_t(d));
+    }
+    const auto& off = json_field(value, "data_offsets", entry);
+    CAROUSEL_CHECK(off.is_array() && off.size() == 2,
+                   "{}: field 'data_offsets' must be an array [begin, end], found {}", entry,
+                   json_excerpt(off));
+    e.begin = json_unsigned(off[0], entry, "data_offsets");
+    e.end = json_unsigned(off[1], entry, "data_offsets");
+    CAROUSEL_CHECK(e.begin <= e.end && e.end <= data_size,
+                   "{} has data_offsets [{}, {}] outside the data section of {} bytes (truncated "
+                   "or corrupt)",
+                   entry, e.begin, e.end, data_size);
+    CAROUSEL_CHECK(e.end - e.begin == expected,
+                   "{} ({} {}) needs {} bytes but its data_offsets [{}, {}] hold {} (dtype or "
+                   "shape does not match the data)",
+                   entry, e.dtype_name, shape_str(e.shape), expected, e.begin, e.end,
+                   e.end - e.begin);
+    starts.emplace_back(e.begin, e.end, name);
+    entries_[name] = e;
+  }
+  // The format's rule: the tensors cover the data section exactly, no overlaps, no holes, no
+  // trailing bytes. A header length a few bytes off (which would shift every tensor) breaks it.
+  std::sort(starts.begin(), starts.end());
+  std::uint64_t covered = 0;
+  std::string previous;
+  for (const auto& [begin, end, name] : starts) {
+    CAROUSEL_CHECK(begin >= covered,
+                   "'{}': tensors '{}' and '{}' overlap at data offset {} (corrupt file)", path,
+                   previous, name, begin);
+    CAROUSEL_CHECK(begin == covered,
+                   "'{}': {} bytes before tensor '{}' (data offset {}) belong to no tensor "
+                   "(header length wrong, or corrupt file)",
+                   path, begin - covered, name, covered);
+    covered = end;
+    previous = name;
+  }
+  CAROUSEL_CHECK(covered == data_size,
+                 "'{}': the tensors end at data offset {} but the data section is {} bytes: {} "
+                 "trailing bytes (header length {} wrong, or corrupt file)",
+                 path, covered, data_size, data_size - covered, n);
+}
+
+const void* SafetensorsFile::data(const std::string& name) const {
+  const auto it = entries_.find(name);
+  CAROUSEL_CHECK(it != entries_.end(), "'{}' has no tensor '{}'", path_, name);
+  return bytes_.data() + data_start_ + it->second.begin;
+}
+
+}  // namespace carousel

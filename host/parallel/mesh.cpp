@@ -1,0 +1,241 @@
+// mesh.cpp — rank placement, communicator splits, devices and starting the ranks.
+#include "host/parallel/mesh.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <exception>
+#include <optional>
+#include <vector>
+
+#include "collectives/local_communicator.h"
+#include "compute/cpu_backend.h"
+#include "cuda/cuda_backend.h"
+#include "cuda/device_info.h"
+#ifdef CAROUSEL_HAVE_NCCL
+#include "collectives/nccl_communicator.h"
+#endif
+
+namespace carousel {
+
+MeshShape MeshShape::of(const Config& cfg) {
+  return {int(cfg.ici_data_parallelism), int(cfg.ici_pipeline_parallelism),
+          int(cfg.ici_fsdp_parallelism)};
+}
+
+RankPlace RankPlace::of(int rank, const MeshShape& mesh) {
+  return {mesh, rank / (mesh.stages * mesh.fsdp), rank / mesh.fsdp % mesh.stages, rank % mesh.fsdp};
+}
+
+RankCommunicators split_communicators(Communicator& world, const RankPlace& place,
+                                      const schedule::Layout& layout, bool tied_embeddings) {
+  const int data = place.data_rank, stage = place.stage_rank, fsdp = place.fsdp_rank;
+  const int stages = place.mesh.stages, fsdp_size = place.mesh.fsdp;
+  RankCommunicators comms{&world, nullptr, nullptr, nullptr, nullptr};
+  // split() is collective over `world`: every rank makes the same calls in the same order.
+  comms.pipe = world.split(data * fsdp_size + fsdp, stage);
+  comms.fsdp = world.split(data * stages + stage, fsdp);
+  comms.data = world.split(stage * fsdp_size + fsdp, data);
+  const int first = layout.rank_of(0), last = layout.rank_of(layout.stages() - 1);
+  const bool in_pair = tied_embeddings && first != last && (stage == first || stage == last);
+  comms.tie = world.split(in_pair ? data * fsdp_size + fsdp : -1, stage == first ? 0 : 1);
+  return comms;
+}
+
+bool runs_on_gpus(const Config& cfg) {
+  return cfg.device == "cuda" || (cfg.device == "auto" && !list_cuda_devices().devices.empty());
+}
+
+std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank) {
+  if (runs_on_gpus(cfg)) {
+    const int visible = std::max<int>(1, int(list_cuda_devices().devices.size()));
+    return make_cuda_backend(rank % visible, rank);
+  }
+  return std::make_unique<CpuBackend>(rank);
+}
+
+TransportChoice choose_transport(const Config& cfg, int ranks, const MachineView& machine) {
+  const bool gpus = cfg.device == "cuda" || (cfg.device == "auto" && machine.visible_gpus > 0);
+  const bool job = machine.processes > 1;
+  if (!gpus) {
+    if (job) return {Transport::Mpi, "ranks are mpirun processes on CPU devices: MPI communicator"};
+    return {Transport::Local,
+            ranks == 1
+                ? "one CPU device"
+                : "ranks are threads of this process on CPU devices: in-process communicator"};
+  }
+  CAROUSEL_CHECK(machine.visible_gpus > 0,
+                 "device={} but no GPU is visible to this process; use device=cpu (or auto)",
+                 cfg.device);
+  if (machine.processes > 1) {
+    CAROUSEL_CHECK(machine.nccl_built,
+                   "device={} with ranks as mpirun processes needs the NCCL communicator, which "
+                   "this build lacks (configure with CAROUSEL_NCCL=ON and NCCL installed); or run "
+                   "without mpirun (ranks as threads) or with device=cpu",
+                   cfg.device);
+    CAROUSEL_CHECK(machine.local_processes <= machine.visible_gpus,
+                   "mpirun started {} processes on this node but it has {} visible GPU(s); start "
+                   "at most one process per GPU (mpirun -np N with N GPUs per node)",
+                   machine.local_processes, machine.visible_gpus);
+    return {Transport::Nccl,
+            "ranks are mpirun processes, one GPU each: NCCL communicators "
+            "bootstrapped over MPI"};
+  }
+  if (ranks <= machine.visible_gpus && machine.nccl_built) {
+    return {Transport::Nccl,
+            fmt::format("{} rank(s) on {} visible GPU(s), one GPU each: NCCL communicators, ranks "
+                        "as threads of this process",
+                        ranks, machine.visible_gpus)};
+  }
+  return {Transport::Local,
+          machine.nccl_built
+              ? fmt::format("{} ranks on {} visible GPU(s): logical devices share the GPUs and "
+                            "exchange through host memory (in-process communicator)",
+                            ranks, machine.visible_gpus)
+              : "this build has no NCCL: logical GPU devices exchange through host memory "
+                "(in-process communicator)"};
+}
+
+TransportChoice agree_on_transport(const Config& cfg, int ranks, const MachineView& machine,
+                                   Communicator& processes) {
+  constexpr std::int32_t kRefused = -1;
+  std::optional<TransportChoice> mine;
+  std::exception_ptr refusal;
+  try {
+    mine = choose_transport(cfg, ranks, machine);
+  } catch (const Error&) {
+    refusal = std::current_exception();
+  }
+  CpuBackend host(processes.rank());
+  const Tensor own = host.from_host(
+      std::vector<std::int32_t>{mine ? std::int32_t(mine->transport) : kRefused}, {1});
+  Tensor all = host.zeros({processes.size()}, DType::I32);
+  processes.all_gather(own, all).wait();
+  const std::vector<std::int32_t> choices = host.to_host<std::int32_t>(all);
+  if (refusal) std::rethrow_exception(refusal);  // this process's own reason
+  // Which processes chose `code`, for the message: "0, 1, 5".
+  auto processes_with = [&](std::int32_t code) {
+    std::vector<int> which;
+    for (int p = 0; p < int(choices.size()); ++p) {
+      if (choices[p] == code) which.push_back(p);
+    }
+    return fmt::format("{}", fmt::join(which, ", "));
+  };
+  CAROUSEL_CHECK(std::count(choices.begin(), choices.end(), kRefused) == 0,
+                 "process(es) {} of this mpirun job cannot run with device={} (their error says "
+                 "why); this process would have used {}",
+                 processes_with(kRefused), cfg.device, transport_name(mine->transport));
+  if (std::count(choices.begin(), choices.end(), choices.front()) !=
+      std::ptrdiff_t(choices.size())) {
+    std::vector<std::string> groups;  // one per choice, in the order of the first process
+    for (std::size_t p = 0; p < choices.size(); ++p) {
+      if (std::find(choices.begin(), choices.begin() + std::ptrdiff_t(p), choices[p]) !=
+          choices.begin() + std::ptrdiff_t(p)) {
+        continue;
+      }
+      groups.push_back(fmt::format("{} on process(es) {}", transport_name(Transport(choices[p])),
+                                   processes_with(choices[p])));
+    }
+    fail(
+        "the processes of this mpirun job chose different transports with device={}: {} (a node "
+        "without GPUs beside nodes with them?); every node needs the same GPUs (device=cuda), "
+        "or run device=cpu",
+        cfg.device, fmt::join(groups, "; "));
+  }
+  return *mine;
+}
+
+std::string_view transport_name(Transport t) {
+  switch (t) {
+    case Transport::Local:
+      return "in-process communicator";
+    case Transport::Mpi:
+      return "MPI on CPUs";
+    case Transport::Nccl:
+      return "NCCL on GPUs";
+  }
+  return "?";
+}
+
+namespace {
+
+// How many processes of the job share this machine (Open MPI tells; else assume one).
+int local_processes() {
+  const char* v = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return v ? std::max(1, std::atoi(v)) : 1;
+}
+
+}  // namespace
+
+MachineView this_machine(const Communicator* process_world) {
+#ifdef CAROUSEL_HAVE_NCCL
+  const bool nccl = true;
+#else
+  const bool nccl = false;
+#endif
+  return {int(list_cuda_devices().devices.size()), nccl, process_world ? process_world->size() : 1,
+          local_processes()};
+}
+
+int threads_per_rank(int ranks_sharing_cores) {
+  const int share = std::max(1, omp_get_num_procs() / ranks_sharing_cores);
+  const char* requested = std::getenv("OMP_NUM_THREADS");
+  if (!requested) return share;
+  char* end = nullptr;
+  const long n = std::strtol(requested, &end, 10);
+  return (end != requested && *end == '\0' && n >= 1) ? int(std::min<long>(n, share)) : share;
+}
+
+int rank_threads(int ranks, const Communicator* process_world) {
+  return threads_per_rank(process_world ? local_processes() : ranks);
+}
+
+void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicator* process_world,
+                  const RankMain& rank_main, const StuckRanks& stuck) {
+  if (process_world) {  // this process is one rank of an mpirun job
+    omp_set_num_threads(rank_threads(ranks, process_world));
+    const int rank = process_world->rank();
+    if (transport == Transport::Nccl) {
+#ifdef CAROUSEL_HAVE_NCCL
+      const auto device = make_cuda_backend(process_gpu(rank), rank);
+      const auto world = NcclWorld::connect(*process_world, cfg.collective_timeout_seconds);
+      rank_main(rank, *device, *world, *process_world);
+      return;
+#endif
+    }
+    const auto device = make_device_backend(cfg, rank);
+    rank_main(rank, *device, *process_world, *process_world);
+    return;
+  }
+  const LocalWorld host_world(ranks, cfg.collective_timeout_seconds);
+#ifdef CAROUSEL_HAVE_NCCL
+  std::unique_ptr<NcclWorld> nccl;
+  if (transport == Transport::Nccl)
+    nccl = std::make_unique<NcclWorld>(ranks, cfg.collective_timeout_seconds);
+#endif
+  auto run_one = [&](int rank) {
+    // The ranks share the machine's cores: each rank's OpenMP loops (and OpenBLAS, which uses
+    // the same pool) get threads_per_rank threads.
+    omp_set_num_threads(rank_threads(ranks, nullptr));
+    const auto device = make_device_backend(cfg, rank);  // rank r on GPU r with NCCL
+    const auto host = host_world.communicator(rank);     // destroyed before the device
+#ifdef CAROUSEL_HAVE_NCCL
+    if (nccl) {
+      const auto world = nccl->communicator(rank);  // collective: every rank's thread at once
+      rank_main(rank, *device, *world, *host);
+      return;
+    }
+#endif
+    rank_main(rank, *device, *host, *host);
+  };
+  if (ranks == 1) {
+    run_one(0);
+  } else {
+    run_ranks(ranks, run_one, &host_world, stuck);  // a rank's error ends the others' waits
+  }
+}
+
+}  // namespace carousel

@@ -1,0 +1,122 @@
+// mesh.h — the device mesh of a run: where each rank sits, the communicators it talks on, the
+// device it computes on, and how the ranks are started.
+//
+// A run has D data replicas x S pipeline stages x F FSDP ranks = N ranks (one device is the
+// trivial mesh 1 x 1 x 1). Rank numbers run FSDP-fastest: rank = (data * S + stage) * F + fsdp.
+// Every rank gets its communicators by splitting one world: the ring of its replica's pipeline
+// stages, the FSDP group of its stage, the data group of its (stage, fsdp) position and, with
+// tied embeddings on two stages, the pair of first and last stage.
+//
+// Ranks are threads of this process (in-process communicator), or this process is one rank of
+// an mpirun job (MPI communicator).
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "collectives/communicator.h"
+#include "collectives/local_communicator.h"
+#include "compute/backend.h"
+#include "host/config/config.h"
+#include "host/schedule/ir.h"
+
+namespace carousel {
+
+struct MeshShape {
+  int data = 1, stages = 1, fsdp = 1;  // D, S, F
+  int ranks() const { return data * stages * fsdp; }
+  static MeshShape of(const Config& cfg);
+};
+
+// Where rank `rank` sits in the mesh.
+struct RankPlace {
+  MeshShape mesh;
+  int data_rank = 0, stage_rank = 0, fsdp_rank = 0;
+
+  static RankPlace of(int rank, const MeshShape& mesh);
+  int rank() const { return (data_rank * mesh.stages + stage_rank) * mesh.fsdp + fsdp_rank; }
+  // This rank's part of a microbatch: its sequences are split over the F x D ranks of a stage.
+  int batch_part() const { return data_rank * mesh.fsdp + fsdp_rank; }
+  // Writes whole-model state (checkpoints): one rank per stage, and per replicated tensor.
+  bool writes_shards() const { return data_rank == 0; }
+  bool writes_replicated() const { return data_rank == 0 && fsdp_rank == 0; }
+};
+
+// A rank's communicators, split from the world of all ranks. Communicators of size one are
+// real communicators too (their operations complete at once), so the code has no special case.
+struct RankCommunicators {
+  Communicator* world;                 // every rank: the step's loss and gradient norm
+  std::unique_ptr<Communicator> pipe;  // the stage ring of this replica and FSDP index
+  std::unique_ptr<Communicator> fsdp;  // the FSDP group of this stage
+  std::unique_ptr<Communicator> data;  // the same (stage, fsdp) rank in every replica
+  // With logits_via_embedding, the first and the last stage's ranks (same data and FSDP
+  // index), which both hold the embedding; nullptr when one rank holds both, or untied.
+  std::unique_ptr<Communicator> tie;
+};
+RankCommunicators split_communicators(Communicator& world, const RankPlace& place,
+                                      const schedule::Layout& layout, bool tied_embeddings);
+
+// Whether the ranks compute on GPUs: device=cuda, or device=auto with a GPU visible.
+bool runs_on_gpus(const Config& cfg);
+
+// How the ranks of a run exchange tensors. Decided once, printed at start-up with the reason,
+// and unit-tested on CPUs (tests/parallel/test_mesh.cpp): the NCCL glue only follows the decision.
+enum class Transport {
+  Local,  // ranks are threads; in-process communicator (CPU memory, GPU memory via host copies)
+  Mpi,    // ranks are mpirun processes on CPUs; MPI communicator
+  Nccl,   // one GPU per rank, ranks as threads or as mpirun processes; NCCL communicators
+};
+std::string_view transport_name(Transport t);  // "NCCL on GPUs", for messages
+struct TransportChoice {
+  Transport transport;
+  std::string reason;
+};
+struct MachineView {
+  int visible_gpus = 0;
+  bool nccl_built = false;
+  int processes = 1;        // of the mpirun job (1: no job)
+  int local_processes = 1;  // of the job on this node
+};
+// Throws carousel::Error for what cannot run: GPU ranks under mpirun without NCCL, more
+// processes on a node than GPUs, device=cuda without a visible GPU.
+TransportChoice choose_transport(const Config& cfg, int ranks, const MachineView& machine);
+MachineView this_machine(const Communicator* process_world);
+// Under mpirun each process decides from its own node (choose_transport). A job whose nodes
+// decide differently (device=auto with GPUs on some nodes only; device=cuda with a node that
+// has none) must fail on every process at once rather than hang in its first collective, so the
+// processes exchange their decisions over `processes` first. Returns the common choice; throws
+// carousel::Error on every process otherwise: the process's own reason where it refused, else
+// one message naming the processes that refused or what each would have used.
+TransportChoice agree_on_transport(const Config& cfg, int ranks, const MachineView& machine,
+                                   Communicator& processes);
+
+// The device of rank `rank`: a CPU device, or on GPUs logical device `rank` on GPU
+// rank % visible GPUs (several logical devices share a GPU when there are more ranks).
+std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank);
+
+// Runs `rank_main(rank, device, world, host_world)` for every rank this process hosts: with
+// `process_world` (mpirun) its one rank; otherwise all `ranks` as threads of this process over an
+// in-process world (one rank runs on the calling thread). Each rank's device (make_device_backend)
+// is made before its world communicator and outlives it, so a communicator never frees a tensor
+// into a device that is gone, even when a rank fails mid-step. A rank's failure ends the other
+// ranks' waits at once and is rethrown. Each rank's OpenMP loops get threads_per_rank threads.
+// With threads, `stuck` says what to do when a rank failed and another does not come back (a
+// thread stuck inside a computation cannot be stopped: report, then exit with status 2).
+// `world` moves tensors of `device`; `host_world` (the same ranks) moves host memory: with NCCL
+// they differ (NCCL reaches only GPU memory), otherwise they are the same communicator.
+// OpenMP threads for each of `ranks_sharing_cores` ranks on this machine: cores / ranks (at
+// least 1), or OMP_NUM_THREADS when the user set a smaller number — never more than the share,
+// so ranks x threads never exceeds the cores (docs/performance.md, threads).
+int threads_per_rank(int ranks_sharing_cores);
+// The OpenMP threads launch_ranks gives each rank of this process: threads_per_rank over the
+// job's processes on this machine (mpirun) or over the `ranks` rank threads.
+int rank_threads(int ranks, const Communicator* process_world);
+
+using RankMain =
+    std::function<void(int rank, Backend& device, Communicator& world, Communicator& host_world)>;
+void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicator* process_world,
+                  const RankMain& rank_main, const StuckRanks& stuck = {});
+
+}  // namespace carousel

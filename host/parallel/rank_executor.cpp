@@ -1,0 +1,339 @@
+// rank_executor.cpp — walks one rank's actions for a step.
+#include "host/parallel/rank_executor.h"
+
+#include <fmt/format.h>
+
+#include "host/reliability/fault_injection.h"
+
+namespace carousel {
+
+namespace sch = schedule;
+
+namespace {
+
+// The stage's layers in order (its specs are grouped by layer).
+std::vector<LayerWeights> layers(const ParamSet& set) {
+  std::vector<LayerWeights> out;
+  int last = -1;
+  for (const auto& spec : set.specs) {
+    if (spec.layer != last) out.push_back(LayerWeights::from(set, last = spec.layer));
+  }
+  return out;
+}
+
+Tensor take(std::map<std::pair<int, int>, Tensor>& map, const std::pair<int, int>& key) {
+  auto it = map.find(key);
+  CAROUSEL_CHECK(it != map.end(), "pipeline executor: no tensor for stage {} microbatch {}",
+                 key.first, key.second);
+  Tensor t = it->second;
+  map.erase(it);
+  return t;
+}
+
+}  // namespace
+
+RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const RankPlace& place,
+                           Backend& be, RankCommunicators& comms, ShardedParams& params,
+                           const DataLoader& data, FlightRecorder& recorder)
+    : cfg_(cfg),
+      layout_(program.layout),
+      place_(place),
+      actions_(program.ranks.at(place.stage_rank)),
+      be_(be),
+      comms_(comms),
+      params_(params),
+      recorder_(recorder),
+      compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32),
+      data_(data),
+      source_(&data),
+      rope_(make_rope_tables(be, cfg.model.max_target_length, cfg.model.head_dim(),
+                             cfg.model.rope_max_timescale)),
+      remat_(parse_remat_policy(cfg.remat_policy)),
+      microbatch_size_(cfg.global_batch() / program.layout.microbatches /
+                       (place.mesh.fsdp * place.mesh.data)),
+      loss_scale_(1.0 / double(cfg.global_batch() * cfg.model.max_target_length)) {}
+
+StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace* trace) {
+  using Clock = StepTrace::Clock;
+  step_ = step;
+  loss_sum_ = 0;
+  batches_.clear();
+  source_ = &data_;
+  // A profiled step waits on the host, so that its trace tells waiting apart from compute.
+  device_queue_ = trace ? nullptr : be_.allocator().work_queue();
+  if (trace) trace->begin_step(step, Clock::now());
+  params_.begin_step();
+  for (std::size_t i = 0; i < actions_.size();) {
+    const sch::Action& a = actions_[i];
+    recorder_.start(step, std::int64_t(i), a);
+    maybe_stall(place_.rank(), step, std::int64_t(i));  // a test's fault
+    if (a.is_compute()) await_input(a, i);  // before the clock: a wait is idle time, not compute
+    const auto start = Clock::now();
+    if (a.is_p2p()) {
+      const std::size_t first = i;
+      const Event done = post_p2p_group(i);  // the group's first action stands for it
+      if (trace) {
+        trace->p2p_group(
+            {actions_.begin() + std::ptrdiff_t(first), actions_.begin() + std::ptrdiff_t(i)}, start,
+            done);
+      }
+      recorder_.complete();
+      continue;
+    }
+    switch (a.kind) {
+      case sch::Kind::F:
+        forward(a.stage, a.index);
+        break;
+      case sch::Kind::B:
+        backward(a.stage, a.index, /*defer_weight_grads=*/false);
+        break;
+      case sch::Kind::I:  // the input gradient now, the weight gradients at W
+        backward(a.stage, a.index, /*defer_weight_grads=*/true);
+        break;
+      case sch::Kind::W: {
+        const Key key{a.stage, a.index};
+        apply_weight_grads(be_, deferred_.at(key));
+        deferred_.erase(key);
+        break;
+      }
+      case sch::Kind::AG_ISSUE:
+      case sch::Kind::AG_WAIT:
+      case sch::Kind::RELEASE:
+        weight_residency(a, start, trace);
+        break;
+      case sch::Kind::REDUCE_SCATTER: {  // the stage's gradients are complete on this rank
+        const Event reduced = params_.reduce_scatter(a.stage);
+        if (trace) trace->collective(a, start, reduced);
+        break;
+      }
+      case sch::Kind::OPTIMIZER: {
+        drain_p2p();
+        const StepOutcome outcome = params_.optimizer_step(step, update, loss_sum_ * loss_scale_);
+        if (trace) {
+          be_.synchronize();
+          const auto end = Clock::now();
+          trace->compute(a, start, end);
+          trace->end_step(end);
+        }
+        recorder_.complete();
+        return outcome;
+      }
+      default:
+        fail("pipeline executor: unexpected action {}", sch::to_string(a));
+    }
+    if (trace && (a.is_compute() || a.kind == sch::Kind::AG_WAIT)) {
+      be_.synchronize();  // device time, not launch time, on GPUs
+      trace->compute(a, start, Clock::now());
+    }
+    recorder_.complete();
+    ++i;
+  }
+  fail("pipeline executor: stage rank {}'s program has no OPTIMIZER action", place_.stage_rank);
+}
+
+Event RankExecutor::post_p2p_group(std::size_t& i, bool forward_only) {
+  bool started = false;
+  PostedGroup group;
+  std::vector<std::pair<std::map<Key, Event>*, Key>> receives;
+  for (; i < actions_.size() && actions_[i].is_p2p(); ++i) {
+    const sch::Action& p = actions_[i];
+    const bool forward = p.kind == sch::Kind::SEND_F || p.kind == sch::Kind::RECV_F;
+    if (forward_only && !forward) continue;
+    if (!started) comms_.pipe->group_start();
+    started = true;
+    const Key key{p.stage, p.index};
+    switch (p.kind) {
+      case sch::Kind::SEND_F:
+        comms_.pipe->send(out_f_.at(key), p.peer);
+        group.sent_f.push_back(key);
+        break;
+      case sch::Kind::SEND_B:
+        comms_.pipe->send(out_b_.at(key), p.peer);
+        group.sent_b.push_back(key);
+        break;
+      case sch::Kind::RECV_F:
+        comms_.pipe->recv(in_f_[key] = activation(), p.peer);
+        receives.emplace_back(&recv_f_, key);
+        break;
+      case sch::Kind::RECV_B:
+        comms_.pipe->recv(in_b_[key] = activation(), p.peer);
+        receives.emplace_back(&recv_b_, key);
+        break;
+      default:
+        fail("pipeline executor: {} is not a p2p action", sch::to_string(p));
+    }
+  }
+  if (!started) {
+    Event none;
+    none.complete();
+    return none;
+  }
+  group.done = comms_.pipe->group_end();
+  for (const auto& [pending, key] : receives) (*pending)[key] = group.done;
+  const Event done = group.done;
+  posted_.push_back(std::move(group));
+  free_sent(/*wait=*/false);
+  return done;
+}
+
+// Groups complete in the order they were posted (one worker per communicator), so the sent
+// buffers go front first: those of completed groups, or of all of them with `wait`.
+void RankExecutor::free_sent(bool wait) {
+  while (!posted_.empty() && (wait || posted_.front().done.ready())) {
+    const PostedGroup& group = posted_.front();
+    group.done.wait();
+    for (const auto& key : group.sent_f) out_f_.erase(key);  // sent: the buffers may go
+    for (const auto& key : group.sent_b) out_b_.erase(key);
+    posted_.pop_front();
+  }
+}
+
+void RankExecutor::await_input(const sch::Action& action, std::size_t index) {
+  std::map<Key, Event>& pending = action.kind == sch::Kind::F ? recv_f_ : recv_b_;
+  if (action.kind == sch::Kind::W) return;  // W's input is this rank's own I
+  const auto it = pending.find({action.stage, action.index});
+  if (it == pending.end()) return;
+  // A failure report then shows what this rank waits for (evaluation notes itself as a whole).
+  const bool noted = !it->second.ready() && !evaluating_;
+  if (noted) {
+    const bool forward = action.kind == sch::Kind::F;
+    recorder_.note(step_,
+                   fmt::format("{} waiting for its input ({}RECV_{}{})", sch::to_string(action),
+                               action.stage, forward ? 'F' : 'B', action.index));
+  }
+  it->second.order_before(device_queue_);  // the group's own wait() at step end reports errors
+  if (noted) recorder_.start(step_, std::int64_t(index), action);
+  pending.erase(it);
+  free_sent(/*wait=*/false);
+}
+
+void RankExecutor::drain_p2p() {
+  free_sent(/*wait=*/true);
+  recv_f_.clear();  // every receive of the step was consumed (and so waited for) by now
+  recv_b_.clear();
+}
+
+// AG_ISSUE gathers the stage's weights into slot `index`, AG_WAIT makes them the stage's,
+// RELEASE frees the slot: the same in a step and in an evaluation.
+void RankExecutor::weight_residency(const sch::Action& a, StepTrace::Clock::time_point start,
+                                    StepTrace* trace) {
+  switch (a.kind) {
+    case sch::Kind::AG_ISSUE: {
+      const Event gathered = params_.issue_gather(a.stage, a.index);
+      if (trace) trace->collective(a, start, gathered);
+      break;
+    }
+    case sch::Kind::AG_WAIT:
+      params_.wait_gather(a.stage, a.index, device_queue_);
+      break;
+    case sch::Kind::RELEASE:
+      params_.release(a.stage);
+      break;
+    default:
+      fail("pipeline executor: {} is not a weight-residency action", sch::to_string(a));
+  }
+}
+
+// The forward half of the step's program: F, its sends and receives, and the weight residency
+// (kept whole: gathers meant for a backward are harmless, and the slots stay consistent). Every
+// wait of this program is a wait of the full one, which the replay proved deadlock-free.
+double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
+  source_ = &data;
+  evaluating_ = true;
+  device_queue_ = be_.allocator().work_queue();
+  params_.begin_step();  // the compute-dtype copies of the updated weights, once
+  double sum = 0;
+  for (std::int64_t index = 0; index < batches; ++index) {
+    step_ = index;
+    loss_sum_ = 0;
+    batches_.clear();
+    for (std::size_t i = 0; i < actions_.size();) {
+      const sch::Action& a = actions_[i];
+      if (a.is_p2p()) {
+        post_p2p_group(i, /*forward_only=*/true);
+        continue;
+      }
+      if (a.kind == sch::Kind::F) {
+        await_input(a, i);
+        forward(a.stage, a.index);
+      }
+      if (a.kind == sch::Kind::AG_ISSUE || a.kind == sch::Kind::AG_WAIT ||
+          a.kind == sch::Kind::RELEASE) {
+        weight_residency(a, StepTrace::Clock::now(), nullptr);
+      }
+      ++i;  // backward, gradient reductions and the optimizer are not part of evaluation
+    }
+    drain_p2p();
+    params_.finish_gathers();
+    saved_.clear();  // what the forwards kept for backwards that will not run
+    in_b_.clear();
+    sum += loss_sum_ / double(cfg_.global_batch() * cfg_.model.max_target_length);
+  }
+  batches_.clear();
+  source_ = &data_;
+  evaluating_ = false;
+  return sum;
+}
+
+void RankExecutor::forward(int stage, int microbatch) {
+  const Key key{stage, microbatch};
+  const Tensor x = stage == 0
+                       ? embed_forward(be_, params_.extras_weights(), batch(microbatch).inputs)
+                       : take(in_f_, key);
+  const Tensor y =
+      stage_forward(be_, cfg_.model, layers(params_.weights(stage)), rope_, x, remat_, saved_[key]);
+  if (stage == layout_.stages() - 1) {
+    if (evaluating_) {  // the loss alone: no backward will run
+      loss_sum_ +=
+          head_loss_sum(be_, cfg_.model, params_.extras_weights(), y, batch(microbatch).targets);
+    } else {
+      HeadResult head = head_loss(be_, cfg_.model, params_.extras_weights(), params_.extras_grads(),
+                                  y, batch(microbatch).targets, loss_scale_);
+      loss_sum_ += head.loss_sum;
+      in_b_[key] = head.dx;
+    }
+  } else if (layout_.rank_of(stage + 1) == place_.stage_rank) {
+    in_f_[{stage + 1, microbatch}] = y;  // the next stage is local: no send
+  } else {
+    out_f_[key] = y;
+  }
+}
+
+void RankExecutor::backward(int stage, int microbatch, bool defer_weight_grads) {
+  const Key key{stage, microbatch};
+  std::vector<DeferredWeightGrad>* defer = defer_weight_grads ? &deferred_[key] : nullptr;
+  const Tensor dx = stage_backward(be_, cfg_.model, layers(params_.weights(stage)),
+                                   layers(params_.gradients(stage)), rope_, saved_.at(key),
+                                   take(in_b_, key), defer);
+  saved_.erase(key);
+  if (stage == 0) {
+    embed_backward(be_, params_.extras_grads(), batch(microbatch).inputs, dx);
+  } else if (layout_.rank_of(stage - 1) == place_.stage_rank) {
+    in_b_[{stage - 1, microbatch}] = dx;
+  } else {
+    out_b_[key] = dx;
+  }
+}
+
+// This rank's share of microbatch m of step_ (or evaluation batch step_): sequences [m * b + part *
+// b_local, ... + b_local) of the step's global batch, uploaded once per step.
+const Microbatch& RankExecutor::batch(int microbatch) {
+  auto it = batches_.find(microbatch);
+  if (it == batches_.end()) {
+    const std::int64_t global = cfg_.global_batch(), T = cfg_.model.max_target_length;
+    const std::int64_t b = global / layout_.microbatches;
+    const TokenBatch tokens = source_->batch(
+        step_, global, microbatch * b + place_.batch_part() * microbatch_size_, microbatch_size_);
+    it = batches_
+             .emplace(microbatch, Microbatch{be_.from_host(tokens.inputs, {microbatch_size_, T}),
+                                             be_.from_host(tokens.targets, {microbatch_size_, T})})
+             .first;
+  }
+  return it->second;
+}
+
+Tensor RankExecutor::activation() const {
+  return be_.empty({microbatch_size_, cfg_.model.max_target_length, cfg_.model.emb_dim}, compute_);
+}
+
+}  // namespace carousel

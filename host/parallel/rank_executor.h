@@ -1,0 +1,111 @@
+// rank_executor.h — the interpreter of one rank's lowered program: what the rank does in a step.
+//
+// A step walks the rank's actions in order (host/schedule/ir.h): F and B / I / W run the
+// forward and backward of a (virtual stage, microbatch) through models/stage.h, with the
+// embedding before stage 0 and the fused head + loss after the last stage; runs of consecutive
+// SEND/RECV actions are one p2p group on the stage ring, posted without waiting: the F or B that
+// consumes a received tensor waits for its group then (so a receive posted early never delays
+// the compute before its consumer; with NCCL the GPU's compute stream waits, not the host:
+// Event::order_before), and a sent buffer lives until its group completes; AG_ISSUE,
+// AG_WAIT, RELEASE and REDUCE_SCATTER move weights and gradients through the rank's ShardedParams;
+// OPTIMIZER ends the step. Activations travel between actions in maps keyed by (stage, microbatch).
+// An overlapped F&B pair (schedule::Action::overlap, dualpipev) runs as its two actions, back
+// to back: lowering has received both inputs before the pair, the halves share no tensor, so
+// the numerics are those of the unpaired order. A second compute stream on GPUs would go there.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "host/io/data.h"
+#include "host/parallel/sharded_params.h"
+#include "host/reliability/flight_recorder.h"
+#include "host/report/step_trace.h"
+#include "host/schedule/ir.h"
+#include "models/model.h"
+
+namespace carousel {
+
+class RankExecutor {
+ public:
+  // Walks the program's action list of the rank's pipeline rank; notes each action in
+  // `recorder` (which must outlive the executor) for failure reports.
+  // `data` (the training data, shared by the ranks of a process: reading it is const) and
+  // `recorder` must outlive the executor.
+  RankExecutor(const Config& cfg, const schedule::Program& program, const RankPlace& place,
+               Backend& be, RankCommunicators& comms, ShardedParams& params, const DataLoader& data,
+               FlightRecorder& recorder);
+
+  // `update`: the optimizer updates applied before this step (ShardedParams::optimizer_step).
+  // With `trace` (a profiled step) every action's timing is recorded into it.
+  StepOutcome step(std::int64_t step, std::int64_t update, StepTrace* trace = nullptr);
+
+  // The losses of batches 0 .. batches - 1 of `data` (global batch and microbatches as in
+  // training) with the current weights, forward only: this rank's share of the sum of their
+  // mean token losses (sum it over the ranks). No gradient, optimizer or weight change.
+  double evaluate(const DataLoader& data, std::int64_t batches);
+
+ private:
+  using Key = std::pair<int, int>;  // (virtual stage, microbatch)
+
+  // Posts actions i.. while p2p as one group (only the forward ones with forward_only); leaves i
+  // past the group. Returns the group's completion (a completed Event when nothing was posted).
+  Event post_p2p_group(std::size_t& i, bool forward_only = false);
+  // Waits for the group that receives `action`'s input, if that input comes by a receive not yet
+  // waited for (F: its activation, B and I: its gradient).
+  // A wait is noted in the flight recorder; `index` is the action's place in the program.
+  void await_input(const schedule::Action& action, std::size_t index);
+  // Waits for every posted group and frees the sent buffers: at the step's end, so no transfer
+  // outlives the step that posted it.
+  void drain_p2p();
+  // Frees the sent buffers of completed groups (of every posted group, waiting, with `wait`).
+  void free_sent(bool wait);
+  void weight_residency(const schedule::Action& a, StepTrace::Clock::time_point start,
+                        StepTrace* trace);
+  void forward(int stage, int microbatch);
+  void backward(int stage, int microbatch, bool defer_weight_grads);
+  const Microbatch& batch(int microbatch);  // this rank's part of microbatch m of step_
+  Tensor activation() const;                // [b_local, T, E] in the compute dtype
+
+  const Config& cfg_;
+  schedule::Layout layout_;
+  RankPlace place_;
+  const std::vector<schedule::Action>& actions_;
+  Backend& be_;
+  RankCommunicators& comms_;
+  ShardedParams& params_;
+  FlightRecorder& recorder_;
+  DType compute_;
+  const DataLoader& data_;
+  const DataLoader* source_;  // where batch() reads: the training data, or an evaluation's
+  bool evaluating_ = false;   // in evaluate(): the head computes the loss only
+  RopeTables rope_;
+  RematPolicy remat_;
+  std::int64_t microbatch_size_;  // sequences of a microbatch this rank computes (b / (F x D))
+  double loss_scale_;             // 1 / (B x T): a token loss sum to the global mean
+
+  // Per step.
+  std::int64_t step_ = 0;
+  // Where a received tensor's consumer and an AG_WAIT wait (Event::order_before): the device's
+  // queue (a CUDA stream waits for NCCL's event; host communicators wait on the host), or
+  // nullptr for the host itself.
+  void* device_queue_ = nullptr;
+  double loss_sum_ = 0;                                      // this rank's head losses
+  std::map<int, Microbatch> batches_;                        // microbatch -> this rank's part
+  std::map<Key, StageSaved> saved_;                          // forward state for the backward
+  std::map<Key, std::vector<DeferredWeightGrad>> deferred_;  // I done, W pending
+  std::map<Key, Tensor> in_f_, in_b_;                        // inputs of F and B
+  std::map<Key, Tensor> out_f_, out_b_;                      // outputs waiting for their SEND
+  std::map<Key, Event> recv_f_, recv_b_;  // receives into in_f_ / in_b_ not yet waited for
+  struct PostedGroup {
+    Event done;
+    std::vector<Key> sent_f, sent_b;  // out_f_ / out_b_ entries that live until `done`
+  };
+  std::deque<PostedGroup> posted_;  // in posting order
+};
+
+}  // namespace carousel

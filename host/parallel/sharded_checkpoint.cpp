@@ -1,0 +1,126 @@
+// sharded_checkpoint.cpp — moving one rank's parameters and AdamW moments to and from the
+// whole-model sets that checkpoints are written from and read into (global names, unsharded: the
+// files a single-device run writes, so any layout can resume any other).
+#include "host/parallel/sharded_checkpoint.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "host/parallel/sharded_params.h"
+
+namespace carousel {
+
+namespace {
+
+// dst[name] = src[name] for every name of `src` that `dst` has.
+void copy_by_name(Backend& src_be, const ParamSet& src, Backend& dst_be, const ParamSet& dst) {
+  for (std::size_t i = 0; i < src.specs.size(); ++i) {
+    const int j = dst.index_of(src.specs[i].name);
+    if (j >= 0) dst_be.upload(src_be.to_host<float>(src.tensors[i]).data(), dst.tensors[j]);
+  }
+}
+
+// The values of `specs` in `whole`, concatenated in order (a stage's or the extras' flat layout).
+std::vector<double> flat_values(Backend& host, const ParamSet& whole,
+                                const std::vector<ParamSpec>& specs) {
+  std::vector<double> values;
+  for (const auto& spec : specs) {
+    const auto f = host.to_host<float>(whole.tensors[whole.index_of(spec.name)]);
+    values.insert(values.end(), f.begin(), f.end());
+  }
+  return values;
+}
+
+}  // namespace
+
+std::vector<std::string> ShardedParams::exchange(Backend& host, const CheckpointContents& whole,
+                                                 bool to_whole) {
+  std::vector<std::string> written;
+  // Stage shards: FSDP rank 0 of data rank 0 writes the gathered stage; every rank reads its
+  // own shard (or its ZeRO-1 piece of a moment).
+  const std::pair<const ParamSet*, Tensor StageShard::*> parts[] = {
+      {whole.params, &StageShard::weights},
+      {whole.adam_m, &StageShard::adam_m},
+      {whole.adam_v, &StageShard::adam_v}};
+  for (auto& [stage, s] : stages_) {
+    for (const auto& [set, member] : parts) {
+      if (!set) continue;
+      const Tensor& mine = s.*member;  // [shard], or a ZeRO-1 piece [piece] of a moment
+      const bool piece = zero1_ && member != &StageShard::weights;
+      if (to_whole) {
+        const Tensor shard = piece ? gather_pieces(stage_pieces(s), mine) : mine;
+        Tensor gathered = be_.empty({s.padded});
+        comms_.fsdp->all_gather(shard, gathered).wait();
+        if (place_.writes_shards() && place_.fsdp_rank == 0) {
+          copy_by_name(be_, ParamSet::over(s.specs, gathered), host, *set);
+          if (member == &StageShard::weights) {
+            for (const auto& spec : s.specs) written.push_back(spec.name);
+          }
+        }
+      } else {
+        std::vector<double> values = flat_values(host, *set, s.specs);
+        values.resize(s.padded, 0.0);
+        upload_shard(s, mine, values, piece ? stage_pieces(s).begin() : 0);
+      }
+    }
+  }
+  // The replicated weights are whole on every rank; the moments are pieces (FSDP rank f owns
+  // extras elements [f * piece, f * piece + piece)), gathered to write, cut out to read.
+  const std::pair<const ParamSet*, Tensor> extras[] = {
+      {whole.params, extras_.flat}, {whole.adam_m, extras_m_}, {whole.adam_v, extras_v_}};
+  for (const auto& [set, mine] : extras) {
+    if (!set || extras_.flat.numel() == 0) continue;
+    const bool is_weights = mine.raw() == extras_.flat.raw();  // not a moment piece
+    if (to_whole) {
+      const ParamSet values =
+          ParamSet::over(extras_.specs, is_weights ? mine : gather_pieces(extras_pieces(), mine));
+      if (!place_.writes_replicated()) continue;
+      for (std::size_t i = 0; i < values.specs.size(); ++i) {
+        if (tied_copy(values.specs[i].role)) continue;  // the first stage's to write
+        host.upload(be_.to_host<float>(values.tensors[i]).data(),
+                    set->tensors[set->index_of(values.specs[i].name)]);
+        if (is_weights) written.push_back(values.specs[i].name);
+      }
+    } else {
+      const std::vector<double> values = flat_values(host, *set, extras_.specs);
+      std::vector<float> padded(extras_piece_ * place_.mesh.fsdp, 0.0f);
+      std::copy(values.begin(), values.end(), padded.begin());
+      be_.upload(padded.data() + (is_weights ? 0 : place_.fsdp_rank * extras_piece_), mine);
+    }
+  }
+  return written;
+}
+
+bool ShardedParams::weights_finite() {
+  double squares = extras_.flat.numel() > 0 ? be_.sum_squares(extras_.flat) : 0.0;
+  for (const auto& [stage, s] : stages_) squares += be_.sum_squares(s.weights);
+  Tensor t = be_.from_host(std::vector<double>{squares}, {1});
+  comms_.world->all_reduce(t, t, ReduceOp::Sum).wait();
+  return std::isfinite(be_.to_host<double>(t)[0]);
+}
+
+void collect_on_rank_zero(Communicator& world, Backend& host,
+                          const std::vector<std::string>& written,
+                          const std::vector<const ParamSet*>& sets) {
+  const ParamSet& layout = *sets.front();
+  std::vector<std::int32_t> writer(layout.specs.size(), 0);  // writer rank + 1
+  for (const auto& name : written) writer[layout.index_of(name)] = world.rank() + 1;
+  Tensor t = host.from_host(writer, {std::int64_t(writer.size())});
+  world.all_reduce(t, t, ReduceOp::Sum).wait();
+  writer = host.to_host<std::int32_t>(t);
+  for (int r = 1; r < world.size(); ++r) {
+    if (std::find(writer.begin(), writer.end(), r + 1) == writer.end()) continue;
+    for (const ParamSet* set : sets) {
+      if (world.rank() == r) world.send(set->flat, 0).wait();
+      if (world.rank() != 0) continue;
+      Tensor theirs = host.empty(set->flat.shape());
+      world.recv(theirs, r).wait();
+      const ParamSet from = ParamSet::over(set->specs, theirs);
+      for (std::size_t i = 0; i < writer.size(); ++i) {
+        if (writer[i] == r + 1) host.copy(from.tensors[i], set->tensors[i]);
+      }
+    }
+  }
+}
+
+}  // namespace carousel

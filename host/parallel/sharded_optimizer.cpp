@@ -1,0 +1,191 @@
+// sharded_optimizer.cpp — the optimizer step of one rank: gradients completed over the mesh, the
+// global norm, clipping and AdamW on the elements this rank owns.
+//
+// Gradients are complete once every reduce-scatter has landed, the shards are summed over the
+// data replicas (only the owned piece with ZeRO-1), the tied embedding's two uses are added, and
+// the replicated extras' gradients are summed over the FSDP group and the replicas. Loss and
+// squared gradient norm are summed over all ranks in rank order, each shard and each replicated
+// tensor counted once; every rank then clips and steps AdamW on what it owns, and replicas apply
+// identical updates to identical values.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "host/parallel/optimizer.h"
+#include "host/parallel/sharded_params.h"
+#include "host/reliability/fault_injection.h"
+
+namespace carousel {
+
+namespace {
+
+// A piece of a flat parameter buffer that belongs to one parameter (for its weight decay).
+struct Segment {
+  std::int64_t begin, length;  // in the flat buffer of `specs`
+  const ParamSpec* spec;
+};
+
+// The parameter pieces of elements [lo, hi) of the flat buffer of `specs` (laid out in order).
+std::vector<Segment> segments_in(const std::vector<ParamSpec>& specs, std::int64_t lo,
+                                 std::int64_t hi) {
+  std::vector<Segment> out;
+  std::int64_t offset = 0;
+  for (const auto& spec : specs) {
+    const std::int64_t a = std::max(offset, lo), b = std::min(offset + numel(spec.shape), hi);
+    if (a < b) out.push_back({a, b - a, &spec});
+    offset += numel(spec.shape);
+  }
+  return out;
+}
+
+}  // namespace
+
+void ShardedParams::reduce_gradients() {
+  finish_gathers();
+  for (auto& [event, buffer] : reduce_scatters_) event.wait();
+  reduce_scatters_.clear();
+  if (place_.mesh.data > 1) {
+    for (auto& [stage, s] : stages_) {
+      if (zero1_) {
+        reduce_into_owned(stage_pieces(s), s.grads);  // only the owned piece's sum
+      } else {
+        comms_.data->all_reduce(s.grads, s.grads, ReduceOp::Sum).wait();
+      }
+    }
+  }
+  // Extras: the tied table's two uses first (full gradients on both ranks), then FSDP rank f
+  // gets the group's sum for its piece only, summed over the replicas too.
+  if (comms_.tie) {
+    const Tensor& g = extras_grads_.at(ParamRole::Embedding);
+    comms_.tie->all_reduce(g, g, ReduceOp::Sum).wait();
+  }
+  const Pieces extras = extras_pieces();
+  if (extras.n > 0) {
+    reduce_into_owned(extras, extras_grads_.flat,
+                      place_.mesh.data > 1 ? comms_.data.get() : nullptr);
+  }
+}
+
+// Every gradient element this rank counts in the global norm, as views per parameter piece:
+// each element of the model on exactly one rank.
+template <class Visit>
+void ShardedParams::for_each_owned_gradient(Visit&& visit) {
+  const Pieces extras = extras_pieces();
+  if (place_.data_rank == 0) {  // each extras element once per FSDP group, a tied copy never
+    for (const Segment& seg :
+         segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
+      if (!tied_copy(seg.spec->role))
+        visit(*seg.spec, extras_grads_.flat.view(seg.begin, {seg.length}));
+    }
+  }
+  if (zero1_ || place_.writes_shards()) {  // each element of each shard counted once
+    for (const auto& [stage, s] : stages_) {
+      const Pieces p = stage_pieces(s);
+      const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
+      for (const Segment& seg :
+           segments_in(s.specs, shard_lo + p.begin(), shard_lo + p.begin() + p.length())) {
+        visit(*seg.spec, s.grads.view(seg.begin - shard_lo, {seg.length}));
+      }
+    }
+  }
+}
+
+// This rank's share of the squared global norm: the elements of for_each_owned_gradient, summed
+// per extras parameter and per whole shard piece (the order every layout's tests pin down).
+double ShardedParams::owned_sum_of_squares() {
+  double squares = 0;
+  const Pieces extras = extras_pieces();
+  if (place_.data_rank == 0) {
+    for (const Segment& seg :
+         segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
+      if (!tied_copy(seg.spec->role)) {
+        squares += be_.sum_squares(extras_grads_.flat.view(seg.begin, {seg.length}));
+      }
+    }
+  }
+  if (zero1_ || place_.writes_shards()) {
+    for (const auto& [stage, s] : stages_) {
+      const Pieces p = stage_pieces(s);
+      if (p.length() > 0) squares += be_.sum_squares(s.grads.view(p.begin(), {p.length()}));
+    }
+  }
+  return squares;
+}
+
+void ShardedParams::fail_nonfinite(std::int64_t step, double loss, double norm) {
+  // The first parameter in model order whose gradient holds a non-finite value, over all ranks:
+  // each rank offers its first one (its index in the parameter table), rank order decides none.
+  const auto table = param_table(cfg_.model);
+  std::int32_t first = std::int32_t(table.size());
+  for_each_owned_gradient([&](const ParamSpec& spec, const Tensor& grad) {
+    if (std::isfinite(be_.sum_squares(grad))) return;
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      if (table[i].name == spec.name) first = std::min(first, std::int32_t(i));
+    }
+  });
+  Tensor all = be_.empty({comms_.world->size()}, DType::I32);
+  comms_.world->all_gather(be_.from_host(std::vector<std::int32_t>{first}, {1}), all).wait();
+  const auto offered = be_.to_host<std::int32_t>(all);
+  first = *std::min_element(offered.begin(), offered.end());
+  throw NonFiniteError(fmt::format(
+      "step {}: the loss is {} and the gradient norm is {}; {}. The parameters are left as they "
+      "were after step {} (no update was applied). Lower learning_rate or raise warmup, or set "
+      "skip_step_on_nonfinite=true to skip such steps",
+      step + 1, loss, norm,
+      first < std::int32_t(table.size())
+          ? fmt::format("the first parameter whose gradient is not finite is '{}'",
+                        table[first].name)
+          : std::string("every gradient is finite"),
+      step));
+}
+
+StepOutcome ShardedParams::optimizer_step(std::int64_t step, std::int64_t update,
+                                          double local_loss) {
+  reduce_gradients();
+  if (should_inject_nonfinite(place_.rank(), step) && !stages_.empty()) {  // a test's fault
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    be_.upload(&nan, stages_.begin()->second.grads.view(0, {1}));
+  }
+  std::vector<double> sums = {local_loss, owned_sum_of_squares()};
+  Tensor t = be_.from_host(sums, {2});
+  comms_.world->all_reduce(t, t, ReduceOp::Sum).wait();
+  sums = be_.to_host<double>(t);
+  const double norm = std::sqrt(sums[1]);
+  // The same values on every rank, so every rank takes the same branch.
+  if (!std::isfinite(sums[0]) || !std::isfinite(norm)) {
+    if (cfg_.skip_step_on_nonfinite) return {sums[0], norm, /*skipped=*/true};
+    fail_nonfinite(step, sums[0], norm);
+  }
+  const double lr = learning_rate_at(cfg_, update);
+  const double clip = clip_scale(norm, cfg_.gradient_clipping_threshold);
+
+  const Pieces extras = extras_pieces();
+  for (const Segment& seg :
+       segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
+    auto in_whole = [&](const Tensor& t) { return t.view(seg.begin, {seg.length}); };
+    auto in_piece = [&](const Tensor& t) {
+      return t.view(seg.begin - extras.begin(), {seg.length});
+    };
+    be_.adamw_update(in_whole(extras_.flat), in_whole(extras_grads_.flat), in_piece(extras_m_),
+                     in_piece(extras_v_),
+                     adamw_params(cfg_, update, lr, clip, seg.spec->weight_decay));
+  }
+  if (extras.n > 0) gather_owned(extras, extras_.flat);  // every FSDP rank gets every piece
+  for (auto& [stage, s] : stages_) {
+    const Pieces p = stage_pieces(s);
+    const std::int64_t begin = p.begin(), shard_lo = place_.fsdp_rank * s.shard;
+    for (const Segment& seg :
+         segments_in(s.specs, shard_lo + begin, shard_lo + begin + p.length())) {
+      const std::int64_t at = seg.begin - shard_lo;  // in the shard
+      auto in_shard = [&](const Tensor& t) { return t.view(at, {seg.length}); };
+      auto in_piece = [&](const Tensor& t) { return t.view(at - begin, {seg.length}); };
+      be_.adamw_update(in_shard(s.weights), in_shard(s.grads), in_piece(s.adam_m),
+                       in_piece(s.adam_v),
+                       adamw_params(cfg_, update, lr, clip, seg.spec->weight_decay));
+    }
+    if (zero1_) gather_owned(p, s.weights);  // every replica gets every updated piece
+  }
+  return {sums[0], norm, /*skipped=*/false};
+}
+
+}  // namespace carousel

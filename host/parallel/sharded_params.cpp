@@ -1,0 +1,177 @@
+// sharded_params.cpp — the parameter layout of one rank: initial values, compute views, FSDP
+// weight gathers and gradient reduce-scatters, and the piece helpers ZeRO-1 and the extras'
+// moments share.
+#include "host/parallel/sharded_params.h"
+
+#include <algorithm>
+
+#include "host/config/schedule_config.h"
+
+namespace carousel {
+
+ShardedParams::ShardedParams(const Config& cfg, const schedule::Layout& layout,
+                             const RankPlace& place, Backend& be, RankCommunicators& comms)
+    : cfg_(cfg),
+      layout_(layout),
+      place_(place),
+      be_(be),
+      comms_(comms),
+      zero1_(cfg.shard_optimizer_over_data && place.mesh.data > 1),
+      compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32) {
+  const schedule::StageLayers map = stage_layers(cfg);  // uneven stages hold other counts
+  CAROUSEL_ASSERT(map.stages() == layout.stages() && map.layers() == cfg.model.num_layers,
+                  "the stage layout {} does not fit the program's {} virtual stages",
+                  map.to_string(), layout.stages());
+  const int fsdp = place.mesh.fsdp, data = place.mesh.data;
+  std::vector<ParamSpec> extras;
+  for (const auto& spec : param_table(cfg.model)) {
+    if (spec.layer >= 0) {
+      const int stage = map.stage_of(spec.layer);
+      if (layout_.rank_of(stage) == place_.stage_rank) stages_[stage].specs.push_back(spec);
+    } else if (holds_extra(spec.role)) {
+      extras.push_back(spec);
+    }
+  }
+  const std::uint64_t seed = std::uint64_t(cfg.init_weights_seed);
+  for (auto& [stage, s] : stages_) {
+    const std::int64_t n = ParamSet::total_numel(s.specs);
+    s.padded = (n + fsdp - 1) / fsdp * fsdp;
+    s.shard = s.padded / fsdp;
+    s.piece = zero1_ ? (s.shard + data - 1) / data : s.shard;
+    for (Tensor* t : {&s.weights, &s.grads}) *t = be_.zeros({s.shard});
+    for (Tensor* t : {&s.adam_m, &s.adam_v}) *t = be_.zeros({s.piece});
+    std::vector<double> whole;  // initial values by name, so every layout starts the same
+    for (const auto& spec : s.specs) {
+      const auto values = initial_values(spec, seed);
+      whole.insert(whole.end(), values.begin(), values.end());
+    }
+    whole.resize(s.padded, 0.0);
+    upload_shard(s, s.weights, whole);
+    max_padded_ = std::max(max_padded_, s.padded);
+  }
+  extras_ = ParamSet::allocate(be_, extras, DType::F32);
+  extras_grads_ = ParamSet::allocate(be_, extras, DType::F32);
+  init_params(be_, extras_, seed);
+  extras_piece_ = (extras_.flat.numel() + fsdp - 1) / fsdp;
+  extras_m_ = be_.zeros({extras_piece_});
+  extras_v_ = be_.zeros({extras_piece_});
+  // dtype=bfloat16: forward and backward read bf16 copies of the float32 weights (refreshed at
+  // the start of every step), FSDP gathers those (half the bytes), activations are bf16.
+  for (auto& [stage, s] : stages_) {
+    s.compute = compute_ == DType::F32 ? s.weights : be_.empty({s.shard}, compute_);
+  }
+  extras_compute_ = compute_ == DType::F32 ? extras_ : ParamSet::allocate(be_, extras, compute_);
+}
+
+void ShardedParams::begin_step() {
+  if (compute_ != DType::F32) {
+    for (auto& [stage, s] : stages_) be_.cast(s.weights, s.compute);
+    be_.cast(extras_.flat, extras_compute_.flat);
+  }
+  be_.fill(extras_grads_.flat, 0.0);
+  for (auto& [stage, s] : stages_) be_.fill(s.grads, 0.0);
+}
+
+ParamSet ShardedParams::weights(int stage) const {
+  const StageShard& s = stages_.at(stage);
+  if (place_.mesh.fsdp == 1) return ParamSet::over(s.specs, s.compute);
+  const auto it = resident_.find(stage);
+  CAROUSEL_CHECK(it != resident_.end(),
+                 "pipeline executor: stage {} is used without its weights gathered (AG_WAIT "
+                 "missing in the program)",
+                 stage);
+  return ParamSet::over(s.specs, slots_.at(it->second));
+}
+
+ParamSet ShardedParams::gradients(int stage) {
+  const StageShard& s = stages_.at(stage);
+  if (place_.mesh.fsdp == 1) return ParamSet::over(s.specs, s.grads);
+  auto it = full_grads_.find(stage);
+  if (it == full_grads_.end()) it = full_grads_.emplace(stage, be_.zeros({s.padded})).first;
+  return ParamSet::over(s.specs, it->second);
+}
+
+Event ShardedParams::issue_gather(int stage, int slot) {
+  Tensor& buffer = slots_[slot];
+  if (!buffer.defined()) buffer = be_.empty({max_padded_}, compute_);
+  const StageShard& s = stages_.at(stage);
+  gathers_[slot] = comms_.fsdp->all_gather(s.compute, buffer.view(0, {s.padded}));
+  ++all_gathers_;
+  return gathers_[slot];
+}
+
+void ShardedParams::wait_gather(int stage, int slot, void* device_queue) {
+  gathers_.at(slot).order_before(device_queue);
+  resident_[stage] = slot;
+}
+
+void ShardedParams::finish_gathers() {
+  for (const auto& [slot, gathered] : gathers_) gathered.wait();
+}
+
+Event ShardedParams::reduce_scatter(int stage) {
+  const Tensor full = full_grads_.at(stage);
+  const Event done = comms_.fsdp->reduce_scatter(full, stages_.at(stage).grads, ReduceOp::Sum);
+  reduce_scatters_.push_back({done, full});
+  full_grads_.erase(stage);
+  return done;
+}
+
+// The embedding on the first stage's rank (and, with logits_via_embedding, on the last stage's,
+// which multiplies by it); the final norm and lm_head on the last stage's.
+bool ShardedParams::holds_extra(ParamRole role) const {
+  const bool first = layout_.rank_of(0) == place_.stage_rank;
+  const bool last = layout_.rank_of(layout_.stages() - 1) == place_.stage_rank;
+  if (role == ParamRole::Embedding) return first || (last && cfg_.model.logits_via_embedding);
+  return last;
+}
+
+// Tied embeddings on two ranks: the last stage's replica is a copy (not counted in the norm,
+// not written to checkpoints); the first stage's is the original.
+bool ShardedParams::tied_copy(ParamRole role) const {
+  return role == ParamRole::Embedding && comms_.tie != nullptr &&
+         layout_.rank_of(0) != place_.stage_rank;
+}
+
+// t = this rank's part of the stage's whole flat `values` [padded]: shard elements
+// [begin, begin + t.numel()), zero past the shard's end (the padding of a ZeRO-1 piece).
+void ShardedParams::upload_shard(const StageShard& s, const Tensor& t,
+                                 const std::vector<double>& values, std::int64_t begin) {
+  const std::int64_t lo = place_.fsdp_rank * s.shard + begin;
+  std::vector<float> part(t.numel(), 0.0f);
+  for (std::int64_t i = 0; i < t.numel() && begin + i < s.shard; ++i)
+    part[i] = float(values[lo + i]);
+  be_.upload(part.data(), t);
+}
+
+// Stage shards are split over the data replicas with ZeRO-1, and not at all without it.
+Pieces ShardedParams::stage_pieces(const StageShard& s) const {
+  return zero1_ ? Pieces{comms_.data.get(), s.shard, s.piece} : Pieces{nullptr, s.shard, s.shard};
+}
+
+// buffer [n]: its owned range becomes the group's sum over that range (a reduce-scatter), then
+// summed over `also` (the replicas) when given; the rest of buffer is left as it was.
+void ShardedParams::reduce_into_owned(const Pieces& p, const Tensor& buffer, Communicator* also) {
+  Tensor padded = be_.zeros({p.piece * p.group->size()});
+  be_.copy(buffer, padded.view(0, {p.n}));
+  const Tensor mine = padded.view(p.group->rank() * p.piece, {p.piece});
+  p.group->reduce_scatter(padded, mine, ReduceOp::Sum).wait();
+  if (also) also->all_reduce(mine, mine, ReduceOp::Sum).wait();
+  if (p.length() > 0) be_.copy(mine.view(0, {p.length()}), buffer.view(p.begin(), {p.length()}));
+}
+
+// The whole [n] from every group rank's [piece] tensor (an all-gather).
+Tensor ShardedParams::gather_pieces(const Pieces& p, const Tensor& piece) {
+  Tensor all = be_.empty({p.piece * p.group->size()});
+  p.group->all_gather(piece, all).wait();
+  return all.view(0, {p.n});
+}
+
+// buffer [n] = every group rank's owned range of it.
+void ShardedParams::gather_owned(const Pieces& p, const Tensor& buffer) {
+  Tensor mine = be_.zeros({p.piece});
+  if (p.length() > 0) be_.copy(buffer.view(p.begin(), {p.length()}), mine.view(0, {p.length()}));
+  be_.copy(gather_pieces(p, mine), buffer);
+}
+
+}  // namespace carousel

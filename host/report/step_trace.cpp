@@ -1,0 +1,171 @@
+// step_trace.cpp — recording profiled steps and writing them, with the prediction, as Chrome
+// trace JSON.
+#include "host/report/step_trace.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
+#include <nlohmann/json.hpp>
+
+namespace carousel {
+
+namespace sch = schedule;
+
+namespace {
+
+double micros(StepTrace::Clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(t.time_since_epoch()).count();
+}
+
+const char* row_of(const sch::Action& a) {
+  if (a.is_p2p()) return "pipe";
+  if (a.kind == sch::Kind::AG_ISSUE || a.kind == sch::Kind::REDUCE_SCATTER) return "fsdp";
+  return "compute";
+}
+
+int thread_of(const std::string& row) { return row == "compute" ? 0 : row == "pipe" ? 1 : 2; }
+
+}  // namespace
+
+void StepTrace::begin_step(std::int64_t step, Clock::time_point at) {
+  step_ = step;
+  steps_.push_back({step, micros(at), micros(at), micros(at)});
+}
+
+void StepTrace::end_step(Clock::time_point at) {
+  for (const Pending& p : pending_) {  // every collective and p2p group has completed by now
+    const double issued = micros(p.issued);
+    const double done = std::max(issued, micros(p.done.completed_at()));
+    const sch::Action& first = p.actions.front();
+    if (first.is_p2p()) {
+      add_p2p_slice(p.actions, issued, done);
+    } else {
+      slices_.push_back({sch::to_string(first), row_of(first), issued, done, first, step_});
+    }
+  }
+  pending_.clear();
+  steps_.back().end_us = micros(at);
+}
+
+void StepTrace::compute(const sch::Action& action, Clock::time_point start, Clock::time_point end) {
+  slices_.push_back({sch::to_string(action), "compute", micros(start), micros(end), action, step_});
+  if (action.kind == sch::Kind::OPTIMIZER) steps_.back().optimizer_us = micros(start);
+}
+
+void StepTrace::p2p_group(const std::vector<sch::Action>& group, Clock::time_point start,
+                          const Event& done) {
+  pending_.push_back({group, start, done});
+}
+
+void StepTrace::add_p2p_slice(const std::vector<sch::Action>& group, double start_us,
+                              double end_us) {
+  std::vector<std::string> names;
+  for (const auto& a : group) names.push_back(sch::to_string(a));
+  const std::string name = fmt::format("{}", fmt::join(names, " "));
+  slices_.push_back({name, "pipe", start_us, end_us, group.front(), step_});
+  for (const auto& a : group) {
+    // The flow is named after the sending stage: SEND_F of stage v meets RECV_F of v + 1,
+    // SEND_B of v meets RECV_B of v - 1.
+    const bool forward = a.kind == sch::Kind::SEND_F || a.kind == sch::Kind::RECV_F;
+    const bool send = a.kind == sch::Kind::SEND_F || a.kind == sch::Kind::SEND_B;
+    const int sender = send ? a.stage : forward ? a.stage - 1 : a.stage + 1;
+    flows_.push_back(
+        {fmt::format("{}:{}:{}:{}:{}", step_, ring_, forward ? 'F' : 'B', sender, a.index), send,
+         send ? start_us : end_us});
+  }
+}
+
+void StepTrace::collective(const sch::Action& action, Clock::time_point issued, const Event& done) {
+  pending_.push_back({{action}, issued, done});
+}
+
+MeasuredSchedule measure_schedule(const std::vector<const StepTrace*>& ranks) {
+  double busy = 0, span = 0, gather_waits = 0;
+  std::map<std::int64_t, std::pair<double, double>> steps;  // step -> (first start, last optimizer)
+  for (const StepTrace* r : ranks) {
+    for (const auto& s : r->slices()) {
+      if (s.action.is_compute()) busy += s.end_us - s.start_us;
+      if (s.action.kind == sch::Kind::AG_WAIT) gather_waits += s.end_us - s.start_us;
+    }
+    for (const auto& step : r->steps()) {
+      auto [it, fresh] = steps.try_emplace(step.step, step.start_us, step.optimizer_us);
+      it->second.first = std::min(it->second.first, step.start_us);
+      it->second.second = std::max(it->second.second, step.optimizer_us);
+    }
+  }
+  for (const auto& [step, bounds] : steps) span += bounds.second - bounds.first;
+  if (span <= 0) return {};
+  const double rank_steps = double(ranks.size()) * double(steps.size());
+  return {.bubble = 1 - busy / (double(ranks.size()) * span),
+          .span_us = span / double(steps.size()),
+          .exposed_gather_us = gather_waits / rank_steps};
+}
+
+std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
+                            const sch::SimResult& predicted) {
+  double origin = 1e300;
+  for (const StepTrace* r : ranks) {
+    for (const auto& s : r->slices()) origin = std::min(origin, s.start_us);
+    for (const auto& step : r->steps()) origin = std::min(origin, step.start_us);
+  }
+
+  nlohmann::json events = nlohmann::json::array();
+  auto name_process = [&](int pid, const std::string& name) {
+    events.push_back(
+        {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}});
+    for (const char* row : {"compute", "pipe", "fsdp"}) {
+      events.push_back({{"ph", "M"},
+                        {"name", "thread_name"},
+                        {"pid", pid},
+                        {"tid", thread_of(row)},
+                        {"args", {{"name", row}}}});
+    }
+  };
+  for (const StepTrace* r : ranks) {
+    name_process(r->rank(), fmt::format("rank {} (measured)", r->rank()));
+    for (const auto& s : r->slices()) {
+      events.push_back({{"ph", "X"},
+                        {"name", s.name},
+                        {"cat", s.row},
+                        {"pid", r->rank()},
+                        {"tid", thread_of(s.row)},
+                        {"ts", s.start_us - origin},
+                        {"dur", s.end_us - s.start_us}});
+    }
+    for (const auto& step : r->steps()) {
+      events.push_back({{"ph", "i"},
+                        {"name", fmt::format("step {}", step.step + 1)},
+                        {"s", "p"},
+                        {"pid", r->rank()},
+                        {"tid", 0},
+                        {"ts", step.start_us - origin}});
+    }
+    for (const auto& f : r->flows()) {
+      events.push_back({{"ph", f.is_send ? "s" : "f"},
+                        {"bp", "e"},
+                        {"name", "p2p"},
+                        {"cat", "p2p"},
+                        {"id", std::hash<std::string>{}(f.id)},
+                        {"pid", r->rank()},
+                        {"tid", 1},
+                        {"ts", f.at_us - origin}});
+    }
+  }
+  for (int s = 0; s < program.layout.ranks; ++s) {
+    name_process(1000 + s, fmt::format("pipeline rank {} (predicted)", s));
+  }
+  for (const auto& iv : predicted.timeline) {
+    events.push_back({{"ph", "X"},
+                      {"name", sch::to_string(iv.action)},
+                      {"cat", "predicted"},
+                      {"pid", 1000 + iv.rank},
+                      {"tid", iv.action.is_compute() ? 0 : 2},
+                      {"ts", iv.start},
+                      {"dur", iv.end - iv.start}});
+  }
+  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+}
+
+}  // namespace carousel

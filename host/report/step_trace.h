@@ -1,0 +1,96 @@
+// step_trace.h — a measured trace of real steps (config profiler_steps), in the Chrome trace
+// format that chrome://tracing and Perfetto open, with the predicted schedule of the same
+// steps beside it.
+//
+// One process per rank with three rows: compute (F, B, I, W, the optimizer, and the waits for
+// weight gathers, so exposed communication shows), pipe (each p2p group, from posting to
+// completion) and fsdp (each all-gather and reduce-scatter, from issue to completion). Every
+// SEND is joined to its RECV by a flow arrow. The predicted rows (processes 1000 + rank) are the
+// cost model's simulation of the same program with costs calibrated from these steps (mean
+// measured F, B, I, W and gather durations), so measured and predicted bubble can be compared.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "host/schedule/ir.h"
+#include "host/schedule/simulate.h"
+
+namespace carousel {
+
+class StepTrace {
+ public:
+  using Clock = std::chrono::steady_clock;
+  StepTrace() = default;
+  // rank: the global rank (the trace's process); ring: which stage ring it sends on (replica
+  // and FSDP index), so flow arrows join only the ranks of one ring.
+  StepTrace(int rank, int ring) : rank_(rank), ring_(ring) {}
+
+  // What the executor reports while a profiled step runs.
+  void begin_step(std::int64_t step, Clock::time_point at);
+  void end_step(Clock::time_point at);
+  void compute(const schedule::Action& action, Clock::time_point start, Clock::time_point end);
+  // A p2p group posted at `start` whose event completes later (read at end_step): compute goes
+  // on meanwhile, so the pipe row shows each group from posting to completion.
+  void p2p_group(const std::vector<schedule::Action>& group, Clock::time_point start,
+                 const Event& done);
+  // A collective issued at `issued` whose event completes later (read at end_step).
+  void collective(const schedule::Action& action, Clock::time_point issued, const Event& done);
+
+  struct Slice {
+    std::string name, row;  // row: compute | pipe | fsdp
+    double start_us, end_us;
+    schedule::Action action;
+    std::int64_t step;  // the step it belongs to
+  };
+  struct Flow {
+    std::string id;  // step, ring, F|B, the sending stage, microbatch: the same on both ends
+    bool is_send;
+    double at_us;
+  };
+  struct Step {
+    std::int64_t step;
+    double start_us, optimizer_us, end_us;  // optimizer_us: when the OPTIMIZER action began
+  };
+  int rank() const { return rank_; }
+  const std::vector<Slice>& slices() const { return slices_; }
+  const std::vector<Flow>& flows() const { return flows_; }
+  const std::vector<Step>& steps() const { return steps_; }
+
+ private:
+  struct Pending {
+    std::vector<schedule::Action> actions;  // one collective, or the actions of a p2p group
+    Clock::time_point issued;
+    Event done;
+  };
+  void add_p2p_slice(const std::vector<schedule::Action>& group, double start_us, double end_us);
+  int rank_ = 0, ring_ = 0;
+  std::int64_t step_ = 0;
+  std::vector<Slice> slices_;
+  std::vector<Flow> flows_;
+  std::vector<Step> steps_;
+  std::vector<Pending> pending_;
+};
+
+// Measured bubble of the traced steps, defined like the simulator's: 1 - compute busy time /
+// (ranks x span), the span of a step running from its earliest start to its latest OPTIMIZER
+// over the ranks (the optimizer and the step-end agreement are not part of the schedule); waits
+// for weight gathers count as idle. `span_us` is that span's mean over the traced steps, the
+// measured counterpart of the simulator's step_time.
+// `exposed_gather_us`: time a rank's compute waited for weight gathers (AG_WAIT), per rank and
+// step: the all-gather time the schedule did not hide.
+struct MeasuredSchedule {
+  double bubble = 0, span_us = 0, exposed_gather_us = 0;
+};
+MeasuredSchedule measure_schedule(const std::vector<const StepTrace*>& ranks);
+
+// The Chrome trace JSON of `ranks` (this process's ranks), with `predicted`, the simulation of
+// `program` with costs calibrated from these traces (host/report/cost_calibration.h,
+// predict_traced_steps), beside them.
+std::string step_trace_json(const std::vector<const StepTrace*>& ranks,
+                            const schedule::Program& program, const schedule::SimResult& predicted);
+
+}  // namespace carousel

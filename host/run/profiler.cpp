@@ -1,0 +1,91 @@
+// profiler.cpp — the profiled steps' trace, the calibrated prediction beside it, and the measured
+// costs file.
+#include "host/run/profiler.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <string>
+
+#include "host/config/schedule_config.h"
+#include "host/io/files.h"
+#include "host/plan/plan_costs.h"
+#include "host/report/cost_calibration.h"
+
+namespace carousel {
+
+Profiler::Profiler(const Config& cfg, const MeshShape& mesh, std::int64_t start_step)
+    : cfg_(cfg),
+      first_(start_step + cfg.skip_first_n_steps_for_profiler),
+      end_(first_ + cfg.profiler_steps) {
+  for (int rank = 0; rank < mesh.ranks(); ++rank) {
+    traces_.emplace_back(rank, RankPlace::of(rank, mesh).batch_part());
+  }
+}
+
+StepTrace* Profiler::trace(int rank, std::int64_t step) {
+  return step >= first_ && step < end_ ? &traces_[std::size_t(rank)] : nullptr;
+}
+
+void Profiler::finish(const schedule::Program& program, const Communicator* process_world,
+                      TrainResult& result) const {
+  if (cfg_.profiler_steps <= 0) return;
+  std::vector<const StepTrace*> ranks;
+  for (const StepTrace& t : traces_) {
+    if (!t.steps().empty()) ranks.push_back(&t);
+  }
+  if (ranks.empty()) {
+    spdlog::warn(
+        "profiler_steps={}: no step was profiled (the run had fewer than "
+        "skip_first_n_steps_for_profiler={} steps after its start)",
+        cfg_.profiler_steps, cfg_.skip_first_n_steps_for_profiler);
+    return;
+  }
+  const std::filesystem::path dir(cfg_.run_directory());
+  auto per_process = [&](const char* stem, const char* extension) {
+    return (dir / (process_world
+                       ? fmt::format("{}-rank{}.{}", stem, process_world->rank(), extension)
+                       : fmt::format("{}.{}", stem, extension)))
+        .string();
+  };
+  const std::string path = per_process("trace", "json");
+  const schedule::StageLayers layers = stage_layers(cfg_);
+  const CalibratedCosts measured_costs = calibrate_costs(ranks, layers, cfg_.schedule_cost_head);
+  const schedule::Costs calibrated =
+      calibrated_schedule_costs(measured_costs, layers, schedule_costs(cfg_, layers));
+  const TracedPredictions predicted =
+      predict_traced_steps(ranks, program, calibrated, measured_costs.handoffs);
+  write_text_file(path, step_trace_json(ranks, program, predicted.mean_cost));
+  const MeasuredSchedule measured = measure_schedule(ranks);
+  result.measured_bubble = measured.bubble;
+  result.measured_span_ms = measured.span_us / 1e3;
+  result.exposed_gather_ms = measured.exposed_gather_us / 1e3;
+  result.predicted_bubble = predicted.mean_cost.bubble_fraction;
+  result.predicted_span_ms = predicted.mean_cost.step_time / 1e3;
+  result.spread_span_ms = predicted.spread.span_us / 1e3;
+  result.spread_bubble = predicted.spread.bubble;
+  result.replayed_span_ms = predicted.replayed.span_us / 1e3;
+  result.replayed_bubble = predicted.replayed.bubble;
+  result.trace_path = path;
+  // The measured costs, for `carousel schedule` / the planner (schedule_costs_file=...).
+  const auto& steps = ranks.front()->steps();
+  result.costs_path = per_process("schedule_costs", "yml");
+  write_text_file(
+      result.costs_path,
+      schedule_costs_yaml(
+          measured_costs,
+          fmt::format("{} on {}, {}, S={} R={} M={}, steps {}-{}", cfg_.model_name, cfg_.device,
+                      cfg_.pipeline_schedule, program.layout.ranks, program.layout.repeats,
+                      program.layout.microbatches, steps.front().step + 1, steps.back().step + 1)) +
+          plan::measured_on_yaml(cfg_, measured_costs.measured_head));  // for carousel plan
+  spdlog::info(
+      "trace of steps {}-{}: {} (chrome://tracing or ui.perfetto.dev); measured bubble "
+      "{:.1f} %, predicted {:.1f} % (cost model calibrated from these steps; {:.1f} % with the "
+      "spread of their durations), replayed {:.1f} % (these steps' own durations through the "
+      "schedule)",
+      steps.front().step + 1, steps.back().step + 1, path, 100 * result.measured_bubble,
+      100 * result.predicted_bubble, 100 * result.spread_bubble, 100 * result.replayed_bubble);
+}
+
+}  // namespace carousel

@@ -1,0 +1,80 @@
+// rank_monitor.cpp — failure reports and end-of-run figures of the ranks.
+#include "host/run/rank_monitor.h"
+
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "compute/cpu_backend.h"
+
+namespace carousel {
+
+namespace {
+
+// After a rank fails, how long the other rank threads get to come back before the process
+// reports and exits (their communicator waits end at once; only a computation can hold them).
+constexpr double kStuckRankGraceSeconds = 5;
+
+}  // namespace
+
+RankMonitor::RankMonitor(const MeshShape& mesh, const Communicator* process_world)
+    : mesh_(mesh),
+      process_world_(process_world),
+      recorders_(std::size_t(mesh.ranks())),
+      peak_bytes_(std::size_t(mesh.ranks())),
+      all_gathers_(std::size_t(mesh.ranks())),
+      device_names_(std::size_t(mesh.ranks())) {}
+
+void RankMonitor::record_end(int rank, Backend& be, const ShardedParams& params,
+                             Communicator& host_world) {
+  peak_bytes_[std::size_t(rank)] = double(be.allocator().stats().peak_bytes);
+  all_gathers_[std::size_t(rank)] = double(params.all_gathers());
+  device_names_[std::size_t(rank)] = be.allocator().name();
+  if (!process_world_ || process_world_->size() == 1) return;
+  CpuBackend host(rank);
+  for (std::vector<double>* v : {&peak_bytes_, &all_gathers_}) {
+    Tensor all = host.zeros({host_world.size()}, DType::F64);
+    host_world.all_gather(host.from_host(std::vector<double>{(*v)[std::size_t(rank)]}, {1}), all)
+        .wait();
+    *v = host.to_host<double>(all);
+  }
+}
+
+void RankMonitor::report_ranks() const {
+  for (int rank = 0; rank < mesh_.ranks(); ++rank) {
+    if (process_world_ && rank != process_world_->rank()) continue;
+    spdlog::error("rank {}: {}", rank, recorders_[std::size_t(rank)].report());
+  }
+}
+
+StuckRanks RankMonitor::stuck_ranks() const {
+  return {kStuckRankGraceSeconds,
+          [this](const std::vector<int>& running, const std::string& failure) {
+            spdlog::error("{}", failure);
+            spdlog::error(
+                "rank(s) {} did not stop within {} s of that failure (stuck in a computation); "
+                "where every rank is:",
+                fmt::join(running, ", "), kStuckRankGraceSeconds);
+            report_ranks();
+            spdlog::error("exiting with status 2");
+            spdlog::default_logger()->flush();
+          }};
+}
+
+void RankMonitor::report_figures(TrainResult& result) const {
+  for (int rank = 0; rank < mesh_.ranks(); ++rank) {
+    const RankPlace place = RankPlace::of(rank, mesh_);
+    const std::string& name = device_names_[std::size_t(rank)];
+    const double peak = peak_bytes_[std::size_t(rank)], gathers = all_gathers_[std::size_t(rank)];
+    spdlog::info(
+        "rank {} {}(data rank {}, stage rank {}, fsdp rank {}): peak memory {}, {} weight "
+        "all-gathers",
+        rank, name.empty() ? "" : "on " + name + " ", place.data_rank, place.stage_rank,
+        place.fsdp_rank, format_bytes(std::size_t(peak)), std::int64_t(gathers));
+    result.peak_device_bytes = std::max(result.peak_device_bytes, std::size_t(peak));
+    result.all_gathers_per_device.push_back(std::int64_t(gathers));
+  }
+}
+
+}  // namespace carousel

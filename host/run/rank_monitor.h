@@ -1,0 +1,49 @@
+// rank_monitor.h — what is known about each rank of this process: where it is (for failure
+// reports), and its end-of-run figures (device, peak memory, weight gathers).
+//
+// Each rank notes its actions in its own flight recorder (host/reliability/flight_recorder.h).
+// After a failure every rank's last action is printed, so the stuck edge of a stall can be read
+// off (one rank in a RECV, its peer still computing or waiting elsewhere); when a rank thread
+// does not come back within kStuckRankGraceSeconds, the process reports and exits with status 2
+// (a thread stuck inside a computation can be neither joined nor stopped).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "collectives/local_communicator.h"
+#include "compute/backend.h"
+#include "host/parallel/mesh.h"
+#include "host/parallel/sharded_params.h"
+#include "host/reliability/flight_recorder.h"
+#include "host/run/train_result.h"
+
+namespace carousel {
+
+class RankMonitor {
+ public:
+  RankMonitor(const MeshShape& mesh, const Communicator* process_world);
+
+  FlightRecorder& recorder(int rank) { return recorders_[std::size_t(rank)]; }
+
+  // At the end of rank `rank`'s loop: its figures, shared with every process over `host_world`
+  // when the ranks are processes (collective there).
+  void record_end(int rank, Backend& be, const ShardedParams& params, Communicator& host_world);
+
+  // Where every rank of this process is, as error lines (after a failure).
+  void report_ranks() const;
+  // For launch_ranks: what to do when a rank failed and another does not come back.
+  StuckRanks stuck_ranks() const;
+  // One line per rank (device, place, peak memory, gathers) and the result's summary of them.
+  void report_figures(TrainResult& result) const;
+
+ private:
+  MeshShape mesh_;
+  const Communicator* process_world_;
+  std::vector<FlightRecorder> recorders_;
+  std::vector<double> peak_bytes_, all_gathers_;
+  std::vector<std::string> device_names_;  // with processes, only this process's own is known
+};
+
+}  // namespace carousel

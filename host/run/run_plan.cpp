@@ -1,0 +1,89 @@
+// run_plan.cpp — the mesh checks, the lowered program, the transport, the data, and the ranks'
+// agreement on them.
+#include "host/run/run_plan.h"
+
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "compute/hash.h"
+#include "host/build_info.h"
+#include "host/config/schedule_config.h"
+
+namespace carousel {
+
+namespace {
+
+// Mesh rules that depend on more than one key, and the process count of an mpirun job.
+void check_mesh(const Config& cfg, const MeshShape& mesh, const Communicator* process_world) {
+  CAROUSEL_CHECK(cfg.model.is_llama(),
+                 "carousel train runs decoder_block=llama; the simple block is for pipeline "
+                 "equivalence tests");
+  cfg.check_microbatch_split();
+  const int ranks = mesh.ranks();
+  CAROUSEL_CHECK(!process_world || process_world->size() == ranks,
+                 "mpirun started {} processes but the config has D x S x F = {} x {} x {} = {} "
+                 "devices (ici_data_parallelism x ici_pipeline_parallelism x "
+                 "ici_fsdp_parallelism); start {} processes (mpirun -np {}) or change the mesh",
+                 process_world ? process_world->size() : 0, mesh.data, mesh.stages, mesh.fsdp,
+                 ranks, ranks, ranks);
+}
+
+void log_plan(const Config& cfg, const RunPlan& plan, const Communicator* process_world) {
+  const char* devices = runs_on_gpus(cfg) ? "GPU" : "CPU";
+  const MeshShape& mesh = plan.mesh;
+  const schedule::Layout& layout = plan.program.layout;
+  if (mesh.ranks() == 1) {
+    spdlog::info("one {} device: the whole model as one stage, {} microbatch(es) in turn", devices,
+                 layout.microbatches);
+  } else {
+    spdlog::info(
+        "pipeline: {} schedule, D={} replicas x S={} stages x F={} FSDP = {} logical {} devices "
+        "({}), R={} repeats, M={} microbatches{}; program validated and deadlock-free",
+        cfg.pipeline_schedule, mesh.data, mesh.stages, mesh.fsdp, mesh.ranks(), devices,
+        process_world ? "one process each" : "threads of this process", layout.repeats,
+        layout.microbatches,
+        mesh.fsdp > 1 ? fmt::format(", weight slots {}", cfg.weight_slots()) : std::string());
+  }
+  spdlog::info("model: {} parameters; data: {}; batch {} x {} tokens", parameter_count(cfg.model),
+               plan.data->describe(), cfg.global_batch(), cfg.model.max_target_length);
+  spdlog::info("communication: {}", plan.transport.reason);
+}
+
+}  // namespace
+
+RunPlan plan_run(const Config& cfg, Communicator* process_world) {
+  RunPlan plan;
+  plan.mesh = MeshShape::of(cfg);
+  check_mesh(cfg, plan.mesh, process_world);
+  plan.program = lowered_program(cfg);
+  const MachineView machine = this_machine(process_world);
+  plan.transport = process_world
+                       ? agree_on_transport(cfg, plan.mesh.ranks(), machine, *process_world)
+                       : choose_transport(cfg, plan.mesh.ranks(), machine);
+  plan.tokenizer = read_run_tokenizer(cfg);
+  plan.data = make_data_loader(cfg);
+  log_plan(cfg, plan, process_world);
+  return plan;
+}
+
+void check_ranks_agree(Communicator& world, Backend& be, const Config& cfg,
+                       const schedule::Program& program) {
+  std::string identity = schedule::to_text(program) + "\n" + build_info::build_identity() + "\n";
+  for (const auto& key : config_keys()) identity += key.name + "=" + key.get(cfg) + "\n";
+  const std::uint64_t hash = fnv1a64(identity);
+  const std::vector<std::int32_t> mine = {std::int32_t(hash >> 32), std::int32_t(hash)};
+  Tensor all = be.empty({2 * world.size()}, DType::I32);
+  world.all_gather(be.from_host(mine, {2}), all).wait();
+  const auto hashes = be.to_host<std::int32_t>(all);
+  std::vector<int> differ;
+  for (int r = 1; r < world.size(); ++r) {
+    if (hashes[2 * r] != hashes[0] || hashes[2 * r + 1] != hashes[1]) differ.push_back(r);
+  }
+  CAROUSEL_CHECK(differ.empty(),
+                 "rank(s) {} run a different config, schedule or build than rank 0 (hashes of "
+                 "config keys, program and build identity differ); start every process of the "
+                 "job with the same carousel binary and the same arguments",
+                 fmt::join(differ, ", "));
+}
+
+}  // namespace carousel

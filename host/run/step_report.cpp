@@ -1,0 +1,117 @@
+// step_report.cpp — per-step log line, progress bar, metrics JSONL (non-finite numbers as
+// strings).
+#include "host/run/step_report.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "compute/error.h"
+#include "host/parallel/optimizer.h"
+#include "host/report/progress_bar.h"
+
+namespace carousel {
+
+StepReporter::StepReporter(const Config& cfg)
+    : cfg_(cfg),
+      tokens_per_step_(double(cfg.global_batch() * cfg.model.max_target_length)),
+      flops_per_token_(train_flops_per_token(cfg.model)),
+      path_(metrics_file_path(cfg)) {
+  check_local_path("metrics_file", cfg.metrics_file);
+  std::error_code ec;
+  std::filesystem::create_directories(cfg.run_directory(), ec);
+  CAROUSEL_CHECK(!ec, "cannot create the run directory '{}': {}", cfg.run_directory(),
+                 ec.message());
+  metrics_.open(path_, std::ios::app);
+  CAROUSEL_CHECK(metrics_.good(), "cannot open metrics file '{}': {}", path_, std::strerror(errno));
+}
+
+nlohmann::json json_number(double x) {
+  if (std::isnan(x)) return "NaN";
+  if (std::isinf(x)) return x > 0 ? "Infinity" : "-Infinity";
+  return x;
+}
+
+StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_norm, double seconds,
+                                 std::optional<double> eval_loss, std::size_t peak_bytes) {
+  StepMetrics s;
+  s.step = step;
+  s.loss = loss;
+  s.grad_norm = grad_norm;
+  s.learning_rate = learning_rate_at(cfg_, step);
+  s.step_ms = seconds * 1e3;
+  s.tokens_per_second = tokens_per_step_ / seconds;
+  s.flops_per_second = flops_per_token_ * tokens_per_step_ / seconds;
+  nlohmann::json record = {{"step", step},
+                           {"loss", json_number(s.loss)},
+                           {"grad_norm", json_number(s.grad_norm)},
+                           {"lr", json_number(s.learning_rate)},
+                           {"step_ms", json_number(s.step_ms)},
+                           {"tokens_per_s", json_number(s.tokens_per_second)},
+                           {"gflops", json_number(s.flops_per_second / 1e9)}};
+  if (eval_loss) {
+    s.eval_loss = *eval_loss;
+    record["eval_loss"] = json_number(*eval_loss);
+  }
+  const double mfu = peak_flops_ > 0 ? s.flops_per_second / peak_flops_ : 0;
+  if (mfu > 0) record["mfu"] = json_number(mfu);
+  if (peak_bytes > 0) record["peak_mem_bytes"] = peak_bytes;
+  metrics_ << record.dump() << '\n';
+  metrics_.flush();  // one record per step reaches the file, or the run stops here
+  CAROUSEL_CHECK(metrics_.good(), "writing metrics file '{}' failed at step {}: {} (disk full?)",
+                 path_, step, std::strerror(errno));
+  const double mean = mean_step_seconds(seconds);
+  const double eta = mean * double(cfg_.steps - step - 1);
+  if (eval_loss) spdlog::info("step {:>5}/{} | eval loss {:.4f}", step + 1, cfg_.steps, *eval_loss);
+  ProgressSink* bar = progress_sink();
+  if (bar) {
+    bar->show({.done = step + 1,
+               .total = cfg_.steps,
+               .steps_per_second = 1 / mean,
+               .tokens_per_second = tokens_per_step_ / mean,
+               .loss = loss,
+               .eta_seconds = eta});
+  }
+  if (step % cfg_.log_period == 0 || step + 1 == cfg_.steps) {
+    // Under a progress bar the step lines go to the log file only (debug), except the last.
+    spdlog::log(bar && step + 1 != cfg_.steps ? spdlog::level::debug : spdlog::level::info,
+                "step {:>5}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.1f} ms | "
+                "{:.0f} tok/s | {:.2f} GFLOP/s{}{} | ETA {}",
+                step + 1, cfg_.steps, s.loss, s.grad_norm, s.learning_rate, s.step_ms,
+                s.tokens_per_second, s.flops_per_second / 1e9,
+                mfu > 0 ? fmt::format(" | MFU {:.1f}%", 100 * mfu) : "",
+                peak_bytes > 0 ? " | mem " + format_bytes(peak_bytes) : "", format_duration(eta));
+  }
+  return s;
+}
+
+StepMetrics StepReporter::report(std::int64_t step, const StepOutcome& outcome, double seconds,
+                                 std::optional<double> eval_loss, std::size_t peak_bytes,
+                                 std::int64_t skipped) {
+  StepMetrics metrics =
+      report(step, outcome.loss, outcome.grad_norm, seconds, eval_loss, peak_bytes);
+  if (outcome.skipped) {
+    spdlog::warn(
+        "step {}: loss {} / gradient norm {} is not finite; update skipped "
+        "(skip_step_on_nonfinite; {} skipped in this run so far)",
+        step + 1, outcome.loss, outcome.grad_norm, skipped);
+  }
+  return metrics;
+}
+
+// The mean time of the steps reported so far after the first (which carries warm-up: first
+// allocations, thread pools); the first step's own time before that. The ETA and the bar's rate.
+double StepReporter::mean_step_seconds(double seconds) {
+  ++reported_;
+  if (reported_ > 1) timed_ += seconds, ++timed_steps_;
+  return timed_steps_ > 0 ? timed_ / double(timed_steps_) : seconds;
+}
+
+StepReporter::~StepReporter() {
+  if (ProgressSink* bar = progress_sink()) bar->finish();
+}
+
+}  // namespace carousel

@@ -1,0 +1,59 @@
+// step_report.h — what a run reports per step, in one place: the log line every log_period
+// steps, the progress bar, and the JSON record in <run dir>/metrics.jsonl (appended).
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "host/config/config.h"
+#include "host/parallel/sharded_params.h"
+
+namespace carousel {
+
+// What a finished step reports (the log line, metrics.jsonl, TrainResult::steps).
+struct StepMetrics {
+  std::int64_t step = 0;  // 0-based
+  double loss = 0, grad_norm = 0, learning_rate = 0, step_ms = 0, tokens_per_second = 0;
+  double flops_per_second = 0;  // model FLOPs (6 x params x tokens + attention) per second
+  double eval_loss = -1;        // held-out loss after this step (eval_interval), -1 when none
+};
+
+// A number for the metrics JSONL: finite values as JSON numbers; NaN, +inf and -inf as the
+// strings "NaN", "Infinity", "-Infinity" (JSON has no such numbers; null would lose which).
+nlohmann::json json_number(double x);
+
+class StepReporter {
+ public:
+  explicit StepReporter(const Config& cfg);  // opens the metrics file; throws if it cannot
+  ~StepReporter();                           // ends the progress bar's line, if one is drawn
+  StepReporter(const StepReporter&) = delete;
+  StepReporter& operator=(const StepReporter&) = delete;
+  // Completes the metrics of a finished step (lr, throughput) and reports them. Each record is
+  // flushed; a failed write (disk full) throws an Error naming the file.
+  // `eval_loss`: the held-out loss after this step, when one was computed.
+  // `peak_bytes`: the reporting rank's device peak so far (0: not shown).
+  StepMetrics report(std::int64_t step, double loss, double grad_norm, double seconds,
+                     std::optional<double> eval_loss = std::nullopt, std::size_t peak_bytes = 0);
+  // A training step's outcome reported as above, with a warning when its update was skipped
+  // (`skipped`: the steps skipped so far, this one included).
+  StepMetrics report(std::int64_t step, const StepOutcome& outcome, double seconds,
+                     std::optional<double> eval_loss, std::size_t peak_bytes, std::int64_t skipped);
+  // The peak FLOP/s of all devices together, for the MFU (0: not shown).
+  void set_peak_flops(double flops) { peak_flops_ = flops; }
+
+ private:
+  double mean_step_seconds(double seconds);
+
+  const Config& cfg_;
+  double tokens_per_step_, flops_per_token_;
+  double peak_flops_ = 0;
+  std::int64_t reported_ = 0, timed_steps_ = 0;
+  double timed_ = 0;
+  std::string path_;
+  std::ofstream metrics_;
+};
+
+}  // namespace carousel

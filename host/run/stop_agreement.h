@@ -1,0 +1,39 @@
+// stop_agreement.h — stopping a run early, the same step on every rank.
+//
+// SIGTERM / SIGINT (host/reliability/stop_signals.h) ask the run to stop; a signal may reach the
+// processes of a job, or be seen by the rank threads of one process, at different steps. After
+// every step the ranks sum "was I asked to stop" over the world, so every rank decides the same
+// (the sum is also the end-of-step barrier); the checkpointer then saves and the loop ends.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "collectives/communicator.h"
+#include "host/config/config.h"
+#include "host/reliability/flight_recorder.h"
+#include "host/reliability/stop_signals.h"
+#include "host/run/train_result.h"
+
+namespace carousel {
+
+class StopAgreement {
+ public:
+  // Installs the signal handlers for the run. `ranks_are_processes`: under mpirun (each process
+  // hosts one rank, and each raises the faults tests inject into it).
+  explicit StopAgreement(bool ranks_are_processes) : ranks_are_processes_(ranks_are_processes) {}
+
+  // After 0-based `step`: whether every rank stops now. Collective over `world`.
+  bool agree(std::int64_t step, int rank, Communicator& world, Backend& be,
+             FlightRecorder& recorder);
+
+  // After the ranks ended: marks the result and says how the run can go on.
+  void finish(const Config& cfg, TrainResult& result) const;
+
+ private:
+  const StopSignals signals_;
+  bool ranks_are_processes_;
+  std::atomic<bool> stopped_{false};
+};
+
+}  // namespace carousel

@@ -1,0 +1,117 @@
+// trainer.cpp — train(): the components of a run, sequenced; train_rank(): one rank's loop.
+#include "host/run/trainer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <memory>
+
+#include "compute/cpu_backend.h"
+#include "host/config/run_name.h"
+#include "host/parallel/rank_executor.h"
+#include "host/run/checkpointer.h"
+#include "host/run/device_peak.h"
+#include "host/run/evaluator.h"
+#include "host/run/profiler.h"
+#include "host/run/rank_monitor.h"
+#include "host/run/run_plan.h"
+#include "host/run/stop_agreement.h"
+
+namespace carousel {
+
+namespace {
+
+// The components of a run, shared by the ranks of this process.
+struct Run {
+  const Config& cfg;
+  const RunPlan& plan;
+  Checkpointer& checkpointer;
+  const Evaluator& evaluator;
+  Profiler& profiler;
+  StopAgreement& stop;
+  StepReporter* reporter;  // world rank 0's process only
+  RankMonitor& monitor;
+  TrainResult& result;
+};
+
+// One rank, from its communicators to its last step: the same for threads and processes.
+void train_rank(const Run& run, int rank, Backend& be, Communicator& world,
+                Communicator& host_world) {
+  const Config& cfg = run.cfg;
+  const RankPlace place = RankPlace::of(rank, run.plan.mesh);
+  FlightRecorder& recorder = run.monitor.recorder(rank);
+  check_ranks_agree(world, be, cfg, run.plan.program);
+  RankCommunicators comms =
+      split_communicators(world, place, run.plan.program.layout, cfg.model.logits_via_embedding);
+  ShardedParams params(cfg, run.plan.program.layout, place, be, comms);
+  RankExecutor executor(cfg, run.plan.program, place, be, comms, params, *run.plan.data, recorder);
+  run.checkpointer.restore(params);
+  std::int64_t skipped = run.result.skipped_steps;
+  for (std::int64_t step = run.result.start_step; step < cfg.steps; ++step) {
+    const auto start = std::chrono::steady_clock::now();
+    const StepOutcome outcome = executor.step(step, step - skipped, run.profiler.trace(rank, step));
+    be.synchronize();
+    const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
+    const auto eval_loss = run.evaluator.after_step(step, executor, world, be, recorder);
+    if (outcome.skipped) ++skipped;
+    const bool stop = run.stop.agree(step, rank, world, be, recorder);
+    // The step's record first: a crash during the save must not lose the record of a step
+    // whose checkpoint may already be complete.
+    if (rank == 0) {
+      run.result.steps.push_back(run.reporter->report(step, outcome, seconds.count(), eval_loss,
+                                                      be.allocator().stats().peak_bytes, skipped));
+    }
+    if (run.checkpointer.due(step, stop)) {
+      run.checkpointer.save(step, skipped, rank, params, world, host_world, recorder);
+    }
+    if (stop) break;
+  }
+  if (rank == 0) run.result.skipped_steps = skipped;
+  run.monitor.record_end(rank, be, params, host_world);
+}
+
+}  // namespace
+
+TrainResult train(const Config& requested, Communicator* process_world) {
+  Config cfg = requested;
+  if (resolve_run_name(cfg, process_world)) log_fresh_run_name(cfg);
+  const RunPlan plan = plan_run(cfg, process_world);
+  TrainResult result;
+  result.run_directory = cfg.run_directory();
+  const int ranks = plan.mesh.ranks();
+  const Evaluator evaluator(cfg);
+  Checkpointer checkpointer(cfg, ranks, process_world ? process_world->size() : 1,
+                            plan.tokenizer ? &*plan.tokenizer : nullptr, result);
+  std::unique_ptr<StepReporter> reporter;  // world rank 0 reports
+  if (!process_world || process_world->rank() == 0) {
+    reporter = std::make_unique<StepReporter>(cfg);
+    // Before the ranks start, so no rank computes on the cores the CPU GEMM is timed on.
+    CpuBackend scratch(ranks);
+    reporter->set_peak_flops(run_peak_flops(cfg, scratch, ranks, process_world == nullptr,
+                                            rank_threads(ranks, process_world)));
+  }
+  Profiler profiler(cfg, plan.mesh, result.start_step);
+  RankMonitor monitor(plan.mesh, process_world);
+  StopAgreement stop(process_world != nullptr);  // SIGTERM / SIGINT: finish the step, save, exit 0
+  const Run run{cfg,  plan,           checkpointer, evaluator, profiler,
+                stop, reporter.get(), monitor,      result};
+  try {
+    launch_ranks(
+        cfg, ranks, plan.transport.transport, process_world,
+        [&](int rank, Backend& be, Communicator& world, Communicator& host_world) {
+          train_rank(run, rank, be, world, host_world);
+        },
+        monitor.stuck_ranks());
+  } catch (const NonFiniteError&) {
+    throw;  // every rank stopped at the same point, by design
+  } catch (const std::exception&) {
+    monitor.report_ranks();
+    throw;
+  }
+  profiler.finish(plan.program, process_world, result);
+  stop.finish(cfg, result);
+  monitor.report_figures(result);
+  return result;
+}
+
+}  // namespace carousel

@@ -1,0 +1,29 @@
+// trainer.h — `carousel train`: the one training loop, for every mesh.
+//
+// A run has D data replicas x S pipeline stages x F FSDP ranks (host/parallel/mesh.h); one device
+// is the trivial mesh 1 x 1 x 1, whose program runs the whole model as one stage and the
+// microbatches one after the other (gradient accumulation). Every rank builds the same lowered
+// program (host/schedule), owns its parameters (host/parallel/sharded_params.h) and walks its
+// instructions (host/parallel/rank_executor.h). Around the steps, the loop here does, once for
+// every mesh: resume from the newest checkpoint of the run directory or start from
+// load_parameters_path or the initial values, time and report each step (rank 0), and write
+// checkpoints on their cadence (the whole-model files a single-device run writes, so any layout
+// resumes any other, bitwise when the layout is the same).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "host/config/config.h"
+#include "host/run/train_result.h"
+
+namespace carousel {
+
+// An empty cfg.run_name gets a new run directory (host/config/run_name.h); TrainResult says which.
+// process_world: nullptr runs the D x S x F ranks as threads of this process; otherwise this
+// process is rank process_world->rank() of a job of exactly D x S x F processes (mpirun).
+TrainResult train(const Config& cfg, Communicator* process_world = nullptr);
+
+}  // namespace carousel

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# cli_users.sh — the user-facing commands of the real binary: `carousel --version` (its form) and
+# `carousel inspect` (exit codes 0 / 2, stdout report) on a run trained here, then corrupted.
+#   tests/end_to_end/cli_users.sh CAROUSEL_BINARY WORK_DIR
+set -uo pipefail
+bin=$1
+work=$2
+rm -rf "$work" && mkdir -p "$work"
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+
+# --version: 6 lines, "carousel X.Y.Z" then key: value.
+out=$("$bin" --version) || fail "--version exited $?"
+echo "$out"
+[ "$(echo "$out" | wc -l)" -eq 6 ] || fail "--version prints $(echo "$out" | wc -l) lines, not 6"
+echo "$out" | sed -n 1p | grep -Eq '^carousel [0-9]+\.[0-9]+\.[0-9]+$' || fail "version line"
+echo "$out" | sed -n 2p | grep -Eq '^commit: ([0-9a-f]{4,40}|unknown)$' || fail "commit line"
+echo "$out" | sed -n 3p | grep -Eq '^build type: [A-Za-z]+$' || fail "build type line"
+for i in 4 5 6; do
+  echo "$out" | sed -n ${i}p | grep -Eq '^(cuda|nccl|mpi): (yes|no)$' || fail "line $i"
+done
+
+# The progress bar: on a terminal (a pty from `script`) a redrawn line "step N/3 [...]" with the
+# step lines in the log file only; through a pipe, or with progress_bar=never, plain step lines.
+train3=("$bin" train steps=3 base_num_decoder_layers=2 max_target_length=16 per_device_batch_size=2
+  base_output_directory="$work" enable_checkpointing=false)
+if command -v script >/dev/null; then
+  TERM=xterm script -qec "${train3[*]} run_name=tty" "$work/tty.out" >/dev/null ||
+    fail "train on a pty exited $?"
+  grep -q $'step 2/3 \\[.*\r\033\\[K' "$work/tty.out" || fail "no progress line redrawn on a pty"
+  grep -q "step     2/3 | loss" "$work/tty.out" && fail "step 2's log line went to the terminal"
+  grep -q "step     2/3 | loss" "$work/tty/logs/rank0.log" || fail "step 2's line is not in the log"
+  TERM=xterm script -qec "${train3[*]} run_name=never progress_bar=never" "$work/never.out" \
+    >/dev/null || fail "progress_bar=never exited $?"
+  grep -q $'\r\033\\[K' "$work/never.out" && fail "progress_bar=never drew a bar"
+  grep -q "step     2/3 | loss" "$work/never.out" || fail "progress_bar=never: no step lines"
+else
+  echo "skip: no \`script\` to make a terminal; the bar is tested by test_progress_bar"
+fi
+"${train3[@]}" run_name=pipe 2>&1 | cat >"$work/pipe.out"
+grep -q $'\r' "$work/pipe.out" && fail "a bar was drawn into a pipe"
+grep -q "step     2/3 | loss" "$work/pipe.out" || fail "no plain step lines through a pipe"
+
+# inspect: a 2-step run, its checkpoint verified (exit 0), then one flipped byte (exit 2).
+"$bin" train steps=2 base_num_decoder_layers=2 max_target_length=16 per_device_batch_size=2 \
+  base_output_directory="$work" run_name=run >"$work/train.log" 2>&1 || fail "train exited $?"
+"$bin" inspect "$work/run" >"$work/ok.out" 2>"$work/ok.err"
+rc=$?
+[ $rc -eq 0 ] || fail "inspect of a good checkpoint exited $rc"
+grep -q '^manifest: verified$' "$work/ok.out" || fail "no 'manifest: verified' on stdout"
+grep -q '^step: 2$' "$work/ok.out" || fail "no 'step: 2'"
+grep -q 'manifest' "$work/ok.err" && fail "the report went to stderr"
+
+cp -r "$work/run/checkpoints/2" "$work/bad"
+python3 - "$work/bad/state.json" <<'PY'
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+i = b.index(b'"step"')  # a byte of the key: still JSON-looking, but not what the manifest says
+b[i + 1] ^= 0x20
+open(p, "wb").write(bytes(b))
+PY
+"$bin" inspect "$work/bad" >"$work/bad.out" 2>"$work/bad.err"
+rc=$?
+[ $rc -eq 2 ] || fail "inspect of a corrupt checkpoint exited $rc, not 2"
+grep -q "manifest: FAILED: .*'state.json' fails its CRC32 check" "$work/bad.out" ||
+  fail "the corrupt file is not named: $(tail -1 "$work/bad.out")"
+
+"$bin" inspect "$work/nonexistent" >/dev/null 2>"$work/none.err"
+rc=$?
+[ $rc -eq 2 ] || fail "inspect of a missing directory exited $rc, not 2"
+grep -q "does not exist" "$work/none.err" || fail "no error line for a missing directory"
+
+[ $fails -eq 0 ] && echo "cli_users: all checks passed"
+exit $((fails > 0))

@@ -1,0 +1,76 @@
+// test_step_trace.cpp — the measured trace (profiler_steps): valid Chrome trace JSON with one
+// process per rank and its rows, every action of the profiled steps, a flow arrow from every
+// SEND to its RECV, and the predicted schedule beside it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "host/config/config.h"
+#include "host/config/schedule_config.h"
+#include "host/report/logging.h"
+#include "host/run/trainer.h"
+
+namespace carousel {
+namespace {
+
+TEST(StepTrace, ProfiledStepsBecomeAChromeTraceWithFlowsAndThePrediction) {
+  init_logging({.rank = 0, .level = "warn", .file_dir = {}});
+  Config c = load_config("", {"max_target_length=16", "dataset_type=text",
+                              "dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt",
+                              "base_output_directory=/tmp/carousel_trace_tests", "run_name=trace",
+                              "steps=4", "enable_checkpointing=false", "ici_pipeline_parallelism=2",
+                              "ici_fsdp_parallelism=2", "num_layers_per_pipeline_stage=2",
+                              "pipeline_fsdp_ag_per_repeat=true", "per_device_batch_size=2",
+                              "num_pipeline_microbatches=4", "profiler_steps=2",
+                              "skip_first_n_steps_for_profiler=1"})
+                 .config;
+  std::filesystem::remove_all(c.run_directory());
+  const TrainResult r = train(c);
+  ASSERT_FALSE(r.trace_path.empty());
+  const auto trace = nlohmann::json::parse(std::ifstream(r.trace_path))["traceEvents"];
+
+  // What the two profiled steps must contain, from the program every rank walked.
+  const schedule::Program program = lowered_program(c);
+  std::map<int, int> timed_per_stage_rank, sends;  // compute + AG_WAIT + OPTIMIZER; SENDs
+  for (int s = 0; s < program.layout.ranks; ++s) {
+    for (const auto& a : program.ranks[s]) {
+      const bool timed = a.is_compute() || a.kind == schedule::Kind::AG_WAIT ||
+                         a.kind == schedule::Kind::OPTIMIZER;
+      timed_per_stage_rank[s] += timed;
+      sends[s] += a.kind == schedule::Kind::SEND_F || a.kind == schedule::Kind::SEND_B;
+    }
+  }
+  std::set<int> processes;
+  std::map<int, int> compute_slices;  // pid -> slices on the compute row
+  std::multiset<std::uint64_t> flow_starts, flow_ends;
+  int predicted = 0;
+  for (const auto& e : trace) {
+    const int pid = e["pid"];
+    if (e["ph"] == "M" && e["name"] == "process_name") processes.insert(pid);
+    if (e["ph"] == "X" && pid < 1000 && e["tid"] == 0) ++compute_slices[pid];
+    if (e["ph"] == "X" && pid >= 1000) ++predicted;
+    if (e["ph"] == "s") flow_starts.insert(e["id"].get<std::uint64_t>());
+    if (e["ph"] == "f") flow_ends.insert(e["id"].get<std::uint64_t>());
+  }
+  EXPECT_EQ(processes, (std::set<int>{0, 1, 2, 3, 1000, 1001}));
+  int expected_sends = 0;
+  for (int rank = 0; rank < 4; ++rank) {
+    const int stage_rank = rank / 2 % 2;  // F = 2: ranks 0, 1 on stage rank 0
+    EXPECT_EQ(compute_slices[rank], 2 * timed_per_stage_rank[stage_rank]) << "rank " << rank;
+    expected_sends += 2 * sends[stage_rank];
+  }
+  EXPECT_EQ(int(flow_starts.size()), expected_sends);
+  EXPECT_EQ(flow_starts, flow_ends) << "every SEND's arrow must end at its RECV";
+  EXPECT_GT(predicted, 0);
+  EXPECT_GT(r.measured_bubble, 0);
+  EXPECT_LT(r.measured_bubble, 1);
+  EXPECT_GE(r.predicted_bubble, 0);
+  EXPECT_LT(r.predicted_bubble, 1);
+}
+
+}  // namespace
+}  // namespace carousel

@@ -1,0 +1,240 @@
+// test_plan_search.cpp — `carousel plan`'s search finds the configuration worked out by hand on
+// small made-up clusters, and its inputs are refused with one clear error.
+//
+// The model is the tiny preset at T = 16: V 256, E 64, N 8, H 4, Hkv 2 (head dim 16), Fm 172.
+// By hand, per layer: norms 2 x 64, q and o 64 x 64 each, k and v 32 x 64 each, gate, up, down
+// 172 x 64 each: 45440 parameters, 45312 of them in matmuls; extras: embedding and lm_head
+// 256 x 64 each plus the final norm 64 = 32832. Forward FLOPs per token and layer: 2 x 45312
+// matmul + 2 T E = 2048 attention = 92672; remat=full makes forward + backward 4 forwards; the
+// head costs 6 V E = 98304 per token.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "compute/error.h"
+#include "host/config/config.h"
+#include "host/config/schedule_config.h"
+#include "host/io/hf_import.h"
+#include "host/plan/plan_search.h"
+#include "host/plan/plan_units.h"
+#include "host/schedule/simulate.h"
+#include "tests/support/plan_workload.h"
+#include "tests/support/test_util.h"
+
+namespace carousel {
+namespace {
+
+constexpr double kLayerParams = 45440, kExtras = 32832, kLayers = 8;
+constexpr double kForwardPerToken = 92672, kHeadPerToken = 98304;
+
+// Two devices on two nodes (every link is the inter-node one), 1 TFLOP/s reached in full.
+plan::Cluster two_nodes(double inter_bytes_per_second, double memory = 1e12) {
+  return {.devices = 2,
+          .devices_per_node = 1,
+          .memory_bytes = memory,
+          .peak_flops = 1e12,
+          .intra_node_bytes_per_second = 1e12,
+          .inter_node_bytes_per_second = inter_bytes_per_second,
+          .compute_efficiency = 1.0,
+          .measured = {}};
+}
+
+// Bytes one replica sends to reduce the gradients of D = 2 (ZeRO-1: reduce-scatter of the
+// layer shard and all-gather of the updated piece, (D-1) x piece each; extras all-reduced:
+// 2 (D-1)/D x the table), float32.
+double replica_reduction_bytes() {
+  const double piece = kLayers * kLayerParams / 2;
+  return 2 * piece * 4 + 2 * 0.5 * kExtras * 4;
+}
+
+// A fast link: no pipeline (S = 1) beats the two-stage pipeline, whose fill and drain idle a
+// device. The replicas' row has no bubble and the step worked out by hand: each device's half of
+// the batch computed at 1 TFLOP/s, plus the reduction. (FSDP over the two devices costs about
+// the same on this link: one stage's gather and reduce-scatter instead of the reduction.)
+TEST(PlanSearch, FastLinkPicksNoPipelineAndReplicasTakeTheHandWorkedTime) {
+  const plan::Workload w = testing::tiny_plan_workload(16);
+  const plan::SearchResult r = plan::search(w, two_nodes(1e12), {.top = 8, .schedules = {}});
+  ASSERT_FALSE(r.best.empty());
+  EXPECT_EQ(r.best.front().candidate.stages, 1);
+  const double tokens_per_device = 16.0 * 16 / 2;
+  const double compute =
+      tokens_per_device * (kLayers * 4 * kForwardPerToken + kHeadPerToken) / 1e12;
+  const double expected = compute + replica_reduction_bytes() / 1e12;
+  const auto replicas = std::find_if(r.best.begin(), r.best.end(), [](const plan::Prediction& p) {
+    return p.candidate.stages == 1 && p.candidate.data == 2;
+  });
+  ASSERT_NE(replicas, r.best.end());
+  EXPECT_NEAR(replicas->step_seconds, expected, 1e-12 * expected);
+  EXPECT_NEAR(replicas->bubble, 0.0, 1e-12);
+  // Model FLOPs: 6 x the matmul parameters (layers and lm_head, not the embedding lookup) plus
+  // causal attention's 6 N T E, per token.
+  EXPECT_NEAR(
+      replicas->mfu,
+      16.0 * 16 * (6 * (kLayers * 45312 + 256 * 64) + 6 * 8 * 16 * 64) / (expected * 2 * 1e12),
+      1e-9);
+  for (const auto& p : r.best) {
+    if (p.candidate.stages == 2) {
+      EXPECT_GT(p.step_seconds, expected);
+    }
+  }
+}
+
+// A slow link between the nodes (100 MB/s): the replicas' gradient reduction alone takes
+// 15.9 ms, while the pipeline sends only 4 KiB activations per microbatch and computes for
+// under 2 ms; so the planner puts the stages, not the replicas, across the nodes.
+TEST(PlanSearch, SlowInterNodeLinkPutsStagesNotReplicasAcrossNodes) {
+  const plan::Workload w = testing::tiny_plan_workload(16);
+  const double bandwidth = 1e8;
+  const plan::SearchResult r = plan::search(w, two_nodes(bandwidth), {.top = 3, .schedules = {}});
+  ASSERT_FALSE(r.best.empty());
+  const plan::Prediction& best = r.best.front();
+  EXPECT_EQ(best.candidate.stages, 2);
+  EXPECT_EQ(best.candidate.data, 1);
+  const double reduction = replica_reduction_bytes() / bandwidth;  // 15.85 ms
+  EXPECT_LT(best.step_seconds, reduction);
+  const double compute_per_device =
+      16.0 * 16 / 2 * (kLayers * 4 * kForwardPerToken) / 1e12;  // the layers, split in two
+  EXPECT_GT(best.step_seconds, compute_per_device);
+  for (const auto& p : r.best) {
+    if (p.candidate.data == 2) {
+      EXPECT_GE(p.step_seconds, reduction);
+    }
+  }
+}
+
+// Device memory one byte short of a ZeRO-1 replica's parameters, gradients and moments (by
+// hand: 4 (8 x 45440 + 32832) twice, plus 8 (8 x 45440 / 2 + 32832)); FSDP on one stage holds
+// more (a gathered slot and an unsharded gradient buffer of the whole stage); so only the
+// two-stage pipeline fits, and the planner says how many candidates it refused.
+TEST(PlanSearch, AModelThatFitsOnlyAsTwoStagesIsPlannedAsTwoStages) {
+  const plan::Workload w = testing::tiny_plan_workload(16);
+  const double replica =
+      2 * 4 * (kLayers * kLayerParams + kExtras) + 8 * (kLayers * kLayerParams / 2 + kExtras);
+  const plan::SearchResult r =
+      plan::search(w, two_nodes(1e12, replica - 1), {.top = 5, .schedules = {}});
+  ASSERT_FALSE(r.best.empty());
+  EXPECT_GT(r.refused_memory, 0);
+  for (const auto& p : r.best) {
+    EXPECT_EQ(p.candidate.stages, 2) << "S=" << p.candidate.stages << " F=" << p.candidate.fsdp;
+    EXPECT_LE(double(p.memory.total()), replica - 1);
+  }
+}
+
+TEST(PlanSearch, NothingFitsIsReportedWithTheSmallestNeed) {
+  const plan::Workload w = testing::tiny_plan_workload(16);
+  const plan::SearchResult r = plan::search(w, two_nodes(1e12, 1e5), {.top = 5, .schedules = {}});
+  EXPECT_TRUE(r.best.empty());
+  EXPECT_EQ(r.refused_memory, r.candidates);
+  EXPECT_GT(double(r.smallest_memory), 1e5);
+}
+
+TEST(PlanSearch, InconsistentInputsAreOneClearError) {
+  const plan::Workload w = testing::tiny_plan_workload(16);
+  EXPECT_NE(testing::error_of([&] {
+              plan::search(w, two_nodes(1e12), {.schedules = {"zigzag"}});
+            }).find("pipeline_schedule='zigzag' is not valid; use circular"),
+            std::string::npos);
+  plan::Cluster odd = two_nodes(1e12);
+  odd.devices = 12;
+  odd.devices_per_node = 8;
+  EXPECT_NE(testing::error_of([&] {
+              plan::search(w, odd, {});
+            }).find("--devices=12 must be a multiple of --devices-per-node=8"),
+            std::string::npos);
+  plan::Cluster three = two_nodes(1e12);
+  three.devices = 3;  // 2 layers: no 3-stage pipeline; F x D = 3 does not divide 4 sequences
+  plan::Workload two_layers = testing::tiny_plan_workload(4);
+  two_layers.model.num_layers = 2;
+  EXPECT_NE(testing::error_of([&] { plan::search(two_layers, three, {}); })
+                .find("no mesh of 3 devices splits a global batch of 4 sequences into whole "
+                      "microbatches with 2 layers"),
+            std::string::npos);
+}
+
+TEST(PlanUnits, ParsesUnitsAndRefusesOthers) {
+  EXPECT_EQ(plan::parse_bytes("--device-memory", "80GiB"), 80.0 * (1 << 30));
+  EXPECT_EQ(plan::parse_bytes("--device-memory", "141GB"), 141e9);
+  EXPECT_EQ(plan::parse_bandwidth("--inter-node-bandwidth", "400Gbit/s"), 50e9);
+  EXPECT_EQ(plan::parse_bandwidth("--intra-node-bandwidth", "450"), 450e9);
+  EXPECT_EQ(plan::parse_count("--global-batch-tokens", "4M"), 4194304.0);
+  EXPECT_EQ(testing::error_of([] { plan::parse_bytes("--device-memory", "80XB"); }),
+            "--device-memory='80XB' has an unknown unit 'XB'; it must be a positive number "
+            "(bytes, with B, KiB, MiB, GiB, TiB, KB, MB, GB or TB)");
+  EXPECT_NE(testing::error_of([] {
+              plan::parse_bandwidth("--intra-node-bandwidth", "-5");
+            }).find("--intra-node-bandwidth='-5' is not valid; it must be a positive number"),
+            std::string::npos);
+}
+
+// The keys printed with a candidate are a run: loaded as a config they give the candidate's mesh
+// and, simulated as `carousel schedule` does, the planner's pipeline time (to the 6 significant
+// digits the costs are printed with).
+TEST(PlanSearch, PrintedKeysReproduceTheScheduleThePlannerRanked) {
+  plan::Workload w = testing::tiny_plan_workload(16);
+  w.model_keys = "model_name=tiny max_target_length=16";
+  plan::Cluster cluster = two_nodes(1e9);
+  cluster.devices = 8;
+  cluster.devices_per_node = 4;
+  const plan::SearchResult r = plan::search(w, cluster, {.top = 5, .schedules = {}});
+  ASSERT_FALSE(r.best.empty());
+  for (const auto& p : r.best) {
+    std::vector<std::string> keys;
+    std::istringstream in(p.keys);
+    for (std::string k; in >> k;) keys.push_back(k);
+    const Config cfg = load_config("", keys).config;
+    EXPECT_EQ(cfg.ici_pipeline_parallelism, p.candidate.stages);
+    EXPECT_EQ(cfg.ici_fsdp_parallelism, p.candidate.fsdp);
+    EXPECT_EQ(cfg.ici_data_parallelism, p.candidate.data);
+    EXPECT_EQ(cfg.global_batch(), 16);
+    const double simulated =
+        schedule::simulate(lowered_program(cfg), schedule_costs(cfg)).step_time;
+    EXPECT_NEAR(simulated, p.pipeline_seconds, 1e-5 * p.pipeline_seconds) << p.keys;
+  }
+}
+
+// `carousel plan --model path/config.json`: the shape of Meta's published Llama-3-8B config.json
+// (values typed in from it, not from our preset) reads as the llama3-8b preset; an architecture
+// carousel does not implement is refused with check_hf_config's message.
+TEST(PlanModelSource, HuggingFaceConfigReadsAsTheModelItDescribes) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("carousel_plan_hf_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"],
+    "model_type": "llama", "hidden_act": "silu", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-05, "rope_theta": 500000.0, "tie_word_embeddings": false})";
+  const ModelConfig m = model_from_hf_config((dir / "config.json").string());
+  const ModelConfig preset = model_preset("llama3-8b");
+  EXPECT_EQ(m.vocab_size, 128256);
+  EXPECT_EQ(m.emb_dim, 4096);
+  EXPECT_EQ(m.num_layers, 32);
+  EXPECT_EQ(m.num_query_heads, 32);
+  EXPECT_EQ(m.num_kv_heads, 8);
+  EXPECT_EQ(m.mlp_dim, 14336);
+  EXPECT_EQ(m.max_target_length, 8192);
+  EXPECT_EQ(m.rope_max_timescale, 500000.0);
+  EXPECT_EQ(parameter_count(m), parameter_count(preset));
+  EXPECT_EQ(model_from_hf_config(dir.string()).emb_dim, 4096);  // the directory works too
+
+  std::ofstream(dir / "config.json") << R"({"model_type": "mistral", "hidden_size": 64,
+    "intermediate_size": 172, "num_attention_heads": 4, "num_hidden_layers": 2,
+    "vocab_size": 256})";
+  EXPECT_NE(testing::error_of([&] {
+              model_from_hf_config(dir.string());
+            }).find("not supported: model_type=\"mistral\""),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] {
+              model_from_hf_config((dir / "absent.json").string());
+            }).find("is not a Hugging Face config.json"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace carousel

@@ -1,0 +1,213 @@
+// test_trainer.cpp — `carousel train` on one device: learning, bitwise reproducibility, exact
+// resume from a checkpoint.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "collectives/rendezvous.h"
+#include "host/config/config.h"
+#include "host/parallel/launch.h"
+#include "host/report/logging.h"
+#include "host/run/trainer.h"
+#include "tests/support/log_capture.h"
+#include "tests/support/sequential_training.h"
+#include "tests/support/test_util.h"
+
+namespace carousel {
+namespace {
+
+namespace fs = std::filesystem;
+
+Config small_run(const std::string& run, std::int64_t steps) {
+  init_logging({.rank = 0, .level = "warn", .file_dir = {}});
+  Config c = load_config("", {"base_num_decoder_layers=2", "max_target_length=32",
+                              "per_device_batch_size=4", "num_pipeline_microbatches=2",
+                              "learning_rate=0.003"})
+                 .config;
+  c.steps = steps;
+  c.base_output_directory = (fs::temp_directory_path() / "carousel_trainer_tests").string();
+  c.run_name = run;
+  c.dataset_type = "text";
+  c.dataset_path = CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt";
+  return c;
+}
+
+std::vector<double> losses(const TrainResult& r) {
+  std::vector<double> out;
+  for (const auto& s : r.steps) out.push_back(s.loss);
+  return out;
+}
+
+std::vector<char> read_bytes(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// One device is the trivial mesh of the executor; it must compute what the sequential model
+// computes: step 0's loss bitwise (same ops per microbatch, summed in the same order; B x T is
+// a power of two, so the mean's scaling is exact either way), the gradient norm to float32
+// rounding (its sum of squares is split per parameter group), later steps within 1e-5.
+TEST(Train, OneDeviceEqualsTheSequentialModel) {
+  for (const char* dtype : {"float32", "bfloat16"}) {
+    Config c = small_run("oracle", 4);
+    c.enable_checkpointing = false;
+    c.dtype = dtype;
+    const auto executor = train(c).steps;
+    const auto oracle = train_sequentially(c);
+    ASSERT_EQ(executor.size(), oracle.size());
+    EXPECT_EQ(executor[0].loss, oracle[0].loss) << dtype;
+    for (std::size_t s = 0; s < oracle.size(); ++s) {
+      EXPECT_NEAR(executor[s].loss, oracle[s].loss, 1e-5 * oracle[s].loss) << dtype << s;
+      EXPECT_NEAR(executor[s].grad_norm, oracle[s].grad_norm, 1e-5 * oracle[s].grad_norm)
+          << dtype << " step " << s;
+    }
+  }
+}
+
+TEST(Train, TwoRunsGiveBitwiseIdenticalLosses) {
+  Config c = small_run("repro", 12);
+  c.enable_checkpointing = false;
+  fs::remove_all(c.run_directory());
+  const auto a = losses(train(c));
+  const auto b = losses(train(c));
+  ASSERT_EQ(a.size(), 12u);
+  EXPECT_EQ(a, b);  // exact: same config and seed give the same bits
+}
+
+// dtype=bfloat16 (emulated on the CPU) learns like float32: losses within 1 % at every step of
+// 12, and is as reproducible.
+TEST(Train, Bfloat16TracksFloat32AndIsReproducible) {
+  Config c = small_run("bf16", 12);
+  c.enable_checkpointing = false;
+  const auto f32 = losses(train(c));
+  c.dtype = "bfloat16";
+  const auto bf16 = losses(train(c));
+  ASSERT_EQ(bf16.size(), f32.size());
+  for (std::size_t i = 0; i < f32.size(); ++i) {
+    EXPECT_NEAR(bf16[i] / f32[i], 1.0, 0.01) << "step " << i;
+  }
+  EXPECT_NE(bf16, f32);  // it did run in bfloat16
+  EXPECT_LT(bf16.back(), bf16.front() - 0.5);
+  EXPECT_EQ(losses(train(c)), bf16);
+}
+
+// Started torchrun-style without mpirun, each process would train the whole job into the same
+// run directory: one clear error instead. Alone, the process is a group of one.
+TEST(Launch, TorchrunStyleStartWithoutMpirunIsAClearError) {
+  if (mpi_launch_size() > 0) GTEST_SKIP() << "this test process was started by mpirun";
+  const char* before = std::getenv("WORLD_SIZE");
+  const std::string saved = before ? before : "";
+  setenv("WORLD_SIZE", "4", 1);
+  const std::string msg = testing::error_of([] { ProcessGroup::join(5.0); });
+  if (before)
+    setenv("WORLD_SIZE", saved.c_str(), 1);
+  else
+    unsetenv("WORLD_SIZE");
+  EXPECT_NE(msg.find("started with WORLD_SIZE=4 (torchrun-style)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("mpirun -np 4 carousel train"), std::string::npos) << msg;
+  if (!before || std::atoi(saved.c_str()) <= 1) {
+    const auto alone = ProcessGroup::join(5.0);
+    EXPECT_EQ(alone->size(), 1);
+    EXPECT_EQ(alone->world(), nullptr);
+  }
+}
+
+// Slurm tasks without an MPI rendezvous (srun without --mpi=pmix) would likewise each run the
+// whole job: refused, naming the srun flag.
+TEST(Launch, SlurmTasksWithoutMpiRendezvousAreAClearError) {
+  if (mpi_launch_size() > 0) GTEST_SKIP() << "this test process was started by mpirun";
+  const char* before = std::getenv("SLURM_NTASKS");
+  const std::string saved = before ? before : "";
+  setenv("SLURM_NTASKS", "8", 1);
+  const std::string msg = testing::error_of([] { ProcessGroup::join(5.0); });
+  if (before)
+    setenv("SLURM_NTASKS", saved.c_str(), 1);
+  else
+    unsetenv("SLURM_NTASKS");
+  EXPECT_NE(msg.find("one of SLURM_NTASKS=8 Slurm tasks"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("srun --mpi=pmix"), std::string::npos) << msg;
+}
+
+TEST(Train, ResumeContinuesExactlyAsTheUninterruptedRun) {
+  // The interrupted run stops after 6 of 10 steps; its learning-rate schedule is that of the
+  // 10-step run (the schedule follows `steps` unless learning_rate_schedule_steps is set).
+  Config straight = small_run("straight", 10);
+  Config resumed = small_run("resumed", 6);
+  straight.learning_rate_schedule_steps = resumed.learning_rate_schedule_steps = 10;
+  fs::remove_all(straight.run_directory());
+  fs::remove_all(resumed.run_directory());
+  const auto full = losses(train(straight));
+
+  resumed.checkpoint_period = 3;
+  const TrainResult first = train(resumed);  // steps 0..5, checkpoints at 3 and 6
+  EXPECT_EQ(first.start_step, 0);
+  resumed.steps = 10;
+  const TrainResult second = train(resumed);  // resumes at 6
+  EXPECT_EQ(second.start_step, 6);
+  ASSERT_EQ(second.steps.size(), 4u);
+  EXPECT_EQ(losses(first), std::vector<double>(full.begin(), full.begin() + 6));
+  EXPECT_EQ(losses(second), std::vector<double>(full.begin() + 6, full.end()));
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_EQ(read_bytes(fs::path(straight.run_directory()) / "checkpoints/10" / file),
+              read_bytes(fs::path(resumed.run_directory()) / "checkpoints/10" / file))
+        << file;
+  }
+}
+
+// Resuming a run directory with another model is refused before any tensor is read, naming
+// the key and both values; another learning rate resumes (with a warning).
+TEST(Train, ResumingAnotherModelIsAClearError) {
+  Config first = small_run("resume_other_model", 2);
+  fs::remove_all(first.run_directory());
+  train(first);
+  Config wider = small_run("resume_other_model", 3);
+  wider.model.mlp_dim = first.model.mlp_dim * 2;
+  const std::string msg = testing::error_of([&] { train(wider); });
+  EXPECT_NE(msg.find("holds another model: base_mlp_dim="), std::string::npos) << msg;
+  Config other_lr = small_run("resume_other_model", 3);
+  other_lr.learning_rate = first.learning_rate * 2;
+  EXPECT_EQ(train(other_lr).start_step, 2);
+}
+
+// What a changed key means on resume is its ResumeClass, a column of the key table: run control
+// (progress_bar, log_period) changes silently, a layout change (remat_policy) is said, a
+// training setting (learning_rate) is warned about.
+TEST(Train, ResumeTreatsEachChangedKeyByItsClass) {
+  Config first = small_run("resume_classes", 2);
+  fs::remove_all(first.run_directory());
+  train(first);
+  Config next = small_run("resume_classes", 3);
+  next.progress_bar = "never";
+  next.log_period = 2;
+  next.remat_policy = "none";
+  next.learning_rate = first.learning_rate * 2;
+  testing::LogCapture log;
+  EXPECT_EQ(train(next).start_step, 2);
+  const std::string text = log.text.str();
+  EXPECT_NE(text.find("differs from the one it was saved with: learning_rate="), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("resuming on another layout (remat_policy=none (saved: full))"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("progress_bar="), std::string::npos) << text;
+  EXPECT_EQ(text.find("log_period="), std::string::npos) << text;
+}
+
+TEST(Train, LoadParametersPathStartsFromACheckpoint) {
+  Config base = small_run("base", 3);
+  fs::remove_all(base.run_directory());
+  train(base);
+  Config fine = small_run("finetune", 2);
+  fs::remove_all(fine.run_directory());
+  fine.enable_checkpointing = false;
+  fine.load_parameters_path = (fs::path(base.run_directory()) / "checkpoints/3").string();
+  Config scratch = fine;
+  scratch.load_parameters_path.clear();
+  // Same data and steps; only the starting parameters differ, so the first loss must differ.
+  EXPECT_NE(losses(train(fine))[0], losses(train(scratch))[0]);
+}
+
+}  // namespace
+}  // namespace carousel
