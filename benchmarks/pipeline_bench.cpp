@@ -184,6 +184,13 @@ std::vector<std::string> split(const std::string& list) {
   return out;
 }
 
+// --schedules all: the registry's rows, in table order.
+std::vector<std::string> registered_schedules() {
+  std::vector<std::string> out;
+  for (const auto& row : schedule::schedules()) out.emplace_back(row.name);
+  return out;
+}
+
 std::vector<int> split_ints(const std::string& flag, const std::string& list) {
   std::vector<int> out;
   for (const auto& item : split(list)) {
@@ -210,7 +217,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> model = {"base_num_decoder_layers=8", "max_target_length=64",
                                     "dataset_type=synthetic"};
   std::vector<std::string> extra;
-  app.add_option("--schedules", schedules, "comma-separated pipeline_schedule values");
+  app.add_option("--schedules", schedules,
+                 "comma-separated pipeline_schedule values, or all (every registered schedule)");
   app.add_option("--stages", stages_list, "comma-separated S values (S = 1: one device)");
   app.add_option("--factors", factors, "M = factor x S, comma-separated");
   app.add_option("--weight-modes", modes, "none (F = 1) | per_use | bsw | once (F = 2)");
@@ -240,7 +248,7 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     const std::int64_t layers = load_config("", model).config.model.num_layers;  // once
     for (const int stages : split_ints("--stages", stages_list)) {
-      for (const auto& schedule : split(schedules)) {
+      for (const auto& schedule : schedules == "all" ? registered_schedules() : split(schedules)) {
         schedule::find_schedule(schedule);  // an unknown name: the error lists the valid ones
         if (stages == 1 && schedule != schedule::one_device_schedule().name)
           continue;  // one device: one program

@@ -79,7 +79,7 @@ fi
 bench_model=(-- max_target_length=256 base_emb_dim=512)
 if wants cpu; then
 run pipeline_bench_cpu "$bin/pipeline_bench" \
-  --schedules gpipe,1f1b,circular,interleaved_1f1b,zb_h1,looped_bfs,interleaved_zb,zbv,dualpipev \
+  --schedules all \
   --stages 2,4 --factors 1,2,4 --batch 16 --json "$out/pipeline_bench_cpu.json" "${bench_model[@]}"
 fi
 if wants cpu_weights; then

@@ -4,6 +4,7 @@
 #include "collectives/rendezvous.h"
 #include "compute/cpu_backend.h"
 #include "cuda/device_info.h"
+#include "host/build_info.h"
 #include "host/cli/commands.h"
 
 namespace carousel {
@@ -14,7 +15,7 @@ int run_info(const InfoOptions& options) {
 #else
   constexpr bool mpi_built = false;
 #endif
-  spdlog::info("carousel {} — build: CUDA backend {}, MPI communicator {}", CAROUSEL_VERSION,
+  spdlog::info("carousel {} — build: CUDA backend {}, MPI communicator {}", build_info::kVersion,
                cuda_built() ? "compiled in" : "not compiled",
                mpi_built ? "compiled in (mpirun -np N carousel train ...)" : "not compiled");
   if (const int launched = mpi_launch_size(); launched > 0) {

@@ -162,6 +162,7 @@ const std::vector<ConfigKey>& config_keys() {
       model_key("base_emb_dim", &ModelConfig::emb_dim, "E, model width"),
       model_key("base_num_decoder_layers", &ModelConfig::num_layers, "N, decoder layers"),
       model_key("base_num_query_heads", &ModelConfig::num_query_heads, "H; head_dim = E/H"),
+      // Run control on resume: validation holds it at -1 or E/H, so it cannot change the model.
       key("head_dim", &Config::head_dim, ResumeClass::RunControl,
           "-1 = E/H; carousel derives the head size, so any other value must equal E/H"),
       model_key("base_num_kv_heads", &ModelConfig::num_kv_heads, "Hkv (grouped-query attention)"),
@@ -267,7 +268,7 @@ const std::vector<ConfigKey>& config_keys() {
           "the CPU emulates it)"),
       key("weight_dtype", &Config::weight_dtype, ResumeClass::Training,
           "master weights, gradients, optimizer state: float32"),
-      key("device", &Config::device, ResumeClass::RunControl,
+      key("device", &Config::device, ResumeClass::Layout,
           "cpu | cuda | auto (cuda when a GPU is visible); with several devices on cuda, device "
           "d is a logical device on GPU d % visible GPUs"),
       key("remat_policy", &Config::remat_policy, ResumeClass::Layout,

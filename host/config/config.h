@@ -130,7 +130,8 @@ struct Config {
 // (host/run/checkpointer.cpp reads this column; docs/config.md lists it).
 enum class ResumeClass {
   Model,       // the model's shape (set by model_name presets): a resumed run keeps it (an error)
-  Layout,      // how the work is split over devices and in time: checkpoints are layout-free (said)
+  Layout,      // how the work is split over devices and in time (mesh, schedule, batch split,
+               // remat, device): checkpoints are layout-free (said)
   RunControl,  // how long, where and how visibly the run goes, and predictions: free to change
   Training,    // the arithmetic of training (data, optimizer, precision, init): a warning
 };

@@ -354,8 +354,9 @@ void Config::validate_pipeline() const {
   } else {
     check_even_stages(*this);
   }
-  // The schedule, by the registry's checks (generate()'s messages). A run on one device generates
-  // no schedule (trainer.cpp), so only the name and its knobs are checked there.
+  // The schedule, by the registry's checks (generate()'s messages). A run on one device runs the
+  // registry's one-device program (host/config/schedule_config.cpp), not the named schedule, so
+  // only the name and its knobs are checked there.
   const schedule::ScheduleSpec spec = schedule_spec(*this);
   if (num_devices() > 1) {
     schedule::check_schedule(spec);

@@ -24,7 +24,6 @@ namespace carousel {
 class StepTrace {
  public:
   using Clock = std::chrono::steady_clock;
-  StepTrace() = default;
   // rank: the global rank (the trace's process); ring: which stage ring it sends on (replica
   // and FSDP index), so flow arrows join only the ranks of one ring.
   StepTrace(int rank, int ring) : rank_(rank), ring_(ring) {}

@@ -5,12 +5,6 @@
 
 namespace carousel {
 
-Evaluator::Evaluator(const Config& cfg) : cfg_(cfg) {
-  if (cfg.eval_interval <= 0) return;
-  data_ = make_eval_data_loader(cfg);
-  batches_ = eval_batches(cfg, *data_);
-}
-
 std::optional<double> Evaluator::after_step(std::int64_t step, RankExecutor& executor,
                                             Communicator& world, Backend& be,
                                             FlightRecorder& recorder) const {

@@ -1,12 +1,11 @@
 // evaluator.h — the held-out loss every eval_interval steps and after the last step.
 //
-// The eval data (eval_dataset_path, or synthetic) is opened once per process and read by its
-// ranks; each evaluation runs batches 0 .. eval_batches - 1 forward only through the rank's
+// The eval data (eval_dataset_path, or synthetic) is opened once per process (RunPlan) and read
+// by its ranks; each evaluation runs batches 0 .. eval_batches - 1 forward only through the rank's
 // executor (host/parallel/rank_executor.h) and sums the ranks' shares over the world.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <optional>
 
 #include "collectives/communicator.h"
@@ -19,7 +18,10 @@ namespace carousel {
 
 class Evaluator {
  public:
-  explicit Evaluator(const Config& cfg);  // opens the eval data when eval_interval > 0
+  // `data`: the eval data (RunPlan::eval_data, null for none; it must outlive the evaluator),
+  // read `batches` batches per evaluation.
+  Evaluator(const Config& cfg, const DataLoader* data, std::int64_t batches)
+      : cfg_(cfg), data_(data), batches_(batches) {}
 
   // After 0-based `step`: the mean token loss over the eval batches when an evaluation is due
   // (the same on every rank), else nullopt. Collective over `world` when due.
@@ -28,8 +30,8 @@ class Evaluator {
 
  private:
   const Config& cfg_;
-  std::unique_ptr<DataLoader> data_;  // null: no evaluation
-  std::int64_t batches_ = 0;
+  const DataLoader* data_;  // null: no evaluation
+  std::int64_t batches_;
 };
 
 }  // namespace carousel

@@ -62,6 +62,10 @@ RunPlan plan_run(const Config& cfg, Communicator* process_world) {
                        : choose_transport(cfg, plan.mesh.ranks(), machine);
   plan.tokenizer = read_run_tokenizer(cfg);
   plan.data = make_data_loader(cfg);
+  if (cfg.eval_interval > 0) {
+    plan.eval_data = make_eval_data_loader(cfg);
+    plan.eval_batches = eval_batches(cfg, *plan.eval_data);
+  }
   log_plan(cfg, plan, process_world);
   return plan;
 }

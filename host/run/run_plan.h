@@ -3,8 +3,8 @@
 //
 // plan_run() checks the mesh against the config (and the mpirun job), lowers the schedule
 // (validated and deadlock-free, host/config/schedule_config.h), chooses how the ranks talk
-// (host/parallel/mesh.h; under mpirun the processes agree on it first), opens the tokenizer and
-// the training data once for the ranks of this process, and logs the plan.
+// (host/parallel/mesh.h; under mpirun the processes agree on it first), opens the tokenizer, the
+// training data and the eval data once for the ranks of this process, and logs the plan.
 #pragma once
 
 #include <memory>
@@ -25,6 +25,8 @@ struct RunPlan {
   TransportChoice transport;
   std::optional<TokenizerInfo> tokenizer;  // tokenizer_path's, carried into checkpoints
   std::unique_ptr<DataLoader> data;        // reading is const: shared by the process's ranks
+  std::unique_ptr<DataLoader> eval_data;   // eval_interval > 0: the held-out data, else null
+  std::int64_t eval_batches = 0;           // batches per evaluation (eval_steps, or the split)
 };
 
 // process_world: nullptr when the ranks are threads of this process; else this process's place

@@ -17,16 +17,16 @@ bool StopAgreement::agree(std::int64_t step, int rank, Communicator& world, Back
   world.all_reduce(flag, flag, ReduceOp::Sum).wait();
   const bool stop = be.to_host<std::int32_t>(flag)[0] > 0;
   recorder.complete();
-  if (stop) stopped_ = true;
+  if (stop) stopped_after_ = step + 1;
   return stop;
 }
 
 void StopAgreement::finish(const Config& cfg, TrainResult& result) const {
-  if (!stopped_) return;
+  if (stopped_after_ < 0) return;
   result.stopped_by_signal = true;
+  if (!reports_) return;
   spdlog::warn("stopped by {} after step {} of {}{}; run the same command to resume",
-               signal_name(StopSignals::received()),
-               result.start_step + std::int64_t(result.steps.size()), cfg.steps,
+               signal_name(StopSignals::received()), stopped_after_.load(), cfg.steps,
                cfg.enable_checkpointing ? ", checkpoint saved"
                                         : " (enable_checkpointing=false: nothing saved)");
 }

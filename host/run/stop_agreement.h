@@ -20,20 +20,23 @@ namespace carousel {
 class StopAgreement {
  public:
   // Installs the signal handlers for the run. `ranks_are_processes`: under mpirun (each process
-  // hosts one rank, and each raises the faults tests inject into it).
-  explicit StopAgreement(bool ranks_are_processes) : ranks_are_processes_(ranks_are_processes) {}
+  // hosts one rank, and each raises the faults tests inject into it). `reports`: this process
+  // says that the run stopped (world rank 0's).
+  StopAgreement(bool ranks_are_processes, bool reports)
+      : ranks_are_processes_(ranks_are_processes), reports_(reports) {}
 
   // After 0-based `step`: whether every rank stops now. Collective over `world`.
   bool agree(std::int64_t step, int rank, Communicator& world, Backend& be,
              FlightRecorder& recorder);
 
-  // After the ranks ended: marks the result and says how the run can go on.
+  // After the ranks ended: marks the result and (when this process reports) says after which
+  // step the run stopped and how it goes on.
   void finish(const Config& cfg, TrainResult& result) const;
 
  private:
   const StopSignals signals_;
-  bool ranks_are_processes_;
-  std::atomic<bool> stopped_{false};
+  bool ranks_are_processes_, reports_;
+  std::atomic<std::int64_t> stopped_after_{-1};  // the steps done when the ranks agreed; -1: none
 };
 
 }  // namespace carousel

@@ -1,5 +1,5 @@
 // train_result.h — what a call of train() returns: where the run went, its steps' metrics, and
-// what its components measured (filled by each component: host/run/trainer.h lists them).
+// what its components measured (each fills its own fields; docs/architecture.md lists them).
 #pragma once
 
 #include <cstddef>

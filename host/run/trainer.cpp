@@ -79,7 +79,7 @@ TrainResult train(const Config& requested, Communicator* process_world) {
   TrainResult result;
   result.run_directory = cfg.run_directory();
   const int ranks = plan.mesh.ranks();
-  const Evaluator evaluator(cfg);
+  const Evaluator evaluator(cfg, plan.eval_data.get(), plan.eval_batches);
   Checkpointer checkpointer(cfg, ranks, process_world ? process_world->size() : 1,
                             plan.tokenizer ? &*plan.tokenizer : nullptr, result);
   std::unique_ptr<StepReporter> reporter;  // world rank 0 reports
@@ -92,7 +92,8 @@ TrainResult train(const Config& requested, Communicator* process_world) {
   }
   Profiler profiler(cfg, plan.mesh, result.start_step);
   RankMonitor monitor(plan.mesh, process_world);
-  StopAgreement stop(process_world != nullptr);  // SIGTERM / SIGINT: finish the step, save, exit 0
+  StopAgreement stop(process_world != nullptr,
+                     reporter != nullptr);  // SIGTERM / SIGINT: finish the step, save, exit 0
   const Run run{cfg,  plan,           checkpointer, evaluator, profiler,
                 stop, reporter.get(), monitor,      result};
   try {

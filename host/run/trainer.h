@@ -4,11 +4,11 @@
 // is the trivial mesh 1 x 1 x 1, whose program runs the whole model as one stage and the
 // microbatches one after the other (gradient accumulation). Every rank builds the same lowered
 // program (host/schedule), owns its parameters (host/parallel/sharded_params.h) and walks its
-// instructions (host/parallel/rank_executor.h). Around the steps, the loop here does, once for
-// every mesh: resume from the newest checkpoint of the run directory or start from
-// load_parameters_path or the initial values, time and report each step (rank 0), and write
-// checkpoints on their cadence (the whole-model files a single-device run writes, so any layout
-// resumes any other, bitwise when the layout is the same).
+// instructions (host/parallel/rank_executor.h). Around the steps, train() sequences the run's
+// components, the same for every mesh, each in its own file of host/run/ and owning its cadence:
+// the plan (run_plan.h), the starting point and checkpoints (checkpointer.h), evaluation
+// (evaluator.h), profiling (profiler.h), the agreement to stop (stop_agreement.h), the step
+// report (step_report.h) and what is known of each rank (rank_monitor.h).
 #pragma once
 
 #include <cstdint>

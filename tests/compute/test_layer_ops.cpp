@@ -2,9 +2,8 @@
 //
 // For each op (RMSNorm, RoPE, attention in GQA/MHA/MQA layouts, SwiGLU, GELU, embedding,
 // cross-entropy) with odd, prime-sized shapes:
-//   * the float64 forward equals the naive reference (tests/support/reference.h) to 1e-12 relative
-//   and
-//     the float32 forward to 1e-5 relative;
+//   * the float64 forward equals the naive reference (tests/support/reference.h) to 1e-12
+//     relative and the float32 forward to 1e-5 relative;
 //   * the float64 backward equals central finite differences of the float64 forward
 //     (step 1e-6; truncation + rounding error ~1e-9, so rtol 1e-6, atol 1e-8);
 //   * the float32 backward equals the float64 backward to rtol 2e-4 / atol 2e-5;

@@ -28,7 +28,8 @@ class ForwardingCommunicator : public Communicator {
   }
 
  protected:
-  // The checked operations (Communicator's front checked the arguments already).
+  // The checked operations: they go through the inner communicator's front again (the same
+  // checks, so the same messages).
   Event do_all_gather(const Tensor& send, const Tensor& recv) override {
     return inner_->all_gather(send, recv);
   }

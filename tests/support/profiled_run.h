@@ -1,6 +1,6 @@
 // profiled_run.h — the keys of one small profiled run (tiny Llama, 4 layers, 1f1b on 2 stages,
 // 4 microbatches, the last 2 of 4 steps traced), whose trace calibrates costs for the tests of
-// host/cost_calibration and of the planner's --costs-file.
+// host/report/cost_calibration and of the planner's --costs-file.
 #pragma once
 
 #include <string>
