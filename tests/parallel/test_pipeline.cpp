@@ -20,32 +20,16 @@
 #include "host/report/logging.h"
 #include "host/run/trainer.h"
 #include "host/schedule/passes.h"
+#include "tests/support/pipeline_equivalence.h"
 #include "tests/support/sequential_training.h"
 
 namespace carousel {
 namespace {
 
-// Every run here trains on a global batch of 8 sequences, whatever its number of devices
-// (B = per_device_batch_size x devices, as in MaxText).
-Config with_global_batch_8(Config c) {
-  c.per_device_batch_size = 8.0 / double(c.num_devices());
-  c.validate();
-  return c;
-}
-
-Config run_config(std::vector<std::string> overrides) {
-  init_logging({.rank = 0, .level = "warn", .file_dir = {}});
-  std::vector<std::string> base = {"max_target_length=16",
-                                   "steps=3",
-                                   "enable_checkpointing=false",
-                                   "learning_rate=0.003",
-                                   "dataset_type=text",
-                                   "dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt",
-                                   "base_output_directory=/tmp/carousel_pipeline_tests",
-                                   "run_name=pipeline"};
-  base.insert(base.end(), overrides.begin(), overrides.end());
-  return with_global_batch_8(load_config("", base).config);
-}
+using testing::PipelineCase;
+using testing::PipelineEquivalence;
+using testing::run_config;
+using testing::with_global_batch_8;
 
 std::vector<StepMetrics> run(const Config& cfg) { return train(cfg).steps; }
 
@@ -69,20 +53,6 @@ TrainResult resume_on_one_device(const Config& pipeline, const std::string& run_
            fs::copy_options::recursive);
   return train(single);
 }
-
-struct PipelineCase {
-  std::string name;
-  std::vector<std::string> keys;  // pipeline keys; the reference drops S, F, keeps M and layers
-  // Relative tolerance of step 0's loss and gradient norm; 0: the loss is bitwise equal. With
-  // FSDP each rank computes part of a microbatch (other GEMM shapes, a split loss sum), so
-  // step 0 agrees to float32 rounding (1e-6); in bfloat16 those float32 differences sometimes
-  // flip a bf16 rounding (2^-8 of that element), 1e-4.
-  double first_rtol = 0;
-};
-
-void PrintTo(const PipelineCase& c, std::ostream* os) { *os << c.name; }
-
-class PipelineEquivalence : public ::testing::TestWithParam<PipelineCase> {};
 
 TEST_P(PipelineEquivalence, LossesMatchTheSingleDeviceRun) {
   const PipelineCase& c = GetParam();
@@ -306,39 +276,7 @@ INSTANTIATE_TEST_SUITE_P(
         PipelineCase{
             "tied_zbv_S2",
             {"ici_pipeline_parallelism=2", "num_layers_per_pipeline_stage=2",
-             "pipeline_schedule=zbv", "num_pipeline_microbatches=4", "logits_via_embedding=true"}},
-        // dualpipev: zbv's V, overlapped F&B pairs (run back to back here), full backwards in
-        // the pairs and I/W splits at the ends, the Ws of different stages in one FIFO.
-        PipelineCase{"dualpipev_S2_L2_M4",
-                     {"ici_pipeline_parallelism=2", "num_layers_per_pipeline_stage=2",
-                      "pipeline_schedule=dualpipev", "num_pipeline_microbatches=4"}},
-        PipelineCase{"dualpipev_S4_M8",
-                     {"ici_pipeline_parallelism=4", "pipeline_schedule=dualpipev",
-                      "num_pipeline_microbatches=8"}},
-        PipelineCase{"fsdp_dualpipev_S2_F2_gather_every_use",
-                     {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
-                      "num_layers_per_pipeline_stage=2", "pipeline_schedule=dualpipev",
-                      "num_pipeline_microbatches=4"},
-                     1e-6},
-        PipelineCase{"fsdp_dualpipev_S2_F2_bsw",
-                     {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
-                      "num_layers_per_pipeline_stage=2", "pipeline_schedule=dualpipev",
-                      "num_pipeline_microbatches=4", "pipeline_fsdp_ag_per_repeat=true"},
-                     1e-6},
-        PipelineCase{"fsdp_dualpipev_S2_F2_ag_once",
-                     {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
-                      "num_layers_per_pipeline_stage=2", "pipeline_schedule=dualpipev",
-                      "num_pipeline_microbatches=4", "pipeline_fsdp_ag_once=true"},
-                     1e-6},
-        PipelineCase{"dualpipev_D2_S2",
-                     {"ici_data_parallelism=2", "ici_pipeline_parallelism=2",
-                      "num_layers_per_pipeline_stage=2", "pipeline_schedule=dualpipev",
-                      "num_pipeline_microbatches=4"},
-                     1e-6},
-        PipelineCase{"tied_dualpipev_S2",
-                     {"ici_pipeline_parallelism=2", "num_layers_per_pipeline_stage=2",
-                      "pipeline_schedule=dualpipev", "num_pipeline_microbatches=4",
-                      "logits_via_embedding=true"}}),
+             "pipeline_schedule=zbv", "num_pipeline_microbatches=4", "logits_via_embedding=true"}}),
     [](const auto& info) { return info.param.name; });
 
 // The executor gathers exactly what the schedule's lowering (and so `carousel schedule`)
