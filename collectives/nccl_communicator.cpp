@@ -84,6 +84,7 @@ class NcclCommunicator final : public Communicator {
     stop_ = true;
     watchdog_.join();
     cudaSetDevice(gpu_);
+    finish_or_abort();
     cudaStreamSynchronize(stream_);
     destroy_retired_events(gpu_);
     cudaFree(barrier_buffer_);
@@ -275,20 +276,51 @@ class NcclCommunicator final : public Communicator {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - pending_.front().issued)
               .count();
       if (async == ncclSuccess && age < timeout_) continue;
-      const std::string why =
-          async != ncclSuccess
-              ? fmt::format("NCCL reported {} ({})", int(async), ncclGetErrorString(async))
-              : fmt::format("timed out after {} s", timeout_);
-      ncclCommAbort(comm_);
-      aborted_ = true;
-      abort_reason_ = why;
-      for (auto& p : pending_) {
-        p.event.complete(std::make_exception_ptr(Error(fmt::format(
-            "rank {}: {} on NCCL communicator '{}' failed: {}; the communicator was aborted", rank_,
-            p.what, name_, why))));
-      }
-      pending_.clear();
+      abort_pending(async != ncclSuccess ? fmt::format("NCCL reported {} ({})", int(async),
+                                                       ncclGetErrorString(async))
+                                         : fmt::format("timed out after {} s", timeout_));
     }
+  }
+
+  // Aborts the communicator and fails every pending operation with `why`. mutex_ is held.
+  void abort_pending(const std::string& why) {
+    ncclCommAbort(comm_);
+    aborted_ = true;
+    abort_reason_ = why;
+    for (auto& p : pending_) {
+      p.event.complete(std::make_exception_ptr(Error(
+          fmt::format("rank {}: {} on NCCL communicator '{}' failed: {}; the communicator was "
+                      "aborted",
+                      rank_, p.what, name_, why))));
+    }
+    pending_.clear();
+  }
+
+  // The destructor's wait for the stream, with the watchdog's rule (the watchdog is joined): a
+  // rank unwinding from a failure may leave an operation whose peer never comes, and waiting for
+  // it would hang the process, so an asynchronous NCCL error, or the collective timeout counted
+  // from the oldest pending operation, aborts the communicator instead. A normal end finds the
+  // stream done (every operation was waited for) and returns at once.
+  void finish_or_abort() {
+    std::lock_guard lock(mutex_);
+    if (aborted_) return;
+    pending_.remove_if([](const Pending& p) { return p.done->load(); });
+    const auto since =
+        pending_.empty() ? std::chrono::steady_clock::now() : pending_.front().issued;
+    while (cudaStreamQuery(stream_) == cudaErrorNotReady) {
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      const double age =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+      if (async != ncclSuccess || age >= timeout_) {
+        abort_pending(fmt::format(
+            "still pending when the communicator was destroyed ({})",
+            async != ncclSuccess ? ncclGetErrorString(async) : "collective timeout reached"));
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    cudaGetLastError();  // a failed query must not leave a sticky error for the next CUDA call
   }
 
   ncclComm_t comm_;

@@ -29,12 +29,19 @@ using gpu::kThreads;
 // so a training step reuses memory without cudaMalloc's device-wide synchronisation. A free is
 // ordered after the work queued on the stream so far; a tensor that another stream uses (NCCL)
 // must stay alive until that work's Event has completed (the executor keeps such buffers).
+// A GPU (or a virtualised one) without memory pools gets plain cudaMalloc / cudaFree, which
+// synchronise, and a warning. Out of memory is DeviceAllocator's error (the rank's device, the
+// size, what is in use); any other CUDA failure to allocate is an error naming CUDA's reason.
 // Accounting (current / peak bytes) is DeviceAllocator's, as on the CPU.
 class CudaAllocator final : public DeviceAllocator {
  public:
   CudaAllocator(int gpu, int logical) : DeviceAllocator(DeviceKind::CUDA, logical, 0), gpu_(gpu) {
     CUDA_CHECK(cudaSetDevice(gpu_));
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    int pools = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, gpu_));
+    pooled_ = pools != 0;  // else cudaMalloc (make_device_backend warns: device_info.h)
+    if (!pooled_) return;
     cudaMemPool_t pool = nullptr;
     CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, gpu_));
     std::uint64_t keep_everything = UINT64_MAX;
@@ -65,16 +72,26 @@ class CudaAllocator final : public DeviceAllocator {
   void* raw_allocate(std::size_t bytes) override {
     CUDA_CHECK(cudaSetDevice(gpu_));
     void* p = nullptr;
-    return cudaMallocAsync(&p, bytes, stream_) == cudaSuccess ? p : (cudaGetLastError(), nullptr);
+    const cudaError_t rc = pooled_ ? cudaMallocAsync(&p, bytes, stream_) : cudaMalloc(&p, bytes);
+    if (rc == cudaSuccess) return p;
+    cudaGetLastError();  // clear the sticky-free error state this call left
+    CAROUSEL_CHECK(rc == cudaErrorMemoryAllocation, "allocating {} on GPU {} failed: {} ({})",
+                   format_bytes(bytes), gpu_, cudaGetErrorString(rc), cudaGetErrorName(rc));
+    return nullptr;  // out of memory: DeviceAllocator's error says how much was in use
   }
   void raw_free(void* p) override {
     cudaSetDevice(gpu_);
-    cudaFreeAsync(p, stream_);  // no throw on the destructors' path
+    if (pooled_) {
+      cudaFreeAsync(p, stream_);  // no throw on the destructors' path
+    } else {
+      cudaFree(p);
+    }
   }
 
  private:
   int gpu_;
   cudaStream_t stream_ = nullptr;
+  bool pooled_ = true;  // cudaMallocAsync (else cudaMalloc)
 };
 
 cudaDataType_t cublas_type(DType t) {
@@ -130,6 +147,7 @@ class CudaBackend final : public Backend {
     });
   }
   void do_copy(const Tensor& src, const Tensor& dst) override {
+    CUDA_CHECK(cudaSetDevice(gpu_));
     CUDA_CHECK(
         cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
   }

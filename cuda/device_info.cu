@@ -26,7 +26,9 @@ CudaDevices list_cuda_devices() {
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop{};
     CUDA_CHECK(cudaGetDeviceProperties(&prop, i));
-    out.devices.push_back({i, prop.name, prop.totalGlobalMem, prop.major, prop.minor});
+    int pools = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, i));
+    out.devices.push_back({i, prop.name, prop.totalGlobalMem, prop.major, prop.minor, pools != 0});
   }
   return out;
 }

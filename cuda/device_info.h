@@ -15,6 +15,7 @@ struct CudaDeviceInfo {
   std::string name;
   std::size_t total_memory = 0;
   int cc_major = 0, cc_minor = 0;
+  bool memory_pools = true;  // stream-ordered allocation (cudaMallocAsync); else cudaMalloc
 };
 
 struct CudaDevices {

@@ -22,52 +22,83 @@ esac
 wants() { [ "$part" = "$1" ] || [ "$part" = all ]; }
 out=${OUT:-.gpu/out}
 mkdir -p "$out" /tmp/carousel
-tar -C /tmp/carousel -xJf .gpu/bundle.tar.xz
+tar -C /tmp/carousel -xJf .gpu/bundle.tar.xz || {
+  echo "gpu_checks.sh: cannot unpack .gpu/bundle.tar.xz (run scripts/gpu_bundle.sh here first)" >&2
+  exit 2
+}
 bin=/tmp/carousel/bin
-# The machine's CUDA libraries (cuBLAS, NCCL): the toolkit's, or the pip wheels PyTorch uses.
+# The machine's CUDA libraries (cuBLAS, NCCL): the toolkit's, or the pip wheels PyTorch uses
+# (found through python3's site-packages, and at the image's usual venv should python3 be
+# another one).
 cuda_libs=$(ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib 2>/dev/null | tr '\n' ':')
 py_libs=$(python3 - 2>/dev/null <<'PY'
 import glob, site
 print(":".join(d for p in site.getsitepackages() for d in sorted(glob.glob(p + "/nvidia/*/lib"))))
 PY
 )
-export LD_LIBRARY_PATH=/tmp/carousel/lib:${cuda_libs}${py_libs}:${LD_LIBRARY_PATH:-}
+venv_libs=$(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib 2>/dev/null | tr '\n' ':')
+export LD_LIBRARY_PATH=/tmp/carousel/lib:${cuda_libs}${py_libs}:${venv_libs}${LD_LIBRARY_PATH:-}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}  # NCCL says why when it fails
+# Which cuBLAS / NCCL each binary loads, and any library not found (a binary that cannot load
+# fails every part that runs it: say so first).
+for b in "$bin"/*; do
+  ldd "$b" | grep -E "not found|cublas|nccl" | sed "s|^|$(basename "$b"): |"
+done > "$out/libs.txt"
+grep "not found" "$out/libs.txt" && echo "gpu_checks.sh: libraries missing (above)"
 
-run() {  # run NAME COMMAND...: log to $out/NAME.log, print its tail
-  echo "== $1"
-  local name=$1
-  shift
-  "$@" >"$out/$name.log" 2>&1
-  echo "exit $?"
+# run NAME SECONDS COMMAND...: log to $out/NAME.log with a time limit (a hang costs its part, not
+# the device call), print the log's tail, and add a row to $out/summary.md. The parts share one
+# budget (a device call may run 600 s): a part gets at most what is left, and none when under
+# 15 s are.
+budget=${GPU_CHECKS_BUDGET:-570}
+echo "| part | exit | seconds |" > "$out/summary.md"
+echo "|---|---|---|" >> "$out/summary.md"
+run() {
+  local name=$1 limit=$2
+  shift 2
+  local left=$((budget - SECONDS))
+  if [ $left -lt 15 ]; then
+    echo "== $name: skipped, ${left} s of the ${budget} s budget left"
+    echo "| $name | skipped (budget) | 0 |" >> "$out/summary.md"
+    return
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  echo "== $name (limit ${limit} s)"
+  local start=$SECONDS
+  timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
+  local rc=$?
+  [ $rc -eq 124 ] && echo "(timed out after $limit s)" >> "$out/$name.log"
+  echo "exit $rc"
   tail -n 25 "$out/$name.log"
+  echo "| $name | $rc | $((SECONDS - start)) |" >> "$out/summary.md"
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 lscpu > "$out/cpu.txt" 2>&1
 export CAROUSEL_TEST_DATA_DIR=$PWD/tests/data
 if wants checks; then
-run gpu_tests "$bin/test_cuda_backend"
-run pipeline_gpu "$bin/test_pipeline_gpu"
-run nccl_tests "$bin/test_nccl"
-run op_bench "$bin/op_bench" --benchmark_filter=Cuda --benchmark_min_time=0.5
-run train_cuda_f32 "$bin/carousel" train configs/demo.yml ici_pipeline_parallelism=1 \
+run gpu_tests 90 "$bin/test_cuda_backend"
+run pipeline_gpu 180 "$bin/test_pipeline_gpu"
+run nccl_tests 120 "$bin/test_nccl"
+run op_bench 90 "$bin/op_bench" --benchmark_filter=Cuda --benchmark_min_time=0.5
+run train_cuda_f32 120 "$bin/carousel" train configs/demo.yml ici_pipeline_parallelism=1 \
   ici_fsdp_parallelism=1 per_device_batch_size=8 num_pipeline_microbatches=1 device=cuda \
   steps=20 log_period=5 base_output_directory=/tmp/carousel/out run_name=f32
-run train_cuda_bf16 "$bin/carousel" train configs/demo.yml ici_pipeline_parallelism=1 \
+run train_cuda_bf16 120 "$bin/carousel" train configs/demo.yml ici_pipeline_parallelism=1 \
   ici_fsdp_parallelism=1 per_device_batch_size=8 num_pipeline_microbatches=1 device=cuda \
   dtype=bfloat16 steps=20 log_period=5 base_output_directory=/tmp/carousel/out run_name=bf16
-run nccl_all_reduce "$bin/all_reduce_perf" --backend nccl -g 1 -b 8 -e 256M -f 4
+run nccl_all_reduce 90 "$bin/all_reduce_perf" --backend nccl -g 1 -b 8 -e 256M -f 4
 # The executor on 4 logical devices of one GPU (in-process transport): the Buffer Sliding
 # Window's gathers against compute in a measured trace (profiler_steps), copied to $out.
-run trace_logical_bsw "$bin/carousel" train configs/demo.yml device=cuda steps=4 \
+run trace_logical_bsw 90 "$bin/carousel" train configs/demo.yml device=cuda steps=4 \
   profiler_steps=2 enable_checkpointing=false base_output_directory=/tmp/carousel/out run_name=trace
 cp /tmp/carousel/out/trace/trace.json "$out/trace_logical_bsw.json" 2>/dev/null
 fi
 if wants llama; then
-# A llama of about 1.1B parameters in bfloat16 on one GPU (one rank: the NCCL transport with one
-# rank): step time, tokens/s and model FLOP/s in the step lines.
-run llama_1b_bf16 timeout 540 "$bin/carousel" train model_name=tiny vocab_size=32000 \
+# A llama of about 1.1B parameters in bfloat16 on one GPU (one rank: the in-process transport, no
+# NCCL): step time, tokens/s and model FLOP/s in the step lines.
+run llama_1b_bf16 540 "$bin/carousel" train model_name=tiny vocab_size=32000 \
   base_emb_dim=2048 base_num_decoder_layers=20 base_num_query_heads=16 base_num_kv_heads=16 \
   base_mlp_dim=5504 max_target_length=2048 per_device_batch_size=4 num_pipeline_microbatches=4 \
   dtype=bfloat16 device=cuda steps=4 log_period=1 enable_checkpointing=false \
@@ -78,12 +109,13 @@ fi
 # 2-core development VM cannot make at S = 4.
 bench_model=(-- max_target_length=256 base_emb_dim=512)
 if wants cpu; then
-run pipeline_bench_cpu "$bin/pipeline_bench" \
+run pipeline_bench_cpu 560 "$bin/pipeline_bench" \
   --schedules all \
   --stages 2,4 --factors 1,2,4 --batch 16 --json "$out/pipeline_bench_cpu.json" "${bench_model[@]}"
 fi
 if wants cpu_weights; then
-run pipeline_bench_cpu_weights "$bin/pipeline_bench" --schedules 1f1b,circular,zbv --stages 2,4 \
+run pipeline_bench_cpu_weights 560 "$bin/pipeline_bench" --schedules 1f1b,circular,zbv --stages 2,4 \
   --factors 2 --weight-modes none,per_use,bsw,once --batch 16 \
   --json "$out/pipeline_bench_cpu_weights.json" "${bench_model[@]}"
 fi
+cat "$out/summary.md"

@@ -148,6 +148,13 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
     if (my_rank >= 0) return fn(my_rank);
     run_ranks(ranks, fn);
   };
+  // Destroying NCCL communicators is collective within a node: each rank's thread destroys its
+  // own, all at once, however this function returns (the main thread destroying them one after
+  // another would wait forever in the first for the second).
+  struct InRankThreads {
+    std::function<void()> run;
+    ~InRankThreads() { run(); }
+  } destroy_communicators{[&] { for_local_ranks([&](int r) { comms[r].reset(); }); }};
   std::vector<double> pids(ranks, 0);
   try {
     std::unique_ptr<LocalWorld> local;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <omp.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -51,8 +52,16 @@ bool runs_on_gpus(const Config& cfg) {
 
 std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank) {
   if (runs_on_gpus(cfg)) {
-    const int visible = std::max<int>(1, int(list_cuda_devices().devices.size()));
-    return make_cuda_backend(rank % visible, rank);
+    const CudaDevices gpus = list_cuda_devices();
+    const int visible = std::max<int>(1, int(gpus.devices.size()));
+    const int gpu = rank % visible;
+    if (rank < visible && gpu < int(gpus.devices.size()) && !gpus.devices[gpu].memory_pools) {
+      spdlog::warn(
+          "GPU {} ({}) has no stream-ordered memory pools: device memory comes from "
+          "cudaMalloc / cudaFree, which synchronise the device (slower steps)",
+          gpu, gpus.devices[gpu].name);
+    }
+    return make_cuda_backend(gpu, rank);
   }
   return std::make_unique<CpuBackend>(rank);
 }
@@ -83,6 +92,11 @@ TransportChoice choose_transport(const Config& cfg, int ranks, const MachineView
     return {Transport::Nccl,
             "ranks are mpirun processes, one GPU each: NCCL communicators "
             "bootstrapped over MPI"};
+  }
+  if (ranks == 1) {  // nothing moves between GPUs: no NCCL start-up (sockets, topology, buffers)
+    return {Transport::Local,
+            "one GPU device: nothing to exchange between GPUs (in-process "
+            "communicator, no NCCL)"};
   }
   if (ranks <= machine.visible_gpus && machine.nccl_built) {
     return {Transport::Nccl,

@@ -47,8 +47,9 @@ TEST(Mesh, TransportFollowsDevicesGpusAndLaunch) {
       {"cpu", 1, {0, false, 1, 1}, Transport::Local, "one CPU device"},
       {"cpu", 4, {8, true, 1, 1}, Transport::Local, "threads of this process on CPU"},
       {"cpu", 4, {0, false, 4, 4}, Transport::Mpi, "mpirun processes on CPU"},
-      {"auto", 4, {0, true, 1, 1}, Transport::Local, "CPU devices"},  // auto without a GPU
-      {"cuda", 1, {1, true, 1, 1}, Transport::Nccl, "1 rank(s) on 1 visible GPU(s)"},
+      {"auto", 4, {0, true, 1, 1}, Transport::Local, "CPU devices"},     // auto without a GPU
+      {"cuda", 1, {1, true, 1, 1}, Transport::Local, "one GPU device"},  // one GPU: no NCCL
+      {"cuda", 2, {2, true, 1, 1}, Transport::Nccl, "2 rank(s) on 2 visible GPU(s)"},
       {"cuda", 8, {8, true, 1, 1}, Transport::Nccl, "one GPU each"},
       {"auto", 4, {1, true, 1, 1}, Transport::Local, "4 ranks on 1 visible GPU(s)"},
       {"cuda", 2, {2, false, 1, 1}, Transport::Local, "this build has no NCCL"},
