@@ -11,10 +11,12 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <optional>
 
 #include "compute/cpu/omp_wait_policy.h"
 #include "compute/error.h"
 #include "host/cli/commands.h"
+#include "host/reliability/stop_signals.h"
 #include "host/report/logging.h"
 #include "host/schedule/registry.h"
 
@@ -70,6 +72,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {  // --help exits 0; a usage mistake is exit code 2
     return app.exit(e) == 0 ? 0 : 2;
   }
+  // `carousel train`: the stop signals first, so a SIGTERM or SIGHUP during start-up (config,
+  // data, resume) is a clean stop after the first step, not the default action.
+  std::optional<carousel::StopSignals> stop_signals;
+  if (train_cmd->parsed() && !help_keys) stop_signals.emplace();
   try {
     carousel::init_logging({.rank = 0, .level = log_level, .file_dir = {}});
     if (info_cmd->parsed()) return carousel::run_info(info);

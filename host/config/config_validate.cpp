@@ -249,6 +249,14 @@ void Config::validate() const {
                  "run_name='{}' must be a name without '/' (and not . or ..), or empty for a new "
                  "run directory named after the model and the time",
                  run_name);
+  // A control character (a newline, an escape) makes a directory name no listing or shell shows
+  // as typed; the message shows the name with the characters escaped.
+  const auto control = std::find_if(run_name.begin(), run_name.end(),
+                                    [](unsigned char c) { return c < 0x20 || c == 0x7f; });
+  CAROUSEL_CHECK(control == run_name.end(),
+                 "run_name={:?} holds a control character (byte {:#04x} at position {}); use "
+                 "printable characters",
+                 run_name, unsigned((unsigned char)*control), control - run_name.begin());
 }
 
 namespace {

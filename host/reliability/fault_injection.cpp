@@ -46,7 +46,8 @@ std::vector<Fault> parse_faults(const std::string& text) {
                                                     {"nan", Fault::Kind::NonFinite},
                                                     {"signal", Fault::Kind::Signal},
                                                     {"kill", Fault::Kind::Kill}};
-  const std::map<std::string, int> signals = {{"TERM", SIGTERM}, {"INT", SIGINT}};
+  const std::map<std::string, int> signals = {
+      {"TERM", SIGTERM}, {"INT", SIGINT}, {"HUP", SIGHUP}, {"PIPE", SIGPIPE}};
   std::vector<Fault> faults;
   for (const std::string& item : split(text, ';')) {
     const std::size_t colon = item.find(':');
@@ -77,8 +78,8 @@ std::vector<Fault> parse_faults(const std::string& text) {
         fault.point = value;
       } else if (key == "signal" && fault.kind == Fault::Kind::Signal) {
         const auto it = signals.find(value);
-        CAROUSEL_CHECK(it != signals.end(), "CAROUSEL_FAULT '{}': signal must be TERM or INT",
-                       item);
+        CAROUSEL_CHECK(it != signals.end(),
+                       "CAROUSEL_FAULT '{}': signal must be TERM, INT, HUP or PIPE", item);
         fault.signal = it->second;
       } else {
         fail(

@@ -1,48 +1,76 @@
-// stop_signals.cpp — async-signal-safe handlers: an atomic flag, and write + _exit on a second.
+// stop_signals.cpp — async-signal-safe handlers: an atomic flag, a clock read, and write + _exit
+// on a second request.
 #include "host/reliability/stop_signals.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <csignal>
+#include <cstdint>
 #include <cstring>
 
 namespace carousel {
 
 namespace {
 
+constexpr int kStopSignals[] = {SIGTERM, SIGINT, SIGHUP};
+constexpr int kIgnoredSignals[] = {SIGPIPE, SIGXFSZ};
+constexpr std::int64_t kRepeatWindowNs = 1'000'000'000;  // a repeat within 1 s is the same request
+
 std::atomic<int> first_signal{0};
-struct sigaction previous_term, previous_int;
+std::atomic<std::int64_t> first_signal_ns{0};
+int installed = 0;  // nesting depth of StopSignals objects (constructed on one thread each time)
+struct sigaction previous[std::size(kStopSignals) + std::size(kIgnoredSignals)];
+
+std::int64_t now_ns() {  // clock_gettime is async-signal-safe
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return std::int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+void say(const char* text, std::size_t size) {
+  [[maybe_unused]] const auto n = write(STDERR_FILENO, text, size);
+}
 
 void on_signal(int signal) {
   int expected = 0;
   if (first_signal.compare_exchange_strong(expected, signal)) {
+    first_signal_ns = now_ns();
     static const char message[] =
         "carousel: stop requested; finishing the step and saving a checkpoint (signal again "
-        "to exit at once)\n";
-    [[maybe_unused]] const auto n = write(STDERR_FILENO, message, sizeof(message) - 1);
+        "after a second to exit at once)\n";
+    say(message, sizeof(message) - 1);
     return;
   }
+  if (now_ns() - first_signal_ns.load() < kRepeatWindowNs) return;  // the same request
   static const char message[] = "carousel: second signal; exiting now\n";
-  [[maybe_unused]] const auto n = write(STDERR_FILENO, message, sizeof(message) - 1);
+  say(message, sizeof(message) - 1);
   _exit(128 + signal);
 }
 
 }  // namespace
 
 StopSignals::StopSignals() {
+  if (installed++ > 0) return;
   first_signal = 0;
-  struct sigaction action {};
-  action.sa_handler = on_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGTERM, &action, &previous_term);
-  sigaction(SIGINT, &action, &previous_int);
+  struct sigaction stop {};
+  stop.sa_handler = on_signal;
+  sigemptyset(&stop.sa_mask);
+  stop.sa_flags = SA_RESTART;
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  std::size_t i = 0;
+  for (const int s : kStopSignals) sigaction(s, &stop, &previous[i++]);
+  for (const int s : kIgnoredSignals) sigaction(s, &ignore, &previous[i++]);
 }
 
 StopSignals::~StopSignals() {
-  sigaction(SIGTERM, &previous_term, nullptr);
-  sigaction(SIGINT, &previous_int, nullptr);
+  if (--installed > 0) return;
+  std::size_t i = 0;
+  for (const int s : kStopSignals) sigaction(s, &previous[i++], nullptr);
+  for (const int s : kIgnoredSignals) sigaction(s, &previous[i++], nullptr);
 }
 
 int StopSignals::received() { return first_signal.load(); }
@@ -53,6 +81,8 @@ const char* signal_name(int signal) {
       return "SIGTERM";
     case SIGINT:
       return "SIGINT";
+    case SIGHUP:
+      return "SIGHUP";
     default:
       return "a signal";
   }

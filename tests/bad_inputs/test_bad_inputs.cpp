@@ -113,6 +113,7 @@ const std::vector<Row>& rows() {
       {{"dataset_type=tokens"}, nullptr, {"dataset_type=tokens", "dataset_path=FILE"}},
       {{"run_name=a/b"}, nullptr, {"run_name='a/b'", "without '/'"}},
       {{"run_name=.."}, nullptr, {"run_name='..'"}},
+      {{"run_name=a\x1b[31mb"}, nullptr, {"run_name=\"a\\x1b[31mb\"", "control character", "0x1b"}},
       {{"decoder_block=gpt"}, nullptr, {"decoder_block='gpt'", "llama or simple"}},
       // Model sizes: zero, negative, huge; the parameter count and activation limits.
       {{"vocab_size=0"}, nullptr, {"vocab_size=0", "[1, 16777216]"}},
@@ -158,6 +159,10 @@ const std::vector<Row>& rows() {
       {{"pipeline_fsdp_ag_per_repeat=true", "pipeline_fsdp_ag_once=true"}, nullptr, {"exclusive"}},
       // Uneven stages: the layout's length (S x R), sum (the layers), each count >= 1, one way.
       {{"pipeline_stage_layers=1,x"}, nullptr, {"'pipeline_stage_layers'", "'x'", "[1, 3]"}},
+      {{"pipeline_stage_layers=1,,7"},
+       nullptr,
+       {"'pipeline_stage_layers'", "'1,,7'", "empty item"}},
+      {{"pipeline_stage_layers=[1, 3,]"}, nullptr, {"'[1, 3,]'", "empty item"}},
       {{"ici_pipeline_parallelism=2", "pipeline_stage_layers=[1,3,4]"},
        nullptr,
        {"pipeline_stage_layers=[1, 3, 4]", "3 entries", "2 x 1 = 2 virtual stages"}},

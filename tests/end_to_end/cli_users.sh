@@ -41,6 +41,13 @@ fi
 grep -q $'\r' "$work/pipe.out" && fail "a bar was drawn into a pipe"
 grep -q "step     2/3 | loss" "$work/pipe.out" || fail "no plain step lines through a pipe"
 
+# A reader that goes away (`| head`): SIGPIPE is ignored, the run finishes every step and
+# writes every record (the console lines after the reader left are lost, nothing else).
+"${train3[@]}" steps=20 log_period=1 run_name=head 2>&1 | head -n 1 >/dev/null
+rc=${PIPESTATUS[0]}
+[ "$rc" -eq 0 ] || fail "train into a closed pipe exited $rc (SIGPIPE?)"
+[ "$(wc -l <"$work/head/metrics.jsonl")" -eq 20 ] || fail "train into a closed pipe lost records"
+
 # inspect: a 2-step run, its checkpoint verified (exit 0), then one flipped byte (exit 2).
 "$bin" train steps=2 base_num_decoder_layers=2 max_target_length=16 per_device_batch_size=2 \
   base_output_directory="$work" run_name=run >"$work/train.log" 2>&1 || fail "train exited $?"

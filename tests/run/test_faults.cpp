@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
@@ -14,6 +15,7 @@
 #include "host/parallel/sharded_params.h"
 #include "host/reliability/fault_injection.h"
 #include "host/reliability/flight_recorder.h"
+#include "host/reliability/stop_signals.h"
 #include "host/report/logging.h"
 #include "host/run/trainer.h"
 
@@ -183,6 +185,36 @@ TEST_F(Faults, SigtermSavesAndTheResumedRunEqualsTheStraightOne) {
   std::vector<double> all = losses(first.steps);
   for (double l : losses(second.steps)) all.push_back(l);
   EXPECT_EQ(all, reference);
+}
+
+// SIGHUP (a closed terminal or ssh session) stops like SIGTERM: the step finishes, checkpoint 2
+// is saved, the run returns normally.
+TEST_F(Faults, SighupStopsAndSavesLikeSigterm) {
+  Config c = faulty_run("hangup", 5);
+  inject_faults("signal:step=1,signal=HUP");
+  const TrainResult r = train(c);
+  inject_faults("");
+  EXPECT_TRUE(r.stopped_by_signal);
+  EXPECT_EQ(r.steps.size(), 2u);
+  EXPECT_TRUE(fs::exists(fs::path(c.run_directory()) / "checkpoints/2/manifest.json"));
+}
+
+// A stop signal repeated within a second is the same request (a wrapper forwarding Ctrl-C
+// twice): the process lives on (were it a second request, it would _exit(143) here and the
+// test binary would die). SIGPIPE and SIGXFSZ are ignored while the handlers are installed
+// (their default actions kill the process). A nested StopSignals keeps the outer one's flag.
+TEST(StopSignals, ARepeatWithinASecondCountsOnceAndPipeAndFileSizeSignalsAreIgnored) {
+  StopSignals outer;
+  EXPECT_EQ(StopSignals::received(), 0);
+  std::raise(SIGPIPE);
+  std::raise(SIGXFSZ);
+  EXPECT_EQ(StopSignals::received(), 0);
+  std::raise(SIGTERM);
+  std::raise(SIGTERM);
+  std::raise(SIGINT);
+  EXPECT_EQ(StopSignals::received(), SIGTERM);
+  StopSignals inner;  // what train() does under main()'s handlers
+  EXPECT_EQ(StopSignals::received(), SIGTERM);
 }
 
 }  // namespace
