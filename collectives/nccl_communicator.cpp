@@ -307,7 +307,8 @@ class NcclCommunicator final : public Communicator {
     pending_.remove_if([](const Pending& p) { return p.done->load(); });
     const auto since =
         pending_.empty() ? std::chrono::steady_clock::now() : pending_.front().issued;
-    while (cudaStreamQuery(stream_) == cudaErrorNotReady) {
+    cudaError_t query;
+    while ((query = cudaStreamQuery(stream_)) == cudaErrorNotReady) {
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(comm_, &async);
       const double age =
@@ -316,11 +317,16 @@ class NcclCommunicator final : public Communicator {
         abort_pending(fmt::format(
             "still pending when the communicator was destroyed ({})",
             async != ncclSuccess ? ncclGetErrorString(async) : "collective timeout reached"));
+        cudaGetLastError();
         return;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    cudaGetLastError();  // a failed query must not leave a sticky error for the next CUDA call
+    if (query != cudaSuccess) {  // the stream failed (a sticky error): do not wait on NCCL
+      abort_pending(fmt::format("the stream failed before the communicator was destroyed: {}",
+                                cudaGetErrorString(query)));
+    }
+    cudaGetLastError();  // the query's error is reported above, not to the next CUDA call
   }
 
   ncclComm_t comm_;

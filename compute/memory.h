@@ -52,7 +52,7 @@ class DeviceAllocator {
   virtual void* work_queue() const { return nullptr; }
 
  protected:
-  virtual void* raw_allocate(std::size_t bytes) = 0;  // nullptr on failure
+  virtual void* raw_allocate(std::size_t bytes) = 0;  // nullptr: out of memory (or throws)
   virtual void raw_free(void* ptr) = 0;
 
  private:

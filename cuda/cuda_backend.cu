@@ -40,7 +40,7 @@ class CudaAllocator final : public DeviceAllocator {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     int pools = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, gpu_));
-    pooled_ = pools != 0;  // else cudaMalloc (make_device_backend warns: device_info.h)
+    pooled_ = pools != 0;  // else cudaMalloc (host/parallel/mesh.cpp warns)
     if (!pooled_) return;
     cudaMemPool_t pool = nullptr;
     CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, gpu_));

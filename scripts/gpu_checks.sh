@@ -37,7 +37,9 @@ print(":".join(d for p in site.getsitepackages() for d in sorted(glob.glob(p + "
 PY
 )
 venv_libs=$(ls -d /opt/torch/.venv/lib/python3*/site-packages/nvidia/*/lib 2>/dev/null | tr '\n' ':')
-export LD_LIBRARY_PATH=/tmp/carousel/lib:${cuda_libs}${py_libs}:${venv_libs}${LD_LIBRARY_PATH:-}
+lib_path=/tmp/carousel/lib:${cuda_libs}${py_libs}:${venv_libs}${LD_LIBRARY_PATH:-}
+# No empty entries: the loader reads one as the working directory.
+export LD_LIBRARY_PATH=$(echo "$lib_path" | tr -s ':' | sed 's/^://; s/:$//')
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}  # NCCL says why when it fails
 # Which cuBLAS / NCCL each binary loads, and any library not found (a binary that cannot load
@@ -68,7 +70,7 @@ run() {
   local start=$SECONDS
   timeout -k 10 "$limit" "$@" >"$out/$name.log" 2>&1
   local rc=$?
-  [ $rc -eq 124 ] && echo "(timed out after $limit s)" >> "$out/$name.log"
+  { [ $rc -eq 124 ] || [ $rc -eq 137 ]; } && echo "(timed out after $limit s)" >> "$out/$name.log"
   echo "exit $rc"
   tail -n 25 "$out/$name.log"
   echo "| $name | $rc | $((SECONDS - start)) |" >> "$out/summary.md"

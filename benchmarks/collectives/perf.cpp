@@ -153,7 +153,13 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   // another would wait forever in the first for the second).
   struct InRankThreads {
     std::function<void()> run;
-    ~InRankThreads() { run(); }
+    ~InRankThreads() {
+      try {
+        run();
+      } catch (const std::exception& e) {  // a destructor must not throw (terminate)
+        fmt::print(stderr, "error: destroying the communicators: {}\n", e.what());
+      }
+    }
   } destroy_communicators{[&] { for_local_ranks([&](int r) { comms[r].reset(); }); }};
   std::vector<double> pids(ranks, 0);
   try {

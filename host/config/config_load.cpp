@@ -177,6 +177,10 @@ std::string joined_list(const std::string& where, const std::string& key, const 
                    "{}: key '{}' takes a list of integers such as [1, 3], but "
                    "one of its entries is {}",
                    where, key, kind_of(item));
+    CAROUSEL_CHECK(!item.Scalar().empty(),
+                   "{}: key '{}' takes a list of integers such as [1, 3], but one of its entries "
+                   "is empty",
+                   where, key);
     text += (text.empty() ? "" : ",") + item.Scalar();
   }
   return text;

@@ -80,7 +80,8 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsInp
               std::streamsize(numel(t.shape) * dtype_size(t.dtype)));
   }
   out.flush();
-  CAROUSEL_CHECK(out.good(), "writing '{}' failed (disk full?)", path);
+  CAROUSEL_CHECK(out.good(), "writing '{}' failed: {} (a full disk, or a file-size limit: EFBIG)",
+                 path, std::strerror(errno));
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {

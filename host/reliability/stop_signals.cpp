@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdint>
 #include <cstring>
@@ -20,7 +21,7 @@ constexpr std::int64_t kRepeatWindowNs = 1'000'000'000;  // a repeat within 1 s 
 
 std::atomic<int> first_signal{0};
 std::atomic<std::int64_t> first_signal_ns{0};
-int installed = 0;  // nesting depth of StopSignals objects (constructed on one thread each time)
+int installed = 0;  // nesting depth of StopSignals objects (train() runs on one thread)
 struct sigaction previous[std::size(kStopSignals) + std::size(kIgnoredSignals)];
 
 std::int64_t now_ns() {  // clock_gettime is async-signal-safe
@@ -34,16 +35,25 @@ void say(const char* text, std::size_t size) {
 }
 
 void on_signal(int signal) {
+  const int saved_errno = errno;  // write() below must not change what an interrupted call saw
+  const std::int64_t now = now_ns();
   int expected = 0;
   if (first_signal.compare_exchange_strong(expected, signal)) {
-    first_signal_ns = now_ns();
+    first_signal_ns = now;
     static const char message[] =
         "carousel: stop requested; finishing the step and saving a checkpoint (signal again "
         "after a second to exit at once)\n";
     say(message, sizeof(message) - 1);
+    errno = saved_errno;
     return;
   }
-  if (now_ns() - first_signal_ns.load() < kRepeatWindowNs) return;  // the same request
+  // 0: the first request's handler has not stored its time yet (it runs on another thread, or
+  // this one interrupted it): the same request.
+  const std::int64_t first = first_signal_ns.load();
+  if (first == 0 || now - first < kRepeatWindowNs) {
+    errno = saved_errno;
+    return;
+  }
   static const char message[] = "carousel: second signal; exiting now\n";
   say(message, sizeof(message) - 1);
   _exit(128 + signal);
@@ -54,15 +64,23 @@ void on_signal(int signal) {
 StopSignals::StopSignals() {
   if (installed++ > 0) return;
   first_signal = 0;
+  first_signal_ns = 0;
   struct sigaction stop {};
   stop.sa_handler = on_signal;
   sigemptyset(&stop.sa_mask);
+  for (const int s : kStopSignals) sigaddset(&stop.sa_mask, s);  // one handler at a time
   stop.sa_flags = SA_RESTART;
   struct sigaction ignore {};
   ignore.sa_handler = SIG_IGN;
   sigemptyset(&ignore.sa_mask);
   std::size_t i = 0;
-  for (const int s : kStopSignals) sigaction(s, &stop, &previous[i++]);
+  for (const int s : kStopSignals) {
+    // A signal the launcher set to be ignored stays ignored: `nohup` (SIGHUP) and background
+    // jobs of a non-interactive shell (SIGINT) mean "do not stop on this".
+    sigaction(s, nullptr, &previous[i]);
+    if (s == SIGTERM || previous[i].sa_handler != SIG_IGN) sigaction(s, &stop, nullptr);
+    ++i;
+  }
   for (const int s : kIgnoredSignals) sigaction(s, &ignore, &previous[i++]);
 }
 

@@ -1,7 +1,8 @@
 // stop_signals.h — what a run does with each signal an operator, a scheduler or the terminal
 // sends (docs/reliability.md has the table).
 //
-// SIGTERM, SIGINT and SIGHUP (a closed terminal or ssh session) ask a run to stop cleanly: the
+// SIGTERM, SIGINT and SIGHUP (a closed terminal or ssh session) ask a run to stop cleanly (SIGINT
+// and SIGHUP only when the launcher did not set them to be ignored, as `nohup` does): the
 // first only sets a flag; the training loop finishes the step in progress, all ranks agree to
 // stop (a signal may reach the processes of a job at different steps), a checkpoint is saved,
 // and every rank exits 0, so the run resumes where it stopped. A repeat within a second of the

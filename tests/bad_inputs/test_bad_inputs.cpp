@@ -211,6 +211,7 @@ const std::vector<Row>& rows() {
       {{}, "learning_rate: .inf\n", {"'learning_rate'", "'.inf'"}},
       {{}, "steps: 1e99\n", {"line 1", "'1e99'", "integer"}},
       {{}, "steps: 3\nsteps: 4\n", {"'steps'", "twice", "lines 1 and 2"}},
+      {{}, "pipeline_stage_layers: [\"\", 7]\n", {"pipeline_stage_layers", "entries is empty"}},
       {{}, "run_name: \"abc\nsteps: 5\"\n", {"line 1", "run_name", "unterminated quote"}},
       {{}, "run_name: \"abc\n", {"line 1", "run_name", "does not close"}},
       {{}, "run_name: 'abc\n", {"run_name", "single quote"}},

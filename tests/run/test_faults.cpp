@@ -217,5 +217,23 @@ TEST(StopSignals, ARepeatWithinASecondCountsOnceAndPipeAndFileSizeSignalsAreIgno
   EXPECT_EQ(StopSignals::received(), SIGTERM);
 }
 
+// A signal the launcher set to be ignored stays ignored (`nohup` ignores SIGHUP: logging out
+// must not stop such a run), and is ignored again after the handlers go.
+TEST(StopSignals, ASignalIgnoredByTheLauncherStaysIgnored) {
+  struct sigaction ignore {
+  }, before{};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGHUP, &ignore, &before);
+  {
+    StopSignals signals;
+    std::raise(SIGHUP);
+    EXPECT_EQ(StopSignals::received(), 0);
+  }
+  struct sigaction after {};
+  sigaction(SIGHUP, &before, &after);
+  EXPECT_EQ(after.sa_handler, SIG_IGN);
+}
+
 }  // namespace
 }  // namespace carousel
