@@ -50,18 +50,30 @@ bool runs_on_gpus(const Config& cfg) {
   return cfg.device == "cuda" || (cfg.device == "auto" && !list_cuda_devices().devices.empty());
 }
 
+namespace {
+
+// The CUDA backend of logical device `rank` on GPU `gpu`; the first logical device of a GPU
+// without stream-ordered memory pools says that its memory comes from cudaMalloc / cudaFree,
+// which synchronise the device: slower steps, and with NCCL across GPUs a free waiting behind a
+// collective whose peer waits in its own free can stall until the collective timeout.
+std::unique_ptr<Backend> make_gpu_backend(int gpu, int rank, bool first_on_gpu) {
+  const CudaDevices gpus = list_cuda_devices();
+  if (first_on_gpu && gpu < int(gpus.devices.size()) && !gpus.devices[gpu].memory_pools) {
+    spdlog::warn(
+        "GPU {} ({}) has no stream-ordered memory pools: device memory comes from cudaMalloc / "
+        "cudaFree, which synchronise the device (slower steps; with NCCL across GPUs a stall "
+        "until collective_timeout_seconds is possible)",
+        gpu, gpus.devices[gpu].name);
+  }
+  return make_cuda_backend(gpu, rank);
+}
+
+}  // namespace
+
 std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank) {
   if (runs_on_gpus(cfg)) {
-    const CudaDevices gpus = list_cuda_devices();
-    const int visible = std::max<int>(1, int(gpus.devices.size()));
-    const int gpu = rank % visible;
-    if (rank < visible && gpu < int(gpus.devices.size()) && !gpus.devices[gpu].memory_pools) {
-      spdlog::warn(
-          "GPU {} ({}) has no stream-ordered memory pools: device memory comes from "
-          "cudaMalloc / cudaFree, which synchronise the device (slower steps)",
-          gpu, gpus.devices[gpu].name);
-    }
-    return make_cuda_backend(gpu, rank);
+    const int visible = std::max<int>(1, int(list_cuda_devices().devices.size()));
+    return make_gpu_backend(rank % visible, rank, rank < visible);
   }
   return std::make_unique<CpuBackend>(rank);
 }
@@ -214,7 +226,7 @@ void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicato
     const int rank = process_world->rank();
     if (transport == Transport::Nccl) {
 #ifdef CAROUSEL_HAVE_NCCL
-      const auto device = make_cuda_backend(process_gpu(rank), rank);
+      const auto device = make_gpu_backend(process_gpu(rank), rank, /*first_on_gpu=*/true);
       const auto world = NcclWorld::connect(*process_world, cfg.collective_timeout_seconds);
       rank_main(rank, *device, *world, *process_world);
       return;
