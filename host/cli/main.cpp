@@ -28,7 +28,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", carousel::version_text(), "print the version and build");
   std::string log_level = "info";
-  app.add_option("--log-level", log_level, "trace|debug|info|warn|error|off");
+  auto* log_level_option = app.add_option("--log-level", log_level,
+                                          "trace|debug|info|warn|error|off (train and schedule: "
+                                          "the log_level key, which it overrides)");
 
   carousel::InfoOptions info;
   auto* info_cmd = app.add_subcommand("info", "show the build, backends and devices");
@@ -71,6 +73,11 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {  // --help exits 0; a usage mistake is exit code 2
     return app.exit(e) == 0 ? 0 : 2;
+  }
+  // train and schedule log at their config's log_level: the flag, when given, is its last override.
+  if (log_level_option->count() > 0) {
+    train.args.push_back("log_level=" + log_level);
+    schedule.args.push_back("log_level=" + log_level);
   }
   // `carousel train`: the stop signals first, so a SIGTERM or SIGHUP during start-up (config,
   // data, resume) is a clean stop after the first step, not the default action.

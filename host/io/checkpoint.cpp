@@ -109,14 +109,32 @@ void load_tensors(Backend& be, const SafetensorsFile& file, const ParamSet& set,
   }
 }
 
+// A checkpoint written in another format (a newer carousel's): never read as this one's, and
+// never skipped for an older checkpoint unnoticed (latest_checkpoint lets it through).
+class FormatVersionError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Every file the manifest lists exists with its size and CRC32; model.safetensors and
-// state.json must be listed.
+// state.json must be listed; a format_version, when present (every manifest carousel writes has
+// one), is this carousel's.
 void verify_manifest(const fs::path& dir) {
   const fs::path manifest_path = dir / "manifest.json";
   CAROUSEL_CHECK(fs::is_regular_file(manifest_path),
                  "'{}' is not a complete checkpoint: manifest.json is missing", dir.string());
   const nlohmann::json manifest = read_json_file(manifest_path);
   const std::string where = fmt::format("checkpoint manifest '{}'", manifest_path.string());
+  if (manifest.is_object() && manifest.contains("format_version")) {
+    const auto& version = manifest["format_version"];
+    if (!version.is_number_integer() || version.get<std::int64_t>() != kFormatVersion) {
+      throw FormatVersionError(fmt::format(
+          "{}: format_version {} is not one this carousel reads ({}): the checkpoint was written "
+          "by another carousel version; resume it with that version, or start a new run (another "
+          "run_name)",
+          where, version.dump(), kFormatVersion));
+    }
+  }
   const auto& files = json_field(manifest, "files", where);
   CAROUSEL_CHECK(files.is_object(), "{}: field 'files' must be an object, found {}", where,
                  files.type_name());
@@ -283,6 +301,8 @@ std::optional<std::string> latest_checkpoint(const Config& cfg) {
     try {
       verify_manifest(dir);
       return dir;
+    } catch (const FormatVersionError&) {
+      throw;
     } catch (const Error& e) {
       spdlog::warn("checkpoint '{}' is skipped: {}; trying the previous one", dir, e.what());
     }

@@ -149,7 +149,11 @@ double rope_theta(const HfConfig& c) {
 // What carousel does not implement (no key fixes these), one line each.
 std::vector<std::string> unsupported_features(const HfConfig& c) {
   std::vector<std::string> unsupported;
-  if (c.has("model_type") && c.j["model_type"] != "llama") {
+  if (!c.has("model_type")) {  // every transformers config names its architecture
+    unsupported.push_back(
+        "model_type is missing (carousel trains \"llama\"; add \"model_type\": \"llama\" if this "
+        "is a Llama)");
+  } else if (c.j["model_type"] != "llama") {
     unsupported.push_back(
         fmt::format("model_type={} (carousel trains \"llama\")", c.j["model_type"].dump()));
   }

@@ -48,6 +48,17 @@ rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || fail "train into a closed pipe exited $rc (SIGPIPE?)"
 [ "$(wc -l <"$work/head/metrics.jsonl")" -eq 20 ] || fail "train into a closed pipe lost records"
 
+# --log-level applies to every subcommand: `--log-level off train` prints nothing at all (the
+# config table and step lines are info), `--log-level error schedule` nothing but its report.
+"$bin" --log-level off train steps=2 base_num_decoder_layers=2 max_target_length=16 \
+  per_device_batch_size=2 base_output_directory="$work" run_name=quiet >"$work/quiet.out" 2>&1 ||
+  fail "--log-level off train exited $?"
+[ -s "$work/quiet.out" ] && fail "--log-level off train printed: $(head -c 300 "$work/quiet.out")"
+"$bin" --log-level off schedule ici_pipeline_parallelism=2 base_output_directory="$work" \
+  run_name=quiet_schedule 2>"$work/quiet_schedule.err" >/dev/null ||
+  fail "--log-level off schedule exited $?"
+[ -s "$work/quiet_schedule.err" ] && fail "--log-level off schedule logged: $(head -c 300 "$work/quiet_schedule.err")"
+
 # inspect: a 2-step run, its checkpoint verified (exit 0), then one flipped byte (exit 2).
 "$bin" train steps=2 base_num_decoder_layers=2 max_target_length=16 per_device_batch_size=2 \
   base_output_directory="$work" run_name=run >"$work/train.log" 2>&1 || fail "train exited $?"

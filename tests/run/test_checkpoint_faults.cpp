@@ -128,6 +128,26 @@ TEST(CheckpointFaults, PartialSaveDirectoriesAreReportedAndCleaned) {
   EXPECT_TRUE(fs::exists(live));
 }
 
+// A manifest of another format version (a newer carousel's) is refused by name when the
+// checkpoint is loaded, and when the run directory's newest is chosen it stops the run instead of
+// being skipped for the older checkpoint beside it.
+TEST(CheckpointFaults, AnotherFormatVersionIsRefusedNotSkipped) {
+  TestRun r("format_version");
+  r.save(1);
+  const fs::path dir = r.save(2);
+  std::string manifest = read_text(dir / "manifest.json");
+  const std::string v1 = "\"format_version\": 1";
+  const auto at = manifest.find(v1);
+  ASSERT_NE(at, std::string::npos) << manifest;
+  manifest.replace(at, v1.size(), "\"format_version\": 2");
+  std::ofstream(dir / "manifest.json", std::ios::trunc) << manifest;
+  std::string msg = r.load_error(dir.string());
+  EXPECT_NE(msg.find("format_version 2 is not one this carousel reads (1)"), std::string::npos)
+      << msg;
+  msg = testing::error_of([&] { latest_checkpoint(r.cfg); });
+  EXPECT_NE(msg.find("format_version 2"), std::string::npos) << msg;
+}
+
 TEST(CheckpointFaults, MalformedManifestAndStateAreErrorsNamingFileAndField) {
   TestRun r("manifest");
   const fs::path dir = r.save(1);

@@ -156,6 +156,21 @@ TEST(HfImport, TiedEmbeddingsNeedNoLmHead) {
                        "logits_via_embedding=true"));
 }
 
+// A config.json that does not name its architecture is refused, not read as a Llama.
+TEST(HfImport, AConfigWithoutModelTypeIsRefused) {
+  const std::string dir = write_hf("no_model_type", "--unset model_type");
+  Config c = small_run("no_model_type", 1);
+  c.enable_checkpointing = false;
+  c.load_parameters_path = dir;
+  std::string msg;
+  try {
+    train(c);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  EXPECT_TRUE(contains(msg, "model_type is missing")) << msg;
+}
+
 TEST(HfImport, ConfigMismatchIsOneErrorNamingEveryKeyToSet) {
   const std::string dir = write_hf("mismatch",
                                    "--set hidden_size=128 --set rope_theta=500000.0 --unset "
