@@ -28,6 +28,19 @@ void check_local_path(const std::string& key, const std::string& value) {
                  key, value, m[1].str());
 }
 
+namespace {
+
+const char* kind_of(const fs::file_status& status) {
+  return fs::is_directory(status)        ? "a directory"
+         : fs::is_fifo(status)           ? "a FIFO (named pipe)"
+         : fs::is_character_file(status) ? "a character device"
+         : fs::is_block_file(status)     ? "a block device"
+         : fs::is_socket(status)         ? "a socket"
+                                         : "not a regular file";
+}
+
+}  // namespace
+
 // Refuses what is not a regular file before opening it: opening a FIFO blocks until a writer
 // appears, a directory or device has no size.
 void check_regular(const std::string& key, const std::string& path, const char* what) {
@@ -35,14 +48,22 @@ void check_regular(const std::string& key, const std::string& path, const char* 
   const auto status = fs::status(path, ec);
   CAROUSEL_CHECK(fs::exists(status), "{}: {} '{}' does not exist{}", key, what, path,
                  relative_to_note(path));
-  const char* kind = fs::is_directory(status)        ? "a directory"
-                     : fs::is_fifo(status)           ? "a FIFO (named pipe)"
-                     : fs::is_character_file(status) ? "a character device"
-                     : fs::is_block_file(status)     ? "a block device"
-                     : fs::is_socket(status)         ? "a socket"
-                                                     : "not a regular file";
   CAROUSEL_CHECK(fs::is_regular_file(status),
-                 "{}: {} '{}' is {}; carousel reads regular files only", key, what, path, kind);
+                 "{}: {} '{}' is {}; carousel reads regular files only", key, what, path,
+                 kind_of(status));
+}
+
+// An output that exists must be a regular file (appended to) or a character device such as
+// /dev/null: opening a FIFO for writing blocks until a reader appears (a run that never starts),
+// and a directory, socket or block device cannot hold a log.
+void check_output_file(const std::string& key, const std::string& path, const char* what) {
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (!fs::exists(status)) return;
+  CAROUSEL_CHECK(fs::is_regular_file(status) || fs::is_character_file(status),
+                 "{}: {} '{}' is {}; carousel writes regular files (or a character device such "
+                 "as /dev/null): remove it or choose another path",
+                 key, what, path, kind_of(status));
 }
 
 }  // namespace carousel

@@ -18,4 +18,9 @@ std::string relative_to_note(const std::string& path);
 // size): one error naming the key, what the file was for, the path and what it is instead.
 void check_regular(const std::string& key, const std::string& path, const char* what);
 
+// Refuses an existing output that is not a regular file or a character device (a FIFO would
+// block the run before its first step, a directory or socket cannot be written): one error
+// naming the key, what the file is for, the path and what it is. A missing file is fine.
+void check_output_file(const std::string& key, const std::string& path, const char* what);
+
 }  // namespace carousel

@@ -406,6 +406,7 @@ void check_outputs_writable(const Config& cfg) {
                  "metrics_file '{}' is a directory; give a file path (or leave metrics_file "
                  "empty for <run directory>/metrics.jsonl)",
                  metrics);
+  check_output_file("metrics_file", metrics, "the metrics file");
   {
     std::ofstream out(metrics, std::ios::app);
     CAROUSEL_CHECK(out.good(), "metrics_file '{}' cannot be opened for appending: {}", metrics,

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "compute/error.h"
+#include "host/config/paths.h"
 #include "host/report/progress_bar.h"
 
 namespace carousel {
@@ -28,8 +29,9 @@ void init_logging(const LogOptions& options) {
   }
   if (!options.file_dir.empty()) {
     std::filesystem::create_directories(options.file_dir);
-    auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(
-        fmt::format("{}/rank{}.log", options.file_dir, options.rank), /*truncate=*/false);
+    const std::string path = fmt::format("{}/rank{}.log", options.file_dir, options.rank);
+    check_output_file("base_output_directory", path, "the rank's log file");
+    auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, /*truncate=*/false);
     file->set_level(spdlog::level::debug);
     sinks.push_back(file);
   }

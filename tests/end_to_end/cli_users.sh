@@ -48,6 +48,15 @@ rc=${PIPESTATUS[0]}
 [ "$rc" -eq 0 ] || fail "train into a closed pipe exited $rc (SIGPIPE?)"
 [ "$(wc -l <"$work/head/metrics.jsonl")" -eq 20 ] || fail "train into a closed pipe lost records"
 
+# A FIFO where the rank's log file goes: one clear error at once, not a run that hangs before
+# its first step.
+mkdir -p "$work/fifo_run/logs" && mkfifo "$work/fifo_run/logs/rank0.log"
+timeout 60 "$bin" train steps=1 base_num_decoder_layers=2 max_target_length=16 \
+  per_device_batch_size=2 base_output_directory="$work" run_name=fifo_run >"$work/fifo.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "train with a FIFO as its rank log exited $rc, not 2 (124: it hung)"
+grep -q "is a FIFO (named pipe)" "$work/fifo.out" || fail "no FIFO error: $(cat "$work/fifo.out")"
+
 # --log-level applies to every subcommand: `--log-level off train` prints nothing at all (the
 # config table and step lines are info), `--log-level error schedule` nothing but its report.
 "$bin" --log-level off train steps=2 base_num_decoder_layers=2 max_target_length=16 \

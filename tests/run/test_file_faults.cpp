@@ -12,6 +12,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "host/io/checkpoint.h"
 #include "host/io/data.h"
 #include "host/io/files.h"
 #include "host/io/safetensors.h"
@@ -288,6 +289,25 @@ TEST(MetricsJsonl, AFullDiskIsAnErrorNamingTheFile) {
   EXPECT_NE(msg.find("writing metrics file '/dev/full' failed at step 0: No space left on device"),
             std::string::npos)
       << msg;
+}
+
+// An output path that is a FIFO is refused before the run starts (opening it for writing would
+// block until a reader appears: a run that hangs before step 1); /dev/full, a character device,
+// stays allowed (the test above), as /dev/null does.
+TEST(MetricsJsonl, AFifoIsRefusedBeforeTheRunStarts) {
+  Config c;
+  c.base_output_directory = temp("carousel_metrics_tests").string();
+  c.run_name = "fifo";
+  c.enable_checkpointing = false;
+  const std::string fifo = temp("carousel_metrics_fifo").string();
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  c.metrics_file = fifo;
+  const std::string msg = testing::error_of([&] { check_outputs_writable(c); });
+  EXPECT_NE(msg.find("metrics_file: the metrics file '" + fifo + "' is a FIFO (named pipe)"),
+            std::string::npos)
+      << msg;
+  fs::remove(fifo);
 }
 
 // Every text file carousel writes goes through write_text_file: its content, replaced whole,
