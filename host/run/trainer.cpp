@@ -31,7 +31,8 @@ struct Run {
   StopAgreement& stop;
   StepReporter* reporter;  // world rank 0's process only
   RankMonitor& monitor;
-  TrainResult& result;
+  TrainResult& result;                      // rank 0 writes it while the ranks run
+  std::int64_t start_step, skipped_before;  // where the run starts (read by every rank)
 };
 
 // One rank, from its communicators to its last step: the same for threads and processes.
@@ -46,8 +47,8 @@ void train_rank(const Run& run, int rank, Backend& be, Communicator& world,
   ShardedParams params(cfg, run.plan.program.layout, place, be, comms);
   RankExecutor executor(cfg, run.plan.program, place, be, comms, params, *run.plan.data, recorder);
   run.checkpointer.restore(params);
-  std::int64_t skipped = run.result.skipped_steps;
-  for (std::int64_t step = run.result.start_step; step < cfg.steps; ++step) {
+  std::int64_t skipped = run.skipped_before;
+  for (std::int64_t step = run.start_step; step < cfg.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
     const StepOutcome outcome = executor.step(step, step - skipped, run.profiler.trace(rank, step));
     be.synchronize();
@@ -94,8 +95,9 @@ TrainResult train(const Config& requested, Communicator* process_world) {
   RankMonitor monitor(plan.mesh, process_world);
   StopAgreement stop(process_world != nullptr,
                      reporter != nullptr);  // SIGTERM / SIGINT: finish the step, save, exit 0
-  const Run run{cfg,  plan,           checkpointer, evaluator, profiler,
-                stop, reporter.get(), monitor,      result};
+  const Run run{
+      cfg,     plan,   checkpointer,      evaluator,           profiler, stop, reporter.get(),
+      monitor, result, result.start_step, result.skipped_steps};
   try {
     launch_ranks(
         cfg, ranks, plan.transport.transport, process_world,
