@@ -56,8 +56,8 @@ namespace {
 // without stream-ordered memory pools says that its memory comes from cudaMalloc / cudaFree,
 // which synchronise the device: slower steps, and with NCCL across GPUs a free waiting behind a
 // collective whose peer waits in its own free can stall until the collective timeout.
-std::unique_ptr<Backend> make_gpu_backend(int gpu, int rank, bool first_on_gpu) {
-  const CudaDevices gpus = list_cuda_devices();
+std::unique_ptr<Backend> make_gpu_backend(const CudaDevices& gpus, int gpu, int rank,
+                                          bool first_on_gpu) {
   if (first_on_gpu && gpu < int(gpus.devices.size()) && !gpus.devices[gpu].memory_pools) {
     spdlog::warn(
         "GPU {} ({}) has no stream-ordered memory pools: device memory comes from cudaMalloc / "
@@ -72,8 +72,9 @@ std::unique_ptr<Backend> make_gpu_backend(int gpu, int rank, bool first_on_gpu) 
 
 std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank) {
   if (runs_on_gpus(cfg)) {
-    const int visible = std::max<int>(1, int(list_cuda_devices().devices.size()));
-    return make_gpu_backend(rank % visible, rank, rank < visible);
+    const CudaDevices gpus = list_cuda_devices();  // once: each call asks the driver
+    const int visible = std::max<int>(1, int(gpus.devices.size()));
+    return make_gpu_backend(gpus, rank % visible, rank, rank < visible);
   }
   return std::make_unique<CpuBackend>(rank);
 }
@@ -226,7 +227,8 @@ void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicato
     const int rank = process_world->rank();
     if (transport == Transport::Nccl) {
 #ifdef CAROUSEL_HAVE_NCCL
-      const auto device = make_gpu_backend(process_gpu(rank), rank, /*first_on_gpu=*/true);
+      const auto device =
+          make_gpu_backend(list_cuda_devices(), process_gpu(rank), rank, /*first_on_gpu=*/true);
       const auto world = NcclWorld::connect(*process_world, cfg.collective_timeout_seconds);
       rank_main(rank, *device, *world, *process_world);
       return;

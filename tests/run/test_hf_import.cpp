@@ -156,18 +156,23 @@ TEST(HfImport, TiedEmbeddingsNeedNoLmHead) {
                        "logits_via_embedding=true"));
 }
 
-// A config.json that does not name its architecture is refused, not read as a Llama.
-TEST(HfImport, AConfigWithoutModelTypeIsRefused) {
-  const std::string dir = write_hf("no_model_type", "--unset model_type");
-  Config c = small_run("no_model_type", 1);
+// The error of a one-step run named `run` that starts from the HF directory `dir` ("" if none).
+std::string error_starting_from(const std::string& dir, const std::string& run) {
+  Config c = small_run(run, 1);
   c.enable_checkpointing = false;
   c.load_parameters_path = dir;
-  std::string msg;
   try {
     train(c);
   } catch (const Error& e) {
-    msg = e.what();
+    return e.what();
   }
+  return "";
+}
+
+// A config.json that does not name its architecture is refused, not read as a Llama.
+TEST(HfImport, AConfigWithoutModelTypeIsRefused) {
+  const std::string dir = write_hf("no_model_type", "--unset model_type");
+  const std::string msg = error_starting_from(dir, "no_model_type");
   EXPECT_TRUE(contains(msg, "model_type is missing")) << msg;
 }
 
@@ -175,15 +180,7 @@ TEST(HfImport, ConfigMismatchIsOneErrorNamingEveryKeyToSet) {
   const std::string dir = write_hf("mismatch",
                                    "--set hidden_size=128 --set rope_theta=500000.0 --unset "
                                    "num_key_value_heads --set rms_norm_eps=1e-06");
-  Config c = small_run("mismatch", 1);
-  c.enable_checkpointing = false;
-  c.load_parameters_path = dir;
-  std::string msg;
-  try {
-    train(c);
-  } catch (const Error& e) {
-    msg = e.what();
-  }
+  std::string msg = error_starting_from(dir, "mismatch");
   EXPECT_TRUE(contains(msg, "config.json does not match this run")) << msg;
   EXPECT_TRUE(contains(msg, "hidden_size=128 but base_emb_dim=64: set base_emb_dim=128")) << msg;
   EXPECT_TRUE(contains(msg,
