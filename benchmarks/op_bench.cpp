@@ -1,5 +1,5 @@
-// op_bench.cpp — achieved FLOP/s of GEMM and attention on the CPU backend, and of cuBLAS GEMMs
-// (float32, bfloat16) on GPU 0 when there is one (Google Benchmark).
+// op_bench.cpp — achieved FLOP/s of GEMM and attention on the CPU backend (Google Benchmark). The
+// GPU's ops, per kernel tier, are gpu_op_bench.cpp's.
 //
 //   build/bin/op_bench                                  # all
 //   build/bin/op_bench --benchmark_filter=Gemm          # GEMMs only
@@ -13,7 +13,6 @@
 #include <random>
 
 #include "compute/cpu_backend.h"
-#include "cuda/cuda_backend.h"
 
 namespace {
 
@@ -123,41 +122,6 @@ BENCHMARK_CAPTURE(BM_Attention, backward, true)
     ->Args({8, 256, 8, 4, 32})
     ->Args({4, 512, 8, 8, 64})
     ->Args({1, 2048, 8, 2, 128})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-
-// The same linear-layer GEMM on GPU 0 (cuBLAS), float32 and bfloat16 inputs with float32
-// accumulation into a bfloat16 output (mixed precision). Reports an error line instead of a
-// figure when this build or machine has no usable GPU.
-void BM_CudaGemm(benchmark::State& state, carousel::DType dtype) {
-  std::unique_ptr<carousel::Backend> be;
-  try {
-    be = carousel::make_cuda_backend(0);
-  } catch (const carousel::Error& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
-  const std::int64_t m = state.range(0), n = state.range(1), k = state.range(2);
-  Tensor x = be->empty({m, k}, dtype), w = be->empty({n, k}, dtype), y = be->empty({m, n}, dtype);
-  be->fill(x, 0.5);
-  be->fill(w, 0.25);
-  be->gemm(false, true, 1.0, x, w, 0.0, y);  // warm-up: cuBLAS picks its kernel
-  be->synchronize();
-  for (auto _ : state) {
-    be->gemm(false, true, 1.0, x, w, 0.0, y);
-    be->synchronize();
-  }
-  set_flops(state, 2.0 * m * n * k);
-}
-BENCHMARK_CAPTURE(BM_CudaGemm, float32, carousel::DType::F32)
-    ->Args({4096, 4096, 4096})
-    ->Args({8192, 8192, 8192})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-BENCHMARK_CAPTURE(BM_CudaGemm, bfloat16, carousel::DType::BF16)
-    ->Args({4096, 4096, 4096})
-    ->Args({8192, 8192, 8192})
-    ->Args({16384, 4096, 4096})  // llama2-7b MLP-sized: 16k tokens x 4096 -> 4096 (k)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

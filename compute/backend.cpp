@@ -209,7 +209,7 @@ void Backend::rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps,
   OpCheck check(Op::rmsnorm_forward, *this);
   check.floating("x", x).same_dtype("weight", weight, "x", x);
   check.shape("weight", weight, {x.cols()}, from("the last dimension", "x", x));
-  check.like("out", out, "x", x).same_dtype("rstd", rstd, "x", x);
+  check.like("out", out, "x", x).stats("rstd", rstd, "x", x);
   check.shape("rstd", rstd, {x.rows()}, from("one per row", "x", x));
   check.that(eps > 0, fmt::format("eps must be > 0, got {}", eps));
   do_rmsnorm_forward(x, weight, eps, out, rstd);
@@ -224,7 +224,7 @@ void Backend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor
   check.floating("x", x).like("dout", dout, "x", x).like("dx", dx, "x", x);
   check.same_dtype("weight", weight, "x", x)
       .shape("weight", weight, {x.cols()}, from("the last dimension", "x", x));
-  check.like("dweight", dweight, "weight", weight).same_dtype("rstd", rstd, "x", x);
+  check.like("dweight", dweight, "weight", weight).stats("rstd", rstd, "x", x);
   check.shape("rstd", rstd, {x.rows()}, from("one per row", "x", x));
   do_rmsnorm_backward(dout, x, weight, rstd, dx, dweight);
 }
@@ -237,7 +237,7 @@ void check_rope(Backend::Op op, const Backend& backend, const Tensor& x, const T
   check.floating("x", x).rank("x", x, 4, "[batch, seq, heads, head_dim]");
   check.that(x.dim(3) % 2 == 0,
              fmt::format("head_dim must be even, 'x' has shape {}", shape_str(x.shape())));
-  check.same_dtype("cos", cos, "x", x)
+  check.stats("cos", cos, "x", x)
       .shape("cos", cos, {x.dim(1), x.dim(3) / 2}, from("[seq, head_dim/2]", "x", x));
   check.like("sin", sin, "cos", cos).like("out", out, "x", x);
 }
@@ -274,7 +274,7 @@ void check_attention(Backend::Op op, const Backend& backend, const Tensor& q, co
   check.that(k.dim(2) > 0 && q.dim(2) % k.dim(2) == 0,
              fmt::format("query heads ({}, 'q' {}) must be a multiple of kv heads ({}, 'k' {})",
                          q.dim(2), shape_str(q.shape()), k.dim(2), shape_str(k.shape())));
-  check.like("v", v, "k", k).like("out", out, "q", q).same_dtype("lse", lse, "q", q);
+  check.like("v", v, "k", k).like("out", out, "q", q).stats("lse", lse, "q", q);
   check.shape("lse", lse, {q.dim(0), q.dim(2), q.dim(1)}, from("[batch, heads, seq]", "q", q));
 }
 }  // namespace
@@ -362,7 +362,7 @@ void Backend::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
     return;
   check_cross_entropy(Op::cross_entropy_forward, *this, logits, targets);
   OpCheck(Op::cross_entropy_forward, *this)
-      .same_dtype("losses", losses, "logits", logits)
+      .stats("losses", losses, "logits", logits)
       .shape("losses", losses, {logits.dim(0)}, from("one per row", "logits", logits));
   do_cross_entropy_forward(logits, targets, losses);
 }

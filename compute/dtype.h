@@ -104,4 +104,11 @@ constexpr DType dtype_of<std::int64_t>() {
   return DType::I64;
 }
 
+// The dtype of per-row statistics (RMSNorm's 1/rms, attention's log-sum-exp, losses) and of the
+// RoPE tables for activations of `activations`: float32 when those are bfloat16, so what a
+// backward reuses is not rounded to 8 bits; otherwise the activations' own dtype.
+constexpr DType stats_dtype(DType activations) {
+  return activations == DType::BF16 ? DType::F32 : activations;
+}
+
 }  // namespace carousel

@@ -58,6 +58,18 @@ class OpCheck {
                    op_, name, dtype_name(t.dtype()), dtype_name(ref.dtype()), ref_name);
     return *this;
   }
+  // `t` holds statistics of `ref` (rstd, lse, losses, RoPE tables): stats_dtype(ref's dtype), so
+  // float32 beside bfloat16 activations and the activations' dtype otherwise.
+  const OpCheck& stats(const char* name, const Tensor& t, const char* ref_name,
+                       const Tensor& ref) const {
+    on_device(name, t);
+    CAROUSEL_CHECK(t.dtype() == stats_dtype(ref.dtype()),
+                   "{}: argument '{}' is {} but must be {} for {} '{}' (statistics of bfloat16 "
+                   "activations are float32)",
+                   op_, name, dtype_name(t.dtype()), dtype_name(stats_dtype(ref.dtype())),
+                   dtype_name(ref.dtype()), ref_name);
+    return *this;
+  }
   // `t` has the same shape and dtype as `ref`.
   const OpCheck& like(const char* name, const Tensor& t, const char* ref_name,
                       const Tensor& ref) const {

@@ -1,5 +1,8 @@
-// cuda_backend.cu — CudaBackend: the Backend ops on one GPU (cuBLAS for GEMMs, kernels.cuh for
-// the rest), with a cudaMalloc-based allocator that keeps the same exact accounting as the CPU.
+// cuda_backend.cu — CudaBackend: the Backend ops on one GPU, in two tiers (cuda_backend.h). Each
+// do_<op> first offers the op to the fast tier (fast_ops.h, lt_gemm.h, cudnn_attention.h) when
+// this backend runs it and the dtype is one it takes; otherwise the reference tier runs it:
+// classic cuBLAS for GEMMs and reference_kernels.cuh for the rest. Memory and the stream are
+// CudaAllocator's (cuda_allocator.h).
 //
 // Every CUDA and cuBLAS call is checked (statement, file:line, device). Row-major tensors meet
 // column-major cuBLAS through the identity C^T = B^T A^T: a row-major [m,n] product is cuBLAS'
@@ -9,13 +12,18 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "compute/dispatch.h"
 #include "compute/error.h"
+#include "cuda/cuda_allocator.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_info.h"
-#include "cuda/kernels.cuh"
+#include "cuda/fast/cudnn_attention.h"
+#include "cuda/fast/fast_ops.h"
+#include "cuda/fast/lt_gemm.h"
+#include "cuda/reference_kernels.cuh"
 
 namespace carousel {
 
@@ -24,76 +32,6 @@ namespace {
 using gpu::blocks_for;
 using gpu::kThreads;
 
-// Device memory from the GPU's stream-ordered pool: cudaMallocAsync / cudaFreeAsync on the
-// logical device's stream, with the pool keeping freed blocks (release threshold = unlimited)
-// so a training step reuses memory without cudaMalloc's device-wide synchronisation. A free is
-// ordered after the work queued on the stream so far; a tensor that another stream uses (NCCL)
-// must stay alive until that work's Event has completed (the executor keeps such buffers).
-// A GPU (or a virtualised one) without memory pools gets plain cudaMalloc / cudaFree, which
-// synchronise, and a warning. Out of memory is DeviceAllocator's error (the rank's device, the
-// size, what is in use); any other CUDA failure to allocate is an error naming CUDA's reason.
-// Accounting (current / peak bytes) is DeviceAllocator's, as on the CPU.
-class CudaAllocator final : public DeviceAllocator {
- public:
-  CudaAllocator(int gpu, int logical) : DeviceAllocator(DeviceKind::CUDA, logical, 0), gpu_(gpu) {
-    CUDA_CHECK(cudaSetDevice(gpu_));
-    CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    int pools = 0;
-    CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, gpu_));
-    pooled_ = pools != 0;  // else cudaMalloc (host/parallel/mesh.cpp warns)
-    if (!pooled_) return;
-    cudaMemPool_t pool = nullptr;
-    CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, gpu_));
-    std::uint64_t keep_everything = UINT64_MAX;
-    CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_everything));
-  }
-  ~CudaAllocator() override {
-    cudaSetDevice(gpu_);
-    cudaStreamSynchronize(stream_);
-    cudaStreamDestroy(stream_);
-  }
-  // The logical device's stream: its kernels, cuBLAS calls, copies and allocations.
-  cudaStream_t stream() const { return stream_; }
-
-  bool host_accessible() const override { return false; }
-  void* work_queue() const override { return stream_; }
-  void copy_to_host(void* host, const void* src, std::size_t bytes) const override {
-    CUDA_CHECK(cudaSetDevice(gpu_));
-    CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }
-  void copy_from_host(void* dst, const void* host, std::size_t bytes) const override {
-    CUDA_CHECK(cudaSetDevice(gpu_));
-    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-  }
-
- protected:
-  void* raw_allocate(std::size_t bytes) override {
-    CUDA_CHECK(cudaSetDevice(gpu_));
-    void* p = nullptr;
-    const cudaError_t rc = pooled_ ? cudaMallocAsync(&p, bytes, stream_) : cudaMalloc(&p, bytes);
-    if (rc == cudaSuccess) return p;
-    cudaGetLastError();  // clear the sticky-free error state this call left
-    CAROUSEL_CHECK(rc == cudaErrorMemoryAllocation, "allocating {} on GPU {} failed: {} ({})",
-                   format_bytes(bytes), gpu_, cudaGetErrorString(rc), cudaGetErrorName(rc));
-    return nullptr;  // out of memory: DeviceAllocator's error says how much was in use
-  }
-  void raw_free(void* p) override {
-    cudaSetDevice(gpu_);
-    if (pooled_) {
-      cudaFreeAsync(p, stream_);  // no throw on the destructors' path
-    } else {
-      cudaFree(p);
-    }
-  }
-
- private:
-  int gpu_;
-  cudaStream_t stream_ = nullptr;
-  bool pooled_ = true;  // cudaMallocAsync (else cudaMalloc)
-};
-
 cudaDataType_t cublas_type(DType t) {
   return per_dtype(t, CUDA_R_32F, CUDA_R_64F, CUDA_R_16BF, CUDA_R_32I, CUDA_R_16F, CUDA_R_8I,
                    CUDA_R_8U, CUDA_R_64I);
@@ -101,23 +39,36 @@ cudaDataType_t cublas_type(DType t) {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int gpu, int logical)
+  CudaBackend(int gpu, int logical, GpuKernels kernels, int cc_major)
       : Backend(std::make_unique<CudaAllocator>(gpu, logical)),
         gpu_(gpu),
-        stream_(static_cast<CudaAllocator&>(allocator()).stream()) {
+        stream_(static_cast<CudaAllocator&>(allocator()).stream()),
+        fast_(kernels == GpuKernels::Fast) {
     CUDA_CHECK(cudaSetDevice(gpu_));
     CUBLAS_CHECK(cublasCreate(&blas_));
     CUBLAS_CHECK(cublasSetStream(blas_, stream_));
+    if (!fast_) return;
+    lt_ = std::make_unique<gpu::LtGemm>(*this, stream_, cc_major);
+    attention_ = gpu::CudnnAttention::open(*this, stream_);  // null: it logged why
   }
   ~CudaBackend() override {
     cudaSetDevice(gpu_);
+    attention_.reset();
+    lt_.reset();
     cublasDestroy(blas_);
+  }
+
+  bool has_native_bf16(Op op) const override {
+    if (!fast_) return false;
+    if (op == Op::attention_forward || op == Op::attention_backward) return attention_ != nullptr;
+    return gpu::fast::has_kernel(op);
   }
 
   std::string name() const override {
     cudaDeviceProp prop{};
     cudaGetDeviceProperties(&prop, gpu_);
-    return fmt::format("cuda:{} ({})", gpu_, prop.name);
+    return fmt::format("cuda:{} ({}, {} kernels{})", gpu_, prop.name, fast_ ? "fast" : "reference",
+                       attention_ ? ", " + attention_->version() + " attention" : "");
   }
   void synchronize() override {
     CUDA_CHECK(cudaSetDevice(gpu_));
@@ -152,6 +103,8 @@ class CudaBackend final : public Backend {
         cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_));
   }
   void do_cast(const Tensor& src, const Tensor& dst) override {
+    if (fast_ && src.dtype() != DType::F64 && dst.dtype() != DType::F64)
+      return gpu::fast::cast(launch_, src, dst);
     dispatch(StorageTypes{}, "cast", src.dtype(), [&](auto from) {
       dispatch(StorageTypes{}, "cast", dst.dtype(), [&](auto to) {
         using From = decltype(from);
@@ -162,18 +115,21 @@ class CudaBackend final : public Backend {
     });
   }
   void do_scale(const Tensor& x, double alpha) override {
+    if (fast_for(x)) return gpu::fast::scale(launch_, x, alpha);
     dispatch(FloatTypes{}, "scale", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::scale_kernel<T>, x.numel(), x.data<T>(), x.numel(), T(alpha));
     });
   }
   void do_axpy(double alpha, const Tensor& x, const Tensor& y) override {
+    if (fast_for(x)) return gpu::fast::axpy(launch_, alpha, x, y);
     dispatch(FloatTypes{}, "axpy", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::axpy_kernel<T>, x.numel(), x.data<T>(), y.data<T>(), x.numel(), T(alpha));
     });
   }
   void do_add(const Tensor& a, const Tensor& b, const Tensor& out) override {
+    if (fast_for(a)) return gpu::fast::add(launch_, a, b, out);
     dispatch(FloatTypes{}, "add", a.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::add_kernel<T>, a.numel(), a.data<T>(), b.data<T>(), out.data<T>(), a.numel());
@@ -194,6 +150,8 @@ class CudaBackend final : public Backend {
   }
   void do_gemm(bool ta, bool tb, const GemmDims& d, double alpha, const Tensor& a, const Tensor& b,
                double beta, const Tensor& c) override {
+    if (lt_ && a.dtype() != DType::F64 && d.k > 0 && d.m > 0 && d.n > 0)
+      return lt_->run(ta, tb, d.batch, d.m, d.n, d.k, alpha, a, b, beta, c);
     if (d.m == 0 || d.n == 0) return;
     CUDA_CHECK(cudaSetDevice(gpu_));
     // Row-major C[m,n] = op(A) op(B)  <=>  column-major C^T[n,m] = op(B)^T op(A)^T.
@@ -222,6 +180,7 @@ class CudaBackend final : public Backend {
     }
   }
   void do_embedding_forward(const Tensor& table, const Tensor& tokens, const Tensor& out) override {
+    if (fast_for(table)) return gpu::fast::embedding_forward(launch_, table, tokens, out);
     dispatch(FloatTypes{}, "embedding_forward", table.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const std::int64_t n = tokens.numel(), e = table.dim(1);
@@ -231,6 +190,7 @@ class CudaBackend final : public Backend {
   }
   void do_embedding_backward(const Tensor& dout, const Tensor& tokens,
                              const Tensor& dtable) override {
+    if (fast_for(dtable)) return gpu::fast::embedding_backward(launch_, dout, tokens, dtable);
     dispatch(FloatTypes{}, "embedding_backward", dtable.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const std::int64_t n = tokens.numel(), e = dtable.dim(1);
@@ -240,6 +200,7 @@ class CudaBackend final : public Backend {
   }
   void do_rmsnorm_forward(const Tensor& x, const Tensor& w, double eps, const Tensor& out,
                           const Tensor& rstd) override {
+    if (fast_for(x)) return gpu::fast::rmsnorm_forward(launch_, x, w, eps, out, rstd);
     dispatch(FloatTypes{}, "rmsnorm_forward", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::rmsnorm_forward_kernel<T>, x.rows(), x.data<T>(), w.data<T>(), out.data<T>(),
@@ -248,6 +209,7 @@ class CudaBackend final : public Backend {
   }
   void do_rmsnorm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
                            const Tensor& dx, const Tensor& dw) override {
+    if (fast_for(x)) return gpu::fast::rmsnorm_backward(launch_, dy, x, w, rstd, dx, dw);
     dispatch(FloatTypes{}, "rmsnorm_backward", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::rmsnorm_backward_dx_kernel<T>, x.rows(), dy.data<T>(), x.data<T>(), w.data<T>(),
@@ -258,6 +220,7 @@ class CudaBackend final : public Backend {
   }
   void do_rope(const Tensor& x, const Tensor& c, const Tensor& s, const Tensor& out,
                bool backward) override {
+    if (fast_for(x)) return gpu::fast::rope(launch_, x, c, s, out, backward);
     dispatch(FloatTypes{}, "rope", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::rope_kernel<T>, x.numel() / 2, x.data<T>(), c.data<T>(), s.data<T>(),
@@ -266,6 +229,8 @@ class CudaBackend final : public Backend {
   }
   void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                             const Tensor& lse) override {
+    if (attention_ && q.dtype() == DType::BF16) return attention_->forward(q, k, v, out, lse);
+    note_reference_attention(q.dtype());
     dispatch(FloatTypes{}, "attention_forward", q.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::attention_forward_kernel<T>, q.dim(0) * q.dim(2) * q.dim(1), q.data<T>(),
@@ -276,6 +241,8 @@ class CudaBackend final : public Backend {
   void do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse, const Tensor& dq,
                              const Tensor& dk, const Tensor& dv) override {
+    if (attention_ && q.dtype() == DType::BF16)
+      return attention_->backward(dout, q, k, v, out, lse, dq, dk, dv);
     dispatch(FloatTypes{}, "attention_backward", q.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const std::int64_t B = q.dim(0), Tn = q.dim(1), H = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
@@ -287,6 +254,7 @@ class CudaBackend final : public Backend {
     });
   }
   void do_swiglu_forward(const Tensor& g, const Tensor& u, const Tensor& out) override {
+    if (fast_for(g)) return gpu::fast::swiglu_forward(launch_, g, u, out);
     dispatch(FloatTypes{}, "swiglu_forward", g.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::swiglu_forward_kernel<T>, g.numel(), g.data<T>(), u.data<T>(), out.data<T>(),
@@ -295,6 +263,7 @@ class CudaBackend final : public Backend {
   }
   void do_swiglu_backward(const Tensor& dy, const Tensor& g, const Tensor& u, const Tensor& dg,
                           const Tensor& du) override {
+    if (fast_for(g)) return gpu::fast::swiglu_backward(launch_, dy, g, u, dg, du);
     dispatch(FloatTypes{}, "swiglu_backward", g.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::swiglu_backward_kernel<T>, g.numel(), dy.data<T>(), g.data<T>(), u.data<T>(),
@@ -316,6 +285,8 @@ class CudaBackend final : public Backend {
   }
   void do_cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                 const Tensor& losses) override {
+    if (fast_for(logits))
+      return gpu::fast::cross_entropy(launch_, logits, targets, losses, 0.0, Tensor{});
     dispatch(FloatTypes{}, "cross_entropy_forward", logits.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::cross_entropy_kernel<T>, logits.dim(0), logits.data<T>(),
@@ -325,6 +296,8 @@ class CudaBackend final : public Backend {
   }
   void do_cross_entropy_backward(const Tensor& logits, const Tensor& targets, double dloss,
                                  const Tensor& dlogits) override {
+    if (fast_for(logits))
+      return gpu::fast::cross_entropy(launch_, logits, targets, Tensor{}, dloss, dlogits);
     dispatch(FloatTypes{}, "cross_entropy_backward", logits.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::cross_entropy_kernel<T>, logits.dim(0), logits.data<T>(),
@@ -334,6 +307,7 @@ class CudaBackend final : public Backend {
   }
   void do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                        const AdamWScalars& h) override {
+    if (fast_for(p)) return gpu::fast::adamw(launch_, p, g, m, v, h);
     dispatch(FloatTypes{}, "adamw_update", p.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::adamw_kernel<T>, p.numel(), p.data<T>(), g.data<T>(), m.data<T>(), v.data<T>(),
@@ -342,6 +316,14 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Whether the fast tier runs an op on `t`'s dtype (float32 and bfloat16; float64 is reference).
+  bool fast_for(const Tensor& t) const { return fast_ && t.dtype() != DType::F64; }
+  // The fast tier without cuDNN attention for this dtype: said once per process, not per call.
+  void note_reference_attention(DType dtype) {
+    if (!fast_ || noted_reference_attention_) return;
+    noted_reference_attention_ = true;
+    gpu::note_reference_attention(dtype, attention_ != nullptr);
+  }
   template <class Kernel, class... Args>
   void launch(Kernel kernel, std::int64_t threads, Args... args) {
     if (threads <= 0) return;
@@ -352,16 +334,21 @@ class CudaBackend final : public Backend {
   int gpu_;
   cudaStream_t stream_;  // owned by the allocator: allocations are ordered with the work
   cublasHandle_t blas_ = nullptr;
+  bool fast_;
+  gpu::fast::Launch launch_{*this, stream_};
+  std::unique_ptr<gpu::LtGemm> lt_;                 // fast tier: GEMMs
+  std::unique_ptr<gpu::CudnnAttention> attention_;  // fast tier: bf16 attention (null: reference)
+  bool noted_reference_attention_ = false;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int gpu, int logical_index) {
+std::unique_ptr<Backend> make_cuda_backend(int gpu, int logical_index, GpuKernels kernels) {
   const CudaDevices devices = list_cuda_devices();
   CAROUSEL_CHECK(!devices.devices.empty(), "device=cuda: {}", devices.why_none);
   CAROUSEL_CHECK(gpu >= 0 && gpu < int(devices.devices.size()),
                  "device=cuda: GPU {} does not exist; {} visible", gpu, devices.devices.size());
-  return std::make_unique<CudaBackend>(gpu, logical_index);
+  return std::make_unique<CudaBackend>(gpu, logical_index, kernels, devices.devices[gpu].cc_major);
 }
 
 }  // namespace carousel

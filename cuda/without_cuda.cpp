@@ -20,7 +20,7 @@ CudaDevices list_cuda_devices() {
 
 namespace carousel {
 
-std::unique_ptr<Backend> make_cuda_backend(int, int) {
+std::unique_ptr<Backend> make_cuda_backend(int, int, GpuKernels) {
   fail(
       "device=cuda: carousel was built without CUDA (CAROUSEL_CUDA=OFF or nvcc not found at "
       "configure time); rebuild with CAROUSEL_CUDA=ON or use device=cpu");

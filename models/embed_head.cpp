@@ -1,7 +1,7 @@
 // embed_head.cpp — embedding, final norm + lm_head + cross-entropy, simple squared error.
 #include "models/embed_head.h"
 
-#include "models/layer.h"  // stats_dtype
+#include "models/layer.h"
 
 namespace carousel {
 

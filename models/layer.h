@@ -17,13 +17,6 @@
 
 namespace carousel {
 
-// The dtype of per-row statistics (RMSNorm's 1/rms, attention's log-sum-exp, losses) for
-// activations of `activations`: float32 when those are bfloat16, so the statistics a backward
-// reuses are not rounded to 8 bits.
-inline DType stats_dtype(DType activations) {
-  return activations == DType::BF16 ? DType::F32 : activations;
-}
-
 // Views of one layer's parameters — or of their gradients, or of a gathered copy.
 struct LayerWeights {
   Tensor attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down;  // llama

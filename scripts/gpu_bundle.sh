@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/build.sh
-bins=(test_cuda_backend test_pipeline_gpu test_nccl op_bench carousel pipeline_bench all_reduce_perf
+bins=(test_cuda_backend test_pipeline_gpu test_nccl gpu_op_bench carousel pipeline_bench all_reduce_perf
   all_gather_perf sendrecv_perf)
 rm -rf .gpu && mkdir -p .gpu/stage/bin .gpu/stage/lib
 for b in "${bins[@]}"; do

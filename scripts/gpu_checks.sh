@@ -83,7 +83,8 @@ if wants checks; then
 run gpu_tests 90 "$bin/test_cuda_backend"
 run pipeline_gpu 180 "$bin/test_pipeline_gpu"
 run nccl_tests 120 "$bin/test_nccl"
-run op_bench 90 "$bin/op_bench" --benchmark_filter=Cuda --benchmark_min_time=0.5
+run gpu_op_bench 150 "$bin/gpu_op_bench" --benchmark_min_time=0.2 \
+  --benchmark_out="$out/gpu_op_bench.json" --benchmark_out_format=json
 run train_cuda_f32 120 "$bin/carousel" train configs/demo.yml ici_pipeline_parallelism=1 \
   ici_fsdp_parallelism=1 per_device_batch_size=8 num_pipeline_microbatches=1 device=cuda \
   steps=20 log_period=5 base_output_directory=/tmp/carousel/out run_name=f32

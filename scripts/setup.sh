@@ -49,20 +49,26 @@ done
 PY_PACKAGES=(
   tokenizers==0.23.3    # scripts/prepare_data.py: train / apply a Hugging Face tokenizer.json
 )
+# Installed without their dependencies: carousel uses only the headers they ship.
+PY_HEADER_PACKAGES=(
+  nvidia-cudnn-frontend==1.32.0  # cuDNN's graph API (header-only C++): the CUDA fast tier's attention
+)
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv="$root/.venv"
 
 setup_venv() {
   local want
-  want=$(printf '%s\n' "${PY_PACKAGES[@]}" | sort)
+  want=$(printf '%s\n' "${PY_PACKAGES[@]}" "${PY_HEADER_PACKAGES[@]}" | sort)
   if [ -x "$venv/bin/python" ] &&
     [ "$("$venv/bin/python" -m pip freeze --disable-pip-version-check 2>/dev/null |
       grep -Fx -f <(echo "$want") | sort)" = "$want" ]; then
     return 0
   fi
-  echo "setup: installing ${PY_PACKAGES[*]} into $venv"
+  echo "setup: installing ${PY_PACKAGES[*]} ${PY_HEADER_PACKAGES[*]} into $venv"
   /usr/bin/python3 -m venv "$venv"
   "$venv/bin/python" -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-deps \
+    "${PY_HEADER_PACKAGES[@]}"
 }
 
 if [ ${#missing[@]} -eq 0 ]; then

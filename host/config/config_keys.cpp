@@ -298,6 +298,9 @@ const std::vector<ConfigKey>& config_keys() {
       key("device", &Config::device, ResumeClass::Layout,
           "cpu | cuda | auto (cuda when a GPU is visible); with several devices on cuda, device "
           "d is a logical device on GPU d % visible GPUs"),
+      key("gpu_kernels", &Config::gpu_kernels, ResumeClass::Layout,
+          "fast (cuBLASLt, cuDNN flash attention, fused kernels) | reference (the simple kernels "
+          "the fast ones are checked against) on device=cuda; the CPU ignores it"),
       key("remat_policy", &Config::remat_policy, ResumeClass::Layout,
           "full (keep stage inputs, recompute in backward) | none"),
       key("init_weights_seed", &Config::init_weights_seed, ResumeClass::Training,

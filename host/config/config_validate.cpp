@@ -196,6 +196,10 @@ void Config::validate() const {
                  weight_dtype);
   CAROUSEL_CHECK(device == "cpu" || device == "cuda" || device == "auto",
                  "device='{}' is not valid; use cpu, cuda or auto", device);
+  CAROUSEL_CHECK(gpu_kernels == "fast" || gpu_kernels == "reference",
+                 "gpu_kernels='{}' is not valid; use fast (cuBLASLt, cuDNN attention, fused "
+                 "kernels) or reference (the simple CUDA kernels, the fast tier's oracle)",
+                 gpu_kernels);
   CAROUSEL_CHECK(remat_policy == "full" || remat_policy == "none",
                  "remat_policy='{}' is not valid; use full or none", remat_policy);
   CAROUSEL_CHECK(spdlog::level::from_str(log_level) != spdlog::level::off || log_level == "off",

@@ -56,8 +56,8 @@ namespace {
 // without stream-ordered memory pools says that its memory comes from cudaMalloc / cudaFree,
 // which synchronise the device: slower steps, and with NCCL across GPUs a free waiting behind a
 // collective whose peer waits in its own free can stall until the collective timeout.
-std::unique_ptr<Backend> make_gpu_backend(const CudaDevices& gpus, int gpu, int rank,
-                                          bool first_on_gpu) {
+std::unique_ptr<Backend> make_gpu_backend(const Config& cfg, const CudaDevices& gpus, int gpu,
+                                          int rank, bool first_on_gpu) {
   if (first_on_gpu && gpu < int(gpus.devices.size()) && !gpus.devices[gpu].memory_pools) {
     spdlog::warn(
         "GPU {} ({}) has no stream-ordered memory pools: device memory comes from cudaMalloc / "
@@ -65,7 +65,8 @@ std::unique_ptr<Backend> make_gpu_backend(const CudaDevices& gpus, int gpu, int 
         "until collective_timeout_seconds is possible)",
         gpu, gpus.devices[gpu].name);
   }
-  return make_cuda_backend(gpu, rank);
+  return make_cuda_backend(
+      gpu, rank, cfg.gpu_kernels == "reference" ? GpuKernels::Reference : GpuKernels::Fast);
 }
 
 }  // namespace
@@ -74,7 +75,7 @@ std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank) {
   if (runs_on_gpus(cfg)) {
     const CudaDevices gpus = list_cuda_devices();  // once: each call asks the driver
     const int visible = std::max<int>(1, int(gpus.devices.size()));
-    return make_gpu_backend(gpus, rank % visible, rank, rank < visible);
+    return make_gpu_backend(cfg, gpus, rank % visible, rank, rank < visible);
   }
   return std::make_unique<CpuBackend>(rank);
 }
@@ -227,8 +228,8 @@ void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicato
     const int rank = process_world->rank();
     if (transport == Transport::Nccl) {
 #ifdef CAROUSEL_HAVE_NCCL
-      const auto device =
-          make_gpu_backend(list_cuda_devices(), process_gpu(rank), rank, /*first_on_gpu=*/true);
+      const auto device = make_gpu_backend(cfg, list_cuda_devices(), process_gpu(rank), rank,
+                                           /*first_on_gpu=*/true);
       const auto world = NcclWorld::connect(*process_world, cfg.collective_timeout_seconds);
       rank_main(rank, *device, *world, *process_world);
       return;

@@ -1,4 +1,6 @@
-// kernels.cuh — the CUDA kernels of CudaBackend. Elementwise kernels call the same
+// reference_kernels.cuh — the reference tier of CUDA kernels (gpu_kernels=reference), simple
+// enough to check by eye: one thread per element, row or query. They are the fast tier's oracle on
+// the GPU (tests/compute/test_cuda_backend.cpp) and run float64. Elementwise kernels call the same
 // carousel::math functions as the CPU loops; reductions are written so every output element is
 // produced by one thread (or one block) in a fixed order: results are deterministic.
 #pragma once

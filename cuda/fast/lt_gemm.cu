@@ -1,0 +1,140 @@
+// lt_gemm.cu — cuBLASLt GEMMs with cached plans (see lt_gemm.h). A plan is built the first time
+// a (shape, dtype, transposes, alignment) key is met: the matmul descriptor, three layouts and
+// the heuristic's best algorithm for the backend's workspace; later calls only run cublasLtMatmul.
+// cuBLASLt results are bitwise reproducible on one GPU model and library version, which is the
+// determinism the fast tier promises.
+#include <cublasLt.h>
+
+#include "compute/error.h"
+#include "cuda/fast/lt_gemm.h"
+
+#define CUBLASLT_CHECK(stmt) CUBLAS_CHECK(stmt)  // cuBLASLt returns cublasStatus_t too
+
+namespace carousel::gpu {
+
+namespace {
+
+cudaDataType_t lt_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// Owns one plan's descriptors.
+struct Plan {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  Plan() = default;
+  Plan(Plan&& o) noexcept { *this = std::move(o); }
+  Plan& operator=(Plan&& o) noexcept {
+    std::swap(op, o.op);
+    std::swap(first, o.first);
+    std::swap(second, o.second);
+    std::swap(out, o.out);
+    algo = o.algo;
+    return *this;
+  }
+  ~Plan() {
+    if (op) cublasLtMatmulDescDestroy(op);
+    for (auto* l : {first, second, out})
+      if (l) cublasLtMatrixLayoutDestroy(l);
+  }
+};
+
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, const LtLayout& l, std::int64_t batch) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&layout, type, std::uint64_t(l.rows),
+                                            std::uint64_t(l.cols), std::int64_t(l.ld)));
+  if (batch > 1) {
+    const std::int32_t count = std::int32_t(batch);
+    const std::int64_t stride = l.batch_stride;
+    CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT,
+                                                    &count, sizeof(count)));
+    CUBLASLT_CHECK(cublasLtMatrixLayoutSetAttribute(
+        layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
+  return layout;
+}
+
+}  // namespace
+
+struct LtGemm::State {
+  Backend& backend;
+  cudaStream_t stream;
+  cublasLtHandle_t handle = nullptr;
+  Tensor workspace;
+  PlanCache<Plan> plans;
+
+  Plan build(const GemmKey& key) {
+    const LtProblem p = lt_problem(key);
+    Plan plan;
+    CUBLASLT_CHECK(cublasLtMatmulDescCreate(&plan.op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = p.first.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t tb = p.second.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLASLT_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CUBLASLT_CHECK(
+        cublasLtMatmulDescSetAttribute(plan.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    plan.first = make_layout(lt_type(key.ab), p.first, key.batch);
+    plan.second = make_layout(lt_type(key.ab), p.second, key.batch);
+    plan.out = make_layout(lt_type(key.c), p.out, key.batch);
+
+    cublasLtMatmulPreference_t pref = nullptr;
+    CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    const std::uint64_t ws = workspace.nbytes();
+    const std::uint32_t align = std::uint32_t(key.alignment);
+    cublasStatus_t rc = cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    for (auto attr :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+      if (rc == CUBLAS_STATUS_SUCCESS)
+        rc = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
+    }
+    cublasLtMatmulHeuristicResult_t best{};
+    int found = 0;
+    if (rc == CUBLAS_STATUS_SUCCESS)
+      rc = cublasLtMatmulAlgoGetHeuristic(handle, plan.op, plan.first, plan.second, plan.out,
+                                          plan.out, pref, 1, &best, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    CUBLASLT_CHECK(rc);
+    CAROUSEL_CHECK(found > 0,
+                   "cuBLASLt has no algorithm for the GEMM {} (alignment {} bytes, "
+                   "workspace {} bytes); gpu_kernels=reference uses classic cuBLAS",
+                   describe(key), key.alignment, ws);
+    plan.algo = best.algo;
+    return plan;
+  }
+};
+
+LtGemm::LtGemm(Backend& backend, cudaStream_t stream, int compute_capability_major)
+    : state_(new State{backend, stream}) {
+  CUBLASLT_CHECK(cublasLtCreate(&state_->handle));
+  state_->workspace =
+      backend.empty({std::int64_t(lt_workspace_bytes(compute_capability_major))}, DType::U8);
+}
+
+LtGemm::~LtGemm() {
+  if (state_->handle) cublasLtDestroy(state_->handle);
+}
+
+void LtGemm::run(bool trans_a, bool trans_b, std::int64_t batch, std::int64_t m, std::int64_t n,
+                 std::int64_t k, double alpha, const Tensor& a, const Tensor& b, double beta,
+                 const Tensor& c) {
+  GemmKey key{trans_a, trans_b, batch, m, n, k, a.dtype(), c.dtype(), 16};
+  const std::size_t ab = dtype_size(a.dtype()), cb = dtype_size(c.dtype());
+  const std::int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n, ldc = n;
+  key.alignment = common_alignment(
+      {reinterpret_cast<std::uintptr_t>(a.raw()), reinterpret_cast<std::uintptr_t>(b.raw()),
+       reinterpret_cast<std::uintptr_t>(c.raw()), std::uintptr_t(m * k * ab),
+       std::uintptr_t(k * n * ab), std::uintptr_t(m * n * cb), std::uintptr_t(lda * ab),
+       std::uintptr_t(ldb * ab), std::uintptr_t(ldc * cb)});
+  State& s = *state_;
+  const Plan& plan = s.plans.get(key, [&] { return s.build(key); });
+  const float al = float(alpha), be = float(beta);
+  CUBLASLT_CHECK(cublasLtMatmul(s.handle, plan.op, &al, b.raw(), plan.first, a.raw(), plan.second,
+                                &be, c.raw(), plan.out, c.raw(), plan.out, &plan.algo,
+                                s.workspace.raw(), s.workspace.nbytes(), s.stream));
+}
+
+std::int64_t LtGemm::plans_built() const { return state_->plans.builds(); }
+std::int64_t LtGemm::plans_reused() const { return state_->plans.hits(); }
+
+}  // namespace carousel::gpu

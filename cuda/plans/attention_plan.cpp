@@ -1,0 +1,28 @@
+// attention_plan.cpp — cuDNN attention shape rules and layouts (see attention_plan.h).
+#include "cuda/plans/attention_plan.h"
+
+#include <fmt/format.h>
+
+namespace carousel::gpu {
+
+std::string cudnn_attention_unsupported(const AttentionKey& k) {
+  if (k.dtype != DType::BF16)
+    return fmt::format("cuDNN's fused attention takes bfloat16, not {}", dtype_name(k.dtype));
+  if (k.head_dim % 8 != 0 || k.head_dim > 128 || k.head_dim <= 0)
+    return fmt::format("head_dim {} (cuDNN's fused attention takes a multiple of 8 up to 128)",
+                       k.head_dim);
+  if (k.kv_heads <= 0 || k.heads % k.kv_heads != 0)
+    return fmt::format("{} query heads are not a multiple of {} kv heads", k.heads, k.kv_heads);
+  if (k.batch <= 0 || k.seq <= 0) return fmt::format("empty batch {} x seq {}", k.batch, k.seq);
+  return "";
+}
+
+DimsStrides bthd_as_bhsd(std::int64_t b, std::int64_t t, std::int64_t h, std::int64_t d) {
+  return {{b, h, t, d}, {t * h * d, d, h * d, 1}};
+}
+
+DimsStrides stats_as_bhs1(std::int64_t b, std::int64_t h, std::int64_t t) {
+  return {{b, h, t, 1}, {h * t, t, 1, 1}};
+}
+
+}  // namespace carousel::gpu
