@@ -104,8 +104,13 @@ class OpCheck {
 
 // Ids index tables: every id must be in [0, vocab) before any backend reads with it. Checked
 // on the host (a copy of the ids), once for all backends.
+// Only where device memory is host memory (the CPU backend): on a GPU the check would copy the
+// ids to the host and wait for the stream at every embedding and loss op, stalling the pipeline
+// and ruling out CUDA graph capture. Token ids reaching a GPU were checked on the host where they
+// were read (host/io/data.cpp: every id of a shard against the vocabulary).
 inline void check_token_range(Backend& be, const char* op, const char* arg, const Tensor& tokens,
                               std::int64_t vocab) {
+  if (!be.allocator().host_accessible()) return;
   const auto ids = be.to_host<std::int32_t>(tokens);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     CAROUSEL_CHECK(ids[i] >= 0 && ids[i] < vocab,
