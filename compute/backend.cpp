@@ -51,6 +51,37 @@ AdamWScalars AdamWParams::to_scalars() const {
 }
 
 Backend::Backend(std::unique_ptr<DeviceAllocator> allocator) : allocator_(std::move(allocator)) {}
+
+// Times the outermost op while timing is on (an op's own calls to other ops are part of it).
+class Backend::OpScope {
+ public:
+  OpScope(Backend& be, Op op) : be_(be.stopwatch_ ? &be : nullptr) {
+    if (be_ && be_->op_depth_++ == 0) be_->stopwatch_->begin(op_name(op));
+  }
+  ~OpScope() {
+    if (be_ && --be_->op_depth_ == 0) be_->stopwatch_->end();
+  }
+  OpScope(const OpScope&) = delete;
+  OpScope& operator=(const OpScope&) = delete;
+
+ private:
+  Backend* be_;
+};
+
+void Backend::start_op_timing() {
+  CAROUSEL_ASSERT(op_depth_ == 0, "start_op_timing inside an op");
+  if (!stopwatch_) stopwatch_ = make_op_stopwatch();
+}
+
+OpTimes Backend::stop_op_timing() {
+  if (!stopwatch_) return {};
+  synchronize();
+  OpTimes times = stopwatch_->collect();
+  stopwatch_.reset();
+  return times;
+}
+
+std::unique_ptr<OpStopwatch> Backend::make_op_stopwatch() { return host_op_stopwatch(); }
 Backend::~Backend() = default;
 
 Tensor Backend::empty(Shape shape, DType dtype) {
@@ -69,21 +100,25 @@ Tensor Backend::zeros(Shape shape, DType dtype) {
 }
 
 void Backend::upload(const void* host, const Tensor& dst) {
+  const OpScope timed(*this, Op::upload);
   OpCheck(Op::upload, *this).on_device("dst", dst);
   do_upload(host, dst);
 }
 
 void Backend::download(const Tensor& src, void* host) {
+  const OpScope timed(*this, Op::download);
   OpCheck(Op::download, *this).on_device("src", src);
   do_download(src, host);
 }
 
 void Backend::fill(const Tensor& x, double value) {
+  const OpScope timed(*this, Op::fill);
   OpCheck(Op::fill, *this).floating_or_bf16("x", x);
   do_fill(x, value);
 }
 
 void Backend::copy(const Tensor& src, const Tensor& dst) {
+  const OpScope timed(*this, Op::copy);
   OpCheck c(Op::copy, *this);
   c.on_device("src", src);
   c.on_device("dst", dst);
@@ -94,6 +129,7 @@ void Backend::copy(const Tensor& src, const Tensor& dst) {
 }
 
 void Backend::cast(const Tensor& src, const Tensor& dst) {
+  const OpScope timed(*this, Op::cast);
   OpCheck c(Op::cast, *this);
   c.floating_or_bf16("src", src).floating_or_bf16("dst", dst);
   c.shape("dst", dst, src.shape(), "the shape of 'src'");
@@ -101,30 +137,35 @@ void Backend::cast(const Tensor& src, const Tensor& dst) {
 }
 
 void Backend::scale(const Tensor& x, double alpha) {
+  const OpScope timed(*this, Op::scale);
   if (stage_bf16(*this, Op::scale, &Backend::scale, Out{x}, alpha)) return;
   OpCheck(Op::scale, *this).floating("x", x);
   do_scale(x, alpha);
 }
 
 void Backend::axpy(double alpha, const Tensor& x, const Tensor& y) {
+  const OpScope timed(*this, Op::axpy);
   if (stage_bf16(*this, Op::axpy, &Backend::axpy, alpha, In{x}, Out{y})) return;
   OpCheck(Op::axpy, *this).floating("x", x).like("y", y, "x", x);
   do_axpy(alpha, x, y);
 }
 
 void Backend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const OpScope timed(*this, Op::add);
   if (stage_bf16(*this, Op::add, &Backend::add, In{a}, In{b}, Out{out})) return;
   OpCheck(Op::add, *this).floating("a", a).like("b", b, "a", a).like("out", out, "a", a);
   do_add(a, b, out);
 }
 
 double Backend::sum(const Tensor& x) {
+  const OpScope timed(*this, Op::sum);
   if (auto staged = stage_bf16(*this, Op::sum, &Backend::sum, In{x})) return *staged;
   OpCheck(Op::sum, *this).floating("x", x);
   return do_sum(x, false);
 }
 
 double Backend::sum_squares(const Tensor& x) {
+  const OpScope timed(*this, Op::sum_squares);
   if (auto staged = stage_bf16(*this, Op::sum_squares, &Backend::sum_squares, In{x}))
     return *staged;
   OpCheck(Op::sum_squares, *this).floating("x", x);
@@ -133,6 +174,7 @@ double Backend::sum_squares(const Tensor& x) {
 
 void Backend::gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, const Tensor& b,
                    double beta, const Tensor& c) {
+  const OpScope timed(*this, Op::gemm);
   OpCheck check(Op::gemm, *this);
   check_gemm_dtypes(check, a, b, c);
   const std::int64_t m = trans_a ? a.cols() : a.rows();
@@ -151,6 +193,7 @@ void Backend::gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, co
 
 void Backend::gemm_strided_batched(bool trans_a, bool trans_b, double alpha, const Tensor& a,
                                    const Tensor& b, double beta, const Tensor& c) {
+  const OpScope timed(*this, Op::gemm_strided_batched);
   OpCheck check(Op::gemm_strided_batched, *this);
   check_gemm_dtypes(check, a, b, c);
   check.rank("a", a, 3, "[batch, rows, cols]")
@@ -172,6 +215,7 @@ void Backend::gemm_strided_batched(bool trans_a, bool trans_b, double alpha, con
 }
 
 void Backend::embedding_forward(const Tensor& table, const Tensor& tokens, const Tensor& out) {
+  const OpScope timed(*this, Op::embedding_forward);
   if (stage_bf16(*this, Op::embedding_forward, &Backend::embedding_forward, In{table}, tokens,
                  Out{out}))
     return;
@@ -186,6 +230,7 @@ void Backend::embedding_forward(const Tensor& table, const Tensor& tokens, const
 }
 
 void Backend::embedding_backward(const Tensor& dout, const Tensor& tokens, const Tensor& dtable) {
+  const OpScope timed(*this, Op::embedding_backward);
   if (stage_bf16(*this, Op::embedding_backward, &Backend::embedding_backward, In{dout}, tokens,
                  Out{dtable}))
     return;
@@ -203,6 +248,7 @@ void Backend::embedding_backward(const Tensor& dout, const Tensor& tokens, const
 
 void Backend::rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& out,
                               const Tensor& rstd) {
+  const OpScope timed(*this, Op::rmsnorm_forward);
   if (stage_bf16(*this, Op::rmsnorm_forward, &Backend::rmsnorm_forward, In{x}, In{weight}, eps,
                  Out{out}, Out{rstd}))
     return;
@@ -217,6 +263,7 @@ void Backend::rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps,
 
 void Backend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                                const Tensor& rstd, const Tensor& dx, const Tensor& dweight) {
+  const OpScope timed(*this, Op::rmsnorm_backward);
   if (stage_bf16(*this, Op::rmsnorm_backward, &Backend::rmsnorm_backward, In{dout}, In{x},
                  In{weight}, In{rstd}, Out{dx}, Out{dweight}))
     return;
@@ -245,6 +292,7 @@ void check_rope(Backend::Op op, const Backend& backend, const Tensor& x, const T
 
 void Backend::rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin,
                            const Tensor& out) {
+  const OpScope timed(*this, Op::rope_forward);
   if (stage_bf16(*this, Op::rope_forward, &Backend::rope_forward, In{x}, In{cos}, In{sin},
                  Out{out}))
     return;
@@ -254,6 +302,7 @@ void Backend::rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin
 
 void Backend::rope_backward(const Tensor& dout, const Tensor& cos, const Tensor& sin,
                             const Tensor& dx) {
+  const OpScope timed(*this, Op::rope_backward);
   if (stage_bf16(*this, Op::rope_backward, &Backend::rope_backward, In{dout}, In{cos}, In{sin},
                  Out{dx}))
     return;
@@ -281,6 +330,7 @@ void check_attention(Backend::Op op, const Backend& backend, const Tensor& q, co
 
 void Backend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& out, const Tensor& lse) {
+  const OpScope timed(*this, Op::attention_forward);
   if (stage_bf16(*this, Op::attention_forward, &Backend::attention_forward, In{q}, In{k}, In{v},
                  Out{out}, Out{lse}))
     return;
@@ -291,6 +341,7 @@ void Backend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& 
 void Backend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                  const Tensor& v, const Tensor& out, const Tensor& lse,
                                  const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const OpScope timed(*this, Op::attention_backward);
   if (stage_bf16(*this, Op::attention_backward, &Backend::attention_backward, In{dout}, In{q},
                  In{k}, In{v}, In{out}, In{lse}, Out{dq}, Out{dk}, Out{dv}))
     return;
@@ -304,6 +355,7 @@ void Backend::attention_backward(const Tensor& dout, const Tensor& q, const Tens
 }
 
 void Backend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) {
+  const OpScope timed(*this, Op::swiglu_forward);
   if (stage_bf16(*this, Op::swiglu_forward, &Backend::swiglu_forward, In{gate}, In{up}, Out{out}))
     return;
   OpCheck(Op::swiglu_forward, *this)
@@ -315,6 +367,7 @@ void Backend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor&
 
 void Backend::swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                               const Tensor& dgate, const Tensor& dup) {
+  const OpScope timed(*this, Op::swiglu_backward);
   if (stage_bf16(*this, Op::swiglu_backward, &Backend::swiglu_backward, In{dout}, In{gate}, In{up},
                  Out{dgate}, Out{dup}))
     return;
@@ -328,12 +381,14 @@ void Backend::swiglu_backward(const Tensor& dout, const Tensor& gate, const Tens
 }
 
 void Backend::gelu_forward(const Tensor& x, const Tensor& out) {
+  const OpScope timed(*this, Op::gelu_forward);
   if (stage_bf16(*this, Op::gelu_forward, &Backend::gelu_forward, In{x}, Out{out})) return;
   OpCheck(Op::gelu_forward, *this).floating("x", x).like("out", out, "x", x);
   do_gelu_forward(x, out);
 }
 
 void Backend::gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) {
+  const OpScope timed(*this, Op::gelu_backward);
   if (stage_bf16(*this, Op::gelu_backward, &Backend::gelu_backward, In{dout}, In{x}, Out{dx}))
     return;
   OpCheck(Op::gelu_backward, *this)
@@ -357,6 +412,7 @@ void check_cross_entropy(Backend::Op op, Backend& backend, const Tensor& logits,
 
 void Backend::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                     const Tensor& losses) {
+  const OpScope timed(*this, Op::cross_entropy_forward);
   if (stage_bf16(*this, Op::cross_entropy_forward, &Backend::cross_entropy_forward, In{logits},
                  targets, Out{losses}))
     return;
@@ -369,6 +425,7 @@ void Backend::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
 
 void Backend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, double dloss,
                                      const Tensor& dlogits) {
+  const OpScope timed(*this, Op::cross_entropy_backward);
   if (stage_bf16(*this, Op::cross_entropy_backward, &Backend::cross_entropy_backward, In{logits},
                  targets, dloss, Out{dlogits}))
     return;
@@ -379,6 +436,7 @@ void Backend::cross_entropy_backward(const Tensor& logits, const Tensor& targets
 
 void Backend::adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m,
                            const Tensor& v, const AdamWParams& params) {
+  const OpScope timed(*this, Op::adamw_update);
   OpCheck(Op::adamw_update, *this)
       .floating("param", param)
       .like("grad", grad, "param", param)

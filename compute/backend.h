@@ -25,6 +25,7 @@
 
 #include "compute/elementwise.h"
 #include "compute/memory.h"
+#include "compute/op_timing.h"
 #include "compute/tensor.h"
 
 namespace carousel {
@@ -74,6 +75,12 @@ class Backend {
   // backend.cpp). A backend that writes a native bf16 kernel returns true for that op and
   // handles DType::BF16 in its do_<op>; nothing else in Backend changes.
   virtual bool has_native_bf16(Op /*op*/) const { return false; }
+
+  // ---- time by op kind (compute/op_timing.h; the profiled steps) -----------------------------
+  // While on, each outermost op's time is added to its kind. stop_op_timing() waits for the
+  // queued work, returns the times and turns timing off.
+  void start_op_timing();
+  OpTimes stop_op_timing();
 
   // ---- memory -------------------------------------------------------------------------------
   Tensor empty(Shape shape, DType dtype = DType::F32);
@@ -175,6 +182,10 @@ class Backend {
                     const AdamWParams& params);
 
  protected:
+  // How this backend times an op: the host clock around the call by default (work done when the
+  // call returns); a GPU backend records events on its stream.
+  virtual std::unique_ptr<OpStopwatch> make_op_stopwatch();
+
   virtual void do_upload(const void* host, const Tensor& dst) = 0;
   virtual void do_download(const Tensor& src, void* host) = 0;
   virtual void do_fill(const Tensor& x, double value) = 0;
@@ -218,7 +229,10 @@ class Backend {
                                const Tensor& v, const AdamWScalars& scalars) = 0;
 
  private:
+  class OpScope;
   std::unique_ptr<DeviceAllocator> allocator_;
+  std::unique_ptr<OpStopwatch> stopwatch_;  // set while timing ops
+  int op_depth_ = 0;                        // ops in progress on this backend (nesting)
 };
 
 // "rmsnorm_forward": the name an op's error messages start with.

@@ -37,6 +37,63 @@ cudaDataType_t cublas_type(DType t) {
                    CUDA_R_8U, CUDA_R_64I);
 }
 
+// Time by op kind on the GPU: a pair of events around each op on the backend's stream, read when
+// timing stops (one synchronisation for all of them). Events are reused across profiled steps.
+class EventStopwatch final : public OpStopwatch {
+ public:
+  EventStopwatch(int gpu, cudaStream_t stream) : gpu_(gpu), stream_(stream) {}
+  ~EventStopwatch() override {
+    cudaSetDevice(gpu_);
+    for (const Mark& m : marks_) spare_.insert(spare_.end(), {m.begin, m.end});
+    for (cudaEvent_t e : spare_)
+      if (e) cudaEventDestroy(e);
+  }
+  void begin(const char* op) override {
+    marks_.push_back({op, take(), nullptr});
+    CUDA_CHECK(cudaEventRecord(marks_.back().begin, stream_));
+  }
+  void end() override {
+    marks_.back().end = take();
+    CUDA_CHECK(cudaEventRecord(marks_.back().end, stream_));
+  }
+  OpTimes collect() override {
+    CUDA_CHECK(cudaSetDevice(gpu_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    OpTimes times;
+    for (const Mark& m : marks_) {
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, m.begin, m.end));
+      OpTime& t = times[m.op];
+      ++t.calls;
+      t.seconds += double(ms) / 1e3;
+      spare_.insert(spare_.end(), {m.begin, m.end});
+    }
+    marks_.clear();
+    return times;
+  }
+
+ private:
+  struct Mark {
+    const char* op;
+    cudaEvent_t begin, end;
+  };
+  cudaEvent_t take() {
+    if (!spare_.empty()) {
+      cudaEvent_t e = spare_.back();
+      spare_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    CUDA_CHECK(cudaSetDevice(gpu_));
+    CUDA_CHECK(cudaEventCreate(&e));
+    return e;
+  }
+  int gpu_;
+  cudaStream_t stream_;
+  std::vector<Mark> marks_;
+  std::vector<cudaEvent_t> spare_;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int gpu, int logical, GpuKernels kernels, int cc_major)
@@ -48,7 +105,7 @@ class CudaBackend final : public Backend {
     CUBLAS_CHECK(cublasCreate(&blas_));
     CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     if (!fast_) return;
-    lt_ = std::make_unique<gpu::LtGemm>(*this, stream_, cc_major);
+    lt_ = std::make_unique<gpu::LtGemm>(*this, gpu_, stream_, cc_major);
     attention_ = gpu::CudnnAttention::open(*this, stream_);  // null: it logged why
   }
   ~CudaBackend() override {
@@ -76,6 +133,9 @@ class CudaBackend final : public Backend {
   }
 
  protected:
+  std::unique_ptr<OpStopwatch> make_op_stopwatch() override {
+    return std::make_unique<EventStopwatch>(gpu_, stream_);
+  }
   void do_upload(const void* host, const Tensor& dst) override {
     CUDA_CHECK(cudaSetDevice(gpu_));
     CUDA_CHECK(cudaMemcpyAsync(dst.raw(), host, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
@@ -335,7 +395,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_;  // owned by the allocator: allocations are ordered with the work
   cublasHandle_t blas_ = nullptr;
   bool fast_;
-  gpu::fast::Launch launch_{*this, stream_};
+  gpu::fast::Launch launch_{*this, gpu_, stream_};
   std::unique_ptr<gpu::LtGemm> lt_;                 // fast tier: GEMMs
   std::unique_ptr<gpu::CudnnAttention> attention_;  // fast tier: bf16 attention (null: reference)
   bool noted_reference_attention_ = false;

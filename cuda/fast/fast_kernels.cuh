@@ -2,7 +2,9 @@
 // (T = float or bf16), float32 arithmetic in registers, V-element packs (16-byte loads where
 // cuda/plans/launch_plan.h found the pointers aligned), and block reductions written so that every
 // result is bitwise the same from run to run:
-//   * a reduction's order depends only on the shape (the block size comes from the shape);
+//   * a reduction's order depends only on the shape and the pack width (the block size comes
+//     from them), and the width only on the shape and the views' offsets in their buffers
+//     (pool allocations are 256-byte aligned): the same program gives the same order;
 //   * warps reduce by butterfly shuffles (a + b == b + a exactly, so all lanes agree), warps
 //     meet in shared memory in warp order — no atomics anywhere;
 //   * column sums over rows go through fixed row chunks, then the chunks in order.
@@ -219,7 +221,6 @@ __global__ void embedding_backward_runs(const T* dout, const std::uint32_t* sort
   }
 }
 
-template <int V>
 __global__ void iota(std::int32_t* out, int64_t n) {
   const int64_t i = global_thread();
   if (i < n) out[i] = std::int32_t(i);
@@ -307,14 +308,17 @@ __global__ void cross_entropy(const T* logits, const std::int32_t* targets, floa
     const Pack<T, V> a = load<V>(lr, p);
     float m = ms.max;
     for (int e = 0; e < V; ++e) m = fmaxf(m, to_f(a.v[e]));
+    if (m == -INFINITY) continue;  // only masked logits so far: exp(-inf - -inf) would be NaN
     float s = ms.max == -INFINITY ? 0.f : ms.sum * expf(ms.max - m);
     for (int e = 0; e < V; ++e) s += expf(to_f(a.v[e]) - m);
     ms = {m, s};
   }
+  const std::int32_t target = targets[row];
+  // Read before the barriers below: dlogits may alias logits and be written right after them.
+  const float target_logit = losses && threadIdx.x == 0 ? to_f(lr[target]) : 0.f;
   ms = block_combine(ms, scratch);  // its barriers also order every read above before the writes
   const float lse = ms.max + logf(ms.sum);
-  const std::int32_t target = targets[row];
-  if (losses && threadIdx.x == 0) losses[row] = lse - to_f(lr[target]);
+  if (losses && threadIdx.x == 0) losses[row] = lse - target_logit;
   if (!dlogits) return;
   for (int64_t p = threadIdx.x; p < packs; p += blockDim.x) {
     const Pack<T, V> a = load<V>(lr, p);

@@ -67,12 +67,12 @@ void with_vec(int vec, Fn&& fn) {
 }
 
 template <class Kernel, class... Args>
-void launch(const char* op, const LaunchPlan& plan, cudaStream_t stream, Kernel kernel,
-            Args... args) {
+void launch(const char* op, const LaunchPlan& plan, const Launch& l, Kernel kernel, Args... args) {
   if (plan.grid_x == 0) return;
   const std::string over = launch_violation(plan);
   CAROUSEL_ASSERT(over.empty(), "fast {}: launch exceeds the GPU's limits: {}", op, over);
-  kernel<<<dim3(unsigned(plan.grid_x), unsigned(plan.grid_y)), plan.block, 0, stream>>>(args...);
+  CUDA_CHECK(cudaSetDevice(l.gpu));  // this thread may have last used another GPU
+  kernel<<<dim3(unsigned(plan.grid_x), unsigned(plan.grid_y)), plan.block, 0, l.stream>>>(args...);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -91,8 +91,8 @@ void cast(const Launch& l, const Tensor& src, const Tensor& dst) {
     using To = decltype(to);
     with_vec(vec, [&](auto v) {
       constexpr int V = decltype(v)::value;
-      launch("cast", plan_elementwise(n, V), l.stream, cast<From, To, V>, src.data<From>(),
-             dst.data<To>(), n / V);
+      launch("cast", plan_elementwise(n, V), l, cast<From, To, V>, src.data<From>(), dst.data<To>(),
+             n / V);
     });
   };
   with_storage(src.dtype(), "cast", [&](auto from) {
@@ -110,9 +110,9 @@ void linear(const Launch& l, const char* op, const Tensor& a, double alpha_a, co
     using T = decltype(tag);
     with_vec(vec, [&](auto v) {
       constexpr int V = decltype(v)::value;
-      launch(op, plan_elementwise(n, V), l.stream, linear_combination<T, V>, a.data<T>(),
-             float(alpha_a), b ? b->data<T>() : static_cast<const T*>(nullptr), float(alpha_b),
-             out.data<T>(), n / V);
+      launch(op, plan_elementwise(n, V), l, linear_combination<T, V>, a.data<T>(), float(alpha_a),
+             b ? b->data<T>() : static_cast<const T*>(nullptr), float(alpha_b), out.data<T>(),
+             n / V);
     });
   });
 }
@@ -134,7 +134,7 @@ void swiglu_forward(const Launch& l, const Tensor& gate, const Tensor& up, const
     using T = decltype(tag);
     with_vec(vec_of(gate, n, {gate.raw(), up.raw(), out.raw()}), [&](auto v) {
       constexpr int V = decltype(v)::value;
-      launch("swiglu_forward", plan_elementwise(n, V), l.stream, fast::swiglu_forward<T, V>,
+      launch("swiglu_forward", plan_elementwise(n, V), l, fast::swiglu_forward<T, V>,
              gate.data<T>(), up.data<T>(), out.data<T>(), n / V);
     });
   });
@@ -148,7 +148,7 @@ void swiglu_backward(const Launch& l, const Tensor& dout, const Tensor& gate, co
     using T = decltype(tag);
     with_vec(vec, [&](auto v) {
       constexpr int V = decltype(v)::value;
-      launch("swiglu_backward", plan_elementwise(n, V), l.stream, fast::swiglu_backward<T, V>,
+      launch("swiglu_backward", plan_elementwise(n, V), l, fast::swiglu_backward<T, V>,
              dout.data<T>(), gate.data<T>(), up.data<T>(), dgate.data<T>(), dup.data<T>(), n / V);
     });
   });
@@ -162,7 +162,7 @@ void rope(const Launch& l, const Tensor& x, const Tensor& cos, const Tensor& sin
     using T = decltype(tag);
     with_vec(vec, [&](auto v) {
       constexpr int V = decltype(v)::value;
-      launch("rope", plan_elementwise(rows * half, V), l.stream, fast::rope<T, V>, x.data<T>(),
+      launch("rope", plan_elementwise(rows * half, V), l, fast::rope<T, V>, x.data<T>(),
              cos.data<float>(), sin.data<float>(), out.data<T>(), rows, x.dim(1), x.dim(2), half,
              backward);
     });
@@ -177,7 +177,7 @@ void adamw(const Launch& l, const Tensor& param, const Tensor& grad, const Tenso
     using T = decltype(tag);
     with_vec(vec, [&](auto w) {
       constexpr int V = decltype(w)::value;
-      launch("adamw_update", plan_elementwise(n, V), l.stream, fast::adamw<T, V>, param.data<T>(),
+      launch("adamw_update", plan_elementwise(n, V), l, fast::adamw<T, V>, param.data<T>(),
              grad.data<T>(), m.data<T>(), v.data<T>(), n / V, h);
     });
   });
@@ -190,9 +190,8 @@ void embedding_forward(const Launch& l, const Tensor& table, const Tensor& token
     using T = decltype(tag);
     with_vec(vec_of(table, embed, {table.raw(), out.raw()}), [&](auto v) {
       constexpr int V = decltype(v)::value;
-      launch("embedding_forward", plan_rowwise(n, embed, V, 0), l.stream,
-             fast::embedding_forward<T, V>, table.data<T>(), tokens.data<std::int32_t>(),
-             out.data<T>(), embed);
+      launch("embedding_forward", plan_rowwise(n, embed, V, 0), l, fast::embedding_forward<T, V>,
+             table.data<T>(), tokens.data<std::int32_t>(), out.data<T>(), embed);
     });
   });
 }
@@ -207,13 +206,13 @@ void embedding_backward(const Launch& l, const Tensor& dout, const Tensor& token
   // Tokens sorted stably with their positions: equal tokens end up adjacent, in position order.
   Tensor positions = be.empty({n}, DType::I32), sorted = be.empty({n}, DType::I32),
          sorted_positions = be.empty({n}, DType::I32);
-  launch("embedding_backward", plan_elementwise(n, 1), l.stream, iota<1>,
-         positions.data<std::int32_t>(), n);
+  launch("embedding_backward", plan_elementwise(n, 1), l, iota, positions.data<std::int32_t>(), n);
   int key_bits = 1;
   while (key_bits < 32 && (std::int64_t(1) << key_bits) < vocab) ++key_bits;
   const auto* keys_in = reinterpret_cast<const std::uint32_t*>(tokens.raw());
   auto* keys_out = reinterpret_cast<std::uint32_t*>(sorted.raw());
   std::size_t temp_bytes = 0;
+  CUDA_CHECK(cudaSetDevice(l.gpu));
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
       nullptr, temp_bytes, keys_in, keys_out, positions.data<std::int32_t>(),
       sorted_positions.data<std::int32_t>(), int(n), 0, key_bits, l.stream));
@@ -225,7 +224,7 @@ void embedding_backward(const Launch& l, const Tensor& dout, const Tensor& token
     using T = decltype(tag);
     with_vec(vec_of(dtable, embed, {dout.raw(), dtable.raw()}), [&](auto v) {
       constexpr int V = decltype(v)::value;
-      launch("embedding_backward", plan_rowwise(n, embed, V, 0), l.stream,
+      launch("embedding_backward", plan_rowwise(n, embed, V, 0), l,
              fast::embedding_backward_runs<T, V>, dout.data<T>(), keys_out,
              sorted_positions.data<std::int32_t>(), dtable.data<T>(), n, embed);
     });
@@ -239,7 +238,7 @@ void rmsnorm_forward(const Launch& l, const Tensor& x, const Tensor& weight, dou
     using T = decltype(tag);
     with_vec(vec_of(x, cols, {x.raw(), weight.raw(), out.raw()}), [&](auto v) {
       constexpr int V = decltype(v)::value;
-      launch("rmsnorm_forward", plan_rowwise(rows, cols, V, sizeof(float)), l.stream,
+      launch("rmsnorm_forward", plan_rowwise(rows, cols, V, sizeof(float)), l,
              fast::rmsnorm_forward<T, V>, x.data<T>(), weight.data<T>(), out.data<T>(),
              rstd.data<float>(), cols, float(eps));
     });
@@ -254,16 +253,16 @@ void rmsnorm_backward(const Launch& l, const Tensor& dout, const Tensor& x, cons
     using T = decltype(tag);
     with_vec(vec_of(x, cols, {dout.raw(), x.raw(), weight.raw(), dx.raw()}), [&](auto v) {
       constexpr int V = decltype(v)::value;
-      launch("rmsnorm_backward", plan_rowwise(rows, cols, V, sizeof(float)), l.stream,
+      launch("rmsnorm_backward", plan_rowwise(rows, cols, V, sizeof(float)), l,
              fast::rmsnorm_backward_dx<T, V>, dout.data<T>(), x.data<T>(), weight.data<T>(),
              rstd.data<float>(), dx.data<T>(), cols);
     });
     if (partials.grid_x == 0) return;
     Tensor partial = l.backend.empty({partials.grid_y, cols}, DType::F32);
-    launch("rmsnorm_backward", partials, l.stream, fast::rmsnorm_dweight_partials<T>,
-           dout.data<T>(), x.data<T>(), rstd.data<float>(), partial.data<float>(), rows, cols,
+    launch("rmsnorm_backward", partials, l, fast::rmsnorm_dweight_partials<T>, dout.data<T>(),
+           x.data<T>(), rstd.data<float>(), partial.data<float>(), rows, cols,
            partials.rows_per_chunk);
-    launch("rmsnorm_backward", plan_elementwise(cols, 1), l.stream, fast::add_column_partials<T>,
+    launch("rmsnorm_backward", plan_elementwise(cols, 1), l, fast::add_column_partials<T>,
            partial.data<float>(), partials.grid_y, cols, dweight.data<T>());
   });
 }
@@ -277,7 +276,7 @@ void cross_entropy(const Launch& l, const Tensor& logits, const Tensor& targets,
     using T = decltype(tag);
     with_vec(vec, [&](auto v) {
       constexpr int V = decltype(v)::value;
-      launch("cross_entropy", plan_rowwise(rows, vocab, V, 2 * sizeof(float)), l.stream,
+      launch("cross_entropy", plan_rowwise(rows, vocab, V, 2 * sizeof(float)), l,
              fast::cross_entropy<T, V>, logits.data<T>(), targets.data<std::int32_t>(),
              losses.defined() ? losses.data<float>() : nullptr,
              dlogits.defined() ? dlogits.data<T>() : nullptr, float(dloss), vocab);

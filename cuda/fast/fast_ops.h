@@ -19,6 +19,7 @@ bool has_kernel(Backend::Op op);
 
 struct Launch {
   Backend& backend;  // for scratch tensors
+  int gpu;           // made current before each launch
   cudaStream_t stream;
 };
 

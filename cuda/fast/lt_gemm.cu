@@ -5,6 +5,8 @@
 // determinism the fast tier promises.
 #include <cublasLt.h>
 
+#include <algorithm>
+
 #include "compute/error.h"
 #include "cuda/fast/lt_gemm.h"
 
@@ -57,6 +59,7 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, const LtLayout& l, std::
 
 struct LtGemm::State {
   Backend& backend;
+  int gpu;
   cudaStream_t stream;
   cublasLtHandle_t handle = nullptr;
   Tensor workspace;
@@ -94,7 +97,8 @@ struct LtGemm::State {
       rc = cublasLtMatmulAlgoGetHeuristic(handle, plan.op, plan.first, plan.second, plan.out,
                                           plan.out, pref, 1, &best, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    CUBLASLT_CHECK(rc);
+    if (rc == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;  // no algorithm: the error below says so
+    if (rc != CUBLAS_STATUS_NOT_SUPPORTED) CUBLASLT_CHECK(rc);
     CAROUSEL_CHECK(found > 0,
                    "cuBLASLt has no algorithm for the GEMM {} (alignment {} bytes, "
                    "workspace {} bytes); gpu_kernels=reference uses classic cuBLAS",
@@ -104,8 +108,9 @@ struct LtGemm::State {
   }
 };
 
-LtGemm::LtGemm(Backend& backend, cudaStream_t stream, int compute_capability_major)
-    : state_(new State{backend, stream}) {
+LtGemm::LtGemm(Backend& backend, int gpu, cudaStream_t stream, int compute_capability_major)
+    : state_(new State{backend, gpu, stream}) {
+  CUDA_CHECK(cudaSetDevice(gpu));
   CUBLASLT_CHECK(cublasLtCreate(&state_->handle));
   state_->workspace =
       backend.empty({std::int64_t(lt_workspace_bytes(compute_capability_major))}, DType::U8);
@@ -121,12 +126,18 @@ void LtGemm::run(bool trans_a, bool trans_b, std::int64_t batch, std::int64_t m,
   GemmKey key{trans_a, trans_b, batch, m, n, k, a.dtype(), c.dtype(), 16};
   const std::size_t ab = dtype_size(a.dtype()), cb = dtype_size(c.dtype());
   const std::int64_t lda = trans_a ? m : k, ldb = trans_b ? k : n, ldc = n;
-  key.alignment = common_alignment(
-      {reinterpret_cast<std::uintptr_t>(a.raw()), reinterpret_cast<std::uintptr_t>(b.raw()),
-       reinterpret_cast<std::uintptr_t>(c.raw()), std::uintptr_t(m * k * ab),
-       std::uintptr_t(k * n * ab), std::uintptr_t(m * n * cb), std::uintptr_t(lda * ab),
-       std::uintptr_t(ldb * ab), std::uintptr_t(ldc * cb)});
+  // Base addresses and leading dimensions in bytes; the batch strides only when there is a batch
+  // (an odd m*k of a single GEMM must not lower the alignment cuBLASLt is promised).
+  const auto at = [](const Tensor& t) { return reinterpret_cast<std::uintptr_t>(t.raw()); };
+  key.alignment = common_alignment({at(a), at(b), at(c), std::uintptr_t(lda * ab),
+                                    std::uintptr_t(ldb * ab), std::uintptr_t(ldc * cb)});
+  if (batch > 1) {
+    key.alignment = std::min(
+        key.alignment, common_alignment({std::uintptr_t(m * k * ab), std::uintptr_t(k * n * ab),
+                                         std::uintptr_t(m * n * cb)}));
+  }
   State& s = *state_;
+  CUDA_CHECK(cudaSetDevice(s.gpu));  // this thread may have last used another GPU
   const Plan& plan = s.plans.get(key, [&] { return s.build(key); });
   const float al = float(alpha), be = float(beta);
   CUBLASLT_CHECK(cublasLtMatmul(s.handle, plan.op, &al, b.raw(), plan.first, a.raw(), plan.second,

@@ -16,7 +16,7 @@ namespace carousel::gpu {
 
 class LtGemm {
  public:
-  LtGemm(Backend& backend, cudaStream_t stream, int compute_capability_major);
+  LtGemm(Backend& backend, int gpu, cudaStream_t stream, int compute_capability_major);
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;

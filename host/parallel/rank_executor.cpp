@@ -61,7 +61,10 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
   source_ = &data_;
   // A profiled step waits on the host, so that its trace tells waiting apart from compute.
   device_queue_ = trace ? nullptr : be_.allocator().work_queue();
-  if (trace) trace->begin_step(step, Clock::now());
+  if (trace) {
+    trace->begin_step(step, Clock::now());
+    be_.start_op_timing();
+  }
   params_.begin_step();
   for (std::size_t i = 0; i < actions_.size();) {
     const sch::Action& a = actions_[i];
@@ -110,7 +113,7 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
         drain_p2p();
         const StepOutcome outcome = params_.optimizer_step(step, update, loss_sum_ * loss_scale_);
         if (trace) {
-          be_.synchronize();
+          trace->add_op_times(be_.stop_op_timing());  // waits for the device's work
           const auto end = Clock::now();
           trace->compute(a, start, end);
           trace->end_step(end);

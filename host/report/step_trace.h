@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "compute/op_timing.h"
 #include "host/schedule/ir.h"
 #include "host/schedule/simulate.h"
 
@@ -38,6 +39,8 @@ class StepTrace {
                  const Event& done);
   // A collective issued at `issued` whose event completes later (read at end_step).
   void collective(const schedule::Action& action, Clock::time_point issued, const Event& done);
+  // The step's time by op kind on this rank's device (Backend::stop_op_timing).
+  void add_op_times(const OpTimes& times) { accumulate(op_times_, times); }
 
   struct Slice {
     std::string name, row;  // row: compute | pipe | fsdp
@@ -58,6 +61,7 @@ class StepTrace {
   const std::vector<Slice>& slices() const { return slices_; }
   const std::vector<Flow>& flows() const { return flows_; }
   const std::vector<Step>& steps() const { return steps_; }
+  const OpTimes& op_times() const { return op_times_; }
 
  private:
   struct Pending {
@@ -72,6 +76,7 @@ class StepTrace {
   std::vector<Flow> flows_;
   std::vector<Step> steps_;
   std::vector<Pending> pending_;
+  OpTimes op_times_;
 };
 
 // Measured bubble of the traced steps, defined like the simulator's: 1 - compute busy time /

@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "host/config/schedule_config.h"
@@ -14,6 +15,30 @@
 #include "host/report/cost_calibration.h"
 
 namespace carousel {
+
+namespace {
+// Each rank's time by op kind over its profiled steps: one log line per rank (the first two:
+// the others repeat them in a balanced mesh) and op_times.json with every rank.
+void log_op_times(const std::vector<const StepTrace*>& ranks, const std::string& path) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const StepTrace* t : ranks) {
+    double elapsed_us = 0;
+    for (const auto& s : t->steps()) elapsed_us += s.end_us - s.start_us;
+    if (out.size() < 2) {
+      spdlog::info("time by op, rank {}: {}", t->rank(),
+                   describe_op_times(t->op_times(), elapsed_us / 1e6));
+    }
+    nlohmann::json ops = nlohmann::json::object();
+    for (const auto& [name, time] : t->op_times())
+      ops[name] = {{"calls", time.calls}, {"seconds", time.seconds}};
+    out.push_back({{"rank", t->rank()},
+                   {"steps", t->steps().size()},
+                   {"elapsed_seconds", elapsed_us / 1e6},
+                   {"ops", ops}});
+  }
+  write_text_file(path, out.dump(1) + "\n");
+}
+}  // namespace
 
 Profiler::Profiler(const Config& cfg, const MeshShape& mesh, std::int64_t start_step)
     : cfg_(cfg),
@@ -86,6 +111,7 @@ void Profiler::finish(const schedule::Program& program, const Communicator* proc
       "schedule)",
       steps.front().step + 1, steps.back().step + 1, path, 100 * result.measured_bubble,
       100 * result.predicted_bubble, 100 * result.spread_bubble, 100 * result.replayed_bubble);
+  log_op_times(ranks, per_process("op_times", "json"));
 }
 
 }  // namespace carousel

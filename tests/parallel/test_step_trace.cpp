@@ -1,6 +1,6 @@
 // test_step_trace.cpp — the measured trace (profiler_steps): valid Chrome trace JSON with one
 // process per rank and its rows, every action of the profiled steps, a flow arrow from every
-// SEND to its RECV, and the predicted schedule beside it.
+// SEND to its RECV, the predicted schedule beside it, and each rank's time by op kind.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -70,6 +70,21 @@ TEST(StepTrace, ProfiledStepsBecomeAChromeTraceWithFlowsAndThePrediction) {
   EXPECT_LT(r.measured_bubble, 1);
   EXPECT_GE(r.predicted_bubble, 0);
   EXPECT_LT(r.predicted_bubble, 1);
+
+  // Time by op kind, per rank: the model's ops were timed, within the steps' wall time.
+  const auto ops = nlohmann::json::parse(
+      std::ifstream(std::filesystem::path(c.run_directory()) / "op_times.json"));
+  ASSERT_EQ(ops.size(), 4u);
+  for (const auto& rank : ops) {
+    EXPECT_EQ(rank["steps"], 2);
+    double total = 0;
+    for (const auto& [name, t] : rank["ops"].items()) total += t["seconds"].get<double>();
+    EXPECT_GT(total, 0) << rank.dump();
+    EXPECT_LE(total, rank["elapsed_seconds"].get<double>()) << rank.dump();
+    for (const char* op : {"gemm", "attention_forward", "attention_backward", "adamw_update"}) {
+      EXPECT_GT(rank["ops"][op]["calls"].get<int>(), 0) << op << " in " << rank.dump();
+    }
+  }
 }
 
 }  // namespace
