@@ -47,6 +47,12 @@ export NCCL_DEBUG=${NCCL_DEBUG:-WARN}  # NCCL says why when it fails
 for b in "$bin"/*; do
   ldd "$b" | grep -E "not found|cublas|nccl" | sed "s|^|$(basename "$b"): |"
 done > "$out/libs.txt"
+# Libraries opened at run time, not linked: cuDNN (the fast tier's attention) and the CUDA runtime
+# its frontend loads for itself.
+for lib in libcudnn.so.9 libcudart.so.13; do
+  python3 -c "import ctypes, sys; ctypes.CDLL(sys.argv[1])" $lib 2>/dev/null &&
+    echo "dlopen $lib: ok" >> "$out/libs.txt" || echo "dlopen $lib: not found" >> "$out/libs.txt"
+done
 grep "not found" "$out/libs.txt" && echo "gpu_checks.sh: libraries missing (above)"
 
 # run NAME SECONDS COMMAND...: log to $out/NAME.log with a time limit (a hang costs its part, not
@@ -105,13 +111,17 @@ run trace_logical_bsw 90 "$bin/carousel" train configs/demo.yml device=cuda step
 cp /tmp/carousel/out/trace/trace.json "$out/trace_logical_bsw.json" 2>/dev/null
 fi
 if wants llama; then
-# A llama of about 1.1B parameters in bfloat16 on one GPU (one rank: the in-process transport, no
-# NCCL): step time, tokens/s and model FLOP/s in the step lines.
+# A llama of about 1.1B parameters (E 2048, 20 layers, 16 heads of 128, F 5504, vocab 32000) in
+# bfloat16 on one GPU (one rank: the in-process transport, no NCCL): 8192 tokens per step in one
+# microbatch (GEMMs with M = 8192), no recomputation (remat costs FLOPs MFU does not count);
+# tokens/s, MFU and peak memory in the metrics, steps 4-5 profiled for the time by op kind.
 run llama_1b_bf16 540 "$bin/carousel" train model_name=tiny vocab_size=32000 \
   base_emb_dim=2048 base_num_decoder_layers=20 base_num_query_heads=16 base_num_kv_heads=16 \
-  base_mlp_dim=5504 max_target_length=2048 per_device_batch_size=4 num_pipeline_microbatches=4 \
-  dtype=bfloat16 device=cuda steps=4 log_period=1 enable_checkpointing=false \
+  base_mlp_dim=5504 max_target_length=2048 per_device_batch_size=4 num_pipeline_microbatches=1 \
+  remat_policy=none dtype=bfloat16 device=cuda steps=8 log_period=1 profiler_steps=2 \
+  skip_first_n_steps_for_profiler=3 enable_checkpointing=false \
   base_output_directory=/tmp/carousel/out run_name=llama1b
+cp /tmp/carousel/out/llama1b/op_times.json "$out/op_times_llama_1b_bf16.json" 2>/dev/null
 cp /tmp/carousel/out/llama1b/metrics.jsonl "$out/metrics_llama_1b_bf16.jsonl" 2>/dev/null
 fi
 # pipeline_bench's compute-dominated model (a microbatch's F is tens of ms, a hand-off ~0.1 ms,

@@ -8,7 +8,7 @@ or not. Standard library only: it runs on the GPU machine and here.
 Reads what is there and says what is missing: gpu.txt (nvidia-smi), summary.md (the parts' exit
 codes and seconds), gpu_op_bench.json (Google Benchmark), metrics_<run>.jsonl (training runs:
 train_cuda_f32 / train_cpu_f32 and the bf16 pair are compared step by step; llama_1b_bf16 gives
-tokens/s, MFU and peak memory).
+tokens/s, MFU and peak memory, and op_times_llama_1b_bf16.json its time by op kind).
 """
 import json
 import os
@@ -93,6 +93,17 @@ def llama_figures(out):
             "mfu": med("mfu"), "peak_mem_bytes": max(r.get("peak_mem_bytes", 0) for r in rows)}
 
 
+def op_times(out):
+    """Rank 0's time by op kind in the llama's profiled steps, largest first."""
+    path = os.path.join(out, "op_times_llama_1b_bf16.json")
+    if not os.path.exists(path):
+        return None
+    rank = json.load(open(path))[0]
+    ops = sorted(rank["ops"].items(), key=lambda kv: -kv[1]["seconds"])
+    return {"elapsed_seconds": rank["elapsed_seconds"],
+            "ops": [{"op": k, "calls": v["calls"], "seconds": v["seconds"]} for k, v in ops]}
+
+
 def fmt(x, pct=False):
     if x is None:
         return "—"
@@ -116,6 +127,7 @@ def main(argv):
     summary["losses"] = [compare_losses(out, g, c, t) for g, c, t in LOSS_PAIRS]
     summary["llama"] = llama_figures(out)
     summary["goals"] = goals(summary["ops"], summary["llama"] or {})
+    summary["op_times"] = op_times(out)
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
 
@@ -145,6 +157,15 @@ def main(argv):
         md += ["", f"1B llama bf16: {l['step_ms']:.0f} ms/step, {l['tokens_per_s']:.0f} tokens/s, "
                    f"MFU {100 * l['mfu']:.1f} %, peak {l['peak_mem_bytes'] / 2**30:.1f} GiB "
                    f"(median of {l['steps']} steps after the first)"]
+    if summary["op_times"]:
+        t = summary["op_times"]
+        md += ["", f"Time by op kind, 1B llama bf16 (profiled steps, {t['elapsed_seconds']:.3f} s):",
+               "", "| op | calls | seconds | share |", "|---|---|---|---|"]
+        for o in t["ops"]:
+            md.append(f"| {o['op']} | {o['calls']} | {o['seconds']:.4f} | "
+                      f"{fmt(o['seconds'] / t['elapsed_seconds'], True)} |")
+        rest = t["elapsed_seconds"] - sum(o["seconds"] for o in t["ops"])
+        md.append(f"| (between ops) | | {rest:.4f} | {fmt(rest / t['elapsed_seconds'], True)} |")
     with open(os.path.join(out, "summary_tables.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print("\n".join(md))

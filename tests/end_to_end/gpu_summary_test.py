@@ -57,6 +57,12 @@ with open(os.path.join(work, "metrics_llama_1b_bf16.jsonl"), "w") as f:
         f.write(json.dumps({"step": 0, "loss": 1.0, "mfu": mfu, "step_ms": ms,
                             "tokens_per_s": 8192e3 / ms, "peak_mem_bytes": 40 << 30}) + "\n")
 
+# Time by op kind: gemm 0.6 s and attention 0.3 s of 1.2 s; 0.3 s between ops (25 %).
+with open(os.path.join(work, "op_times_llama_1b_bf16.json"), "w") as f:
+    json.dump([{"rank": 0, "steps": 2, "elapsed_seconds": 1.2,
+                "ops": {"attention_backward": {"calls": 40, "seconds": 0.3},
+                        "gemm": {"calls": 280, "seconds": 0.6}}}], f)
+
 rc = subprocess.run([sys.executable, os.path.join(src, "scripts/gpu_summary.py"), work],
                     capture_output=True, text=True)
 check(rc.returncode == 0, f"exit {rc.returncode}: {rc.stderr}")
@@ -80,6 +86,9 @@ check(abs(s["llama"]["step_ms"] - 900) < 1e-9, f"llama: {s['llama']}")
 tables = open(os.path.join(work, "summary_tables.md")).read()
 check("NVIDIA H100 80GB HBM3" in tables and "| 1B llama bf16 step MFU | 44.0 % | 45.0 % | no |" in tables,
       "tables:\n" + tables)
+check(s["op_times"]["ops"][0]["op"] == "gemm", f"op times: {s['op_times']}")
+check("| gemm | 280 | 0.6000 | 50.0 % |" in tables and "| (between ops) | | 0.3000 | 25.0 % |" in tables,
+      "op table:\n" + tables)
 # No folder: exit 2 with the usage.
 rc = subprocess.run([sys.executable, os.path.join(src, "scripts/gpu_summary.py"),
                      os.path.join(work, "absent")], capture_output=True, text=True)
