@@ -28,20 +28,19 @@ namespace {
 // token losses. What the backward reuses is kept.
 struct HeadForward {
   Tensor xn, rstd, logits;
-  double loss_sum = 0;
+  Tensor losses;  // [N], per token
 };
 
 HeadForward llama_head_forward(Backend& be, const ModelConfig& cfg, const ParamSet& params,
                                const Tensor& x, const Tensor& flat_targets) {
   const DType dt = x.dtype();
   const std::int64_t N = x.rows(), E = x.cols(), V = cfg.vocab_size;
-  HeadForward f{be.empty({N, E}, dt), be.empty({N}, stats_dtype(dt)), be.empty({N, V}, dt)};
+  HeadForward f{be.empty({N, E}, dt), be.empty({N}, stats_dtype(dt)), be.empty({N, V}, dt),
+                be.empty({N}, stats_dtype(dt))};
   be.rmsnorm_forward(x.reshape({N, E}), params.at(ParamRole::FinalNorm), cfg.norm_eps, f.xn,
                      f.rstd);
   be.gemm(false, true, 1.0, f.xn, head_weight(cfg, params), 0.0, f.logits);
-  Tensor losses = be.empty({N}, stats_dtype(dt));
-  be.cross_entropy_forward(f.logits, flat_targets, losses);
-  f.loss_sum = be.sum(losses);
+  be.cross_entropy_forward(f.logits, flat_targets, f.losses);
   return f;
 }
 
@@ -61,8 +60,9 @@ HeadResult head_loss(Backend& be, const ModelConfig& cfg, const ParamSet& params
   HeadResult r;
   if (!cfg.is_llama()) {
     // loss = sum (x - t)^2;  dx = 2 (x - t) * loss_scale
-    r.dx = simple_diff(be, x, targets);
-    r.loss_sum = be.sum_squares(r.dx);
+    r.losses = {simple_diff(be, x, targets), /*squared=*/true};
+    r.dx = be.empty(x.shape(), x.dtype());
+    be.copy(r.losses.values, r.dx);
     be.scale(r.dx, 2.0 * loss_scale);
     return r;
   }
@@ -71,7 +71,7 @@ HeadResult head_loss(Backend& be, const ModelConfig& cfg, const ParamSet& params
   const Tensor& head = head_weight(cfg, params);
   const Tensor flat_targets = targets.reshape({N});
   HeadForward f = llama_head_forward(be, cfg, params, x, flat_targets);
-  r.loss_sum = f.loss_sum;
+  r.losses = {f.losses};
   // Backward, reusing the logits buffer for their gradient.
   be.cross_entropy_backward(f.logits, flat_targets, loss_scale, f.logits);
   Tensor dxn = be.empty({N, E}, x.dtype());
@@ -86,7 +86,7 @@ HeadResult head_loss(Backend& be, const ModelConfig& cfg, const ParamSet& params
 double head_loss_sum(Backend& be, const ModelConfig& cfg, const ParamSet& params, const Tensor& x,
                      const Tensor& targets) {
   if (!cfg.is_llama()) return be.sum_squares(simple_diff(be, x, targets));
-  return llama_head_forward(be, cfg, params, x, targets.reshape({x.rows()})).loss_sum;
+  return be.sum(llama_head_forward(be, cfg, params, x, targets.reshape({x.rows()})).losses);
 }
 
 }  // namespace carousel

@@ -14,8 +14,17 @@ Tensor embed_forward(Backend& be, const ParamSet& params, const Tensor& tokens);
 // d embed += scatter of dx.
 void embed_backward(Backend& be, const ParamSet& grads, const Tensor& tokens, const Tensor& dx);
 
+// A microbatch's losses, left on the device until their sum is needed: reading a sum makes the
+// host wait for the device, which a step does once at its end rather than after every
+// microbatch (and which a CUDA graph capture forbids).
+struct DeviceLosses {
+  Tensor values;         // per-token losses (llama), or the differences x - t (simple)
+  bool squared = false;  // the losses are values^2 (simple)
+  double sum(Backend& be) const { return squared ? be.sum_squares(values) : be.sum(values); }
+};
+
 struct HeadResult {
-  double loss_sum = 0;  // sum of per-token (llama) or per-element (simple) losses
+  DeviceLosses losses;  // their sum: the microbatch's loss sum
   Tensor dx;            // [b,T,E] d(loss)/d(last layer output), loss = sum * loss_scale
 };
 

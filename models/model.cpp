@@ -20,7 +20,7 @@ double model_forward_backward(Backend& be, const ModelConfig& cfg, const ParamSe
   HeadResult head = head_loss(be, cfg, params, grads, y, mb.targets, loss_scale);
   const Tensor dx = stage_backward(be, cfg, weights, layer_grads, rope, saved, head.dx);
   if (cfg.is_llama()) embed_backward(be, grads, mb.inputs, dx);
-  return head.loss_sum;
+  return head.losses.sum(be);
 }
 
 }  // namespace carousel

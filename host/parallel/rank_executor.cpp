@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <set>
+
 #include "host/reliability/fault_injection.h"
 
 namespace carousel {
@@ -51,12 +53,20 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
       remat_(parse_remat_policy(cfg.remat_policy)),
       microbatch_size_(cfg.global_batch() / program.layout.microbatches /
                        (place.mesh.fsdp * place.mesh.data)),
-      loss_scale_(1.0 / double(cfg.global_batch() * cfg.model.max_target_length)) {}
+      loss_scale_(1.0 / double(cfg.global_batch() * cfg.model.max_target_length)) {
+  std::set<int> with_data;  // microbatches whose tokens this rank reads (first and last stage)
+  for (const sch::Action& a : actions_) {
+    if (a.is_compute() && (a.stage == 0 || a.stage == layout_.stages() - 1))
+      with_data.insert(a.index);
+  }
+  data_microbatches_.assign(with_data.begin(), with_data.end());
+}
 
 StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace* trace) {
   using Clock = StepTrace::Clock;
   step_ = step;
   loss_sum_ = 0;
+  losses_.clear();
   batches_.clear();
   source_ = &data_;
   // A profiled step waits on the host, so that its trace tells waiting apart from compute.
@@ -65,6 +75,9 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
     trace->begin_step(step, Clock::now());
     be_.start_op_timing();
   }
+  // Every microbatch's tokens now, while the device is idle: an upload waits for the device's
+  // queue, and one inside the step would stall it at each first or last stage's microbatch.
+  for (int m : data_microbatches_) batch(m);
   params_.begin_step();
   for (std::size_t i = 0; i < actions_.size();) {
     const sch::Action& a = actions_[i];
@@ -111,6 +124,8 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
       }
       case sch::Kind::OPTIMIZER: {
         drain_p2p();
+        for (const DeviceLosses& l : losses_) loss_sum_ += l.sum(be_);  // microbatch order
+        losses_.clear();
         const StepOutcome outcome = params_.optimizer_step(step, update, loss_sum_ * loss_scale_);
         if (trace) {
           trace->add_op_times(be_.stop_op_timing());  // waits for the device's work
@@ -292,7 +307,7 @@ void RankExecutor::forward(int stage, int microbatch) {
     } else {
       HeadResult head = head_loss(be_, cfg_.model, params_.extras_weights(), params_.extras_grads(),
                                   y, batch(microbatch).targets, loss_scale_);
-      loss_sum_ += head.loss_sum;
+      losses_.push_back(head.losses);  // summed at the step's end: no wait here
       in_b_[key] = head.dx;
     }
   } else if (layout_.rank_of(stage + 1) == place_.stage_rank) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "host/io/data.h"
+#include "models/embed_head.h"
 #include "host/parallel/sharded_params.h"
 #include "host/reliability/flight_recorder.h"
 #include "host/report/step_trace.h"
@@ -95,7 +96,9 @@ class RankExecutor {
   // nullptr for the host itself.
   void* device_queue_ = nullptr;
   double loss_sum_ = 0;                                      // this rank's head losses
+  std::vector<DeviceLosses> losses_;  // the step's head losses not yet summed, in order
   std::map<int, Microbatch> batches_;                        // microbatch -> this rank's part
+  std::vector<int> data_microbatches_;  // the microbatches whose tokens this rank reads
   std::map<Key, StageSaved> saved_;                          // forward state for the backward
   std::map<Key, std::vector<DeferredWeightGrad>> deferred_;  // I done, W pending
   std::map<Key, Tensor> in_f_, in_b_;                        // inputs of F and B
