@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <optional>
 
 #include "host/cli/commands.h"
 #include "host/config/config.h"
 #include "host/config/run_name.h"
+#include "host/io/run_lock.h"
 #include "host/parallel/launch.h"
 #include "host/report/logging.h"
 #include "host/report/progress_bar.h"
@@ -42,6 +44,20 @@ int run_train(const ConfigArgs& options) {
   const auto processes = ProcessGroup::join(loaded.config.collective_timeout_seconds);
   // Named before logging starts: the log file lives in the run directory.
   const bool fresh_run = resolve_run_name(loaded.config, processes->world());
+  // One run per run directory, taken before anything is written there (world rank 0's process
+  // holds it for the job; see host/io/run_lock.h).
+  std::optional<RunLock> lock;
+  if (processes->rank() == 0) {
+    try {
+      lock.emplace(RunLock::acquire(loaded.config.run_directory()));
+    } catch (const std::exception& e) {
+      if (processes->size() > 1) {  // the other processes would wait for this one forever
+        spdlog::error("{}", e.what());
+        processes->abort(2);
+      }
+      throw;
+    }
+  }
   // Also to <run directory>/logs/rank<r>.log (appended: a resumed run keeps what came before).
   // When that directory cannot be made, the console alone: check_outputs_writable reports why.
   const LogOptions log{

@@ -57,6 +57,24 @@ rc=$?
 [ $rc -eq 2 ] || fail "train with a FIFO as its rank log exited $rc, not 2 (124: it hung)"
 grep -q "is a FIFO (named pipe)" "$work/fifo.out" || fail "no FIFO error: $(cat "$work/fifo.out")"
 
+# One run per run directory: a second run on a directory a running one holds is refused at once
+# naming the first's pid; after the first is killed with SIGKILL (no chance to clean up) the
+# directory is free again (the kernel released the lock: never a stale lock).
+locked=("$bin" train base_num_decoder_layers=2 max_target_length=16 per_device_batch_size=2
+  base_output_directory="$work" run_name=locked enable_checkpointing=false)
+"${locked[@]}" steps=1000000 >"$work/locked_first.out" 2>&1 &
+first=$!
+for _ in $(seq 100); do grep -q "pid $first" "$work/locked/.carousel.lock" 2>/dev/null && break; sleep 0.1; done
+timeout 60 "${locked[@]}" steps=1 >"$work/locked_second.out" 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "a second run on a held run directory exited $rc, not 2"
+grep -q "is in use by another run (pid $first on host" "$work/locked_second.out" ||
+  fail "no lock error naming pid $first: $(cat "$work/locked_second.out")"
+kill -9 $first 2>/dev/null
+wait $first 2>/dev/null
+timeout 60 "${locked[@]}" steps=1 >"$work/locked_third.out" 2>&1 ||
+  fail "the run directory stayed locked after its holder was killed: $(tail -3 "$work/locked_third.out")"
+
 # --log-level applies to every subcommand: `--log-level off train` prints nothing at all (the
 # config table and step lines are info), `--log-level error schedule` nothing but its report.
 "$bin" --log-level off train steps=2 base_num_decoder_layers=2 max_target_length=16 \

@@ -4,6 +4,7 @@
 // text files that cannot be written.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include "host/io/checkpoint.h"
 #include "host/io/data.h"
 #include "host/io/files.h"
+#include "host/io/run_lock.h"
 #include "host/io/safetensors.h"
 #include "host/run/step_report.h"
 #include "tests/support/test_util.h"
@@ -334,6 +336,29 @@ TEST(Files, Crc32MatchesTheStandardCheckValue) {
   const fs::path path = temp("carousel_crc_digits.txt");
   write_text_file(path, digits);
   EXPECT_EQ(file_crc32(path), 0xCBF43926u);
+}
+
+}  // namespace
+}  // namespace carousel
+
+namespace carousel {
+namespace {
+
+// The run-directory lock (host/io/run_lock.h): a second holder is refused naming the first
+// (flock locks belong to an open file, so a second open in this very process conflicts as a
+// second process would), and the lock is free again once the first is released.
+TEST(RunLock, ASecondRunOnTheDirectoryIsRefusedNamingTheFirst) {
+  const std::string dir = temp("carousel_run_lock").string();
+  fs::remove_all(dir);
+  {
+    RunLock first = RunLock::acquire(dir);
+    const std::string msg = testing::error_of([&] { RunLock::acquire(dir); });
+    EXPECT_NE(msg.find("is in use by another run (pid " + std::to_string(getpid()) + " on host"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("choose another run_name"), std::string::npos) << msg;
+  }
+  RunLock again = RunLock::acquire(dir);  // released with the first: no stale lock
 }
 
 }  // namespace
