@@ -95,6 +95,7 @@ void load_tensors(Backend& be, const SafetensorsFile& file, const ParamSet& set,
     CAROUSEL_CHECK(it->second.dtype == DType::F32,
                    "checkpoint '{}': tensor '{}' is {} but carousel stores float32", file.path(),
                    name, it->second.dtype_name);
+    check_finite_f32(file.data(name), it->second.shape, file.path(), name);
     be.upload(file.data(name), set.tensors[i]);
   }
   for (const auto& [name, entry] : file.entries()) {

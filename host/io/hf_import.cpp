@@ -54,7 +54,10 @@ float half_to_float(std::uint16_t h) {
 void upload_as_float32(Backend& be, const SafetensorsFile& file, const std::string& name,
                        const SafetensorsEntry& e, const Tensor& dst) {
   const void* src = file.data(name);
-  if (e.dtype_name == "F32") return be.upload(src, dst);
+  if (e.dtype_name == "F32") {
+    check_finite_f32(src, e.shape, file.path(), name);
+    return be.upload(src, dst);
+  }
   CAROUSEL_CHECK(e.dtype_name == "BF16" || e.dtype_name == "F16",
                  "'{}': tensor '{}' is {}; Hugging Face weights are read from F32, BF16 or F16",
                  file.path(), name, e.dtype_name);
@@ -72,6 +75,7 @@ void upload_as_float32(Backend& be, const SafetensorsFile& file, const std::stri
       out[i] = half_to_float(h);
     }
   }
+  check_finite_f32(out.data(), e.shape, file.path(), name);
   be.upload(out.data(), dst);
 }
 

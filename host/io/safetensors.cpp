@@ -2,6 +2,7 @@
 #include "host/io/safetensors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -177,6 +178,32 @@ const void* SafetensorsFile::data(const std::string& name) const {
   const auto it = entries_.find(name);
   CAROUSEL_CHECK(it != entries_.end(), "'{}' has no tensor '{}'", path_, name);
   return bytes_.data() + data_start_ + it->second.begin;
+}
+
+void check_finite_f32(const void* values, const Shape& shape, const std::string& file,
+                      const std::string& tensor) {
+  const auto* bytes = static_cast<const unsigned char*>(values);
+  const std::int64_t n = numel(shape);
+  std::int64_t bad = 0, first = -1;
+  float first_value = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    float v;
+    std::memcpy(&v, bytes + 4 * i, sizeof(v));
+    if (std::isfinite(v)) continue;
+    if (bad++ == 0) {
+      first = i;
+      first_value = v;
+    }
+  }
+  if (bad == 0) return;
+  std::string index;  // the flat position as a multi-dimensional index
+  for (std::size_t d = shape.size(), rest = std::size_t(first); d-- > 0;) {
+    index = fmt::format("{}{}", rest % std::size_t(shape[d]), index.empty() ? "" : ", " + index);
+    rest /= std::size_t(shape[d]);
+  }
+  fail("'{}': tensor '{}' {} holds {} at [{}] ({} non-finite value{} of {}): the file is "
+       "corrupt or was saved from a diverged run; load another checkpoint or model",
+       file, tensor, shape_str(shape), first_value, index, bad, bad == 1 ? "" : "s", n);
 }
 
 }  // namespace carousel

@@ -62,4 +62,11 @@ class SafetensorsFile {
 
 const char* safetensors_dtype(DType dtype);  // "F32", "F64", "BF16", "I32" (and "F16" on read)
 
+// Loaded weights and optimizer state are checked at the door: `values` (n float32, possibly
+// unaligned, as read from `file`) must all be finite, else one error naming the file, the tensor,
+// the first bad value with its index in `shape`, and how many there are — instead of a step 1
+// that blames whichever parameter's gradient overflows first.
+void check_finite_f32(const void* values, const Shape& shape, const std::string& file,
+                      const std::string& tensor);
+
 }  // namespace carousel

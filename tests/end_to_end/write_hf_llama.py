@@ -136,6 +136,8 @@ def main():
     p.add_argument("--unset", action="append", default=[])
     p.add_argument("--remove-shard", type=int, default=0)
     p.add_argument("--no-extras", action="store_true")
+    # NAME=INDEX=VALUE: element INDEX (flat) of tensor NAME becomes VALUE (nan, inf, -inf, ...).
+    p.add_argument("--poke", action="append", default=[])
     a = p.parse_args()
 
     with open(os.path.join(a.checkpoint, "config.json")) as f:
@@ -146,6 +148,10 @@ def main():
         if name in a.drop:
             continue
         shape, values = weights[name]
+        for poke in a.poke:
+            target, index, value = poke.rsplit("=", 2)
+            if target == name:
+                values[int(index)] = float(value)
         dtype, raw = encode(values, a.dtype, a.rounded_f32)
         tensors.append((name, dtype, shape, raw))
     if not a.no_extras:

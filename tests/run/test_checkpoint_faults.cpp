@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "compute/cpu_backend.h"
@@ -146,6 +147,24 @@ TEST(CheckpointFaults, AnotherFormatVersionIsRefusedNotSkipped) {
       << msg;
   msg = testing::error_of([&] { latest_checkpoint(r.cfg); });
   EXPECT_NE(msg.find("format_version 2"), std::string::npos) << msg;
+}
+
+// A checkpoint whose files verify but whose weights hold a non-finite value (saved from a run
+// that diverged, or written by another tool) is refused at load, naming the file, the tensor and
+// the first bad element, instead of loading and failing at step 1 on another parameter's name.
+TEST(CheckpointFaults, NonFiniteWeightsAreRefusedNamingTheTensorAndFile) {
+  TestRun r("nonfinite");
+  const std::size_t last = r.params.specs.size() - 1;
+  const float minus_inf = -std::numeric_limits<float>::infinity();
+  const Tensor& t = r.params.tensors[last];
+  r.be.upload(&minus_inf, t.reshape({t.numel()}).view(3, {1}));
+  const std::string dir = r.save(1);
+  const std::string msg = r.load_error(dir);
+  EXPECT_NE(msg.find("model.safetensors': tensor '" + r.params.specs[last].name + "'"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("holds -inf at ["), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(1 non-finite value of"), std::string::npos) << msg;
 }
 
 TEST(CheckpointFaults, MalformedManifestAndStateAreErrorsNamingFileAndField) {
