@@ -153,7 +153,7 @@ StepOutcome ShardedParams::optimizer_step(std::int64_t step, std::int64_t update
   const double norm = std::sqrt(sums[1]);
   // The same values on every rank, so every rank takes the same branch.
   if (!std::isfinite(sums[0]) || !std::isfinite(norm)) {
-    if (cfg_.skip_step_on_nonfinite) return {sums[0], norm, /*skipped=*/true};
+    if (cfg_.skip_step_on_nonfinite) return {sums[0], norm, /*skipped=*/true, /*lr=*/0.0};
     fail_nonfinite(step, sums[0], norm);
   }
   const double lr = learning_rate_at(cfg_, update);
@@ -185,7 +185,7 @@ StepOutcome ShardedParams::optimizer_step(std::int64_t step, std::int64_t update
     }
     if (zero1_) gather_owned(p, s.weights);  // every replica gets every updated piece
   }
-  return {sums[0], norm, /*skipped=*/false};
+  return {sums[0], norm, /*skipped=*/false, lr};
 }
 
 }  // namespace carousel

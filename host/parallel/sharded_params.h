@@ -71,6 +71,7 @@ struct StepOutcome {
   double loss = 0;       // mean over every token of the global batch
   double grad_norm = 0;  // global L2 norm before clipping
   bool skipped = false;  // non-finite loss or norm with skip_step_on_nonfinite: no update
+  double learning_rate = 0;  // the rate applied: the schedule's at this update, 0 when skipped
 };
 
 class ShardedParams {

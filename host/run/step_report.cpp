@@ -35,13 +35,14 @@ nlohmann::json json_number(double x) {
   return x;
 }
 
-StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_norm, double seconds,
+StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_norm,
+                                 double learning_rate, double seconds,
                                  std::optional<double> eval_loss, std::size_t peak_bytes) {
   StepMetrics s;
   s.step = step;
   s.loss = loss;
   s.grad_norm = grad_norm;
-  s.learning_rate = learning_rate_at(cfg_, step);
+  s.learning_rate = learning_rate;
   s.step_ms = seconds * 1e3;
   s.tokens_per_second = tokens_per_step_ / seconds;
   s.flops_per_second = flops_per_token_ * tokens_per_step_ / seconds;
@@ -92,7 +93,8 @@ StepMetrics StepReporter::report(std::int64_t step, const StepOutcome& outcome, 
                                  std::optional<double> eval_loss, std::size_t peak_bytes,
                                  std::int64_t skipped) {
   StepMetrics metrics =
-      report(step, outcome.loss, outcome.grad_norm, seconds, eval_loss, peak_bytes);
+      report(step, outcome.loss, outcome.grad_norm, outcome.learning_rate, seconds, eval_loss,
+             peak_bytes);
   if (outcome.skipped) {
     spdlog::warn(
         "step {}: loss {} / gradient norm {} is not finite; update skipped "

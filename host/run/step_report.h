@@ -35,8 +35,10 @@ class StepReporter {
   // flushed; a failed write (disk full) throws an Error naming the file.
   // `eval_loss`: the held-out loss after this step, when one was computed.
   // `peak_bytes`: the reporting rank's device peak so far (0: not shown).
-  StepMetrics report(std::int64_t step, double loss, double grad_norm, double seconds,
-                     std::optional<double> eval_loss = std::nullopt, std::size_t peak_bytes = 0);
+  // `learning_rate`: the rate applied at this step (0 for a skipped update).
+  StepMetrics report(std::int64_t step, double loss, double grad_norm, double learning_rate,
+                     double seconds, std::optional<double> eval_loss = std::nullopt,
+                     std::size_t peak_bytes = 0);
   // A training step's outcome reported as above, with a warning when its update was skipped
   // (`skipped`: the steps skipped so far, this one included).
   StepMetrics report(std::int64_t step, const StepOutcome& outcome, double seconds,

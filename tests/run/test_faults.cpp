@@ -12,6 +12,7 @@
 
 #include "host/config/config.h"
 #include "host/io/checkpoint.h"
+#include "host/parallel/optimizer.h"
 #include "host/parallel/sharded_params.h"
 #include "host/reliability/fault_injection.h"
 #include "host/reliability/flight_recorder.h"
@@ -124,8 +125,8 @@ TEST_F(Faults, ANonFiniteGradientStopsNamingTheParameter) {
   EXPECT_FALSE(fs::exists(fs::path(c.run_directory()) / "checkpoints"));
 }
 
-// skip_step_on_nonfinite: the step's update is skipped on every rank and the learning-rate
-// schedule does not advance. Checked three ways: the steps before are untouched; one device and
+// skip_step_on_nonfinite: the step's update is skipped on every rank, the learning-rate
+// schedule does not advance and the logged rate is the one applied. Checked three ways: the steps before are untouched; one device and
 // four devices skip alike (same losses afterwards); and a run resumed from a checkpoint taken
 // after the skip continues bitwise like the straight run (the skip count is saved).
 TEST_F(Faults, ANonFiniteStepIsSkippedConsistently) {
@@ -144,6 +145,12 @@ TEST_F(Faults, ANonFiniteStepIsSkippedConsistently) {
   EXPECT_EQ(straight.steps[1].loss, reference[1]);  // the loss is computed, the update is not
   EXPECT_TRUE(std::isnan(straight.steps[1].grad_norm));
   EXPECT_NE(straight.steps[2].loss, reference[2]);
+  // The logged rate is the one applied: none at the skipped step, then the schedule resumes
+  // where it stopped (step 2 applies update 1's rate).
+  EXPECT_EQ(straight.steps[0].learning_rate, learning_rate_at(c, 0));
+  EXPECT_EQ(straight.steps[1].learning_rate, 0.0);
+  EXPECT_EQ(straight.steps[2].learning_rate, learning_rate_at(c, 1));
+  EXPECT_NE(learning_rate_at(c, 1), learning_rate_at(c, 2));  // the check can tell them apart
 
   Config one = faulty_run("nan_skip_one_device", 5, /*four_devices=*/false);
   one.skip_step_on_nonfinite = true;

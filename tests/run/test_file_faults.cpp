@@ -263,8 +263,8 @@ TEST(MetricsJsonl, NonFiniteValuesAreDistinctStrings) {
   fs::remove_all(c.run_directory());
   {
     StepReporter reporter(c);
-    reporter.report(0, std::nan(""), std::numeric_limits<double>::infinity(), 0.5);
-    reporter.report(1, -std::numeric_limits<double>::infinity(), 1.5, 0.0);  // 0 s: inf tok/s
+    reporter.report(0, std::nan(""), std::numeric_limits<double>::infinity(), 1e-3, 0.5);
+    reporter.report(1, -std::numeric_limits<double>::infinity(), 1.5, 1e-3, 0.0);  // inf tok/s
   }
   std::ifstream in(fs::path(c.run_directory()) / "metrics.jsonl");
   std::string line0, line1;
@@ -287,7 +287,7 @@ TEST(MetricsJsonl, AFullDiskIsAnErrorNamingTheFile) {
   c.run_name = "full";
   c.metrics_file = "/dev/full";  // every write fails with ENOSPC
   StepReporter reporter(c);
-  const std::string msg = testing::error_of([&] { reporter.report(0, 1.0, 1.0, 0.1); });
+  const std::string msg = testing::error_of([&] { reporter.report(0, 1.0, 1.0, 1e-3, 0.1); });
   EXPECT_NE(msg.find("writing metrics file '/dev/full' failed at step 0: No space left on device"),
             std::string::npos)
       << msg;
