@@ -93,32 +93,31 @@ constexpr ScheduleInfo kSchedules[] = {
     // name, help, generator, check, idle, repeats (R > 1), forward_delay (d = 2),
     // maxtext_table, one_device
     {"circular", "MaxText: forwards breadth-first over (repeat, microbatch), backwards reversed",
-     generate_circular, no_more_constraints, idle_fill_drain, true, true, true, false},
+     generate_circular, no_more_constraints, idle_fill_drain, true, true, false, true, false},
     {"gpipe", "all forwards, then all backwards in reverse order; R = 1", generate_gpipe,
-     no_more_constraints, idle_fill_drain, false, false, true, false},
+     no_more_constraints, idle_fill_drain, false, false, false, true, false},
     {"1f1b", "PipeDream-flush: S-s-1 warmup forwards, then one forward / one backward; R = 1",
-     generate_1f1b, no_more_constraints, idle_fill_drain, false, false, false, true},
+     generate_1f1b, no_more_constraints, idle_fill_drain, false, false, false, false, true},
     {"interleaved_1f1b", "Megatron: R chunks per rank, microbatch groups of g; S <= g <= M, g | M",
-     generate_interleaved_1f1b, check_interleaved_1f1b, idle_interleaved, true, false, false,
-     false},
+     generate_interleaved_1f1b, check_interleaved_1f1b, idle_interleaved, true, false, true, false, false},
     {"zb_h1", "Zero Bubble H1: 1f1b with B split into I and W, Ws deferred to the cooldown; R = 1",
-     generate_zb_h1, no_more_constraints, idle_zero_bubble, false, false, false, false},
+     generate_zb_h1, no_more_constraints, idle_zero_bubble, false, false, false, false, false},
     {"looped_bfs",
      "PyTorch LoopedBFS: all microbatches of each local stage in turn, backward "
      "reversed",
-     generate_looped_bfs, no_more_constraints, idle_looped_bfs, true, false, false, false},
+     generate_looped_bfs, no_more_constraints, idle_looped_bfs, true, false, false, false, false},
     {"interleaved_zb",
      "interleaved_1f1b with B split into I and W, W deferred like zb_h1; "
      "S <= g <= M, g | M",
-     generate_interleaved_zb, check_interleaved_1f1b, idle_zero_bubble, true, false, false, false},
+     generate_interleaved_zb, check_interleaved_1f1b, idle_zero_bubble, true, false, true, false, false},
     {"zbv",
      "Zero Bubble V: 2 chunks per rank, down the ranks and back up, I/W split; R = 2, "
      "M >= 2S",
-     generate_zbv, check_zbv, idle_zbv, true, false, false, false},
+     generate_zbv, check_zbv, idle_zbv, true, false, false, false, false},
     {"dualpipev",
      "DeepSeek DualPipeV: zbv's V, overlapped F&B pairs of different microbatches; R = 2, "
      "M >= 2S",
-     generate_dualpipev, check_dualpipev, idle_dualpipev, true, false, false, false},
+     generate_dualpipev, check_dualpipev, idle_dualpipev, true, false, false, false, false},
 };
 
 // The names of the rows with `flag` set (every row when null): "a", "a or b", "a, b or c".
@@ -151,6 +150,10 @@ const ScheduleInfo& check_schedule_knobs(const ScheduleSpec& spec) {
   CAROUSEL_CHECK(spec.forward_delay == 1 || row.forward_delay,
                  "pipeline_delay_activation_forwarding applies to pipeline_schedule={}, not {}",
                  names_or(&ScheduleInfo::forward_delay), spec.kind);
+  CAROUSEL_CHECK(spec.group_size == 0 || row.microbatch_groups,
+                 "pipeline_microbatch_group_size applies to pipeline_schedule={}, not {} (which "
+                 "would ignore it); remove it",
+                 names_or(&ScheduleInfo::microbatch_groups), spec.kind);
   return row;
 }
 

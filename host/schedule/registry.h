@@ -1,7 +1,7 @@
 // registry.h — the pipeline schedules, one row each: everything about a schedule that is not its
 // generator's order of work lives in its row — name, one-line help, generator, constraint check,
-// closed-form idle time, and flags (runs repeats, accepts the forwarding delay, has MaxText's
-// iteration table, runs the one-device program). The table is the only list of schedules:
+// closed-form idle time, and flags (runs repeats, accepts the forwarding delay, accepts a
+// microbatch group size, has MaxText's iteration table, runs the one-device program). The table is the only list of schedules:
 // generate(), the config validation of pipeline_schedule and its knobs
 // (pipeline_delay_activation_forwarding, pipeline_microbatch_group_size), the key's help text (so
 // docs/config.md), `carousel schedule` and its --help all read it; no code outside the table
@@ -31,6 +31,7 @@ struct ScheduleInfo {
   double (*idle)(const Layout& layout, const Costs& costs);
   bool repeats;        // runs R > 1 stages per rank (else it needs num_pipeline_repeats = 1)
   bool forward_delay;  // accepts pipeline_delay_activation_forwarding (MaxText's d = 2)
+  bool microbatch_groups;  // accepts pipeline_microbatch_group_size (Megatron's g)
   bool maxtext_table;  // its order is MaxText's iteration table (t, stage) -> microbatch
   bool one_device;     // the program of a one-device run: the whole model, microbatches in turn
 };
@@ -42,7 +43,8 @@ std::span<const ScheduleInfo> schedules();
 const ScheduleInfo& find_schedule(std::string_view name);
 
 // Everything generate() rejects, without generating: layout sizes >= 1, an unknown name, a
-// knob of another schedule, R > 1 for a schedule without repeats, the row's own check. Config
+// knob of another schedule (a set knob the schedule would ignore is refused, naming the ones
+// that use it), R > 1 for a schedule without repeats, the row's own check. Config
 // validation calls it for runs on several devices, so `carousel train` and `carousel schedule`
 // fail the same way before any math runs.
 void check_schedule(const ScheduleSpec& spec);

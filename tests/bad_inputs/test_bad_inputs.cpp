@@ -156,6 +156,13 @@ const std::vector<Row>& rows() {
         "num_pipeline_microbatches=4", "pipeline_microbatch_group_size=3"},
        nullptr,
        {"M % g == 0"}},
+      // A knob the chosen schedule would ignore is refused, naming the schedules that use it.
+      {{"pipeline_schedule=1f1b", "ici_pipeline_parallelism=2", "num_pipeline_repeats=1",
+        "num_layers_per_pipeline_stage=4", "num_pipeline_microbatches=4",
+        "pipeline_microbatch_group_size=4"},
+       nullptr,
+       {"pipeline_microbatch_group_size applies to pipeline_schedule=interleaved_1f1b or "
+        "interleaved_zb, not 1f1b"}},
       {{"pipeline_fsdp_ag_per_repeat=true", "pipeline_fsdp_ag_once=true"}, nullptr, {"exclusive"}},
       // Uneven stages: the layout's length (S x R), sum (the layers), each count >= 1, one way.
       {{"pipeline_stage_layers=1,x"}, nullptr, {"'pipeline_stage_layers'", "'x'", "[1, 3]"}},
