@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <new>
 #include <array>
 #include <chrono>
 #include <cstdio>
@@ -72,7 +73,29 @@ std::vector<std::int64_t> sweep_sizes(const CollectiveTest& test, const Options&
 
 }  // namespace
 
+namespace {
+int run_perf_unguarded(const CollectiveTest& test, int argc, char** argv);
+}  // namespace
+
+// Every failure the measurement meets is one "error:" line and exit status 2: an allocation the
+// machine cannot give (a large -e with many ranks), or a carousel error from a rank.
 int run_perf(const CollectiveTest& test, int argc, char** argv) {
+  try {
+    return run_perf_unguarded(test, argc, argv);
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr,
+               "error: {}_perf: out of memory allocating the buffers (the largest size, "
+               "-e/--maxbytes, on every rank needs more than this machine has); use a smaller "
+               "-e or fewer ranks\n",
+               test.name);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+  }
+  return 2;
+}
+
+namespace {
+int run_perf_unguarded(const CollectiveTest& test, int argc, char** argv) {
   const std::string program = test.name + "_perf";
   const std::string start_time = now_string();
   int exit_code = 0;
@@ -93,6 +116,14 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   // must stay 1. Only rank 0 prints (as nccl-tests does); the others' stdout goes nowhere.
   std::unique_ptr<MpiRuntime> mpi;
   std::unique_ptr<Communicator> mpi_world;  // NCCL under mpirun: carries the NCCL id
+  if (o.backend == "mpi" && mpi_launch_size() == 0) {
+    fmt::print(stderr,
+               "error: --backend mpi: this process was not started by mpirun (no "
+               "OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_SIZE), so it would measure one rank "
+               "alone; start N processes with mpirun -np N, or use --backend local for ranks "
+               "as threads\n");
+    return 2;
+  }
   if (o.backend == "mpi" || (o.backend == "nccl" && mpi_launch_size() > 1)) {
     if (o.ranks_flags_given && o.ranks() != 1) {
       fmt::print(stderr,
@@ -344,5 +375,6 @@ int run_perf(const CollectiveTest& test, int argc, char** argv) {
   }
   return summary.out_of_bounds ? 1 : 0;
 }
+}  // namespace
 
 }  // namespace carousel::perf

@@ -137,6 +137,12 @@ std::optional<Options> parse_options(const std::string& program, int argc, char*
   o.max_bytes = *hi;
   o.min_text = min_text;
   o.max_text = max_text;
+  if (o.min_bytes == 0) {  // with -f, 0 x factor stays 0: the sweep would start nowhere
+    return error(exit_code,
+                 "-b/--minbytes {} is 0 bytes; the smallest size is one element per rank; valid: "
+                 "-b >= 1 (a size below one element per rank rounds up to it)",
+                 min_text);
+  }
   if (o.min_bytes > o.max_bytes) {
     return error(exit_code,
                  "-b/--minbytes {} ({} bytes) is larger than -e/--maxbytes {} ({} bytes); valid: "

@@ -162,6 +162,15 @@ void check_schedule(const ScheduleSpec& spec) {
   CAROUSEL_CHECK(l.ranks >= 1 && l.microbatches >= 1 && l.repeats >= 1,
                  "schedule needs ranks, microbatches and repeats >= 1 (got S={}, M={}, R={})",
                  l.ranks, l.microbatches, l.repeats);
+  // The program and its simulation grow with S x M x R: 2^18 units took 7 s and 1.6 GB, so the
+  // bound keeps `carousel schedule`, `plan` and a run's start within about 30 s and 7 GB instead
+  // of running for minutes into the memory limit (S = M = 4096 never finished).
+  const std::int64_t units = std::int64_t(l.ranks) * l.microbatches * l.repeats;
+  CAROUSEL_CHECK(units <= kMaxScheduleUnits,
+                 "the schedule has S x M x R = {} x {} x {} = {} (rank, microbatch, repeat) units, "
+                 "more than the {} its generator and simulator handle (about 7 GB and 30 s "
+                 "there); use fewer microbatches (num_pipeline_microbatches) or stages",
+                 l.ranks, l.microbatches, l.repeats, units, kMaxScheduleUnits);
   const ScheduleInfo& row = check_schedule_knobs(spec);
   CAROUSEL_CHECK(l.repeats == 1 || row.repeats,
                  "pipeline_schedule={} runs one stage per rank (num_pipeline_repeats=1), got "

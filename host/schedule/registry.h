@@ -48,6 +48,8 @@ const ScheduleInfo& find_schedule(std::string_view name);
 // validation calls it for runs on several devices, so `carousel train` and `carousel schedule`
 // fail the same way before any math runs.
 void check_schedule(const ScheduleSpec& spec);
+// The largest S x M x R check_schedule accepts (the program's size grows with it).
+inline constexpr std::int64_t kMaxScheduleUnits = std::int64_t(1) << 20;
 
 // The part of check_schedule that does not depend on the layout: a registered name, and knobs
 // that schedule accepts. Config validation of a one-device run, which generates no schedule.

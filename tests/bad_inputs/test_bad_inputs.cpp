@@ -156,6 +156,12 @@ const std::vector<Row>& rows() {
         "num_pipeline_microbatches=4", "pipeline_microbatch_group_size=3"},
        nullptr,
        {"M % g == 0"}},
+      // A schedule too large to generate and simulate (S = M = 4096 ran for minutes into the
+      // memory limit) is refused at once, naming the bound.
+      {{"ici_pipeline_parallelism=4096", "num_pipeline_microbatches=4096",
+        "base_num_decoder_layers=4096", "num_layers_per_pipeline_stage=1"},
+       nullptr,
+       {"S x M x R = 4096 x 4096 x 1", "more than the 1048576"}},
       // A knob the chosen schedule would ignore is refused, naming the schedules that use it.
       {{"pipeline_schedule=1f1b", "ici_pipeline_parallelism=2", "num_pipeline_repeats=1",
         "num_layers_per_pipeline_stage=4", "num_pipeline_microbatches=4",

@@ -79,6 +79,16 @@ expect_error "-e/--maxbytes '4KB' is not a size" "$all_reduce" -e 4KB
 expect_error "-b/--minbytes '-5' is not a size" "$all_reduce" -b -5 -e 1K
 expect_error "-b/--minbytes 1G (1073741824 bytes) is larger than -e/--maxbytes 1K (1024 bytes)" \
   "$all_reduce" -b 1G -e 1K
+expect_error "-b/--minbytes 0 is 0 bytes; the smallest size is one element per rank" \
+  "$all_reduce" -b 0 -e 8
+# An allocation the machine cannot give (97 TiB a rank) is an error line, not std::terminate.
+expect_error "out of memory allocating the buffers" "$all_gather" -b 100000G -e 100000G
+# --backend mpi outside mpirun would measure one rank alone: refused (or, in a build without MPI,
+# refused for that).
+env -u OMPI_COMM_WORLD_SIZE -u PMI_SIZE -u PMIX_SIZE "$all_reduce" --backend mpi -b 8 -e 8 \
+  >"$out" 2>"$err" && fail "--backend mpi without mpirun exited 0"
+grep -Eq "this process was not started by mpirun|this build has no MPI communicator" "$err" ||
+  fail "--backend mpi without mpirun: $(cat "$err")"
 expect_error "no size in this range gives all_gather with 4 ranks one element of type float" \
   "$all_gather" -b 4 -e 8 -g 4
 expect_error "-J/--output_file '/nonexistent-dir/r.json' cannot be written" \
