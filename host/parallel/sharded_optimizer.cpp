@@ -66,32 +66,49 @@ void ShardedParams::reduce_gradients() {
   }
 }
 
-// Every gradient element this rank counts in the global norm, as views per parameter piece:
-// each element of the model on exactly one rank.
+// Every gradient element this rank applies (what optimizer_step updates here): its extras piece
+// and each stage's piece — on replicas too, which apply values they do not count in the norm.
 template <class Visit>
-void ShardedParams::for_each_owned_gradient(Visit&& visit) {
+void ShardedParams::for_each_applied_gradient(Visit&& visit) {
   const Pieces extras = extras_pieces();
-  if (place_.data_rank == 0) {  // each extras element once per FSDP group, a tied copy never
-    for (const Segment& seg :
-         segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
-      if (!tied_copy(seg.spec->role))
-        visit(*seg.spec, extras_grads_.flat.view(seg.begin, {seg.length}));
-    }
+  for (const Segment& seg :
+       segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
+    visit(*seg.spec, extras_grads_.flat.view(seg.begin, {seg.length}));
   }
-  if (zero1_ || place_.writes_shards()) {  // each element of each shard counted once
-    for (const auto& [stage, s] : stages_) {
-      const Pieces p = stage_pieces(s);
-      const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
-      for (const Segment& seg :
-           segments_in(s.specs, shard_lo + p.begin(), shard_lo + p.begin() + p.length())) {
-        visit(*seg.spec, s.grads.view(seg.begin - shard_lo, {seg.length}));
-      }
+  for (const auto& [stage, s] : stages_) {
+    const Pieces p = stage_pieces(s);
+    const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
+    for (const Segment& seg :
+         segments_in(s.specs, shard_lo + p.begin(), shard_lo + p.begin() + p.length())) {
+      visit(*seg.spec, s.grads.view(seg.begin - shard_lo, {seg.length}));
     }
   }
 }
 
-// This rank's share of the squared global norm: the elements of for_each_owned_gradient, summed
-// per extras parameter and per whole shard piece (the order every layout's tests pin down).
+// Whether a gradient this rank applies but does not count in the norm (a data replica's copy) is
+// not finite: a value corrupted after the reductions on a replica would otherwise pass the
+// global check, which sees only the owners' copies, and be applied there alone.
+bool ShardedParams::uncounted_gradient_nonfinite() {
+  bool bad = false;
+  const Pieces extras = extras_pieces();
+  if (place_.data_rank != 0 && extras.length() > 0) {
+    bad |= !std::isfinite(
+        be_.sum_squares(extras_grads_.flat.view(extras.begin(), {extras.length()})));
+  }
+  if (!(zero1_ || place_.writes_shards())) {
+    for (const auto& [stage, s] : stages_) {
+      const Pieces p = stage_pieces(s);
+      if (p.length() > 0)
+        bad |= !std::isfinite(be_.sum_squares(s.grads.view(p.begin(), {p.length()})));
+    }
+  }
+  return bad;
+}
+
+// This rank's share of the squared global norm, each element of the model on exactly one rank:
+// the extras on data rank 0 (a tied copy never), each shard's piece on its owner (every rank
+// with ZeRO-1, data rank 0 without), summed per extras parameter and per whole shard piece (the
+// order every layout's tests pin down).
 double ShardedParams::owned_sum_of_squares() {
   double squares = 0;
   const Pieces extras = extras_pieces();
@@ -117,7 +134,7 @@ void ShardedParams::fail_nonfinite(std::int64_t step, double loss, double norm) 
   // each rank offers its first one (its index in the parameter table), rank order decides none.
   const auto table = param_table(cfg_.model);
   std::int32_t first = std::int32_t(table.size());
-  for_each_owned_gradient([&](const ParamSpec& spec, const Tensor& grad) {
+  for_each_applied_gradient([&](const ParamSpec& spec, const Tensor& grad) {
     if (std::isfinite(be_.sum_squares(grad))) return;
     for (std::size_t i = 0; i < table.size(); ++i) {
       if (table[i].name == spec.name) first = std::min(first, std::int32_t(i));
@@ -146,11 +163,13 @@ StepOutcome ShardedParams::optimizer_step(std::int64_t step, std::int64_t update
     const float nan = std::numeric_limits<float>::quiet_NaN();
     be_.upload(&nan, stages_.begin()->second.grads.view(0, {1}));
   }
-  std::vector<double> sums = {local_loss, owned_sum_of_squares()};
-  Tensor t = be_.from_host(sums, {2});
+  // Loss, squared norm, and how many ranks apply a non-finite value they do not count.
+  std::vector<double> sums = {local_loss, owned_sum_of_squares(),
+                              uncounted_gradient_nonfinite() ? 1.0 : 0.0};
+  Tensor t = be_.from_host(sums, {3});
   comms_.world->all_reduce(t, t, ReduceOp::Sum).wait();
   sums = be_.to_host<double>(t);
-  const double norm = std::sqrt(sums[1]);
+  const double norm = sums[2] > 0 ? std::numeric_limits<double>::quiet_NaN() : std::sqrt(sums[1]);
   // The same values on every rank, so every rank takes the same branch.
   if (!std::isfinite(sums[0]) || !std::isfinite(norm)) {
     if (cfg_.skip_step_on_nonfinite) return {sums[0], norm, /*skipped=*/true, /*lr=*/0.0};

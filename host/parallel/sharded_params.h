@@ -135,7 +135,8 @@ class ShardedParams {
   void reduce_gradients();
   double owned_sum_of_squares();
   template <class Visit>
-  void for_each_owned_gradient(Visit&& visit);  // visit(spec, gradient view): norm ownership
+  void for_each_applied_gradient(Visit&& visit);  // visit(spec, view): what this rank updates
+  bool uncounted_gradient_nonfinite();
   [[noreturn]] void fail_nonfinite(std::int64_t step, double loss, double norm);
 
   const Config& cfg_;

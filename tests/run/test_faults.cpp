@@ -125,6 +125,35 @@ TEST_F(Faults, ANonFiniteGradientStopsNamingTheParameter) {
   EXPECT_FALSE(fs::exists(fs::path(c.run_directory()) / "checkpoints"));
 }
 
+// A NaN that appears after the gradient reductions on data replica 1 only (D = 2, rank 1): the
+// global norm counts replica 0's copy, so the check must also see what each replica applies.
+// Without ZeRO-1 replica 1 applies the whole gradient: the run stops on every rank naming the
+// parameter (before, replica 1 applied it and diverged for good). With ZeRO-1 replica 1 applies
+// only its own piece, which the injected element (the shard's first) is not in: nothing non-finite
+// is applied anywhere, and the run equals a clean one.
+TEST_F(Faults, ANonFiniteValueOnADataReplicaIsCaughtWhereverItIsApplied) {
+  auto replicas = [](const std::string& name, bool zero1) {
+    Config c = faulty_run(name, 3, /*four_devices=*/false);
+    c.ici_data_parallelism = 2;
+    c.per_device_batch_size = 4;
+    c.shard_optimizer_over_data = zero1;
+    c.enable_checkpointing = false;
+    return c;
+  };
+  inject_faults("nan:rank=1,step=1");
+  try {
+    train(replicas("nan_replica", false));
+    FAIL() << "a NaN applied on replica 1 did not stop the run";
+  } catch (const NonFiniteError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("step 2:"), std::string::npos) << what;
+    EXPECT_NE(what.find("'model.layers.0.input_layernorm.weight'"), std::string::npos) << what;
+  }
+  const auto with_fault = losses(train(replicas("nan_replica_zero1", true)).steps);
+  inject_faults("");
+  EXPECT_EQ(with_fault, losses(train(replicas("clean_zero1", true)).steps));
+}
+
 // skip_step_on_nonfinite: the step's update is skipped on every rank, the learning-rate
 // schedule does not advance and the logged rate is the one applied. Checked three ways: the steps before are untouched; one device and
 // four devices skip alike (same losses afterwards); and a run resumed from a checkpoint taken
