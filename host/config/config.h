@@ -52,6 +52,7 @@ struct Config {
   std::int64_t ici_fsdp_parallelism = 1;            // F
   std::int64_t ici_data_parallelism = 1;            // D, data-parallel replicas
   bool shard_optimizer_over_data = false;           // ZeRO-1 over the D replicas
+  std::int64_t replica_check_interval = 100;        // compare replicas' bits (0 = off)
   bool pipeline_fsdp_ag_per_repeat = false;         // Buffer Sliding Window: 2 weight slots
   bool pipeline_fsdp_ag_once = false;               // every local stage resident for the step
   std::int64_t pipeline_prefetch_lookahead = 0;     // 0 = as soon as a weight slot is free

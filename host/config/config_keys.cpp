@@ -254,6 +254,10 @@ const std::vector<ConfigKey>& config_keys() {
           "F: FSDP degree inside a stage (weights gathered before use)"),
       key("ici_data_parallelism", &Config::ici_data_parallelism, ResumeClass::Layout,
           "D: data-parallel replicas of the whole pipeline (gradients all-reduced)"),
+      key("replica_check_interval", &Config::replica_check_interval, ResumeClass::RunControl,
+          "with D > 1, every N steps and before each checkpoint the data replicas' weights are "
+          "compared bit for bit; a difference stops the run naming the replica and parameter "
+          "(0 = off)"),
       key("shard_optimizer_over_data", &Config::shard_optimizer_over_data, ResumeClass::Layout,
           "ZeRO-1: AdamW state and update sharded over the D data replicas (gradients "
           "reduce-scattered, updated weights all-gathered)"),

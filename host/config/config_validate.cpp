@@ -200,6 +200,7 @@ void Config::validate() const {
                  "gpu_kernels='{}' is not valid; use fast (cuBLASLt, cuDNN attention, fused "
                  "kernels) or reference (the simple CUDA kernels, the fast tier's oracle)",
                  gpu_kernels);
+  check_range("replica_check_interval", replica_check_interval, 0, kMaxSteps);
   CAROUSEL_CHECK(remat_policy == "full" || remat_policy == "none",
                  "remat_policy='{}' is not valid; use full or none", remat_policy);
   CAROUSEL_CHECK(spdlog::level::from_str(log_level) != spdlog::level::off || log_level == "off",

@@ -9,6 +9,7 @@
 // identical updates to identical values.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "host/parallel/optimizer.h"
@@ -92,8 +93,8 @@ bool ShardedParams::uncounted_gradient_nonfinite() {
   bool bad = false;
   const Pieces extras = extras_pieces();
   if (place_.data_rank != 0 && extras.length() > 0) {
-    bad |= !std::isfinite(
-        be_.sum_squares(extras_grads_.flat.view(extras.begin(), {extras.length()})));
+    bad |=
+        !std::isfinite(be_.sum_squares(extras_grads_.flat.view(extras.begin(), {extras.length()})));
   }
   if (!(zero1_ || place_.writes_shards())) {
     for (const auto& [stage, s] : stages_) {
@@ -156,6 +157,20 @@ void ShardedParams::fail_nonfinite(std::int64_t step, double loss, double norm) 
       step));
 }
 
+std::vector<std::pair<const ParamSpec*, Tensor>> ShardedParams::held_weights() const {
+  std::vector<std::pair<const ParamSpec*, Tensor>> out;
+  for (const Segment& seg : segments_in(extras_.specs, 0, extras_.flat.numel())) {
+    out.emplace_back(seg.spec, extras_.flat.view(seg.begin, {seg.length}));
+  }
+  for (const auto& [stage, s] : stages_) {
+    const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
+    for (const Segment& seg : segments_in(s.specs, shard_lo, shard_lo + s.shard)) {
+      out.emplace_back(seg.spec, s.weights.view(seg.begin - shard_lo, {seg.length}));
+    }
+  }
+  return out;
+}
+
 StepOutcome ShardedParams::optimizer_step(std::int64_t step, std::int64_t update,
                                           double local_loss) {
   reduce_gradients();
@@ -203,6 +218,15 @@ StepOutcome ShardedParams::optimizer_step(std::int64_t step, std::int64_t update
                        adamw_params(cfg_, update, lr, clip, seg.spec->weight_decay));
     }
     if (zero1_) gather_owned(p, s.weights);  // every replica gets every updated piece
+  }
+  if (should_flip_weight_bit(place_.rank(), step) && !stages_.empty()) {  // a test's fault
+    const Tensor first = stages_.begin()->second.weights.view(0, {1});
+    auto value = be_.to_host<float>(first);
+    std::uint32_t bits;
+    std::memcpy(&bits, value.data(), sizeof(bits));
+    bits ^= 1u;  // the lowest mantissa bit: a change no loss would show for many steps
+    std::memcpy(value.data(), &bits, sizeof(bits));
+    be_.upload(value.data(), first);
   }
   return {sums[0], norm, /*skipped=*/false, lr};
 }

@@ -88,6 +88,9 @@ class ShardedParams {
   ParamSet weights(int stage) const;
   ParamSet gradients(int stage);  // with FSDP a full buffer until the stage's REDUCE_SCATTER
   const ParamSet& extras_weights() const { return extras_compute_; }
+  // Every float32 master weight this rank holds after an update, as (parameter, view) in a fixed
+  // order; data replicas hold the same elements in the same order (host/run/guards/replica_check.h).
+  std::vector<std::pair<const ParamSpec*, Tensor>> held_weights() const;
   const ParamSet& extras_grads() const { return extras_grads_; }
 
   // FSDP weight residency and gradient folding, as the lowered program orders them. The events

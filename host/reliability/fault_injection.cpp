@@ -45,7 +45,8 @@ std::vector<Fault> parse_faults(const std::string& text) {
   const std::map<std::string, Fault::Kind> kinds = {{"stall", Fault::Kind::Stall},
                                                     {"nan", Fault::Kind::NonFinite},
                                                     {"signal", Fault::Kind::Signal},
-                                                    {"kill", Fault::Kind::Kill}};
+                                                    {"kill", Fault::Kind::Kill},
+                                                    {"flip", Fault::Kind::Flip}};
   const std::map<std::string, int> signals = {
       {"TERM", SIGTERM}, {"INT", SIGINT}, {"HUP", SIGHUP}, {"PIPE", SIGPIPE}};
   std::vector<Fault> faults;
@@ -53,7 +54,7 @@ std::vector<Fault> parse_faults(const std::string& text) {
     const std::size_t colon = item.find(':');
     const auto kind = kinds.find(item.substr(0, colon));
     CAROUSEL_CHECK(kind != kinds.end(),
-                   "CAROUSEL_FAULT '{}': the kind must be stall, nan, signal or kill", item);
+                   "CAROUSEL_FAULT '{}': the kind must be stall, nan, signal, kill or flip", item);
     Fault fault;
     fault.kind = kind->second;
     if (fault.kind == Fault::Kind::Signal) fault.signal = SIGTERM;
@@ -84,7 +85,7 @@ std::vector<Fault> parse_faults(const std::string& text) {
       } else {
         fail(
             "CAROUSEL_FAULT '{}': unknown key '{}' for this kind (stall: rank, step, action, "
-            "seconds; nan: rank, step; signal: rank, step, signal; kill: point, step)",
+            "seconds; nan, flip: rank, step; signal: rank, step, signal; kill: point, step)",
             item, key);
       }
     }
@@ -136,14 +137,22 @@ void maybe_stall(int rank, std::int64_t step, std::int64_t action) {
   }
 }
 
-bool should_inject_nonfinite(int rank, std::int64_t step) {
+namespace {
+bool injected_at(Fault::Kind kind, int rank, std::int64_t step) {
   if (none_injected()) return false;
   for (const Fault& f : injected_faults()) {
-    if (f.kind == Fault::Kind::NonFinite && (f.rank < 0 || f.rank == rank) && f.step == step) {
-      return true;
-    }
+    if (f.kind == kind && (f.rank < 0 || f.rank == rank) && f.step == step) return true;
   }
   return false;
+}
+}  // namespace
+
+bool should_inject_nonfinite(int rank, std::int64_t step) {
+  return injected_at(Fault::Kind::NonFinite, rank, step);
+}
+
+bool should_flip_weight_bit(int rank, std::int64_t step) {
+  return injected_at(Fault::Kind::Flip, rank, step);
 }
 
 void maybe_raise_signal(int rank, bool first_rank_of_process, std::int64_t step) {

@@ -4,6 +4,8 @@
 //
 //   CAROUSEL_FAULT="stall:rank=1,step=0,action=5,seconds=3"   rank 1 sleeps before action 5
 //   CAROUSEL_FAULT="nan:rank=0,step=2"                        a NaN in rank 0's step-2 gradient
+//   CAROUSEL_FAULT="flip:rank=1,step=2"                       one bit of rank 1's weights flipped
+//                                                              after step 2's update
 //   CAROUSEL_FAULT="signal:step=1,signal=TERM"                 SIGTERM to this process after step 1
 //   CAROUSEL_FAULT="signal:rank=2,step=1"                      ... to rank 2's process only
 //   CAROUSEL_FAULT="kill:point=manifest,step=2"                SIGKILL while saving checkpoint 2
@@ -20,7 +22,7 @@
 namespace carousel {
 
 struct Fault {
-  enum class Kind { Stall, NonFinite, Signal, Kill } kind = Kind::Stall;
+  enum class Kind { Stall, NonFinite, Signal, Kill, Flip } kind = Kind::Stall;
   int rank = -1;            // -1: every rank (signal: every process, once)
   std::int64_t step = 0;    // 0-based step
   std::int64_t action = 0;  // stall: index in the rank's action list
@@ -40,6 +42,7 @@ void inject_faults(const std::string& text);
 // The hooks: each does nothing unless a matching fault was injected.
 void maybe_stall(int rank, std::int64_t step, std::int64_t action);
 bool should_inject_nonfinite(int rank, std::int64_t step);
+bool should_flip_weight_bit(int rank, std::int64_t step);
 // After `step` completed on `rank`: a fault for this rank, or for no rank in particular on the
 // first rank of the process (one signal per process, as a scheduler sends it).
 void maybe_raise_signal(int rank, bool first_rank_of_process, std::int64_t step);

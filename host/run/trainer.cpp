@@ -12,10 +12,11 @@
 #include "host/run/checkpointer.h"
 #include "host/run/device_peak.h"
 #include "host/run/evaluator.h"
+#include "host/run/guards/rank_monitor.h"
+#include "host/run/guards/replica_check.h"
+#include "host/run/guards/stop_agreement.h"
 #include "host/run/profiler.h"
-#include "host/run/rank_monitor.h"
 #include "host/run/run_plan.h"
-#include "host/run/stop_agreement.h"
 
 namespace carousel {
 
@@ -29,6 +30,7 @@ struct Run {
   const Evaluator& evaluator;
   Profiler& profiler;
   StopAgreement& stop;
+  const ReplicaCheck& replicas;
   StepReporter* reporter;  // world rank 0's process only
   RankMonitor& monitor;
   TrainResult& result;                      // rank 0 writes it while the ranks run
@@ -56,6 +58,9 @@ void train_rank(const Run& run, int rank, Backend& be, Communicator& world,
     const auto eval_loss = run.evaluator.after_step(step, executor, world, be, recorder);
     if (outcome.skipped) ++skipped;
     const bool stop = run.stop.agree(step, rank, world, be, recorder);
+    if (run.replicas.due(step, run.checkpointer.due(step, stop))) {
+      run.replicas.verify(step, params, comms, place, be);  // before the record and the save
+    }
     // The step's record first: a crash during the save must not lose the record of a step
     // whose checkpoint may already be complete.
     if (rank == 0) {
@@ -95,9 +100,10 @@ TrainResult train(const Config& requested, Communicator* process_world) {
   RankMonitor monitor(plan.mesh, process_world);
   StopAgreement stop(process_world != nullptr,
                      reporter != nullptr);  // SIGTERM / SIGINT: finish the step, save, exit 0
-  const Run run{
-      cfg,     plan,   checkpointer,      evaluator,           profiler, stop, reporter.get(),
-      monitor, result, result.start_step, result.skipped_steps};
+  const ReplicaCheck replicas(cfg);
+  const Run run{cfg,      plan,   checkpointer,      evaluator,
+                profiler, stop,   replicas,          reporter.get(),
+                monitor,  result, result.start_step, result.skipped_steps};
   try {
     launch_ranks(
         cfg, ranks, plan.transport.transport, process_world,
@@ -107,6 +113,8 @@ TrainResult train(const Config& requested, Communicator* process_world) {
         monitor.stuck_ranks());
   } catch (const NonFiniteError&) {
     throw;  // every rank stopped at the same point, by design
+  } catch (const ReplicaMismatchError&) {
+    throw;  // likewise
   } catch (const std::exception&) {
     monitor.report_ranks();
     throw;

@@ -18,6 +18,7 @@
 #include "host/reliability/flight_recorder.h"
 #include "host/reliability/stop_signals.h"
 #include "host/report/logging.h"
+#include "host/run/guards/replica_check.h"
 #include "host/run/trainer.h"
 
 namespace carousel {
@@ -154,10 +155,43 @@ TEST_F(Faults, ANonFiniteValueOnADataReplicaIsCaughtWhereverItIsApplied) {
   EXPECT_EQ(with_fault, losses(train(replicas("clean_zero1", true)).steps));
 }
 
+// One bit flipped in data replica 1's weights after step 1 (silent data corruption: the lowest
+// mantissa bit of one weight, which no loss shows): the replica check after step 2 stops every
+// rank naming the replica, its rank and the parameter, before that step's checkpoint — with and
+// without ZeRO-1, the check due by its interval or by the save at step 2. Without the fault the
+// same runs pass their checks (no false alarm).
+TEST_F(Faults, AFlippedBitOnOneReplicaStopsTheRunNamingIt) {
+  for (bool zero1 : {false, true}) {
+    Config c = faulty_run(zero1 ? "flip_zero1" : "flip", 4, /*four_devices=*/false);
+    c.ici_data_parallelism = 2;
+    c.per_device_batch_size = 4;
+    c.shard_optimizer_over_data = zero1;
+    c.replica_check_interval = zero1 ? 2 : 100;  // due at step 2: by the interval, or the save
+    c.checkpoint_period = zero1 ? 4 : 2;
+    inject_faults("flip:rank=1,step=1");
+    try {
+      train(c);
+      FAIL() << "a flipped bit on replica 1 went unnoticed (zero1 " << zero1 << ")";
+    } catch (const ReplicaMismatchError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("replica check after step 2: data replica 1 (rank 1) holds weights "
+                          "that differ from replica 0's, first in "
+                          "'model.layers.0.input_layernorm.weight'"),
+                std::string::npos)
+          << what;
+    }
+    EXPECT_FALSE(fs::exists(fs::path(c.run_directory()) / "checkpoints/2")) << "saved after it";
+    inject_faults("");
+    fs::remove_all(c.run_directory());
+    EXPECT_EQ(train(c).steps.size(), 4u);  // the clean run passes checks at steps 2 and 4
+  }
+}
+
 // skip_step_on_nonfinite: the step's update is skipped on every rank, the learning-rate
-// schedule does not advance and the logged rate is the one applied. Checked three ways: the steps before are untouched; one device and
-// four devices skip alike (same losses afterwards); and a run resumed from a checkpoint taken
-// after the skip continues bitwise like the straight run (the skip count is saved).
+// schedule does not advance and the logged rate is the one applied. Checked three ways: the steps
+// before are untouched; one device and four devices skip alike (same losses afterwards); and a run
+// resumed from a checkpoint taken after the skip continues bitwise like the straight run (the skip
+// count is saved).
 TEST_F(Faults, ANonFiniteStepIsSkippedConsistently) {
   Config clean = faulty_run("clean", 5);
   clean.enable_checkpointing = false;

@@ -1,5 +1,5 @@
 // stop_agreement.cpp — the end-of-step agreement to stop, and what a stopped run says.
-#include "host/run/stop_agreement.h"
+#include "host/run/guards/stop_agreement.h"
 
 #include <spdlog/spdlog.h>
 

@@ -1,5 +1,5 @@
 // rank_monitor.cpp — failure reports and end-of-run figures of the ranks.
-#include "host/run/rank_monitor.h"
+#include "host/run/guards/rank_monitor.h"
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>

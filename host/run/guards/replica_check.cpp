@@ -1,0 +1,105 @@
+// replica_check.cpp — data replicas compared bit for bit (see replica_check.h).
+#include "host/run/guards/replica_check.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "models/params.h"
+
+namespace carousel {
+
+std::uint64_t hash_words(const void* bytes, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(bytes);
+  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV's offset basis and prime, a word at a time
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w;
+    std::memcpy(&w, p + i, sizeof(w));
+    h = (h ^ w) * 0x100000001b3ULL;  // each step a bijection of h: one changed word always shows
+  }
+  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
+  return h;
+}
+
+bool ReplicaCheck::due(std::int64_t step, bool checkpoint_due) const {
+  if (cfg_.ici_data_parallelism <= 1 || cfg_.replica_check_interval <= 0) return false;
+  return checkpoint_due || (step + 1) % cfg_.replica_check_interval == 0;
+}
+
+namespace {
+
+// Per-parameter hashes of the master weights this rank holds, in held_weights() order.
+std::vector<std::int64_t> weight_hashes(const ShardedParams& params, Backend& be) {
+  std::vector<std::int64_t> hashes;
+  std::vector<float> copy;
+  for (const auto& [spec, view] : params.held_weights()) {
+    const void* data = view.raw();
+    if (!be.allocator().host_accessible()) {  // a GPU's weights come to the host first
+      copy = be.to_host<float>(view);
+      data = copy.data();
+    }
+    hashes.push_back(std::int64_t(hash_words(data, view.nbytes())));
+  }
+  return hashes;
+}
+
+std::vector<std::int64_t> gather(Communicator& group, Backend& be,
+                                 const std::vector<std::int64_t>& mine) {
+  const std::int64_t n = std::int64_t(mine.size());
+  Tensor all = be.empty({n * group.size()}, DType::I64);
+  group.all_gather(be.from_host(mine, {n}), all).wait();
+  return be.to_host<std::int64_t>(all);
+}
+
+}  // namespace
+
+void ReplicaCheck::verify(std::int64_t step, const ShardedParams& params,
+                          const RankCommunicators& comms, const RankPlace& place,
+                          Backend& be) const {
+  const std::vector<std::int64_t> hashes = weight_hashes(params, be);
+  const std::int64_t combined = std::int64_t(hash_words(hashes.data(), 8 * hashes.size()));
+  Communicator& data = *comms.data;
+  const std::vector<std::int64_t> combined_all = gather(data, be, {combined});
+  // This group's report: the first replica that differs from replica 0 and the first parameter
+  // (held_weights() order) where it does; -1 when the group agrees. Every member computes the
+  // same report, from the same gathered values.
+  std::int64_t replica = -1, parameter = -1;
+  for (std::size_t j = 1; j < combined_all.size() && replica < 0; ++j) {
+    if (combined_all[j] != combined_all[0]) replica = std::int64_t(j);
+  }
+  const auto held = params.held_weights();
+  if (replica >= 0) {  // the whole group is here: find the parameter
+    const std::vector<std::int64_t> all = gather(data, be, hashes);
+    const std::size_t n = hashes.size();
+    for (std::size_t i = 0; i < n && parameter < 0; ++i) {
+      if (all[std::size_t(replica) * n + i] != all[i]) parameter = std::int64_t(i);
+    }
+  }
+  // Every rank of the world learns every group's report (the parameter as its index in the
+  // model's parameter table, which every rank has): all stop together, with the same message.
+  const auto table = param_table(cfg_.model);
+  std::int64_t table_index = -1;
+  for (std::size_t i = 0; parameter >= 0 && i < table.size(); ++i) {
+    if (table[i].name == held[std::size_t(parameter)].first->name) table_index = std::int64_t(i);
+  }
+  RankPlace differing = place;  // the rank of the replica that differs, in this group
+  differing.data_rank = int(std::max<std::int64_t>(replica, 0));
+  const std::vector<std::int64_t> reports =
+      gather(*comms.world, be, {replica, table_index, differing.rank()});
+  for (std::size_t r = 0; r < reports.size(); r += 3) {
+    if (reports[r] < 0) continue;
+    const std::int64_t index = reports[r + 1];
+    throw ReplicaMismatchError(fmt::format(
+        "replica check after step {}: data replica {} (rank {}) holds weights that differ from "
+        "replica 0's{} — silent data corruption on a device, or replicas "
+        "that drifted apart; the run stops before saving, so the checkpoints on disk stay good "
+        "(resume from the last one, on other devices if one is suspect)",
+        step + 1, reports[r], reports[r + 2],
+        index >= 0 ? fmt::format(", first in '{}'", table[std::size_t(index)].name) : ""));
+  }
+}
+
+}  // namespace carousel
