@@ -3,6 +3,7 @@
 #include "host/run/step_report.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cmath>
@@ -27,6 +28,26 @@ StepReporter::StepReporter(const Config& cfg)
                  ec.message());
   metrics_.open(path_, std::ios::app);
   CAROUSEL_CHECK(metrics_.good(), "cannot open metrics file '{}': {}", path_, std::strerror(errno));
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) == 0)
+    file_id_ = {std::uint64_t(st.st_dev), std::uint64_t(st.st_ino)};
+}
+
+std::string StepReporter::lost_output() const {
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) != 0) {
+    return fmt::format(
+        "metrics file '{}' was removed during the run ({}; with the run directory "
+        "'{}'?): the records written since went nowhere",
+        path_, std::strerror(errno), cfg_.run_directory());
+  }
+  if (std::pair{std::uint64_t(st.st_dev), std::uint64_t(st.st_ino)} != file_id_) {
+    return fmt::format(
+        "metrics file '{}' was replaced by another file during the run: the "
+        "records written since went to the old one",
+        path_);
+  }
+  return "";
 }
 
 nlohmann::json json_number(double x) {
@@ -92,9 +113,8 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
 StepMetrics StepReporter::report(std::int64_t step, const StepOutcome& outcome, double seconds,
                                  std::optional<double> eval_loss, std::size_t peak_bytes,
                                  std::int64_t skipped) {
-  StepMetrics metrics =
-      report(step, outcome.loss, outcome.grad_norm, outcome.learning_rate, seconds, eval_loss,
-             peak_bytes);
+  StepMetrics metrics = report(step, outcome.loss, outcome.grad_norm, outcome.learning_rate,
+                               seconds, eval_loss, peak_bytes);
   if (outcome.skipped) {
     spdlog::warn(
         "step {}: loss {} / gradient norm {} is not finite; update skipped "

@@ -57,7 +57,10 @@ void train_rank(const Run& run, int rank, Backend& be, Communicator& world,
     const std::chrono::duration<double> seconds = std::chrono::steady_clock::now() - start;
     const auto eval_loss = run.evaluator.after_step(step, executor, world, be, recorder);
     if (outcome.skipped) ++skipped;
-    const bool stop = run.stop.agree(step, rank, world, be, recorder);
+    // World rank 0's process watches the metrics file it writes (removed with the run directory,
+    // or replaced): the run stops and saves rather than lose every later record.
+    const bool stop = run.stop.agree(step, rank, world, be, recorder,
+                                     rank == 0 && run.reporter ? run.reporter->lost_output() : "");
     if (run.replicas.due(step, run.checkpointer.due(step, stop))) {
       run.replicas.verify(step, params, comms, place, be);  // before the record and the save
     }

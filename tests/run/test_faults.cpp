@@ -4,11 +4,14 @@
 // from which the run continues exactly as if never stopped.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <thread>
 
 #include "host/config/config.h"
 #include "host/io/checkpoint.h"
@@ -20,6 +23,7 @@
 #include "host/report/logging.h"
 #include "host/run/guards/replica_check.h"
 #include "host/run/trainer.h"
+#include "tests/support/test_util.h"
 
 namespace carousel {
 namespace {
@@ -185,6 +189,32 @@ TEST_F(Faults, AFlippedBitOnOneReplicaStopsTheRunNamingIt) {
     fs::remove_all(c.run_directory());
     EXPECT_EQ(train(c).steps.size(), 4u);  // the clean run passes checks at steps 2 and 4
   }
+}
+
+// The run directory removed mid-run (an operator's rm -rf, a cleanup job): every rank stops at the
+// next step, a checkpoint is saved into the recreated directory, and the run fails naming the
+// metrics file — before, every later record went nowhere and the run ended with status 0.
+TEST_F(Faults, RemovingTheRunDirectoryStopsTheRunAfterSaving) {
+  Config c = faulty_run("vanish", 1000000);
+  c.checkpoint_period = 1000000;
+  const fs::path run = c.run_directory();
+  std::thread remover([&] {
+    for (int i = 0; i < 20000; ++i) {  // until 3 records are written (at most 20 s)
+      std::ifstream in(run / "metrics.jsonl");
+      const auto lines = std::count(std::istreambuf_iterator<char>(in), {}, '\n');
+      if (lines >= 3) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    fs::remove_all(run);
+  });
+  const std::string msg = testing::error_of([&] { train(c); });
+  remover.join();
+  EXPECT_NE(msg.find("metrics file '" + (run / "metrics.jsonl").string() +
+                     "' was removed during the run"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("checkpoint saved: run the same command to resume"), std::string::npos) << msg;
+  EXPECT_TRUE(latest_checkpoint(c).has_value()) << "no checkpoint in the recreated directory";
 }
 
 // skip_step_on_nonfinite: the step's update is skipped on every rank, the learning-rate

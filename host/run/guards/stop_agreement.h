@@ -25,18 +25,22 @@ class StopAgreement {
   StopAgreement(bool ranks_are_processes, bool reports)
       : ranks_are_processes_(ranks_are_processes), reports_(reports) {}
 
-  // After 0-based `step`: whether every rank stops now. Collective over `world`.
+  // After 0-based `step`: whether every rank stops now. Collective over `world`. `lost_output`:
+  // this rank found an output of the run gone (the metrics file or the run directory removed):
+  // every rank stops as for a signal, the checkpointer saves, and finish() fails with it.
   bool agree(std::int64_t step, int rank, Communicator& world, Backend& be,
-             FlightRecorder& recorder);
+             FlightRecorder& recorder, const std::string& lost_output = "");
 
   // After the ranks ended: marks the result and (when this process reports) says after which
-  // step the run stopped and how it goes on.
+  // step the run stopped and how it goes on; throws carousel::Error when an output was lost.
   void finish(const Config& cfg, TrainResult& result) const;
 
  private:
   const StopSignals signals_;
   bool ranks_are_processes_, reports_;
   std::atomic<std::int64_t> stopped_after_{-1};  // the steps done when the ranks agreed; -1: none
+  std::atomic<bool> output_lost_{false};         // some rank reported a lost output
+  std::string lost_output_;                      // what this process's rank 0 saw (set once)
 };
 
 }  // namespace carousel
