@@ -16,6 +16,8 @@ python3-matplotlib, installed by scripts/setup.sh).
 import argparse
 import json
 import math
+import os
+import stat
 import sys
 
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -38,7 +40,10 @@ def value_of(v, where, key):
     if isinstance(v, bool) or v is None:
         raise MetricsError(f"{where}: '{key}' is {json.dumps(v)}, not a number")
     if isinstance(v, (int, float)):
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:  # an integer past float's range (10**400)
+            raise MetricsError(f"{where}: '{key}' is an integer too large for a number") from None
     if isinstance(v, str) and v in NON_FINITE:
         return NON_FINITE[v]
     raise MetricsError(
@@ -50,6 +55,11 @@ def value_of(v, where, key):
 def read_metrics(path):
     """{step: record} with float values, in file order (later records of a step win)."""
     try:
+        mode = os.stat(path).st_mode
+        if not stat.S_ISREG(mode):  # a FIFO would block the read forever
+            kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else (
+                "a directory" if stat.S_ISDIR(mode) else "not a regular file")
+            raise MetricsError(f"'{path}' is {kind}; give the run's metrics.jsonl")
         with open(path, encoding="utf-8") as f:
             lines = f.readlines()
     except OSError as e:
@@ -65,6 +75,8 @@ def read_metrics(path):
             rec = json.loads(line, parse_constant=lambda c: NON_FINITE.get(c, c))
         except json.JSONDecodeError as e:
             raise MetricsError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+        except RecursionError:
+            raise MetricsError(f"{where}: JSON nested too deeply to be a metrics record") from None
         if not isinstance(rec, dict):
             raise MetricsError(f"{where}: a record must be a JSON object, not {type(rec).__name__}")
         if "step" not in rec:

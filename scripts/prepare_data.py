@@ -28,6 +28,7 @@ import argparse
 import os
 import re
 import shutil
+import stat
 import struct
 import sys
 
@@ -56,6 +57,11 @@ def split(files, val_fraction):
     docs = []
     for path in files:
         try:
+            mode = os.stat(path).st_mode
+            if not stat.S_ISREG(mode):  # reading a FIFO would block forever
+                kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else (
+                    "a directory" if stat.S_ISDIR(mode) else "not a regular file")
+                raise UsageError(f"input '{path}' is {kind}; give UTF-8 text files")
             with open(path, encoding="utf-8", newline="") as f:
                 text = f.read()
         except FileNotFoundError:
@@ -177,6 +183,10 @@ def main(argv):
         if vocab > MAX_VOCAB:
             raise UsageError(f"the tokenizer has {vocab} tokens; llm.c shards hold uint16 tokens, "
                              f"so at most {MAX_VOCAB} (carousel reads version 1 shards only)")
+        largest = max(tok.get_vocab(with_added_tokens=True).values(), default=0)
+        if largest >= MAX_VOCAB:  # ids need not be dense: an added token may sit past the size
+            raise UsageError(f"the tokenizer's largest token id is {largest}; llm.c shards hold "
+                             f"uint16 tokens, so ids below {MAX_VOCAB}")
         eos_id = None
         if args.add_eos:
             eos_id = tok.token_to_id(EOS)
@@ -200,6 +210,10 @@ def main(argv):
                 written[prefix] = w
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # the output directory: a file there, no permission, a full disk
+        print(f"error: cannot write the output in '{args.out}': {e.strerror}"
+              f"{f' ({e.filename})' if e.filename else ''}", file=sys.stderr)
         return 2
     for prefix, w in written.items():
         print(f"{prefix}: {len(w.paths)} shard(s), {w.count} tokens")

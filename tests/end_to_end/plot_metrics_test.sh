@@ -67,6 +67,15 @@ check_error not_object '{"step": 0, "loss": 1.0}\n[1, 2]\n' "line 2: a record mu
 check_error bad_string '{"step": 0, "loss": "nan"}\n' "line 1: 'loss' is \"nan\", not a number"
 check_error no_step '{"loss": 1.0}\n' "line 1: the record has no 'step'"
 check_error empty '' "holds no metrics records"
+# Pathological JSON: nesting past Python's recursion limit, an integer past float's range.
+check_error deep "{\"step\": 0, \"loss\": $(printf '[%.0s' $(seq 100000))" "nested too deeply"
+check_error huge_int "{\"step\": 0, \"loss\": 1$(printf '0%.0s' $(seq 400))}\n" \
+  "'loss' is an integer too large"
+# A FIFO as the metrics file: refused before it is opened (the read would block forever).
+mkfifo "$work/fifo.jsonl"
+timeout 30 "$py" "$script" "$work/fifo.jsonl" -o "$work/fifo.png" >/dev/null 2>"$work/fifo.err"
+[ $? -eq 2 ] || fail "fifo: exit status not 2 (124: it hung)"
+grep -q "^error: .*is a FIFO (named pipe)" "$work/fifo.err" || fail "fifo: $(cat "$work/fifo.err")"
 "$py" "$script" "$work/missing.jsonl" >/dev/null 2>"$work/missing.err"
 [ $? -eq 2 ] || fail "missing file: exit status not 2"
 

@@ -120,7 +120,7 @@ PY
 expect_error() {  # MESSAGE ARGS...
   local msg=$1
   shift
-  "$py" "$prep" "$@" >"$work/bad.out" 2>"$work/bad.err"
+  timeout 60 "$py" "$prep" "$@" >"$work/bad.out" 2>"$work/bad.err"  # 124: it hung
   local rc=$?
   [ $rc -eq 2 ] || fail "$* exited $rc, not 2"
   [ "$(wc -l <"$work/bad.err")" -eq 1 ] || fail "$*: stderr is not one line: $(cat "$work/bad.err")"
@@ -133,6 +133,20 @@ expect_error "the tokenizer has 70000 tokens" "$corpus" -o "$work/x" --tokenizer
 expect_error "--tokenizer '$work/none.json' does not exist" "$corpus" -o "$work/x" \
   --tokenizer "$work/none.json"
 expect_error "--val-fraction 1.0 must be in [0, 1)" "$corpus" -o "$work/x" --val-fraction 1
+# Ids need not be dense: three tokens, the last with id 70000, do not fit uint16 shards either.
+"$py" - "$work/sparse.json" <<'PY'
+import sys
+from tokenizers import Tokenizer, models
+Tokenizer(models.WordLevel(vocab={"a": 0, "b": 1, "c": 70000}, unk_token="a")).save(sys.argv[1])
+PY
+expect_error "the tokenizer's largest token id is 70000" "$corpus" -o "$work/x" \
+  --tokenizer "$work/sparse.json"
+# A FIFO as input is refused before it is opened (reading it would block forever).
+mkfifo "$work/fifo.txt"
+expect_error "input '$work/fifo.txt' is a FIFO (named pipe)" "$work/fifo.txt" -o "$work/x"
+# An output path that is a file: one error line, not a traceback.
+echo "not a directory" >"$work/afile"
+expect_error "cannot write the output in '$work/afile'" "$corpus" -o "$work/afile"
 [ -e "$work/x" ] && fail "a failed run left $work/x"
 
 if [ $fails -gt 0 ]; then
