@@ -4,10 +4,12 @@
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include "compute/hash.h"
 #include "host/build_info.h"
 #include "host/config/schedule_config.h"
+#include "host/plan/plan_model.h"
 
 namespace carousel {
 
@@ -26,6 +28,32 @@ void check_mesh(const Config& cfg, const MeshShape& mesh, const Communicator* pr
                  "ici_fsdp_parallelism); start {} processes (mpirun -np {}) or change the mesh",
                  process_world ? process_world->size() : 0, mesh.data, mesh.stages, mesh.fsdp,
                  ranks, ranks, ranks);
+}
+
+// The address-space limit (ulimit -v) against what this process's ranks will map on CPUs: an
+// mmap that fails inside OpenBLAS is retried forever (a hang with no message), so a run that
+// cannot fit is refused before it starts. The estimate: the process at start-up (about 1.5 GiB
+// of libraries and reservations, measured), an OpenBLAS buffer (128 MiB + its guard) and a
+// thread stack per GEMM thread, and each rank's weights, gradients and optimizer state (the
+// planner's lower bound; activations come on top). GPUs reserve address space of their own:
+// there the limit is not estimated.
+void check_address_space(const Config& cfg, const MeshShape& mesh,
+                         const Communicator* process_world) {
+  rlimit lim{};
+  if (runs_on_gpus(cfg) || getrlimit(RLIMIT_AS, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) {
+    return;
+  }
+  const int local_ranks = process_world ? 1 : mesh.ranks();
+  const double threads = double(local_ranks) * rank_threads(mesh.ranks(), process_world);
+  const double mib = 1024.0 * 1024.0;
+  const double need = 1536 * mib + threads * (136 + 8) * mib +
+                      double(local_ranks) * double(plan::memory_lower_bound(cfg));
+  CAROUSEL_CHECK(double(lim.rlim_cur) >= need,
+                 "the address-space limit (ulimit -v) is {:.0f} MiB but this run needs about "
+                 "{:.0f} MiB on this process ({} rank(s), {:.0f} GEMM thread(s) with their "
+                 "OpenBLAS buffers, and the model's state); raise the limit (ulimit -v "
+                 "unlimited), or run fewer ranks or threads per process",
+                 double(lim.rlim_cur) / mib, need / mib, local_ranks, threads);
 }
 
 void log_plan(const Config& cfg, const RunPlan& plan, const Communicator* process_world) {
@@ -55,6 +83,7 @@ RunPlan plan_run(const Config& cfg, Communicator* process_world) {
   RunPlan plan;
   plan.mesh = MeshShape::of(cfg);
   check_mesh(cfg, plan.mesh, process_world);
+  check_address_space(cfg, plan.mesh, process_world);
   plan.program = lowered_program(cfg);
   const MachineView machine = this_machine(process_world);
   plan.transport = process_world
