@@ -131,27 +131,25 @@ def main(argv):
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
 
-    md = [f"Device: {device}", "", "| goal | measured | target | met |", "|---|---|---|---|"]
-    for g in summary["goals"]:
-        md.append(f"| {g['what']} | {fmt(g['measured'], True)} | {fmt(g['goal'], True)} | "
-                  f"{'yes' if g['met'] else 'no'} |")
-    md += ["", "| training pair | steps | max relative loss difference | tolerance | met |",
-           "|---|---|---|---|---|"]
-    for p in summary["losses"]:
-        if "missing" in p:
-            md.append(f"| {p['gpu']} vs {p['cpu']} | missing: {', '.join(p['missing'])} | | | no |")
-        else:
-            md.append(f"| {p['gpu']} vs {p['cpu']} | {p['steps']} | {fmt(p['max_rel_diff'])} | "
-                      f"{p['rtol']:g} | {'yes' if p['met'] else 'no'} |")
-    md += ["", "| benchmark | tier | ms | TFLOP/s | of bf16 peak | GB/s | of HBM |",
-           "|---|---|---|---|---|---|---|"]
-    for r in summary["ops"]:
-        if "error" in r:
-            md.append(f"| {r['name']} | error: {r['error']} | | | | | |")
-            continue
-        md.append(f"| {r['name']} | {r['tier']} | {fmt(r['ms'])} | {fmt(r.get('tflops'))} | "
-                  f"{fmt(r.get('of_peak'), True)} | {fmt(r.get('gbytes_per_s'))} | "
-                  f"{fmt(r.get('of_hbm'), True)} |")
+    def table(header, rows):  # Markdown, an empty cell as "| |"
+        line = lambda cells: "|" + "".join(f" {c} |" if str(c) else " |" for c in cells)
+        return ["", line(header), "|" + "---|" * len(header)] + [line(r) for r in rows]
+
+    yes = lambda met: "yes" if met else "no"
+    md = [f"Device: {device}"]
+    md += table(["goal", "measured", "target", "met"],
+                [[g["what"], fmt(g["measured"], True), fmt(g["goal"], True), yes(g["met"])]
+                 for g in summary["goals"]])
+    md += table(["training pair", "steps", "max relative loss difference", "tolerance", "met"],
+                [[f"{p['gpu']} vs {p['cpu']}", f"missing: {', '.join(p['missing'])}", "", "", "no"]
+                 if "missing" in p else
+                 [f"{p['gpu']} vs {p['cpu']}", p["steps"], fmt(p["max_rel_diff"]), f"{p['rtol']:g}",
+                  yes(p["met"])] for p in summary["losses"]])
+    md += table(["benchmark", "tier", "ms", "TFLOP/s", "of bf16 peak", "GB/s", "of HBM"],
+                [[r["name"], f"error: {r['error']}", "", "", "", "", ""] if "error" in r else
+                 [r["name"], r["tier"], fmt(r["ms"]), fmt(r.get("tflops")),
+                  fmt(r.get("of_peak"), True), fmt(r.get("gbytes_per_s")),
+                  fmt(r.get("of_hbm"), True)] for r in summary["ops"]])
     if summary["llama"]:
         l = summary["llama"]
         md += ["", f"1B llama bf16: {l['step_ms']:.0f} ms/step, {l['tokens_per_s']:.0f} tokens/s, "
@@ -159,13 +157,12 @@ def main(argv):
                    f"(median of {l['steps']} steps after the first)"]
     if summary["op_times"]:
         t = summary["op_times"]
-        md += ["", f"Time by op kind, 1B llama bf16 (profiled steps, {t['elapsed_seconds']:.3f} s):",
-               "", "| op | calls | seconds | share |", "|---|---|---|---|"]
-        for o in t["ops"]:
-            md.append(f"| {o['op']} | {o['calls']} | {o['seconds']:.4f} | "
-                      f"{fmt(o['seconds'] / t['elapsed_seconds'], True)} |")
+        md += ["", f"Time by op kind, 1B llama bf16 (profiled steps, {t['elapsed_seconds']:.3f} s):"]
         rest = t["elapsed_seconds"] - sum(o["seconds"] for o in t["ops"])
-        md.append(f"| (between ops) | | {rest:.4f} | {fmt(rest / t['elapsed_seconds'], True)} |")
+        md += table(["op", "calls", "seconds", "share"],
+                    [[o["op"], o["calls"], f"{o['seconds']:.4f}",
+                      fmt(o["seconds"] / t["elapsed_seconds"], True)] for o in t["ops"]] +
+                    [["(between ops)", "", f"{rest:.4f}", fmt(rest / t["elapsed_seconds"], True)]])
     with open(os.path.join(out, "summary_tables.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print("\n".join(md))

@@ -59,7 +59,10 @@ class Attention final : public CudnnAttention {
  public:
   Attention(Backend& be, cudaStream_t stream, cudnnHandle_t handle, std::size_t version)
       : be_(be), stream_(stream), handle_(handle), version_(version) {}
-  ~Attention() override { fe::detail::destroy_handle(handle_); }
+  ~Attention() override {
+    graphs_.clear();  // the plans were built on the handle: released first
+    fe::detail::destroy_handle(handle_);
+  }
 
   void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                const Tensor& lse) override {
@@ -103,7 +106,13 @@ class Attention final : public CudnnAttention {
   const Graph& graph(const AttentionKey& key) {
     auto it = graphs_.find(key);
     if (it != graphs_.end()) return it->second;
-    return graphs_.emplace(key, build(key)).first->second;
+    try {  // the frontend throws too (a symbol or library its loader cannot find)
+      return graphs_.emplace(key, build(key)).first->second;
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail("cuDNN attention {}: the frontend failed: {}", describe(key), e.what());
+    }
   }
 
   Graph build(const AttentionKey& key) {

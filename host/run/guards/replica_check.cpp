@@ -32,10 +32,11 @@ bool ReplicaCheck::due(std::int64_t step, bool checkpoint_due) const {
 namespace {
 
 // Per-parameter hashes of the master weights this rank holds, in held_weights() order.
-std::vector<std::int64_t> weight_hashes(const ShardedParams& params, Backend& be) {
+std::vector<std::int64_t> weight_hashes(
+    const std::vector<std::pair<const ParamSpec*, Tensor>>& held, Backend& be) {
   std::vector<std::int64_t> hashes;
   std::vector<float> copy;
-  for (const auto& [spec, view] : params.held_weights()) {
+  for (const auto& [spec, view] : held) {
     const void* data = view.raw();
     if (!be.allocator().host_accessible()) {  // a GPU's weights come to the host first
       copy = be.to_host<float>(view);
@@ -59,7 +60,8 @@ std::vector<std::int64_t> gather(Communicator& group, Backend& be,
 void ReplicaCheck::verify(std::int64_t step, const ShardedParams& params,
                           const RankCommunicators& comms, const RankPlace& place,
                           Backend& be) const {
-  const std::vector<std::int64_t> hashes = weight_hashes(params, be);
+  const auto held = params.held_weights();
+  const std::vector<std::int64_t> hashes = weight_hashes(held, be);
   const std::int64_t combined = std::int64_t(hash_words(hashes.data(), 8 * hashes.size()));
   Communicator& data = *comms.data;
   const std::vector<std::int64_t> combined_all = gather(data, be, {combined});
@@ -70,7 +72,6 @@ void ReplicaCheck::verify(std::int64_t step, const ShardedParams& params,
   for (std::size_t j = 1; j < combined_all.size() && replica < 0; ++j) {
     if (combined_all[j] != combined_all[0]) replica = std::int64_t(j);
   }
-  const auto held = params.held_weights();
   if (replica >= 0) {  // the whole group is here: find the parameter
     const std::vector<std::int64_t> all = gather(data, be, hashes);
     const std::size_t n = hashes.size();
