@@ -9,7 +9,55 @@
 
 namespace carousel {
 
-std::vector<ParamSpec> param_table(const ModelConfig& cfg) {
+void check_tensor_split(const ModelConfig& cfg, int size) {
+  if (size == 1) return;
+  CAROUSEL_CHECK(cfg.is_llama(),
+                 "ici_tensor_parallelism={} needs decoder_block=llama: tensor parallelism splits "
+                 "attention heads and MLP columns, which decoder_block={} does not have",
+                 size, cfg.decoder_block);
+  auto divisors = [](std::int64_t n) {
+    std::string out;
+    for (std::int64_t d = 1; d <= n && d <= 1024; ++d) {
+      if (n % d == 0) out += (out.empty() ? "" : ", ") + std::to_string(d);
+    }
+    return out;
+  };
+  CAROUSEL_CHECK(cfg.num_query_heads % size == 0,
+                 "ici_tensor_parallelism={} does not divide base_num_query_heads={}: each tensor "
+                 "rank computes whole heads; valid values: {}",
+                 size, cfg.num_query_heads, divisors(cfg.num_query_heads));
+  CAROUSEL_CHECK(cfg.num_kv_heads % size == 0 || size % cfg.num_kv_heads == 0,
+                 "ici_tensor_parallelism={} and base_num_kv_heads={}: KV heads are split over the "
+                 "tensor ranks when base_num_kv_heads is a multiple of T and shared by T / "
+                 "base_num_kv_heads ranks when T is a multiple of it; neither holds",
+                 size, cfg.num_kv_heads);
+  CAROUSEL_CHECK(cfg.mlp_dim % size == 0,
+                 "ici_tensor_parallelism={} does not divide base_mlp_dim={}: each tensor rank "
+                 "holds mlp_dim / T MLP columns; valid values: {}",
+                 size, cfg.mlp_dim, divisors(cfg.mlp_dim));
+}
+
+int kv_replicas(const ModelConfig& cfg, int size) {
+  return cfg.num_kv_heads % size == 0 ? 1 : int(size / cfg.num_kv_heads);
+}
+
+namespace {
+
+// Rows [begin, begin + length) (dim 0) or columns (dim 1) of a whole tensor, held by
+// `replicas` tensor ranks.
+ParamSpec slice(ParamSpec whole, int dim, std::int64_t begin, std::int64_t length,
+                int replicas = 1) {
+  whole.whole_shape = whole.shape;
+  whole.shape[std::size_t(dim)] = length;
+  whole.tensor_dim = dim;
+  whole.tensor_begin = begin;
+  whole.tensor_replicas = replicas;
+  return whole;
+}
+
+}  // namespace
+
+std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split) {
   const std::int64_t E = cfg.emb_dim;
   std::vector<ParamSpec> t;
   if (!cfg.is_llama()) {
@@ -18,25 +66,68 @@ std::vector<ParamSpec> param_table(const ModelConfig& cfg) {
     }
     return t;
   }
+  check_tensor_split(cfg, split.size);
   const std::int64_t V = cfg.vocab_size, hd = cfg.head_dim(), H = cfg.num_query_heads,
                      Hkv = cfg.num_kv_heads, Fm = cfg.mlp_dim;
+  const int T = split.size, r = split.rank;
+  // This rank's query heads, KV heads (split, or the one its query heads share) and MLP columns.
+  const std::int64_t Hl = H / T, Fl = Fm / T;
+  const int kv_shared = kv_replicas(cfg, T);
+  const std::int64_t Hkv_l = kv_shared == 1 ? Hkv / T : 1;
+  const std::int64_t kv_first = kv_shared == 1 ? r * Hkv_l : r / kv_shared;
   t.push_back({"model.embed_tokens.weight", {V, E}, ParamRole::Embedding});
   for (int i = 0; i < cfg.num_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
-    t.push_back({p + "input_layernorm.weight", {E}, ParamRole::AttnNorm, i, 0, false, true});
-    t.push_back({p + "self_attn.q_proj.weight", {H * hd, E}, ParamRole::Wq, i});
-    t.push_back({p + "self_attn.k_proj.weight", {Hkv * hd, E}, ParamRole::Wk, i});
-    t.push_back({p + "self_attn.v_proj.weight", {Hkv * hd, E}, ParamRole::Wv, i});
-    t.push_back({p + "self_attn.o_proj.weight", {E, H * hd}, ParamRole::Wo, i});
-    t.push_back(
-        {p + "post_attention_layernorm.weight", {E}, ParamRole::MlpNorm, i, 0, false, true});
-    t.push_back({p + "mlp.gate_proj.weight", {Fm, E}, ParamRole::WGate, i});
-    t.push_back({p + "mlp.up_proj.weight", {Fm, E}, ParamRole::WUp, i});
-    t.push_back({p + "mlp.down_proj.weight", {E, Fm}, ParamRole::WDown, i});
+    auto gain = [&](const std::string& name, ParamRole role) {
+      ParamSpec g{p + name, {E}, role, i, 0, false, true};
+      g.tensor_replicas = T;  // whole on every rank; each normalises its own rows
+      return g;
+    };
+    t.push_back(gain("input_layernorm.weight", ParamRole::AttnNorm));
+    t.push_back(slice({p + "self_attn.q_proj.weight", {H * hd, E}, ParamRole::Wq, i}, 0,
+                      r * Hl * hd, Hl * hd));
+    t.push_back(slice({p + "self_attn.k_proj.weight", {Hkv * hd, E}, ParamRole::Wk, i}, 0,
+                      kv_first * hd, Hkv_l * hd, kv_shared));
+    t.push_back(slice({p + "self_attn.v_proj.weight", {Hkv * hd, E}, ParamRole::Wv, i}, 0,
+                      kv_first * hd, Hkv_l * hd, kv_shared));
+    t.push_back(slice({p + "self_attn.o_proj.weight", {E, H * hd}, ParamRole::Wo, i}, 1,
+                      r * Hl * hd, Hl * hd));
+    t.push_back(gain("post_attention_layernorm.weight", ParamRole::MlpNorm));
+    t.push_back(slice({p + "mlp.gate_proj.weight", {Fm, E}, ParamRole::WGate, i}, 0, r * Fl, Fl));
+    t.push_back(slice({p + "mlp.up_proj.weight", {Fm, E}, ParamRole::WUp, i}, 0, r * Fl, Fl));
+    t.push_back(slice({p + "mlp.down_proj.weight", {E, Fm}, ParamRole::WDown, i}, 1, r * Fl, Fl));
   }
   t.push_back({"model.norm.weight", {E}, ParamRole::FinalNorm, -1, 0, false, true});
   if (!cfg.logits_via_embedding) t.push_back({"lm_head.weight", {V, E}, ParamRole::LmHead});
+  for (auto& spec : t) {
+    if (spec.layer < 0) spec.tensor_replicas = T;  // whole on every rank, which computes all tokens
+  }
   return t;
+}
+
+std::int64_t ParamSpec::whole_index(std::int64_t i) const {
+  if (tensor_dim < 0) return i;
+  if (tensor_dim == 0) return tensor_begin * shape.back() + i;  // rows are contiguous
+  const std::int64_t cols = shape.back(), whole_cols = whole().back();
+  return i / cols * whole_cols + tensor_begin + i % cols;
+}
+
+std::vector<double> part_of_whole(const ParamSpec& spec, const std::vector<double>& whole) {
+  CAROUSEL_ASSERT(std::int64_t(whole.size()) == numel(spec.whole()),
+                  "'{}': {} values for a whole tensor of {}", spec.name, whole.size(),
+                  numel(spec.whole()));
+  std::vector<double> part(std::size_t(numel(spec.shape)));
+  for (std::size_t i = 0; i < part.size(); ++i) part[i] = whole[spec.whole_index(std::int64_t(i))];
+  return part;
+}
+
+void place_in_whole(const ParamSpec& spec, const std::vector<float>& part,
+                    std::vector<float>& whole) {
+  CAROUSEL_ASSERT(std::int64_t(part.size()) == numel(spec.shape) &&
+                      std::int64_t(whole.size()) == numel(spec.whole()),
+                  "'{}': a part of {} values for {} into a whole tensor of {}", spec.name,
+                  part.size(), numel(spec.shape), whole.size());
+  for (std::size_t i = 0; i < part.size(); ++i) whole[spec.whole_index(std::int64_t(i))] = part[i];
 }
 
 std::int64_t ParamSet::total_numel(const std::vector<ParamSpec>& specs) {
@@ -100,11 +191,12 @@ std::vector<double> initial_values(const ParamSpec& spec, std::uint64_t seed) {
   if (spec.init_ones) return v;
   const std::uint64_t key = splitmix64(seed ^ splitmix64(fnv1a64(spec.name)));
   constexpr double kStd = 0.02;
-  for (std::int64_t i = 0; i < n; ++i) {
+  for (std::int64_t local = 0; local < n; ++local) {
+    const std::int64_t i = spec.whole_index(local);  // the whole tensor's counter
     // Box-Muller on two uniforms drawn from counters (key, 2i) and (key, 2i+1).
     const double u1 = unit(splitmix64(key + 2 * std::uint64_t(i)));
     const double u2 = unit(splitmix64(key + 2 * std::uint64_t(i) + 1));
-    v[i] = kStd * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+    v[local] = kStd * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
   }
   return v;
 }

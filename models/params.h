@@ -4,6 +4,13 @@
 // need no mapping), shape, the layer it belongs to, which dimension FSDP shards, whether weight
 // decay applies and how it is initialised. Allocation, initialisation, optimizer state,
 // checkpoints, sharding and tests all derive from this table.
+//
+// With tensor parallelism (docs/parallelism.md#tensor-parallelism) param_table(cfg, split) gives
+// one tensor rank's table: the same names, each entry holding its part of the whole tensor —
+// column-parallel weights (q/k/v, gate/up) a block of rows, row-parallel ones (o, down) a block
+// of columns, norm gains whole. KV projections are split when num_kv_heads is a multiple of T
+// and otherwise (T a multiple of num_kv_heads) each rank holds the one KV head its query heads
+// use, shared with T / num_kv_heads neighbours.
 #pragma once
 
 #include <cstdint>
@@ -17,29 +24,57 @@ namespace carousel {
 
 // What a parameter is for; layer code finds its weights by role.
 enum class ParamRole {
-  Embedding,     // model.embed_tokens.weight [V,E]
-  AttnNorm,      // input_layernorm [E]
-  Wq, Wk, Wv,    // self_attn.{q,k,v}_proj [H*hd,E], [Hkv*hd,E], [Hkv*hd,E]
-  Wo,            // self_attn.o_proj [E,H*hd]
-  MlpNorm,       // post_attention_layernorm [E]
-  WGate, WUp,    // mlp.{gate,up}_proj [Fm,E]
-  WDown,         // mlp.down_proj [E,Fm]
-  FinalNorm,     // model.norm.weight [E]
-  LmHead,        // lm_head.weight [V,E]
-  SimpleW,       // simple block: layers.{i}.w [E,E], y = x W
+  Embedding,  // model.embed_tokens.weight [V,E]
+  AttnNorm,   // input_layernorm [E]
+  Wq,
+  Wk,
+  Wv,       // self_attn.{q,k,v}_proj [H*hd,E], [Hkv*hd,E], [Hkv*hd,E]
+  Wo,       // self_attn.o_proj [E,H*hd]
+  MlpNorm,  // post_attention_layernorm [E]
+  WGate,
+  WUp,        // mlp.{gate,up}_proj [Fm,E]
+  WDown,      // mlp.down_proj [E,Fm]
+  FinalNorm,  // model.norm.weight [E]
+  LmHead,     // lm_head.weight [V,E]
+  SimpleW,    // simple block: layers.{i}.w [E,E], y = x W
 };
 
 struct ParamSpec {
   std::string name;  // Hugging Face name, e.g. model.layers.3.self_attn.q_proj.weight
   Shape shape;
   ParamRole role;
-  int layer = -1;          // decoder layer index, -1 for embedding / final norm / head
-  int fsdp_dim = 0;        // dimension FSDP shards
+  int layer = -1;            // decoder layer index, -1 for embedding / final norm / head
+  int fsdp_dim = 0;          // dimension FSDP shards
   bool weight_decay = true;  // matrices decay, norm gains do not
   bool init_ones = false;    // norm gains start at 1, matrices ~ Normal(0, 0.02)
+  // Tensor parallelism: `shape` is this rank's part of the whole tensor `whole_shape` (empty:
+  // the same as shape), a slice along tensor_dim (0 rows, 1 columns, -1 none) from
+  // tensor_begin. tensor_replicas tensor ranks hold this same part; a layer parameter's gradient
+  // is then a partial sum over them (norm gains: every rank's own rows; a shared KV head: each
+  // rank's query heads), summed by the optimizer. The embedding, final norm and lm_head are
+  // whole on every tensor rank, each computing every token: the same gradient on each.
+  Shape whole_shape = {};
+  int tensor_dim = -1;
+  std::int64_t tensor_begin = 0;
+  int tensor_replicas = 1;
+
+  const Shape& whole() const { return whole_shape.empty() ? shape : whole_shape; }
+  // Index in the whole tensor (row-major) of element i of this rank's part.
+  std::int64_t whole_index(std::int64_t i) const;
 };
 
-std::vector<ParamSpec> param_table(const ModelConfig& cfg);
+// One rank's place in the tensor-parallel group (size 1: no tensor parallelism).
+struct TensorSplit {
+  int rank = 0, size = 1;
+};
+
+// Throws carousel::Error naming the keys when `size` cannot split cfg's heads, KV heads, MLP
+// columns (or the block is not llama); the valid sizes are named.
+void check_tensor_split(const ModelConfig& cfg, int size);
+// How many of `size` tensor ranks hold each KV head: 1 when the KV heads are split over them,
+// size / num_kv_heads when there are fewer KV heads than ranks.
+int kv_replicas(const ModelConfig& cfg, int size);
+std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split = {});
 
 // One tensor per entry of a parameter table (weights, gradients, or an optimizer moment), all
 // in one flat buffer so whole-model operations (zero, norm, AdamW) are single calls.
@@ -63,7 +98,14 @@ struct ParamSet {
 // depend on how the model is split over devices; norm gains = 1.
 void init_params(Backend& backend, const ParamSet& params, std::uint64_t seed);
 
-// The initial values of one parameter, on the host (used by init_params and by sharded init).
+// The initial values of one parameter (this rank's part of it: the whole tensor's values at its
+// indices), on the host (used by init_params and by sharded init).
 std::vector<double> initial_values(const ParamSpec& spec, std::uint64_t seed);
+
+// This rank's part of a whole tensor's values (row-major), and the reverse: `part` written into
+// its place in `whole`.
+std::vector<double> part_of_whole(const ParamSpec& spec, const std::vector<double>& whole);
+void place_in_whole(const ParamSpec& spec, const std::vector<float>& part,
+                    std::vector<float>& whole);
 
 }  // namespace carousel

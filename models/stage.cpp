@@ -8,21 +8,23 @@ namespace carousel {
 RematPolicy parse_remat_policy(const std::string& name) {
   if (name == "full") return RematPolicy::Full;
   if (name == "none") return RematPolicy::None;
-  fail("remat_policy='{}' is not valid; use full (keep stage inputs, recompute) or none "
-       "(keep all activations)",
-       name);
+  fail(
+      "remat_policy='{}' is not valid; use full (keep stage inputs, recompute) or none "
+      "(keep all activations)",
+      name);
 }
 
 namespace {
 // Runs the layers from x, keeping every layer's activations in `layers_saved`.
 Tensor forward_keeping_all(Backend& be, const ModelConfig& cfg,
                            const std::vector<LayerWeights>& layers, const RopeTables& rope,
-                           const Tensor& x, std::vector<LayerSaved>& layers_saved) {
+                           const Tensor& x, std::vector<LayerSaved>& layers_saved,
+                           const TensorGroup& tensor) {
   layers_saved.assign(layers.size(), LayerSaved{});
   Tensor cur = x;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     Tensor next = be.empty(x.shape(), x.dtype());
-    layer_forward(be, cfg, layers[i], rope, cur, next, &layers_saved[i]);
+    layer_forward(be, cfg, layers[i], rope, cur, next, &layers_saved[i], tensor);
     cur = next;
   }
   return cur;
@@ -30,15 +32,16 @@ Tensor forward_keeping_all(Backend& be, const ModelConfig& cfg,
 }  // namespace
 
 Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<LayerWeights>& layers,
-                     const RopeTables& rope, const Tensor& x, RematPolicy remat,
-                     StageSaved& saved) {
+                     const RopeTables& rope, const Tensor& x, RematPolicy remat, StageSaved& saved,
+                     const TensorGroup& tensor) {
   saved.input = x;
-  if (remat == RematPolicy::None) return forward_keeping_all(be, cfg, layers, rope, x, saved.layers);
+  if (remat == RematPolicy::None)
+    return forward_keeping_all(be, cfg, layers, rope, x, saved.layers, tensor);
   saved.layers.clear();
   Tensor cur = x;
   for (const auto& w : layers) {
     Tensor next = be.empty(x.shape(), x.dtype());
-    layer_forward(be, cfg, w, rope, cur, next, nullptr);
+    layer_forward(be, cfg, w, rope, cur, next, nullptr, tensor);
     cur = next;  // the previous activation is released here
   }
   return cur;
@@ -47,15 +50,15 @@ Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<Laye
 Tensor stage_backward(Backend& be, const ModelConfig& cfg, const std::vector<LayerWeights>& layers,
                       const std::vector<LayerWeights>& grads, const RopeTables& rope,
                       StageSaved& saved, const Tensor& dy,
-                      std::vector<DeferredWeightGrad>* deferred) {
+                      std::vector<DeferredWeightGrad>* deferred, const TensorGroup& tensor) {
   CAROUSEL_CHECK(saved.input.defined(), "stage_backward called without a stage forward");
   if (saved.layers.size() != layers.size()) {  // remat: recompute from the stage input
-    forward_keeping_all(be, cfg, layers, rope, saved.input, saved.layers);
+    forward_keeping_all(be, cfg, layers, rope, saved.input, saved.layers, tensor);
   }
   Tensor grad = dy;
   for (std::size_t i = layers.size(); i-- > 0;) {
     Tensor dx = be.empty(dy.shape(), dy.dtype());
-    layer_backward(be, cfg, layers[i], grads[i], rope, saved.layers[i], grad, dx, deferred);
+    layer_backward(be, cfg, layers[i], grads[i], rope, saved.layers[i], grad, dx, deferred, tensor);
     saved.layers[i] = LayerSaved{};  // free this layer's activations as soon as possible
     grad = dx;
   }

@@ -22,10 +22,11 @@ struct StageSaved {
   std::vector<LayerSaved> layers;  // remat=none: each layer's activations
 };
 
-// y = layers[L-1](...layers[0](x)); x [b,T,E] -> y [b,T,E] (a new tensor).
+// y = layers[L-1](...layers[0](x)); x [b,T,E] -> y [b,T,E] (a new tensor); with tensor
+// parallelism this rank's rows of them (layer.h).
 Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<LayerWeights>& layers,
-                     const RopeTables& rope, const Tensor& x, RematPolicy remat,
-                     StageSaved& saved);
+                     const RopeTables& rope, const Tensor& x, RematPolicy remat, StageSaved& saved,
+                     const TensorGroup& tensor = {});
 
 // dx for dy = d(loss)/d(y); weight gradients accumulate into `grads` (one per layer), or with
 // `deferred` set their GEMMs are collected there for a later apply_weight_grads (the I of an
@@ -33,6 +34,7 @@ Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<Laye
 Tensor stage_backward(Backend& be, const ModelConfig& cfg, const std::vector<LayerWeights>& layers,
                       const std::vector<LayerWeights>& grads, const RopeTables& rope,
                       StageSaved& saved, const Tensor& dy,
-                      std::vector<DeferredWeightGrad>* deferred = nullptr);
+                      std::vector<DeferredWeightGrad>* deferred = nullptr,
+                      const TensorGroup& tensor = {});
 
 }  // namespace carousel

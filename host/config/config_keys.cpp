@@ -254,6 +254,9 @@ const std::vector<ConfigKey>& config_keys() {
           "F: FSDP degree inside a stage (weights gathered before use)"),
       key("ici_data_parallelism", &Config::ici_data_parallelism, ResumeClass::Layout,
           "D: data-parallel replicas of the whole pipeline (gradients all-reduced)"),
+      key("ici_tensor_parallelism", &Config::ici_tensor_parallelism, ResumeClass::Layout,
+          "T: tensor parallelism (Megatron, with sequence parallelism): each layer's heads and "
+          "MLP columns split over T neighbouring ranks (llama only)"),
       key("replica_check_interval", &Config::replica_check_interval, ResumeClass::RunControl,
           "with D > 1, every N steps and before each checkpoint the data replicas' weights are "
           "compared bit for bit; a difference stops the run naming the replica and parameter "

@@ -16,14 +16,15 @@
 #include "host/config/paths.h"
 #include "host/config/schedule_config.h"
 #include "host/schedule/registry.h"
+#include "models/params.h"
 
 namespace carousel {
 
 namespace {
 
 constexpr std::int64_t kMaxSteps = 1'000'000'000'000;  // 1e12 steps (and periods)
-constexpr std::int64_t kMaxMeshAxis = 4096;            // S, F, D each
-constexpr std::int64_t kMaxDevices = 65536;            // S x F x D
+constexpr std::int64_t kMaxMeshAxis = 4096;            // S, F, D, T each
+constexpr std::int64_t kMaxDevices = 65536;            // S x F x D x T
 constexpr std::int64_t kMaxMicrobatches = 65536;       // M (and g)
 constexpr double kMaxPerDeviceBatch = 65536;           // sequences per device
 constexpr std::int64_t kMaxGlobalBatch = std::int64_t(1) << 24;
@@ -157,6 +158,8 @@ void Config::validate() const {
   check_range("ici_pipeline_parallelism", ici_pipeline_parallelism, 1, kMaxMeshAxis);
   check_range("ici_fsdp_parallelism", ici_fsdp_parallelism, 1, kMaxMeshAxis);
   check_range("ici_data_parallelism", ici_data_parallelism, 1, kMaxMeshAxis);
+  check_range("ici_tensor_parallelism", ici_tensor_parallelism, 1, kMaxMeshAxis);
+  check_tensor_split(model, int(ici_tensor_parallelism));
   check_range("num_layers_per_pipeline_stage", num_layers_per_pipeline_stage, 1, 4096);
   check_auto_or_range("num_pipeline_microbatches", num_pipeline_microbatches, 1, kMaxMicrobatches,
                       "= S, or 2S with the forwarding delay");
@@ -170,10 +173,11 @@ void Config::validate() const {
                  per_device_batch_size, kMaxPerDeviceBatch);
   check_schedule_costs(*this);
   CAROUSEL_CHECK(num_devices() <= kMaxDevices,
-                 "ici_data_parallelism x ici_pipeline_parallelism x ici_fsdp_parallelism = {} x "
-                 "{} x {} = {} devices; at most {} are supported",
+                 "ici_data_parallelism x ici_pipeline_parallelism x ici_fsdp_parallelism x "
+                 "ici_tensor_parallelism = {} x {} x {} x {} = {} devices; at most {} are "
+                 "supported",
                  ici_data_parallelism, ici_pipeline_parallelism, ici_fsdp_parallelism,
-                 num_devices(), kMaxDevices);
+                 ici_tensor_parallelism, num_devices(), kMaxDevices);
   // Rules between keys.
   const double batch = per_device_batch_size * double(num_devices());
   CAROUSEL_CHECK(batch >= 1 - 1e-9 && std::abs(batch - double(global_batch())) < 1e-9,
@@ -394,7 +398,15 @@ std::int64_t Config::check_microbatch_split() const {
                  "evenly; choose a batch or microbatch count that makes it a multiple of {}",
                  sequences, global_batch(), microbatches(), ici_fsdp_parallelism,
                  ici_data_parallelism, ici_fsdp_parallelism * ici_data_parallelism);
-  return sequences / (ici_fsdp_parallelism * ici_data_parallelism);
+  const std::int64_t per_rank = sequences / (ici_fsdp_parallelism * ici_data_parallelism);
+  // Sequence parallelism: the T ranks of a tensor group each hold 1/T of a microbatch's tokens.
+  CAROUSEL_CHECK(per_rank * model.max_target_length % ici_tensor_parallelism == 0,
+                 "a rank's microbatch has {} sequences x max_target_length={} = {} tokens, which "
+                 "ici_tensor_parallelism={} ranks cannot split evenly (sequence parallelism); "
+                 "choose a max_target_length or batch that makes it a multiple of {}",
+                 per_rank, model.max_target_length, per_rank * model.max_target_length,
+                 ici_tensor_parallelism, ici_tensor_parallelism);
+  return per_rank;
 }
 
 }  // namespace carousel

@@ -16,6 +16,7 @@
 #include "compute/cpu_backend.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_info.h"
+#include "models/params.h"
 #ifdef CAROUSEL_HAVE_NCCL
 #include "collectives/nccl_communicator.h"
 #endif
@@ -24,25 +25,36 @@ namespace carousel {
 
 MeshShape MeshShape::of(const Config& cfg) {
   return {int(cfg.ici_data_parallelism), int(cfg.ici_pipeline_parallelism),
-          int(cfg.ici_fsdp_parallelism)};
+          int(cfg.ici_fsdp_parallelism), int(cfg.ici_tensor_parallelism)};
 }
 
 RankPlace RankPlace::of(int rank, const MeshShape& mesh) {
-  return {mesh, rank / (mesh.stages * mesh.fsdp), rank / mesh.fsdp % mesh.stages, rank % mesh.fsdp};
+  const int outer = rank / mesh.tensor;  // the rank number without the tensor axis
+  return {mesh, outer / (mesh.stages * mesh.fsdp), outer / mesh.fsdp % mesh.stages,
+          outer % mesh.fsdp, rank % mesh.tensor};
 }
 
 RankCommunicators split_communicators(Communicator& world, const RankPlace& place,
-                                      const schedule::Layout& layout, bool tied_embeddings) {
+                                      const schedule::Layout& layout, const ModelConfig& model) {
   const int data = place.data_rank, stage = place.stage_rank, fsdp = place.fsdp_rank;
   const int stages = place.mesh.stages, fsdp_size = place.mesh.fsdp;
-  RankCommunicators comms{&world, nullptr, nullptr, nullptr, nullptr};
+  const int tensor = place.tensor_rank, tensor_size = place.mesh.tensor;
+  RankCommunicators comms{};
+  comms.world = &world;
   // split() is collective over `world`: every rank makes the same calls in the same order.
-  comms.pipe = world.split(data * fsdp_size + fsdp, stage);
-  comms.fsdp = world.split(data * stages + stage, fsdp);
-  comms.data = world.split(stage * fsdp_size + fsdp, data);
+  // Each group but the tensor one is per tensor index: colors count tensor fastest.
+  auto per_tensor = [&](int color) { return color * tensor_size + tensor; };
+  comms.pipe = world.split(per_tensor(data * fsdp_size + fsdp), stage);
+  comms.fsdp = world.split(per_tensor(data * stages + stage), fsdp);
+  comms.data = world.split(per_tensor(stage * fsdp_size + fsdp), data);
+  comms.tensor = world.split((data * stages + stage) * fsdp_size + fsdp, tensor);
+  const int kv = kv_replicas(model, tensor_size);  // ranks sharing one KV head
+  comms.kv_share = comms.tensor->split(kv > 1 ? tensor / kv : -1, tensor);
   const int first = layout.rank_of(0), last = layout.rank_of(layout.stages() - 1);
-  const bool in_pair = tied_embeddings && first != last && (stage == first || stage == last);
-  comms.tie = world.split(in_pair ? data * fsdp_size + fsdp : -1, stage == first ? 0 : 1);
+  const bool in_pair =
+      model.logits_via_embedding && first != last && (stage == first || stage == last);
+  comms.tie =
+      world.split(in_pair ? per_tensor(data * fsdp_size + fsdp) : -1, stage == first ? 0 : 1);
   return comms;
 }
 
@@ -81,6 +93,16 @@ std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank) {
 }
 
 TransportChoice choose_transport(const Config& cfg, int ranks, const MachineView& machine) {
+  // A tensor group exchanges activations at every layer: it must sit inside one node. Ranks are
+  // numbered tensor-fastest and mpirun fills a node's slots in rank order, so a group stays in a
+  // node when each node's process count is a multiple of T.
+  const std::int64_t T = cfg.ici_tensor_parallelism;
+  CAROUSEL_CHECK(machine.processes <= 1 || machine.local_processes % T == 0,
+                 "ici_tensor_parallelism={} but this node runs {} of the job's {} processes: a "
+                 "tensor group (T consecutive ranks) would span nodes, and it exchanges "
+                 "activations at every layer; start a multiple of {} processes per node (mpirun "
+                 "--map-by ppr:{}:node or more) or choose an ici_tensor_parallelism dividing {}",
+                 T, machine.local_processes, machine.processes, T, T, machine.local_processes);
   const bool gpus = cfg.device == "cuda" || (cfg.device == "auto" && machine.visible_gpus > 0);
   const bool job = machine.processes > 1;
   if (!gpus) {

@@ -51,6 +51,7 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
       rope_(make_rope_tables(be, cfg.model.max_target_length, cfg.model.head_dim(),
                              cfg.model.rope_max_timescale)),
       remat_(parse_remat_policy(cfg.remat_policy)),
+      tensor_{comms.tensor.get()},
       microbatch_size_(cfg.global_batch() / program.layout.microbatches /
                        (place.mesh.fsdp * place.mesh.data)),
       loss_scale_(1.0 / double(cfg.global_batch() * cfg.model.max_target_length)) {
@@ -295,20 +296,24 @@ double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
 
 void RankExecutor::forward(int stage, int microbatch) {
   const Key key{stage, microbatch};
-  const Tensor x = stage == 0
-                       ? embed_forward(be_, params_.extras_weights(), batch(microbatch).inputs)
-                       : take(in_f_, key);
-  const Tensor y =
-      stage_forward(be_, cfg_.model, layers(params_.weights(stage)), rope_, x, remat_, saved_[key]);
+  // The embedding and the head compute every token of the microbatch on each tensor rank (their
+  // weights whole there, their gradients the same on each); the layers between, this rank's rows.
+  const Tensor x = stage == 0 ? tensor_.my_rows(be_, embed_forward(be_, params_.extras_weights(),
+                                                                   batch(microbatch).inputs))
+                              : take(in_f_, key);
+  const Tensor y = stage_forward(be_, cfg_.model, layers(params_.weights(stage)), rope_, x, remat_,
+                                 saved_[key], tensor_);
   if (stage == layout_.stages() - 1) {
-    if (evaluating_) {  // the loss alone: no backward will run
-      loss_sum_ +=
-          head_loss_sum(be_, cfg_.model, params_.extras_weights(), y, batch(microbatch).targets);
+    const bool counts_loss = tensor_.rank() == 0;  // every tensor rank has the same losses
+    if (evaluating_) {                             // the loss alone: no backward will run
+      const double sum = head_loss_sum(be_, cfg_.model, params_.extras_weights(), whole_tokens(y),
+                                       batch(microbatch).targets);
+      if (counts_loss) loss_sum_ += sum;
     } else {
       HeadResult head = head_loss(be_, cfg_.model, params_.extras_weights(), params_.extras_grads(),
-                                  y, batch(microbatch).targets, loss_scale_);
-      losses_.push_back(head.losses);  // summed at the step's end: no wait here
-      in_b_[key] = head.dx;
+                                  whole_tokens(y), batch(microbatch).targets, loss_scale_);
+      if (counts_loss) losses_.push_back(head.losses);  // summed at the step's end: no wait here
+      in_b_[key] = tensor_.my_rows(be_, head.dx);
     }
   } else if (layout_.rank_of(stage + 1) == place_.stage_rank) {
     in_f_[{stage + 1, microbatch}] = y;  // the next stage is local: no send
@@ -322,10 +327,10 @@ void RankExecutor::backward(int stage, int microbatch, bool defer_weight_grads) 
   std::vector<DeferredWeightGrad>* defer = defer_weight_grads ? &deferred_[key] : nullptr;
   const Tensor dx = stage_backward(be_, cfg_.model, layers(params_.weights(stage)),
                                    layers(params_.gradients(stage)), rope_, saved_.at(key),
-                                   take(in_b_, key), defer);
+                                   take(in_b_, key), defer, tensor_);
   saved_.erase(key);
   if (stage == 0) {
-    embed_backward(be_, params_.extras_grads(), batch(microbatch).inputs, dx);
+    embed_backward(be_, params_.extras_grads(), batch(microbatch).inputs, whole_tokens(dx));
   } else if (layout_.rank_of(stage - 1) == place_.stage_rank) {
     in_b_[{stage - 1, microbatch}] = dx;
   } else {
@@ -351,7 +356,15 @@ const Microbatch& RankExecutor::batch(int microbatch) {
 }
 
 Tensor RankExecutor::activation() const {
-  return be_.empty({microbatch_size_, cfg_.model.max_target_length, cfg_.model.emb_dim}, compute_);
+  const std::int64_t T = cfg_.model.max_target_length, E = cfg_.model.emb_dim;
+  if (tensor_.size() == 1) return be_.empty({microbatch_size_, T, E}, compute_);
+  return be_.empty({microbatch_size_ * T / tensor_.size(), E}, compute_);
+}
+
+Tensor RankExecutor::whole_tokens(const Tensor& mine) {
+  if (tensor_.size() == 1) return mine;
+  return tensor_.gather_rows(be_, mine).reshape(
+      {microbatch_size_, cfg_.model.max_target_length, cfg_.model.emb_dim});
 }
 
 }  // namespace carousel

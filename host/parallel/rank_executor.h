@@ -22,11 +22,11 @@
 #include <vector>
 
 #include "host/io/data.h"
-#include "models/embed_head.h"
 #include "host/parallel/sharded_params.h"
 #include "host/reliability/flight_recorder.h"
 #include "host/report/step_trace.h"
 #include "host/schedule/ir.h"
+#include "models/embed_head.h"
 #include "models/model.h"
 
 namespace carousel {
@@ -70,7 +70,10 @@ class RankExecutor {
   void forward(int stage, int microbatch);
   void backward(int stage, int microbatch, bool defer_weight_grads);
   const Microbatch& batch(int microbatch);  // this rank's part of microbatch m of step_
-  Tensor activation() const;                // [b_local, T, E] in the compute dtype
+  Tensor activation() const;  // [b_local, T, E] in the compute dtype (tensor parallel: my rows)
+  // A stage output [b_local, T, E] (tensor parallel: this rank's rows [n, E]) made whole for the
+  // head and the embedding, which compute every token (and the reverse).
+  Tensor whole_tokens(const Tensor& mine);
 
   const Config& cfg_;
   schedule::Layout layout_;
@@ -86,6 +89,7 @@ class RankExecutor {
   bool evaluating_ = false;   // in evaluate(): the head computes the loss only
   RopeTables rope_;
   RematPolicy remat_;
+  TensorGroup tensor_;            // the ranks computing this rank's layers together
   std::int64_t microbatch_size_;  // sequences of a microbatch this rank computes (b / (F x D))
   double loss_scale_;             // 1 / (B x T): a token loss sum to the global mean
 
@@ -95,11 +99,11 @@ class RankExecutor {
   // queue (a CUDA stream waits for NCCL's event; host communicators wait on the host), or
   // nullptr for the host itself.
   void* device_queue_ = nullptr;
-  double loss_sum_ = 0;                                      // this rank's head losses
-  std::vector<DeviceLosses> losses_;  // the step's head losses not yet summed, in order
-  std::map<int, Microbatch> batches_;                        // microbatch -> this rank's part
+  double loss_sum_ = 0;                 // this rank's head losses
+  std::vector<DeviceLosses> losses_;    // the step's head losses not yet summed, in order
+  std::map<int, Microbatch> batches_;   // microbatch -> this rank's part
   std::vector<int> data_microbatches_;  // the microbatches whose tokens this rank reads
-  std::map<Key, StageSaved> saved_;                          // forward state for the backward
+  std::map<Key, StageSaved> saved_;     // forward state for the backward
   std::map<Key, std::vector<DeferredWeightGrad>> deferred_;  // I done, W pending
   std::map<Key, Tensor> in_f_, in_b_;                        // inputs of F and B
   std::map<Key, Tensor> out_f_, out_b_;                      // outputs waiting for their SEND

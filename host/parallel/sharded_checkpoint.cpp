@@ -20,15 +20,42 @@ void copy_by_name(Backend& src_be, const ParamSet& src, Backend& dst_be, const P
   }
 }
 
-// The values of `specs` in `whole`, concatenated in order (a stage's or the extras' flat layout).
+// The values of `specs` in `whole`, concatenated in order (a stage's or the extras' flat layout;
+// with tensor parallelism each spec's part of its whole tensor).
 std::vector<double> flat_values(Backend& host, const ParamSet& whole,
                                 const std::vector<ParamSpec>& specs) {
   std::vector<double> values;
   for (const auto& spec : specs) {
     const auto f = host.to_host<float>(whole.tensors[whole.index_of(spec.name)]);
-    values.insert(values.end(), f.begin(), f.end());
+    const auto part = part_of_whole(spec, std::vector<double>(f.begin(), f.end()));
+    values.insert(values.end(), part.begin(), part.end());
   }
   return values;
+}
+
+// dst[name] = the whole tensors assembled from every tensor rank's stage buffer [T x padded]:
+// rank r's buffer at r x padded holds its parts of `specs` back to back, each cut as
+// param_table(model, {r, T}) says (the same names and sizes on every rank, other slices).
+void copy_assembled(const ModelConfig& model, const std::vector<ParamSpec>& specs,
+                    std::int64_t padded, int tensor_size, Backend& be, const Tensor& parts,
+                    Backend& host, const ParamSet& dst) {
+  const auto all = be.to_host<float>(parts);
+  std::vector<std::vector<float>> whole;
+  for (const auto& spec : specs) whole.emplace_back(std::size_t(numel(spec.whole())));
+  for (int r = 0; r < tensor_size; ++r) {
+    const std::vector<ParamSpec> table = param_table(model, {r, tensor_size});
+    std::int64_t offset = r * padded;
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const ParamSpec& spec = *std::find_if(table.begin(), table.end(), [&](const ParamSpec& p) {
+        return p.name == specs[i].name;
+      });
+      const auto first = all.begin() + offset;
+      place_in_whole(spec, std::vector<float>(first, first + numel(spec.shape)), whole[i]);
+      offset += numel(spec.shape);
+    }
+  }
+  for (std::size_t i = 0; i < specs.size(); ++i)
+    host.upload(whole[i].data(), dst.tensors[dst.index_of(specs[i].name)]);
 }
 
 }  // namespace
@@ -36,8 +63,9 @@ std::vector<double> flat_values(Backend& host, const ParamSet& whole,
 std::vector<std::string> ShardedParams::exchange(Backend& host, const CheckpointContents& whole,
                                                  bool to_whole) {
   std::vector<std::string> written;
-  // Stage shards: FSDP rank 0 of data rank 0 writes the gathered stage; every rank reads its
-  // own shard (or its ZeRO-1 piece of a moment).
+  // Stage shards: FSDP rank 0 of data rank 0 writes the gathered stage (tensor rank 0 of them
+  // the whole tensors assembled from every tensor rank's parts); every rank reads its own shard
+  // (or its ZeRO-1 piece of a moment) of its own parts.
   const std::pair<const ParamSet*, Tensor StageShard::*> parts[] = {
       {whole.params, &StageShard::weights},
       {whole.adam_m, &StageShard::adam_m},
@@ -51,7 +79,17 @@ std::vector<std::string> ShardedParams::exchange(Backend& host, const Checkpoint
         const Tensor shard = piece ? gather_pieces(stage_pieces(s), mine) : mine;
         Tensor gathered = be_.empty({s.padded});
         comms_.fsdp->all_gather(shard, gathered).wait();
-        if (place_.writes_shards() && place_.fsdp_rank == 0) {
+        const int tensor_size = place_.mesh.tensor;
+        if (tensor_size > 1) {  // every tensor rank's parts, to assemble whole tensors from
+          Tensor parts = be_.empty({s.padded * tensor_size});
+          comms_.tensor->all_gather(gathered, parts).wait();
+          if (place_.writes_replicated()) {
+            copy_assembled(cfg_.model, s.specs, s.padded, tensor_size, be_, parts, host, *set);
+            if (member == &StageShard::weights) {
+              for (const auto& spec : s.specs) written.push_back(spec.name);
+            }
+          }
+        } else if (place_.writes_shards() && place_.fsdp_rank == 0) {
           copy_by_name(be_, ParamSet::over(s.specs, gathered), host, *set);
           if (member == &StageShard::weights) {
             for (const auto& spec : s.specs) written.push_back(spec.name);

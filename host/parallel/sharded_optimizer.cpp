@@ -65,6 +65,31 @@ void ShardedParams::reduce_gradients() {
     reduce_into_owned(extras, extras_grads_.flat,
                       place_.mesh.data > 1 ? comms_.data.get() : nullptr);
   }
+  reduce_tensor_replicas();
+}
+
+Communicator* ShardedParams::tensor_replica_group(const ParamSpec& spec) const {
+  if (spec.tensor_replicas == 1) return nullptr;
+  return spec.tensor_replicas == place_.mesh.tensor ? comms_.tensor.get() : comms_.kv_share.get();
+}
+
+// Parts of layer parameters held by several tensor ranks: each rank's gradient is a partial sum
+// (its own rows for a norm gain, its own query heads for a shared KV head), summed over them
+// on the elements this rank applies. The T ranks of a group share one layout, so they visit the
+// same parts in the same order.
+void ShardedParams::reduce_tensor_replicas() {
+  if (place_.mesh.tensor == 1) return;
+  for (auto& [stage, s] : stages_) {
+    const Pieces p = stage_pieces(s);
+    const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
+    for (const Segment& seg :
+         segments_in(s.specs, shard_lo + p.begin(), shard_lo + p.begin() + p.length())) {
+      Communicator* group = tensor_replica_group(*seg.spec);
+      if (!group) continue;
+      const Tensor g = s.grads.view(seg.begin - shard_lo, {seg.length});
+      group->all_reduce(g, g, ReduceOp::Sum).wait();
+    }
+  }
 }
 
 // Every gradient element this rank applies (what optimizer_step updates here): its extras piece
@@ -92,7 +117,7 @@ void ShardedParams::for_each_applied_gradient(Visit&& visit) {
 bool ShardedParams::uncounted_gradient_nonfinite() {
   bool bad = false;
   const Pieces extras = extras_pieces();
-  if (place_.data_rank != 0 && extras.length() > 0) {
+  if ((place_.data_rank != 0 || place_.tensor_rank != 0) && extras.length() > 0) {
     bad |=
         !std::isfinite(be_.sum_squares(extras_grads_.flat.view(extras.begin(), {extras.length()})));
   }
@@ -102,18 +127,24 @@ bool ShardedParams::uncounted_gradient_nonfinite() {
       if (p.length() > 0)
         bad |= !std::isfinite(be_.sum_squares(s.grads.view(p.begin(), {p.length()})));
     }
+  } else if (place_.mesh.tensor > 1) {  // parts another tensor rank counts
+    for_each_applied_gradient([&](const ParamSpec& spec, const Tensor& grad) {
+      if (spec.layer >= 0 && !counts_tensor_part(spec))
+        bad |= !std::isfinite(be_.sum_squares(grad));
+    });
   }
   return bad;
 }
 
 // This rank's share of the squared global norm, each element of the model on exactly one rank:
-// the extras on data rank 0 (a tied copy never), each shard's piece on its owner (every rank
-// with ZeRO-1, data rank 0 without), summed per extras parameter and per whole shard piece (the
-// order every layout's tests pin down).
+// the extras on data rank 0 and tensor rank 0 (a tied copy never), each shard's piece on its
+// owner (every rank with ZeRO-1, data rank 0 without), summed per extras parameter and per whole
+// shard piece (the order every layout's tests pin down); with tensor parallelism per parameter
+// part, a part several tensor ranks hold counted on the first of them.
 double ShardedParams::owned_sum_of_squares() {
   double squares = 0;
   const Pieces extras = extras_pieces();
-  if (place_.data_rank == 0) {
+  if (place_.data_rank == 0 && place_.tensor_rank == 0) {
     for (const Segment& seg :
          segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
       if (!tied_copy(seg.spec->role)) {
@@ -124,7 +155,16 @@ double ShardedParams::owned_sum_of_squares() {
   if (zero1_ || place_.writes_shards()) {
     for (const auto& [stage, s] : stages_) {
       const Pieces p = stage_pieces(s);
-      if (p.length() > 0) squares += be_.sum_squares(s.grads.view(p.begin(), {p.length()}));
+      if (place_.mesh.tensor == 1) {
+        if (p.length() > 0) squares += be_.sum_squares(s.grads.view(p.begin(), {p.length()}));
+        continue;
+      }
+      const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
+      for (const Segment& seg :
+           segments_in(s.specs, shard_lo + p.begin(), shard_lo + p.begin() + p.length())) {
+        if (counts_tensor_part(*seg.spec))
+          squares += be_.sum_squares(s.grads.view(seg.begin - shard_lo, {seg.length}));
+      }
     }
   }
   return squares;

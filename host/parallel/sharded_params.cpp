@@ -24,7 +24,8 @@ ShardedParams::ShardedParams(const Config& cfg, const schedule::Layout& layout,
                   map.to_string(), layout.stages());
   const int fsdp = place.mesh.fsdp, data = place.mesh.data;
   std::vector<ParamSpec> extras;
-  for (const auto& spec : param_table(cfg.model)) {
+  // This tensor rank's parts of the layer weights (whole tensors without tensor parallelism).
+  for (const auto& spec : param_table(cfg.model, tensor_split())) {
     if (spec.layer >= 0) {
       const int stage = map.stage_of(spec.layer);
       if (layout_.rank_of(stage) == place_.stage_rank) stages_[stage].specs.push_back(spec);

@@ -22,6 +22,13 @@
 // and the last stage's), since every microbatch part needs them; their AdamW moments are split
 // over the FSDP group like a ZeRO-1 piece.
 //
+// Tensor parallelism (T > 1): each tensor rank holds its part of every layer weight
+// (param_table(cfg, split)); FSDP, ZeRO-1 and the data replicas shard and reduce those parts
+// exactly as whole tensors, the T ranks of a group laid out alike. Parts several tensor ranks
+// hold (norm gains; a KV head shared by several ranks) get partial gradients, summed over those
+// ranks and counted once in the norm. The extras are whole on every tensor rank, computed on
+// every token there: the same gradients, counted once.
+//
 // Files: sharded_params.cpp (layout, initial values, compute views, gathers and scatters),
 // sharded_optimizer.cpp (gradient reductions, global norm, AdamW), sharded_checkpoint.cpp
 // (exchange with whole-model sets).
@@ -68,9 +75,9 @@ struct NonFiniteError : Error {
 
 // What one optimizer step produced, the same on every rank.
 struct StepOutcome {
-  double loss = 0;       // mean over every token of the global batch
-  double grad_norm = 0;  // global L2 norm before clipping
-  bool skipped = false;  // non-finite loss or norm with skip_step_on_nonfinite: no update
+  double loss = 0;           // mean over every token of the global batch
+  double grad_norm = 0;      // global L2 norm before clipping
+  bool skipped = false;      // non-finite loss or norm with skip_step_on_nonfinite: no update
   double learning_rate = 0;  // the rate applied: the schedule's at this update, 0 when skipped
 };
 
@@ -89,7 +96,8 @@ class ShardedParams {
   ParamSet gradients(int stage);  // with FSDP a full buffer until the stage's REDUCE_SCATTER
   const ParamSet& extras_weights() const { return extras_compute_; }
   // Every float32 master weight this rank holds after an update, as (parameter, view) in a fixed
-  // order; data replicas hold the same elements in the same order (host/run/guards/replica_check.h).
+  // order; data replicas hold the same elements in the same order
+  // (host/run/guards/replica_check.h).
   std::vector<std::pair<const ParamSpec*, Tensor>> held_weights() const;
   const ParamSet& extras_grads() const { return extras_grads_; }
 
@@ -127,6 +135,15 @@ class ShardedParams {
 
  private:
   bool holds_extra(ParamRole role) const;
+  TensorSplit tensor_split() const { return {place_.tensor_rank, place_.mesh.tensor}; }
+  // The tensor ranks holding the same part of a layer parameter as this one, whose partial
+  // gradients are summed (nullptr: this rank's part is its own); and whether this rank counts
+  // that part in the norm (the first of them).
+  Communicator* tensor_replica_group(const ParamSpec& spec) const;
+  bool counts_tensor_part(const ParamSpec& spec) const {
+    return place_.tensor_rank % spec.tensor_replicas == 0;
+  }
+  void reduce_tensor_replicas();
   bool tied_copy(ParamRole role) const;
   void upload_shard(const StageShard& s, const Tensor& t, const std::vector<double>& values,
                     std::int64_t begin = 0);

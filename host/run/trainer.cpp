@@ -44,8 +44,7 @@ void train_rank(const Run& run, int rank, Backend& be, Communicator& world,
   const RankPlace place = RankPlace::of(rank, run.plan.mesh);
   FlightRecorder& recorder = run.monitor.recorder(rank);
   check_ranks_agree(world, be, cfg, run.plan.program);
-  RankCommunicators comms =
-      split_communicators(world, place, run.plan.program.layout, cfg.model.logits_via_embedding);
+  RankCommunicators comms = split_communicators(world, place, run.plan.program.layout, cfg.model);
   ShardedParams params(cfg, run.plan.program.layout, place, be, comms);
   RankExecutor executor(cfg, run.plan.program, place, be, comms, params, *run.plan.data, recorder);
   run.checkpointer.restore(params);

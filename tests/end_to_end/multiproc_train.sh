@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # multiproc_train.sh CAROUSEL SOURCE_DIR WORK_DIR — `carousel train` as 4 MPI processes must train
 # exactly as 4 threads do: the same losses and gradient norms at every step, and byte-identical
-# model and optimizer checkpoints; without a run_name they share one new run directory. The process run stops after 3 steps and resumes (checkpoint
-# load with ranks in processes), the threaded run goes straight through. Then a job of the wrong
-# size must fail with the error that names both sizes.
+# model and optimizer checkpoints; without a run_name they share one new run directory. The
+# process run stops after 3 steps and resumes (checkpoint load with ranks in processes), the
+# threaded run goes straight through. Uneven stages and tensor parallelism are compared the same
+# way. Then a job of the wrong size must fail with the error that names both sizes.
 set -euo pipefail
 carousel=$1 src=$2 work=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -70,11 +71,37 @@ if threads != processes:
 print(f"uneven stages: 2 steps equal, bitwise: final loss {threads[-1][1]!r}")
 PY
 
+# Tensor parallelism (T = 2 with S = 2; T = 4 with KV heads shared by two ranks): the processes'
+# tensor groups exchange activations over MPI and train exactly as the threads, checkpoints too.
+for mesh in "ici_fsdp_parallelism=1 ici_tensor_parallelism=2" \
+            "ici_pipeline_parallelism=1 ici_fsdp_parallelism=1 ici_tensor_parallelism=4"; do
+  read -ra keys <<<"$mesh steps=2"
+  name=${mesh//[ =]/_}
+  "$carousel" train "${common[@]}" "${keys[@]}" run_name="t_threads_$name"
+  "$here/mpirun.sh" 4 "$carousel" train "${common[@]}" "${keys[@]}" run_name="t_processes_$name"
+  for f in model optimizer; do
+    if ! cmp "$work/t_threads_$name/checkpoints/2/$f.safetensors" \
+             "$work/t_processes_$name/checkpoints/2/$f.safetensors"; then
+      echo "FAIL: $mesh: $f.safetensors after 2 steps differs between threads and processes"
+      status=1
+    fi
+  done
+  python3 - "$mesh" "$work/t_threads_$name/metrics.jsonl" "$work/t_processes_$name/metrics.jsonl" <<'PY' || status=1
+import json, sys
+threads, processes = ([(r["step"], r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))]
+                      for p in sys.argv[2:])
+assert len(threads) == 2, threads
+if threads != processes:
+    sys.exit(f"FAIL: {sys.argv[1]}: (step, loss, grad norm) differ\n {threads}\n {processes}")
+print(f"{sys.argv[1]}: 2 steps equal, bitwise: final loss {threads[-1][1]!r}")
+PY
+done
+
 # A job whose process count is not the mesh's device count: one clear error, every process ends.
 if out=$("$here/mpirun.sh" 2 "$carousel" train "${common[@]}" steps=1 run_name=wrong 2>&1); then
   echo "FAIL: 2 processes for a 4-device mesh did not fail"
   status=1
-elif ! grep -q "mpirun started 2 processes but the config has D x S x F = 1 x 2 x 2 = 4" <<<"$out"; then
+elif ! grep -q "mpirun started 2 processes but the config has D x S x F x T = 1 x 2 x 2 x 1 = 4" <<<"$out"; then
   echo "FAIL: unexpected error for 2 processes on a 4-device mesh:"
   echo "$out"
   status=1

@@ -303,8 +303,7 @@ std::vector<RankRun> run_ranks_by_hand(const Config& cfg, const schedule::Progra
     std::unique_ptr<Backend> queued;
     if (log) queued = std::make_unique<CpuBackend>(std::make_unique<QueueAllocator>(rank));
     Backend& device = log ? *queued : be;
-    RankCommunicators comms =
-        split_communicators(world, place, program.layout, cfg.model.logits_via_embedding);
+    RankCommunicators comms = split_communicators(world, place, program.layout, cfg.model);
     std::vector<OrderingCommunicator*> decorated;
     if (log) {
       decorated = {testing::decorate<OrderingCommunicator>(comms.pipe, rank, Link::Pipe, *log),

@@ -12,6 +12,7 @@
 #include "host/config/config.h"
 #include "host/parallel/mesh.h"
 #include "host/run/device_peak.h"
+#include "tests/support/test_util.h"
 
 namespace carousel {
 namespace {
@@ -30,6 +31,22 @@ TEST(Mesh, RankPlacementIsFsdpFastest) {
     EXPECT_EQ(p.fsdp_rank, rank % 2);
     EXPECT_EQ(p.stage_rank, rank / 2 % 3);
     EXPECT_EQ(p.data_rank, rank / 6);
+    EXPECT_EQ(p.batch_part(), p.data_rank * 2 + p.fsdp_rank);
+  }
+}
+
+// Tensor ranks are the fastest axis (a tensor group on neighbouring devices of a node) and share
+// their batch part.
+TEST(Mesh, RankPlacementIsTensorFastest) {
+  const MeshShape mesh{2, 3, 2, 4};  // D, S, F, T
+  ASSERT_EQ(mesh.ranks(), 48);
+  for (int rank = 0; rank < mesh.ranks(); ++rank) {
+    const RankPlace p = RankPlace::of(rank, mesh);
+    EXPECT_EQ(p.rank(), rank);
+    EXPECT_EQ(p.tensor_rank, rank % 4);
+    EXPECT_EQ(p.fsdp_rank, rank / 4 % 2);
+    EXPECT_EQ(p.stage_rank, rank / 8 % 3);
+    EXPECT_EQ(p.data_rank, rank / 24);
     EXPECT_EQ(p.batch_part(), p.data_rank * 2 + p.fsdp_rank);
   }
 }
@@ -74,6 +91,17 @@ TEST(Mesh, TransportRefusesWhatCannotRun) {
   EXPECT_NE(message("cuda", 1, {0, true, 1, 1}).find("no GPU is visible"), std::string::npos);
   EXPECT_NE(message("cuda", 4, {4, false, 4, 4}).find("needs the NCCL communicator"),
             std::string::npos);
+  // A tensor group must not span nodes: 6 processes on this node cannot hold groups of 4.
+  Config tensor4 = with_device("cpu");
+  tensor4.ici_tensor_parallelism = 4;
+  const std::string spans = testing::error_of([&] {
+    choose_transport(tensor4, 12, {0, false, 12, 6});
+  });
+  EXPECT_NE(spans.find("ici_tensor_parallelism=4 but this node runs 6 of the job's 12 processes"),
+            std::string::npos)
+      << spans;
+  EXPECT_EQ(choose_transport(tensor4, 16, {0, false, 16, 8}).transport, Transport::Mpi);
+  EXPECT_EQ(choose_transport(tensor4, 4, {0, false, 1, 1}).transport, Transport::Local);
   const std::string too_many = message("cuda", 16, {8, true, 16, 16});
   EXPECT_NE(too_many.find("16 processes on this node but it has 8 visible GPU(s)"),
             std::string::npos)

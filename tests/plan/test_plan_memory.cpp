@@ -88,8 +88,7 @@ std::vector<RankMeasure> run_one_step(const Config& cfg, const schedule::Program
   std::vector<RankMeasure> out(mesh.ranks());
   auto rank_main = [&](int rank, Backend& be, Communicator& world, Communicator&) {
     const RankPlace place = RankPlace::of(rank, mesh);
-    RankCommunicators comms =
-        split_communicators(world, place, program.layout, cfg.model.logits_via_embedding);
+    RankCommunicators comms = split_communicators(world, place, program.layout, cfg.model);
     auto* pipe = testing::decorate<CountingCommunicator>(comms.pipe);
     auto* fsdp = testing::decorate<CountingCommunicator>(comms.fsdp);
     auto* replicas = testing::decorate<CountingCommunicator>(comms.data);

@@ -49,6 +49,10 @@ struct PipelineCase {
   // step 0 agrees to float32 rounding (1e-6); in bfloat16 those float32 differences sometimes
   // flip a bf16 rounding (2^-8 of that element), 1e-4.
   double first_rtol = 0;
+  // Relative tolerance of the later steps' losses: 1e-4 in float32 (microbatch gradients summed
+  // in another order); bfloat16 with tensor parallelism, 1e-2 (partial sums rounded to bfloat16
+  // before the tensor ranks add them, then amplified by two updates).
+  double later_rtol = 1e-4;
 };
 
 inline void PrintTo(const PipelineCase& c, std::ostream* os) { *os << c.name; }

@@ -1,0 +1,50 @@
+// tensor_parallel.cpp — the row gathers and scatters of sequence parallelism.
+//
+// The collectives wait on the host: correct on every communicator; overlapping them with the
+// next GEMM on GPUs is listed in docs/parallelism.md as not done yet.
+#include "models/parallel/tensor_parallel.h"
+
+#include "compute/error.h"
+
+namespace carousel {
+
+Tensor TensorGroup::gather_rows(Backend& be, const Tensor& mine) const {
+  if (size() == 1) return mine;
+  const std::int64_t n = mine.rows(), E = mine.cols();
+  Tensor all = be.empty({n * size(), E}, mine.dtype());
+  comm->all_gather(mine, all).wait();
+  return all;
+}
+
+Tensor TensorGroup::reduce_scatter_rows(Backend& be, const Tensor& partial) const {
+  if (size() == 1) return partial;
+  const std::int64_t N = partial.rows(), E = partial.cols();
+  CAROUSEL_ASSERT(N % size() == 0, "{} rows cannot be split over {} tensor ranks", N, size());
+  Tensor mine = be.empty({N / size(), E}, partial.dtype());
+  comm->reduce_scatter(partial, mine, ReduceOp::Sum).wait();
+  return mine;
+}
+
+Tensor TensorGroup::my_rows(Backend& be, const Tensor& whole) const {
+  if (size() == 1) return whole;
+  const std::int64_t E = whole.cols(), N = whole.numel() / E;
+  CAROUSEL_ASSERT(N % size() == 0, "{} rows cannot be split over {} tensor ranks", N, size());
+  const std::int64_t n = N / size();
+  Tensor mine = be.empty({n, E}, whole.dtype());
+  be.copy(whole.reshape({N, E}).view(rank() * n * E, {n, E}), mine);
+  return mine;
+}
+
+void row_parallel_residual(Backend& be, const TensorGroup& tensor, const Tensor& a, const Tensor& w,
+                           const Tensor& residual, const Tensor& out) {
+  if (tensor.size() == 1) {
+    be.copy(residual, out);
+    be.gemm(false, true, 1.0, a, w, 1.0, out);
+    return;
+  }
+  Tensor partial = be.empty({a.rows(), w.rows()}, out.dtype());  // [N, E]
+  be.gemm(false, true, 1.0, a, w, 0.0, partial);
+  be.add(residual, tensor.reduce_scatter_rows(be, partial).reshape(residual.shape()), out);
+}
+
+}  // namespace carousel

@@ -1,0 +1,127 @@
+// test_pipeline_tensor.cpp — tensor parallelism (with sequence parallelism) composed with the
+// pipeline schedules, FSDP in each weight mode, data replicas with and without ZeRO-1, tied
+// embeddings, uneven stages, remat and bfloat16: every case trains like the single-device model
+// (PipelineEquivalence, tests/parallel/test_pipeline.cpp). Step 0 agrees to float32 rounding
+// (1e-6: the row-parallel GEMMs sum the tensor ranks' partial products in another order; 1e-2
+// in bfloat16, where those partial sums are rounded to bfloat16 before they are added, and 1e-2
+// for its later steps too).
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "host/run/trainer.h"
+#include "tests/support/pipeline_equivalence.h"
+
+namespace carousel {
+namespace {
+
+using testing::PipelineCase;
+using testing::PipelineEquivalence;
+
+// The layouts each tensor degree is combined with: name, keys, step-0 tolerance.
+std::vector<PipelineCase> layouts() {
+  const std::string S2 = "ici_pipeline_parallelism=2", M2 = "num_pipeline_microbatches=2",
+                    M4 = "num_pipeline_microbatches=4", F2 = "ici_fsdp_parallelism=2",
+                    D2 = "ici_data_parallelism=2", L4 = "base_num_decoder_layers=4",
+                    L2 = "num_layers_per_pipeline_stage=2";
+  return {
+      {"only", {M2}, 1e-6},
+      {"circular_S2_M4", {S2, M4}, 1e-6},
+      {"circular_S2_remat_none", {S2, M4, "remat_policy=none"}, 1e-6},
+      {"gpipe_S2", {S2, L4, L2, "pipeline_schedule=gpipe", M4}, 1e-6},
+      {"1f1b_S2", {S2, L4, L2, "pipeline_schedule=1f1b", M4}, 1e-6},
+      {"interleaved_1f1b_S2", {S2, "pipeline_schedule=interleaved_1f1b", M4}, 1e-6},
+      {"zb_h1_S2", {S2, L4, L2, "pipeline_schedule=zb_h1", M4}, 1e-6},
+      {"interleaved_zb_S2", {S2, "pipeline_schedule=interleaved_zb", M4}, 1e-6},
+      {"zbv_S2", {S2, L4, "pipeline_schedule=zbv", M4}, 1e-6},
+      {"dualpipev_S2", {S2, L4, "pipeline_schedule=dualpipev", M4}, 1e-6},
+      {"fsdp_F2_gather_every_use", {S2, F2, M4}, 1e-6},
+      {"fsdp_F2_bsw", {S2, F2, M4, "pipeline_fsdp_ag_per_repeat=true"}, 1e-6},
+      {"fsdp_F2_ag_once", {S2, F2, M2, "pipeline_fsdp_ag_once=true"}, 1e-6},
+      {"data_D2", {D2, S2, M2}, 1e-6},
+      {"zero1_D2_F2_bsw",
+       {D2, F2, M2, "pipeline_fsdp_ag_per_repeat=true", "shard_optimizer_over_data=true"},
+       1e-6},
+      {"tied_S2", {S2, M4, "logits_via_embedding=true"}, 1e-6},
+      {"uneven_S2", {S2, L4, "pipeline_stage_layers=[1,3]", "pipeline_schedule=1f1b", M4}, 1e-6},
+      {"bf16_fsdp_F2_bsw",
+       {S2, F2, M4, "pipeline_fsdp_ag_per_repeat=true", "dtype=bfloat16"},
+       1e-2,
+       1e-2},
+  };
+}
+
+std::vector<PipelineCase> tensor_cases() {
+  std::vector<PipelineCase> out;
+  for (const int T : {2, 4}) {
+    for (PipelineCase c : layouts()) {
+      c.name = "T" + std::to_string(T) + "_" + c.name;
+      c.keys.push_back("ici_tensor_parallelism=" + std::to_string(T));
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Tensor, PipelineEquivalence, ::testing::ValuesIn(tensor_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// Trains `from` for 4 steps (checkpoints every 2), then resumes its step-2 checkpoint with the
+// mesh of `to` (the same model, batch and microbatches) and returns both runs' losses of steps
+// 3 and 4.
+std::pair<std::vector<double>, std::vector<double>> resume_across(std::vector<std::string> from,
+                                                                  std::vector<std::string> to,
+                                                                  const std::string& name) {
+  namespace fs = std::filesystem;
+  for (auto* keys : {&from, &to}) {
+    keys->insert(keys->end(), {"enable_checkpointing=true", "learning_rate_schedule_steps=4",
+                               "steps=4", "checkpoint_period=2", "num_pipeline_microbatches=2"});
+  }
+  Config first = testing::run_config(from), second = testing::run_config(to);
+  first.run_name = name + "_from";
+  second.run_name = name + "_to";
+  fs::remove_all(first.run_directory());
+  fs::remove_all(second.run_directory());
+  const TrainResult straight = train(first);
+  fs::create_directories(fs::path(second.run_directory()) / "checkpoints");
+  fs::copy(fs::path(first.run_directory()) / "checkpoints/2",
+           fs::path(second.run_directory()) / "checkpoints/2", fs::copy_options::recursive);
+  const TrainResult resumed = train(second);
+  EXPECT_EQ(resumed.start_step, 2);
+  std::pair<std::vector<double>, std::vector<double>> out;
+  for (std::size_t s = 2; s < straight.steps.size(); ++s)
+    out.first.push_back(straight.steps[s].loss);
+  for (const auto& m : resumed.steps) out.second.push_back(m.loss);
+  return out;
+}
+
+// A checkpoint holds whole Hugging Face tensors: the same tensor layout resumes it bitwise (each
+// rank cuts the same parts out again, moments included), and any other tensor degree, FSDP or
+// data layout continues like the straight run (1e-5: partial sums and the norm in another order).
+TEST(TensorCheckpoint, ResumesBitwiseOnTheSameLayout) {
+  const std::vector<std::string> mesh = {"ici_tensor_parallelism=2", "ici_fsdp_parallelism=2",
+                                         "ici_data_parallelism=2",
+                                         "shard_optimizer_over_data=true"};
+  const auto [straight, resumed] = resume_across(mesh, mesh, "tensor_same");
+  ASSERT_EQ(resumed.size(), 2u);
+  EXPECT_EQ(resumed, straight);
+}
+
+TEST(TensorCheckpoint, ResumesAcrossTensorDegrees) {
+  const std::vector<std::vector<std::string>> meshes = {
+      {"ici_tensor_parallelism=4"},                                // KV heads shared by 2 ranks
+      {"ici_tensor_parallelism=2", "ici_pipeline_parallelism=2"},  // KV heads split
+      {},                                                          // one device
+      {"ici_tensor_parallelism=2", "ici_data_parallelism=2", "shard_optimizer_over_data=true"}};
+  for (std::size_t i = 0; i < meshes.size(); ++i) {  // each mesh resumes the next one's
+    const auto& from = meshes[i];
+    const auto& to = meshes[(i + 1) % meshes.size()];
+    const auto [straight, resumed] = resume_across(from, to, "tensor_across_" + std::to_string(i));
+    ASSERT_EQ(resumed.size(), 2u);
+    for (std::size_t s = 0; s < 2; ++s)
+      EXPECT_NEAR(resumed[s], straight[s], 1e-5 * straight[s]) << i;
+  }
+}
+
+}  // namespace
+}  // namespace carousel
