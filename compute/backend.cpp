@@ -317,8 +317,9 @@ void check_attention(Backend::Op op, const Backend& backend, const Tensor& q, co
   OpCheck check(op, backend);
   check.floating("q", q).rank("q", q, 4, "[batch, seq, heads, head_dim]");
   check.same_dtype("k", k, "q", q).rank("k", k, 4, "[batch, seq, kv_heads, head_dim]");
-  check.that(k.dim(0) == q.dim(0) && k.dim(1) == q.dim(1) && k.dim(3) == q.dim(3),
-             fmt::format("'k' {} must have the batch, seq and head_dim of 'q' {}",
+  check.that(k.dim(0) == q.dim(0) && k.dim(1) >= q.dim(1) && k.dim(3) == q.dim(3),
+             fmt::format("'k' {} must have the batch and head_dim of 'q' {} and at least its "
+                         "seq (queries are the last positions of the keys' sequence)",
                          shape_str(k.shape()), shape_str(q.shape())));
   check.that(k.dim(2) > 0 && q.dim(2) % k.dim(2) == 0,
              fmt::format("query heads ({}, 'q' {}) must be a multiple of kv heads ({}, 'k' {})",

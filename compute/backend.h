@@ -151,6 +151,9 @@ class Backend {
   // ---- causal grouped-query attention -----------------------------------------------------------
   // q [B,T,H,D], k and v [B,T,Hkv,D] (H % Hkv == 0: query head h uses kv head h / (H/Hkv)),
   // out [B,T,H,D] = softmax(q k^T / sqrt(D), causal) v; lse [B,H,T] saves the row log-sum-exp.
+  // k and v may be longer than q, [B,Tk,Hkv,D] with Tk > T: the queries are then the last T
+  // positions of the keys' sequence (causal from the bottom right: query i attends keys
+  // j <= Tk - T + i), as a context-parallel rank's chunk attends every key before it.
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                          const Tensor& lse);
   // dq, dk, dv overwrite. Recomputes the probabilities from q, k and lse (no [T,T] saved).

@@ -289,28 +289,27 @@ class CudaBackend final : public Backend {
   }
   void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                             const Tensor& lse) override {
-    if (attention_ && q.dtype() == DType::BF16) return attention_->forward(q, k, v, out, lse);
-    note_reference_attention(q.dtype());
+    if (cudnn_attends(q, k)) return attention_->forward(q, k, v, out, lse);
+    note_reference_attention(q, k);
     dispatch(FloatTypes{}, "attention_forward", q.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::attention_forward_kernel<T>, q.dim(0) * q.dim(2) * q.dim(1), q.data<T>(),
-             k.data<T>(), v.data<T>(), out.data<T>(), lse.data<T>(), q.dim(0), q.dim(1), q.dim(2),
-             k.dim(2), q.dim(3));
+             k.data<T>(), v.data<T>(), out.data<T>(), lse.data<T>(), q.dim(0), q.dim(1), k.dim(1),
+             q.dim(2), k.dim(2), q.dim(3));
     });
   }
   void do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse, const Tensor& dq,
                              const Tensor& dk, const Tensor& dv) override {
-    if (attention_ && q.dtype() == DType::BF16)
-      return attention_->backward(dout, q, k, v, out, lse, dq, dk, dv);
+    if (cudnn_attends(q, k)) return attention_->backward(dout, q, k, v, out, lse, dq, dk, dv);
     dispatch(FloatTypes{}, "attention_backward", q.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      const std::int64_t B = q.dim(0), Tn = q.dim(1), H = q.dim(2), Hkv = k.dim(2), D = q.dim(3);
-      launch(gpu::attention_dq_kernel<T>, B * H * Tn, q.data<T>(), k.data<T>(), v.data<T>(),
-             out.data<T>(), dout.data<T>(), lse.data<T>(), dq.data<T>(), B, Tn, H, Hkv, D);
-      launch(gpu::attention_dkv_kernel<T>, B * Hkv * Tn, q.data<T>(), k.data<T>(), v.data<T>(),
-             out.data<T>(), dout.data<T>(), lse.data<T>(), dk.data<T>(), dv.data<T>(), B, Tn, H,
-             Hkv, D);
+      const gpu::AttnShape a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+      launch(gpu::attention_dq_kernel<T>, a.B * a.H * a.Tq, q.data<T>(), k.data<T>(), v.data<T>(),
+             out.data<T>(), dout.data<T>(), lse.data<T>(), dq.data<T>(), a);
+      launch(gpu::attention_dkv_kernel<T>, a.B * a.Hkv * a.Tk, q.data<T>(), k.data<T>(),
+             v.data<T>(), out.data<T>(), dout.data<T>(), lse.data<T>(), dk.data<T>(), dv.data<T>(),
+             a);
     });
   }
   void do_swiglu_forward(const Tensor& g, const Tensor& u, const Tensor& out) override {
@@ -378,11 +377,16 @@ class CudaBackend final : public Backend {
  private:
   // Whether the fast tier runs an op on `t`'s dtype (float32 and bfloat16; float64 is reference).
   bool fast_for(const Tensor& t) const { return fast_ && t.dtype() != DType::F64; }
-  // The fast tier without cuDNN attention for this dtype: said once per process, not per call.
-  void note_reference_attention(DType dtype) {
+  // cuDNN's fused attention takes bfloat16 queries and keys of one length (a context-parallel
+  // chunk against a longer key prefix needs its bottom-right causal mask, not wired yet).
+  bool cudnn_attends(const Tensor& q, const Tensor& k) const {
+    return attention_ && q.dtype() == DType::BF16 && q.dim(1) == k.dim(1);
+  }
+  // The fast tier without cuDNN attention for this call: said once per process, not per call.
+  void note_reference_attention(const Tensor& q, const Tensor& k) {
     if (!fast_ || noted_reference_attention_) return;
     noted_reference_attention_ = true;
-    gpu::note_reference_attention(dtype, attention_ != nullptr);
+    gpu::note_reference_attention(q.dtype(), attention_ != nullptr, q.dim(1) != k.dim(1));
   }
   template <class Kernel, class... Args>
   void launch(Kernel kernel, std::int64_t threads, Args... args) {

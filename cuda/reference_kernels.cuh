@@ -137,38 +137,39 @@ __global__ void rope_kernel(const T* x, const T* cosv, const T* sinv, T* out, st
 }
 
 // Causal GQA attention, one thread per (batch, head, query position): two passes over the keys
-// (max and log-sum-exp, then the weighted sum of values).
+// (max and log-sum-exp, then the weighted sum of values). q has Tq positions, k and v Tk >= Tq:
+// query i is position Tk - Tq + i and attends keys j <= Tk - Tq + i (backend.h).
 template <class T>
 __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* out, T* lse,
-                                         std::int64_t B, std::int64_t Tn, std::int64_t H,
-                                         std::int64_t Hkv, std::int64_t D) {
+                                         std::int64_t B, std::int64_t Tq, std::int64_t Tk,
+                                         std::int64_t H, std::int64_t Hkv, std::int64_t D) {
   const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= B * H * Tn) return;
-  const std::int64_t i = idx % Tn, h = (idx / Tn) % H, b = idx / (Tn * H);
-  const std::int64_t kvh = h / (H / Hkv);
+  if (idx >= B * H * Tq) return;
+  const std::int64_t i = idx % Tq, h = (idx / Tq) % H, b = idx / (Tq * H);
+  const std::int64_t kvh = h / (H / Hkv), last = Tk - Tq + i;
   const double scale = 1.0 / sqrt(double(D));
-  const T* qi = q + ((b * Tn + i) * H + h) * D;
+  const T* qi = q + ((b * Tq + i) * H + h) * D;
   double mx = -1e300;
-  for (std::int64_t j = 0; j <= i; ++j) {
-    const T* kj = k + ((b * Tn + j) * Hkv + kvh) * D;
+  for (std::int64_t j = 0; j <= last; ++j) {
+    const T* kj = k + ((b * Tk + j) * Hkv + kvh) * D;
     double s = 0;
     for (std::int64_t e = 0; e < D; ++e) s += double(qi[e]) * double(kj[e]);
     mx = fmax(mx, s * scale);
   }
   double sum = 0;
-  for (std::int64_t j = 0; j <= i; ++j) {
-    const T* kj = k + ((b * Tn + j) * Hkv + kvh) * D;
+  for (std::int64_t j = 0; j <= last; ++j) {
+    const T* kj = k + ((b * Tk + j) * Hkv + kvh) * D;
     double s = 0;
     for (std::int64_t e = 0; e < D; ++e) s += double(qi[e]) * double(kj[e]);
     sum += exp(s * scale - mx);
   }
   const double l = mx + log(sum);
-  lse[(b * H + h) * Tn + i] = T(l);
-  T* oi = out + ((b * Tn + i) * H + h) * D;
+  lse[(b * H + h) * Tq + i] = T(l);
+  T* oi = out + ((b * Tq + i) * H + h) * D;
   for (std::int64_t e = 0; e < D; ++e) oi[e] = T(0);
-  for (std::int64_t j = 0; j <= i; ++j) {
-    const T* kj = k + ((b * Tn + j) * Hkv + kvh) * D;
-    const T* vj = v + ((b * Tn + j) * Hkv + kvh) * D;
+  for (std::int64_t j = 0; j <= last; ++j) {
+    const T* kj = k + ((b * Tk + j) * Hkv + kvh) * D;
+    const T* vj = v + ((b * Tk + j) * Hkv + kvh) * D;
     double s = 0;
     for (std::int64_t e = 0; e < D; ++e) s += double(qi[e]) * double(kj[e]);
     const T p = T(exp(s * scale - l));
@@ -176,73 +177,74 @@ __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* 
   }
 }
 
+// The shape of one attention call: B, Tq queries, Tk keys, H, Hkv, D.
+struct AttnShape {
+  std::int64_t B, Tq, Tk, H, Hkv, D;
+};
+
 // dS[i,j] = P[i,j] (dO_i . v_j - dO_i . O_i) for query i, key j of one (batch, head).
 template <class T>
 __device__ double attention_ds(const T* q, const T* k, const T* v, const T* out, const T* dout,
                                const T* lse, std::int64_t b, std::int64_t h, std::int64_t i,
-                               std::int64_t j, std::int64_t Tn, std::int64_t H, std::int64_t Hkv,
-                               std::int64_t D) {
-  const std::int64_t kvh = h / (H / Hkv);
-  const double scale = 1.0 / sqrt(double(D));
-  const T* qi = q + ((b * Tn + i) * H + h) * D;
-  const T* kj = k + ((b * Tn + j) * Hkv + kvh) * D;
-  const T* vj = v + ((b * Tn + j) * Hkv + kvh) * D;
-  const T* oi = out + ((b * Tn + i) * H + h) * D;
-  const T* doi = dout + ((b * Tn + i) * H + h) * D;
+                               std::int64_t j, const AttnShape& a) {
+  const std::int64_t kvh = h / (a.H / a.Hkv);
+  const double scale = 1.0 / sqrt(double(a.D));
+  const T* qi = q + ((b * a.Tq + i) * a.H + h) * a.D;
+  const T* kj = k + ((b * a.Tk + j) * a.Hkv + kvh) * a.D;
+  const T* vj = v + ((b * a.Tk + j) * a.Hkv + kvh) * a.D;
+  const T* oi = out + ((b * a.Tq + i) * a.H + h) * a.D;
+  const T* doi = dout + ((b * a.Tq + i) * a.H + h) * a.D;
   double s = 0, dpv = 0, di = 0;
-  for (std::int64_t e = 0; e < D; ++e) {
+  for (std::int64_t e = 0; e < a.D; ++e) {
     s += double(qi[e]) * double(kj[e]);
     dpv += double(doi[e]) * double(vj[e]);
     di += double(doi[e]) * double(oi[e]);
   }
-  const double p = exp(s * scale - double(lse[(b * H + h) * Tn + i]));
+  const double p = exp(s * scale - double(lse[(b * a.H + h) * a.Tq + i]));
   return p * (dpv - di);
 }
 
-// dq: one thread per (batch, head, query i), keys j <= i in order.
+// dq: one thread per (batch, head, query i), keys j <= Tk - Tq + i in order.
 template <class T>
 __global__ void attention_dq_kernel(const T* q, const T* k, const T* v, const T* out, const T* dout,
-                                    const T* lse, T* dq, std::int64_t B, std::int64_t Tn,
-                                    std::int64_t H, std::int64_t Hkv, std::int64_t D) {
+                                    const T* lse, T* dq, AttnShape a) {
   const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= B * H * Tn) return;
-  const std::int64_t i = idx % Tn, h = (idx / Tn) % H, b = idx / (Tn * H);
-  const std::int64_t kvh = h / (H / Hkv);
-  const double scale = 1.0 / sqrt(double(D));
-  T* dqi = dq + ((b * Tn + i) * H + h) * D;
-  for (std::int64_t e = 0; e < D; ++e) dqi[e] = T(0);
-  for (std::int64_t j = 0; j <= i; ++j) {
-    const T ds = T(scale * attention_ds(q, k, v, out, dout, lse, b, h, i, j, Tn, H, Hkv, D));
-    const T* kj = k + ((b * Tn + j) * Hkv + kvh) * D;
-    for (std::int64_t e = 0; e < D; ++e) dqi[e] += ds * kj[e];
+  if (idx >= a.B * a.H * a.Tq) return;
+  const std::int64_t i = idx % a.Tq, h = (idx / a.Tq) % a.H, b = idx / (a.Tq * a.H);
+  const std::int64_t kvh = h / (a.H / a.Hkv);
+  const double scale = 1.0 / sqrt(double(a.D));
+  T* dqi = dq + ((b * a.Tq + i) * a.H + h) * a.D;
+  for (std::int64_t e = 0; e < a.D; ++e) dqi[e] = T(0);
+  for (std::int64_t j = 0; j <= a.Tk - a.Tq + i; ++j) {
+    const T ds = T(scale * attention_ds(q, k, v, out, dout, lse, b, h, i, j, a));
+    const T* kj = k + ((b * a.Tk + j) * a.Hkv + kvh) * a.D;
+    for (std::int64_t e = 0; e < a.D; ++e) dqi[e] += ds * kj[e];
   }
 }
 
-// dk, dv: one thread per (batch, kv head, key j); query heads of the group and queries i >= j
-// in order.
+// dk, dv: one thread per (batch, kv head, key j); query heads of the group and the queries that
+// see key j (position Tk - Tq + i >= j) in order.
 template <class T>
 __global__ void attention_dkv_kernel(const T* q, const T* k, const T* v, const T* out,
-                                     const T* dout, const T* lse, T* dk, T* dv, std::int64_t B,
-                                     std::int64_t Tn, std::int64_t H, std::int64_t Hkv,
-                                     std::int64_t D) {
+                                     const T* dout, const T* lse, T* dk, T* dv, AttnShape a) {
   const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (idx >= B * Hkv * Tn) return;
-  const std::int64_t j = idx % Tn, kvh = (idx / Tn) % Hkv, b = idx / (Tn * Hkv);
-  const std::int64_t group = H / Hkv;
-  const double scale = 1.0 / sqrt(double(D));
-  T* dkj = dk + ((b * Tn + j) * Hkv + kvh) * D;
-  T* dvj = dv + ((b * Tn + j) * Hkv + kvh) * D;
-  for (std::int64_t e = 0; e < D; ++e) dkj[e] = dvj[e] = T(0);
+  if (idx >= a.B * a.Hkv * a.Tk) return;
+  const std::int64_t j = idx % a.Tk, kvh = (idx / a.Tk) % a.Hkv, b = idx / (a.Tk * a.Hkv);
+  const std::int64_t group = a.H / a.Hkv, first = j - (a.Tk - a.Tq) > 0 ? j - (a.Tk - a.Tq) : 0;
+  const double scale = 1.0 / sqrt(double(a.D));
+  T* dkj = dk + ((b * a.Tk + j) * a.Hkv + kvh) * a.D;
+  T* dvj = dv + ((b * a.Tk + j) * a.Hkv + kvh) * a.D;
+  for (std::int64_t e = 0; e < a.D; ++e) dkj[e] = dvj[e] = T(0);
   for (std::int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-    for (std::int64_t i = j; i < Tn; ++i) {
-      const T* qi = q + ((b * Tn + i) * H + h) * D;
-      const T* doi = dout + ((b * Tn + i) * H + h) * D;
-      const T* kj = k + ((b * Tn + j) * Hkv + kvh) * D;
+    for (std::int64_t i = first; i < a.Tq; ++i) {
+      const T* qi = q + ((b * a.Tq + i) * a.H + h) * a.D;
+      const T* doi = dout + ((b * a.Tq + i) * a.H + h) * a.D;
+      const T* kj = k + ((b * a.Tk + j) * a.Hkv + kvh) * a.D;
       double s = 0;
-      for (std::int64_t e = 0; e < D; ++e) s += double(qi[e]) * double(kj[e]);
-      const T p = T(exp(s * scale - double(lse[(b * H + h) * Tn + i])));
-      const T ds = T(scale * attention_ds(q, k, v, out, dout, lse, b, h, i, j, Tn, H, Hkv, D));
-      for (std::int64_t e = 0; e < D; ++e) {
+      for (std::int64_t e = 0; e < a.D; ++e) s += double(qi[e]) * double(kj[e]);
+      const T p = T(exp(s * scale - double(lse[(b * a.H + h) * a.Tq + i])));
+      const T ds = T(scale * attention_ds(q, k, v, out, dout, lse, b, h, i, j, a));
+      for (std::int64_t e = 0; e < a.D; ++e) {
         dvj[e] += p * doi[e];
         dkj[e] += ds * qi[e];
       }

@@ -1,5 +1,6 @@
 // attention.cpp — CpuBackend: causal grouped-query attention, forward and backward, blocked
-// (flash-style) on kTile x kTile tiles of queries x keys.
+// (flash-style) on kTile x kTile tiles of queries x keys. Queries against a longer key prefix
+// (context parallelism's chunks) go to attention_prefix.cpp.
 //
 // Every product is a single-threaded BLAS GEMM on strided views of the [B,T,H,D] tensors, one
 // tile deep in queries or keys (kTile = 128; the forward takes up to kKeyBlock = 512 keys at
@@ -22,6 +23,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "compute/cpu/attention_prefix.h"
 #include "compute/cpu/blas.h"
 #include "compute/cpu/exp_loops.h"
 #include "compute/cpu_backend.h"
@@ -86,6 +88,10 @@ void ds_from_dp(const T* p, T* dp, std::int64_t nq, std::int64_t nk, const T* dr
 
 void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
                                       const Tensor& out, const Tensor& lse) {
+  if (k.dim(1) != q.dim(1)) {  // queries against a longer key prefix: attention_prefix.cpp
+    return cpu::attention_prefix_forward(
+        q, k, v, out, lse, empty({omp_get_max_threads(), 2, q.dim(1), k.dim(1)}, q.dtype()));
+  }
   const AttnDims d = dims_of(q, k);
   const std::int64_t ldq = d.heads * d.head_dim, ldk = d.kv_heads * d.head_dim;
   const std::int64_t tiles = d.tiles(), D = d.head_dim;
@@ -189,6 +195,11 @@ void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Te
 void CpuBackend::do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  if (k.dim(1) != q.dim(1)) {
+    return cpu::attention_prefix_backward(
+        dout, q, k, v, out, lse, dq, dk, dv,
+        empty({omp_get_max_threads(), 2, q.dim(1), k.dim(1)}, q.dtype()));
+  }
   const AttnDims d = dims_of(q, k);
   const std::int64_t ldq = d.heads * d.head_dim, ldk = d.kv_heads * d.head_dim;
   const std::int64_t tiles = d.tiles(), D = d.head_dim;

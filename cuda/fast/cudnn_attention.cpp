@@ -235,10 +235,14 @@ std::unique_ptr<CudnnAttention> CudnnAttention::open(Backend& be, cudaStream_t s
   return attention;
 }
 
-void note_reference_attention(DType dtype, bool have_cudnn) {
+void note_reference_attention(DType dtype, bool have_cudnn, bool key_prefix) {
   static std::once_flag noted;
   std::call_once(noted, [&] {
-    if (have_cudnn)
+    if (have_cudnn && key_prefix)
+      spdlog::warn(
+          "attention of context-parallel chunks (queries against a longer key prefix) runs the "
+          "reference kernel: cuDNN's bottom-right causal mask is not wired in yet (slow)");
+    else if (have_cudnn)
       spdlog::info(
           "{} attention runs the reference kernel: cuDNN's fused attention takes "
           "bfloat16 (dtype=bfloat16 for speed)",

@@ -37,7 +37,8 @@ class CudnnAttention {
 };
 
 // Logs once per process that attention on `dtype` runs the reference kernel in the fast tier
-// (float32: cuDNN's fused attention takes bfloat16; or cuDNN is missing, said by open()).
-void note_reference_attention(DType dtype, bool have_cudnn);
+// (float32: cuDNN's fused attention takes bfloat16; key_prefix: queries against a longer key
+// prefix, whose mask is not wired; or cuDNN is missing, said by open()).
+void note_reference_attention(DType dtype, bool have_cudnn, bool key_prefix);
 
 }  // namespace carousel::gpu

@@ -126,6 +126,22 @@ std::vector<GpuCase> cases() {
        },
        1e-4});
   c.push_back(
+      {"attention_key_prefix",  // a context-parallel chunk: 5 queries, the last of 19 keys
+       [](Backend& be, DType dt) {
+         const int B = 2, Tq = 5, Tk = 19, H = 4, Hkv = 2, D = 8;
+         Tensor q = make(be, testing::randn(B * Tq * H * D, 25), {B, Tq, H, D}, dt);
+         Tensor k = make(be, testing::randn(B * Tk * Hkv * D, 26), {B, Tk, Hkv, D}, dt);
+         Tensor v = make(be, testing::randn(B * Tk * Hkv * D, 27), {B, Tk, Hkv, D}, dt);
+         Tensor o = be.empty(q.shape(), dt), lse = be.empty({B, H, Tq}, stats_dtype(dt));
+         be.attention_forward(q, k, v, o, lse);
+         Tensor dq = be.empty(q.shape(), dt), dk = be.empty(k.shape(), dt),
+                dv = be.empty(v.shape(), dt);
+         be.attention_backward(make(be, testing::randn(q.numel(), 28), q.shape(), dt), q, k, v, o,
+                               lse, dq, dk, dv);
+         return cat({fetch(be, o), fetch(be, lse), fetch(be, dq), fetch(be, dk), fetch(be, dv)});
+       },
+       1e-4});
+  c.push_back(
       {"swiglu_gelu", [](Backend& be, DType dt) {
          Tensor g = make(be, testing::randn(7 * 31, 19, 2.0), {7, 31}, dt);
          Tensor u = make(be, testing::randn(7 * 31, 20), {7, 31}, dt);

@@ -106,6 +106,51 @@ OpCase rope_case() {
   return c;
 }
 
+// Tq queries against Tk >= Tq keys: the queries are the last Tq positions (a context-parallel
+// chunk). Reference: the full causal attention of Tk queries whose last Tq are these, cut to
+// those rows.
+OpCase attention_prefix_case(const std::string& name, int B, int Tq, int Tk, int H, int Hkv,
+                             int D) {
+  auto q = testing::randn(B * Tq * H * D, 14), k = testing::randn(B * Tk * Hkv * D, 15),
+       v = testing::randn(B * Tk * Hkv * D, 16);
+  OpCase c;
+  c.name = name;
+  c.inputs = {{q, {B, Tq, H, D}}, {k, {B, Tk, Hkv, D}}, {v, {B, Tk, Hkv, D}}};
+  auto fwd = [=](Backend& be, const Tensors& in, Tensor& lse) {
+    Tensor out = empty_like(be, in[0]);
+    lse = be.empty({B, H, Tq}, in[0].dtype());
+    be.attention_forward(in[0], in[1], in[2], out, lse);
+    return out;
+  };
+  c.forward = [=](Backend& be, const Tensors& in) {
+    Tensor lse;
+    return fwd(be, in, lse);
+  };
+  c.backward = [=](Backend& be, const Tensors& in, const Tensor& dout) {
+    Tensor lse;
+    Tensor out = fwd(be, in, lse);
+    Tensor dq = empty_like(be, in[0]), dk = empty_like(be, in[1]), dv = empty_like(be, in[2]);
+    be.attention_backward(dout, in[0], in[1], in[2], out, lse, dq, dk, dv);
+    return Tensors{dq, dk, dv};
+  };
+  c.reference = [=] {
+    const std::size_t row = std::size_t(H * D);
+    std::vector<double> full = testing::randn(std::size_t(B * Tk) * row, 17);
+    for (int b = 0; b < B; ++b) {
+      std::copy_n(q.begin() + std::ptrdiff_t(b * Tq * row), Tq * row,
+                  full.begin() + std::ptrdiff_t((b * Tk + Tk - Tq) * row));
+    }
+    const auto all = reference::attention(full, k, v, B, Tk, H, Hkv, D);
+    std::vector<double> mine;
+    for (int b = 0; b < B; ++b) {
+      const auto first = all.begin() + std::ptrdiff_t((b * Tk + Tk - Tq) * row);
+      mine.insert(mine.end(), first, first + std::ptrdiff_t(Tq * row));
+    }
+    return mine;
+  };
+  return c;
+}
+
 OpCase attention_case(const std::string& name, int B, int T, int H, int Hkv, int D) {
   auto q = testing::randn(B * T * H * D, 4), k = testing::randn(B * T * Hkv * D, 5),
        v = testing::randn(B * T * Hkv * D, 6);
@@ -230,6 +275,8 @@ std::vector<OpCase> all_cases() {
           attention_case("attention_mha", 1, 5, 3, 3, 4),
           attention_case("attention_mqa", 2, 3, 3, 1, 2),
           attention_case("attention_one_token", 3, 1, 2, 1, 4),
+          attention_prefix_case("attention_key_prefix_gqa", 2, 3, 7, 4, 2, 4),
+          attention_prefix_case("attention_key_prefix_one_query", 1, 1, 5, 2, 1, 2),
           // Several 128-token tiles (compute/cpu/attention.cpp): a partial last tile (300 =
           // 2 x 128 + 44) and one row past a tile (129), so the masked-tile skipping, the
           // diagonal mask and the online softmax across tiles are all checked.

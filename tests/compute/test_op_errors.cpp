@@ -80,6 +80,10 @@ TEST(OpErrors, AttentionHeadsMustDivide) {
          lse = be.empty({1, 3, 4});
   expect_error([&] { be.attention_forward(q, k, k, o, lse); },
                {"attention_forward", "multiple of kv heads", "[1,4,3,8]", "[1,4,2,8]"});
+  // Keys may be longer than the queries (a context-parallel chunk), never shorter.
+  Tensor short_k = be.zeros({1, 3, 3, 8});
+  expect_error([&] { be.attention_forward(q, short_k, short_k, o, lse); },
+               {"attention_forward", "at least its seq", "[1,3,3,8]", "[1,4,3,8]"});
 }
 
 TEST(OpErrors, TokenOutsideVocabularyIsRejectedBeforeAnyRead) {
