@@ -51,8 +51,9 @@ Tokens tokens_of(const Tensor& x, const RopeTables& rope, const TensorGroup& ten
 // MLP columns (all of them without tensor parallelism); "mine" marks this rank's rows [n,E],
 // n = N / tensor ranks (= [b,T,E] with one rank).
 void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
-                   const RopeTables& rope, const TensorGroup& tensor, const Tensor& x,
+                   const RopeTables& rope, const LayerParallel& parallel, const Tensor& x,
                    const Tensor& y, LayerSaved& s) {
+  const TensorGroup& tensor = parallel.tensor;
   const DType dt = x.dtype();
   const auto [b, T, N, E] = tokens_of(x, rope, tensor);
   const std::int64_t hd = cfg.head_dim(), Hl = w.wq.dim(0) / hd, Hkvl = w.wk.dim(0) / hd;
@@ -74,7 +75,7 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   be.rope_forward(s.k, rope.cos, rope.sin, s.k);
   s.att = be.empty({b, T, Hl, hd}, dt);
   s.lse = be.empty({b, Hl, T}, stats_dtype(dt));
-  be.attention_forward(s.q, s.k, s.v, s.att, s.lse);
+  context_attention_forward(be, parallel.context, s.q, s.k, s.v, s.att, s.lse, s.context);
   s.h = be.empty(x.shape(), dt);  // mine: h = x + att Wo^T
   row_parallel_residual(be, tensor, s.att.reshape({N, Hl * hd}), w.wo, x, s.h);
   // MLP block.
@@ -92,9 +93,10 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
 }
 
 void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
-                    const LayerWeights& g, const RopeTables& rope, const TensorGroup& tensor,
+                    const LayerWeights& g, const RopeTables& rope, const LayerParallel& parallel,
                     const LayerSaved& s, const Tensor& dy, const Tensor& dx,
                     std::vector<DeferredWeightGrad>* defer) {
+  const TensorGroup& tensor = parallel.tensor;
   const DType dt = dy.dtype();
   const auto [b, T, N, E] = tokens_of(dy, rope, tensor);
   const std::int64_t hd = cfg.head_dim(), Hl = w.wq.dim(0) / hd, Hkvl = w.wk.dim(0) / hd;
@@ -123,7 +125,8 @@ void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   weight_grad(be, dh_all, s.att.reshape({N, Hl * hd}), g.wo, defer);
   Tensor dq = be.empty(s.q.shape(), dt), dk = be.empty(s.k.shape(), dt),
          dv = be.empty(s.v.shape(), dt);
-  be.attention_backward(datt, s.q, s.k, s.v, s.att, s.lse, dq, dk, dv);
+  context_attention_backward(be, parallel.context, datt, s.q, s.k, s.v, s.att, s.lse, s.context, dq,
+                             dk, dv);
   datt = Tensor();
   be.rope_backward(dq, rope.cos, rope.sin, dq);
   be.rope_backward(dk, rope.cos, rope.sin, dk);
@@ -145,26 +148,26 @@ void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
 
 void layer_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                    const RopeTables& rope, const Tensor& x, const Tensor& y, LayerSaved* saved,
-                   const TensorGroup& tensor) {
+                   const LayerParallel& parallel) {
   if (!cfg.is_llama()) {
     be.gemm(false, false, 1.0, x, w.w, 0.0, y);  // y = x W, [N,E] x [E,E]
     if (saved) saved->x = x;
     return;
   }
   LayerSaved local;
-  llama_forward(be, cfg, w, rope, tensor, x, y, saved ? *saved : local);
+  llama_forward(be, cfg, w, rope, parallel, x, y, saved ? *saved : local);
 }
 
 void layer_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                     const LayerWeights& grads, const RopeTables& rope, const LayerSaved& saved,
                     const Tensor& dy, const Tensor& dx, std::vector<DeferredWeightGrad>* deferred,
-                    const TensorGroup& tensor) {
+                    const LayerParallel& parallel) {
   if (!cfg.is_llama()) {
     be.gemm(false, true, 1.0, dy, w.w, 0.0, dx);      // dx = dy W^T
     weight_grad(be, saved.x, dy, grads.w, deferred);  // dW += x^T dy
     return;
   }
-  llama_backward(be, cfg, w, grads, rope, tensor, saved, dy, dx, deferred);
+  llama_backward(be, cfg, w, grads, rope, parallel, saved, dy, dx, deferred);
 }
 
 void apply_weight_grads(Backend& be, const std::vector<DeferredWeightGrad>& deferred) {

@@ -13,7 +13,7 @@
 
 #include "compute/backend.h"
 #include "models/model_config.h"
-#include "models/parallel/tensor_parallel.h"
+#include "models/parallel/layer_parallel.h"
 #include "models/params.h"
 
 namespace carousel {
@@ -33,6 +33,7 @@ struct LayerSaved {
   Tensor xn1, rstd1;     // [N,E], [N]     rms(x, g1) (rstd1 mine), gathered for q/k/v
   Tensor q, k, v;        // [b,T,H,hd], [b,T,Hkv,hd] x2   (q, k after RoPE)
   Tensor att, lse;       // [b,T,H,hd], [b,H,T]          attention output, log-sum-exp
+  ContextSaved context;  // context parallelism: every rank's keys and values
   Tensor h;              // [b,T,E]        after the attention residual (mine)
   Tensor hn, rstd2;      // [N,E], [N]     rms(h, g2) (rstd2 mine), gathered for gate/up
   Tensor gate, up, act;  // [N,Fm] x3    act = silu(gate) * up
@@ -40,10 +41,11 @@ struct LayerSaved {
 
 // y = layer(x); x and y are [b,T,E] and distinct. When `saved` is set, the activations the
 // backward needs are allocated and kept there. With a tensor group of R > 1 ranks (llama only)
-// x and y are this rank's rows [N/R, E] and `w` this rank's parts of the weights.
+// x and y are this rank's rows [N/R, E] and `w` this rank's parts of the weights; with a context
+// group, T is this rank's tokens of each sequence and `rope` holds their positions.
 void layer_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                    const RopeTables& rope, const Tensor& x, const Tensor& y, LayerSaved* saved,
-                   const TensorGroup& tensor = {});
+                   const LayerParallel& parallel = {});
 
 // One weight-gradient GEMM, grad += a^T b, kept for later: the zero-bubble schedules split the
 // backward into I (input gradients, on the critical path) and W (these GEMMs).
@@ -58,7 +60,7 @@ void layer_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                     const LayerWeights& grads, const RopeTables& rope, const LayerSaved& saved,
                     const Tensor& dy, const Tensor& dx,
                     std::vector<DeferredWeightGrad>* deferred = nullptr,
-                    const TensorGroup& tensor = {});
+                    const LayerParallel& parallel = {});
 
 // Runs deferred weight-gradient GEMMs (the W of an I/W split), in the order they were made.
 void apply_weight_grads(Backend& be, const std::vector<DeferredWeightGrad>& deferred);

@@ -10,8 +10,8 @@ std::vector<LayerWeights> all_layers(const ModelConfig& cfg, const ParamSet& set
 }
 
 double model_forward_backward(Backend& be, const ModelConfig& cfg, const ParamSet& params,
-                              const ParamSet& grads, const RopeTables& rope,
-                              const Microbatch& mb, double loss_scale, RematPolicy remat) {
+                              const ParamSet& grads, const RopeTables& rope, const Microbatch& mb,
+                              double loss_scale, RematPolicy remat) {
   const auto weights = all_layers(cfg, params);
   const auto layer_grads = all_layers(cfg, grads);
   const Tensor x = cfg.is_llama() ? embed_forward(be, params, mb.inputs) : mb.inputs;

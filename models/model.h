@@ -24,7 +24,7 @@ std::vector<LayerWeights> all_layers(const ModelConfig& cfg, const ParamSet& set
 // Forward and backward of one microbatch; gradients accumulate into `grads`. Returns the sum of
 // the microbatch's losses (the caller divides by the global count; loss_scale = 1 / that count).
 double model_forward_backward(Backend& be, const ModelConfig& cfg, const ParamSet& params,
-                              const ParamSet& grads, const RopeTables& rope,
-                              const Microbatch& mb, double loss_scale, RematPolicy remat);
+                              const ParamSet& grads, const RopeTables& rope, const Microbatch& mb,
+                              double loss_scale, RematPolicy remat);
 
 }  // namespace carousel

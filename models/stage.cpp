@@ -19,12 +19,12 @@ namespace {
 Tensor forward_keeping_all(Backend& be, const ModelConfig& cfg,
                            const std::vector<LayerWeights>& layers, const RopeTables& rope,
                            const Tensor& x, std::vector<LayerSaved>& layers_saved,
-                           const TensorGroup& tensor) {
+                           const LayerParallel& parallel) {
   layers_saved.assign(layers.size(), LayerSaved{});
   Tensor cur = x;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     Tensor next = be.empty(x.shape(), x.dtype());
-    layer_forward(be, cfg, layers[i], rope, cur, next, &layers_saved[i], tensor);
+    layer_forward(be, cfg, layers[i], rope, cur, next, &layers_saved[i], parallel);
     cur = next;
   }
   return cur;
@@ -33,15 +33,15 @@ Tensor forward_keeping_all(Backend& be, const ModelConfig& cfg,
 
 Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<LayerWeights>& layers,
                      const RopeTables& rope, const Tensor& x, RematPolicy remat, StageSaved& saved,
-                     const TensorGroup& tensor) {
+                     const LayerParallel& parallel) {
   saved.input = x;
   if (remat == RematPolicy::None)
-    return forward_keeping_all(be, cfg, layers, rope, x, saved.layers, tensor);
+    return forward_keeping_all(be, cfg, layers, rope, x, saved.layers, parallel);
   saved.layers.clear();
   Tensor cur = x;
   for (const auto& w : layers) {
     Tensor next = be.empty(x.shape(), x.dtype());
-    layer_forward(be, cfg, w, rope, cur, next, nullptr, tensor);
+    layer_forward(be, cfg, w, rope, cur, next, nullptr, parallel);
     cur = next;  // the previous activation is released here
   }
   return cur;
@@ -50,15 +50,16 @@ Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<Laye
 Tensor stage_backward(Backend& be, const ModelConfig& cfg, const std::vector<LayerWeights>& layers,
                       const std::vector<LayerWeights>& grads, const RopeTables& rope,
                       StageSaved& saved, const Tensor& dy,
-                      std::vector<DeferredWeightGrad>* deferred, const TensorGroup& tensor) {
+                      std::vector<DeferredWeightGrad>* deferred, const LayerParallel& parallel) {
   CAROUSEL_CHECK(saved.input.defined(), "stage_backward called without a stage forward");
   if (saved.layers.size() != layers.size()) {  // remat: recompute from the stage input
-    forward_keeping_all(be, cfg, layers, rope, saved.input, saved.layers, tensor);
+    forward_keeping_all(be, cfg, layers, rope, saved.input, saved.layers, parallel);
   }
   Tensor grad = dy;
   for (std::size_t i = layers.size(); i-- > 0;) {
     Tensor dx = be.empty(dy.shape(), dy.dtype());
-    layer_backward(be, cfg, layers[i], grads[i], rope, saved.layers[i], grad, dx, deferred, tensor);
+    layer_backward(be, cfg, layers[i], grads[i], rope, saved.layers[i], grad, dx, deferred,
+                   parallel);
     saved.layers[i] = LayerSaved{};  // free this layer's activations as soon as possible
     grad = dx;
   }

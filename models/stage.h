@@ -26,7 +26,7 @@ struct StageSaved {
 // parallelism this rank's rows of them (layer.h).
 Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<LayerWeights>& layers,
                      const RopeTables& rope, const Tensor& x, RematPolicy remat, StageSaved& saved,
-                     const TensorGroup& tensor = {});
+                     const LayerParallel& parallel = {});
 
 // dx for dy = d(loss)/d(y); weight gradients accumulate into `grads` (one per layer), or with
 // `deferred` set their GEMMs are collected there for a later apply_weight_grads (the I of an
@@ -35,6 +35,6 @@ Tensor stage_backward(Backend& be, const ModelConfig& cfg, const std::vector<Lay
                       const std::vector<LayerWeights>& grads, const RopeTables& rope,
                       StageSaved& saved, const Tensor& dy,
                       std::vector<DeferredWeightGrad>* deferred = nullptr,
-                      const TensorGroup& tensor = {});
+                      const LayerParallel& parallel = {});
 
 }  // namespace carousel

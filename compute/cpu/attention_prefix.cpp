@@ -69,10 +69,11 @@ void attention_prefix_forward(const Tensor& q, const Tensor& k, const Tensor& v,
     using T = decltype(tag);
 #pragma omp parallel for schedule(dynamic, 1)
     for (std::int64_t bh = 0; bh < d.batch * d.heads; ++bh) {
-      const std::int64_t b = bh / d.heads, h = bh % d.heads, kv = d.k_at(b, h / (d.heads / d.kv_heads));
+      const std::int64_t b = bh / d.heads, h = bh % d.heads,
+                         kv = d.k_at(b, h / (d.heads / d.kv_heads));
       T* p = scratch.data<T>() + std::int64_t(omp_get_thread_num()) * 2 * d.tq * d.tk;
-      probabilities(d, q.data<T>() + d.q_at(b, h), k.data<T>() + kv, p,
-                    lse.data<T>() + bh * d.tq, /*make_lse=*/true);
+      probabilities(d, q.data<T>() + d.q_at(b, h), k.data<T>() + kv, p, lse.data<T>() + bh * d.tq,
+                    /*make_lse=*/true);
       blas_gemm(false, false, d.tq, d.head_dim, d.tk, T(1), p, d.tk, v.data<T>() + kv, d.ldk(),
                 T(0), out.data<T>() + d.q_at(b, h), d.ldq());
     }
@@ -110,8 +111,8 @@ void attention_prefix_backward(const Tensor& dout, const Tensor& q, const Tensor
             dp[i * d.tk + j] = p[i * d.tk + j] * (dp[i * d.tk + j] - T(di));
         }
         const T beta = h == kvh * group ? T(0) : T(1);
-        blas_gemm(true, false, d.tk, d.head_dim, d.tq, T(1), p, d.tk, dout.data<T>() + qo,
-                  d.ldq(), beta, dv.data<T>() + kv, d.ldk());
+        blas_gemm(true, false, d.tk, d.head_dim, d.tq, T(1), p, d.tk, dout.data<T>() + qo, d.ldq(),
+                  beta, dv.data<T>() + kv, d.ldk());
         blas_gemm(true, false, d.tk, d.head_dim, d.tq, scale, dp, d.tk, q.data<T>() + qo, d.ldq(),
                   beta, dk.data<T>() + kv, d.ldk());
         blas_gemm(false, false, d.tq, d.head_dim, d.tk, scale, dp, d.tk, k.data<T>() + kv, d.ldk(),

@@ -52,6 +52,7 @@ struct Config {
   std::int64_t ici_fsdp_parallelism = 1;            // F
   std::int64_t ici_data_parallelism = 1;            // D, data-parallel replicas
   std::int64_t ici_tensor_parallelism = 1;          // T, heads and MLP columns split
+  std::int64_t ici_context_parallelism = 1;         // C, each sequence split
   bool shard_optimizer_over_data = false;           // ZeRO-1 over the D replicas
   std::int64_t replica_check_interval = 100;        // compare replicas' bits (0 = off)
   bool pipeline_fsdp_ag_per_repeat = false;         // Buffer Sliding Window: 2 weight slots
@@ -109,7 +110,7 @@ struct Config {
   // Derived values.
   std::int64_t num_devices() const {
     return ici_data_parallelism * ici_pipeline_parallelism * ici_fsdp_parallelism *
-           ici_tensor_parallelism;
+           ici_tensor_parallelism * ici_context_parallelism;
   }
   std::int64_t microbatches() const;  // M after MaxText's defaulting
   std::int64_t repeats() const;       // R after defaulting

@@ -257,6 +257,9 @@ const std::vector<ConfigKey>& config_keys() {
       key("ici_tensor_parallelism", &Config::ici_tensor_parallelism, ResumeClass::Layout,
           "T: tensor parallelism (Megatron, with sequence parallelism): each layer's heads and "
           "MLP columns split over T neighbouring ranks (llama only)"),
+      key("ici_context_parallelism", &Config::ici_context_parallelism, ResumeClass::Layout,
+          "C: context parallelism: each sequence split into 2C chunks over C ranks (rank i holds "
+          "chunks i and 2C-1-i), keys and values all-gathered for attention (llama only)"),
       key("replica_check_interval", &Config::replica_check_interval, ResumeClass::RunControl,
           "with D > 1, every N steps and before each checkpoint the data replicas' weights are "
           "compared bit for bit; a difference stops the run naming the replica and parameter "

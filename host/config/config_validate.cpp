@@ -160,6 +160,18 @@ void Config::validate() const {
   check_range("ici_data_parallelism", ici_data_parallelism, 1, kMaxMeshAxis);
   check_range("ici_tensor_parallelism", ici_tensor_parallelism, 1, kMaxMeshAxis);
   check_tensor_split(model, int(ici_tensor_parallelism));
+  check_range("ici_context_parallelism", ici_context_parallelism, 1, kMaxMeshAxis);
+  CAROUSEL_CHECK(ici_context_parallelism == 1 || model.is_llama(),
+                 "ici_context_parallelism={} needs decoder_block=llama: context parallelism splits "
+                 "the sequence that attention runs over, which decoder_block={} does not have",
+                 ici_context_parallelism, model.decoder_block);
+  CAROUSEL_CHECK(
+      ici_context_parallelism == 1 || model.max_target_length % (2 * ici_context_parallelism) == 0,
+      "ici_context_parallelism={} splits each sequence into 2 x {} = {} chunks (rank i "
+      "holds chunks i and {}-i, for causal balance), but max_target_length={} is not a "
+      "multiple of {}",
+      ici_context_parallelism, ici_context_parallelism, 2 * ici_context_parallelism,
+      2 * ici_context_parallelism - 1, model.max_target_length, 2 * ici_context_parallelism);
   check_range("num_layers_per_pipeline_stage", num_layers_per_pipeline_stage, 1, 4096);
   check_auto_or_range("num_pipeline_microbatches", num_pipeline_microbatches, 1, kMaxMicrobatches,
                       "= S, or 2S with the forwarding delay");
@@ -174,10 +186,10 @@ void Config::validate() const {
   check_schedule_costs(*this);
   CAROUSEL_CHECK(num_devices() <= kMaxDevices,
                  "ici_data_parallelism x ici_pipeline_parallelism x ici_fsdp_parallelism x "
-                 "ici_tensor_parallelism = {} x {} x {} x {} = {} devices; at most {} are "
-                 "supported",
+                 "ici_tensor_parallelism x ici_context_parallelism = {} x {} x {} x {} x {} = {} "
+                 "devices; at most {} are supported",
                  ici_data_parallelism, ici_pipeline_parallelism, ici_fsdp_parallelism,
-                 ici_tensor_parallelism, num_devices(), kMaxDevices);
+                 ici_tensor_parallelism, ici_context_parallelism, num_devices(), kMaxDevices);
   // Rules between keys.
   const double batch = per_device_batch_size * double(num_devices());
   CAROUSEL_CHECK(batch >= 1 - 1e-9 && std::abs(batch - double(global_batch())) < 1e-9,
@@ -399,12 +411,15 @@ std::int64_t Config::check_microbatch_split() const {
                  sequences, global_batch(), microbatches(), ici_fsdp_parallelism,
                  ici_data_parallelism, ici_fsdp_parallelism * ici_data_parallelism);
   const std::int64_t per_rank = sequences / (ici_fsdp_parallelism * ici_data_parallelism);
-  // Sequence parallelism: the T ranks of a tensor group each hold 1/T of a microbatch's tokens.
-  CAROUSEL_CHECK(per_rank * model.max_target_length % ici_tensor_parallelism == 0,
-                 "a rank's microbatch has {} sequences x max_target_length={} = {} tokens, which "
-                 "ici_tensor_parallelism={} ranks cannot split evenly (sequence parallelism); "
-                 "choose a max_target_length or batch that makes it a multiple of {}",
-                 per_rank, model.max_target_length, per_rank * model.max_target_length,
+  // Sequence parallelism: the T ranks of a tensor group each hold 1/T of the microbatch tokens
+  // of their context rank.
+  const std::int64_t tokens = per_rank * model.max_target_length / ici_context_parallelism;
+  CAROUSEL_CHECK(tokens % ici_tensor_parallelism == 0,
+                 "a rank's microbatch has {} sequences x max_target_length={} / "
+                 "ici_context_parallelism={} = {} tokens, which ici_tensor_parallelism={} ranks "
+                 "cannot split evenly (sequence parallelism); choose a max_target_length or batch "
+                 "that makes it a multiple of {}",
+                 per_rank, model.max_target_length, ici_context_parallelism, tokens,
                  ici_tensor_parallelism, ici_tensor_parallelism);
   return per_rank;
 }

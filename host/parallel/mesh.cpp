@@ -25,13 +25,18 @@ namespace carousel {
 
 MeshShape MeshShape::of(const Config& cfg) {
   return {int(cfg.ici_data_parallelism), int(cfg.ici_pipeline_parallelism),
-          int(cfg.ici_fsdp_parallelism), int(cfg.ici_tensor_parallelism)};
+          int(cfg.ici_fsdp_parallelism), int(cfg.ici_tensor_parallelism),
+          int(cfg.ici_context_parallelism)};
 }
 
 RankPlace RankPlace::of(int rank, const MeshShape& mesh) {
-  const int outer = rank / mesh.tensor;  // the rank number without the tensor axis
-  return {mesh, outer / (mesh.stages * mesh.fsdp), outer / mesh.fsdp % mesh.stages,
-          outer % mesh.fsdp, rank % mesh.tensor};
+  const int outer = rank / (mesh.tensor * mesh.context);  // without the tensor, context axes
+  return {mesh,
+          outer / (mesh.stages * mesh.fsdp),
+          outer / mesh.fsdp % mesh.stages,
+          outer % mesh.fsdp,
+          rank % mesh.tensor,
+          rank / mesh.tensor % mesh.context};
 }
 
 RankCommunicators split_communicators(Communicator& world, const RankPlace& place,
@@ -39,22 +44,26 @@ RankCommunicators split_communicators(Communicator& world, const RankPlace& plac
   const int data = place.data_rank, stage = place.stage_rank, fsdp = place.fsdp_rank;
   const int stages = place.mesh.stages, fsdp_size = place.mesh.fsdp;
   const int tensor = place.tensor_rank, tensor_size = place.mesh.tensor;
+  const int context = place.context_rank, context_size = place.mesh.context;
   RankCommunicators comms{};
   comms.world = &world;
   // split() is collective over `world`: every rank makes the same calls in the same order.
-  // Each group but the tensor one is per tensor index: colors count tensor fastest.
-  auto per_tensor = [&](int color) { return color * tensor_size + tensor; };
-  comms.pipe = world.split(per_tensor(data * fsdp_size + fsdp), stage);
-  comms.fsdp = world.split(per_tensor(data * stages + stage), fsdp);
-  comms.data = world.split(per_tensor(stage * fsdp_size + fsdp), data);
-  comms.tensor = world.split((data * stages + stage) * fsdp_size + fsdp, tensor);
+  // Colors count the axes a group does not span, tensor fastest.
+  const int inner = context * tensor_size + tensor;  // (context, tensor) index
+  auto per_inner = [&](int color) { return color * context_size * tensor_size + inner; };
+  const int position = (data * stages + stage) * fsdp_size + fsdp;  // without context, tensor
+  comms.pipe = world.split(per_inner(data * fsdp_size + fsdp), stage);
+  comms.fsdp = world.split(per_inner(data * stages + stage), fsdp);
+  comms.data = world.split((stage * fsdp_size + fsdp) * tensor_size + tensor, place.replica_rank());
+  comms.tensor = world.split(position * context_size + context, tensor);
+  comms.context = world.split(position * tensor_size + tensor, context);
   const int kv = kv_replicas(model, tensor_size);  // ranks sharing one KV head
   comms.kv_share = comms.tensor->split(kv > 1 ? tensor / kv : -1, tensor);
   const int first = layout.rank_of(0), last = layout.rank_of(layout.stages() - 1);
   const bool in_pair =
       model.logits_via_embedding && first != last && (stage == first || stage == last);
   comms.tie =
-      world.split(in_pair ? per_tensor(data * fsdp_size + fsdp) : -1, stage == first ? 0 : 1);
+      world.split(in_pair ? per_inner(data * fsdp_size + fsdp) : -1, stage == first ? 0 : 1);
   return comms;
 }
 

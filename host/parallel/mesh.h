@@ -1,14 +1,15 @@
 // mesh.h — the device mesh of a run: where each rank sits, the communicators it talks on, the
 // device it computes on, and how the ranks are started.
 //
-// A run has D data replicas x S pipeline stages x F FSDP ranks x T tensor ranks = N ranks (one
-// device is the trivial mesh 1 x 1 x 1 x 1). Rank numbers run tensor-fastest, so that a tensor
-// group (the most traffic) sits on neighbouring devices of one node:
-// rank = ((data * S + stage) * F + fsdp) * T + tensor.
+// A run has D data replicas x S pipeline stages x F FSDP ranks x C context ranks x T tensor ranks
+// = N ranks (one device is the trivial mesh). Rank numbers run tensor-fastest, then context, so
+// that a tensor group (the most traffic) and then a context group sit on neighbouring devices:
+// rank = (((data * S + stage) * F + fsdp) * C + context) * T + tensor.
 // Every rank gets its communicators by splitting one world: the ring of its replica's pipeline
-// stages, the FSDP group of its stage, the data group of its (stage, fsdp) position, the tensor
-// group that computes its layers together and, with tied embeddings on two stages, the pair of
-// first and last stage — each for one tensor index (tensor ranks run the same program).
+// stages, the FSDP group of its stage, the replica group of its (stage, fsdp, tensor) position —
+// the D data replicas x C context ranks, which hold the same weights and sum their gradients —
+// the tensor and context groups that compute its layers together and, with tied embeddings on
+// two stages, the pair of first and last stage. Tensor and context ranks run the same program.
 //
 // Ranks are threads of this process (in-process communicator), or this process is one rank of
 // an mpirun job (MPI communicator).
@@ -28,27 +29,34 @@
 namespace carousel {
 
 struct MeshShape {
-  int data = 1, stages = 1, fsdp = 1, tensor = 1;  // D, S, F, T
-  int ranks() const { return data * stages * fsdp * tensor; }
+  int data = 1, stages = 1, fsdp = 1, tensor = 1, context = 1;  // D, S, F, T, C
+  int ranks() const { return data * stages * fsdp * context * tensor; }
+  int replicas() const { return data * context; }  // ranks holding the same weights
   static MeshShape of(const Config& cfg);
 };
 
 // Where rank `rank` sits in the mesh.
 struct RankPlace {
   MeshShape mesh;
-  int data_rank = 0, stage_rank = 0, fsdp_rank = 0, tensor_rank = 0;
+  int data_rank = 0, stage_rank = 0, fsdp_rank = 0, tensor_rank = 0, context_rank = 0;
 
   static RankPlace of(int rank, const MeshShape& mesh);
   int rank() const {
-    return ((data_rank * mesh.stages + stage_rank) * mesh.fsdp + fsdp_rank) * mesh.tensor +
+    return (((data_rank * mesh.stages + stage_rank) * mesh.fsdp + fsdp_rank) * mesh.context +
+            context_rank) *
+               mesh.tensor +
            tensor_rank;
   }
   // This rank's part of a microbatch: its sequences are split over the F x D ranks of a stage
-  // (the T ranks of a tensor group share theirs).
+  // (the T x C ranks of its tensor and context groups share them; context ranks split tokens).
   int batch_part() const { return data_rank * mesh.fsdp + fsdp_rank; }
+  // Among the D x C ranks holding the same weights (gradients summed, ZeRO-1 pieces).
+  int replica_rank() const { return data_rank * mesh.context + context_rank; }
   // Writes whole-model state (checkpoints): one rank per stage, and per replicated tensor.
-  bool writes_shards() const { return data_rank == 0; }
-  bool writes_replicated() const { return data_rank == 0 && fsdp_rank == 0 && tensor_rank == 0; }
+  bool writes_shards() const { return replica_rank() == 0; }
+  bool writes_replicated() const {
+    return replica_rank() == 0 && fsdp_rank == 0 && tensor_rank == 0;
+  }
 };
 
 // A rank's communicators, split from the world of all ranks. Communicators of size one are
@@ -57,11 +65,14 @@ struct RankCommunicators {
   Communicator* world;                 // every rank: the step's loss and gradient norm
   std::unique_ptr<Communicator> pipe;  // the stage ring of this replica and FSDP index
   std::unique_ptr<Communicator> fsdp;  // the FSDP group of this stage
-  std::unique_ptr<Communicator> data;  // the same (stage, fsdp) rank in every replica
+  // The same (stage, fsdp, tensor) rank in every data replica and context rank: D x C ranks
+  // holding the same weights.
+  std::unique_ptr<Communicator> data;
   // The T ranks that compute this rank's layers together (tensor parallelism), and among them
   // the ranks holding the same KV head when T exceeds the KV heads (nullptr otherwise).
   std::unique_ptr<Communicator> tensor;
   std::unique_ptr<Communicator> kv_share;
+  std::unique_ptr<Communicator> context;  // the C ranks splitting this rank's sequences
   // With logits_via_embedding, the first and the last stage's ranks (same data and FSDP
   // index), which both hold the embedding; nullptr when one rank holds both, or untied.
   std::unique_ptr<Communicator> tie;

@@ -48,10 +48,12 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
       compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32),
       data_(data),
       source_(&data),
-      rope_(make_rope_tables(be, cfg.model.max_target_length, cfg.model.head_dim(),
-                             cfg.model.rope_max_timescale)),
+      parallel_{TensorGroup{comms.tensor.get()}, ContextGroup{comms.context.get()}},
+      rope_(context_rope(be,
+                         make_rope_tables(be, cfg.model.max_target_length, cfg.model.head_dim(),
+                                          cfg.model.rope_max_timescale),
+                         parallel_.context)),
       remat_(parse_remat_policy(cfg.remat_policy)),
-      tensor_{comms.tensor.get()},
       microbatch_size_(cfg.global_batch() / program.layout.microbatches /
                        (place.mesh.fsdp * place.mesh.data)),
       loss_scale_(1.0 / double(cfg.global_batch() * cfg.model.max_target_length)) {
@@ -298,14 +300,15 @@ void RankExecutor::forward(int stage, int microbatch) {
   const Key key{stage, microbatch};
   // The embedding and the head compute every token of the microbatch on each tensor rank (their
   // weights whole there, their gradients the same on each); the layers between, this rank's rows.
-  const Tensor x = stage == 0 ? tensor_.my_rows(be_, embed_forward(be_, params_.extras_weights(),
-                                                                   batch(microbatch).inputs))
-                              : take(in_f_, key);
+  const Tensor x =
+      stage == 0 ? parallel_.tensor.my_rows(
+                       be_, embed_forward(be_, params_.extras_weights(), batch(microbatch).inputs))
+                 : take(in_f_, key);
   const Tensor y = stage_forward(be_, cfg_.model, layers(params_.weights(stage)), rope_, x, remat_,
-                                 saved_[key], tensor_);
+                                 saved_[key], parallel_);
   if (stage == layout_.stages() - 1) {
-    const bool counts_loss = tensor_.rank() == 0;  // every tensor rank has the same losses
-    if (evaluating_) {                             // the loss alone: no backward will run
+    const bool counts_loss = parallel_.tensor.rank() == 0;  // every tensor rank has the same losses
+    if (evaluating_) {                                      // the loss alone: no backward will run
       const double sum = head_loss_sum(be_, cfg_.model, params_.extras_weights(), whole_tokens(y),
                                        batch(microbatch).targets);
       if (counts_loss) loss_sum_ += sum;
@@ -313,7 +316,7 @@ void RankExecutor::forward(int stage, int microbatch) {
       HeadResult head = head_loss(be_, cfg_.model, params_.extras_weights(), params_.extras_grads(),
                                   whole_tokens(y), batch(microbatch).targets, loss_scale_);
       if (counts_loss) losses_.push_back(head.losses);  // summed at the step's end: no wait here
-      in_b_[key] = tensor_.my_rows(be_, head.dx);
+      in_b_[key] = parallel_.tensor.my_rows(be_, head.dx);
     }
   } else if (layout_.rank_of(stage + 1) == place_.stage_rank) {
     in_f_[{stage + 1, microbatch}] = y;  // the next stage is local: no send
@@ -327,7 +330,7 @@ void RankExecutor::backward(int stage, int microbatch, bool defer_weight_grads) 
   std::vector<DeferredWeightGrad>* defer = defer_weight_grads ? &deferred_[key] : nullptr;
   const Tensor dx = stage_backward(be_, cfg_.model, layers(params_.weights(stage)),
                                    layers(params_.gradients(stage)), rope_, saved_.at(key),
-                                   take(in_b_, key), defer, tensor_);
+                                   take(in_b_, key), defer, parallel_);
   saved_.erase(key);
   if (stage == 0) {
     embed_backward(be_, params_.extras_grads(), batch(microbatch).inputs, whole_tokens(dx));
@@ -347,24 +350,32 @@ const Microbatch& RankExecutor::batch(int microbatch) {
     const std::int64_t b = global / layout_.microbatches;
     const TokenBatch tokens = source_->batch(
         step_, global, microbatch * b + place_.batch_part() * microbatch_size_, microbatch_size_);
+    // Context parallelism: this rank's chunks of each sequence (all of it with one rank).
+    const ContextGroup& context = parallel_.context;
+    const Shape shape = {microbatch_size_, T / context.size()};
     it = batches_
-             .emplace(microbatch, Microbatch{be_.from_host(tokens.inputs, {microbatch_size_, T}),
-                                             be_.from_host(tokens.targets, {microbatch_size_, T})})
+             .emplace(
+                 microbatch,
+                 Microbatch{
+                     be_.from_host(context.my_tokens(tokens.inputs, microbatch_size_, T), shape),
+                     be_.from_host(context.my_tokens(tokens.targets, microbatch_size_, T), shape)})
              .first;
   }
   return it->second;
 }
 
 Tensor RankExecutor::activation() const {
-  const std::int64_t T = cfg_.model.max_target_length, E = cfg_.model.emb_dim;
-  if (tensor_.size() == 1) return be_.empty({microbatch_size_, T, E}, compute_);
-  return be_.empty({microbatch_size_ * T / tensor_.size(), E}, compute_);
+  const std::int64_t T = cfg_.model.max_target_length / parallel_.context.size();
+  const std::int64_t E = cfg_.model.emb_dim;
+  if (parallel_.tensor.size() == 1) return be_.empty({microbatch_size_, T, E}, compute_);
+  return be_.empty({microbatch_size_ * T / parallel_.tensor.size(), E}, compute_);
 }
 
 Tensor RankExecutor::whole_tokens(const Tensor& mine) {
-  if (tensor_.size() == 1) return mine;
-  return tensor_.gather_rows(be_, mine).reshape(
-      {microbatch_size_, cfg_.model.max_target_length, cfg_.model.emb_dim});
+  if (parallel_.tensor.size() == 1) return mine;
+  return parallel_.tensor.gather_rows(be_, mine).reshape(
+      {microbatch_size_, cfg_.model.max_target_length / parallel_.context.size(),
+       cfg_.model.emb_dim});
 }
 
 }  // namespace carousel

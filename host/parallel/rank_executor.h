@@ -70,9 +70,10 @@ class RankExecutor {
   void forward(int stage, int microbatch);
   void backward(int stage, int microbatch, bool defer_weight_grads);
   const Microbatch& batch(int microbatch);  // this rank's part of microbatch m of step_
-  Tensor activation() const;  // [b_local, T, E] in the compute dtype (tensor parallel: my rows)
-  // A stage output [b_local, T, E] (tensor parallel: this rank's rows [n, E]) made whole for the
-  // head and the embedding, which compute every token (and the reverse).
+  // [b_local, T / C, E] in the compute dtype (C context ranks; tensor parallel: my rows of it)
+  Tensor activation() const;
+  // A stage output [b_local, T / C, E] (tensor parallel: this rank's rows [n, E]) made whole for
+  // the head and the embedding, which compute every token of the context rank.
   Tensor whole_tokens(const Tensor& mine);
 
   const Config& cfg_;
@@ -87,9 +88,9 @@ class RankExecutor {
   const DataLoader& data_;
   const DataLoader* source_;  // where batch() reads: the training data, or an evaluation's
   bool evaluating_ = false;   // in evaluate(): the head computes the loss only
-  RopeTables rope_;
+  LayerParallel parallel_;    // the tensor and context groups computing this rank's layers with it
+  RopeTables rope_;           // at the positions of this rank's tokens (context parallelism)
   RematPolicy remat_;
-  TensorGroup tensor_;            // the ranks computing this rank's layers together
   std::int64_t microbatch_size_;  // sequences of a microbatch this rank computes (b / (F x D))
   double loss_scale_;             // 1 / (B x T): a token loss sum to the global mean
 

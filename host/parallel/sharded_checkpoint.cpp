@@ -46,9 +46,8 @@ void copy_assembled(const ModelConfig& model, const std::vector<ParamSpec>& spec
     const std::vector<ParamSpec> table = param_table(model, {r, tensor_size});
     std::int64_t offset = r * padded;
     for (std::size_t i = 0; i < specs.size(); ++i) {
-      const ParamSpec& spec = *std::find_if(table.begin(), table.end(), [&](const ParamSpec& p) {
-        return p.name == specs[i].name;
-      });
+      const ParamSpec& spec = *std::find_if(
+          table.begin(), table.end(), [&](const ParamSpec& p) { return p.name == specs[i].name; });
       const auto first = all.begin() + offset;
       place_in_whole(spec, std::vector<float>(first, first + numel(spec.shape)), whole[i]);
       offset += numel(spec.shape);

@@ -45,7 +45,7 @@ void ShardedParams::reduce_gradients() {
   finish_gathers();
   for (auto& [event, buffer] : reduce_scatters_) event.wait();
   reduce_scatters_.clear();
-  if (place_.mesh.data > 1) {
+  if (place_.mesh.replicas() > 1) {
     for (auto& [stage, s] : stages_) {
       if (zero1_) {
         reduce_into_owned(stage_pieces(s), s.grads);  // only the owned piece's sum
@@ -63,7 +63,7 @@ void ShardedParams::reduce_gradients() {
   const Pieces extras = extras_pieces();
   if (extras.n > 0) {
     reduce_into_owned(extras, extras_grads_.flat,
-                      place_.mesh.data > 1 ? comms_.data.get() : nullptr);
+                      place_.mesh.replicas() > 1 ? comms_.data.get() : nullptr);
   }
   reduce_tensor_replicas();
 }
@@ -117,7 +117,7 @@ void ShardedParams::for_each_applied_gradient(Visit&& visit) {
 bool ShardedParams::uncounted_gradient_nonfinite() {
   bool bad = false;
   const Pieces extras = extras_pieces();
-  if ((place_.data_rank != 0 || place_.tensor_rank != 0) && extras.length() > 0) {
+  if ((place_.replica_rank() != 0 || place_.tensor_rank != 0) && extras.length() > 0) {
     bad |=
         !std::isfinite(be_.sum_squares(extras_grads_.flat.view(extras.begin(), {extras.length()})));
   }
@@ -144,7 +144,7 @@ bool ShardedParams::uncounted_gradient_nonfinite() {
 double ShardedParams::owned_sum_of_squares() {
   double squares = 0;
   const Pieces extras = extras_pieces();
-  if (place_.data_rank == 0 && place_.tensor_rank == 0) {
+  if (place_.replica_rank() == 0 && place_.tensor_rank == 0) {
     for (const Segment& seg :
          segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
       if (!tied_copy(seg.spec->role)) {

@@ -16,13 +16,13 @@ ShardedParams::ShardedParams(const Config& cfg, const schedule::Layout& layout,
       place_(place),
       be_(be),
       comms_(comms),
-      zero1_(cfg.shard_optimizer_over_data && place.mesh.data > 1),
+      zero1_(cfg.shard_optimizer_over_data && place.mesh.replicas() > 1),
       compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32) {
   const schedule::StageLayers map = stage_layers(cfg);  // uneven stages hold other counts
   CAROUSEL_ASSERT(map.stages() == layout.stages() && map.layers() == cfg.model.num_layers,
                   "the stage layout {} does not fit the program's {} virtual stages",
                   map.to_string(), layout.stages());
-  const int fsdp = place.mesh.fsdp, data = place.mesh.data;
+  const int fsdp = place.mesh.fsdp, data = place.mesh.replicas();
   std::vector<ParamSpec> extras;
   // This tensor rank's parts of the layer weights (whole tensors without tensor parallelism).
   for (const auto& spec : param_table(cfg.model, tensor_split())) {

@@ -13,7 +13,11 @@
 // filled (AG_ISSUE / AG_WAIT / RELEASE) and accumulates into a full gradient buffer that a
 // reduce-scatter folds into the shard (REDUCE_SCATTER).
 //
-// ZeRO-1 (shard_optimizer_over_data, D > 1) splits each shard once more over the D replicas for
+// Replicas: the D data replicas x C context ranks of a (stage, fsdp, tensor) position hold the
+// same weights and sum their gradients (context ranks computed other tokens of the same
+// sequences); "data rank" below means the rank among those D x C replicas (replica_rank()).
+//
+// ZeRO-1 (shard_optimizer_over_data, D x C > 1) splits each shard once more over the replicas for
 // the optimizer: data rank d owns elements [d * piece, d * piece + piece) of the shard, keeps
 // moments only for them, receives the replicas' summed gradient only for them (reduce-scatter
 // instead of all-reduce) and all-gathers the updated weights.

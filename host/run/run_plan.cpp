@@ -23,12 +23,12 @@ void check_mesh(const Config& cfg, const MeshShape& mesh, const Communicator* pr
   cfg.check_microbatch_split();
   const int ranks = mesh.ranks();
   CAROUSEL_CHECK(!process_world || process_world->size() == ranks,
-                 "mpirun started {} processes but the config has D x S x F x T = {} x {} x {} x "
-                 "{} = {} devices (ici_data_parallelism x ici_pipeline_parallelism x "
-                 "ici_fsdp_parallelism x ici_tensor_parallelism); start {} processes (mpirun -np "
-                 "{}) or change the mesh",
+                 "mpirun started {} processes but the config has D x S x F x T x C = {} x {} x {} "
+                 "x {} x {} = {} devices (ici_data_parallelism x ici_pipeline_parallelism x "
+                 "ici_fsdp_parallelism x ici_tensor_parallelism x ici_context_parallelism); start "
+                 "{} processes (mpirun -np {}) or change the mesh",
                  process_world ? process_world->size() : 0, mesh.data, mesh.stages, mesh.fsdp,
-                 mesh.tensor, ranks, ranks, ranks);
+                 mesh.tensor, mesh.context, ranks, ranks, ranks);
 }
 
 // The address-space limit (ulimit -v) against what this process's ranks will map on CPUs: an
@@ -66,12 +66,12 @@ void log_plan(const Config& cfg, const RunPlan& plan, const Communicator* proces
                  layout.microbatches);
   } else {
     spdlog::info(
-        "pipeline: {} schedule, D={} replicas x S={} stages x F={} FSDP x T={} tensor = {} "
-        "logical {} devices ({}), R={} repeats, M={} microbatches{}; program validated and "
-        "deadlock-free",
-        cfg.pipeline_schedule, mesh.data, mesh.stages, mesh.fsdp, mesh.tensor, mesh.ranks(),
-        devices, process_world ? "one process each" : "threads of this process", layout.repeats,
-        layout.microbatches,
+        "pipeline: {} schedule, D={} replicas x S={} stages x F={} FSDP x T={} tensor x C={} "
+        "context = {} logical {} devices ({}), R={} repeats, M={} microbatches{}; program "
+        "validated and deadlock-free",
+        cfg.pipeline_schedule, mesh.data, mesh.stages, mesh.fsdp, mesh.tensor, mesh.context,
+        mesh.ranks(), devices, process_world ? "one process each" : "threads of this process",
+        layout.repeats, layout.microbatches,
         mesh.fsdp > 1 ? fmt::format(", weight slots {}", cfg.weight_slots()) : std::string());
   }
   spdlog::info("model: {} parameters; data: {}; batch {} x {} tokens", parameter_count(cfg.model),

@@ -71,10 +71,13 @@ if threads != processes:
 print(f"uneven stages: 2 steps equal, bitwise: final loss {threads[-1][1]!r}")
 PY
 
-# Tensor parallelism (T = 2 with S = 2; T = 4 with KV heads shared by two ranks): the processes'
-# tensor groups exchange activations over MPI and train exactly as the threads, checkpoints too.
+# Tensor and context parallelism (T = 2 with S = 2; T = 4 with KV heads shared by two ranks;
+# T = 2 x C = 2; C = 2 with S = 2): the processes' tensor and context groups exchange
+# activations, keys and values over MPI and train exactly as the threads, checkpoints too.
 for mesh in "ici_fsdp_parallelism=1 ici_tensor_parallelism=2" \
-            "ici_pipeline_parallelism=1 ici_fsdp_parallelism=1 ici_tensor_parallelism=4"; do
+            "ici_pipeline_parallelism=1 ici_fsdp_parallelism=1 ici_tensor_parallelism=4" \
+            "ici_pipeline_parallelism=1 ici_fsdp_parallelism=1 ici_tensor_parallelism=2 ici_context_parallelism=2" \
+            "ici_fsdp_parallelism=1 ici_context_parallelism=2"; do
   read -ra keys <<<"$mesh steps=2"
   name=${mesh//[ =]/_}
   "$carousel" train "${common[@]}" "${keys[@]}" run_name="t_threads_$name"
@@ -101,7 +104,7 @@ done
 if out=$("$here/mpirun.sh" 2 "$carousel" train "${common[@]}" steps=1 run_name=wrong 2>&1); then
   echo "FAIL: 2 processes for a 4-device mesh did not fail"
   status=1
-elif ! grep -q "mpirun started 2 processes but the config has D x S x F x T = 1 x 2 x 2 x 1 = 4" <<<"$out"; then
+elif ! grep -q "mpirun started 2 processes but the config has D x S x F x T x C = 1 x 2 x 2 x 1 x 1 = 4" <<<"$out"; then
   echo "FAIL: unexpected error for 2 processes on a 4-device mesh:"
   echo "$out"
   status=1

@@ -35,19 +35,22 @@ TEST(Mesh, RankPlacementIsFsdpFastest) {
   }
 }
 
-// Tensor ranks are the fastest axis (a tensor group on neighbouring devices of a node) and share
-// their batch part.
-TEST(Mesh, RankPlacementIsTensorFastest) {
-  const MeshShape mesh{2, 3, 2, 4};  // D, S, F, T
-  ASSERT_EQ(mesh.ranks(), 48);
+// Tensor ranks are the fastest axis (a tensor group on neighbouring devices of a node), context
+// ranks the next; both share their batch part, and context ranks count as replicas.
+TEST(Mesh, RankPlacementIsTensorThenContextFastest) {
+  const MeshShape mesh{2, 3, 2, 4, 2};  // D, S, F, T, C
+  ASSERT_EQ(mesh.ranks(), 96);
+  ASSERT_EQ(mesh.replicas(), 4);
   for (int rank = 0; rank < mesh.ranks(); ++rank) {
     const RankPlace p = RankPlace::of(rank, mesh);
     EXPECT_EQ(p.rank(), rank);
     EXPECT_EQ(p.tensor_rank, rank % 4);
-    EXPECT_EQ(p.fsdp_rank, rank / 4 % 2);
-    EXPECT_EQ(p.stage_rank, rank / 8 % 3);
-    EXPECT_EQ(p.data_rank, rank / 24);
+    EXPECT_EQ(p.context_rank, rank / 4 % 2);
+    EXPECT_EQ(p.fsdp_rank, rank / 8 % 2);
+    EXPECT_EQ(p.stage_rank, rank / 16 % 3);
+    EXPECT_EQ(p.data_rank, rank / 48);
     EXPECT_EQ(p.batch_part(), p.data_rank * 2 + p.fsdp_rank);
+    EXPECT_EQ(p.replica_rank(), p.data_rank * 2 + p.context_rank);
   }
 }
 

@@ -44,7 +44,7 @@ TrainResult resume_on_one_device(const Config& pipeline, const std::string& run_
   namespace fs = std::filesystem;
   Config single = pipeline;
   single.ici_pipeline_parallelism = single.ici_fsdp_parallelism = single.ici_data_parallelism = 1;
-  single.ici_tensor_parallelism = 1;
+  single.ici_tensor_parallelism = single.ici_context_parallelism = 1;
   single = with_global_batch_8(single);
   single.run_name = run_name;
   fs::remove_all(single.run_directory());
@@ -59,12 +59,10 @@ TEST_P(PipelineEquivalence, LossesMatchTheSingleDeviceRun) {
   const PipelineCase& c = GetParam();
   std::vector<std::string> reference_keys;
   for (const auto& k : c.keys) {
-    if (k.rfind("ici_pipeline_parallelism", 0) != 0 && k.rfind("pipeline_schedule", 0) != 0 &&
+    if (k.rfind("ici_", 0) != 0 && k.rfind("pipeline_schedule", 0) != 0 &&
         k.rfind("num_pipeline_repeats", 0) != 0 && k.rfind("num_layers_per", 0) != 0 &&
-        k.rfind("pipeline_microbatch_group", 0) != 0 && k.rfind("ici_fsdp", 0) != 0 &&
-        k.rfind("ici_data", 0) != 0 && k.rfind("shard_optimizer", 0) != 0 &&
-        k.rfind("pipeline_fsdp", 0) != 0 && k.rfind("ici_tensor", 0) != 0 &&
-        k.rfind("pipeline_stage_layers", 0) != 0) {
+        k.rfind("pipeline_microbatch_group", 0) != 0 && k.rfind("shard_optimizer", 0) != 0 &&
+        k.rfind("pipeline_fsdp", 0) != 0 && k.rfind("pipeline_stage_layers", 0) != 0) {
       reference_keys.push_back(k);
     }
   }

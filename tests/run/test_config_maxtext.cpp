@@ -123,7 +123,7 @@ TEST(Config, HeadDimMustBeTheDerivedOne) {
 }
 
 TEST(Config, MaxTextKeysCarouselLacksAreNamedAsSuch) {
-  for (const char* key : {"attention", "quantization", "scan_layers", "ici_context_parallelism",
+  for (const char* key : {"attention", "quantization", "scan_layers", "ici_expert_parallelism",
                           "dcn_data_parallelism", "dcn_pipeline_parallelism", "tokenizer_type",
                           "eval_dataset_name"}) {
     const std::string msg = testing::error_of([&] { load_config("", {std::string(key) + "=1"}); });
@@ -136,6 +136,7 @@ TEST(Config, MaxTextKeysCarouselLacksAreNamedAsSuch) {
   EXPECT_FALSE(is_unsupported_maxtext_key("ici_fsdp_parallelism"));
   EXPECT_FALSE(is_unsupported_maxtext_key("ici_pipeline_parallelism"));
   EXPECT_FALSE(is_unsupported_maxtext_key("ici_tensor_parallelism"));
+  EXPECT_FALSE(is_unsupported_maxtext_key("ici_context_parallelism"));
   EXPECT_TRUE(is_unsupported_maxtext_key("ici_expert_parallelism"));
 }
 

@@ -1,8 +1,10 @@
-// test_pipeline_tensor.cpp — tensor parallelism (with sequence parallelism) composed with the
-// pipeline schedules, FSDP in each weight mode, data replicas with and without ZeRO-1, tied
-// embeddings, uneven stages, remat and bfloat16: every case trains like the single-device model
-// (PipelineEquivalence, tests/parallel/test_pipeline.cpp). Step 0 agrees to float32 rounding
-// (1e-6: the row-parallel GEMMs sum the tensor ranks' partial products in another order; 1e-2
+// test_pipeline_tensor_context.cpp — tensor parallelism (with sequence parallelism) and context
+// parallelism, alone and together, composed with the pipeline schedules, FSDP in each weight
+// mode, data replicas with and without ZeRO-1, tied embeddings, uneven stages, remat and
+// bfloat16: every case trains like the single-device model (PipelineEquivalence,
+// tests/parallel/test_pipeline.cpp). Step 0 agrees to float32 rounding (1e-6: the row-parallel
+// GEMMs sum the tensor ranks' partial products in another order, context ranks sum their
+// tokens' gradients; 1e-2
 // in bfloat16, where those partial sums are rounded to bfloat16 before they are added, and 1e-2
 // for its later steps too).
 #include <filesystem>
@@ -51,12 +53,16 @@ std::vector<PipelineCase> layouts() {
   };
 }
 
+// Tensor degree T (KV heads split at 2, shared by two ranks at 4) and context degree C (the
+// 16-token sequences in 2C chunks), each layout with each.
 std::vector<PipelineCase> tensor_cases() {
   std::vector<PipelineCase> out;
-  for (const int T : {2, 4}) {
+  for (const auto& [T, C] :
+       {std::pair{2, 1}, std::pair{4, 1}, std::pair{1, 2}, std::pair{1, 4}, std::pair{2, 2}}) {
     for (PipelineCase c : layouts()) {
-      c.name = "T" + std::to_string(T) + "_" + c.name;
+      c.name = "T" + std::to_string(T) + "_C" + std::to_string(C) + "_" + c.name;
       c.keys.push_back("ici_tensor_parallelism=" + std::to_string(T));
+      c.keys.push_back("ici_context_parallelism=" + std::to_string(C));
       out.push_back(c);
     }
   }
@@ -95,23 +101,29 @@ std::pair<std::vector<double>, std::vector<double>> resume_across(std::vector<st
   return out;
 }
 
-// A checkpoint holds whole Hugging Face tensors: the same tensor layout resumes it bitwise (each
-// rank cuts the same parts out again, moments included), and any other tensor degree, FSDP or
-// data layout continues like the straight run (1e-5: partial sums and the norm in another order).
+// A checkpoint holds whole Hugging Face tensors: the same tensor and context layout resumes it
+// bitwise (each rank cuts the same parts out again, moments included), and any other tensor or
+// context degree, FSDP or data layout continues like the straight run (1e-5: partial sums and
+// the norm in another order).
 TEST(TensorCheckpoint, ResumesBitwiseOnTheSameLayout) {
-  const std::vector<std::string> mesh = {"ici_tensor_parallelism=2", "ici_fsdp_parallelism=2",
-                                         "ici_data_parallelism=2",
-                                         "shard_optimizer_over_data=true"};
-  const auto [straight, resumed] = resume_across(mesh, mesh, "tensor_same");
-  ASSERT_EQ(resumed.size(), 2u);
-  EXPECT_EQ(resumed, straight);
+  for (const std::vector<std::string>& mesh :
+       {std::vector<std::string>{"ici_tensor_parallelism=2", "ici_fsdp_parallelism=2",
+                                 "ici_data_parallelism=2", "shard_optimizer_over_data=true"},
+        std::vector<std::string>{"ici_context_parallelism=2", "ici_tensor_parallelism=2",
+                                 "ici_data_parallelism=2", "shard_optimizer_over_data=true"}}) {
+    const auto [straight, resumed] = resume_across(mesh, mesh, "tensor_same_" + mesh[0]);
+    ASSERT_EQ(resumed.size(), 2u);
+    EXPECT_EQ(resumed, straight);
+  }
 }
 
-TEST(TensorCheckpoint, ResumesAcrossTensorDegrees) {
+TEST(TensorCheckpoint, ResumesAcrossTensorAndContextDegrees) {
   const std::vector<std::vector<std::string>> meshes = {
       {"ici_tensor_parallelism=4"},                                // KV heads shared by 2 ranks
       {"ici_tensor_parallelism=2", "ici_pipeline_parallelism=2"},  // KV heads split
-      {},                                                          // one device
+      {"ici_context_parallelism=2"},
+      {"ici_context_parallelism=4", "ici_tensor_parallelism=2"},
+      {},  // one device
       {"ici_tensor_parallelism=2", "ici_data_parallelism=2", "shard_optimizer_over_data=true"}};
   for (std::size_t i = 0; i < meshes.size(); ++i) {  // each mesh resumes the next one's
     const auto& from = meshes[i];

@@ -1,8 +1,8 @@
-// test_tensor_parallel.cpp — tensor parallelism's pieces against the unsharded model: the
-// parameter table's parts tile every whole tensor and start from its initial values, and a
-// llama layer computed by T ranks on their rows and weight parts (threads over the in-process
-// communicator) gives the whole layer's output, input gradient and weight gradients, in float64
-// (1e-12: only the order of the partial sums differs).
+// test_layer_parallel.cpp — tensor and context parallelism's pieces against the unsharded model:
+// the parameter table's parts tile every whole tensor and start from its initial values, and a
+// llama layer computed by T tensor x C context ranks on their tokens, rows and weight parts
+// (threads over the in-process communicator) gives the whole layer's output, input gradient and
+// weight gradients, in float64 (1e-12: only the order of the partial sums differs).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -26,7 +26,7 @@ ModelConfig layer_config(std::int64_t kv_heads) {
   c.num_query_heads = 4;
   c.num_kv_heads = kv_heads;
   c.mlp_dim = 12;
-  c.max_target_length = 6;
+  c.max_target_length = 12;
   c.rope_max_timescale = 100.0;
   return c;
 }
@@ -103,7 +103,7 @@ struct LayerRun {
 
 LayerRun run_layer(Backend& be, const ModelConfig& cfg, const std::vector<ParamSpec>& specs,
                    const std::vector<double>& x, const std::vector<double>& dy, Shape act,
-                   const TensorGroup& tensor) {
+                   const LayerParallel& parallel) {
   const std::uint64_t seed = 9;
   ParamSet w = ParamSet::allocate(be, specs, DType::F64);
   ParamSet g = ParamSet::allocate(be, specs, DType::F64);
@@ -116,75 +116,107 @@ LayerRun run_layer(Backend& be, const ModelConfig& cfg, const std::vector<ParamS
     const auto part = part_of_whole(specs[i], v);
     be.upload(part.data(), w.tensors[i]);
   }
-  const auto rope = make_rope_tables(be, cfg.max_target_length, cfg.head_dim(),
-                                     cfg.rope_max_timescale, DType::F64);
+  const auto rope = context_rope(be,
+                                 make_rope_tables(be, cfg.max_target_length, cfg.head_dim(),
+                                                  cfg.rope_max_timescale, DType::F64),
+                                 parallel.context);
   const Tensor xt = make(be, x, act, DType::F64), yt = be.empty(act, DType::F64);
   const LayerWeights lw = LayerWeights::from(w, 0), lg = LayerWeights::from(g, 0);
   LayerSaved saved;
-  layer_forward(be, cfg, lw, rope, xt, yt, &saved, tensor);
+  layer_forward(be, cfg, lw, rope, xt, yt, &saved, parallel);
   const Tensor dyt = make(be, dy, act, DType::F64), dxt = be.empty(act, DType::F64);
-  layer_backward(be, cfg, lw, lg, rope, saved, dyt, dxt, nullptr, tensor);
+  layer_backward(be, cfg, lw, lg, rope, saved, dyt, dxt, nullptr, parallel);
   LayerRun out{fetch(be, yt), fetch(be, dxt), {}};
   for (std::size_t i = 0; i < specs.size(); ++i) out.grads[specs[i].name] = fetch(be, g.tensors[i]);
   return out;
 }
 
-class TensorParallelLayer : public ::testing::TestWithParam<std::pair<int, std::int64_t>> {};
+struct Split {
+  int tensor, context;
+  std::int64_t kv_heads;
+};
 
-TEST_P(TensorParallelLayer, EqualsTheWholeLayer) {
-  const auto [T, kv] = GetParam();
+class LayerParallelism : public ::testing::TestWithParam<Split> {};
+
+// The rows of [b, S, E] values that rank (tensor t, context c) holds: its context chunks of each
+// sequence, then its tensor block of those rows.
+std::vector<double> rows_of(const std::vector<double>& whole, std::int64_t b, std::int64_t S,
+                            std::int64_t E, const ContextGroup& context, int t, int T) {
+  std::vector<double> tokens;
+  for (std::int64_t s = 0; s < b; ++s) {
+    for (const std::int64_t p : context.positions(S)) {
+      const auto first = whole.begin() + (s * S + p) * E;
+      tokens.insert(tokens.end(), first, first + E);
+    }
+  }
+  const std::int64_t n = std::int64_t(tokens.size()) / T;
+  return {tokens.begin() + t * n, tokens.begin() + (t + 1) * n};
+}
+
+TEST_P(LayerParallelism, EqualsTheWholeLayer) {
+  const auto [T, C, kv] = GetParam();
   const ModelConfig cfg = layer_config(kv);
-  const std::int64_t b = 2, S = cfg.max_target_length, E = cfg.emb_dim, N = b * S, n = N / T;
-  const auto x = testing::randn(std::size_t(N * E), 1), dy = testing::randn(std::size_t(N * E), 2);
+  const std::int64_t b = 2, S = cfg.max_target_length, E = cfg.emb_dim;
+  const std::int64_t n = b * S / C / T;  // rows per rank
+  const auto x = testing::randn(std::size_t(b * S * E), 1),
+             dy = testing::randn(std::size_t(b * S * E), 2);
   CpuBackend whole_be;
   const LayerRun whole = run_layer(whole_be, cfg, layer_specs(cfg, {}), x, dy, {b, S, E}, {});
 
-  LocalWorld world(T, 30.0);
-  std::vector<LayerRun> ranks(static_cast<std::size_t>(T));
-  std::vector<std::vector<ParamSpec>> specs(static_cast<std::size_t>(T));
+  const int ranks = T * C;  // rank = context * T + tensor
+  LocalWorld world(ranks, 30.0);
+  std::vector<LayerRun> runs(static_cast<std::size_t>(ranks));
+  std::vector<std::vector<ParamSpec>> specs(static_cast<std::size_t>(ranks));
+  std::vector<std::vector<double>> expected_y(runs.size()), expected_dx(runs.size());
   run_ranks(
-      T,
+      ranks,
       [&](int r) {
         CpuBackend be;
         auto comm = world.communicator(r);
-        specs[r] = layer_specs(cfg, {r, T});
-        const auto rows = [&](const std::vector<double>& v) {
-          return std::vector<double>(v.begin() + r * n * E, v.begin() + (r + 1) * n * E);
-        };
-        ranks[r] = run_layer(be, cfg, specs[r], rows(x), rows(dy), {n, E}, TensorGroup{comm.get()});
+        const int t = r % T, c = r / T;
+        auto tensor = comm->split(c, t);
+        auto context = comm->split(t, c);
+        const LayerParallel parallel{TensorGroup{tensor.get()}, ContextGroup{context.get()}};
+        specs[r] = layer_specs(cfg, {t, T});
+        const Shape act = T == 1 ? Shape{b, S / C, E} : Shape{n, E};
+        runs[r] = run_layer(be, cfg, specs[r], rows_of(x, b, S, E, parallel.context, t, T),
+                            rows_of(dy, b, S, E, parallel.context, t, T), act, parallel);
+        expected_y[r] = rows_of(whole.y, b, S, E, parallel.context, t, T);
+        expected_dx[r] = rows_of(whole.dx, b, S, E, parallel.context, t, T);
       },
       &world);
 
-  for (int r = 0; r < T; ++r) {
-    const auto rows = [&](const std::vector<double>& v) {
-      return std::vector<double>(v.begin() + r * n * E, v.begin() + (r + 1) * n * E);
-    };
-    testing::expect_close(ranks[r].y, rows(whole.y), 1e-12, 1e-12,
-                          "y rows of rank " + std::to_string(r));
-    testing::expect_close(ranks[r].dx, rows(whole.dx), 1e-12, 1e-12,
-                          "dx rows of rank " + std::to_string(r));
+  for (int r = 0; r < ranks; ++r) {
+    const std::string who = "rank " + std::to_string(r);
+    testing::expect_close(runs[r].y, expected_y[r], 1e-12, 1e-12, "y of " + who);
+    testing::expect_close(runs[r].dx, expected_dx[r], 1e-12, 1e-12, "dx of " + who);
     for (const ParamSpec& p : specs[r]) {
-      // A part held by several ranks has partial gradients: their sum is the whole's part.
+      // Every context rank and the tensor ranks sharing a part hold partial gradients: their sum
+      // is the whole's part.
       std::vector<double> sum(std::size_t(numel(p.shape)), 0.0);
-      const int first = r / p.tensor_replicas * p.tensor_replicas;
-      for (int q = first; q < first + p.tensor_replicas; ++q) {
-        const auto& theirs = ranks[q].grads.at(p.name);
-        for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += theirs[i];
+      const int first = r % T / p.tensor_replicas * p.tensor_replicas;
+      for (int c = 0; c < C; ++c) {
+        for (int t = first; t < first + p.tensor_replicas; ++t) {
+          const auto& theirs = runs[c * T + t].grads.at(p.name);
+          for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += theirs[i];
+        }
       }
       testing::expect_close(sum, part_of_whole(p, whole.grads.at(p.name)), 1e-12, 1e-12,
-                            p.name + " gradient part of rank " + std::to_string(r));
+                            p.name + " gradient part of " + who);
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Splits, TensorParallelLayer,
-    ::testing::Values(std::pair{2, std::int64_t(4)}, std::pair{4, std::int64_t(4)},
-                      std::pair{2, std::int64_t(2)}, std::pair{4, std::int64_t(2)},
-                      std::pair{4, std::int64_t(1)}, std::pair{1, std::int64_t(2)}),
-    [](const auto& info) {
-      return "T" + std::to_string(info.param.first) + "_kv" + std::to_string(info.param.second);
-    });
+INSTANTIATE_TEST_SUITE_P(Splits, LayerParallelism,
+                         ::testing::Values(Split{2, 1, 4}, Split{4, 1, 4}, Split{2, 1, 2},
+                                           Split{4, 1, 2}, Split{4, 1, 1}, Split{1, 1, 2},
+                                           Split{1, 2, 2}, Split{1, 3, 2}, Split{2, 2, 2},
+                                           Split{4, 2, 1}),
+                         [](const auto& info) {
+                           return "T" + std::to_string(info.param.tensor) + "_C" +
+                                  std::to_string(info.param.context) + "_kv" +
+                                  std::to_string(info.param.kv_heads);
+                         });
 
 }  // namespace
 }  // namespace carousel
