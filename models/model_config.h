@@ -43,8 +43,8 @@ struct ModelConfig {
   void validate() const;
 };
 
-// Named shapes (docs/model.md#named-shapes): tiny, llama2-7b, llama2-13b, llama3-8b. Throws on
-// an unknown name, listing the known ones.
+// Named shapes (docs/model.md#named-shapes): tiny, llama2-7b, llama2-13b, llama3-8b, llama3-70b.
+// Throws on an unknown name, listing the known ones.
 ModelConfig model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 

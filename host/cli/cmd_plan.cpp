@@ -52,6 +52,8 @@ nlohmann::json to_json(const plan::Prediction& p) {
   return {{"S", c.stages},
           {"F", c.fsdp},
           {"D", c.data},
+          {"T", c.tensor},
+          {"C", c.context},
           {"M", c.microbatches},
           {"R", c.repeats},
           {"L", c.stage_layers.empty() ? nlohmann::json(c.layers_per_stage) : nlohmann::json()},
@@ -82,6 +84,8 @@ nlohmann::json to_json(const plan::Prediction& p) {
             {"fsdp_scatter", p.bytes.fsdp_scatter},
             {"data", p.bytes.data},
             {"extras", p.bytes.extras},
+            {"tensor", p.bytes.tensor},
+            {"context", p.bytes.context},
             {"intra_node", p.bytes.intra},
             {"inter_node", p.bytes.inter}}},
           {"keys", p.keys}};
@@ -89,24 +93,25 @@ nlohmann::json to_json(const plan::Prediction& p) {
 
 void print_table(const plan::SearchResult& r) {
   fmt::print(
-      "{:>2}  {:>3} {:>3} {:>3}  {:>4} {:>2} {:<9}  {:<16} {:<7} {:>8} {:>6} {:>5} "
+      "{:>2}  {:>3} {:>3} {:>3} {:>2} {:>2}  {:>4} {:>2} {:<9}  {:<16} {:<7} {:>8} {:>6} {:>5} "
       "{:>9}  {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}  {:>7} {:>7}\n",
-      "#", "S", "F", "D", "M", "R", "layers", "schedule", "weights", "step s", "bubble", "MFU",
-      "tokens/s", "mem", "wts", "grads", "optim", "acts", "slots+gb", "work", "intra", "inter");
-  fmt::print("{:>108}{:>16}\n", "(GiB per device)", "(GB/step)");
+      "#", "S", "F", "D", "T", "C", "M", "R", "layers", "schedule", "weights", "step s", "bubble",
+      "MFU", "tokens/s", "mem", "wts", "grads", "optim", "acts", "slots+gb", "work", "intra",
+      "inter");
+  fmt::print("{:>114}{:>16}\n", "(GiB per device)", "(GB/step)");
   for (std::size_t i = 0; i < r.best.size(); ++i) {
     const plan::Prediction& p = r.best[i];
     const plan::Candidate& c = p.candidate;
     const plan::MemoryBreakdown& m = p.memory;
     fmt::print(
-        "{:>2}  {:>3} {:>3} {:>3}  {:>4} {:>2} {:<9}  {:<16} {:<7} {:>8.4g} {:>5.1f}% "
-        "{:>4.1f}% {:>9.0f}  {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>8.1f} "
+        "{:>2}  {:>3} {:>3} {:>3} {:>2} {:>2}  {:>4} {:>2} {:<9}  {:<16} {:<7} {:>8.4g} "
+        "{:>5.1f}% {:>4.1f}% {:>9.0f}  {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>8.1f} "
         "{:>6.1f}  {:>7.2f} {:>7.2f}\n",
-        i + 1, c.stages, c.fsdp, c.data, c.microbatches, c.repeats, layers_column(c), c.schedule,
-        weight_mode(c), p.step_seconds, 100 * p.bubble, 100 * p.mfu, p.tokens_per_second,
-        gib(m.total()), gib(m.weights), gib(m.gradients), gib(m.optimizer), gib(m.activations),
-        gib(m.weight_slots + m.gradient_buffers), gib(m.working_set), p.bytes.intra / 1e9,
-        p.bytes.inter / 1e9);
+        i + 1, c.stages, c.fsdp, c.data, c.tensor, c.context, c.microbatches, c.repeats,
+        layers_column(c), c.schedule, weight_mode(c), p.step_seconds, 100 * p.bubble, 100 * p.mfu,
+        p.tokens_per_second, gib(m.total()), gib(m.weights), gib(m.gradients), gib(m.optimizer),
+        gib(m.activations), gib(m.weight_slots + m.gradient_buffers), gib(m.working_set),
+        p.bytes.intra / 1e9, p.bytes.inter / 1e9);
   }
 }
 
@@ -122,11 +127,11 @@ void print_best(const plan::Prediction& p) {
   fmt::print(
       "      bytes sent per step by the busiest device: pipeline {:.3f} GB, FSDP gathers "
       "{:.3f} GB, FSDP reduce-scatters {:.3f} GB, replicas {:.3f} GB, embedding/head "
-      "{:.3f} GB; {:.3f} GB intra-node, {:.3f} GB inter-node; exposed reductions "
-      "{:.3f} s\n",
+      "{:.3f} GB, tensor group {:.3f} GB, context group {:.3f} GB; {:.3f} GB intra-node, "
+      "{:.3f} GB inter-node; exposed reductions {:.3f} s\n",
       p.bytes.pipeline / 1e9, p.bytes.fsdp_gather / 1e9, p.bytes.fsdp_scatter / 1e9,
-      p.bytes.data / 1e9, p.bytes.extras / 1e9, p.bytes.intra / 1e9, p.bytes.inter / 1e9,
-      p.exposed_comm_seconds);
+      p.bytes.data / 1e9, p.bytes.extras / 1e9, p.bytes.tensor / 1e9, p.bytes.context / 1e9,
+      p.bytes.intra / 1e9, p.bytes.inter / 1e9, p.exposed_comm_seconds);
   fmt::print(
       "      step {:.4f} s = simulated schedule {:.4f} s (the head charged to the last stage "
       "as {:.2f} layers{}) + exposed reductions {:.4f} s\n",
@@ -183,6 +188,14 @@ void add_plan_options(CLI::App& cmd, PlanOptions& o) {
   cmd.add_option("--max-microbatches", o.max_microbatches, "at most this M (default: no limit)")
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   cmd.add_option("--top", o.top, "candidates to print")->check(CLI::Range(1, 1000));
+  cmd.add_option("--tensor", o.tensor,
+                 "only this tensor-parallel degree T (default: every T within a node that divides "
+                 "the heads, KV heads and MLP columns)")
+      ->check(CLI::Range(1, 4096));
+  cmd.add_option("--context", o.context,
+                 "only this context-parallel degree C (default: every C within a node that cuts "
+                 "the sequence into 2C chunks)")
+      ->check(CLI::Range(1, 4096));
   cmd.add_flag("--json", o.json, "print JSON instead of the table");
 }
 
@@ -256,16 +269,20 @@ int run_plan(const PlanOptions& o) {
     plan::check_measured_on(*cluster.measured, w.model, w.dtype, w.remat_policy);
   }
 
-  plan::SearchOptions options{
-      .top = o.top, .schedules = o.schedules, .max_microbatches = o.max_microbatches};
+  plan::SearchOptions options{.top = o.top,
+                              .schedules = o.schedules,
+                              .max_microbatches = o.max_microbatches,
+                              .tensor = o.tensor,
+                              .context = o.context};
   const plan::SearchResult r = plan::search(w, cluster, options);
   if (r.best.empty()) {
     const plan::Candidate& c = r.smallest_candidate;
     fail(
         "no candidate fits in {:.1f} GiB per device: the smallest needs at least {:.1f} GiB "
-        "(S={} F={} D={} M={}); use more devices, devices with more memory, or a smaller batch",
+        "(S={} F={} D={} T={} C={} M={}); use more devices, devices with more memory, or a "
+        "smaller batch",
         cluster.memory_bytes / double(1 << 30), gib(r.smallest_memory), c.stages, c.fsdp, c.data,
-        c.microbatches);
+        c.tensor, c.context, c.microbatches);
   }
   if (o.json) {
     nlohmann::json out = {
@@ -297,7 +314,7 @@ int run_plan(const PlanOptions& o) {
   fmt::print(
       "{} candidates: {} refused without simulating (their parameters do not fit), {} "
       "simulated ({} of them refused: do not fit with activations), {} pruned by their time "
-      "bound; the best per mesh (S, F, D):\n\n",
+      "bound; the best per mesh (S, F, D, T, C):\n\n",
       r.candidates, r.refused_memory - r.refused_simulated, r.simulated, r.refused_simulated,
       r.pruned);
   print_table(r);

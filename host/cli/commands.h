@@ -54,6 +54,7 @@ struct PlanOptions {
   std::string costs_file;              // a schedule_costs.yml a profiled run wrote
   std::vector<std::string> schedules;  // empty: all
   std::int64_t max_microbatches = 0;
+  std::int64_t tensor = 0, context = 0;  // 0: search them
   int top = 5;
   bool json = false;
 };

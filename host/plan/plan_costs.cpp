@@ -56,28 +56,47 @@ double link(const Cluster& c, bool inter) {
 // reduce-scatter: (G-1)/G.
 double ring_fraction(std::int64_t group) { return double(group - 1) / double(group); }
 
-double layer_elements(const ModelConfig& m) {
+double layer_elements(const ModelConfig& m, int tensor) {
   double n = 0;
-  for (const auto& spec : table_of(m)) n += spec.layer == 0 ? double(numel(spec.shape)) : 0.0;
+  for (const auto& spec : table_of(m, tensor))
+    n += spec.layer == 0 ? double(numel(spec.shape)) : 0.0;
   return n;
 }
 
-// The FLOP model: compute at peak x efficiency, communication over the links' bandwidths.
+// The seconds a layer's forward waits for its tensor and context groups (their collectives sit
+// between its GEMMs: nothing overlaps them), from the bytes plan_memory counts.
+double layer_collective_seconds(const Config& cfg, const Cluster& cluster, const MeshLinks& links) {
+  const int T = int(cfg.ici_tensor_parallelism), C = int(cfg.ici_context_parallelism);
+  const double c = compute_bytes(cfg);
+  const std::int64_t kv =
+      (kv_replicas(cfg.model, T) == 1 ? cfg.model.num_kv_heads / T : 1) * cfg.model.head_dim();
+  const double tensor = 4.0 * (T - 1) * double(rank_rows(cfg) * cfg.model.emb_dim) * c;
+  const double context = 2.0 * (C - 1) * double(context_tokens(cfg) * kv) * c;
+  return tensor / link(cluster, links.tensor_inter) + context / link(cluster, links.context_inter);
+}
+
+// The FLOP model: compute at peak x efficiency, communication over the links' bandwidths. With
+// tensor and context parallelism a rank computes 1 / (T x C) of a layer's work on the
+// microbatch and waits for their collectives (a backward with remat: twice, the recomputed
+// forward's and its own).
 void set_flop_model_costs(Config& cfg, const Cluster& cluster, const MeshLinks& links) {
   const ModelConfig& m = cfg.model;
-  const double tokens = double(microbatch_rows(cfg) * m.max_target_length);
+  const double tokens = double(context_tokens(cfg)) / double(cfg.ici_tensor_parallelism);
   const double f =
       layer_forward_flops_per_token(m) * tokens / (cluster.peak_flops * cluster.compute_efficiency);
-  cfg.schedule_cost_f = f;
-  cfg.schedule_cost_b = (cfg.remat_policy == "full" ? 3 : 2) * f;
+  const bool remat = cfg.remat_policy == "full";
+  const double waits = layer_collective_seconds(cfg, cluster, links);
+  cfg.schedule_cost_f = f + waits;
+  cfg.schedule_cost_b = (remat ? 3 : 2) * f + (remat ? 2 : 1) * waits;
   cfg.schedule_cost_w = f;
   const double c = compute_bytes(cfg);
   cfg.schedule_cost_p2p =
       cfg.ici_pipeline_parallelism > 1
-          ? tokens * double(m.emb_dim) * c / link(cluster, links.any_hop_inter())
+          ? double(rank_rows(cfg) * m.emb_dim) * c / link(cluster, links.any_hop_inter())
           : 0.0;
-  const double share =
-      ring_fraction(cfg.ici_fsdp_parallelism) * layer_elements(m) / link(cluster, links.fsdp_inter);
+  const double share = ring_fraction(cfg.ici_fsdp_parallelism) *
+                       layer_elements(m, int(cfg.ici_tensor_parallelism)) /
+                       link(cluster, links.fsdp_inter);
   cfg.schedule_cost_all_gather = share * c;
   cfg.schedule_cost_reduce_scatter = share * 4;  // float32 gradients
 }
@@ -86,9 +105,14 @@ void set_flop_model_costs(Config& cfg, const Cluster& cluster, const MeshLinks& 
 // candidate's; what the run could not measure stays the FLOP model's (set before).
 void scale_measured_costs(Config& cfg, const Cluster& cluster, const MeshLinks& links) {
   const MeasuredCosts& m = *cluster.measured;
-  const double rows = double(microbatch_rows(cfg)) / double(m.microbatch_sequences);
-  cfg.schedule_cost_f = m.f * rows;
-  cfg.schedule_cost_b = m.b * rows;
+  // A costs file is measured without tensor or context parallelism: a candidate's rank does
+  // 1 / (T x C) of that work and waits for those groups' collectives (layer_collective_seconds).
+  const double rows = double(microbatch_rows(cfg)) / double(m.microbatch_sequences) /
+                      double(cfg.ici_tensor_parallelism * cfg.ici_context_parallelism);
+  const double waits = layer_collective_seconds(cfg, cluster, links);
+  const double replays = cfg.remat_policy == "full" ? 2 : 1;
+  cfg.schedule_cost_f = m.f * rows + waits;
+  cfg.schedule_cost_b = m.b * rows + replays * waits;
   cfg.schedule_cost_w = m.w * rows;
   // The measuring run's ranks were on one node: its hand-offs and collectives ran at the
   // intra-node speed.
@@ -98,7 +122,8 @@ void scale_measured_costs(Config& cfg, const Cluster& cluster, const MeshLinks& 
   }
   const std::int64_t F = cfg.ici_fsdp_parallelism, F0 = m.on.ici_fsdp_parallelism;
   if (F > 1 && F0 > 1) {
-    const double ring = ring_fraction(F) / ring_fraction(F0) * (links.fsdp_inter ? slower : 1.0);
+    const double ring = ring_fraction(F) / ring_fraction(F0) / double(cfg.ici_tensor_parallelism) *
+                        (links.fsdp_inter ? slower : 1.0);  // a tensor rank gathers its parts
     cfg.schedule_cost_all_gather = m.all_gather * ring;
     cfg.schedule_cost_reduce_scatter = m.reduce_scatter * ring;
   }
@@ -129,7 +154,9 @@ void set_planner_costs(Config& cfg, const Cluster& cluster, const MeshLinks& lin
                  "the planner needs a positive peak, efficiency and bandwidths");
   set_flop_model_costs(cfg, cluster, links);
   if (cluster.measured) scale_measured_costs(cfg, cluster, links);
-  cfg.schedule_cost_head = head_layers(cfg.model, cfg.remat_policy, cluster);
+  // The head runs whole on every tensor rank (its layers are split T ways).
+  cfg.schedule_cost_head =
+      head_layers(cfg.model, cfg.remat_policy, cluster) * double(cfg.ici_tensor_parallelism);
 }
 
 std::string measured_on_yaml(const Config& cfg, bool head_measured) {

@@ -4,6 +4,7 @@
 #include "host/plan/plan_memory.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <tuple>
 
@@ -15,18 +16,20 @@ namespace carousel::plan {
 
 namespace sch = schedule;
 
-const std::vector<ParamSpec>& table_of(const ModelConfig& m) {
+const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor) {
   thread_local ModelConfig cached;
-  thread_local std::vector<ParamSpec> table;
+  thread_local std::map<int, std::vector<ParamSpec>> tables;  // by tensor degree
   const auto shape = [](const ModelConfig& c) {
     return std::tie(c.decoder_block, c.vocab_size, c.emb_dim, c.num_layers, c.num_query_heads,
                     c.num_kv_heads, c.mlp_dim, c.logits_via_embedding);
   };
-  if (table.empty() || shape(cached) != shape(m)) {
-    table = param_table(m);
+  if (tables.empty() || shape(cached) != shape(m)) {
+    tables.clear();
     cached = m;
   }
-  return table;
+  auto it = tables.find(tensor);
+  if (it == tables.end()) it = tables.emplace(tensor, param_table(m, {0, tensor})).first;
+  return it->second;
 }
 
 namespace {
@@ -36,21 +39,34 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 // Sends (F-1)/F of a buffer of n bytes per device in a ring all-gather or reduce-scatter.
 double ring_share(int group, double n) { return group > 1 ? n * double(group - 1) / group : 0.0; }
 
-// A layer's saved activations (models/layer.h LayerSaved) for `rows` tokens, in elements of the
-// compute dtype; the float32 statistics (rstd, lse) are counted at 2 elements each so the sum is
-// an upper bound in either dtype.
-std::int64_t layer_saved_elements(const ModelConfig& m, std::int64_t rows) {
-  const std::int64_t E = m.emb_dim, kv = m.num_kv_heads * m.head_dim(), Fm = m.mlp_dim;
-  // x, xn1, q, att, h, hn: [rows, E]; k, v: [rows, kv]; gate, up, act: [rows, Fm];
-  // rstd1, rstd2: [rows]; lse: [rows, H] (b x H x T).
-  return rows * (6 * E + 2 * kv + 3 * Fm) + 2 * rows * (2 + m.num_query_heads);
+// One tensor rank's share of a layer: its query heads x hd, KV heads x hd, MLP columns.
+struct LayerShare {
+  std::int64_t q, kv, mlp;
+};
+LayerShare layer_share(const ModelConfig& m, int T) {
+  const std::int64_t kv_heads = kv_replicas(m, T) == 1 ? m.num_kv_heads / T : 1;
+  return {m.num_query_heads / T * m.head_dim(), kv_heads * m.head_dim(), m.mlp_dim / T};
+}
+
+// A layer's saved activations (models/layer.h LayerSaved) for `Nc` tokens of a context rank on
+// one of T tensor ranks, in elements of the compute dtype; the float32 statistics (rstd, lse)
+// are counted at 2 elements each so the sum is an upper bound in either dtype.
+std::int64_t layer_saved_elements(const ModelConfig& m, std::int64_t Nc, int T, int C) {
+  const std::int64_t E = m.emb_dim, n = Nc / T;
+  const LayerShare l = layer_share(m, T);
+  // x, h, rstd1, rstd2: this rank's rows; xn1, hn: gathered [Nc, E]; q, att: [Nc, q];
+  // k, v: [Nc, kv]; gate, up, act: [Nc, mlp]; lse: [Nc, q / hd]; with C > 1 every context
+  // rank's keys and values [Nc x C, kv] twice.
+  const std::int64_t context = C > 1 ? 2 * Nc * C * l.kv : 0;
+  return 2 * n * E + 2 * Nc * E + 2 * Nc * l.q + 2 * Nc * l.kv + 3 * Nc * l.mlp +
+         2 * (2 * n + Nc * (l.q / m.head_dim())) + context;
 }
 
 // What a deferred weight gradient (an I done, its W pending) keeps per layer: the GEMM inputs
 // (xn1, att, hn, act) and the output gradients (dq, dk, dv, d attention out, dgate, dup, dy).
-std::int64_t deferred_elements(const ModelConfig& m, std::int64_t rows) {
-  const std::int64_t E = m.emb_dim, kv = m.num_kv_heads * m.head_dim(), Fm = m.mlp_dim;
-  return rows * (6 * E + 2 * kv + 3 * Fm);
+std::int64_t deferred_elements(const ModelConfig& m, std::int64_t Nc, int T) {
+  const LayerShare l = layer_share(m, T);
+  return Nc * (4 * m.emb_dim + 2 * l.q + 2 * l.kv + 3 * l.mlp);
 }
 
 // Peak count of buffers alive in program order between an opening and a closing action of
@@ -76,6 +92,12 @@ int peak_open(const std::vector<sch::Action>& actions, sch::Kind open,
 int compute_bytes(const Config& cfg) { return cfg.dtype == "bfloat16" ? 2 : 4; }
 
 std::int64_t microbatch_rows(const Config& cfg) { return cfg.check_microbatch_split(); }
+std::int64_t context_tokens(const Config& cfg) {
+  return microbatch_rows(cfg) * cfg.model.max_target_length / cfg.ici_context_parallelism;
+}
+std::int64_t rank_rows(const Config& cfg) {
+  return context_tokens(cfg) / cfg.ici_tensor_parallelism;
+}
 
 namespace {
 std::int64_t sum_over(const std::vector<StageElements>& stages,
@@ -108,7 +130,9 @@ const StageElements& ParamLayout::stage(int v) const {
 }
 
 ParamLayout param_layout(const Config& cfg, const sch::Layout& layout, int stage_rank) {
-  const std::int64_t F = cfg.ici_fsdp_parallelism, D = cfg.ici_data_parallelism;
+  // ZeRO-1 shards over the replica group: D data replicas x C context ranks.
+  const std::int64_t F = cfg.ici_fsdp_parallelism,
+                     D = cfg.ici_data_parallelism * cfg.ici_context_parallelism;
   const bool zero1 = cfg.shard_optimizer_over_data && D > 1;
   // The stage map ShardedParams uses: even stages, uneven ones (pipeline_stage_layers), or the
   // whole model as one stage on one device.
@@ -118,10 +142,13 @@ ParamLayout param_layout(const Config& cfg, const sch::Layout& layout, int stage
   const bool first = layout.rank_of(0) == stage_rank;
   const bool last = layout.rank_of(layout.stages() - 1) == stage_rank;
   ParamLayout p;
-  std::vector<std::int64_t> elements(std::size_t(layout.stages()), 0);
-  for (const auto& spec : table_of(cfg.model)) {
-    if (spec.layer >= 0) {
-      elements[std::size_t(map.stage_of(int(spec.layer)))] += numel(spec.shape);
+  // Every decoder layer has the same parameters: a stage holds its layer count times layer 0's.
+  std::int64_t per_layer = 0;
+  for (const auto& spec : table_of(cfg.model, int(cfg.ici_tensor_parallelism))) {
+    if (spec.layer == 0) {
+      per_layer += numel(spec.shape);
+    } else if (spec.layer >= 0) {
+      continue;
     } else if (spec.role == ParamRole::Embedding ? first || (last && cfg.model.logits_via_embedding)
                                                  : last) {
       p.extras += numel(spec.shape);
@@ -132,7 +159,7 @@ ParamLayout param_layout(const Config& cfg, const sch::Layout& layout, int stage
     StageElements s;
     s.stage = v;
     s.layers = map.count(v);
-    s.padded = ceil_div(elements[std::size_t(v)], F) * F;
+    s.padded = ceil_div(per_layer * map.count(v), F) * F;
     s.shard = s.padded / F;
     s.piece = zero1 ? ceil_div(s.shard, D) : s.shard;
     p.stages.push_back(s);
@@ -163,7 +190,8 @@ MemoryBreakdown device_memory(const Config& cfg, const sch::Program& lowered, in
   // Layers of the rank's largest stage: what one stage's stash, recompute and deferred weight
   // gradients hold at most (every stage's count with even stages).
   const std::int64_t L = p.max_layers();
-  const std::int64_t rows = microbatch_rows(cfg) * m.max_target_length;  // tokens of a microbatch
+  const int T = int(cfg.ici_tensor_parallelism), C = int(cfg.ici_context_parallelism);
+  const std::int64_t Nc = context_tokens(cfg), n = rank_rows(cfg);  // tokens, this rank's rows
   const auto& actions = lowered.ranks.at(stage_rank);
   MemoryBreakdown mem = state_memory(cfg, lowered.layout, stage_rank);
   if (F > 1) {
@@ -174,45 +202,62 @@ MemoryBreakdown device_memory(const Config& cfg, const sch::Program& lowered, in
     mem.weight_slots = std::int64_t(slots.size()) * p.max_padded() * c;
   }
   const bool no_remat = cfg.remat_policy == "none";
-  const std::int64_t stash = rows * m.emb_dim + (no_remat ? L * layer_saved_elements(m, rows) : 0);
+  const std::int64_t stash = n * m.emb_dim + (no_remat ? L * layer_saved_elements(m, Nc, T, C) : 0);
   mem.activations = std::int64_t(peak_stashed) * stash * c;
 
   // Working set (a bound): receives posted before their compute, sends in flight, deferred
   // weight gradients, then the largest of one stage's backward (remat recomputes L layers; each
   // layer's backward temporaries as much again), the head's logits and the optimizer's buffers.
-  const std::int64_t act = rows * m.emb_dim * c;
+  const std::int64_t act = n * m.emb_dim * c;
   const int receives = peak_open(actions, sch::Kind::RECV_F, {sch::Kind::F}) +
                        peak_open(actions, sch::Kind::RECV_B, {sch::Kind::B, sch::Kind::I});
   const int pending_w = peak_open(actions, sch::Kind::I, {sch::Kind::W});
-  const std::int64_t backward = ((no_remat ? 0 : L) + 2) * layer_saved_elements(m, rows) * c;
+  // Context parallelism's chunk copies: a chunk's key and value prefixes, their gradients and
+  // the gathered gradients of every key, at most 8 times every rank's keys.
+  const std::int64_t context_copies = C > 1 ? 8 * Nc * C * layer_share(m, T).kv * c : 0;
+  const std::int64_t backward =
+      ((no_remat ? 0 : L) + 2) * layer_saved_elements(m, Nc, T, C) * c + context_copies;
   const bool last = lowered.layout.rank_of(lowered.layout.stages() - 1) == stage_rank;
   const bool first = lowered.layout.rank_of(0) == stage_rank;
-  const std::int64_t head = last ? 2 * rows * m.vocab_size * c + 4 * rows * m.emb_dim * c : 0;
+  const std::int64_t head = last ? 2 * Nc * m.vocab_size * c + 4 * Nc * m.emb_dim * c : 0;
   std::int64_t largest_shard = 0;
   for (const auto& s : p.stages) largest_shard = std::max(largest_shard, s.shard);
   const std::int64_t optimizer =
       4 * (2 * std::max(p.extras, largest_shard) + 2 * F * p.extras_piece);
-  const std::int64_t tokens = (first || last) ? 2 * cfg.microbatches() * rows * 4 : 0;
-  const std::int64_t rope = 2 * m.max_target_length * m.head_dim() * 8;
-  mem.working_set = (receives + 2) * act + pending_w * L * deferred_elements(m, rows) * c +
+  const std::int64_t tokens = (first || last) ? 2 * cfg.microbatches() * Nc * 4 : 0;
+  const std::int64_t rope = (C > 1 ? 2 : 1) * 2 * m.max_target_length * m.head_dim() * 8;
+  mem.working_set = (receives + 2) * act + pending_w * L * deferred_elements(m, Nc, T) * c +
                     std::max({backward, head, optimizer}) + tokens + rope;
   return mem;
 }
 
-MeshLinks mesh_links(int stages, int fsdp, int data, int devices_per_node) {
-  CAROUSEL_ASSERT(stages >= 1 && fsdp >= 1 && data >= 1 && devices_per_node >= 1,
-                  "mesh {} x {} x {} on nodes of {}", stages, fsdp, data, devices_per_node);
-  const int S = stages, F = fsdp, D = data, G = devices_per_node;
-  auto node = [&](int d, int s, int f) { return ((d * S + s) * F + f) / G; };
+MeshLinks mesh_links(int stages, int fsdp, int data, int devices_per_node, int tensor,
+                     int context) {
+  CAROUSEL_ASSERT(
+      stages >= 1 && fsdp >= 1 && data >= 1 && devices_per_node >= 1 && tensor >= 1 && context >= 1,
+      "mesh {} x {} x {} x {} x {} on nodes of {}", stages, fsdp, data, tensor, context,
+      devices_per_node);
+  const int S = stages, F = fsdp, D = data, T = tensor, C = context, G = devices_per_node;
+  // host/parallel/mesh.h's rank numbers, node by node.
+  auto node = [&](int d, int s, int f, int c, int t) {
+    return ((((d * S + s) * F + f) * C + c) * T + t) / G;
+  };
   MeshLinks links;
   links.hop_inter.assign(S, std::vector<bool>(S, false));
   for (int d = 0; d < D; ++d) {
     for (int s = 0; s < S; ++s) {
       for (int f = 0; f < F; ++f) {
-        links.fsdp_inter = links.fsdp_inter || node(d, s, f) != node(d, s, 0);
-        links.data_inter = links.data_inter || node(d, s, f) != node(0, s, f);
-        for (int t = 0; t < S; ++t) {
-          if (node(d, s, f) != node(d, t, f)) links.hop_inter[s][t] = true;
+        for (int c = 0; c < C; ++c) {
+          for (int t = 0; t < T; ++t) {
+            const int here = node(d, s, f, c, t);
+            links.fsdp_inter = links.fsdp_inter || here != node(d, s, 0, c, t);
+            links.data_inter = links.data_inter || here != node(0, s, f, 0, t);
+            links.tensor_inter = links.tensor_inter || here != node(d, s, f, c, 0);
+            links.context_inter = links.context_inter || here != node(d, s, f, 0, t);
+            for (int u = 0; u < S; ++u) {
+              if (here != node(d, u, f, c, t)) links.hop_inter[s][u] = true;
+            }
+          }
         }
       }
     }
@@ -229,10 +274,52 @@ bool MeshLinks::any_hop_inter() const {
   return false;
 }
 
-LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int stage_rank,
-                               const MeshLinks& links) {
+namespace {
+
+// Bytes of the gradient sums over the tensor ranks that hold the same part of a layer parameter
+// (ShardedParams::reduce_tensor_replicas): an all-reduce of each such part within the elements
+// FSDP rank `fsdp_rank` and replica `replica_rank` apply.
+double tensor_replica_bytes(const Config& cfg, const sch::Layout& layout, int stage_rank,
+                            int fsdp_rank, int replica_rank) {
+  const int T = int(cfg.ici_tensor_parallelism);
+  if (T == 1) return 0;
   const ParamLayout p = param_layout(cfg, layout, stage_rank);
-  const int F = int(cfg.ici_fsdp_parallelism), D = int(cfg.ici_data_parallelism);
+  const sch::StageLayers map = stage_layers(cfg);
+  const bool zero1 =
+      cfg.shard_optimizer_over_data && cfg.ici_data_parallelism * cfg.ici_context_parallelism > 1;
+  // The parts of one layer, in its flat order (every layer alike).
+  std::vector<const ParamSpec*> layer;
+  std::int64_t per_layer = 0;
+  for (const auto& spec : table_of(cfg.model, T)) {
+    if (spec.layer != 0) continue;
+    layer.push_back(&spec);
+    per_layer += numel(spec.shape);
+  }
+  double bytes = 0;
+  for (const StageElements& s : p.stages) {
+    const std::int64_t piece_begin = zero1 ? std::min(s.shard, replica_rank * s.piece) : 0;
+    const std::int64_t lo = fsdp_rank * s.shard + piece_begin,
+                       hi = lo + std::min(s.piece, s.shard - piece_begin);
+    for (std::int64_t l = 0; l < map.count(s.stage); ++l) {
+      std::int64_t offset = l * per_layer;  // in the stage's flat buffer
+      for (const ParamSpec* spec : layer) {
+        const std::int64_t a = std::max(offset, lo), b = std::min(offset + numel(spec->shape), hi);
+        if (a < b && spec->tensor_replicas > 1)
+          bytes += 2 * ring_share(spec->tensor_replicas, double(b - a) * 4);
+        offset += numel(spec->shape);
+      }
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int stage_rank,
+                               const MeshLinks& links, int fsdp_rank, int replica_rank) {
+  const ParamLayout p = param_layout(cfg, layout, stage_rank);
+  const int F = int(cfg.ici_fsdp_parallelism),
+            D = int(cfg.ici_data_parallelism * cfg.ici_context_parallelism);
   const bool zero1 = cfg.shard_optimizer_over_data && D > 1;
   // Replicas: all-reduce of the float32 shards (2 (D-1)/D), or with ZeRO-1 a reduce-scatter of
   // the gradient and an all-gather of the updated weights (the same bytes). Extras: a
@@ -245,21 +332,57 @@ LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int
   LinkBytes b;
   b.data = replicas + extras_data;
   b.extras = extras_fsdp;
-  b.inter = (links.fsdp_inter ? b.extras : 0) + (links.data_inter ? b.data : 0);
-  b.intra = b.data + b.extras - b.inter;
+  b.tensor = tensor_replica_bytes(cfg, layout, stage_rank, fsdp_rank, replica_rank);
+  b.inter = (links.fsdp_inter ? b.extras : 0) + (links.data_inter ? b.data : 0) +
+            (links.tensor_inter ? b.tensor : 0);
+  b.intra = b.data + b.extras + b.tensor - b.inter;
   return b;
 }
 
-LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int stage_rank,
-                            const MeshLinks& links) {
-  const ParamLayout p = param_layout(cfg, lowered.layout, stage_rank);
-  const int F = int(cfg.ici_fsdp_parallelism);
+namespace {
+
+// What a forward of one layer sends in its tensor group (2 row all-gathers, 2 reduce-scatters
+// of [n, E]) and in its context group (the key and value all-gathers, [Nc, kv] each); a
+// backward sends as much again (the row gathers and scatters reversed; the key and value
+// gradients reduce-scattered).
+struct LayerTraffic {
+  double tensor = 0, context = 0;
+};
+LayerTraffic layer_traffic(const Config& cfg) {
+  const int T = int(cfg.ici_tensor_parallelism), C = int(cfg.ici_context_parallelism);
   const double c = compute_bytes(cfg);
-  const double act =
-      double(microbatch_rows(cfg) * cfg.model.max_target_length * cfg.model.emb_dim) * c;
-  LinkBytes b = optimizer_link_bytes(cfg, lowered.layout, stage_rank, links);
+  const double rows = double(rank_rows(cfg) * cfg.model.emb_dim) * c;
+  const double keys = double(context_tokens(cfg) * layer_share(cfg.model, T).kv) * c;
+  return {4.0 * (T - 1) * rows, 2.0 * (C - 1) * keys};
+}
+
+}  // namespace
+
+LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int stage_rank,
+                            const MeshLinks& links, int fsdp_rank, int replica_rank) {
+  const ParamLayout p = param_layout(cfg, lowered.layout, stage_rank);
+  const int F = int(cfg.ici_fsdp_parallelism), T = int(cfg.ici_tensor_parallelism);
+  const double c = compute_bytes(cfg);
+  const double act = double(rank_rows(cfg) * cfg.model.emb_dim) * c;
+  LinkBytes b =
+      optimizer_link_bytes(cfg, lowered.layout, stage_rank, links, fsdp_rank, replica_rank);
+  const double optimizer_tensor = b.tensor;
+  const LayerTraffic layer = layer_traffic(cfg);
+  const bool remat = cfg.remat_policy != "none";  // a backward first recomputes the forward
+  const sch::StageLayers map = stage_layers(cfg);
+  const int last = lowered.layout.stages() - 1;
   double pipe_inter = 0;
   for (const auto& a : lowered.ranks.at(stage_rank)) {
+    const double layers = a.is_compute() ? double(map.count(a.stage)) : 0.0;
+    if (a.kind == sch::Kind::F) {
+      b.tensor += layers * layer.tensor;
+      b.context += layers * layer.context;
+      if (a.stage == last) b.tensor += (T - 1) * act;  // the head gathers every row
+    } else if (a.kind == sch::Kind::B || a.kind == sch::Kind::I) {
+      b.tensor += layers * layer.tensor * (remat ? 2 : 1);
+      b.context += layers * layer.context * (remat ? 2 : 1);
+      if (a.stage == 0) b.tensor += (T - 1) * act;  // the embedding's gradient, every row
+    }
     if (a.kind == sch::Kind::SEND_F || a.kind == sch::Kind::SEND_B) {
       b.pipeline += act;
       pipe_inter += links.hop_inter[stage_rank].at(a.peer) ? act : 0.0;
@@ -270,9 +393,12 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
     }
   }
   const double fsdp = b.fsdp_gather + b.fsdp_scatter;
-  const double inter = pipe_inter + (links.fsdp_inter ? fsdp : 0);
+  const double layers_tensor = b.tensor - optimizer_tensor;
+  const double inter = pipe_inter + (links.fsdp_inter ? fsdp : 0) +
+                       (links.tensor_inter ? layers_tensor : 0) +
+                       (links.context_inter ? b.context : 0);
   b.inter += inter;
-  b.intra += b.pipeline + fsdp - inter;
+  b.intra += b.pipeline + fsdp + layers_tensor + b.context - inter;
   return b;
 }
 

@@ -38,23 +38,30 @@ struct MemoryBreakdown {
 
 // Bytes one device sends per step, by traffic and by link (intra-node or inter-node).
 struct LinkBytes {
-  double pipeline = 0;          // activations and their gradients to the neighbouring stages
-  double fsdp_gather = 0;       // weight all-gathers (ring: (F-1)/F of the stage per gather)
-  double fsdp_scatter = 0;      // gradient reduce-scatters, float32
-  double data = 0;              // replica gradient reduction (+ ZeRO-1 weight gather), extras too
-  double extras = 0;            // embedding / head gradients and weights over FSDP (optimizer step)
+  double pipeline = 0;      // activations and their gradients to the neighbouring stages
+  double fsdp_gather = 0;   // weight all-gathers (ring: (F-1)/F of the stage per gather)
+  double fsdp_scatter = 0;  // gradient reduce-scatters, float32
+  double data = 0;          // replica gradient reduction (+ ZeRO-1 weight gather), extras too
+  double extras = 0;        // embedding / head gradients and weights over FSDP (optimizer step)
+  double tensor = 0;   // tensor parallelism: the layers' row gathers and scatters, the head's and
+                       // embedding's gathers, the shared parts' gradient sums
+  double context = 0;  // context parallelism: key/value gathers and their gradients' scatters
   double intra = 0, inter = 0;  // the same bytes split by the link they cross
 };
 
 // Where the groups of a mesh sit on nodes of `devices_per_node` consecutive ranks (ranks run
-// FSDP-fastest, host/parallel/mesh.h): whether each group or hop crosses a node boundary.
+// tensor-fastest, then context, then FSDP, host/parallel/mesh.h): whether each group or hop
+// crosses a node boundary.
 struct MeshLinks {
   bool fsdp_inter = false;                   // some FSDP group spans two nodes
-  bool data_inter = false;                   // some data group spans two nodes
+  bool data_inter = false;                   // some replica group (data x context) spans two
+  bool tensor_inter = false;                 // some tensor group spans two nodes
+  bool context_inter = false;                // some context group spans two nodes
   std::vector<std::vector<bool>> hop_inter;  // [from stage rank][to stage rank]
   bool any_hop_inter() const;                // the slowest pipeline hop is inter-node
 };
-MeshLinks mesh_links(int stages, int fsdp, int data, int devices_per_node);
+MeshLinks mesh_links(int stages, int fsdp, int data, int devices_per_node, int tensor = 1,
+                     int context = 1);
 
 // One virtual stage held by a pipeline rank, in elements, as ShardedParams lays it out.
 struct StageElements {
@@ -78,8 +85,13 @@ struct ParamLayout {
 };
 ParamLayout param_layout(const Config& cfg, const schedule::Layout& layout, int stage_rank);
 
-// Sequences per microbatch on one device: B / (M x F x D).
+// Sequences per microbatch on one device: B / (M x F x D) (its tensor and context ranks share
+// them; a context rank holds max_target_length / C tokens of each).
 std::int64_t microbatch_rows(const Config& cfg);
+// Tokens of a microbatch on one context rank (what its head and attention see), and the rows
+// each of its tensor ranks holds between blocks: microbatch_rows x T_seq / C, then / T.
+std::int64_t context_tokens(const Config& cfg);
+std::int64_t rank_rows(const Config& cfg);
 
 // The parts a stage rank's devices hold whatever the program does: weights, gradients, optimizer
 // and the FSDP gradient buffers (exact; the other parts 0). The search refuses with it before
@@ -92,18 +104,22 @@ MemoryBreakdown device_memory(const Config& cfg, const schedule::Program& lowere
                               int peak_stashed);
 
 // Bytes a device of stage rank `stage_rank` sends in the optimizer step (the replicas' gradient
-// reduction and the extras' over FSDP and the replicas): they depend on the layout only.
+// reduction and the extras' over FSDP and the replicas; with tensor parallelism the sums of the
+// parts several tensor ranks hold, within the piece that FSDP rank `fsdp_rank` and replica
+// `replica_rank` apply): they depend on the layout only.
 LinkBytes optimizer_link_bytes(const Config& cfg, const schedule::Layout& layout, int stage_rank,
-                               const MeshLinks& links);
+                               const MeshLinks& links, int fsdp_rank = 0, int replica_rank = 0);
 
 // Every byte a device of stage rank `stage_rank` sends per step (ring collectives): the
-// program's hand-offs, gathers and reduce-scatters plus optimizer_link_bytes.
+// program's hand-offs, gathers and reduce-scatters, the tensor and context groups' traffic of
+// each forward and backward, plus optimizer_link_bytes.
 LinkBytes device_link_bytes(const Config& cfg, const schedule::Program& lowered, int stage_rank,
-                            const MeshLinks& links);
+                            const MeshLinks& links, int fsdp_rank = 0, int replica_rank = 0);
 
-// param_table(m), kept for the last model asked about (the search asks for the same model's
-// table for every candidate).
-const std::vector<ParamSpec>& table_of(const ModelConfig& m);
+// param_table(m, {0, tensor}), kept for the last model and tensor degree asked about (the search
+// asks for the same model's table for every candidate): every tensor rank's parts have these
+// sizes.
+const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor = 1);
 
 // Bytes of one element in the compute dtype (bfloat16: 2, float32: 4).
 int compute_bytes(const Config& cfg);

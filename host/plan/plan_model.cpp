@@ -46,6 +46,8 @@ Config candidate_config(const Workload& w, const Candidate& c) {
   cfg.ici_pipeline_parallelism = c.stages;
   cfg.ici_fsdp_parallelism = c.fsdp;
   cfg.ici_data_parallelism = c.data;
+  cfg.ici_tensor_parallelism = c.tensor;
+  cfg.ici_context_parallelism = c.context;
   cfg.num_pipeline_microbatches = c.microbatches;
   cfg.num_pipeline_repeats = c.repeats;
   if (c.stage_layers.empty()) {
@@ -66,8 +68,12 @@ Config candidate_config(const Workload& w, const Candidate& c) {
                  "a global batch of {} sequences is not a whole number of per-device sequences "
                  "on {} devices",
                  w.global_batch, cfg.num_devices());
+  check_tensor_split(cfg.model, c.tensor);  // heads, KV heads and MLP columns split T ways
+  CAROUSEL_CHECK(c.context == 1 || cfg.model.max_target_length % (2 * c.context) == 0,
+                 "max_target_length={} does not split into 2 x {} chunks",
+                 cfg.model.max_target_length, c.context);
   cfg.validate_pipeline();
-  microbatch_rows(cfg);  // throws when B does not split into M x F x D
+  microbatch_rows(cfg);  // throws when B does not split into M x F x D, or the tokens over T
   return cfg;
 }
 
@@ -86,12 +92,19 @@ std::string candidate_keys(const Config& cfg) {
   if (cfg.pipeline_fsdp_ag_per_repeat) keys += " pipeline_fsdp_ag_per_repeat=true";
   if (cfg.pipeline_fsdp_ag_once) keys += " pipeline_fsdp_ag_once=true";
   if (cfg.shard_optimizer_over_data) keys += " shard_optimizer_over_data=true";
+  if (cfg.ici_tensor_parallelism > 1)
+    keys += fmt::format(" ici_tensor_parallelism={}", cfg.ici_tensor_parallelism);
+  if (cfg.ici_context_parallelism > 1)
+    keys += fmt::format(" ici_context_parallelism={}", cfg.ici_context_parallelism);
   return keys;
 }
 
-CostedCandidate cost_candidate(const Cluster& cluster, const Candidate& c, Config cfg) {
+CostedCandidate cost_candidate(const Cluster& cluster, const Candidate& c, Config cfg,
+                               const MeshLinks* links) {
   CostedCandidate out{c, std::move(cfg), {}};
-  out.links = mesh_links(c.stages, c.fsdp, c.data, cluster.devices_per_node);
+  out.links = links ? *links
+                    : mesh_links(c.stages, c.fsdp, c.data, cluster.devices_per_node, c.tensor,
+                                 c.context);
   set_planner_costs(out.cfg, cluster, out.links);
   return out;
 }

@@ -38,8 +38,9 @@ struct Candidate {
   // empty = every stage L layers.
   std::vector<int> stage_layers;
   std::string schedule = "1f1b";
-  int weight_slots = 0;  // FSDP weight mode: 0 gather per use, 2 BSW, -1 once per step
-  bool zero1 = false;    // shard_optimizer_over_data
+  int weight_slots = 0;         // FSDP weight mode: 0 gather per use, 2 BSW, -1 once per step
+  bool zero1 = false;           // shard_optimizer_over_data
+  int tensor = 1, context = 1;  // T, C
 };
 
 // The carousel config that runs `c` (validated: throws carousel::Error naming what is invalid).
@@ -73,7 +74,9 @@ struct CostedCandidate {
 };
 // `cfg` is candidate_config(w, c), which the caller has built already (the search refuses on
 // memory before it costs anything).
-CostedCandidate cost_candidate(const Cluster& cluster, const Candidate& c, Config cfg);
+// `links`: mesh_links of c's mesh, when the caller has them (the search reuses a mesh's).
+CostedCandidate cost_candidate(const Cluster& cluster, const Candidate& c, Config cfg,
+                               const MeshLinks* links = nullptr);
 
 // A lower bound on the step time without simulating: compute on the busiest rank plus the exposed
 // reductions (the search prunes with it).

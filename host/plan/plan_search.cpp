@@ -89,54 +89,75 @@ std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
   const bool one_device = cluster.devices == 1;
   result.smallest_memory = std::numeric_limits<std::int64_t>::max();
   std::vector<Pending> pending;
-  for (const std::int64_t S : divisors(cluster.devices)) {
-    if (S > N) continue;
-    const std::vector<StageLayout> layouts = stage_layouts(N, S, one_device, head);
-    for (const std::int64_t F : divisors(cluster.devices / S)) {
-      const std::int64_t D = cluster.devices / S / F;
-      if (B % (F * D) != 0) continue;
-      for (const StageLayout& layout : layouts) {
-        for (const auto& name : names) {
-          if (one_device && name != names.front()) continue;
-          for (const std::int64_t M : divisors(B / (F * D))) {
-            if (options.max_microbatches > 0 && M > options.max_microbatches) continue;
-            for (const int slots : F > 1 ? std::vector<int>{0, 2, -1} : std::vector<int>{0}) {
-              const Candidate c{
-                  int(S),
-                  int(F),
-                  int(D),
-                  int(M),
-                  layout.repeats,
-                  layout.layers_per_stage,
-                  layout.counts,
-                  one_device ? std::string(schedule::one_device_schedule().name) : name,
-                  slots,
-                  D > 1};
-              Config cfg;
-              try {
-                cfg = candidate_config(w, c);
-              } catch (const Error&) {
-                continue;  // the schedule's own constraints (R, M, groups) exclude it
+  // Tensor degrees inside a node that split the heads, KV heads and MLP columns; context degrees
+  // that cut the sequence into 2C chunks (up to the node too: its key exchange is per layer).
+  std::vector<std::int64_t> tensors, contexts;
+  for (const std::int64_t T : divisors(std::min(cluster.devices, cluster.devices_per_node))) {
+    try {
+      check_tensor_split(w.model, int(T));
+      tensors.push_back(T);
+    } catch (const Error&) {
+    }
+  }
+  for (const std::int64_t C : divisors(std::min(cluster.devices, cluster.devices_per_node))) {
+    if (C == 1 || w.model.max_target_length % (2 * C) == 0) contexts.push_back(C);
+  }
+  for (const std::int64_t T :
+       options.tensor > 0 ? std::vector<std::int64_t>{options.tensor} : tensors)
+    for (const std::int64_t C :
+         options.context > 0 ? std::vector<std::int64_t>{options.context} : contexts)
+      for (const std::int64_t S : divisors(cluster.devices)) {
+        if (S > N || cluster.devices % (S * T * C) != 0) continue;
+        const std::vector<StageLayout> layouts = stage_layouts(N, S, one_device, head);
+        for (const std::int64_t F : divisors(cluster.devices / (S * T * C))) {
+          const std::int64_t D = cluster.devices / (S * T * C) / F;
+          if (B % (F * D) != 0) continue;
+          const MeshLinks links = mesh_links(int(S), int(F), int(D), cluster.devices_per_node,
+                                             int(T), int(C));  // every candidate of this mesh
+          for (const StageLayout& layout : layouts) {
+            for (const auto& name : names) {
+              if (one_device && name != names.front()) continue;
+              for (const std::int64_t M : divisors(B / (F * D))) {
+                if (options.max_microbatches > 0 && M > options.max_microbatches) continue;
+                for (const int slots : F > 1 ? std::vector<int>{0, 2, -1} : std::vector<int>{0}) {
+                  const Candidate c{
+                      int(S),
+                      int(F),
+                      int(D),
+                      int(M),
+                      layout.repeats,
+                      layout.layers_per_stage,
+                      layout.counts,
+                      one_device ? std::string(schedule::one_device_schedule().name) : name,
+                      slots,
+                      D * C > 1,
+                      int(T),
+                      int(C)};
+                  Config cfg;
+                  try {
+                    cfg = candidate_config(w, c);
+                  } catch (const Error&) {
+                    continue;  // the schedule's own constraints (R, M, groups) exclude it
+                  }
+                  ++result.candidates;
+                  const std::int64_t lower = memory_lower_bound(cfg);
+                  if (lower < result.smallest_memory) {
+                    result.smallest_memory = lower;
+                    result.smallest_candidate = c;
+                  }
+                  if (double(lower) > cluster.memory_bytes) {
+                    ++result.refused_memory;
+                    continue;
+                  }
+                  CostedCandidate costed = cost_candidate(cluster, c, std::move(cfg), &links);
+                  const double bound = step_time_lower_bound(costed, cluster);
+                  pending.push_back({std::move(costed), bound});
+                }
               }
-              ++result.candidates;
-              const std::int64_t lower = memory_lower_bound(cfg);
-              if (lower < result.smallest_memory) {
-                result.smallest_memory = lower;
-                result.smallest_candidate = c;
-              }
-              if (double(lower) > cluster.memory_bytes) {
-                ++result.refused_memory;
-                continue;
-              }
-              CostedCandidate costed = cost_candidate(cluster, c, std::move(cfg));
-              const double bound = step_time_lower_bound(costed, cluster);
-              pending.push_back({std::move(costed), bound});
             }
           }
         }
       }
-    }
-  }
   return pending;
 }
 
@@ -178,9 +199,9 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
                  cluster.devices, w.global_batch, w.model.num_layers);
   std::stable_sort(pending.begin(), pending.end(),
                    [](const Pending& a, const Pending& b) { return a.bound < b.bound; });
-  // The best prediction per mesh (S, F, D): one row per mesh, with its best schedule, M, L and
-  // weight mode.
-  std::map<std::tuple<int, int, int>, Prediction> best;
+  // The best prediction per mesh (S, F, D, T, C): one row per mesh, with its best schedule, M,
+  // L and weight mode.
+  std::map<std::tuple<int, int, int, int, int>, Prediction> best;
   auto kth_best = [&] {
     if (int(best.size()) < options.top) return std::numeric_limits<double>::infinity();
     std::vector<double> times;
@@ -189,9 +210,13 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
     return times[options.top - 1];
   };
   double kth = std::numeric_limits<double>::infinity();
+  // The smallest total of the simulated candidates: what to report when none fits (the lower
+  // bounds of the others can sit far below the device and say nothing).
+  std::int64_t smallest_simulated = std::numeric_limits<std::int64_t>::max();
+  Candidate smallest_simulated_candidate;
   for (const Pending& p : pending) {
     const Candidate& c = p.costed.candidate;
-    const auto key = std::make_tuple(c.stages, c.fsdp, c.data);
+    const auto key = std::make_tuple(c.stages, c.fsdp, c.data, c.tensor, c.context);
     const auto it = best.find(key);
     // Beyond the next time step of the k-th best (and of its own mesh's best) it cannot enter.
     const double margin = 1 + 2 * kTimeStep;
@@ -202,9 +227,9 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
     }
     const Prediction pred = predict(w, cluster, p.costed);
     ++result.simulated;
-    if (pred.memory.total() < result.smallest_memory) {
-      result.smallest_memory = pred.memory.total();
-      result.smallest_candidate = c;
+    if (pred.memory.total() < smallest_simulated) {
+      smallest_simulated = pred.memory.total();
+      smallest_simulated_candidate = c;
     }
     if (!pred.fits) {
       ++result.refused_memory;
@@ -213,6 +238,10 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
     }
     if (it == best.end() || better(pred, it->second)) best[key] = pred;
     kth = kth_best();
+  }
+  if (best.empty() && result.simulated > 0) {
+    result.smallest_memory = smallest_simulated;
+    result.smallest_candidate = smallest_simulated_candidate;
   }
   for (const auto& [key, p] : best) result.best.push_back(p);
   std::sort(result.best.begin(), result.best.end(), better);

@@ -1,4 +1,5 @@
-// plan_search.h — the search of `carousel plan`: every mesh S x F x D of the cluster's devices,
+// plan_search.h — the search of `carousel plan`: every mesh S x F x D x T x C of the cluster's
+// devices (T and C within a node),
 // every stage layout (even: L, so R; uneven: R and the split balancing the head), schedule, M
 // and FSDP weight mode the registry and the batch allow, ranked by predicted step time among the
 // candidates that fit in device memory: one row per mesh (its best schedule, M, layout and
@@ -10,8 +11,8 @@
 // costing its layers plus the head (balanced_stage_layers), when it is not the even split. With
 // S not dividing N it is the only layout of S stages.
 //
-// Pruning keeps it to seconds for 512 devices: a candidate whose parameter memory alone exceeds
-// the device is refused without simulating, and the rest are simulated in order of a lower bound
+// Pruning keeps it to seconds, at most about a minute, for 512 devices (docs/performance.md): a
+// candidate whose parameter memory alone exceeds the device is refused without simulating, and the rest are simulated in order of a lower bound
 // on their step time (compute on the busiest rank plus exposed reductions) until that bound
 // exceeds the k-th best simulated time.
 #pragma once
@@ -28,6 +29,9 @@ struct SearchOptions {
   int top = 5;                         // candidates to return
   std::vector<std::string> schedules;  // empty: every registered schedule
   std::int64_t max_microbatches = 0;   // 0: up to B / (F x D), one sequence per microbatch part
+  // Tensor and context degrees: 0 searches every degree within a node that the model allows; a
+  // number fixes it (1: none).
+  std::int64_t tensor = 0, context = 0;
 };
 
 struct SearchResult {

@@ -69,7 +69,7 @@ struct RankMeasure {
   std::int64_t kept = 0;              // held after the step beyond what was held before it
   std::int64_t gradient_buffers = 0;  // allocated by asking for every local stage's gradients
   std::int64_t peak = 0;
-  double pipe = 0, fsdp = 0, data = 0;
+  double pipe = 0, fsdp = 0, data = 0, tensor = 0, context = 0;
 };
 
 Config mesh_config(std::vector<std::string> keys, int global_batch) {
@@ -92,6 +92,10 @@ std::vector<RankMeasure> run_one_step(const Config& cfg, const schedule::Program
     auto* pipe = testing::decorate<CountingCommunicator>(comms.pipe);
     auto* fsdp = testing::decorate<CountingCommunicator>(comms.fsdp);
     auto* replicas = testing::decorate<CountingCommunicator>(comms.data);
+    auto* tensor = testing::decorate<CountingCommunicator>(comms.tensor);
+    auto* context = testing::decorate<CountingCommunicator>(comms.context);
+    CountingCommunicator* kv_share =
+        comms.kv_share ? testing::decorate<CountingCommunicator>(comms.kv_share) : nullptr;
     auto held = [&] { return std::int64_t(be.allocator().stats().current_bytes); };
     const std::int64_t before = held();
     ShardedParams params(cfg, program.layout, place, be, comms);
@@ -116,6 +120,8 @@ std::vector<RankMeasure> run_one_step(const Config& cfg, const schedule::Program
     m.pipe = pipe->sent;
     m.fsdp = fsdp->sent;
     m.data = replicas->sent;
+    m.tensor = tensor->sent + (kv_share ? kv_share->sent : 0.0);
+    m.context = context->sent;
   };
   launch_ranks(cfg, mesh.ranks(), Transport::Local, nullptr, rank_main);
   return out;
@@ -136,9 +142,10 @@ TEST_P(PlanMemory, EqualsTheExecutorsAllocationsAndTraffic) {
   const schedule::SimResult sim = schedule::simulate(program, schedule_costs(cfg));
   const std::vector<RankMeasure> measured = run_one_step(cfg, program);
   const MeshShape mesh = MeshShape::of(cfg);
-  const plan::MeshLinks links = plan::mesh_links(mesh.stages, mesh.fsdp, mesh.data, 1);
+  const plan::MeshLinks links =
+      plan::mesh_links(mesh.stages, mesh.fsdp, mesh.data, 1, mesh.tensor, mesh.context);
   const std::int64_t rows = cfg.global_batch() / cfg.microbatches() / (mesh.fsdp * mesh.data);
-  const std::int64_t T = cfg.model.max_target_length;
+  const std::int64_t T = cfg.model.max_target_length / mesh.context;  // a context rank's tokens
   for (int rank = 0; rank < mesh.ranks(); ++rank) {
     const RankPlace place = RankPlace::of(rank, mesh);
     const int s = place.stage_rank;
@@ -155,16 +162,37 @@ TEST_P(PlanMemory, EqualsTheExecutorsAllocationsAndTraffic) {
                                         std::max(p.gradient_buffers, p.activations);
     EXPECT_LE(alive_together, m.peak);
     EXPECT_LE(m.peak, p.total());
-    const plan::LinkBytes b = plan::device_link_bytes(cfg, program, s, links);
+    const plan::LinkBytes b =
+        plan::device_link_bytes(cfg, program, s, links, place.fsdp_rank, place.replica_rank());
     EXPECT_DOUBLE_EQ(m.pipe, b.pipeline);
     EXPECT_DOUBLE_EQ(m.fsdp, b.fsdp_gather + b.fsdp_scatter + b.extras);
     EXPECT_DOUBLE_EQ(m.data, b.data);
+    EXPECT_DOUBLE_EQ(m.tensor, b.tensor);
+    EXPECT_DOUBLE_EQ(m.context, b.context);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Meshes, PlanMemory,
     ::testing::Values(
+        // Tensor and context parallelism: each rank's parts, rows and tokens; the groups'
+        // row gathers and scatters, key/value exchanges and shared parts' gradient sums.
+        MeshCase{
+            "T2_S2_F2_bsw",
+            {"ici_tensor_parallelism=2", "ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+             "num_pipeline_microbatches=4", "pipeline_fsdp_ag_per_repeat=true"}},
+        MeshCase{"T4_kv_shared_zb_h1_remat_none",
+                 {"ici_tensor_parallelism=4", "ici_pipeline_parallelism=2",
+                  "base_num_decoder_layers=4", "num_layers_per_pipeline_stage=2",
+                  "pipeline_schedule=zb_h1", "num_pipeline_microbatches=4", "remat_policy=none"}},
+        MeshCase{"C2_T2_D2_zero1_F2",
+                 {"ici_context_parallelism=2", "ici_tensor_parallelism=2", "ici_data_parallelism=2",
+                  "ici_fsdp_parallelism=2", "num_pipeline_microbatches=2",
+                  "shard_optimizer_over_data=true"},
+                 16},
+        MeshCase{"C4_S2_bf16",
+                 {"ici_context_parallelism=4", "ici_pipeline_parallelism=2",
+                  "num_pipeline_microbatches=4", "dtype=bfloat16"}},
         MeshCase{"one_device", {}},
         MeshCase{"S2_F2_circular",
                  {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",

@@ -132,6 +132,42 @@ TEST(PlanSearch, NothingFitsIsReportedWithTheSmallestNeed) {
   EXPECT_GT(double(r.smallest_memory), 1e5);
 }
 
+// A long context: llama3-8b at 128k tokens per sequence on one node of 8 H100-like devices. A
+// layer's activations for one sequence (about 18 GB in bf16) do not fit with T = C = 1 on any
+// mesh; the search finds meshes that split the sequence (C) or the layer (T) within the node,
+// and their printed keys say so.
+TEST(PlanSearch, ALongContextIsPlannedWithContextOrTensorParallelism) {
+  plan::Workload w;
+  w.model = model_preset("llama3-8b");
+  w.model.max_target_length = 131072;
+  w.global_batch = 8;
+  const plan::Cluster node{.devices = 8,
+                           .devices_per_node = 8,
+                           .memory_bytes = 80.0 * (1 << 30),
+                           .peak_flops = 989e12,
+                           .intra_node_bytes_per_second = 450e9,
+                           .inter_node_bytes_per_second = 50e9,
+                           .compute_efficiency = 0.6,
+                           .measured = {}};
+  const plan::SearchResult none = plan::search(w, node, {.top = 3, .tensor = 1, .context = 1});
+  EXPECT_TRUE(none.best.empty());
+  EXPECT_GT(double(none.smallest_memory), node.memory_bytes);  // what the closest one needs
+  const plan::SearchResult r = plan::search(w, node, {.top = 3});
+  ASSERT_FALSE(r.best.empty());
+  for (const auto& p : r.best) {
+    const plan::Candidate& c = p.candidate;
+    EXPECT_GT(c.tensor * c.context, 1);
+    EXPECT_LE(double(p.memory.total()), node.memory_bytes);
+    if (c.context > 1) {
+      EXPECT_NE(p.keys.find(fmt::format("ici_context_parallelism={}", c.context)),
+                std::string::npos);
+    }
+    if (c.tensor > 1) {
+      EXPECT_NE(p.keys.find(fmt::format("ici_tensor_parallelism={}", c.tensor)), std::string::npos);
+    }
+  }
+}
+
 TEST(PlanSearch, InconsistentInputsAreOneClearError) {
   const plan::Workload w = testing::tiny_plan_workload(16);
   EXPECT_NE(testing::error_of([&] {
