@@ -116,5 +116,30 @@ rc=$?
 [ $rc -eq 2 ] || fail "inspect of a missing directory exited $rc, not 2"
 grep -q "does not exist" "$work/none.err" || fail "no error line for a missing directory"
 
+# Resource limits met at start-up (host/cli/startup_limits.cpp): an address-space limit below
+# what start-up needs is one error line and status 2 (it hung forever inside OpenBLAS), within
+# seconds; a small soft stack limit is raised (the threads segfaulted) and the run trains.
+out=$( (ulimit -v 1000000 && timeout 60 "$bin" --version) 2>&1)
+rc=$?
+[ $rc -eq 2 ] || fail "under ulimit -v 1000000 carousel exited $rc, not 2"
+grep -q "the address-space limit (ulimit -v) is 1000000 KiB" <<<"$out" ||
+  fail "no address-space error under ulimit -v: $out"
+[ "$(grep -c . <<<"$out")" -eq 1 ] || fail "more than one line under ulimit -v: $out"
+if (ulimit -S -s 64) 2>/dev/null; then
+  out=$( (ulimit -S -s 64 && timeout 120 "${train3[@]}" steps=1 run_name=small_stack) 2>&1)
+  rc=$?
+  [ $rc -eq 0 ] || fail "under ulimit -S -s 64 training exited $rc: $(tail -3 <<<"$out")"
+  grep -q "the stack limit (ulimit -s) was 64 KiB; raised to 8192 KiB" <<<"$out" ||
+    fail "no note that the stack limit was raised: $(head -3 <<<"$out")"
+  # A hard limit that forbids raising it: one error line naming what to set, status 2.
+  out=$( (ulimit -s 64 && timeout 60 "$bin" --version) 2>&1)
+  rc=$?
+  [ $rc -eq 2 ] || fail "under a hard ulimit -s 64 carousel exited $rc, not 2"
+  grep -q "its hard limit forbids more.*ulimit -s 8192" <<<"$out" ||
+    fail "no hard stack limit error: $out"
+else
+  echo "skip: this shell cannot lower its soft stack limit"
+fi
+
 [ $fails -eq 0 ] && echo "cli_users: all checks passed"
 exit $((fails > 0))
