@@ -293,9 +293,9 @@ class CudaBackend final : public Backend {
     note_reference_attention(q, k);
     dispatch(FloatTypes{}, "attention_forward", q.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      launch(gpu::attention_forward_kernel<T>, q.dim(0) * q.dim(2) * q.dim(1), q.data<T>(),
-             k.data<T>(), v.data<T>(), out.data<T>(), lse.data<T>(), q.dim(0), q.dim(1), k.dim(1),
-             q.dim(2), k.dim(2), q.dim(3));
+      const gpu::AttnShape a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+      launch(gpu::attention_forward_kernel<T>, a.B * a.H * a.Tq, q.data<T>(), k.data<T>(),
+             v.data<T>(), out.data<T>(), lse.data<T>(), a);
     });
   }
   void do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -384,9 +384,8 @@ class CudaBackend final : public Backend {
   }
   // The fast tier without cuDNN attention for this call: said once per process, not per call.
   void note_reference_attention(const Tensor& q, const Tensor& k) {
-    if (!fast_ || noted_reference_attention_) return;
-    noted_reference_attention_ = true;
-    gpu::note_reference_attention(q.dtype(), attention_ != nullptr, q.dim(1) != k.dim(1));
+    if (fast_)
+      gpu::note_reference_attention(q.dtype(), attention_ != nullptr, q.dim(1) != k.dim(1));
   }
   template <class Kernel, class... Args>
   void launch(Kernel kernel, std::int64_t threads, Args... args) {
@@ -402,7 +401,6 @@ class CudaBackend final : public Backend {
   gpu::fast::Launch launch_{*this, gpu_, stream_};
   std::unique_ptr<gpu::LtGemm> lt_;                 // fast tier: GEMMs
   std::unique_ptr<gpu::CudnnAttention> attention_;  // fast tier: bf16 attention (null: reference)
-  bool noted_reference_attention_ = false;
 };
 
 }  // namespace

@@ -136,13 +136,18 @@ __global__ void rope_kernel(const T* x, const T* cosv, const T* sinv, T* out, st
   out[base + j + half] = y2;
 }
 
+// The shape of one attention call: B, Tq queries, Tk keys, H, Hkv, D.
+struct AttnShape {
+  std::int64_t B, Tq, Tk, H, Hkv, D;
+};
+
 // Causal GQA attention, one thread per (batch, head, query position): two passes over the keys
 // (max and log-sum-exp, then the weighted sum of values). q has Tq positions, k and v Tk >= Tq:
 // query i is position Tk - Tq + i and attends keys j <= Tk - Tq + i (backend.h).
 template <class T>
 __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* out, T* lse,
-                                         std::int64_t B, std::int64_t Tq, std::int64_t Tk,
-                                         std::int64_t H, std::int64_t Hkv, std::int64_t D) {
+                                         AttnShape a) {
+  const std::int64_t B = a.B, Tq = a.Tq, Tk = a.Tk, H = a.H, Hkv = a.Hkv, D = a.D;
   const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= B * H * Tq) return;
   const std::int64_t i = idx % Tq, h = (idx / Tq) % H, b = idx / (Tq * H);
@@ -176,11 +181,6 @@ __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* 
     for (std::int64_t e = 0; e < D; ++e) oi[e] += p * vj[e];
   }
 }
-
-// The shape of one attention call: B, Tq queries, Tk keys, H, Hkv, D.
-struct AttnShape {
-  std::int64_t B, Tq, Tk, H, Hkv, D;
-};
 
 // dS[i,j] = P[i,j] (dO_i . v_j - dO_i . O_i) for query i, key j of one (batch, head).
 template <class T>

@@ -41,6 +41,10 @@ int kv_replicas(const ModelConfig& cfg, int size) {
   return cfg.num_kv_heads % size == 0 ? 1 : int(size / cfg.num_kv_heads);
 }
 
+std::int64_t kv_heads_per_rank(const ModelConfig& cfg, int size) {
+  return kv_replicas(cfg, size) == 1 ? cfg.num_kv_heads / size : 1;
+}
+
 namespace {
 
 // Rows [begin, begin + length) (dim 0) or columns (dim 1) of a whole tensor, held by
@@ -73,7 +77,7 @@ std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split) {
   // This rank's query heads, KV heads (split, or the one its query heads share) and MLP columns.
   const std::int64_t Hl = H / T, Fl = Fm / T;
   const int kv_shared = kv_replicas(cfg, T);
-  const std::int64_t Hkv_l = kv_shared == 1 ? Hkv / T : 1;
+  const std::int64_t Hkv_l = kv_heads_per_rank(cfg, T);
   const std::int64_t kv_first = kv_shared == 1 ? r * Hkv_l : r / kv_shared;
   t.push_back({"model.embed_tokens.weight", {V, E}, ParamRole::Embedding});
   for (int i = 0; i < cfg.num_layers; ++i) {

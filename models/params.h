@@ -24,19 +24,16 @@ namespace carousel {
 
 // What a parameter is for; layer code finds its weights by role.
 enum class ParamRole {
-  Embedding,  // model.embed_tokens.weight [V,E]
-  AttnNorm,   // input_layernorm [E]
-  Wq,
-  Wk,
-  Wv,       // self_attn.{q,k,v}_proj [H*hd,E], [Hkv*hd,E], [Hkv*hd,E]
-  Wo,       // self_attn.o_proj [E,H*hd]
-  MlpNorm,  // post_attention_layernorm [E]
-  WGate,
-  WUp,        // mlp.{gate,up}_proj [Fm,E]
-  WDown,      // mlp.down_proj [E,Fm]
-  FinalNorm,  // model.norm.weight [E]
-  LmHead,     // lm_head.weight [V,E]
-  SimpleW,    // simple block: layers.{i}.w [E,E], y = x W
+  Embedding,     // model.embed_tokens.weight [V,E]
+  AttnNorm,      // input_layernorm [E]
+  Wq, Wk, Wv,    // self_attn.{q,k,v}_proj [H*hd,E], [Hkv*hd,E], [Hkv*hd,E]
+  Wo,            // self_attn.o_proj [E,H*hd]
+  MlpNorm,       // post_attention_layernorm [E]
+  WGate, WUp,    // mlp.{gate,up}_proj [Fm,E]
+  WDown,         // mlp.down_proj [E,Fm]
+  FinalNorm,     // model.norm.weight [E]
+  LmHead,        // lm_head.weight [V,E]
+  SimpleW,       // simple block: layers.{i}.w [E,E], y = x W
 };
 
 struct ParamSpec {
@@ -74,6 +71,8 @@ void check_tensor_split(const ModelConfig& cfg, int size);
 // How many of `size` tensor ranks hold each KV head: 1 when the KV heads are split over them,
 // size / num_kv_heads when there are fewer KV heads than ranks.
 int kv_replicas(const ModelConfig& cfg, int size);
+// The KV heads one of `size` tensor ranks holds: num_kv_heads / size, or the one it shares.
+std::int64_t kv_heads_per_rank(const ModelConfig& cfg, int size);
 std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split = {});
 
 // One tensor per entry of a parameter table (weights, gradients, or an optimizer moment), all

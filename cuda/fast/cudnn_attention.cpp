@@ -236,18 +236,22 @@ std::unique_ptr<CudnnAttention> CudnnAttention::open(Backend& be, cudaStream_t s
 }
 
 void note_reference_attention(DType dtype, bool have_cudnn, bool key_prefix) {
-  static std::once_flag noted;
-  std::call_once(noted, [&] {
-    if (have_cudnn && key_prefix)
+  if (!have_cudnn) return;                          // open() said why
+  static std::once_flag noted_prefix, noted_dtype;  // each said once per process
+  if (key_prefix) {
+    std::call_once(noted_prefix, [] {
       spdlog::warn(
           "attention of context-parallel chunks (queries against a longer key prefix) runs the "
           "reference kernel: cuDNN's bottom-right causal mask is not wired in yet (slow)");
-    else if (have_cudnn)
+    });
+  } else {
+    std::call_once(noted_dtype, [&] {
       spdlog::info(
           "{} attention runs the reference kernel: cuDNN's fused attention takes "
           "bfloat16 (dtype=bfloat16 for speed)",
           dtype_name(dtype));
-  });
+    });
+  }
 }
 
 }  // namespace carousel::gpu

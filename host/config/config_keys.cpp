@@ -183,7 +183,8 @@ ConfigKey model_key(const char* name, T ModelConfig::*member, const char* help) 
 const std::vector<ConfigKey>& config_keys() {
   static const std::vector<ConfigKey> keys = {
       key("model_name", &Config::model_name, ResumeClass::Training,
-          "named model shape (tiny, llama2-7b, llama2-13b, llama3-8b, llama3-70b); sets the model keys below"),
+          "named model shape (tiny, llama2-7b, llama2-13b, llama3-8b, llama3-70b); sets the model "
+          "keys below"),
       model_key("decoder_block", &ModelConfig::decoder_block, "llama | simple"),
       model_key("vocab_size", &ModelConfig::vocab_size, "V"),
       model_key("base_emb_dim", &ModelConfig::emb_dim, "E, model width"),

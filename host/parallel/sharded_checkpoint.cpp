@@ -46,8 +46,11 @@ void copy_assembled(const ModelConfig& model, const std::vector<ParamSpec>& spec
     const std::vector<ParamSpec> table = param_table(model, {r, tensor_size});
     std::int64_t offset = r * padded;
     for (std::size_t i = 0; i < specs.size(); ++i) {
-      const ParamSpec& spec = *std::find_if(
-          table.begin(), table.end(), [&](const ParamSpec& p) { return p.name == specs[i].name; });
+      const auto it = std::find_if(table.begin(), table.end(),
+                                   [&](const ParamSpec& p) { return p.name == specs[i].name; });
+      CAROUSEL_ASSERT(it != table.end(), "'{}' is not in tensor rank {}'s parameter table",
+                      specs[i].name, r);
+      const ParamSpec& spec = *it;
       const auto first = all.begin() + offset;
       place_in_whole(spec, std::vector<float>(first, first + numel(spec.shape)), whole[i]);
       offset += numel(spec.shape);
@@ -79,10 +82,14 @@ std::vector<std::string> ShardedParams::exchange(Backend& host, const Checkpoint
         Tensor gathered = be_.empty({s.padded});
         comms_.fsdp->all_gather(shard, gathered).wait();
         const int tensor_size = place_.mesh.tensor;
-        if (tensor_size > 1) {  // every tensor rank's parts, to assemble whole tensors from
+        if (tensor_size > 1) {
+          // The writing rank's tensor group (they share its replica and FSDP index, so all of
+          // it or none of it is here) gathers every tensor rank's parts; tensor rank 0 assembles
+          // the whole tensors from them.
+          if (!(place_.writes_shards() && place_.fsdp_rank == 0)) continue;
           Tensor parts = be_.empty({s.padded * tensor_size});
           comms_.tensor->all_gather(gathered, parts).wait();
-          if (place_.writes_replicated()) {
+          if (place_.tensor_rank == 0) {
             copy_assembled(cfg_.model, s.specs, s.padded, tensor_size, be_, parts, host, *set);
             if (member == &StageShard::weights) {
               for (const auto& spec : s.specs) written.push_back(spec.name);

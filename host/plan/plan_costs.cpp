@@ -66,13 +66,9 @@ double layer_elements(const ModelConfig& m, int tensor) {
 // The seconds a layer's forward waits for its tensor and context groups (their collectives sit
 // between its GEMMs: nothing overlaps them), from the bytes plan_memory counts.
 double layer_collective_seconds(const Config& cfg, const Cluster& cluster, const MeshLinks& links) {
-  const int T = int(cfg.ici_tensor_parallelism), C = int(cfg.ici_context_parallelism);
-  const double c = compute_bytes(cfg);
-  const std::int64_t kv =
-      (kv_replicas(cfg.model, T) == 1 ? cfg.model.num_kv_heads / T : 1) * cfg.model.head_dim();
-  const double tensor = 4.0 * (T - 1) * double(rank_rows(cfg) * cfg.model.emb_dim) * c;
-  const double context = 2.0 * (C - 1) * double(context_tokens(cfg) * kv) * c;
-  return tensor / link(cluster, links.tensor_inter) + context / link(cluster, links.context_inter);
+  const LayerTraffic t = layer_traffic(cfg);
+  return t.tensor / link(cluster, links.tensor_inter) +
+         t.context / link(cluster, links.context_inter);
 }
 
 // The FLOP model: compute at peak x efficiency, communication over the links' bandwidths. With

@@ -44,8 +44,8 @@ struct LayerShare {
   std::int64_t q, kv, mlp;
 };
 LayerShare layer_share(const ModelConfig& m, int T) {
-  const std::int64_t kv_heads = kv_replicas(m, T) == 1 ? m.num_kv_heads / T : 1;
-  return {m.num_query_heads / T * m.head_dim(), kv_heads * m.head_dim(), m.mlp_dim / T};
+  return {m.num_query_heads / T * m.head_dim(), kv_heads_per_rank(m, T) * m.head_dim(),
+          m.mlp_dim / T};
 }
 
 // A layer's saved activations (models/layer.h LayerSaved) for `Nc` tokens of a context rank on
@@ -339,15 +339,6 @@ LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int
   return b;
 }
 
-namespace {
-
-// What a forward of one layer sends in its tensor group (2 row all-gathers, 2 reduce-scatters
-// of [n, E]) and in its context group (the key and value all-gathers, [Nc, kv] each); a
-// backward sends as much again (the row gathers and scatters reversed; the key and value
-// gradients reduce-scattered).
-struct LayerTraffic {
-  double tensor = 0, context = 0;
-};
 LayerTraffic layer_traffic(const Config& cfg) {
   const int T = int(cfg.ici_tensor_parallelism), C = int(cfg.ici_context_parallelism);
   const double c = compute_bytes(cfg);
@@ -355,8 +346,6 @@ LayerTraffic layer_traffic(const Config& cfg) {
   const double keys = double(context_tokens(cfg) * layer_share(cfg.model, T).kv) * c;
   return {4.0 * (T - 1) * rows, 2.0 * (C - 1) * keys};
 }
-
-}  // namespace
 
 LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int stage_rank,
                             const MeshLinks& links, int fsdp_rank, int replica_rank) {

@@ -103,6 +103,15 @@ MemoryBreakdown state_memory(const Config& cfg, const schedule::Layout& layout, 
 MemoryBreakdown device_memory(const Config& cfg, const schedule::Program& lowered, int stage_rank,
                               int peak_stashed);
 
+// What a forward of one layer sends per device in its tensor group (2 row all-gathers and 2
+// reduce-scatters of [n, E]) and in its context group (the key and value all-gathers, [Nc, kv]
+// each); a backward sends as much again (the row gathers and scatters reversed; the key and
+// value gradients reduce-scattered). Nothing overlaps them: they sit between the GEMMs.
+struct LayerTraffic {
+  double tensor = 0, context = 0;
+};
+LayerTraffic layer_traffic(const Config& cfg);
+
 // Bytes a device of stage rank `stage_rank` sends in the optimizer step (the replicas' gradient
 // reduction and the extras' over FSDP and the replicas; with tensor parallelism the sums of the
 // parts several tensor ranks hold, within the piece that FSDP rank `fsdp_rank` and replica

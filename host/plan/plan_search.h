@@ -1,20 +1,19 @@
 // plan_search.h — the search of `carousel plan`: every mesh S x F x D x T x C of the cluster's
-// devices (T and C within a node),
-// every stage layout (even: L, so R; uneven: R and the split balancing the head), schedule, M
-// and FSDP weight mode the registry and the batch allow, ranked by predicted step time among the
-// candidates that fit in device memory: one row per mesh (its best schedule, M, layout and
-// weight mode), times compared in steps of 0.2% (within one, fewer bytes sent wins, then less
-// memory).
+// devices (T and C within a node), every stage layout (even: L, so R; uneven: R and the split
+// balancing the head), schedule, M and FSDP weight mode the registry and the batch allow, ranked
+// by predicted step time among the candidates that fit in device memory: one row per mesh (its
+// best schedule, M, layout and weight mode), times compared in steps of 0.2% (within one, fewer
+// bytes sent wins, then less memory).
 //
 // Uneven stages: for S > 1 and every R dividing the layers N with S x R <= N, the split of N
 // layers over the S x R virtual stages that minimises the largest stage time, the last stage
 // costing its layers plus the head (balanced_stage_layers), when it is not the even split. With
 // S not dividing N it is the only layout of S stages.
 //
-// Pruning keeps it to seconds, at most about a minute, for 512 devices (docs/performance.md): a
-// candidate whose parameter memory alone exceeds the device is refused without simulating, and the rest are simulated in order of a lower bound
-// on their step time (compute on the busiest rank plus exposed reductions) until that bound
-// exceeds the k-th best simulated time.
+// Pruning keeps it to seconds, at most about a minute, for 512 devices (docs/performance.md):
+// a candidate whose parameter memory alone exceeds the device is refused without simulating,
+// and the rest are simulated in order of a lower bound on their step time (compute on the
+// busiest rank plus exposed reductions) until that bound exceeds the k-th best simulated time.
 #pragma once
 
 #include <cstdint>

@@ -49,9 +49,9 @@ Shape with_length(const Tensor& t, std::int64_t length) {
   return s;
 }
 
-// parts [C, b, 2c, X...] (rank-major) <-> whole [b, S, X...] in sequence order.
-void parts_to_sequence(Backend& be, const ContextGroup& cg, const Tensor& parts,
-                       const Tensor& whole) {
+// parts [C, b, 2c, X...] (rank-major) -> whole [b, S, X...] in sequence order, or the reverse.
+void rearrange(Backend& be, const ContextGroup& cg, const Tensor& parts, const Tensor& whole,
+               bool to_sequence) {
   const std::int64_t c = whole.dim(1) / (2 * cg.size()), per_rank = parts.numel() / cg.size();
   Shape local = whole.shape();
   local[1] = 2 * c;
@@ -59,20 +59,11 @@ void parts_to_sequence(Backend& be, const ContextGroup& cg, const Tensor& parts,
     const Tensor mine = parts.view(r * per_rank, local);
     for (const int half : {0, 1}) {
       const std::int64_t m = half == 0 ? r : 2 * cg.size() - 1 - r;
-      copy_rows(be, mine, half * c, whole, m * c, c);
-    }
-  }
-}
-void sequence_to_parts(Backend& be, const ContextGroup& cg, const Tensor& whole,
-                       const Tensor& parts) {
-  const std::int64_t c = whole.dim(1) / (2 * cg.size()), per_rank = parts.numel() / cg.size();
-  Shape local = whole.shape();
-  local[1] = 2 * c;
-  for (int r = 0; r < cg.size(); ++r) {
-    const Tensor mine = parts.view(r * per_rank, local);
-    for (const int half : {0, 1}) {
-      const std::int64_t m = half == 0 ? r : 2 * cg.size() - 1 - r;
-      copy_rows(be, whole, m * c, mine, half * c, c);
+      if (to_sequence) {
+        copy_rows(be, mine, half * c, whole, m * c, c);
+      } else {
+        copy_rows(be, whole, m * c, mine, half * c, c);
+      }
     }
   }
 }
@@ -82,7 +73,7 @@ Tensor gather_sequence(Backend& be, const ContextGroup& cg, const Tensor& mine) 
   Tensor parts = be.empty({mine.numel() * cg.size()}, mine.dtype());
   cg.comm->all_gather(mine, parts).wait();
   Tensor whole = be.empty(with_length(mine, mine.dim(1) * cg.size()), mine.dtype());
-  parts_to_sequence(be, cg, parts, whole);
+  rearrange(be, cg, parts, whole, /*to_sequence=*/true);
   return whole;
 }
 
@@ -172,7 +163,7 @@ void context_attention_backward(Backend& be, const ContextGroup& context, const 
   // Each rank's keys were seen by every rank's queries: sum their gradients on the owner.
   for (const auto& [all, mine] : {std::pair{dk_all, dk}, std::pair{dv_all, dv}}) {
     Tensor parts = be.empty({all.numel()}, all.dtype());
-    sequence_to_parts(be, context, all, parts);
+    rearrange(be, context, parts, all, /*to_sequence=*/false);
     context.comm->reduce_scatter(parts, mine, ReduceOp::Sum).wait();
   }
 }

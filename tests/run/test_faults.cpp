@@ -159,15 +159,18 @@ TEST_F(Faults, ANonFiniteValueOnADataReplicaIsCaughtWhereverItIsApplied) {
   EXPECT_EQ(with_fault, losses(train(replicas("clean_zero1", true)).steps));
 }
 
-// One bit flipped in data replica 1's weights after step 1 (silent data corruption: the lowest
+// One bit flipped in replica 1's weights after step 1 (silent data corruption: the lowest
 // mantissa bit of one weight, which no loss shows): the replica check after step 2 stops every
 // rank naming the replica, its rank and the parameter, before that step's checkpoint — with and
 // without ZeRO-1, the check due by its interval or by the save at step 2. Without the fault the
-// same runs pass their checks (no false alarm).
+// same runs pass their checks (no false alarm). Context ranks hold the same weights as data
+// replicas and are checked the same way (C = 2, D = 1: rank 1 is context rank 1, replica 1).
 TEST_F(Faults, AFlippedBitOnOneReplicaStopsTheRunNamingIt) {
-  for (bool zero1 : {false, true}) {
-    Config c = faulty_run(zero1 ? "flip_zero1" : "flip", 4, /*four_devices=*/false);
-    c.ici_data_parallelism = 2;
+  for (const char* mode : {"data", "data_zero1", "context"}) {
+    const bool zero1 = std::string(mode) == "data_zero1";
+    const bool context = std::string(mode) == "context";
+    Config c = faulty_run(std::string("flip_") + mode, 4, /*four_devices=*/false);
+    (context ? c.ici_context_parallelism : c.ici_data_parallelism) = 2;
     c.per_device_batch_size = 4;
     c.shard_optimizer_over_data = zero1;
     c.replica_check_interval = zero1 ? 2 : 100;  // due at step 2: by the interval, or the save
@@ -175,10 +178,10 @@ TEST_F(Faults, AFlippedBitOnOneReplicaStopsTheRunNamingIt) {
     inject_faults("flip:rank=1,step=1");
     try {
       train(c);
-      FAIL() << "a flipped bit on replica 1 went unnoticed (zero1 " << zero1 << ")";
+      FAIL() << "a flipped bit on replica 1 went unnoticed (" << mode << ")";
     } catch (const ReplicaMismatchError& e) {
       const std::string what = e.what();
-      EXPECT_NE(what.find("replica check after step 2: data replica 1 (rank 1) holds weights "
+      EXPECT_NE(what.find("replica check after step 2: replica 1 (rank 1) holds weights "
                           "that differ from replica 0's, first in "
                           "'model.layers.0.input_layernorm.weight'"),
                 std::string::npos)

@@ -68,10 +68,11 @@ void RankMonitor::report_figures(TrainResult& result) const {
     const std::string& name = device_names_[std::size_t(rank)];
     const double peak = peak_bytes_[std::size_t(rank)], gathers = all_gathers_[std::size_t(rank)];
     spdlog::info(
-        "rank {} {}(data rank {}, stage rank {}, fsdp rank {}): peak memory {}, {} weight "
-        "all-gathers",
+        "rank {} {}(data rank {}, stage rank {}, fsdp rank {}, context rank {}, tensor rank "
+        "{}): peak memory {}, {} weight all-gathers",
         rank, name.empty() ? "" : "on " + name + " ", place.data_rank, place.stage_rank,
-        place.fsdp_rank, format_bytes(std::size_t(peak)), std::int64_t(gathers));
+        place.fsdp_rank, place.context_rank, place.tensor_rank, format_bytes(std::size_t(peak)),
+        std::int64_t(gathers));
     result.peak_device_bytes = std::max(result.peak_device_bytes, std::size_t(peak));
     result.all_gathers_per_device.push_back(std::int64_t(gathers));
   }

@@ -25,7 +25,11 @@ std::uint64_t hash_words(const void* bytes, std::size_t n) {
 }
 
 bool ReplicaCheck::due(std::int64_t step, bool checkpoint_due) const {
-  if (cfg_.ici_data_parallelism <= 1 || cfg_.replica_check_interval <= 0) return false;
+  // The replica group: D data replicas x C context ranks hold the same weights.
+  if (cfg_.ici_data_parallelism * cfg_.ici_context_parallelism <= 1 ||
+      cfg_.replica_check_interval <= 0) {
+    return false;
+  }
   return checkpoint_due || (step + 1) % cfg_.replica_check_interval == 0;
 }
 
@@ -87,14 +91,16 @@ void ReplicaCheck::verify(std::int64_t step, const ShardedParams& params,
     if (table[i].name == held[std::size_t(parameter)].first->name) table_index = std::int64_t(i);
   }
   RankPlace differing = place;  // the rank of the replica that differs, in this group
-  differing.data_rank = int(std::max<std::int64_t>(replica, 0));
+  const int j = int(std::max<std::int64_t>(replica, 0));  // in replica_rank() order
+  differing.data_rank = j / place.mesh.context;
+  differing.context_rank = j % place.mesh.context;
   const std::vector<std::int64_t> reports =
       gather(*comms.world, be, {replica, table_index, differing.rank()});
   for (std::size_t r = 0; r < reports.size(); r += 3) {
     if (reports[r] < 0) continue;
     const std::int64_t index = reports[r + 1];
     throw ReplicaMismatchError(fmt::format(
-        "replica check after step {}: data replica {} (rank {}) holds weights that differ from "
+        "replica check after step {}: replica {} (rank {}) holds weights that differ from "
         "replica 0's{} — silent data corruption on a device, or replicas "
         "that drifted apart; the run stops before saving, so the checkpoints on disk stay good "
         "(resume from the last one, on other devices if one is suspect)",

@@ -29,7 +29,8 @@ class ReplicaCheck {
  public:
   explicit ReplicaCheck(const Config& cfg) : cfg_(cfg) {}
 
-  // Whether step `step` (0-based, its update applied) is checked: D > 1 and the interval is on,
+  // Whether step `step` (0-based, its update applied) is checked: D x C > 1 (data replicas
+  // and context ranks hold the same weights) and the interval is on,
   // at every interval-th step and at every step a checkpoint is saved.
   bool due(std::int64_t step, bool checkpoint_due) const;
 
