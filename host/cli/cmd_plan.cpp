@@ -312,7 +312,7 @@ int run_plan(const PlanOptions& o) {
       o.model, cluster.devices, cluster.devices_per_node, cluster.memory_bytes / double(1 << 30),
       speed, w.global_batch, w.model.max_target_length, w.dtype, w.remat_policy);
   fmt::print(
-      "{} candidates: {} refused without simulating (their parameters do not fit), {} "
+      "{} candidates: {} refused without simulating (their state and working set do not fit), {} "
       "simulated ({} of them refused: do not fit with activations), {} pruned by their time "
       "bound; the best per mesh (S, F, D, T, C):\n\n",
       r.candidates, r.refused_memory - r.refused_simulated, r.simulated, r.refused_simulated,

@@ -180,6 +180,34 @@ MemoryBreakdown state_memory(const Config& cfg, const sch::Layout& layout, int s
   return mem;
 }
 
+std::int64_t program_free_working_set(const Config& cfg, const sch::Layout& layout,
+                                      int stage_rank) {
+  const ParamLayout p = param_layout(cfg, layout, stage_rank);
+  const ModelConfig& m = cfg.model;
+  const std::int64_t c = compute_bytes(cfg), F = cfg.ici_fsdp_parallelism, L = p.max_layers();
+  const int T = int(cfg.ici_tensor_parallelism), C = int(cfg.ici_context_parallelism);
+  const std::int64_t Nc = context_tokens(cfg), n = rank_rows(cfg);
+  const bool no_remat = cfg.remat_policy == "none";
+  // Sends in flight, then the largest of one stage's backward (remat recomputes L layers; each
+  // layer's backward temporaries as much again), the head's logits and the optimizer's buffers.
+  const std::int64_t act = n * m.emb_dim * c;
+  // Context parallelism's chunk copies: a chunk's key and value prefixes, their gradients and
+  // the gathered gradients of every key, at most 8 times every rank's keys.
+  const std::int64_t context_copies = C > 1 ? 8 * Nc * C * layer_share(m, T).kv * c : 0;
+  const std::int64_t backward =
+      ((no_remat ? 0 : L) + 2) * layer_saved_elements(m, Nc, T, C) * c + context_copies;
+  const bool last = layout.rank_of(layout.stages() - 1) == stage_rank;
+  const bool first = layout.rank_of(0) == stage_rank;
+  const std::int64_t head = last ? 2 * Nc * m.vocab_size * c + 4 * Nc * m.emb_dim * c : 0;
+  std::int64_t largest_shard = 0;
+  for (const auto& s : p.stages) largest_shard = std::max(largest_shard, s.shard);
+  const std::int64_t optimizer =
+      4 * (2 * std::max(p.extras, largest_shard) + 2 * F * p.extras_piece);
+  const std::int64_t tokens = (first || last) ? 2 * cfg.microbatches() * Nc * 4 : 0;
+  const std::int64_t rope = (C > 1 ? 2 : 1) * 2 * m.max_target_length * m.head_dim() * 8;
+  return 2 * act + std::max({backward, head, optimizer}) + tokens + rope;
+}
+
 MemoryBreakdown device_memory(const Config& cfg, const sch::Program& lowered, int stage_rank,
                               int peak_stashed) {
   CAROUSEL_ASSERT(stage_rank >= 0 && stage_rank < lowered.layout.ranks,
@@ -205,29 +233,14 @@ MemoryBreakdown device_memory(const Config& cfg, const sch::Program& lowered, in
   const std::int64_t stash = n * m.emb_dim + (no_remat ? L * layer_saved_elements(m, Nc, T, C) : 0);
   mem.activations = std::int64_t(peak_stashed) * stash * c;
 
-  // Working set (a bound): receives posted before their compute, sends in flight, deferred
-  // weight gradients, then the largest of one stage's backward (remat recomputes L layers; each
-  // layer's backward temporaries as much again), the head's logits and the optimizer's buffers.
+  // Working set (a bound): receives posted before their compute, deferred weight gradients, and
+  // what every program holds (program_free_working_set).
   const std::int64_t act = n * m.emb_dim * c;
   const int receives = peak_open(actions, sch::Kind::RECV_F, {sch::Kind::F}) +
                        peak_open(actions, sch::Kind::RECV_B, {sch::Kind::B, sch::Kind::I});
   const int pending_w = peak_open(actions, sch::Kind::I, {sch::Kind::W});
-  // Context parallelism's chunk copies: a chunk's key and value prefixes, their gradients and
-  // the gathered gradients of every key, at most 8 times every rank's keys.
-  const std::int64_t context_copies = C > 1 ? 8 * Nc * C * layer_share(m, T).kv * c : 0;
-  const std::int64_t backward =
-      ((no_remat ? 0 : L) + 2) * layer_saved_elements(m, Nc, T, C) * c + context_copies;
-  const bool last = lowered.layout.rank_of(lowered.layout.stages() - 1) == stage_rank;
-  const bool first = lowered.layout.rank_of(0) == stage_rank;
-  const std::int64_t head = last ? 2 * Nc * m.vocab_size * c + 4 * Nc * m.emb_dim * c : 0;
-  std::int64_t largest_shard = 0;
-  for (const auto& s : p.stages) largest_shard = std::max(largest_shard, s.shard);
-  const std::int64_t optimizer =
-      4 * (2 * std::max(p.extras, largest_shard) + 2 * F * p.extras_piece);
-  const std::int64_t tokens = (first || last) ? 2 * cfg.microbatches() * Nc * 4 : 0;
-  const std::int64_t rope = (C > 1 ? 2 : 1) * 2 * m.max_target_length * m.head_dim() * 8;
-  mem.working_set = (receives + 2) * act + pending_w * L * deferred_elements(m, Nc, T) * c +
-                    std::max({backward, head, optimizer}) + tokens + rope;
+  mem.working_set = receives * act + pending_w * L * deferred_elements(m, Nc, T) * c +
+                    program_free_working_set(cfg, lowered.layout, stage_rank);
   return mem;
 }
 

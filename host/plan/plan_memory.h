@@ -98,6 +98,11 @@ std::int64_t rank_rows(const Config& cfg);
 // simulating; device_memory adds the program's parts to it.
 MemoryBreakdown state_memory(const Config& cfg, const schedule::Layout& layout, int stage_rank);
 
+// The part of device_memory's working set that does not depend on the program (every program
+// of the layout holds at least this); the search refuses with it before simulating too.
+std::int64_t program_free_working_set(const Config& cfg, const schedule::Layout& layout,
+                                      int stage_rank);
+
 // Bytes of stage rank `stage_rank`'s devices. `peak_stashed` is the simulator's peak count of
 // (stage, microbatch) activations alive at once on that rank; the program is the lowered one.
 MemoryBreakdown device_memory(const Config& cfg, const schedule::Program& lowered, int stage_rank,

@@ -102,9 +102,9 @@ std::string candidate_keys(const Config& cfg) {
 CostedCandidate cost_candidate(const Cluster& cluster, const Candidate& c, Config cfg,
                                const MeshLinks* links) {
   CostedCandidate out{c, std::move(cfg), {}};
-  out.links = links ? *links
-                    : mesh_links(c.stages, c.fsdp, c.data, cluster.devices_per_node, c.tensor,
-                                 c.context);
+  out.links =
+      links ? *links
+            : mesh_links(c.stages, c.fsdp, c.data, cluster.devices_per_node, c.tensor, c.context);
   set_planner_costs(out.cfg, cluster, out.links);
   return out;
 }
@@ -113,7 +113,8 @@ std::int64_t memory_lower_bound(const Config& cfg) {
   const sch::Layout layout = program_layout(cfg);
   std::int64_t most = 0;
   for (int s = 0; s < layout.ranks; ++s) {
-    std::int64_t bytes = state_memory(cfg, layout, s).exact();
+    std::int64_t bytes =
+        state_memory(cfg, layout, s).exact() + program_free_working_set(cfg, layout, s);
     // With FSDP a program uses at least one weight slot: its largest stage, gathered.
     if (cfg.ici_fsdp_parallelism > 1)
       bytes += param_layout(cfg, layout, s).max_padded() * compute_bytes(cfg);

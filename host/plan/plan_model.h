@@ -82,9 +82,10 @@ CostedCandidate cost_candidate(const Cluster& cluster, const Candidate& c, Confi
 // reductions (the search prunes with it).
 double step_time_lower_bound(const CostedCandidate& c, const Cluster& cluster);
 
-// What a device holds whatever the program does (plan_memory.h's state_memory) plus one weight
-// slot of its largest stage with FSDP: a lower bound the search refuses with before simulating.
-// The largest over the stage ranks.
+// What a device holds whatever the program does (plan_memory.h's state_memory and
+// program_free_working_set) plus one weight slot of its largest stage with FSDP: a lower bound
+// of device_memory's total, which the search refuses with before simulating. The largest over
+// the stage ranks.
 std::int64_t memory_lower_bound(const Config& cfg);
 
 // Generates, lowers and simulates the candidate's program and fills every figure.

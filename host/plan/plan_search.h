@@ -10,10 +10,11 @@
 // costing its layers plus the head (balanced_stage_layers), when it is not the even split. With
 // S not dividing N it is the only layout of S stages.
 //
-// Pruning keeps it to seconds, at most about a minute, for 512 devices (docs/performance.md):
-// a candidate whose parameter memory alone exceeds the device is refused without simulating,
-// and the rest are simulated in order of a lower bound on their step time (compute on the
-// busiest rank plus exposed reductions) until that bound exceeds the k-th best simulated time.
+// Pruning keeps it to seconds (under half a minute for 512 devices with T and C searched,
+// docs/performance.md): a candidate whose state and program-free working set exceed the device
+// is refused without simulating (memory_lower_bound), and the rest are simulated in order of a
+// lower bound on their step time (compute on the busiest rank plus exposed reductions) until
+// that bound exceeds the k-th best simulated time.
 #pragma once
 
 #include <cstdint>
