@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <set>
+#include <utility>
 
 #include "host/reliability/fault_injection.h"
 
@@ -348,7 +349,7 @@ const Microbatch& RankExecutor::batch(int microbatch) {
   if (it == batches_.end()) {
     const std::int64_t global = cfg_.global_batch(), T = cfg_.model.max_target_length;
     const std::int64_t b = global / layout_.microbatches;
-    const TokenBatch tokens = source_->batch(
+    TokenBatch tokens = source_->batch(
         step_, global, microbatch * b + place_.batch_part() * microbatch_size_, microbatch_size_);
     // Context parallelism: this rank's chunks of each sequence (all of it with one rank).
     const ContextGroup& context = parallel_.context;
@@ -357,8 +358,10 @@ const Microbatch& RankExecutor::batch(int microbatch) {
              .emplace(
                  microbatch,
                  Microbatch{
-                     be_.from_host(context.my_tokens(tokens.inputs, microbatch_size_, T), shape),
-                     be_.from_host(context.my_tokens(tokens.targets, microbatch_size_, T), shape)})
+                     be_.from_host(context.my_tokens(std::move(tokens.inputs), microbatch_size_, T),
+                                   shape),
+                     be_.from_host(
+                         context.my_tokens(std::move(tokens.targets), microbatch_size_, T), shape)})
              .first;
   }
   return it->second;

@@ -35,8 +35,9 @@ void check_mesh(const Config& cfg, const MeshShape& mesh, const Communicator* pr
 // mmap that fails inside OpenBLAS is retried forever (a hang with no message), so a run that
 // cannot fit is refused before it starts. The estimate: the process at start-up (about 1.5 GiB
 // of libraries and reservations, measured), an OpenBLAS buffer (128 MiB + its guard) and a
-// thread stack per GEMM thread, and each rank's weights, gradients and optimizer state (the
-// planner's lower bound; activations come on top). GPUs reserve address space of their own:
+// thread stack per GEMM thread, and each rank's weights, gradients, optimizer state and the part
+// of its working set no program avoids (the planner's memory_lower_bound; stashed activations
+// come on top). GPUs reserve address space of their own:
 // there the limit is not estimated.
 void check_address_space(const Config& cfg, const MeshShape& mesh,
                          const Communicator* process_world) {

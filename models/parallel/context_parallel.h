@@ -29,10 +29,10 @@ struct ContextGroup {
   std::int64_t chunk(int half) const { return half == 0 ? rank() : 2 * size() - 1 - rank(); }
   // The positions of this rank's tokens of a sequence of `seq` tokens, in its order.
   std::vector<std::int64_t> positions(std::int64_t seq) const;
-  // This rank's tokens of `sequences` whole sequences of `seq` tokens each (row-major).
+  // This rank's tokens of `sequences` whole sequences of `seq` tokens each (row-major); with
+  // one rank `whole` itself (moved, not copied).
   template <class T>
-  std::vector<T> my_tokens(const std::vector<T>& whole, std::int64_t sequences,
-                           std::int64_t seq) const {
+  std::vector<T> my_tokens(std::vector<T> whole, std::int64_t sequences, std::int64_t seq) const {
     if (size() == 1) return whole;
     std::vector<T> out;
     const auto pos = positions(seq);

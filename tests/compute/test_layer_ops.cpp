@@ -106,16 +106,15 @@ OpCase rope_case() {
   return c;
 }
 
-// Tq queries against Tk >= Tq keys: the queries are the last Tq positions (a context-parallel
-// chunk). Reference: the full causal attention of Tk queries whose last Tq are these, cut to
-// those rows.
-OpCase attention_prefix_case(const std::string& name, int B, int Tq, int Tk, int H, int Hkv,
-                             int D) {
-  auto q = testing::randn(B * Tq * H * D, 14), k = testing::randn(B * Tk * Hkv * D, 15),
-       v = testing::randn(B * Tk * Hkv * D, 16);
+// Attention of q [B,Tq,H,D] against k, v [B,Tk,Hkv,D] (Tk >= Tq), inputs drawn from seeds
+// seed, seed + 1, seed + 2; the caller sets the reference.
+OpCase attention_op_case(const std::string& name, int B, int Tq, int Tk, int H, int Hkv, int D,
+                         std::uint64_t seed) {
   OpCase c;
   c.name = name;
-  c.inputs = {{q, {B, Tq, H, D}}, {k, {B, Tk, Hkv, D}}, {v, {B, Tk, Hkv, D}}};
+  c.inputs = {{testing::randn(B * Tq * H * D, seed), {B, Tq, H, D}},
+              {testing::randn(B * Tk * Hkv * D, seed + 1), {B, Tk, Hkv, D}},
+              {testing::randn(B * Tk * Hkv * D, seed + 2), {B, Tk, Hkv, D}}};
   auto fwd = [=](Backend& be, const Tensors& in, Tensor& lse) {
     Tensor out = empty_like(be, in[0]);
     lse = be.empty({B, H, Tq}, in[0].dtype());
@@ -133,6 +132,16 @@ OpCase attention_prefix_case(const std::string& name, int B, int Tq, int Tk, int
     be.attention_backward(dout, in[0], in[1], in[2], out, lse, dq, dk, dv);
     return Tensors{dq, dk, dv};
   };
+  return c;
+}
+
+// Tq queries against Tk >= Tq keys: the queries are the last Tq positions (a context-parallel
+// chunk). Reference: the full causal attention of Tk queries whose last Tq are these, cut to
+// those rows.
+OpCase attention_prefix_case(const std::string& name, int B, int Tq, int Tk, int H, int Hkv,
+                             int D) {
+  OpCase c = attention_op_case(name, B, Tq, Tk, H, Hkv, D, 14);
+  const auto q = c.inputs[0].first, k = c.inputs[1].first, v = c.inputs[2].first;
   c.reference = [=] {
     const std::size_t row = std::size_t(H * D);
     std::vector<double> full = testing::randn(std::size_t(B * Tk) * row, 17);
@@ -152,28 +161,8 @@ OpCase attention_prefix_case(const std::string& name, int B, int Tq, int Tk, int
 }
 
 OpCase attention_case(const std::string& name, int B, int T, int H, int Hkv, int D) {
-  auto q = testing::randn(B * T * H * D, 4), k = testing::randn(B * T * Hkv * D, 5),
-       v = testing::randn(B * T * Hkv * D, 6);
-  OpCase c;
-  c.name = name;
-  c.inputs = {{q, {B, T, H, D}}, {k, {B, T, Hkv, D}}, {v, {B, T, Hkv, D}}};
-  auto fwd = [=](Backend& be, const Tensors& in, Tensor& lse) {
-    Tensor out = empty_like(be, in[0]);
-    lse = be.empty({B, H, T}, in[0].dtype());
-    be.attention_forward(in[0], in[1], in[2], out, lse);
-    return out;
-  };
-  c.forward = [=](Backend& be, const Tensors& in) {
-    Tensor lse;
-    return fwd(be, in, lse);
-  };
-  c.backward = [=](Backend& be, const Tensors& in, const Tensor& dout) {
-    Tensor lse;
-    Tensor out = fwd(be, in, lse);
-    Tensor dq = empty_like(be, in[0]), dk = empty_like(be, in[1]), dv = empty_like(be, in[2]);
-    be.attention_backward(dout, in[0], in[1], in[2], out, lse, dq, dk, dv);
-    return Tensors{dq, dk, dv};
-  };
+  OpCase c = attention_op_case(name, B, T, T, H, Hkv, D, 4);
+  const auto q = c.inputs[0].first, k = c.inputs[1].first, v = c.inputs[2].first;
   c.reference = [=] { return reference::attention(q, k, v, B, T, H, Hkv, D); };
   return c;
 }

@@ -51,45 +51,23 @@ else
   done
 fi
 
-# Uneven stages ([1, 3, 3, 1]: S = 2, R = 2, FSDP slots shared by a 1- and a 3-layer stage): the
-# processes hold and train the same stages as the threads, bitwise, checkpoints included.
-uneven=(steps=2 "pipeline_stage_layers=[1,3,3,1]")
-"$carousel" train "${common[@]}" "${uneven[@]}" run_name=uneven_threads
-"$here/mpirun.sh" 4 "$carousel" train "${common[@]}" "${uneven[@]}" run_name=uneven_processes
-if ! cmp "$work/uneven_threads/checkpoints/2/model.safetensors" \
-         "$work/uneven_processes/checkpoints/2/model.safetensors"; then
-  echo "FAIL: uneven stages: model.safetensors after 2 steps differs between threads and processes"
-  status=1
-fi
-python3 - "$work/uneven_threads/metrics.jsonl" "$work/uneven_processes/metrics.jsonl" <<'PY' || status=1
-import json, sys
-threads, processes = ([(r["step"], r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))]
-                      for p in sys.argv[1:])
-assert len(threads) == 2, threads
-if threads != processes:
-    sys.exit(f"FAIL: uneven stages: (step, loss, grad norm) differ\n {threads}\n {processes}")
-print(f"uneven stages: 2 steps equal, bitwise: final loss {threads[-1][1]!r}")
-PY
-
-# Tensor and context parallelism (T = 2 with S = 2; T = 4 with KV heads shared by two ranks;
-# T = 2 x C = 2; C = 2 with S = 2): the processes' tensor and context groups exchange
-# activations, keys and values over MPI and train exactly as the threads, checkpoints too.
-for mesh in "ici_fsdp_parallelism=1 ici_tensor_parallelism=2" \
-            "ici_pipeline_parallelism=1 ici_fsdp_parallelism=1 ici_tensor_parallelism=4" \
-            "ici_pipeline_parallelism=1 ici_fsdp_parallelism=1 ici_tensor_parallelism=2 ici_context_parallelism=2" \
-            "ici_fsdp_parallelism=1 ici_context_parallelism=2"; do
-  read -ra keys <<<"$mesh steps=2"
-  name=${mesh//[ =]/_}
-  "$carousel" train "${common[@]}" "${keys[@]}" run_name="t_threads_$name"
-  "$here/mpirun.sh" 4 "$carousel" train "${common[@]}" "${keys[@]}" run_name="t_processes_$name"
-  for f in model optimizer; do
-    if ! cmp "$work/t_threads_$name/checkpoints/2/$f.safetensors" \
-             "$work/t_processes_$name/checkpoints/2/$f.safetensors"; then
-      echo "FAIL: $mesh: $f.safetensors after 2 steps differs between threads and processes"
+# A 2-step run as 4 threads and as 4 mpirun processes (named LABEL in messages): the
+# checkpoint files named after the keys and the (step, loss, grad norm) records are equal.
+#   threads_equal_processes LABEL NAME "FILE..." KEY...
+threads_equal_processes() {
+  local label=$1 name=$2 files=$3
+  shift 3
+  "$carousel" train "${common[@]}" steps=2 "$@" run_name="${name}_threads"
+  "$here/mpirun.sh" 4 "$carousel" train "${common[@]}" steps=2 "$@" run_name="${name}_processes"
+  for f in $files; do
+    if ! cmp "$work/${name}_threads/checkpoints/2/$f.safetensors" \
+             "$work/${name}_processes/checkpoints/2/$f.safetensors"; then
+      echo "FAIL: $label: $f.safetensors after 2 steps differs between threads and processes"
       status=1
     fi
   done
-  python3 - "$mesh" "$work/t_threads_$name/metrics.jsonl" "$work/t_processes_$name/metrics.jsonl" <<'PY' || status=1
+  python3 - "$label" "$work/${name}_threads/metrics.jsonl" \
+    "$work/${name}_processes/metrics.jsonl" <<'PY' || status=1
 import json, sys
 threads, processes = ([(r["step"], r["loss"], r["grad_norm"]) for r in map(json.loads, open(p))]
                       for p in sys.argv[2:])
@@ -98,6 +76,21 @@ if threads != processes:
     sys.exit(f"FAIL: {sys.argv[1]}: (step, loss, grad norm) differ\n {threads}\n {processes}")
 print(f"{sys.argv[1]}: 2 steps equal, bitwise: final loss {threads[-1][1]!r}")
 PY
+}
+
+# Uneven stages ([1, 3, 3, 1]: S = 2, R = 2, FSDP slots shared by a 1- and a 3-layer stage): the
+# processes hold and train the same stages as the threads, bitwise, checkpoints included.
+threads_equal_processes "uneven stages" uneven model "pipeline_stage_layers=[1,3,3,1]"
+
+# Tensor and context parallelism (T = 2 with S = 2; T = 4 with KV heads shared by two ranks;
+# T = 2 x C = 2; C = 2 with S = 2): the processes' tensor and context groups exchange
+# activations, keys and values over MPI and train exactly as the threads, checkpoints too.
+for mesh in "ici_fsdp_parallelism=1 ici_tensor_parallelism=2" \
+            "ici_pipeline_parallelism=1 ici_fsdp_parallelism=1 ici_tensor_parallelism=4" \
+            "ici_pipeline_parallelism=1 ici_fsdp_parallelism=1 ici_tensor_parallelism=2 ici_context_parallelism=2" \
+            "ici_fsdp_parallelism=1 ici_context_parallelism=2"; do
+  read -ra keys <<<"$mesh"
+  threads_equal_processes "$mesh" "t_${mesh//[ =]/_}" "model optimizer" "${keys[@]}"
 done
 
 # A job whose process count is not the mesh's device count: one clear error, every process ends.
