@@ -13,6 +13,7 @@
 #include "compute/backend.h"
 
 #include <cmath>
+#include <tuple>
 
 #include "compute/bf16_staging.h"
 #include "compute/op_check.h"
@@ -48,6 +49,27 @@ AdamWScalars AdamWParams::to_scalars() const {
                       grad_scale,
                       1.0 - std::pow(beta1, double(step)),
                       1.0 - std::pow(beta2, double(step))};
+}
+
+namespace {
+// How a recorded op keeps an argument: tensors borrowed (the graph or the caller owns the
+// memory), everything else by value.
+template <class T>
+T kept(const T& value) {
+  return value;
+}
+Tensor kept(const Tensor& t) { return t.borrowed(); }
+}  // namespace
+
+template <class... P, class... A>
+void Backend::issue(void (Backend::*fn)(P...), const A&... args) {
+  if (!recording_) {
+    (this->*fn)(args...);
+    return;
+  }
+  recording_->record([this, fn, saved = std::make_tuple(kept(args)...)] {
+    std::apply([&](const auto&... a) { (this->*fn)(a...); }, saved);
+  });
 }
 
 Backend::Backend(std::unique_ptr<DeviceAllocator> allocator) : allocator_(std::move(allocator)) {}
@@ -102,19 +124,21 @@ Tensor Backend::zeros(Shape shape, DType dtype) {
 void Backend::upload(const void* host, const Tensor& dst) {
   const OpScope timed(*this, Op::upload);
   OpCheck(Op::upload, *this).on_device("dst", dst);
+  check_not_capturing(Op::upload);
   do_upload(host, dst);
 }
 
 void Backend::download(const Tensor& src, void* host) {
   const OpScope timed(*this, Op::download);
   OpCheck(Op::download, *this).on_device("src", src);
+  check_not_capturing(Op::download);
   do_download(src, host);
 }
 
 void Backend::fill(const Tensor& x, double value) {
   const OpScope timed(*this, Op::fill);
   OpCheck(Op::fill, *this).floating_or_bf16("x", x);
-  do_fill(x, value);
+  issue(&Backend::do_fill, x, value);
 }
 
 void Backend::copy(const Tensor& src, const Tensor& dst) {
@@ -125,7 +149,7 @@ void Backend::copy(const Tensor& src, const Tensor& dst) {
   c.that(src.dtype() == dst.dtype() && src.shape() == dst.shape(),
          fmt::format("'src' {} and 'dst' {} must have the same dtype and shape", src.describe(),
                      dst.describe()));
-  do_copy(src, dst);
+  issue(&Backend::do_copy, src, dst);
 }
 
 void Backend::cast(const Tensor& src, const Tensor& dst) {
@@ -133,34 +157,35 @@ void Backend::cast(const Tensor& src, const Tensor& dst) {
   OpCheck c(Op::cast, *this);
   c.floating_or_bf16("src", src).floating_or_bf16("dst", dst);
   c.shape("dst", dst, src.shape(), "the shape of 'src'");
-  do_cast(src, dst);
+  issue(&Backend::do_cast, src, dst);
 }
 
 void Backend::scale(const Tensor& x, double alpha) {
   const OpScope timed(*this, Op::scale);
   if (stage_bf16(*this, Op::scale, &Backend::scale, Out{x}, alpha)) return;
   OpCheck(Op::scale, *this).floating("x", x);
-  do_scale(x, alpha);
+  issue(&Backend::do_scale, x, alpha);
 }
 
 void Backend::axpy(double alpha, const Tensor& x, const Tensor& y) {
   const OpScope timed(*this, Op::axpy);
   if (stage_bf16(*this, Op::axpy, &Backend::axpy, alpha, In{x}, Out{y})) return;
   OpCheck(Op::axpy, *this).floating("x", x).like("y", y, "x", x);
-  do_axpy(alpha, x, y);
+  issue(&Backend::do_axpy, alpha, x, y);
 }
 
 void Backend::add(const Tensor& a, const Tensor& b, const Tensor& out) {
   const OpScope timed(*this, Op::add);
   if (stage_bf16(*this, Op::add, &Backend::add, In{a}, In{b}, Out{out})) return;
   OpCheck(Op::add, *this).floating("a", a).like("b", b, "a", a).like("out", out, "a", a);
-  do_add(a, b, out);
+  issue(&Backend::do_add, a, b, out);
 }
 
 double Backend::sum(const Tensor& x) {
   const OpScope timed(*this, Op::sum);
   if (auto staged = stage_bf16(*this, Op::sum, &Backend::sum, In{x})) return *staged;
   OpCheck(Op::sum, *this).floating("x", x);
+  check_not_capturing(Op::sum);
   return do_sum(x, false);
 }
 
@@ -169,6 +194,7 @@ double Backend::sum_squares(const Tensor& x) {
   if (auto staged = stage_bf16(*this, Op::sum_squares, &Backend::sum_squares, In{x}))
     return *staged;
   OpCheck(Op::sum_squares, *this).floating("x", x);
+  check_not_capturing(Op::sum_squares);
   return do_sum(x, true);
 }
 
@@ -188,7 +214,7 @@ void Backend::gemm(bool trans_a, bool trans_b, double alpha, const Tensor& a, co
   check.that(c.rows() == m && c.cols() == n,
              fmt::format("argument 'c' has shape {} but op(a) op(b) is [{},{}] (a {}, b {})",
                          shape_str(c.shape()), m, n, shape_str(a.shape()), shape_str(b.shape())));
-  do_gemm(trans_a, trans_b, GemmDims{1, m, n, k}, alpha, a, b, beta, c);
+  issue(&Backend::do_gemm, trans_a, trans_b, GemmDims{1, m, n, k}, alpha, a, b, beta, c);
 }
 
 void Backend::gemm_strided_batched(bool trans_a, bool trans_b, double alpha, const Tensor& a,
@@ -211,7 +237,7 @@ void Backend::gemm_strided_batched(bool trans_a, bool trans_b, double alpha, con
                                   shape_str(a.shape()), trans_a ? " transposed" : "",
                                   shape_str(b.shape()), trans_b ? " transposed" : ""));
   check.shape("c", c, {batch, m, n}, "batch x op(a) op(b)");
-  do_gemm(trans_a, trans_b, GemmDims{batch, m, n, k}, alpha, a, b, beta, c);
+  issue(&Backend::do_gemm, trans_a, trans_b, GemmDims{batch, m, n, k}, alpha, a, b, beta, c);
 }
 
 void Backend::embedding_forward(const Tensor& table, const Tensor& tokens, const Tensor& out) {
@@ -226,7 +252,7 @@ void Backend::embedding_forward(const Tensor& table, const Tensor& tokens, const
   check.same_dtype("out", out, "table", table)
       .shape("out", out, expected, "tokens shape + embed dim of 'table'");
   check_token_range(*this, op_name(Op::embedding_forward), "tokens", tokens, table.dim(0));
-  do_embedding_forward(table, tokens, out);
+  issue(&Backend::do_embedding_forward, table, tokens, out);
 }
 
 void Backend::embedding_backward(const Tensor& dout, const Tensor& tokens, const Tensor& dtable) {
@@ -243,7 +269,7 @@ void Backend::embedding_backward(const Tensor& dout, const Tensor& tokens, const
   check.same_dtype("dout", dout, "dtable", dtable)
       .shape("dout", dout, expected, "tokens shape + embed dim of 'dtable'");
   check_token_range(*this, op_name(Op::embedding_backward), "tokens", tokens, dtable.dim(0));
-  do_embedding_backward(dout, tokens, dtable);
+  issue(&Backend::do_embedding_backward, dout, tokens, dtable);
 }
 
 void Backend::rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& out,
@@ -258,7 +284,7 @@ void Backend::rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps,
   check.like("out", out, "x", x).stats("rstd", rstd, "x", x);
   check.shape("rstd", rstd, {x.rows()}, from("one per row", "x", x));
   check.that(eps > 0, fmt::format("eps must be > 0, got {}", eps));
-  do_rmsnorm_forward(x, weight, eps, out, rstd);
+  issue(&Backend::do_rmsnorm_forward, x, weight, eps, out, rstd);
 }
 
 void Backend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
@@ -273,7 +299,7 @@ void Backend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor
       .shape("weight", weight, {x.cols()}, from("the last dimension", "x", x));
   check.like("dweight", dweight, "weight", weight).stats("rstd", rstd, "x", x);
   check.shape("rstd", rstd, {x.rows()}, from("one per row", "x", x));
-  do_rmsnorm_backward(dout, x, weight, rstd, dx, dweight);
+  issue(&Backend::do_rmsnorm_backward, dout, x, weight, rstd, dx, dweight);
 }
 
 namespace {
@@ -297,7 +323,7 @@ void Backend::rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin
                  Out{out}))
     return;
   check_rope(Op::rope_forward, *this, x, cos, sin, out);
-  do_rope(x, cos, sin, out, /*backward=*/false);
+  issue(&Backend::do_rope, x, cos, sin, out, /*backward=*/false);
 }
 
 void Backend::rope_backward(const Tensor& dout, const Tensor& cos, const Tensor& sin,
@@ -307,7 +333,7 @@ void Backend::rope_backward(const Tensor& dout, const Tensor& cos, const Tensor&
                  Out{dx}))
     return;
   check_rope(Op::rope_backward, *this, dout, cos, sin, dx);
-  do_rope(dout, cos, sin, dx, /*backward=*/true);
+  issue(&Backend::do_rope, dout, cos, sin, dx, /*backward=*/true);
 }
 
 namespace {
@@ -336,7 +362,7 @@ void Backend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& 
                  Out{out}, Out{lse}))
     return;
   check_attention(Op::attention_forward, *this, q, k, v, out, lse);
-  do_attention_forward(q, k, v, out, lse);
+  issue(&Backend::do_attention_forward, q, k, v, out, lse);
 }
 
 void Backend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
@@ -352,7 +378,7 @@ void Backend::attention_backward(const Tensor& dout, const Tensor& q, const Tens
       .like("dq", dq, "q", q)
       .like("dk", dk, "k", k)
       .like("dv", dv, "v", v);
-  do_attention_backward(dout, q, k, v, out, lse, dq, dk, dv);
+  issue(&Backend::do_attention_backward, dout, q, k, v, out, lse, dq, dk, dv);
 }
 
 void Backend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) {
@@ -363,7 +389,7 @@ void Backend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor&
       .floating("gate", gate)
       .like("up", up, "gate", gate)
       .like("out", out, "gate", gate);
-  do_swiglu_forward(gate, up, out);
+  issue(&Backend::do_swiglu_forward, gate, up, out);
 }
 
 void Backend::swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
@@ -378,14 +404,14 @@ void Backend::swiglu_backward(const Tensor& dout, const Tensor& gate, const Tens
       .like("up", up, "gate", gate)
       .like("dgate", dgate, "gate", gate)
       .like("dup", dup, "gate", gate);
-  do_swiglu_backward(dout, gate, up, dgate, dup);
+  issue(&Backend::do_swiglu_backward, dout, gate, up, dgate, dup);
 }
 
 void Backend::gelu_forward(const Tensor& x, const Tensor& out) {
   const OpScope timed(*this, Op::gelu_forward);
   if (stage_bf16(*this, Op::gelu_forward, &Backend::gelu_forward, In{x}, Out{out})) return;
   OpCheck(Op::gelu_forward, *this).floating("x", x).like("out", out, "x", x);
-  do_gelu_forward(x, out);
+  issue(&Backend::do_gelu_forward, x, out);
 }
 
 void Backend::gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& dx) {
@@ -396,7 +422,7 @@ void Backend::gelu_backward(const Tensor& dout, const Tensor& x, const Tensor& d
       .floating("x", x)
       .like("dout", dout, "x", x)
       .like("dx", dx, "x", x);
-  do_gelu_backward(dout, x, dx);
+  issue(&Backend::do_gelu_backward, dout, x, dx);
 }
 
 namespace {
@@ -421,7 +447,7 @@ void Backend::cross_entropy_forward(const Tensor& logits, const Tensor& targets,
   OpCheck(Op::cross_entropy_forward, *this)
       .stats("losses", losses, "logits", logits)
       .shape("losses", losses, {logits.dim(0)}, from("one per row", "logits", logits));
-  do_cross_entropy_forward(logits, targets, losses);
+  issue(&Backend::do_cross_entropy_forward, logits, targets, losses);
 }
 
 void Backend::cross_entropy_backward(const Tensor& logits, const Tensor& targets, double dloss,
@@ -432,7 +458,7 @@ void Backend::cross_entropy_backward(const Tensor& logits, const Tensor& targets
     return;
   check_cross_entropy(Op::cross_entropy_backward, *this, logits, targets);
   OpCheck(Op::cross_entropy_backward, *this).like("dlogits", dlogits, "logits", logits);
-  do_cross_entropy_backward(logits, targets, dloss, dlogits);
+  issue(&Backend::do_cross_entropy_backward, logits, targets, dloss, dlogits);
 }
 
 void Backend::adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m,
@@ -443,7 +469,7 @@ void Backend::adamw_update(const Tensor& param, const Tensor& grad, const Tensor
       .like("grad", grad, "param", param)
       .like("m", m, "param", param)
       .like("v", v, "param", param);
-  do_adamw_update(param, grad, m, v, params.to_scalars());
+  issue(&Backend::do_adamw_update, param, grad, m, v, params.to_scalars());
 }
 
 RopeTables make_rope_tables(Backend& backend, std::int64_t seq_len, std::int64_t head_dim,

@@ -25,7 +25,8 @@
 
 #include "compute/elementwise.h"
 #include "compute/memory.h"
-#include "compute/op_timing.h"
+#include "compute/recording/op_timing.h"
+#include "compute/recording/step_graph.h"
 #include "compute/tensor.h"
 
 namespace carousel {
@@ -76,11 +77,21 @@ class Backend {
   // handles DType::BF16 in its do_<op>; nothing else in Backend changes.
   virtual bool has_native_bf16(Op /*op*/) const { return false; }
 
-  // ---- time by op kind (compute/op_timing.h; the profiled steps) -----------------------------
+  // ---- time by op kind (compute/recording/op_timing.h; the profiled steps) -------------------
   // While on, each outermost op's time is added to its kind. stop_op_timing() waits for the
   // queued work, returns the times and turns timing off.
   void start_op_timing();
   OpTimes stop_op_timing();
+
+  // ---- captured steps (compute/recording/step_graph.h) ---------------------------------------
+  // Why this backend cannot capture work into a graph ("" when it can).
+  virtual std::string graph_blocker() const { return ""; }
+  // Ops issued until end_capture() are recorded, not run; end_capture() returns them as a graph
+  // to launch() (the first launch runs the captured step). Throws naming what the region did
+  // that a replay could not repeat.
+  void begin_capture();
+  std::unique_ptr<StepGraph> end_capture();
+  bool capturing() const { return capturing_; }
 
   // ---- memory -------------------------------------------------------------------------------
   Tensor empty(Shape shape, DType dtype = DType::F32);
@@ -188,6 +199,10 @@ class Backend {
   // How this backend times an op: the host clock around the call by default (work done when the
   // call returns); a GPU backend records events on its stream.
   virtual std::unique_ptr<OpStopwatch> make_op_stopwatch();
+  // A backend that captures natively (CUDA stream capture) overrides both; by default each op's
+  // call is recorded with its arguments (RecordedGraph).
+  virtual void do_begin_capture();
+  virtual std::unique_ptr<StepGraph> do_end_capture();
 
   virtual void do_upload(const void* host, const Tensor& dst) = 0;
   virtual void do_download(const Tensor& src, void* host) = 0;
@@ -233,7 +248,13 @@ class Backend {
 
  private:
   class OpScope;
+  // Runs `fn(args...)`, or records it while an emulated capture is on (tensors borrowed).
+  template <class... P, class... A>
+  void issue(void (Backend::*fn)(P...), const A&... args);
+  void check_not_capturing(Op op) const;  // host transfers are errors inside a capture
   std::unique_ptr<DeviceAllocator> allocator_;
+  std::unique_ptr<RecordedGraph> recording_;  // the emulated capture in progress
+  bool capturing_ = false;
   std::unique_ptr<OpStopwatch> stopwatch_;  // set while timing ops
   int op_depth_ = 0;                        // ops in progress on this backend (nesting)
 };

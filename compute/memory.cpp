@@ -3,6 +3,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "compute/error.h"
 
@@ -31,15 +32,67 @@ void* DeviceAllocator::allocate(std::size_t bytes) {
   }
   stats_.current_bytes += bytes;
   stats_.allocations += 1;
+  if (capturing_) captured_live_.emplace(ptr, bytes);
   if (stats_.current_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.current_bytes;
   return ptr;
 }
 
 void DeviceAllocator::deallocate(void* ptr, std::size_t bytes) {
   if (!ptr) return;
+  {
+    std::lock_guard lock(mutex_);
+    if (capturing_) {
+      // Inside a captured region: the recorded ops may still use the block at replay.
+      if (captured_live_.erase(ptr) == 0) {
+        ++freed_from_before_;
+        freed_from_before_bytes_ += bytes;
+      }
+      if (!frees_into_graph()) {
+        kept_.push_back({ptr, bytes});
+        return;
+      }
+    }
+  }
   raw_free(ptr);
   std::lock_guard lock(mutex_);
   stats_.current_bytes -= bytes;
+}
+
+void DeviceAllocator::begin_capture() {
+  std::lock_guard lock(mutex_);
+  CAROUSEL_ASSERT(!capturing_, "{}: a capture began inside another", name());
+  capturing_ = true;
+}
+
+std::vector<DeviceAllocator::Block> DeviceAllocator::end_capture() {
+  std::vector<Block> kept;
+  std::size_t held = 0, held_bytes = 0, freed = 0, freed_bytes = 0;
+  {
+    std::lock_guard lock(mutex_);
+    CAROUSEL_ASSERT(capturing_, "{}: end_capture without begin_capture", name());
+    capturing_ = false;
+    kept.swap(kept_);
+    held = captured_live_.size();
+    for (const auto& [ptr, bytes] : captured_live_) held_bytes += bytes;
+    captured_live_.clear();
+    freed = std::exchange(freed_from_before_, 0);
+    freed_bytes = std::exchange(freed_from_before_bytes_, 0);
+  }
+  if (held == 0 && freed == 0) return kept;
+  release_kept(kept);  // the graph will not be launched
+  fail(
+      "capturing a step on {}: {} buffer(s) ({}) allocated inside the captured region are still "
+      "held after it and {} buffer(s) ({}) allocated before it were freed inside it; a replay "
+      "would not match the eager step. This is a bug in carousel: step_graphs=off runs eagerly",
+      name(), held, format_bytes(held_bytes), freed, format_bytes(freed_bytes));
+}
+
+void DeviceAllocator::release_kept(const std::vector<Block>& blocks) {
+  for (const Block& b : blocks) {
+    raw_free(b.ptr);
+    std::lock_guard lock(mutex_);
+    stats_.current_bytes -= b.bytes;
+  }
 }
 
 void DeviceAllocator::copy_to_host(void* host, const void* src, std::size_t bytes) const {

@@ -7,8 +7,10 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace carousel {
 
@@ -51,7 +53,23 @@ class DeviceAllocator {
   // tensors; nullptr for host memory, whose work is done when the call that queued it returns.
   virtual void* work_queue() const { return nullptr; }
 
+  // ---- captured regions (Backend::begin_capture, compute/recording/step_graph.h) ------------
+  // While capturing, allocations belong to the region. A block allocated and freed inside it is
+  // the graph's: kept for the recorded ops to replay on (host memory) or freed into the graph's
+  // own memory (frees_into_graph: a CUDA graph's free node). end_capture() fails, naming the
+  // count and bytes, when the region freed a block allocated before it (a replay would free it
+  // again) or leaves a block it allocated still held (the host would keep a buffer the graph
+  // reuses); otherwise it returns the kept blocks, which release_kept() frees with the graph.
+  struct Block {
+    void* ptr;
+    std::size_t bytes;
+  };
+  void begin_capture();
+  std::vector<Block> end_capture();
+  void release_kept(const std::vector<Block>& blocks);
+
  protected:
+  virtual bool frees_into_graph() const { return false; }
   virtual void* raw_allocate(std::size_t bytes) = 0;  // nullptr: out of memory (or throws)
   virtual void raw_free(void* ptr) = 0;
 
@@ -60,6 +78,10 @@ class DeviceAllocator {
   int index_;
   mutable std::mutex mutex_;
   MemoryStats stats_;
+  bool capturing_ = false;
+  std::map<void*, std::size_t> captured_live_;  // allocated inside the region, not yet freed
+  std::vector<Block> kept_;                     // freed inside the region, kept for the graph
+  std::size_t freed_from_before_ = 0, freed_from_before_bytes_ = 0;  // blocks freed inside it
 };
 
 // Host memory, 64-byte aligned.

@@ -14,7 +14,7 @@ std::int64_t numel(const Shape& shape) {
 std::string shape_str(const Shape& shape) { return fmt::format("[{}]", fmt::join(shape, ",")); }
 
 Tensor::Storage::~Storage() {
-  if (allocator) allocator->deallocate(ptr, bytes);
+  if (allocator && owned) allocator->deallocate(ptr, bytes);
 }
 
 Tensor Tensor::empty(DeviceAllocator& allocator, Shape shape, DType dtype) {
@@ -29,6 +29,13 @@ Tensor Tensor::empty(DeviceAllocator& allocator, Shape shape, DType dtype) {
   t.storage_->bytes = t.nbytes();
   t.storage_->ptr = allocator.allocate(t.storage_->bytes);
   t.storage_->allocator = &allocator;
+  return t;
+}
+
+Tensor Tensor::borrowed() const {
+  Tensor t = *this;
+  if (defined()) t.storage_ = std::make_shared<Storage>(Storage{storage_->ptr, storage_->bytes,
+                                                                storage_->allocator, false});
   return t;
 }
 

@@ -62,12 +62,17 @@ class Tensor {
   Tensor slice(std::int64_t begin, std::int64_t end) const;
 
   std::string describe() const;  // "float32[3,64] on cpu:0"
+  // The same elements without sharing ownership: the memory goes when the owners' last handle
+  // does, whatever happens to this one. For a captured step's recorded ops (step_graph.h), whose
+  // buffers the graph keeps or the caller owns.
+  Tensor borrowed() const;
 
  private:
   struct Storage {
     void* ptr = nullptr;
     std::size_t bytes = 0;
     DeviceAllocator* allocator = nullptr;
+    bool owned = true;  // false: borrowed(), the memory is someone else's to free
     ~Storage();
   };
   std::shared_ptr<Storage> storage_;

@@ -41,6 +41,7 @@ class CudaAllocator final : public DeviceAllocator {
   }
   // The logical device's stream: its kernels, cuBLAS calls, copies and allocations.
   cudaStream_t stream() const { return stream_; }
+  bool pooled() const { return pooled_; }  // stream-ordered (capturable) allocation
 
   bool host_accessible() const override { return false; }
   void* work_queue() const override { return stream_; }
@@ -56,6 +57,8 @@ class CudaAllocator final : public DeviceAllocator {
   }
 
  protected:
+  // A free while the stream is captured becomes the graph's free node (step_graph.h).
+  bool frees_into_graph() const override { return pooled_; }
   void* raw_allocate(std::size_t bytes) override {
     CUDA_CHECK(cudaSetDevice(gpu_));
     void* p = nullptr;

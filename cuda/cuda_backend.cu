@@ -94,6 +94,39 @@ class EventStopwatch final : public OpStopwatch {
   std::vector<cudaEvent_t> spare_;
 };
 
+// A captured step (compute/recording/step_graph.h) as a CUDA graph, launched on the stream it was
+// captured from. The region freed everything it allocated (Backend::end_capture checks), so the
+// graph's memory nodes own no memory between launches; AutoFreeOnLaunch is the safety net.
+class CudaStepGraph final : public StepGraph {
+ public:
+  CudaStepGraph(int gpu, cudaStream_t stream, cudaGraph_t graph)
+      : gpu_(gpu), stream_(stream), graph_(graph) {
+    const cudaError_t rc =
+        cudaGraphInstantiate(&exec_, graph_, cudaGraphInstantiateFlagAutoFreeOnLaunch);
+    if (rc != cudaSuccess) {
+      cudaGraphDestroy(graph_);
+      fail("instantiating the captured step's CUDA graph on GPU {} failed: {} ({}); "
+           "step_graphs=off runs eagerly",
+           gpu_, cudaGetErrorString(rc), cudaGetErrorName(rc));
+    }
+  }
+  ~CudaStepGraph() override {
+    cudaSetDevice(gpu_);
+    cudaGraphExecDestroy(exec_);
+    cudaGraphDestroy(graph_);
+  }
+  void launch() override {
+    CUDA_CHECK(cudaSetDevice(gpu_));
+    CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
+  }
+
+ private:
+  int gpu_;
+  cudaStream_t stream_;
+  cudaGraph_t graph_;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int gpu, int logical, GpuKernels kernels, int cc_major)
@@ -131,8 +164,25 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaSetDevice(gpu_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  std::string graph_blocker() const override {
+    if (!fast_) return "gpu_kernels=reference, the oracle, runs eagerly";
+    if (!static_cast<CudaAllocator&>(allocator()).pooled())
+      return "this GPU has no stream-ordered memory pools, and cudaMalloc cannot be captured";
+    return "";
+  }
 
  protected:
+  void do_begin_capture() override {
+    CUDA_CHECK(cudaSetDevice(gpu_));
+    // Thread-local: ranks on other threads and NCCL's watchdog go on with their own CUDA calls.
+    CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  }
+  std::unique_ptr<StepGraph> do_end_capture() override {
+    CUDA_CHECK(cudaSetDevice(gpu_));
+    cudaGraph_t graph = nullptr;
+    CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    return std::make_unique<CudaStepGraph>(gpu_, stream_, graph);
+  }
   std::unique_ptr<OpStopwatch> make_op_stopwatch() override {
     return std::make_unique<EventStopwatch>(gpu_, stream_);
   }

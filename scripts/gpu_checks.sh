@@ -103,6 +103,13 @@ for dtype in float32 bfloat16; do
     cp /tmp/carousel/out/${device}_$tag/metrics.jsonl "$out/metrics_train_${device}_$tag.jsonl" 2>/dev/null
   done
 done
+# The GPU runs above replay a captured CUDA graph from their third step (step_graphs=auto); the
+# same bf16 run stepped eagerly must give the same bits (the summary compares them).
+run train_cuda_bf16_eager 120 "$bin/carousel" train configs/demo.yml ici_pipeline_parallelism=1 \
+  ici_fsdp_parallelism=1 per_device_batch_size=8 num_pipeline_microbatches=1 device=cuda \
+  dtype=bfloat16 steps=20 log_period=1 step_graphs=off base_output_directory=/tmp/carousel/out \
+  run_name=cuda_bf16_eager
+cp /tmp/carousel/out/cuda_bf16_eager/metrics.jsonl "$out/metrics_train_cuda_bf16_eager.jsonl" 2>/dev/null
 run nccl_all_reduce 90 "$bin/all_reduce_perf" --backend nccl -g 1 -b 8 -e 256M -f 4
 # The executor on 4 logical devices of one GPU (in-process transport): the Buffer Sliding
 # Window's gathers against compute in a measured trace (profiler_steps), copied to $out.
@@ -114,15 +121,20 @@ if wants llama; then
 # A llama of about 1.1B parameters (E 2048, 20 layers, 16 heads of 128, F 5504, vocab 32000) in
 # bfloat16 on one GPU (one rank: the in-process transport, no NCCL): 8192 tokens per step in one
 # microbatch (GEMMs with M = 8192), no recomputation (remat costs FLOPs MFU does not count);
-# tokens/s, MFU and peak memory in the metrics, steps 4-5 profiled for the time by op kind.
-run llama_1b_bf16 540 "$bin/carousel" train model_name=tiny vocab_size=32000 \
-  base_emb_dim=2048 base_num_decoder_layers=20 base_num_query_heads=16 base_num_kv_heads=16 \
-  base_mlp_dim=5504 max_target_length=2048 per_device_batch_size=4 num_pipeline_microbatches=1 \
-  remat_policy=none dtype=bfloat16 device=cuda steps=8 log_period=1 profiler_steps=2 \
-  skip_first_n_steps_for_profiler=3 enable_checkpointing=false \
-  base_output_directory=/tmp/carousel/out run_name=llama1b
+# tokens/s, MFU and peak memory in the metrics, steps 4-5 profiled for the time by op kind. Twice:
+# replaying a captured CUDA graph (the default; steps 1 and the profiled ones run eagerly) and
+# stepped eagerly (step_graphs=off), for what the graph saves.
+llama=(model_name=tiny vocab_size=32000 base_emb_dim=2048 base_num_decoder_layers=20
+  base_num_query_heads=16 base_num_kv_heads=16 base_mlp_dim=5504 max_target_length=2048
+  per_device_batch_size=4 num_pipeline_microbatches=1 remat_policy=none dtype=bfloat16 device=cuda
+  log_period=1 enable_checkpointing=false base_output_directory=/tmp/carousel/out)
+run llama_1b_bf16 330 "$bin/carousel" train "${llama[@]}" steps=10 profiler_steps=2 \
+  skip_first_n_steps_for_profiler=3 run_name=llama1b
 cp /tmp/carousel/out/llama1b/op_times.json "$out/op_times_llama_1b_bf16.json" 2>/dev/null
 cp /tmp/carousel/out/llama1b/metrics.jsonl "$out/metrics_llama_1b_bf16.jsonl" 2>/dev/null
+run llama_1b_bf16_eager 200 "$bin/carousel" train "${llama[@]}" steps=6 step_graphs=off \
+  run_name=llama1b_eager
+cp /tmp/carousel/out/llama1b_eager/metrics.jsonl "$out/metrics_llama_1b_bf16_eager.jsonl" 2>/dev/null
 fi
 # pipeline_bench's compute-dominated model (a microbatch's F is tens of ms, a hand-off ~0.1 ms,
 # as on GPUs), on CPU ranks with cores to spare: issue 14's S <= 4 prediction check, which the

@@ -18,7 +18,9 @@ import sys
 BF16_PEAK = 989.4e12  # H100/H200 SXM dense bf16 FLOP/s
 HBM = {"H100": 3.35e12, "H200": 4.8e12}  # bytes/s
 # (pair of runs, relative tolerance on each step's loss): issue 21's float32 1e-4, bf16 1e-2.
-LOSS_PAIRS = [("train_cuda_f32", "train_cpu_f32", 1e-4), ("train_cuda_bf16", "train_cpu_bf16", 1e-2)]
+# A CUDA graph's replays must give the eager run's bits (tolerance 0).
+LOSS_PAIRS = [("train_cuda_f32", "train_cpu_f32", 1e-4), ("train_cuda_bf16", "train_cpu_bf16", 1e-2),
+              ("train_cuda_bf16", "train_cuda_bf16_eager", 0.0)]
 
 
 def read_metrics(path):
@@ -81,8 +83,8 @@ def goals(ops, llama):
             for w, m, g in rows]
 
 
-def llama_figures(out):
-    path = os.path.join(out, "metrics_llama_1b_bf16.jsonl")
+def llama_figures(out, name="llama_1b_bf16"):
+    path = os.path.join(out, f"metrics_{name}.jsonl")
     if not os.path.exists(path):
         return None
     rows = read_metrics(path)[1:]  # the first step builds plans and graphs
@@ -126,6 +128,7 @@ def main(argv):
         summary["missing"].append("gpu_op_bench.json")
     summary["losses"] = [compare_losses(out, g, c, t) for g, c, t in LOSS_PAIRS]
     summary["llama"] = llama_figures(out)
+    summary["llama_eager"] = llama_figures(out, "llama_1b_bf16_eager")
     summary["goals"] = goals(summary["ops"], summary["llama"] or {})
     summary["op_times"] = op_times(out)
     with open(os.path.join(out, "summary.json"), "w") as f:
@@ -150,11 +153,13 @@ def main(argv):
                  [r["name"], r["tier"], fmt(r["ms"]), fmt(r.get("tflops")),
                   fmt(r.get("of_peak"), True), fmt(r.get("gbytes_per_s")),
                   fmt(r.get("of_hbm"), True)] for r in summary["ops"]])
-    if summary["llama"]:
-        l = summary["llama"]
-        md += ["", f"1B llama bf16: {l['step_ms']:.0f} ms/step, {l['tokens_per_s']:.0f} tokens/s, "
-                   f"MFU {100 * l['mfu']:.1f} %, peak {l['peak_mem_bytes'] / 2**30:.1f} GiB "
-                   f"(median of {l['steps']} steps after the first)"]
+    for key, how in (("llama", "graph-replayed"), ("llama_eager", "eager")):
+        if summary[key]:
+            l = summary[key]
+            md += ["", f"1B llama bf16, {how}: {l['step_ms']:.0f} ms/step, "
+                       f"{l['tokens_per_s']:.0f} tokens/s, MFU {100 * l['mfu']:.1f} %, "
+                       f"peak {l['peak_mem_bytes'] / 2**30:.1f} GiB "
+                       f"(median of {l['steps']} steps after the first)"]
     if summary["op_times"]:
         t = summary["op_times"]
         md += ["", f"Time by op kind, 1B llama bf16 (profiled steps, {t['elapsed_seconds']:.3f} s):"]

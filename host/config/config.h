@@ -71,6 +71,7 @@ struct Config {
   std::string weight_dtype = "float32";  // master weights, gradients, AdamW moments
   std::string device = "cpu";            // cpu | cuda | auto (cuda when a GPU is visible)
   std::string gpu_kernels = "fast";      // fast | reference (CUDA kernel tier)
+  std::string step_graphs = "auto";      // on | off | auto (on for GPUs): captured steps
   std::string remat_policy = "full";
   std::int64_t init_weights_seed = 0;
   std::int64_t head_dim = -1;  // -1 = E/H (derived); any other value must equal E/H

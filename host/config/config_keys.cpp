@@ -312,6 +312,11 @@ const std::vector<ConfigKey>& config_keys() {
       key("gpu_kernels", &Config::gpu_kernels, ResumeClass::Layout,
           "fast (cuBLASLt, cuDNN flash attention, fused kernels) | reference (the simple kernels "
           "the fast ones are checked against) on device=cuda; the CPU ignores it"),
+      key("step_graphs", &Config::step_graphs, ResumeClass::RunControl,
+          "on | off | auto (on for GPUs): each rank's forward and backward captured once at its "
+          "second step (a CUDA graph) and replayed, where they do not communicate (otherwise the "
+          "log says why and steps run eagerly); on the CPU a bitwise-equal emulation that holds "
+          "every buffer of the step at once"),
       key("remat_policy", &Config::remat_policy, ResumeClass::Layout,
           "full (keep stage inputs, recompute in backward) | none"),
       key("init_weights_seed", &Config::init_weights_seed, ResumeClass::Training,

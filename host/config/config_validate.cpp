@@ -216,6 +216,10 @@ void Config::validate() const {
                  "gpu_kernels='{}' is not valid; use fast (cuBLASLt, cuDNN attention, fused "
                  "kernels) or reference (the simple CUDA kernels, the fast tier's oracle)",
                  gpu_kernels);
+  CAROUSEL_CHECK(step_graphs == "on" || step_graphs == "off" || step_graphs == "auto",
+                 "step_graphs='{}' is not valid; use on, off or auto (on for GPUs, off for the "
+                 "CPU)",
+                 step_graphs);
   check_range("replica_check_interval", replica_check_interval, 0, kMaxSteps);
   CAROUSEL_CHECK(remat_policy == "full" || remat_policy == "none",
                  "remat_policy='{}' is not valid; use full or none", remat_policy);

@@ -57,7 +57,8 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
       remat_(parse_remat_policy(cfg.remat_policy)),
       microbatch_size_(cfg.global_batch() / program.layout.microbatches /
                        (place.mesh.fsdp * place.mesh.data)),
-      loss_scale_(1.0 / double(cfg.global_batch() * cfg.model.max_target_length)) {
+      loss_scale_(1.0 / double(cfg.global_batch() * cfg.model.max_target_length)),
+      capture_(cfg.step_graphs, program, place, be) {
   std::set<int> with_data;  // microbatches whose tokens this rank reads (first and last stage)
   for (const sch::Action& a : actions_) {
     if (a.is_compute() && (a.stage == 0 || a.stage == layout_.stages() - 1))
@@ -68,10 +69,11 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
 
 StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace* trace) {
   using Clock = StepTrace::Clock;
+  const StepCapture::Mode mode = capture_.mode(trace != nullptr);
+  const bool replay = mode == StepCapture::Mode::Replay;
   step_ = step;
   loss_sum_ = 0;
-  losses_.clear();
-  batches_.clear();
+  if (!replay) losses_.clear();  // a replay writes where the captured step's losses went
   source_ = &data_;
   // A profiled step waits on the host, so that its trace tells waiting apart from compute.
   device_queue_ = trace ? nullptr : be_.allocator().work_queue();
@@ -81,9 +83,12 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
   }
   // Every microbatch's tokens now, while the device is idle: an upload waits for the device's
   // queue, and one inside the step would stall it at each first or last stage's microbatch.
-  for (int m : data_microbatches_) batch(m);
+  upload_batches();
   params_.begin_step();
-  for (std::size_t i = 0; i < actions_.size();) {
+  capture_.begin(mode);
+  std::size_t i = 0;  // a replay launched every action before OPTIMIZER
+  while (replay && actions_[i].kind != sch::Kind::OPTIMIZER) ++i;
+  for (; i < actions_.size();) {
     const sch::Action& a = actions_[i];
     recorder_.start(step, std::int64_t(i), a);
     maybe_stall(place_.rank(), step, std::int64_t(i));  // a test's fault
@@ -127,9 +132,9 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
         break;
       }
       case sch::Kind::OPTIMIZER: {
+        capture_.end(mode);
         drain_p2p();
         for (const DeviceLosses& l : losses_) loss_sum_ += l.sum(be_);  // microbatch order
-        losses_.clear();
         const StepOutcome outcome = params_.optimizer_step(step, update, loss_sum_ * loss_scale_);
         if (trace) {
           trace->add_op_times(be_.stop_op_timing());  // waits for the device's work
@@ -268,7 +273,7 @@ double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
   for (std::int64_t index = 0; index < batches; ++index) {
     step_ = index;
     loss_sum_ = 0;
-    batches_.clear();
+    upload_batches();
     for (std::size_t i = 0; i < actions_.size();) {
       const sch::Action& a = actions_[i];
       if (a.is_p2p()) {
@@ -291,7 +296,6 @@ double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
     in_b_.clear();
     sum += loss_sum_ / double(cfg_.global_batch() * cfg_.model.max_target_length);
   }
-  batches_.clear();
   source_ = &data_;
   evaluating_ = false;
   return sum;
@@ -316,7 +320,13 @@ void RankExecutor::forward(int stage, int microbatch) {
     } else {
       HeadResult head = head_loss(be_, cfg_.model, params_.extras_weights(), params_.extras_grads(),
                                   whole_tokens(y), batch(microbatch).targets, loss_scale_);
-      if (counts_loss) losses_.push_back(head.losses);  // summed at the step's end: no wait here
+      if (counts_loss) {  // summed at the step's end: no wait here
+        Tensor& kept = loss_buffers_[microbatch];
+        if (!kept.defined())
+          kept = be_.empty(head.losses.values.shape(), head.losses.values.dtype());
+        be_.copy(head.losses.values, kept);
+        losses_.push_back({kept, head.losses.squared});
+      }
       in_b_[key] = parallel_.tensor.my_rows(be_, head.dx);
     }
   } else if (layout_.rank_of(stage + 1) == place_.stage_rank) {
@@ -343,28 +353,30 @@ void RankExecutor::backward(int stage, int microbatch, bool defer_weight_grads) 
 }
 
 // This rank's share of microbatch m of step_ (or evaluation batch step_): sequences [m * b + part *
-// b_local, ... + b_local) of the step's global batch, uploaded once per step.
-const Microbatch& RankExecutor::batch(int microbatch) {
-  auto it = batches_.find(microbatch);
-  if (it == batches_.end()) {
-    const std::int64_t global = cfg_.global_batch(), T = cfg_.model.max_target_length;
-    const std::int64_t b = global / layout_.microbatches;
+// b_local, ... + b_local) of the step's global batch, into the token buffers kept from step to
+// step.
+void RankExecutor::upload_batches() {
+  const std::int64_t global = cfg_.global_batch(), T = cfg_.model.max_target_length;
+  const std::int64_t b = global / layout_.microbatches;
+  const ContextGroup& context = parallel_.context;
+  for (int m : data_microbatches_) {
     TokenBatch tokens = source_->batch(
-        step_, global, microbatch * b + place_.batch_part() * microbatch_size_, microbatch_size_);
-    // Context parallelism: this rank's chunks of each sequence (all of it with one rank).
-    const ContextGroup& context = parallel_.context;
-    const Shape shape = {microbatch_size_, T / context.size()};
-    it = batches_
-             .emplace(
-                 microbatch,
-                 Microbatch{
-                     be_.from_host(context.my_tokens(std::move(tokens.inputs), microbatch_size_, T),
-                                   shape),
-                     be_.from_host(
-                         context.my_tokens(std::move(tokens.targets), microbatch_size_, T), shape)})
-             .first;
+        step_, global, m * b + place_.batch_part() * microbatch_size_, microbatch_size_);
+    Microbatch& kept = batches_[m];
+    if (!kept.inputs.defined()) {
+      const Shape shape = {microbatch_size_, T / context.size()};  // this rank's chunks (context)
+      kept = {be_.empty(shape, DType::I32), be_.empty(shape, DType::I32)};
+    }
+    const auto upload = [&](std::vector<std::int32_t> sequence, const Tensor& to) {
+      const std::vector<std::int32_t> mine =
+          context.my_tokens(std::move(sequence), microbatch_size_, T);
+      CAROUSEL_ASSERT(std::int64_t(mine.size()) == to.numel(), "{} tokens for a buffer of {}",
+                      mine.size(), to.numel());
+      be_.upload(mine.data(), to);
+    };
+    upload(std::move(tokens.inputs), kept.inputs);
+    upload(std::move(tokens.targets), kept.targets);
   }
-  return it->second;
 }
 
 Tensor RankExecutor::activation() const {

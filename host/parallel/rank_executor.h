@@ -12,6 +12,8 @@
 // An overlapped F&B pair (schedule::Action::overlap, dualpipev) runs as its two actions, back
 // to back: lowering has received both inputs before the pair, the halves share no tensor, so
 // the numerics are those of the unpaired order. A second compute stream on GPUs would go there.
+// Everything before OPTIMIZER may run from a captured graph (step_capture.h): the step's tokens
+// and head losses live in buffers kept from step to step, so a replay reads and writes them.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +25,7 @@
 
 #include "host/io/data.h"
 #include "host/parallel/sharded_params.h"
+#include "host/parallel/step_capture.h"
 #include "host/reliability/flight_recorder.h"
 #include "host/report/step_trace.h"
 #include "host/schedule/ir.h"
@@ -50,6 +53,8 @@ class RankExecutor {
   // mean token losses (sum it over the ranks). No gradient, optimizer or weight change.
   double evaluate(const DataLoader& data, std::int64_t batches);
 
+  std::int64_t graph_replays() const { return capture_.replays(); }
+
  private:
   using Key = std::pair<int, int>;  // (virtual stage, microbatch)
 
@@ -69,7 +74,10 @@ class RankExecutor {
                         StepTrace* trace);
   void forward(int stage, int microbatch);
   void backward(int stage, int microbatch, bool defer_weight_grads);
-  const Microbatch& batch(int microbatch);  // this rank's part of microbatch m of step_
+  // This rank's part of every microbatch it reads, of step_ (or evaluation batch step_) from
+  // source_, into the token buffers batch() returns.
+  void upload_batches();
+  const Microbatch& batch(int microbatch) const { return batches_.at(microbatch); }
   // [b_local, T / C, E] in the compute dtype (C context ranks; tensor parallel: my rows of it)
   Tensor activation() const;
   // A stage output [b_local, T / C, E] (tensor parallel: this rank's rows [n, E]) made whole for
@@ -100,10 +108,14 @@ class RankExecutor {
   // queue (a CUDA stream waits for NCCL's event; host communicators wait on the host), or
   // nullptr for the host itself.
   void* device_queue_ = nullptr;
-  double loss_sum_ = 0;                 // this rank's head losses
-  std::vector<DeviceLosses> losses_;    // the step's head losses not yet summed, in order
-  std::map<int, Microbatch> batches_;   // microbatch -> this rank's part
-  std::vector<int> data_microbatches_;  // the microbatches whose tokens this rank reads
+  double loss_sum_ = 0;  // this rank's head losses
+  // The step's head losses in loss_buffers_, in the order they are summed (a replayed step's
+  // are where its captured step put them).
+  std::vector<DeviceLosses> losses_;
+  // Kept from step to step (a captured step reads and writes these addresses).
+  std::map<int, Microbatch> batches_;     // microbatch -> this rank's part of its tokens
+  std::map<int, Tensor> loss_buffers_;    // microbatch -> its per-token losses
+  std::vector<int> data_microbatches_;    // the microbatches whose tokens this rank reads
   std::map<Key, StageSaved> saved_;     // forward state for the backward
   std::map<Key, std::vector<DeferredWeightGrad>> deferred_;  // I done, W pending
   std::map<Key, Tensor> in_f_, in_b_;                        // inputs of F and B
@@ -114,6 +126,7 @@ class RankExecutor {
     std::vector<Key> sent_f, sent_b;  // out_f_ / out_b_ entries that live until `done`
   };
   std::deque<PostedGroup> posted_;  // in posting order
+  StepCapture capture_;             // last: its graph uses the buffers above
 };
 
 }  // namespace carousel

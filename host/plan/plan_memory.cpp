@@ -203,7 +203,10 @@ std::int64_t program_free_working_set(const Config& cfg, const sch::Layout& layo
   for (const auto& s : p.stages) largest_shard = std::max(largest_shard, s.shard);
   const std::int64_t optimizer =
       4 * (2 * std::max(p.extras, largest_shard) + 2 * F * p.extras_piece);
-  const std::int64_t tokens = (first || last) ? 2 * cfg.microbatches() * Nc * 4 : 0;
+  // Kept from step to step (a captured step's fixed addresses): every microbatch's input and
+  // target ids on the first and last stages, and its per-token float32 losses on the last.
+  const std::int64_t tokens = ((first || last) ? 2 * cfg.microbatches() * Nc * 4 : 0) +
+                              (last ? cfg.microbatches() * Nc * 4 : 0);
   const std::int64_t rope = (C > 1 ? 2 : 1) * 2 * m.max_target_length * m.head_dim() * 8;
   return 2 * act + std::max({backward, head, optimizer}) + tokens + rope;
 }

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "compute/op_timing.h"
+#include "compute/recording/op_timing.h"
 #include "host/schedule/ir.h"
 #include "host/schedule/simulate.h"
 

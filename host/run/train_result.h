@@ -30,6 +30,7 @@ struct TrainResult {
   double exposed_gather_ms = -1;      // per rank and step: compute waiting for weight gathers
   std::size_t peak_device_bytes = 0;  // the largest over the ranks
   std::vector<std::int64_t> all_gathers_per_device;  // FSDP weight gathers done, per rank
+  std::vector<std::int64_t> graph_replays_per_device;  // steps launched from a captured graph
 };
 
 }  // namespace carousel

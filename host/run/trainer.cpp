@@ -75,7 +75,7 @@ void train_rank(const Run& run, int rank, Backend& be, Communicator& world,
     if (stop) break;
   }
   if (rank == 0) run.result.skipped_steps = skipped;
-  run.monitor.record_end(rank, be, params, host_world);
+  run.monitor.record_end(rank, be, params, executor.graph_replays(), host_world);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// test_op_timing.cpp — time by op kind (compute/op_timing.h): each outermost op counted once
-// under its own name (a bf16 op staged through float32 casts is one rmsnorm_forward, not casts),
-// nothing recorded while timing is off, and the report line's shares worked out by hand.
+// test_op_timing.cpp — time by op kind (compute/recording/op_timing.h): each outermost op counted
+// once under its own name (a bf16 op staged through float32 casts is one rmsnorm_forward, not
+// casts), nothing recorded while timing is off, and the report line's shares worked out by hand.
 #include <gtest/gtest.h>
 
 #include "compute/cpu_backend.h"

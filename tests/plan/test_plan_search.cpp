@@ -149,10 +149,15 @@ TEST(PlanSearch, ALongContextIsPlannedWithContextOrTensorParallelism) {
                            .inter_node_bytes_per_second = 50e9,
                            .compute_efficiency = 0.6,
                            .measured = {}};
-  const plan::SearchResult none = plan::search(w, node, {.top = 3, .tensor = 1, .context = 1});
+  plan::SearchOptions fixed;
+  fixed.top = 3;
+  fixed.tensor = fixed.context = 1;
+  const plan::SearchResult none = plan::search(w, node, fixed);
   EXPECT_TRUE(none.best.empty());
   EXPECT_GT(double(none.smallest_memory), node.memory_bytes);  // what the closest one needs
-  const plan::SearchResult r = plan::search(w, node, {.top = 3});
+  plan::SearchOptions open;
+  open.top = 3;
+  const plan::SearchResult r = plan::search(w, node, open);
   ASSERT_FALSE(r.best.empty());
   for (const auto& p : r.best) {
     const plan::Candidate& c = p.candidate;

@@ -11,6 +11,7 @@
 #include "compute/error.h"
 #include "host/schedule/passes.h"
 #include "host/schedule/registry.h"
+#include "host/parallel/step_capture.h"
 #include "host/schedule/streams.h"
 #include "tests/support/test_util.h"
 
@@ -291,6 +292,43 @@ TEST(Streams, MalformedListsAreRejected) {
                   "no slot holds stage 0's weights");
   EXPECT_CONTAINS(error("rank 0: 0F0 0REDUCE_SCATTER 0B0 OPTIMIZER"),
                   "reduce-scatters stage 0 before any backward");
+}
+
+// Which ranks' forward and backward a graph can capture (host/parallel/step_capture.h): those
+// that communicate in neither — one pipeline rank without FSDP, every schedule and layout —
+// while every rank of a pipeline (S > 1) sends or receives, FSDP gathers, and tensor and context
+// ranks exchange inside each layer; data replicas (D) communicate only in the optimizer.
+TEST(Streams, StepGraphsCaptureExactlyTheRanksWhoseStepDoesNotCommunicate) {
+  int capturable = 0;
+  for (const ScheduleSpec& spec : every_spec())
+    for (bool fsdp : {false, true})
+      for (int slots : fsdp ? std::vector<int>{0, 2, -1} : std::vector<int>{0}) {
+        SCOPED_TRACE(describe(spec, slots, fsdp));
+        const Program lowered = lowered_of(spec, slots, fsdp);
+        for (int r = 0; r < spec.layout.ranks; ++r) {
+          MeshShape mesh{.data = 2, .stages = spec.layout.ranks, .fsdp = fsdp ? 2 : 1};
+          const RankPlace place{.mesh = mesh, .data_rank = 1, .stage_rank = r};
+          const std::string why = capture_blocker(lowered, place);
+          const bool expected = spec.layout.ranks == 1 && !fsdp;
+          EXPECT_EQ(why.empty(), expected) << why;
+          capturable += why.empty();
+          if (spec.layout.ranks > 1) {
+            EXPECT_NE(why.find("pipeline sends"), std::string::npos) << why;
+          }
+          if (fsdp) {
+            EXPECT_NE(why.find("FSDP weight gathers"), std::string::npos) << why;
+          }
+          for (auto [tensor, context] : {std::pair{2, 1}, std::pair{1, 2}}) {
+            mesh.tensor = tensor;
+            mesh.context = context;
+            const std::string parallel = capture_blocker(lowered, {.mesh = mesh, .stage_rank = r});
+            EXPECT_NE(parallel.find(tensor > 1 ? "tensor-parallel" : "context-parallel"),
+                      std::string::npos)
+                << parallel;
+          }
+        }
+      }
+  EXPECT_GT(capturable, 20);  // every schedule that runs on one pipeline rank
 }
 
 }  // namespace

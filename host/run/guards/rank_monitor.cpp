@@ -24,16 +24,18 @@ RankMonitor::RankMonitor(const MeshShape& mesh, const Communicator* process_worl
       recorders_(std::size_t(mesh.ranks())),
       peak_bytes_(std::size_t(mesh.ranks())),
       all_gathers_(std::size_t(mesh.ranks())),
+      graph_replays_(std::size_t(mesh.ranks())),
       device_names_(std::size_t(mesh.ranks())) {}
 
 void RankMonitor::record_end(int rank, Backend& be, const ShardedParams& params,
-                             Communicator& host_world) {
+                             std::int64_t graph_replays, Communicator& host_world) {
   peak_bytes_[std::size_t(rank)] = double(be.allocator().stats().peak_bytes);
   all_gathers_[std::size_t(rank)] = double(params.all_gathers());
+  graph_replays_[std::size_t(rank)] = double(graph_replays);
   device_names_[std::size_t(rank)] = be.allocator().name();
   if (!process_world_ || process_world_->size() == 1) return;
   CpuBackend host(rank);
-  for (std::vector<double>* v : {&peak_bytes_, &all_gathers_}) {
+  for (std::vector<double>* v : {&peak_bytes_, &all_gathers_, &graph_replays_}) {
     Tensor all = host.zeros({host_world.size()}, DType::F64);
     host_world.all_gather(host.from_host(std::vector<double>{(*v)[std::size_t(rank)]}, {1}), all)
         .wait();
@@ -67,14 +69,17 @@ void RankMonitor::report_figures(TrainResult& result) const {
     const RankPlace place = RankPlace::of(rank, mesh_);
     const std::string& name = device_names_[std::size_t(rank)];
     const double peak = peak_bytes_[std::size_t(rank)], gathers = all_gathers_[std::size_t(rank)];
+    const auto replays = std::int64_t(graph_replays_[std::size_t(rank)]);
     spdlog::info(
         "rank {} {}(data rank {}, stage rank {}, fsdp rank {}, context rank {}, tensor rank "
-        "{}): peak memory {}, {} weight all-gathers",
+        "{}): peak memory {}, {} weight all-gathers{}",
         rank, name.empty() ? "" : "on " + name + " ", place.data_rank, place.stage_rank,
         place.fsdp_rank, place.context_rank, place.tensor_rank, format_bytes(std::size_t(peak)),
-        std::int64_t(gathers));
+        std::int64_t(gathers),
+        replays ? fmt::format(", {} steps replayed from a captured graph", replays) : "");
     result.peak_device_bytes = std::max(result.peak_device_bytes, std::size_t(peak));
     result.all_gathers_per_device.push_back(std::int64_t(gathers));
+    result.graph_replays_per_device.push_back(replays);
   }
 }
 

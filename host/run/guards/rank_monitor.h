@@ -29,20 +29,23 @@ class RankMonitor {
 
   // At the end of rank `rank`'s loop: its figures, shared with every process over `host_world`
   // when the ranks are processes (collective there).
-  void record_end(int rank, Backend& be, const ShardedParams& params, Communicator& host_world);
+  // `graph_replays`: steps launched from a captured graph (host/parallel/step_capture.h).
+  void record_end(int rank, Backend& be, const ShardedParams& params, std::int64_t graph_replays,
+                  Communicator& host_world);
 
   // Where every rank of this process is, as error lines (after a failure).
   void report_ranks() const;
   // For launch_ranks: what to do when a rank failed and another does not come back.
   StuckRanks stuck_ranks() const;
-  // One line per rank (device, place, peak memory, gathers) and the result's summary of them.
+  // One line per rank (device, place, peak memory, gathers, graph replays) and the result's
+  // summary of them.
   void report_figures(TrainResult& result) const;
 
  private:
   MeshShape mesh_;
   const Communicator* process_world_;
   std::vector<FlightRecorder> recorders_;
-  std::vector<double> peak_bytes_, all_gathers_;
+  std::vector<double> peak_bytes_, all_gathers_, graph_replays_;
   std::vector<std::string> device_names_;  // with processes, only this process's own is known
 };
 

@@ -1,5 +1,5 @@
 // op_timing.cpp — time by op kind (see op_timing.h): the host stopwatch and the report line.
-#include "compute/op_timing.h"
+#include "compute/recording/op_timing.h"
 
 #include <fmt/format.h>
 

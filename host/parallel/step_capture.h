@@ -1,0 +1,56 @@
+// step_capture.h — which of a rank's steps run from a captured graph (the step_graphs key).
+//
+// Between the token upload and the OPTIMIZER action a step does the same work on the same
+// buffers every time: every forward and backward of the rank's program. That region is captured
+// once into a graph (compute/recording/step_graph.h; a CUDA graph on GPUs: one launch instead of a
+// few thousand) and replayed. Per step:
+//   Eager    the first step (it builds the cuBLASLt plans and cuDNN graphs and allocates the
+//            persistent token and loss buffers), profiled steps (they time every action), and
+//            every step when graphs are off or blocked;
+//   Capture  the first step after an eager one: walked once while recording, then launched;
+//   Replay   every later step: one launch, no action walked.
+// The optimizer, its norm and its skip decision stay outside: they read values on the host.
+//
+// Blocked (and said once by rank 0, the run going on eagerly): the backend cannot capture
+// (Backend::graph_blocker), or the rank's forward and backward communicate — pipeline sends and
+// receives, FSDP gathers and reduce-scatters, tensor or context collectives — since NCCL inside a
+// captured step is not built yet. Data parallelism and ZeRO-1 communicate in the optimizer only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "compute/backend.h"
+#include "host/parallel/mesh.h"
+#include "host/schedule/ir.h"
+
+namespace carousel {
+
+// Why the forward and backward of `place`'s stage rank cannot be captured ("" when they can).
+std::string capture_blocker(const schedule::Program& program, const RankPlace& place);
+
+class StepCapture {
+ public:
+  enum class Mode { Eager, Capture, Replay };
+
+  // `setting`: the step_graphs key — on, off, or auto (on for GPUs, off for the CPU, where a
+  // graph only emulates one: the oracle of the GPU's, holding every buffer of the step at once).
+  StepCapture(const std::string& setting, const schedule::Program& program, const RankPlace& place,
+              Backend& be);
+
+  Mode mode(bool profiled) const;
+  // Ends the step in `mode`: a capture's graph is launched (the step's work has not run yet).
+  void begin(Mode mode);
+  void end(Mode mode);
+  std::int64_t replays() const { return replays_; }  // steps launched from the graph
+
+ private:
+  Backend& be_;
+  bool enabled_ = false;
+  bool warmed_ = false;  // an eager, unprofiled step has run
+  std::unique_ptr<StepGraph> graph_;
+  std::int64_t replays_ = 0;
+};
+
+}  // namespace carousel

@@ -1,0 +1,88 @@
+// test_step_graphs.cpp — training with captured steps (step_graphs=on; host/parallel/
+// step_capture.h) on the CPU backend, whose graphs replay the recorded ops: every run equals the
+// same run stepped eagerly, bitwise (losses, gradient norms, held-out losses), with the steps
+// after the second replayed from the graph; a layout whose forward and backward communicate
+// runs eagerly and says why.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "host/run/trainer.h"
+#include "tests/support/log_capture.h"
+#include "tests/support/pipeline_equivalence.h"
+
+namespace carousel {
+namespace {
+
+using testing::run_config;
+
+struct GraphCase {
+  std::string name;
+  std::vector<std::string> keys;
+  std::int64_t replays;  // steps per rank launched from the graph
+};
+
+void PrintTo(const GraphCase& c, std::ostream* os) { *os << c.name; }
+
+class StepGraphTraining : public ::testing::TestWithParam<GraphCase> {};
+
+TEST_P(StepGraphTraining, EqualsTheEagerRunBitwise) {
+  const GraphCase& c = GetParam();
+  std::vector<std::string> keys = c.keys;
+  keys.insert(keys.end(), {"steps=5", "base_output_directory=/tmp/carousel_step_graph_tests"});
+  const auto with = [&](const char* setting) {
+    std::vector<std::string> k = keys;
+    k.push_back(std::string("step_graphs=") + setting);
+    return train(run_config(k));
+  };
+  const TrainResult eager = with("off"), graphs = with("on");
+  ASSERT_EQ(graphs.steps.size(), 5u);
+  ASSERT_EQ(eager.steps.size(), 5u);
+  for (std::size_t s = 0; s < 5; ++s) {
+    EXPECT_EQ(graphs.steps[s].loss, eager.steps[s].loss) << "step " << s;
+    EXPECT_EQ(graphs.steps[s].grad_norm, eager.steps[s].grad_norm) << "step " << s;
+    EXPECT_EQ(graphs.steps[s].eval_loss, eager.steps[s].eval_loss) << "step " << s;
+  }
+  EXPECT_LT(graphs.steps[4].loss, graphs.steps[0].loss);  // it learns
+  for (std::int64_t replays : graphs.graph_replays_per_device) EXPECT_EQ(replays, c.replays);
+  for (std::int64_t replays : eager.graph_replays_per_device) EXPECT_EQ(replays, 0);
+}
+
+const std::string M2 = "num_pipeline_microbatches=2", M4 = "num_pipeline_microbatches=4";
+const std::string eval_keys[] = {"eval_interval=2", "eval_steps=2",
+                                 "eval_dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt"};
+
+// Step 0 runs eagerly, step 1 is captured, steps 2-4 replay.
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, StepGraphTraining,
+    ::testing::Values(
+        GraphCase{"one_device", {M2}, 3}, GraphCase{"remat_none", {M4, "remat_policy=none"}, 3},
+        GraphCase{"bf16", {M2, "dtype=bfloat16"}, 3},
+        GraphCase{"zb_h1_weight_grads_deferred", {M4, "pipeline_schedule=zb_h1"}, 3},
+        GraphCase{"tied", {M2, "logits_via_embedding=true"}, 3},
+        GraphCase{"repeats_R2", {M4, "num_layers_per_pipeline_stage=1"}, 3},
+        GraphCase{
+            "data_D2_zero1", {M2, "ici_data_parallelism=2", "shard_optimizer_over_data=true"}, 3},
+        GraphCase{"evaluation_between_replays", {M2, eval_keys[0], eval_keys[1], eval_keys[2]}, 3},
+        // Steps 1 and 2 are profiled (eager), 3 is captured, 4 replays.
+        GraphCase{"profiled_steps_eager", {M2, "profiler_steps=2"}, 1},
+        // Blocked: the forward and backward communicate, every step runs eagerly.
+        GraphCase{"blocked_pipeline_S2", {M4, "ici_pipeline_parallelism=2"}, 0},
+        GraphCase{"blocked_fsdp_F2", {M2, "ici_fsdp_parallelism=2"}, 0},
+        GraphCase{"blocked_tensor_T2", {M2, "ici_tensor_parallelism=2"}, 0}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(StepGraphLog, ABlockedLayoutSaysWhyAndRunsEagerly) {
+  const Config cfg = run_config({"ici_pipeline_parallelism=2", M4, "step_graphs=on",
+                                 "base_output_directory=/tmp/carousel_step_graph_tests"});
+  testing::LogCapture log;
+  train(cfg);
+  EXPECT_NE(log.text.str().find("step graphs: off, every step runs eagerly: stage rank 0's "
+                                "forward and backward communicate (pipeline sends and receives)"),
+            std::string::npos)
+      << log.text.str();
+}
+
+}  // namespace
+}  // namespace carousel
