@@ -15,6 +15,7 @@
 #include <cmath>
 #include <tuple>
 
+#include "compute/backend_internal.h"
 #include "compute/bf16_staging.h"
 #include "compute/op_check.h"
 
@@ -51,44 +52,7 @@ AdamWScalars AdamWParams::to_scalars() const {
                       1.0 - std::pow(beta2, double(step))};
 }
 
-namespace {
-// How a recorded op keeps an argument: tensors borrowed (the graph or the caller owns the
-// memory), everything else by value.
-template <class T>
-T kept(const T& value) {
-  return value;
-}
-Tensor kept(const Tensor& t) { return t.borrowed(); }
-}  // namespace
-
-template <class... P, class... A>
-void Backend::issue(void (Backend::*fn)(P...), const A&... args) {
-  if (!recording_) {
-    (this->*fn)(args...);
-    return;
-  }
-  recording_->record([this, fn, saved = std::make_tuple(kept(args)...)] {
-    std::apply([&](const auto&... a) { (this->*fn)(a...); }, saved);
-  });
-}
-
 Backend::Backend(std::unique_ptr<DeviceAllocator> allocator) : allocator_(std::move(allocator)) {}
-
-// Times the outermost op while timing is on (an op's own calls to other ops are part of it).
-class Backend::OpScope {
- public:
-  OpScope(Backend& be, Op op) : be_(be.stopwatch_ ? &be : nullptr) {
-    if (be_ && be_->op_depth_++ == 0) be_->stopwatch_->begin(op_name(op));
-  }
-  ~OpScope() {
-    if (be_ && --be_->op_depth_ == 0) be_->stopwatch_->end();
-  }
-  OpScope(const OpScope&) = delete;
-  OpScope& operator=(const OpScope&) = delete;
-
- private:
-  Backend* be_;
-};
 
 void Backend::start_op_timing() {
   CAROUSEL_ASSERT(op_depth_ == 0, "start_op_timing inside an op");

@@ -52,7 +52,9 @@ struct AdamWParams {
   X(gemm) X(gemm_strided_batched) X(embedding_forward) X(embedding_backward) X(rmsnorm_forward) \
   X(rmsnorm_backward) X(rope_forward) X(rope_backward) X(attention_forward)                     \
   X(attention_backward) X(swiglu_forward) X(swiglu_backward) X(gelu_forward) X(gelu_backward)   \
-  X(cross_entropy_forward) X(cross_entropy_backward) X(adamw_update)
+  X(cross_entropy_forward) X(cross_entropy_backward) X(adamw_update)                            \
+  X(embedding_part_forward) X(embedding_part_backward) X(cross_entropy_part_forward)          \
+  X(cross_entropy_combine) X(cross_entropy_part_backward)
 // clang-format on
 
 class Backend {
@@ -190,6 +192,32 @@ class Backend {
   void cross_entropy_backward(const Tensor& logits, const Tensor& targets, double dloss,
                               const Tensor& dlogits);
 
+  // ---- vocabulary parts (vocabulary-parallel embedding and loss; backend_vocab_parts.cpp) ----
+  // A part holds rows [first, first + part rows) of a [vocab, E] table or of the logits'
+  // vocabulary; every id must lie in [0, vocab), ids outside the part contribute nothing. The
+  // parts of every rank together give the whole op: embedding rows summed over the parts (one
+  // part holds each id, the others give zeros), the loss combined from each part's statistics.
+  // out[n,:] = table[tokens[n] - first,:] for ids in the part, else 0; table [Vp,E].
+  void embedding_part_forward(const Tensor& table, const Tensor& tokens, std::int64_t first,
+                              std::int64_t vocab, const Tensor& out);
+  // dtable[tokens[n] - first,:] += dout[n,:] for ids in the part.
+  void embedding_part_backward(const Tensor& dout, const Tensor& tokens, std::int64_t first,
+                               std::int64_t vocab, const Tensor& dtable);
+  // Per row of the part's logits [N,Vp]: lse[n] = logsumexp(logits[n,:]), target_logits[n] =
+  // logits[n, targets[n] - first] when the target is in the part, else 0.
+  void cross_entropy_part_forward(const Tensor& logits, const Tensor& targets, std::int64_t first,
+                                  std::int64_t vocab, const Tensor& lse,
+                                  const Tensor& target_logits);
+  // Every part's statistics [P,N] (part order): lse[n] = logsumexp over the parts,
+  // losses[n] = lse[n] - the sum of the target logits (one part holds the target).
+  void cross_entropy_combine(const Tensor& lse_parts, const Tensor& target_logit_parts,
+                             const Tensor& lse, const Tensor& losses);
+  // dlogits[n,j] = dloss * (exp(logits[n,j] - lse[n]) - [targets[n] == first + j]) with the whole
+  // vocabulary's lse (overwrite; dlogits may alias logits).
+  void cross_entropy_part_backward(const Tensor& logits, const Tensor& targets, std::int64_t first,
+                                   std::int64_t vocab, const Tensor& lse, double dloss,
+                                   const Tensor& dlogits);
+
   // ---- optimizer --------------------------------------------------------------------------------
   // One AdamW step on param with grad, first moment m and second moment v (all same shape).
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
@@ -245,6 +273,17 @@ class Backend {
                                          const Tensor& dlogits) = 0;
   virtual void do_adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m,
                                const Tensor& v, const AdamWScalars& scalars) = 0;
+  virtual void do_embedding_part(const Tensor& table_or_dtable, const Tensor& tokens,
+                                 std::int64_t first, const Tensor& out_or_dout,
+                                 bool backward) = 0;
+  virtual void do_cross_entropy_part_forward(const Tensor& logits, const Tensor& targets,
+                                             std::int64_t first, const Tensor& lse,
+                                             const Tensor& target_logits) = 0;
+  virtual void do_cross_entropy_combine(const Tensor& lse_parts, const Tensor& target_logit_parts,
+                                        const Tensor& lse, const Tensor& losses) = 0;
+  virtual void do_cross_entropy_part_backward(const Tensor& logits, const Tensor& targets,
+                                              std::int64_t first, const Tensor& lse, double dloss,
+                                              const Tensor& dlogits) = 0;
 
  private:
   class OpScope;

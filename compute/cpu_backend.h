@@ -64,6 +64,16 @@ class CpuBackend : public Backend {
                                  const Tensor& dlogits) override;
   void do_adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                        const AdamWScalars& scalars) override;
+  void do_embedding_part(const Tensor& table_or_dtable, const Tensor& tokens, std::int64_t first,
+                         const Tensor& out_or_dout, bool backward) override;
+  void do_cross_entropy_part_forward(const Tensor& logits, const Tensor& targets,
+                                     std::int64_t first, const Tensor& lse,
+                                     const Tensor& target_logits) override;
+  void do_cross_entropy_combine(const Tensor& lse_parts, const Tensor& target_logit_parts,
+                                const Tensor& lse, const Tensor& losses) override;
+  void do_cross_entropy_part_backward(const Tensor& logits, const Tensor& targets,
+                                      std::int64_t first, const Tensor& lse, double dloss,
+                                      const Tensor& dlogits) override;
 };
 
 }  // namespace carousel

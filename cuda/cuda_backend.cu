@@ -414,6 +414,50 @@ class CudaBackend final : public Backend {
              logits.dim(0), logits.dim(1));
     });
   }
+  // Vocabulary parts: reference kernels on every tier (bfloat16 staged through float32).
+  void do_embedding_part(const Tensor& table, const Tensor& tokens, std::int64_t first,
+                         const Tensor& rows, bool backward) override {
+    dispatch(FloatTypes{}, "embedding_part", table.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const std::int64_t n = tokens.numel(), e = table.dim(1), part = table.dim(0);
+      if (backward) {
+        launch(gpu::embedding_part_backward_kernel<T>, e, rows.data<T>(),
+               tokens.data<std::int32_t>(), table.data<T>(), first, part, n, e);
+      } else {
+        launch(gpu::embedding_part_forward_kernel<T>, n * e, table.data<T>(),
+               tokens.data<std::int32_t>(), rows.data<T>(), first, part, n, e);
+      }
+    });
+  }
+  void do_cross_entropy_part_forward(const Tensor& logits, const Tensor& targets,
+                                     std::int64_t first, const Tensor& lse,
+                                     const Tensor& target_logits) override {
+    dispatch(FloatTypes{}, "cross_entropy_part_forward", logits.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      launch(gpu::cross_entropy_part_forward_kernel<T>, logits.dim(0), logits.data<T>(),
+             targets.data<std::int32_t>(), lse.data<T>(), target_logits.data<T>(), first,
+             logits.dim(0), logits.dim(1));
+    });
+  }
+  void do_cross_entropy_combine(const Tensor& lse_parts, const Tensor& target_logit_parts,
+                                const Tensor& lse, const Tensor& losses) override {
+    dispatch(FloatTypes{}, "cross_entropy_combine", lse.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      launch(gpu::cross_entropy_combine_kernel<T>, lse_parts.dim(1), lse_parts.data<T>(),
+             target_logit_parts.data<T>(), lse.data<T>(), losses.data<T>(), lse_parts.dim(0),
+             lse_parts.dim(1));
+    });
+  }
+  void do_cross_entropy_part_backward(const Tensor& logits, const Tensor& targets,
+                                      std::int64_t first, const Tensor& lse, double dloss,
+                                      const Tensor& dlogits) override {
+    dispatch(FloatTypes{}, "cross_entropy_part_backward", logits.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      launch(gpu::cross_entropy_part_backward_kernel<T>, logits.numel(), logits.data<T>(),
+             targets.data<std::int32_t>(), lse.data<T>(), dlogits.data<T>(), dloss, first,
+             logits.dim(0), logits.dim(1));
+    });
+  }
   void do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                        const AdamWScalars& h) override {
     if (fast_for(p)) return gpu::fast::adamw(launch_, p, g, m, v, h);

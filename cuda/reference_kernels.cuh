@@ -300,6 +300,74 @@ __global__ void cross_entropy_kernel(const T* logits, const std::int32_t* target
   }
 }
 
+// Vocabulary parts (Backend::embedding_part_*, cross_entropy_part_*): rows [first, first + part)
+// of the table or the vocabulary. Forward: one thread per element, zeros outside the part.
+template <class T>
+__global__ void embedding_part_forward_kernel(const T* table, const std::int32_t* tokens, T* out,
+                                              std::int64_t first, std::int64_t part,
+                                              std::int64_t n, std::int64_t embed) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n * embed) return;
+  const std::int64_t r = std::int64_t(tokens[i / embed]) - first;
+  out[i] = r >= 0 && r < part ? table[r * embed + i % embed] : T(0);
+}
+// One thread per column walks the tokens in order: deterministic scatter-add.
+template <class T>
+__global__ void embedding_part_backward_kernel(const T* dout, const std::int32_t* tokens,
+                                               T* dtable, std::int64_t first, std::int64_t part,
+                                               std::int64_t n, std::int64_t embed) {
+  const std::int64_t e = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= embed) return;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t r = std::int64_t(tokens[i]) - first;
+    if (r >= 0 && r < part) dtable[r * embed + e] += dout[i * embed + e];
+  }
+}
+// One thread per row: the part's log-sum-exp and the target's logit (0 outside the part).
+template <class T>
+__global__ void cross_entropy_part_forward_kernel(const T* logits, const std::int32_t* targets,
+                                                  T* lse, T* target_logits, std::int64_t first,
+                                                  std::int64_t rows, std::int64_t part) {
+  const std::int64_t r = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  const T* row = logits + r * part;
+  double mx = -1e300;
+  for (std::int64_t j = 0; j < part; ++j) mx = fmax(mx, double(row[j]));
+  double sum = 0;
+  for (std::int64_t j = 0; j < part; ++j) sum += exp(double(row[j]) - mx);
+  lse[r] = T(mx + log(sum));
+  const std::int64_t t = std::int64_t(targets[r]) - first;
+  target_logits[r] = t >= 0 && t < part ? row[t] : T(0);
+}
+// One thread per token: the parts' statistics [parts, rows] combined in part order.
+template <class T>
+__global__ void cross_entropy_combine_kernel(const T* lse_parts, const T* target_parts, T* lse,
+                                             T* losses, std::int64_t parts, std::int64_t rows) {
+  const std::int64_t r = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  double mx = -1e300, target = 0;
+  for (std::int64_t p = 0; p < parts; ++p) mx = fmax(mx, double(lse_parts[p * rows + r]));
+  double sum = 0;
+  for (std::int64_t p = 0; p < parts; ++p) {
+    sum += exp(double(lse_parts[p * rows + r]) - mx);
+    target += double(target_parts[p * rows + r]);
+  }
+  lse[r] = T(mx + log(sum));
+  losses[r] = T(mx + log(sum) - target);
+}
+// One thread per element, with the whole vocabulary's lse of its row.
+template <class T>
+__global__ void cross_entropy_part_backward_kernel(const T* logits, const std::int32_t* targets,
+                                                   const T* lse, T* dlogits, double dloss,
+                                                   std::int64_t first, std::int64_t rows,
+                                                   std::int64_t part) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * part) return;
+  const std::int64_t r = i / part, j = i % part;
+  const double p = exp(double(logits[i]) - double(lse[r]));
+  dlogits[i] = T(dloss * (p - (std::int64_t(targets[r]) - first == j ? 1.0 : 0.0)));
+}
+
 template <class T>
 __global__ void adamw_kernel(T* p, const T* g, T* m, T* v, std::int64_t n, math::AdamWScalars h) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

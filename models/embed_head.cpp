@@ -5,15 +5,30 @@
 
 namespace carousel {
 
-Tensor embed_forward(Backend& be, const ParamSet& params, const Tensor& tokens) {
+Tensor embed_forward(Backend& be, const ParamSet& params, const Tensor& tokens,
+                     const TensorGroup& tensor) {
   const Tensor& table = params.at(ParamRole::Embedding);
   Tensor x = be.empty({tokens.dim(0), tokens.dim(1), table.dim(1)}, table.dtype());
-  be.embedding_forward(table, tokens, x);
-  return x;
+  if (tensor.size() == 1) {
+    be.embedding_forward(table, tokens, x);
+    return x;
+  }
+  const std::int64_t part = table.dim(0);  // this rank's rows of the vocabulary
+  be.embedding_part_forward(table, tokens, tensor.rank() * part, part * tensor.size(), x);
+  return tensor.reduce_scatter_rows(be, x.reshape({x.rows(), x.cols()}));
 }
 
-void embed_backward(Backend& be, const ParamSet& grads, const Tensor& tokens, const Tensor& dx) {
-  be.embedding_backward(dx, tokens, grads.at(ParamRole::Embedding));
+void embed_backward(Backend& be, const ParamSet& grads, const Tensor& tokens, const Tensor& dx,
+                    const TensorGroup& tensor) {
+  const Tensor& dtable = grads.at(ParamRole::Embedding);
+  if (tensor.size() == 1) {
+    be.embedding_backward(dx, tokens, dtable);
+    return;
+  }
+  const Tensor whole =
+      tensor.gather_rows(be, dx).reshape({tokens.dim(0), tokens.dim(1), dx.cols()});
+  const std::int64_t part = dtable.dim(0);
+  be.embedding_part_backward(whole, tokens, tensor.rank() * part, part * tensor.size(), dtable);
 }
 
 namespace {
@@ -44,6 +59,56 @@ HeadForward llama_head_forward(Backend& be, const ModelConfig& cfg, const ParamS
   return f;
 }
 
+// The vocabulary-parallel head's forward (T > 1 ranks): this rank's rows x [n,E] normalised,
+// gathered (xn [N,E]), times its part of the head [V/T,E]; every token's loss from the parts'
+// statistics. What the backward reuses is kept.
+struct PartHeadForward {
+  Tensor rstd, xn, logits;  // [n], [N,E], [N,V/T]
+  Tensor lse, losses;       // [N] over the whole vocabulary, the same on every rank
+};
+
+PartHeadForward part_head_forward(Backend& be, const ModelConfig& cfg, const ParamSet& params,
+                                  const Tensor& x, const Tensor& flat_targets,
+                                  const TensorGroup& tensor) {
+  const DType dt = x.dtype(), st = stats_dtype(dt);
+  const std::int64_t n = x.rows(), E = x.cols(), N = flat_targets.numel();
+  const Tensor& head = head_weight(cfg, params);
+  const std::int64_t part = head.dim(0), first = tensor.rank() * part;
+  PartHeadForward f{
+      be.empty({n}, st), {}, be.empty({N, part}, dt), be.empty({N}, st), be.empty({N}, st)};
+  Tensor xn_rows = be.empty({n, E}, dt);
+  be.rmsnorm_forward(x.reshape({n, E}), params.at(ParamRole::FinalNorm), cfg.norm_eps, xn_rows,
+                     f.rstd);
+  f.xn = tensor.gather_rows(be, xn_rows);
+  be.gemm(false, true, 1.0, f.xn, head, 0.0, f.logits);
+  Tensor lse_part = be.empty({N, 1}, st), target_part = be.empty({N, 1}, st);
+  be.cross_entropy_part_forward(f.logits, flat_targets, first, cfg.vocab_size,
+                                lse_part.reshape({N}), target_part.reshape({N}));
+  const std::int64_t T = tensor.size();
+  be.cross_entropy_combine(tensor.gather_rows(be, lse_part).reshape({T, N}),
+                           tensor.gather_rows(be, target_part).reshape({T, N}), f.lse, f.losses);
+  return f;
+}
+
+// The vocabulary-parallel head with its backward: dx is this rank's rows [n,E].
+HeadResult part_head_loss(Backend& be, const ModelConfig& cfg, const ParamSet& params,
+                          const ParamSet& grads, const Tensor& x, const Tensor& flat_targets,
+                          double loss_scale, const TensorGroup& tensor) {
+  PartHeadForward f = part_head_forward(be, cfg, params, x, flat_targets, tensor);
+  const Tensor& head = head_weight(cfg, params);
+  const std::int64_t n = x.rows(), E = x.cols(), N = flat_targets.numel();
+  be.cross_entropy_part_backward(f.logits, flat_targets, tensor.rank() * head.dim(0),
+                                 cfg.vocab_size, f.lse, loss_scale, f.logits);
+  Tensor dxn = be.empty({N, E}, x.dtype());  // this part's share of d xn
+  be.gemm(false, false, 1.0, f.logits, head, 0.0, dxn);
+  be.gemm(true, false, 1.0, f.logits, f.xn, 1.0, head_weight(cfg, grads));
+  HeadResult r{{f.losses}, be.empty({n, E}, x.dtype())};
+  be.rmsnorm_backward(tensor.reduce_scatter_rows(be, dxn), x.reshape({n, E}),
+                      params.at(ParamRole::FinalNorm), f.rstd, r.dx,
+                      grads.at(ParamRole::FinalNorm));
+  return r;
+}
+
 // simple: diff = x - t.
 Tensor simple_diff(Backend& be, const Tensor& x, const Tensor& targets) {
   Tensor diff = be.empty(x.shape(), x.dtype());
@@ -56,7 +121,11 @@ Tensor simple_diff(Backend& be, const Tensor& x, const Tensor& targets) {
 
 HeadResult head_loss(Backend& be, const ModelConfig& cfg, const ParamSet& params,
                      const ParamSet& grads, const Tensor& x, const Tensor& targets,
-                     double loss_scale) {
+                     double loss_scale, const TensorGroup& tensor) {
+  if (tensor.size() > 1) {
+    return part_head_loss(be, cfg, params, grads, x, targets.reshape({targets.numel()}), loss_scale,
+                          tensor);
+  }
   HeadResult r;
   if (!cfg.is_llama()) {
     // loss = sum (x - t)^2;  dx = 2 (x - t) * loss_scale
@@ -84,8 +153,12 @@ HeadResult head_loss(Backend& be, const ModelConfig& cfg, const ParamSet& params
 }
 
 double head_loss_sum(Backend& be, const ModelConfig& cfg, const ParamSet& params, const Tensor& x,
-                     const Tensor& targets) {
+                     const Tensor& targets, const TensorGroup& tensor) {
   if (!cfg.is_llama()) return be.sum_squares(simple_diff(be, x, targets));
+  if (tensor.size() > 1) {
+    const Tensor flat = targets.reshape({targets.numel()});
+    return be.sum(part_head_forward(be, cfg, params, x, flat, tensor).losses);
+  }
   return be.sum(llama_head_forward(be, cfg, params, x, targets.reshape({x.rows()})).losses);
 }
 

@@ -31,6 +31,11 @@ void check_tensor_split(const ModelConfig& cfg, int size) {
                  "tensor ranks when base_num_kv_heads is a multiple of T and shared by T / "
                  "base_num_kv_heads ranks when T is a multiple of it; neither holds",
                  size, cfg.num_kv_heads);
+  CAROUSEL_CHECK(cfg.vocab_size % size == 0,
+                 "ici_tensor_parallelism={} does not divide vocab_size={}: each tensor rank holds "
+                 "vocab_size / T rows of the embedding and lm_head (vocabulary parallelism); "
+                 "valid values: {} (or pad the vocabulary to a multiple of T)",
+                 size, cfg.vocab_size, divisors(cfg.vocab_size));
   CAROUSEL_CHECK(cfg.mlp_dim % size == 0,
                  "ici_tensor_parallelism={} does not divide base_mlp_dim={}: each tensor rank "
                  "holds mlp_dim / T MLP columns; valid values: {}",
@@ -79,7 +84,9 @@ std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split) {
   const int kv_shared = kv_replicas(cfg, T);
   const std::int64_t Hkv_l = kv_heads_per_rank(cfg, T);
   const std::int64_t kv_first = kv_shared == 1 ? r * Hkv_l : r / kv_shared;
-  t.push_back({"model.embed_tokens.weight", {V, E}, ParamRole::Embedding});
+  // Vocabulary parallelism: rank r holds rows [r V/T, (r + 1) V/T) of the embedding and lm_head.
+  const std::int64_t Vl = V / T;
+  t.push_back(slice({"model.embed_tokens.weight", {V, E}, ParamRole::Embedding}, 0, r * Vl, Vl));
   for (int i = 0; i < cfg.num_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
     auto gain = [&](const std::string& name, ParamRole role) {
@@ -101,10 +108,11 @@ std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split) {
     t.push_back(slice({p + "mlp.up_proj.weight", {Fm, E}, ParamRole::WUp, i}, 0, r * Fl, Fl));
     t.push_back(slice({p + "mlp.down_proj.weight", {E, Fm}, ParamRole::WDown, i}, 1, r * Fl, Fl));
   }
-  t.push_back({"model.norm.weight", {E}, ParamRole::FinalNorm, -1, 0, false, true});
-  if (!cfg.logits_via_embedding) t.push_back({"lm_head.weight", {V, E}, ParamRole::LmHead});
-  for (auto& spec : t) {
-    if (spec.layer < 0) spec.tensor_replicas = T;  // whole on every rank, which computes all tokens
+  ParamSpec final_norm{"model.norm.weight", {E}, ParamRole::FinalNorm, -1, 0, false, true};
+  final_norm.tensor_replicas = T;  // whole on every rank; each normalises its own rows
+  t.push_back(final_norm);
+  if (!cfg.logits_via_embedding) {
+    t.push_back(slice({"lm_head.weight", {V, E}, ParamRole::LmHead}, 0, r * Vl, Vl));
   }
   return t;
 }

@@ -46,10 +46,10 @@ struct ParamSpec {
   bool init_ones = false;    // norm gains start at 1, matrices ~ Normal(0, 0.02)
   // Tensor parallelism: `shape` is this rank's part of the whole tensor `whole_shape` (empty:
   // the same as shape), a slice along tensor_dim (0 rows, 1 columns, -1 none) from
-  // tensor_begin. tensor_replicas tensor ranks hold this same part; a layer parameter's gradient
-  // is then a partial sum over them (norm gains: every rank's own rows; a shared KV head: each
-  // rank's query heads), summed by the optimizer. The embedding, final norm and lm_head are
-  // whole on every tensor rank, each computing every token: the same gradient on each.
+  // tensor_begin. tensor_replicas tensor ranks hold this same part; its gradient is then a
+  // partial sum over them (norm gains, the final one included: every rank's own rows; a shared
+  // KV head: each rank's query heads), summed by the optimizer. The embedding and lm_head are
+  // split by vocabulary rows (models/embed_head.h).
   Shape whole_shape = {};
   int tensor_dim = -1;
   std::int64_t tensor_begin = 0;

@@ -6,7 +6,8 @@
 // tile deep in queries or keys (kTile = 128; the forward takes up to kKeyBlock = 512 keys at
 // once) and the head dimension D deep. Tiles above the causal diagonal are skipped and the
 // diagonal is masked inside the softmax pass. Per-thread memory: one kTile x kKeyBlock score
-// block in the forward, two kTile x kTile tiles in the backward; nothing [T,T] is materialised.
+// block in the forward, two kTile x kTile tiles in the backward (fewer rows when the sequence is
+// shorter than kTile); nothing [T,T] is materialised.
 //
 // Forward, one task per (batch, head, query tile): an online softmax over blocks of up to
 // kKeyBlock keys in order (running row max m and row sum l, rescaling the output rows when m
@@ -95,8 +96,10 @@ void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Te
   const AttnDims d = dims_of(q, k);
   const std::int64_t ldq = d.heads * d.head_dim, ldk = d.kv_heads * d.head_dim;
   const std::int64_t tiles = d.tiles(), D = d.head_dim;
-  // S / P of one query tile against one key block, per thread: [kTile, kKeyBlock].
-  Tensor scratch = empty({omp_get_max_threads(), kTile, kKeyBlock}, q.dtype());
+  // S / P of one query tile against one key block, per thread: [rows, kKeyBlock], rows the
+  // longest query tile (a short sequence needs no more).
+  const std::int64_t rows = std::min<std::int64_t>(kTile, d.seq);
+  Tensor scratch = empty({omp_get_max_threads(), rows, kKeyBlock}, q.dtype());
   dispatch(FloatTypes{}, "attention_forward", q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T scale = T(1.0 / std::sqrt(double(D)));
@@ -106,7 +109,7 @@ void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Te
     for (std::int64_t job = 0; job < d.batch * d.heads * tiles; ++job) {
       const std::int64_t qt = tiles - 1 - job / (d.batch * d.heads);
       const std::int64_t bh = job % (d.batch * d.heads), b = bh / d.heads, h = bh % d.heads;
-      T* s = scratch.data<T>() + std::int64_t(omp_get_thread_num()) * kTile * kKeyBlock;
+      T* s = scratch.data<T>() + std::int64_t(omp_get_thread_num()) * rows * kKeyBlock;
       const std::int64_t q0 = qt * kTile, nq = d.tile_len(qt);
       const T* qp = q.data<T>() + d.q_offset(b, h) + q0 * ldq;
       T* op = out.data<T>() + d.q_offset(b, h) + q0 * ldq;
@@ -203,7 +206,8 @@ void CpuBackend::do_attention_backward(const Tensor& dout, const Tensor& q, cons
   const AttnDims d = dims_of(q, k);
   const std::int64_t ldq = d.heads * d.head_dim, ldk = d.kv_heads * d.head_dim;
   const std::int64_t tiles = d.tiles(), D = d.head_dim;
-  Tensor scratch = empty({omp_get_max_threads(), 2, kTile, kTile}, q.dtype());  // P, dP
+  const std::int64_t rows = std::min<std::int64_t>(kTile, d.seq);  // the longest query tile
+  Tensor scratch = empty({omp_get_max_threads(), 2, rows, kTile}, q.dtype());  // P, dP
   Tensor drow = empty({d.batch, d.heads, d.seq}, q.dtype());  // rowsum(dO * O), like lse
   dispatch(FloatTypes{}, "attention_backward", q.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -236,8 +240,8 @@ void CpuBackend::do_attention_backward(const Tensor& dout, const Tensor& q, cons
     // query tiles qt >= kt, in the thread's scratch; with_dq also adds each tile's share of dQ
     // (the one-pass path below).
     auto key_tile = [&](std::int64_t b, std::int64_t kvh, std::int64_t kt, bool with_dq) {
-      T* p = scratch.data<T>() + std::int64_t(omp_get_thread_num()) * 2 * kTile * kTile;
-      T* dp = p + kTile * kTile;
+      T* p = scratch.data<T>() + std::int64_t(omp_get_thread_num()) * 2 * rows * kTile;
+      T* dp = p + rows * kTile;
       const std::int64_t kv = d.kv_offset(b, kvh) + kt * kTile * ldk, nk = d.tile_len(kt);
       T* dkp = dk.data<T>() + kv;
       T* dvp = dv.data<T>() + kv;
@@ -285,8 +289,8 @@ void CpuBackend::do_attention_backward(const Tensor& dout, const Tensor& q, cons
     for (std::int64_t job = 0; job < d.batch * d.heads * tiles; ++job) {
       const std::int64_t qt = tiles - 1 - job / (d.batch * d.heads);
       const std::int64_t bh = job % (d.batch * d.heads), b = bh / d.heads, h = bh % d.heads;
-      T* p = scratch.data<T>() + std::int64_t(omp_get_thread_num()) * 2 * kTile * kTile;
-      T* dp = p + kTile * kTile;
+      T* p = scratch.data<T>() + std::int64_t(omp_get_thread_num()) * 2 * rows * kTile;
+      T* dp = p + rows * kTile;
       const std::int64_t nq = d.tile_len(qt);
       T* dqp = dq.data<T>() + d.q_offset(b, h) + qt * kTile * ldq;
       for (std::int64_t kt = 0; kt <= qt; ++kt) {

@@ -56,6 +56,42 @@ void CpuBackend::do_embedding_backward(const Tensor& dout, const Tensor& tokens,
   });
 }
 
+// A vocabulary part: rows [first, first + part) of the table. Forward writes every row (zeros
+// for ids outside the part); backward adds the part's ids in token order per column block, as
+// the whole-table backward does.
+void CpuBackend::do_embedding_part(const Tensor& table, const Tensor& tokens, std::int64_t first,
+                                   const Tensor& rows, bool backward) {
+  const std::int64_t embed = table.dim(1), n = tokens.numel(), part = table.dim(0);
+  const std::int32_t* tok = tokens.data<std::int32_t>();
+  const auto local = [&](std::int64_t i) {  // the id's row in the part, or -1
+    const std::int64_t r = std::int64_t(tok[i]) - first;
+    return r >= 0 && r < part ? r : -1;
+  };
+  dispatch(FloatTypes{}, "embedding_part", table.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    T* w = table.data<T>();
+    T* x = rows.data<T>();
+    if (!backward) {
+#pragma omp parallel for schedule(static)
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t r = local(i);
+        for (std::int64_t e = 0; e < embed; ++e) x[i * embed + e] = r < 0 ? T(0) : w[r * embed + e];
+      }
+      return;
+    }
+    const std::int64_t blocks = (embed + kColumnBlock - 1) / kColumnBlock;
+#pragma omp parallel for schedule(static)
+    for (std::int64_t blk = 0; blk < blocks; ++blk) {
+      const std::int64_t e0 = blk * kColumnBlock, e1 = std::min(embed, e0 + kColumnBlock);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t r = local(i);
+        if (r < 0) continue;
+        for (std::int64_t e = e0; e < e1; ++e) w[r * embed + e] += x[i * embed + e];
+      }
+    }
+  });
+}
+
 void CpuBackend::do_rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps,
                                     const Tensor& out, const Tensor& rstd) {
   const std::int64_t rows = x.rows(), cols = x.cols();

@@ -303,23 +303,22 @@ double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
 
 void RankExecutor::forward(int stage, int microbatch) {
   const Key key{stage, microbatch};
-  // The embedding and the head compute every token of the microbatch on each tensor rank (their
-  // weights whole there, their gradients the same on each); the layers between, this rank's rows.
-  const Tensor x =
-      stage == 0 ? parallel_.tensor.my_rows(
-                       be_, embed_forward(be_, params_.extras_weights(), batch(microbatch).inputs))
-                 : take(in_f_, key);
+  // With tensor parallelism every activation here is this rank's rows; the embedding and the head
+  // hold this rank's part of the vocabulary (models/embed_head.h).
+  const Tensor x = stage == 0 ? embed_forward(be_, params_.extras_weights(),
+                                              batch(microbatch).inputs, parallel_.tensor)
+                              : take(in_f_, key);
   const Tensor y = stage_forward(be_, cfg_.model, layers(params_.weights(stage)), rope_, x, remat_,
                                  saved_[key], parallel_);
   if (stage == layout_.stages() - 1) {
     const bool counts_loss = parallel_.tensor.rank() == 0;  // every tensor rank has the same losses
     if (evaluating_) {                                      // the loss alone: no backward will run
-      const double sum = head_loss_sum(be_, cfg_.model, params_.extras_weights(), whole_tokens(y),
-                                       batch(microbatch).targets);
+      const double sum = head_loss_sum(be_, cfg_.model, params_.extras_weights(), y,
+                                       batch(microbatch).targets, parallel_.tensor);
       if (counts_loss) loss_sum_ += sum;
     } else {
       HeadResult head = head_loss(be_, cfg_.model, params_.extras_weights(), params_.extras_grads(),
-                                  whole_tokens(y), batch(microbatch).targets, loss_scale_);
+                                  y, batch(microbatch).targets, loss_scale_, parallel_.tensor);
       if (counts_loss) {  // summed at the step's end: no wait here
         Tensor& kept = loss_buffers_[microbatch];
         if (!kept.defined())
@@ -327,7 +326,7 @@ void RankExecutor::forward(int stage, int microbatch) {
         be_.copy(head.losses.values, kept);
         losses_.push_back({kept, head.losses.squared});
       }
-      in_b_[key] = parallel_.tensor.my_rows(be_, head.dx);
+      in_b_[key] = head.dx;
     }
   } else if (layout_.rank_of(stage + 1) == place_.stage_rank) {
     in_f_[{stage + 1, microbatch}] = y;  // the next stage is local: no send
@@ -344,7 +343,7 @@ void RankExecutor::backward(int stage, int microbatch, bool defer_weight_grads) 
                                    take(in_b_, key), defer, parallel_);
   saved_.erase(key);
   if (stage == 0) {
-    embed_backward(be_, params_.extras_grads(), batch(microbatch).inputs, whole_tokens(dx));
+    embed_backward(be_, params_.extras_grads(), batch(microbatch).inputs, dx, parallel_.tensor);
   } else if (layout_.rank_of(stage - 1) == place_.stage_rank) {
     in_b_[{stage - 1, microbatch}] = dx;
   } else {
@@ -384,13 +383,6 @@ Tensor RankExecutor::activation() const {
   const std::int64_t E = cfg_.model.emb_dim;
   if (parallel_.tensor.size() == 1) return be_.empty({microbatch_size_, T, E}, compute_);
   return be_.empty({microbatch_size_ * T / parallel_.tensor.size(), E}, compute_);
-}
-
-Tensor RankExecutor::whole_tokens(const Tensor& mine) {
-  if (parallel_.tensor.size() == 1) return mine;
-  return parallel_.tensor.gather_rows(be_, mine).reshape(
-      {microbatch_size_, cfg_.model.max_target_length / parallel_.context.size(),
-       cfg_.model.emb_dim});
 }
 
 }  // namespace carousel

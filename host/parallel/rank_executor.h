@@ -80,9 +80,6 @@ class RankExecutor {
   const Microbatch& batch(int microbatch) const { return batches_.at(microbatch); }
   // [b_local, T / C, E] in the compute dtype (C context ranks; tensor parallel: my rows of it)
   Tensor activation() const;
-  // A stage output [b_local, T / C, E] (tensor parallel: this rank's rows [n, E]) made whole for
-  // the head and the embedding, which compute every token of the context rank.
-  Tensor whole_tokens(const Tensor& mine);
 
   const Config& cfg_;
   schedule::Layout layout_;

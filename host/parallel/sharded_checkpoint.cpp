@@ -33,12 +33,12 @@ std::vector<double> flat_values(Backend& host, const ParamSet& whole,
   return values;
 }
 
-// dst[name] = the whole tensors assembled from every tensor rank's stage buffer [T x padded]:
-// rank r's buffer at r x padded holds its parts of `specs` back to back, each cut as
-// param_table(model, {r, T}) says (the same names and sizes on every rank, other slices).
-void copy_assembled(const ModelConfig& model, const std::vector<ParamSpec>& specs,
-                    std::int64_t padded, int tensor_size, Backend& be, const Tensor& parts,
-                    Backend& host, const ParamSet& dst) {
+// The whole tensors of `specs` assembled from every tensor rank's buffer [T x padded] (a stage's
+// or the extras'): rank r's buffer at r x padded holds its parts of `specs` back to back, each
+// cut as param_table(model, {r, T}) says (the same names and sizes on every rank, other slices).
+std::vector<std::vector<float>> assemble(const ModelConfig& model,
+                                         const std::vector<ParamSpec>& specs, std::int64_t padded,
+                                         int tensor_size, Backend& be, const Tensor& parts) {
   const auto all = be.to_host<float>(parts);
   std::vector<std::vector<float>> whole;
   for (const auto& spec : specs) whole.emplace_back(std::size_t(numel(spec.whole())));
@@ -56,8 +56,7 @@ void copy_assembled(const ModelConfig& model, const std::vector<ParamSpec>& spec
       offset += numel(spec.shape);
     }
   }
-  for (std::size_t i = 0; i < specs.size(); ++i)
-    host.upload(whole[i].data(), dst.tensors[dst.index_of(specs[i].name)]);
+  return whole;
 }
 
 }  // namespace
@@ -90,9 +89,11 @@ std::vector<std::string> ShardedParams::exchange(Backend& host, const Checkpoint
           Tensor parts = be_.empty({s.padded * tensor_size});
           comms_.tensor->all_gather(gathered, parts).wait();
           if (place_.tensor_rank == 0) {
-            copy_assembled(cfg_.model, s.specs, s.padded, tensor_size, be_, parts, host, *set);
-            if (member == &StageShard::weights) {
-              for (const auto& spec : s.specs) written.push_back(spec.name);
+            const auto whole_tensors =
+                assemble(cfg_.model, s.specs, s.padded, tensor_size, be_, parts);
+            for (std::size_t i = 0; i < s.specs.size(); ++i) {
+              host.upload(whole_tensors[i].data(), set->tensors[set->index_of(s.specs[i].name)]);
+              if (member == &StageShard::weights) written.push_back(s.specs[i].name);
             }
           }
         } else if (place_.writes_shards() && place_.fsdp_rank == 0) {
@@ -108,22 +109,34 @@ std::vector<std::string> ShardedParams::exchange(Backend& host, const Checkpoint
       }
     }
   }
-  // The replicated weights are whole on every rank; the moments are pieces (FSDP rank f owns
-  // extras elements [f * piece, f * piece + piece)), gathered to write, cut out to read.
+  // The extras' weights are whole on every FSDP rank; the moments are pieces (FSDP rank f owns
+  // extras elements [f * piece, f * piece + piece)), gathered to write, cut out to read. With
+  // tensor parallelism each tensor rank holds its vocabulary rows: the writer's tensor group
+  // gathers them and its tensor rank 0 assembles the whole tensors.
   const std::pair<const ParamSet*, Tensor> extras[] = {
       {whole.params, extras_.flat}, {whole.adam_m, extras_m_}, {whole.adam_v, extras_v_}};
   for (const auto& [set, mine] : extras) {
     if (!set || extras_.flat.numel() == 0) continue;
     const bool is_weights = mine.raw() == extras_.flat.raw();  // not a moment piece
     if (to_whole) {
-      const ParamSet values =
-          ParamSet::over(extras_.specs, is_weights ? mine : gather_pieces(extras_pieces(), mine));
-      if (!place_.writes_replicated()) continue;
-      for (std::size_t i = 0; i < values.specs.size(); ++i) {
-        if (tied_copy(values.specs[i].role)) continue;  // the first stage's to write
-        host.upload(be_.to_host<float>(values.tensors[i]).data(),
-                    set->tensors[set->index_of(values.specs[i].name)]);
-        if (is_weights) written.push_back(values.specs[i].name);
+      const Tensor flat = is_weights ? mine : gather_pieces(extras_pieces(), mine);
+      const int tensor_size = place_.mesh.tensor;
+      if (place_.replica_rank() != 0 || place_.fsdp_rank != 0) continue;  // not the writer's group
+      std::vector<std::vector<float>> whole_tensors;
+      if (tensor_size > 1) {
+        Tensor parts = be_.empty({flat.numel() * tensor_size});
+        comms_.tensor->all_gather(flat, parts).wait();
+        if (place_.tensor_rank != 0) continue;
+        whole_tensors = assemble(cfg_.model, extras_.specs, flat.numel(), tensor_size, be_, parts);
+      } else {
+        for (const Tensor& t : ParamSet::over(extras_.specs, flat).tensors)
+          whole_tensors.push_back(be_.to_host<float>(t));
+      }
+      for (std::size_t i = 0; i < extras_.specs.size(); ++i) {
+        const ParamSpec& spec = extras_.specs[i];
+        if (tied_copy(spec.role)) continue;  // the first stage's to write
+        host.upload(whole_tensors[i].data(), set->tensors[set->index_of(spec.name)]);
+        if (is_weights) written.push_back(spec.name);
       }
     } else {
       const std::vector<double> values = flat_values(host, *set, extras_.specs);

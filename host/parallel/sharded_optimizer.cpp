@@ -73,12 +73,20 @@ Communicator* ShardedParams::tensor_replica_group(const ParamSpec& spec) const {
   return spec.tensor_replicas == place_.mesh.tensor ? comms_.tensor.get() : comms_.kv_share.get();
 }
 
-// Parts of layer parameters held by several tensor ranks: each rank's gradient is a partial sum
-// (its own rows for a norm gain, its own query heads for a shared KV head), summed over them
-// on the elements this rank applies. The T ranks of a group share one layout, so they visit the
-// same parts in the same order.
+// Parts of parameters held by several tensor ranks: each rank's gradient is a partial sum (its
+// own rows for a norm gain, its own query heads for a shared KV head), summed over them on the
+// elements this rank applies. The T ranks of a group share one layout, so they visit the same
+// parts in the same order.
 void ShardedParams::reduce_tensor_replicas() {
   if (place_.mesh.tensor == 1) return;
+  const Pieces extras = extras_pieces();
+  for (const Segment& seg :
+       segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
+    if (Communicator* group = tensor_replica_group(*seg.spec)) {
+      const Tensor g = extras_grads_.flat.view(seg.begin, {seg.length});
+      group->all_reduce(g, g, ReduceOp::Sum).wait();
+    }
+  }
   for (auto& [stage, s] : stages_) {
     const Pieces p = stage_pieces(s);
     const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
@@ -117,9 +125,10 @@ void ShardedParams::for_each_applied_gradient(Visit&& visit) {
 bool ShardedParams::uncounted_gradient_nonfinite() {
   bool bad = false;
   const Pieces extras = extras_pieces();
-  if ((place_.replica_rank() != 0 || place_.tensor_rank != 0) && extras.length() > 0) {
-    bad |=
-        !std::isfinite(be_.sum_squares(extras_grads_.flat.view(extras.begin(), {extras.length()})));
+  for (const Segment& seg :
+       segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
+    if (place_.replica_rank() != 0 || !counts_tensor_part(*seg.spec))
+      bad |= !std::isfinite(be_.sum_squares(extras_grads_.flat.view(seg.begin, {seg.length})));
   }
   if (!(zero1_ || place_.writes_shards())) {
     for (const auto& [stage, s] : stages_) {
@@ -137,17 +146,17 @@ bool ShardedParams::uncounted_gradient_nonfinite() {
 }
 
 // This rank's share of the squared global norm, each element of the model on exactly one rank:
-// the extras on data rank 0 and tensor rank 0 (a tied copy never), each shard's piece on its
-// owner (every rank with ZeRO-1, data rank 0 without), summed per extras parameter and per whole
-// shard piece (the order every layout's tests pin down); with tensor parallelism per parameter
-// part, a part several tensor ranks hold counted on the first of them.
+// the extras on data rank 0 (a tied copy never; the final norm's gain on tensor rank 0), each
+// shard's piece on its owner (every rank with ZeRO-1, data rank 0 without), summed per extras
+// parameter and per whole shard piece (the order every layout's tests pin down); with tensor
+// parallelism per parameter part, a part several tensor ranks hold counted on the first of them.
 double ShardedParams::owned_sum_of_squares() {
   double squares = 0;
   const Pieces extras = extras_pieces();
-  if (place_.replica_rank() == 0 && place_.tensor_rank == 0) {
+  if (place_.replica_rank() == 0) {
     for (const Segment& seg :
          segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
-      if (!tied_copy(seg.spec->role)) {
+      if (!tied_copy(seg.spec->role) && counts_tensor_part(*seg.spec)) {
         squares += be_.sum_squares(extras_grads_.flat.view(seg.begin, {seg.length}));
       }
     }

@@ -26,12 +26,11 @@
 // and the last stage's), since every microbatch part needs them; their AdamW moments are split
 // over the FSDP group like a ZeRO-1 piece.
 //
-// Tensor parallelism (T > 1): each tensor rank holds its part of every layer weight
-// (param_table(cfg, split)); FSDP, ZeRO-1 and the data replicas shard and reduce those parts
+// Tensor parallelism (T > 1): each tensor rank holds its part of every weight
+// (param_table(cfg, split); the embedding and lm_head by vocabulary rows); FSDP, ZeRO-1 and the data replicas shard and reduce those parts
 // exactly as whole tensors, the T ranks of a group laid out alike. Parts several tensor ranks
-// hold (norm gains; a KV head shared by several ranks) get partial gradients, summed over those
-// ranks and counted once in the norm. The extras are whole on every tensor rank, computed on
-// every token there: the same gradients, counted once.
+// hold (norm gains, the final one included; a KV head shared by several ranks) get partial
+// gradients, summed over those ranks and counted once in the norm.
 //
 // Files: sharded_params.cpp (layout, initial values, compute views, gathers and scatters),
 // sharded_optimizer.cpp (gradient reductions, global norm, AdamW), sharded_checkpoint.cpp

@@ -150,9 +150,9 @@ void set_planner_costs(Config& cfg, const Cluster& cluster, const MeshLinks& lin
                  "the planner needs a positive peak, efficiency and bandwidths");
   set_flop_model_costs(cfg, cluster, links);
   if (cluster.measured) scale_measured_costs(cfg, cluster, links);
-  // The head runs whole on every tensor rank (its layers are split T ways).
-  cfg.schedule_cost_head =
-      head_layers(cfg.model, cfg.remat_policy, cluster) * double(cfg.ici_tensor_parallelism);
+  // The head is split over the tensor ranks by vocabulary as the layers are by heads and
+  // columns: the same share of a layer's time whatever T.
+  cfg.schedule_cost_head = head_layers(cfg.model, cfg.remat_policy, cluster);
 }
 
 std::string measured_on_yaml(const Config& cfg, bool head_measured) {

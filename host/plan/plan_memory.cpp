@@ -151,6 +151,10 @@ ParamLayout param_layout(const Config& cfg, const sch::Layout& layout, int stage
       continue;
     } else if (spec.role == ParamRole::Embedding ? first || (last && cfg.model.logits_via_embedding)
                                                  : last) {
+      if (spec.role == ParamRole::FinalNorm) {
+        p.final_norm_begin = p.extras;
+        p.final_norm_length = numel(spec.shape);
+      }
       p.extras += numel(spec.shape);
     }
   }
@@ -198,7 +202,12 @@ std::int64_t program_free_working_set(const Config& cfg, const sch::Layout& layo
       ((no_remat ? 0 : L) + 2) * layer_saved_elements(m, Nc, T, C) * c + context_copies;
   const bool last = layout.rank_of(layout.stages() - 1) == stage_rank;
   const bool first = layout.rank_of(0) == stage_rank;
-  const std::int64_t head = last ? 2 * Nc * m.vocab_size * c + 4 * Nc * m.emb_dim * c : 0;
+  // The head: logits of this rank's vocabulary part and their gradient in place, the normalised
+  // rows gathered and their gradient; vocabulary-parallel, each part's two statistics per token
+  // gathered from every rank and combined (float32).
+  const std::int64_t head = last ? 2 * Nc * (m.vocab_size / T) * c + 4 * Nc * m.emb_dim * c +
+                                       (T > 1 ? (2 * T + 4) * Nc * 4 : 0)
+                                 : 0;
   std::int64_t largest_shard = 0;
   for (const auto& s : p.stages) largest_shard = std::max(largest_shard, s.shard);
   const std::int64_t optimizer =
@@ -292,9 +301,10 @@ bool MeshLinks::any_hop_inter() const {
 
 namespace {
 
-// Bytes of the gradient sums over the tensor ranks that hold the same part of a layer parameter
-// (ShardedParams::reduce_tensor_replicas): an all-reduce of each such part within the elements
-// FSDP rank `fsdp_rank` and replica `replica_rank` apply.
+// Bytes of the gradient sums over the tensor ranks that hold the same part of a parameter
+// (ShardedParams::reduce_tensor_replicas: layer norm gains, shared KV heads, the final norm): an
+// all-reduce of each such part within the elements FSDP rank `fsdp_rank` and replica `replica_rank`
+// apply.
 double tensor_replica_bytes(const Config& cfg, const sch::Layout& layout, int stage_rank,
                             int fsdp_rank, int replica_rank) {
   const int T = int(cfg.ici_tensor_parallelism);
@@ -312,6 +322,12 @@ double tensor_replica_bytes(const Config& cfg, const sch::Layout& layout, int st
     per_layer += numel(spec.shape);
   }
   double bytes = 0;
+  // The final norm's elements in this FSDP rank's piece of the extras.
+  const std::int64_t extras_lo = fsdp_rank * p.extras_piece,
+                     extras_hi = std::min(extras_lo + p.extras_piece, p.extras);
+  const std::int64_t norm_lo = std::max(extras_lo, p.final_norm_begin),
+                     norm_hi = std::min(extras_hi, p.final_norm_begin + p.final_norm_length);
+  if (norm_lo < norm_hi) bytes += 2 * ring_share(T, double(norm_hi - norm_lo) * 4);
   for (const StageElements& s : p.stages) {
     const std::int64_t piece_begin = zero1 ? std::min(s.shard, replica_rank * s.piece) : 0;
     const std::int64_t lo = fsdp_rank * s.shard + piece_begin,
@@ -382,7 +398,12 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
     if (a.kind == sch::Kind::F) {
       b.tensor += layers * layer.tensor;
       b.context += layers * layer.context;
-      if (a.stage == last) b.tensor += (T - 1) * act;  // the head gathers every row
+      // Vocabulary parallelism: the embedding reduce-scatters its looked-up rows; the head
+      // gathers the normalised rows, two float32 statistics per token, and reduce-scatters its
+      // input gradient (the head's backward runs with its forward).
+      if (a.stage == 0) b.tensor += (T - 1) * act;
+      if (a.stage == last)
+        b.tensor += 2 * (T - 1) * act + 2.0 * (T - 1) * double(context_tokens(cfg)) * 4;
     } else if (a.kind == sch::Kind::B || a.kind == sch::Kind::I) {
       b.tensor += layers * layer.tensor * (remat ? 2 : 1);
       b.context += layers * layer.context * (remat ? 2 : 1);

@@ -76,6 +76,9 @@ struct StageElements {
 struct ParamLayout {
   std::vector<StageElements> stages;          // the rank's virtual stages, in stage order
   std::int64_t extras = 0, extras_piece = 0;  // embedding / final norm / head on this rank
+  // Where the extras' final norm gain (held whole by every tensor rank, its partial gradients
+  // summed over them) lies in the extras' flat buffer; length 0 when not on this rank.
+  std::int64_t final_norm_begin = 0, final_norm_length = 0;
   std::int64_t shards() const;                // sum over the stages
   std::int64_t pieces() const;
   std::int64_t padded() const;

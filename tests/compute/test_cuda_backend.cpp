@@ -162,6 +162,24 @@ std::vector<GpuCase> cases() {
                  be.cross_entropy_backward(logits, tgt, 1.0 / 11, dl);
                  return cat({fetch(be, losses), fetch(be, dl)});
                }});
+  c.push_back({"vocab_parts", [](Backend& be, DType dt) {  // rows [100, 200) of a 300-id vocabulary
+                 Tensor table = make(be, testing::randn(100 * 24, 60), {100, 24}, dt);
+                 Tensor ids = be.from_host(testing::randint(11, 300, 61), {11});
+                 Tensor rows = be.empty({11, 24}, dt), dtable = be.zeros({100, 24}, dt);
+                 be.embedding_part_forward(table, ids, 100, 300, rows);
+                 be.embedding_part_backward(rows, ids, 100, 300, dtable);
+                 Tensor logits = make(be, testing::randn(11 * 100, 62, 3.0), {11, 100}, dt);
+                 const DType st = stats_dtype(dt);
+                 Tensor lse = be.empty({11}, st), target = be.empty({11}, st);
+                 be.cross_entropy_part_forward(logits, ids, 100, 300, lse, target);
+                 Tensor parts = make(be, testing::randn(3 * 11, 63), {3, 11}, st);
+                 Tensor whole_lse = be.empty({11}, st), losses = be.empty({11}, st);
+                 be.cross_entropy_combine(parts, parts, whole_lse, losses);
+                 Tensor dl = be.empty({11, 100}, dt);
+                 be.cross_entropy_part_backward(logits, ids, 100, 300, whole_lse, 1.0 / 11, dl);
+                 return cat({fetch(be, rows), fetch(be, dtable), fetch(be, lse), fetch(be, target),
+                             fetch(be, whole_lse), fetch(be, losses), fetch(be, dl)});
+               }});
   c.push_back({"adamw",
                [](Backend& be, DType dt) {
                  Tensor p = make(be, testing::randn(301, 24), {301}, dt);

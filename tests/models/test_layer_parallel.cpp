@@ -2,13 +2,16 @@
 // the parameter table's parts tile every whole tensor and start from its initial values, and a
 // llama layer computed by T tensor x C context ranks on their tokens, rows and weight parts
 // (threads over the in-process communicator) gives the whole layer's output, input gradient and
-// weight gradients, in float64 (1e-12: only the order of the partial sums differs).
+// weight gradients, in float64 (1e-12: only the order of the partial sums differs); and the
+// vocabulary-parallel embedding and head by T ranks give the whole ones' rows, losses and
+// gradients the same way.
 #include <gtest/gtest.h>
 
 #include <map>
 
 #include "collectives/local_communicator.h"
 #include "compute/cpu_backend.h"
+#include "models/embed_head.h"
 #include "models/layer.h"
 #include "tests/support/test_util.h"
 
@@ -20,7 +23,7 @@ using testing::make;
 
 ModelConfig layer_config(std::int64_t kv_heads) {
   ModelConfig c;
-  c.vocab_size = 11;
+  c.vocab_size = 12;
   c.emb_dim = 16;
   c.num_layers = 1;
   c.num_query_heads = 4;
@@ -90,6 +93,11 @@ TEST(TensorParallelTable, SplitsThatCannotWorkAreNamed) {
   cfg.mlp_dim = 10;
   msg = testing::error_of([&] { check_tensor_split(cfg, 4); });
   EXPECT_NE(msg.find("does not divide base_mlp_dim=10"), std::string::npos) << msg;
+  cfg.mlp_dim = 12;
+  cfg.vocab_size = 10;
+  msg = testing::error_of([&] { check_tensor_split(cfg, 4); });
+  EXPECT_NE(msg.find("does not divide vocab_size=10"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("valid values: 1, 2, 5, 10"), std::string::npos) << msg;
   cfg.decoder_block = "simple";
   msg = testing::error_of([&] { check_tensor_split(cfg, 2); });
   EXPECT_NE(msg.find("needs decoder_block=llama"), std::string::npos) << msg;
@@ -216,6 +224,100 @@ INSTANTIATE_TEST_SUITE_P(Splits, LayerParallelism,
                            return "T" + std::to_string(info.param.tensor) + "_C" +
                                   std::to_string(info.param.context) + "_kv" +
                                   std::to_string(info.param.kv_heads);
+                         });
+
+// The embedding's rows and the head's losses, input gradient and weight gradients on one rank;
+// the extras' weights drawn per whole element (every rank's parts agree), gradients from zero.
+struct ExtrasRun {
+  std::vector<double> embedded, losses, dh;
+  std::map<std::string, std::vector<double>> grads;
+};
+
+ExtrasRun run_extras(Backend& be, const ModelConfig& cfg, const std::vector<ParamSpec>& specs,
+                     const Tensor& tokens, const std::vector<double>& h,
+                     const std::vector<double>& dembed, Shape act, const TensorGroup& tensor) {
+  ParamSet w = ParamSet::allocate(be, specs, DType::F64);
+  ParamSet g = ParamSet::allocate(be, specs, DType::F64);
+  be.fill(g.flat, 0.0);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    auto v = testing::randn(std::size_t(numel(specs[i].whole())), 20 + i, 0.5);
+    if (specs[i].init_ones)
+      for (auto& e : v) e += 1.0;
+    be.upload(part_of_whole(specs[i], v).data(), w.tensors[i]);
+  }
+  ExtrasRun out;
+  out.embedded = fetch(be, embed_forward(be, w, tokens, tensor));
+  const HeadResult head =
+      head_loss(be, cfg, w, g, make(be, h, act, DType::F64), tokens, 0.25, tensor);
+  out.losses = fetch(be, head.losses.values);
+  out.dh = fetch(be, head.dx);
+  embed_backward(be, g, tokens, make(be, dembed, act, DType::F64), tensor);
+  for (std::size_t i = 0; i < specs.size(); ++i) out.grads[specs[i].name] = fetch(be, g.tensors[i]);
+  return out;
+}
+
+std::vector<ParamSpec> extras_specs(const ModelConfig& cfg, TensorSplit split) {
+  std::vector<ParamSpec> out;
+  for (const auto& spec : param_table(cfg, split)) {
+    if (spec.layer < 0) out.push_back(spec);
+  }
+  return out;
+}
+
+class VocabularyParallelism : public ::testing::TestWithParam<std::pair<int, bool>> {};
+
+// The tokens are their own targets (any ids in [0, V) will do); tied: the head is the embedding.
+TEST_P(VocabularyParallelism, EmbeddingAndHeadEqualTheWholeOnes) {
+  const auto [T, tied] = GetParam();
+  ModelConfig cfg = layer_config(4);
+  cfg.logits_via_embedding = tied;
+  const std::int64_t b = 2, S = cfg.max_target_length, E = cfg.emb_dim, n = b * S / T;
+  const auto ids = testing::randint(std::size_t(b * S), std::int32_t(cfg.vocab_size), 5);
+  const auto h = testing::randn(std::size_t(b * S * E), 6),
+             dembed = testing::randn(std::size_t(b * S * E), 7);
+  CpuBackend whole_be;
+  const ExtrasRun whole =
+      run_extras(whole_be, cfg, extras_specs(cfg, {}), whole_be.from_host(ids, {b, S}), h, dembed,
+                 {b, S, E}, {});
+
+  LocalWorld world(T, 30.0);
+  std::vector<ExtrasRun> runs(static_cast<std::size_t>(T));
+  run_ranks(
+      T,
+      [&](int t) {
+        CpuBackend be;
+        auto comm = world.communicator(t);
+        const TensorGroup tensor{comm.get()};
+        runs[t] = run_extras(be, cfg, extras_specs(cfg, {t, T}), be.from_host(ids, {b, S}),
+                             rows_of(h, b, S, E, {}, t, T), rows_of(dembed, b, S, E, {}, t, T),
+                             {n, E}, tensor);
+      },
+      &world);
+  for (int t = 0; t < T; ++t) {
+    const std::string who = "tensor rank " + std::to_string(t);
+    testing::expect_close(runs[t].embedded, rows_of(whole.embedded, b, S, E, {}, t, T), 1e-12,
+                          1e-12, "embedding rows of " + who);
+    testing::expect_close(runs[t].losses, whole.losses, 1e-12, 1e-12, "losses on " + who);
+    testing::expect_close(runs[t].dh, rows_of(whole.dh, b, S, E, {}, t, T), 1e-12, 1e-12,
+                          "head input gradient rows of " + who);
+    for (const ParamSpec& p : extras_specs(cfg, {t, T})) {
+      std::vector<double> sum(std::size_t(numel(p.shape)), 0.0);  // the final norm: partials
+      for (int u = p.tensor_replicas == 1 ? t : 0; u < (p.tensor_replicas == 1 ? t + 1 : T); ++u) {
+        const auto& theirs = runs[u].grads.at(p.name);
+        for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += theirs[i];
+      }
+      testing::expect_close(sum, part_of_whole(p, whole.grads.at(p.name)), 1e-12, 1e-12,
+                            p.name + " gradient part of " + who);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Splits, VocabularyParallelism,
+                         ::testing::Values(std::pair{2, false}, std::pair{4, false},
+                                           std::pair{2, true}, std::pair{4, true}),
+                         [](const auto& info) {
+                           return "T" + std::to_string(info.param.first) +
+                                  (info.param.second ? "_tied" : "");
                          });
 
 }  // namespace

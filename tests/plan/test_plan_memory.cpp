@@ -165,7 +165,10 @@ TEST_P(PlanMemory, EqualsTheExecutorsAllocationsAndTraffic) {
     const std::int64_t alive_together = p.weights + p.gradients + p.optimizer + p.weight_slots +
                                         std::max(p.gradient_buffers, p.activations);
     EXPECT_LE(alive_together, m.peak);
-    EXPECT_LE(m.peak, p.total());
+    EXPECT_LE(m.peak, p.total()) << "w " << p.weights << " g " << p.gradients << " o "
+                                 << p.optimizer << " slots " << p.weight_slots << " gb "
+                                 << p.gradient_buffers << " act " << p.activations << " ws "
+                                 << p.working_set << " state " << m.state;
     const plan::LinkBytes b =
         plan::device_link_bytes(cfg, program, s, links, place.fsdp_rank, place.replica_rank());
     EXPECT_DOUBLE_EQ(m.pipe, b.pipeline);
