@@ -339,7 +339,7 @@ class CudaBackend final : public Backend {
   }
   void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                             const Tensor& lse) override {
-    if (cudnn_attends(q, k)) return attention_->forward(q, k, v, out, lse);
+    if (cudnn_attends(q, k, /*backward=*/false)) return attention_->forward(q, k, v, out, lse);
     note_reference_attention(q, k);
     dispatch(FloatTypes{}, "attention_forward", q.dtype(), [&](auto tag) {
       using T = decltype(tag);
@@ -351,7 +351,8 @@ class CudaBackend final : public Backend {
   void do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse, const Tensor& dq,
                              const Tensor& dk, const Tensor& dv) override {
-    if (cudnn_attends(q, k)) return attention_->backward(dout, q, k, v, out, lse, dq, dk, dv);
+    if (cudnn_attends(q, k, /*backward=*/true))
+      return attention_->backward(dout, q, k, v, out, lse, dq, dk, dv);
     dispatch(FloatTypes{}, "attention_backward", q.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const gpu::AttnShape a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
@@ -471,15 +472,15 @@ class CudaBackend final : public Backend {
  private:
   // Whether the fast tier runs an op on `t`'s dtype (float32 and bfloat16; float64 is reference).
   bool fast_for(const Tensor& t) const { return fast_ && t.dtype() != DType::F64; }
-  // cuDNN's fused attention takes bfloat16 queries and keys of one length (a context-parallel
-  // chunk against a longer key prefix needs its bottom-right causal mask, not wired yet).
-  bool cudnn_attends(const Tensor& q, const Tensor& k) const {
-    return attention_ && q.dtype() == DType::BF16 && q.dim(1) == k.dim(1);
+  // cuDNN's fused attention takes bfloat16; a context-parallel chunk against a longer key
+  // prefix where this cuDNN builds its bottom-right causal mask.
+  bool cudnn_attends(const Tensor& q, const Tensor& k, bool backward) const {
+    if (!attention_ || q.dtype() != DType::BF16) return false;
+    return q.dim(1) == k.dim(1) || attention_->takes_key_prefix(q, k, backward);
   }
   // The fast tier without cuDNN attention for this call: said once per process, not per call.
   void note_reference_attention(const Tensor& q, const Tensor& k) {
-    if (fast_)
-      gpu::note_reference_attention(q.dtype(), attention_ != nullptr, q.dim(1) != k.dim(1));
+    if (fast_) gpu::note_reference_attention(q.dtype(), attention_ != nullptr);
   }
   template <class Kernel, class... Args>
   void launch(Kernel kernel, std::int64_t threads, Args... args) {

@@ -5,8 +5,9 @@
 //
 // Layout: carousel's [B, T, H, D] tensors are described to cuDNN as [b, h, s, d] by strides, the
 // statistics [B, H, T] float32 as [b, h, s, 1]; no copies. Each graph: bfloat16 in and out,
-// float32 inside; causal (top-left); scale 1/sqrt(D); the backward's deterministic algorithm (the
-// fast tier's promise: the same bits every run).
+// float32 inside; causal (top-left, or bottom-right for a context-parallel chunk whose keys are
+// longer than its queries); scale 1/sqrt(D); the backward's deterministic algorithm (the fast
+// tier's promise: the same bits every run).
 #define NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING
 #include "cuda/fast/cudnn_attention.h"
 
@@ -42,8 +43,9 @@ namespace fe = cudnn_frontend;
   } while (0)
 
 std::string describe(const AttentionKey& k) {
-  return fmt::format("{} B={} T={} H={} Hkv={} D={}", k.backward ? "backward" : "forward", k.batch,
-                     k.seq, k.heads, k.kv_heads, k.head_dim);
+  return fmt::format("{} B={} T={}{} H={} Hkv={} D={}", k.backward ? "backward" : "forward",
+                     k.batch, k.seq, k.kv_seq ? fmt::format(" Tk={}", k.kv_seq) : "", k.heads,
+                     k.kv_heads, k.head_dim);
 }
 
 enum Uid : std::int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
@@ -82,6 +84,21 @@ class Attention final : public CudnnAttention {
         {kDO, dout.raw()}, {kDQ, dq.raw()}, {kDK, dk.raw()}, {kDV, dv.raw()}};
     execute(key, g, pack);
   }
+  bool takes_key_prefix(const Tensor& q, const Tensor& k, bool backward) override {
+    if (prefix_refused_) return false;
+    const AttentionKey key = key_of(q, k, backward);
+    try {
+      graph(key);
+      return true;
+    } catch (const Error& e) {
+      prefix_refused_ = true;
+      spdlog::warn(
+          "attention of context-parallel chunks (queries against a longer key prefix) runs the "
+          "reference kernel (slow): this cuDNN cannot build its bottom-right causal mask: {}",
+          e.what());
+      return false;
+    }
+  }
   std::string version() const override {
     return fmt::format("cuDNN {}.{}.{}", version_ / 10000, version_ % 10000 / 100, version_ % 100);
   }
@@ -89,6 +106,7 @@ class Attention final : public CudnnAttention {
  private:
   static AttentionKey key_of(const Tensor& q, const Tensor& k, bool backward) {
     AttentionKey key{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3), q.dtype(), backward};
+    if (k.dim(1) != q.dim(1)) key.kv_seq = k.dim(1);
     const std::string why = cudnn_attention_unsupported(key);
     CAROUSEL_CHECK(why.empty(),
                    "attention: cuDNN's fused attention does not take this shape: {}; change the "
@@ -122,7 +140,8 @@ class Attention final : public CudnnAttention {
         .set_compute_data_type(fe::DataType_t::FLOAT);
     const std::int64_t B = key.batch, T = key.seq, H = key.heads, Hkv = key.kv_heads,
                        D = key.head_dim;
-    const DimsStrides qo = bthd_as_bhsd(B, T, H, D), kv = bthd_as_bhsd(B, T, Hkv, D);
+    const DimsStrides qo = bthd_as_bhsd(B, T, H, D), kv = bthd_as_bhsd(B, key.keys(), Hkv, D);
+    const bool bottom_right = key.kv_seq != 0;  // the queries are the keys' last positions
     const DimsStrides st = stats_as_bhs1(B, H, T);
     auto input = [&](const char* name, std::int64_t uid, const DimsStrides& ds) {
       return g->tensor(fe::graph::Tensor_attributes()
@@ -141,8 +160,12 @@ class Attention final : public CudnnAttention {
       auto attrs = fe::graph::SDPA_attributes()
                        .set_name("sdpa_forward")
                        .set_generate_stats(true)
-                       .set_causal_mask(true)
                        .set_attn_scale(scale);
+      if (bottom_right) {
+        attrs.set_causal_mask_bottom_right(true);
+      } else {
+        attrs.set_causal_mask(true);
+      }
       auto [o, stats] = g->sdpa(q, k, v, attrs);
       output(o, kO, qo);
       output(stats, kStats, st);
@@ -153,9 +176,13 @@ class Attention final : public CudnnAttention {
       stats->set_data_type(fe::DataType_t::FLOAT);
       auto attrs = fe::graph::SDPA_backward_attributes()
                        .set_name("sdpa_backward")
-                       .set_causal_mask(true)
                        .set_attn_scale(scale)
                        .set_deterministic_algorithm(true);
+      if (bottom_right) {
+        attrs.set_causal_mask_bottom_right(true);
+      } else {
+        attrs.set_causal_mask(true);
+      }
       auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, attrs);
       output(dq, kDQ, qo);
       output(dk, kDK, kv);
@@ -176,6 +203,7 @@ class Attention final : public CudnnAttention {
   cudnnHandle_t handle_;
   std::size_t version_;
   std::map<AttentionKey, Graph> graphs_;
+  bool prefix_refused_ = false;  // this cuDNN could not build a bottom-right graph: said once
 };
 
 }  // namespace
@@ -235,23 +263,15 @@ std::unique_ptr<CudnnAttention> CudnnAttention::open(Backend& be, cudaStream_t s
   return attention;
 }
 
-void note_reference_attention(DType dtype, bool have_cudnn, bool key_prefix) {
-  if (!have_cudnn) return;                          // open() said why
-  static std::once_flag noted_prefix, noted_dtype;  // each said once per process
-  if (key_prefix) {
-    std::call_once(noted_prefix, [] {
-      spdlog::warn(
-          "attention of context-parallel chunks (queries against a longer key prefix) runs the "
-          "reference kernel: cuDNN's bottom-right causal mask is not wired in yet (slow)");
-    });
-  } else {
-    std::call_once(noted_dtype, [&] {
-      spdlog::info(
-          "{} attention runs the reference kernel: cuDNN's fused attention takes "
-          "bfloat16 (dtype=bfloat16 for speed)",
-          dtype_name(dtype));
-    });
-  }
+void note_reference_attention(DType dtype, bool have_cudnn) {
+  if (!have_cudnn || dtype == DType::BF16) return;  // open() or takes_key_prefix said why
+  static std::once_flag noted;                      // said once per process
+  std::call_once(noted, [&] {
+    spdlog::info(
+        "{} attention runs the reference kernel: cuDNN's fused attention takes "
+        "bfloat16 (dtype=bfloat16 for speed)",
+        dtype_name(dtype));
+  });
 }
 
 }  // namespace carousel::gpu

@@ -34,11 +34,15 @@ class CudnnAttention {
                         const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
                         const Tensor& dv) = 0;
   virtual std::string version() const = 0;  // "cuDNN 9.19.0"
+  // Whether queries [B,Tq,H,D] against longer keys [B,Tk,Hkv,D] (a context-parallel chunk) run
+  // here, with cuDNN's bottom-right causal mask: the graph is built on first asking; a cuDNN
+  // that cannot build it is said once (naming cuDNN's reason) and the reference kernel runs.
+  virtual bool takes_key_prefix(const Tensor& q, const Tensor& k, bool backward) = 0;
 };
 
 // Logs once per process that attention on `dtype` runs the reference kernel in the fast tier
-// (float32: cuDNN's fused attention takes bfloat16; key_prefix: queries against a longer key
-// prefix, whose mask is not wired; or cuDNN is missing, said by open()).
-void note_reference_attention(DType dtype, bool have_cudnn, bool key_prefix);
+// (float32: cuDNN's fused attention takes bfloat16; or cuDNN is missing, said by open();
+// takes_key_prefix says its own reason).
+void note_reference_attention(DType dtype, bool have_cudnn);
 
 }  // namespace carousel::gpu

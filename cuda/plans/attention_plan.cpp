@@ -14,6 +14,9 @@ std::string cudnn_attention_unsupported(const AttentionKey& k) {
   if (k.kv_heads <= 0 || k.heads % k.kv_heads != 0)
     return fmt::format("{} query heads are not a multiple of {} kv heads", k.heads, k.kv_heads);
   if (k.batch <= 0 || k.seq <= 0) return fmt::format("empty batch {} x seq {}", k.batch, k.seq);
+  if (k.keys() < k.seq)
+    return fmt::format("{} keys for {} queries (causal attention needs at least as many)",
+                       k.keys(), k.seq);
   return "";
 }
 

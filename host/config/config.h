@@ -53,6 +53,11 @@ struct Config {
   std::int64_t ici_data_parallelism = 1;            // D, data-parallel replicas
   std::int64_t ici_tensor_parallelism = 1;          // T, heads and MLP columns split
   std::int64_t ici_context_parallelism = 1;         // C, each sequence split
+  // MaxText's factors across nodes (slices) of each axis: the axis is ici x dcn. load_config
+  // folds them into the ici_* degrees (and sets these back to 1), checking that carousel's rank
+  // order puts every node's ici factors innermost (docs/config.md#mesh-axes-across-nodes).
+  std::int64_t dcn_data_parallelism = 1, dcn_pipeline_parallelism = 1, dcn_fsdp_parallelism = 1,
+               dcn_context_parallelism = 1, dcn_tensor_parallelism = 1;
   bool shard_optimizer_over_data = false;           // ZeRO-1 over the D replicas
   std::int64_t replica_check_interval = 100;        // compare replicas' bits (0 = off)
   bool pipeline_fsdp_ag_per_repeat = false;         // Buffer Sliding Window: 2 weight slots

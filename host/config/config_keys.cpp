@@ -261,6 +261,16 @@ const std::vector<ConfigKey>& config_keys() {
       key("ici_context_parallelism", &Config::ici_context_parallelism, ResumeClass::Layout,
           "C: context parallelism: each sequence split into 2C chunks over C ranks (rank i holds "
           "chunks i and 2C-1-i), keys and values all-gathered for attention (llama only)"),
+      key("dcn_data_parallelism", &Config::dcn_data_parallelism, ResumeClass::Layout,
+          "MaxText's factor of D across nodes: D = ici x dcn (folded into ici_data_parallelism)"),
+      key("dcn_pipeline_parallelism", &Config::dcn_pipeline_parallelism, ResumeClass::Layout,
+          "S's factor across nodes (folded into ici_pipeline_parallelism)"),
+      key("dcn_fsdp_parallelism", &Config::dcn_fsdp_parallelism, ResumeClass::Layout,
+          "F's factor across nodes (folded into ici_fsdp_parallelism)"),
+      key("dcn_context_parallelism", &Config::dcn_context_parallelism, ResumeClass::Layout,
+          "C's factor across nodes (folded into ici_context_parallelism)"),
+      key("dcn_tensor_parallelism", &Config::dcn_tensor_parallelism, ResumeClass::Layout,
+          "T's factor across nodes (folded into ici_tensor_parallelism)"),
       key("replica_check_interval", &Config::replica_check_interval, ResumeClass::RunControl,
           "with D > 1, every N steps and before each checkpoint the data replicas' weights are "
           "compared bit for bit; a difference stops the run naming the replica and parameter "

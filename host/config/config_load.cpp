@@ -258,6 +258,51 @@ std::vector<Assignment> read_overrides(const std::vector<std::string>& overrides
 
 // schedule_costs_file: the schedule_cost_* keys a profiled run measured (schedule_costs.yml)
 // replace the defaults; a key the config file or the command line set keeps its value.
+namespace {
+
+// MaxText's dcn_* factors multiply the ici_* ones. carousel orders ranks data, pipeline, fsdp,
+// context, tensor from the outermost (host/parallel/mesh.h) and a node's processes are
+// consecutive ranks, so each axis's dcn factor sits outside its ici factor; across axes, an axis
+// with a dcn factor must not lie inside one with an ici factor (that would put the inner axis's
+// nodes between one node's ranks). Folded, the run and its saved config hold the products.
+void fold_dcn_axes(Config& cfg, std::map<std::string, std::string>& source) {
+  struct Axis {
+    const char* name;
+    std::int64_t* ici;
+    std::int64_t* dcn;
+  };
+  const Axis axes[] = {{"data", &cfg.ici_data_parallelism, &cfg.dcn_data_parallelism},
+                       {"pipeline", &cfg.ici_pipeline_parallelism, &cfg.dcn_pipeline_parallelism},
+                       {"fsdp", &cfg.ici_fsdp_parallelism, &cfg.dcn_fsdp_parallelism},
+                       {"context", &cfg.ici_context_parallelism, &cfg.dcn_context_parallelism},
+                       {"tensor", &cfg.ici_tensor_parallelism, &cfg.dcn_tensor_parallelism}};
+  std::string outer_ici;  // the outermost axis with an ici factor > 1 so far
+  std::string allowed;    // axes a dcn factor may take: down to the outermost ici factor
+  for (const Axis& axis : axes) {
+    CAROUSEL_CHECK(*axis.dcn >= 1 && *axis.dcn <= 4096,
+                   "dcn_{}_parallelism={} is not valid; it must be in [1, 4096]", axis.name,
+                   *axis.dcn);
+    if (outer_ici.empty()) allowed += (allowed.empty() ? "" : ", ") + std::string(axis.name);
+    if (*axis.dcn > 1 && !outer_ici.empty() && outer_ici != axis.name) {
+      fail("dcn_{}_parallelism={} with ici_{}_parallelism > 1: carousel orders ranks data, "
+           "pipeline, fsdp, context, tensor (outermost first) with each node's ranks "
+           "consecutive, so a {} axis across nodes cannot sit inside a {} axis within a node; "
+           "valid: dcn_* on {} only (or move the {} factor across nodes too)",
+           axis.name, *axis.dcn, outer_ici, axis.name, outer_ici, allowed, outer_ici);
+    }
+    if (*axis.ici > 1 && outer_ici.empty()) outer_ici = axis.name;
+  }
+  for (const Axis& axis : axes) {
+    if (*axis.dcn == 1) continue;
+    const std::string ici = fmt::format("ici_{}_parallelism", axis.name);
+    source[ici] = fmt::format("{} x dcn_{}_parallelism={}", *axis.ici, axis.name, *axis.dcn);
+    *axis.ici *= *axis.dcn;
+    *axis.dcn = 1;
+  }
+}
+
+}  // namespace
+
 void apply_schedule_costs_file(Config& cfg, std::map<std::string, std::string>& source) {
   if (cfg.schedule_costs_file.empty()) return;
   check_local_path("schedule_costs_file", cfg.schedule_costs_file);
@@ -325,6 +370,7 @@ LoadedConfig load_config(const std::string& yaml_path, const std::vector<std::st
     source[a.key] = a.source;
   }
   apply_schedule_costs_file(cfg, source);
+  fold_dcn_axes(cfg, source);
   for (const auto& k : config_keys()) {
     out.table.push_back({k.name, k.get(cfg), source.count(k.name) ? source[k.name] : "default"});
   }

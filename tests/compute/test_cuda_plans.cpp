@@ -190,6 +190,15 @@ TEST(AttentionPlans, CudnnShapeRules) {
   k.dtype = DType::BF16;
   k.kv_heads = 5;
   EXPECT_NE(cudnn_attention_unsupported(k).find("not a multiple"), std::string::npos);
+  k.kv_heads = 8;
+  k.kv_seq = 4096;  // a context-parallel chunk against its key prefix
+  EXPECT_EQ(cudnn_attention_unsupported(k), "");
+  EXPECT_EQ(k.keys(), 4096);
+  k.kv_seq = 1024;
+  EXPECT_NE(cudnn_attention_unsupported(k).find("1024 keys for 2048 queries"), std::string::npos);
+  AttentionKey whole{2, 2048, 32, 8, 64, DType::BF16, false}, prefix = whole;
+  prefix.kv_seq = 4096;
+  EXPECT_TRUE(whole < prefix || prefix < whole);  // cached apart
 }
 
 TEST(AttentionPlans, StridesAddressTheRowMajorTensors) {

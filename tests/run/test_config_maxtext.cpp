@@ -124,8 +124,7 @@ TEST(Config, HeadDimMustBeTheDerivedOne) {
 
 TEST(Config, MaxTextKeysCarouselLacksAreNamedAsSuch) {
   for (const char* key : {"attention", "quantization", "scan_layers", "ici_expert_parallelism",
-                          "dcn_data_parallelism", "dcn_pipeline_parallelism", "tokenizer_type",
-                          "eval_dataset_name"}) {
+                          "dcn_expert_parallelism", "tokenizer_type", "eval_dataset_name"}) {
     const std::string msg = testing::error_of([&] { load_config("", {std::string(key) + "=1"}); });
     EXPECT_NE(msg.find(fmt::format("MaxText key '{}' is not supported by carousel", key)),
               std::string::npos)
@@ -138,6 +137,43 @@ TEST(Config, MaxTextKeysCarouselLacksAreNamedAsSuch) {
   EXPECT_FALSE(is_unsupported_maxtext_key("ici_tensor_parallelism"));
   EXPECT_FALSE(is_unsupported_maxtext_key("ici_context_parallelism"));
   EXPECT_TRUE(is_unsupported_maxtext_key("ici_expert_parallelism"));
+  EXPECT_FALSE(is_unsupported_maxtext_key("dcn_data_parallelism"));
+}
+
+// MaxText's dcn_* factors multiply the ici_* ones (an axis is ici x dcn); carousel folds them
+// where its rank order keeps each node's ranks consecutive, and names the axes that may take one
+// otherwise.
+TEST(Config, DcnFactorsMultiplyTheirAxisWhereNodesStayContiguous) {
+  const Config c = load_config("", {"dcn_data_parallelism=2", "dcn_pipeline_parallelism=2",
+                                    "ici_fsdp_parallelism=2", "dcn_fsdp_parallelism=3",
+                                    "ici_tensor_parallelism=2", "num_pipeline_microbatches=2",
+                                    "per_device_batch_size=1"})
+                       .config;
+  EXPECT_EQ(c.ici_data_parallelism, 2);
+  EXPECT_EQ(c.ici_pipeline_parallelism, 2);
+  EXPECT_EQ(c.ici_fsdp_parallelism, 6);  // 2 within a node x 3 across
+  EXPECT_EQ(c.ici_tensor_parallelism, 2);
+  EXPECT_EQ(c.dcn_data_parallelism, 1);  // folded: a saved config reloads to the same mesh
+  EXPECT_EQ(c.num_devices(), 48);
+  const LoadedConfig loaded = load_config("", {"dcn_data_parallelism=4"});
+  bool named = false;
+  for (const auto& row : loaded.table) {
+    if (row.key == "ici_data_parallelism") named = row.source == "1 x dcn_data_parallelism=4";
+  }
+  EXPECT_TRUE(named) << "the config table says where ici_data_parallelism=4 came from";
+  std::string msg = testing::error_of(
+      [] { load_config("", {"ici_data_parallelism=2", "dcn_fsdp_parallelism=2"}); });
+  EXPECT_NE(msg.find("dcn_fsdp_parallelism=2 with ici_data_parallelism > 1"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("valid: dcn_* on data only"), std::string::npos) << msg;
+  msg = testing::error_of([] {
+    load_config("", {"ici_fsdp_parallelism=2", "dcn_tensor_parallelism=2"});
+  });
+  EXPECT_NE(msg.find("valid: dcn_* on data, pipeline, fsdp only"), std::string::npos) << msg;
+  msg = testing::error_of([] { load_config("", {"dcn_context_parallelism=0"}); });
+  EXPECT_NE(msg.find("dcn_context_parallelism=0 is not valid; it must be in [1, 4096]"),
+            std::string::npos)
+      << msg;
 }
 
 TEST(Config, DidYouMeanOnlyForNearMisses) {
