@@ -93,6 +93,9 @@ class Backend {
   // that a replay could not repeat.
   void begin_capture();
   std::unique_ptr<StepGraph> end_capture();
+  // After a failure inside a capture: ends it, discarding what was recorded (nothing of it ran).
+  // No effect when no capture is in progress.
+  void abort_capture() noexcept;
   bool capturing() const { return capturing_; }
 
   // ---- memory -------------------------------------------------------------------------------
@@ -231,6 +234,7 @@ class Backend {
   // call is recorded with its arguments (RecordedGraph).
   virtual void do_begin_capture();
   virtual std::unique_ptr<StepGraph> do_end_capture();
+  virtual void do_abort_capture() noexcept {}
 
   virtual void do_upload(const void* host, const Tensor& dst) = 0;
   virtual void do_download(const Tensor& src, void* host) = 0;

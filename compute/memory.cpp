@@ -87,6 +87,18 @@ std::vector<DeviceAllocator::Block> DeviceAllocator::end_capture() {
       name(), held, format_bytes(held_bytes), freed, format_bytes(freed_bytes));
 }
 
+void DeviceAllocator::abort_capture() {
+  std::vector<Block> kept;
+  {
+    std::lock_guard lock(mutex_);
+    capturing_ = false;
+    kept.swap(kept_);
+    captured_live_.clear();
+    freed_from_before_ = freed_from_before_bytes_ = 0;
+  }
+  release_kept(kept);
+}
+
 void DeviceAllocator::release_kept(const std::vector<Block>& blocks) {
   for (const Block& b : blocks) {
     raw_free(b.ptr);

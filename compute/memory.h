@@ -64,9 +64,18 @@ class DeviceAllocator {
     void* ptr;
     std::size_t bytes;
   };
+  // The bookkeeping assumes the capturing thread is the only one allocating on or freeing into
+  // this allocator while it captures (true of a rank whose captured step does not communicate:
+  // communicator workers have dropped their tensors before the step's collectives complete).
   void begin_capture();
   std::vector<Block> end_capture();
+  // After a failed capture: ends it without checks, freeing what it kept.
+  void abort_capture();
   void release_kept(const std::vector<Block>& blocks);
+  // Returns memory cached for reuse to the device (a GPU's pool and the memory its graphs keep
+  // between launches), so a captured graph and eager steps do not each hold a step's working
+  // set; waits for the queued work first. Host memory: nothing cached.
+  virtual void release_cached() {}
 
  protected:
   virtual bool frees_into_graph() const { return false; }

@@ -42,6 +42,16 @@ class CudaAllocator final : public DeviceAllocator {
   // The logical device's stream: its kernels, cuBLAS calls, copies and allocations.
   cudaStream_t stream() const { return stream_; }
   bool pooled() const { return pooled_; }  // stream-ordered (capturable) allocation
+  void release_cached() override {
+    CUDA_CHECK(cudaSetDevice(gpu_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (pooled_) {
+      cudaMemPool_t pool = nullptr;
+      CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, gpu_));
+      CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+    }
+    CUDA_CHECK(cudaDeviceGraphMemTrim(gpu_));
+  }
 
   bool host_accessible() const override { return false; }
   void* work_queue() const override { return stream_; }

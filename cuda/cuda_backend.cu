@@ -24,6 +24,7 @@
 #include "cuda/fast/fast_ops.h"
 #include "cuda/fast/lt_gemm.h"
 #include "cuda/reference_kernels.cuh"
+#include "cuda/vocab_parts.h"
 
 namespace carousel {
 
@@ -150,6 +151,7 @@ class CudaBackend final : public Backend {
 
   bool has_native_bf16(Op op) const override {
     if (!fast_) return false;
+    if (gpu::vocab_parts::native_bf16(op)) return true;
     if (op == Op::attention_forward || op == Op::attention_backward) return attention_ != nullptr;
     return gpu::fast::has_kernel(op);
   }
@@ -176,6 +178,12 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaSetDevice(gpu_));
     // Thread-local: ranks on other threads and NCCL's watchdog go on with their own CUDA calls.
     CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  }
+  void do_abort_capture() noexcept override {
+    cudaSetDevice(gpu_);
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // the failed capture's error, reported by the caller already
   }
   std::unique_ptr<StepGraph> do_end_capture() override {
     CUDA_CHECK(cudaSetDevice(gpu_));
@@ -415,49 +423,24 @@ class CudaBackend final : public Backend {
              logits.dim(0), logits.dim(1));
     });
   }
-  // Vocabulary parts: reference kernels on every tier (bfloat16 staged through float32).
+  // Vocabulary parts: one set of kernels for every tier (vocab_parts.h).
   void do_embedding_part(const Tensor& table, const Tensor& tokens, std::int64_t first,
                          const Tensor& rows, bool backward) override {
-    dispatch(FloatTypes{}, "embedding_part", table.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      const std::int64_t n = tokens.numel(), e = table.dim(1), part = table.dim(0);
-      if (backward) {
-        launch(gpu::embedding_part_backward_kernel<T>, e, rows.data<T>(),
-               tokens.data<std::int32_t>(), table.data<T>(), first, part, n, e);
-      } else {
-        launch(gpu::embedding_part_forward_kernel<T>, n * e, table.data<T>(),
-               tokens.data<std::int32_t>(), rows.data<T>(), first, part, n, e);
-      }
-    });
+    gpu::vocab_parts::embedding(launch_, table, tokens, first, rows, backward);
   }
   void do_cross_entropy_part_forward(const Tensor& logits, const Tensor& targets,
                                      std::int64_t first, const Tensor& lse,
                                      const Tensor& target_logits) override {
-    dispatch(FloatTypes{}, "cross_entropy_part_forward", logits.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      launch(gpu::cross_entropy_part_forward_kernel<T>, logits.dim(0), logits.data<T>(),
-             targets.data<std::int32_t>(), lse.data<T>(), target_logits.data<T>(), first,
-             logits.dim(0), logits.dim(1));
-    });
+    gpu::vocab_parts::cross_entropy_forward(launch_, logits, targets, first, lse, target_logits);
   }
   void do_cross_entropy_combine(const Tensor& lse_parts, const Tensor& target_logit_parts,
                                 const Tensor& lse, const Tensor& losses) override {
-    dispatch(FloatTypes{}, "cross_entropy_combine", lse.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      launch(gpu::cross_entropy_combine_kernel<T>, lse_parts.dim(1), lse_parts.data<T>(),
-             target_logit_parts.data<T>(), lse.data<T>(), losses.data<T>(), lse_parts.dim(0),
-             lse_parts.dim(1));
-    });
+    gpu::vocab_parts::cross_entropy_combine(launch_, lse_parts, target_logit_parts, lse, losses);
   }
   void do_cross_entropy_part_backward(const Tensor& logits, const Tensor& targets,
                                       std::int64_t first, const Tensor& lse, double dloss,
                                       const Tensor& dlogits) override {
-    dispatch(FloatTypes{}, "cross_entropy_part_backward", logits.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      launch(gpu::cross_entropy_part_backward_kernel<T>, logits.numel(), logits.data<T>(),
-             targets.data<std::int32_t>(), lse.data<T>(), dlogits.data<T>(), dloss, first,
-             logits.dim(0), logits.dim(1));
-    });
+    gpu::vocab_parts::cross_entropy_backward(launch_, logits, targets, first, lse, dloss, dlogits);
   }
   void do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                        const AdamWScalars& h) override {

@@ -121,7 +121,7 @@ if wants llama; then
 # A llama of about 1.1B parameters (E 2048, 20 layers, 16 heads of 128, F 5504, vocab 32000) in
 # bfloat16 on one GPU (one rank: the in-process transport, no NCCL): 8192 tokens per step in one
 # microbatch (GEMMs with M = 8192), no recomputation (remat costs FLOPs MFU does not count);
-# tokens/s, MFU and peak memory in the metrics, steps 4-5 profiled for the time by op kind. Twice:
+# tokens/s, MFU and peak memory in the metrics, steps 3-4 profiled for the time by op kind. Twice:
 # replaying a captured CUDA graph (the default; steps 1 and the profiled ones run eagerly) and
 # stepped eagerly (step_graphs=off), for what the graph saves.
 llama=(model_name=tiny vocab_size=32000 base_emb_dim=2048 base_num_decoder_layers=20

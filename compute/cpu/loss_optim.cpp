@@ -88,16 +88,20 @@ void CpuBackend::do_cross_entropy_combine(const Tensor& lse_parts, const Tensor&
     const T* pt = target_logit_parts.data<T>();
     T* out_lse = lse.data<T>();
     T* out_loss = losses.data<T>();
-    for (std::int64_t i = 0; i < rows; ++i) {
-      std::vector<double> column(std::size_t(parts), 0.0);
-      double target = 0;  // parts in order: the same sum on every rank
-      for (std::int64_t p = 0; p < parts; ++p) {
-        column[std::size_t(p)] = double(pl[p * rows + i]);
-        target += double(pt[p * rows + i]);
+#pragma omp parallel
+    {
+      std::vector<double> column(std::size_t(parts), 0.0);  // a thread's scratch
+#pragma omp for schedule(static)
+      for (std::int64_t i = 0; i < rows; ++i) {
+        double target = 0;  // parts in order: the same sum on every rank
+        for (std::int64_t p = 0; p < parts; ++p) {
+          column[std::size_t(p)] = double(pl[p * rows + i]);
+          target += double(pt[p * rows + i]);
+        }
+        const double whole = row_logsumexp(column.data(), parts);
+        out_lse[i] = T(whole);
+        out_loss[i] = T(whole - target);
       }
-      const double whole = row_logsumexp(column.data(), parts);
-      out_lse[i] = T(whole);
-      out_loss[i] = T(whole - target);
     }
   });
 }

@@ -22,9 +22,17 @@ void Backend::begin_capture() {
   CAROUSEL_ASSERT(!capturing_, "{}: begin_capture inside a capture", name());
   const std::string blocker = graph_blocker();
   CAROUSEL_CHECK(blocker.empty(), "{} cannot capture a step: {}", name(), blocker);
+  do_begin_capture();  // first: a device that cannot start one leaves nothing half-begun
   allocator_->begin_capture();
   capturing_ = true;
-  do_begin_capture();
+}
+
+void Backend::abort_capture() noexcept {
+  if (!capturing_) return;
+  capturing_ = false;
+  recording_.reset();
+  do_abort_capture();
+  allocator_->abort_capture();
 }
 
 std::unique_ptr<StepGraph> Backend::end_capture() {

@@ -85,9 +85,37 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
   // queue, and one inside the step would stall it at each first or last stage's microbatch.
   upload_batches();
   params_.begin_step();
-  capture_.begin(mode);
   std::size_t i = 0;  // a replay launched every action before OPTIMIZER
   while (replay && actions_[i].kind != sch::Kind::OPTIMIZER) ++i;
+  if (replay) recorder_.note(step, "launched the captured forward and backward (a CUDA graph)");
+  try {
+    capture_.begin(mode);
+    return walk(i, mode, update, trace);
+  } catch (const std::exception& e) {
+    if (!capture_.capturing()) throw;
+    capture_.failed(step, e);  // nothing of the step ran while it was recorded
+    clear_step_state();
+    return this->step(step, update, trace);
+  }
+}
+
+void RankExecutor::clear_step_state() {
+  saved_.clear();
+  deferred_.clear();
+  in_f_.clear();
+  in_b_.clear();
+  out_f_.clear();
+  out_b_.clear();
+  recv_f_.clear();
+  recv_b_.clear();
+  posted_.clear();
+  losses_.clear();
+}
+
+StepOutcome RankExecutor::walk(std::size_t i, StepCapture::Mode mode, std::int64_t update,
+                               StepTrace* trace) {
+  using Clock = StepTrace::Clock;
+  const std::int64_t step = step_;
   for (; i < actions_.size();) {
     const sch::Action& a = actions_[i];
     recorder_.start(step, std::int64_t(i), a);
@@ -267,6 +295,7 @@ void RankExecutor::weight_residency(const sch::Action& a, StepTrace::Clock::time
 double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
   source_ = &data;
   evaluating_ = true;
+  capture_.before_eager_work();
   device_queue_ = be_.allocator().work_queue();
   params_.begin_step();  // the compute-dtype copies of the updated weights, once
   double sum = 0;

@@ -58,6 +58,10 @@ class RankExecutor {
  private:
   using Key = std::pair<int, int>;  // (virtual stage, microbatch)
 
+  // The step's actions from `i` on (a replay starts at OPTIMIZER).
+  StepOutcome walk(std::size_t i, StepCapture::Mode mode, std::int64_t update, StepTrace* trace);
+  // Forgets the step's tensors in flight (after a failed capture, whose work never ran).
+  void clear_step_state();
   // Posts actions i.. while p2p as one group (only the forward ones with forward_only); leaves i
   // past the group. Returns the group's completion (a completed Event when nothing was posted).
   Event post_p2p_group(std::size_t& i, bool forward_only = false);

@@ -24,7 +24,7 @@ ShardedParams::ShardedParams(const Config& cfg, const schedule::Layout& layout,
                   map.to_string(), layout.stages());
   const int fsdp = place.mesh.fsdp, data = place.mesh.replicas();
   std::vector<ParamSpec> extras;
-  // This tensor rank's parts of the layer weights (whole tensors without tensor parallelism).
+  // This tensor rank's parts of every weight (whole tensors without tensor parallelism).
   for (const auto& spec : param_table(cfg.model, tensor_split())) {
     if (spec.layer >= 0) {
       const int stage = map.stage_of(spec.layer);

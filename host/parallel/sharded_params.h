@@ -22,13 +22,14 @@
 // moments only for them, receives the replicas' summed gradient only for them (reduce-scatter
 // instead of all-reduce) and all-gathers the updated weights.
 //
-// Extras (embedding, final norm, lm_head): whole on the ranks that use them (the first stage's
-// and the last stage's), since every microbatch part needs them; their AdamW moments are split
-// over the FSDP group like a ZeRO-1 piece.
+// Extras (embedding, final norm, lm_head): on the ranks that use them (the first stage's and the
+// last stage's), not FSDP-sharded, since every microbatch part needs them; their AdamW moments
+// are split over the FSDP group like a ZeRO-1 piece.
 //
 // Tensor parallelism (T > 1): each tensor rank holds its part of every weight
-// (param_table(cfg, split); the embedding and lm_head by vocabulary rows); FSDP, ZeRO-1 and the data replicas shard and reduce those parts
-// exactly as whole tensors, the T ranks of a group laid out alike. Parts several tensor ranks
+// (param_table(cfg, split); the embedding and lm_head by vocabulary rows); FSDP, ZeRO-1 and the
+// data replicas shard and reduce those parts exactly as whole tensors, the T ranks of a group
+// laid out alike. Parts several tensor ranks
 // hold (norm gains, the final one included; a KV head shared by several ranks) get partial
 // gradients, summed over those ranks and counted once in the norm.
 //

@@ -31,7 +31,7 @@ std::string capture_blocker(const sch::Program& program, const RankPlace& place)
 
 StepCapture::StepCapture(const std::string& setting, const sch::Program& program,
                          const RankPlace& place, Backend& be)
-    : be_(be) {
+    : be_(be), rank_(place.rank()) {
   const bool wanted = setting == "on" || (setting == "auto" && be.kind() == DeviceKind::CUDA);
   if (!wanted) return;
   std::string blocker = be.graph_blocker();
@@ -53,8 +53,17 @@ StepCapture::Mode StepCapture::mode(bool profiled) const {
   return warmed_ ? Mode::Capture : Mode::Eager;
 }
 
+void StepCapture::switch_to(bool graph) {
+  if (graph_ && graph != graph_last_) be_.allocator().release_cached();
+  graph_last_ = graph;
+}
+
 void StepCapture::begin(Mode mode) {
-  if (mode == Mode::Capture) be_.begin_capture();
+  switch_to(mode == Mode::Replay);
+  if (mode == Mode::Capture) {
+    capturing_ = true;
+    be_.begin_capture();
+  }
   if (mode == Mode::Replay) {
     graph_->launch();
     ++replays_;
@@ -65,7 +74,21 @@ void StepCapture::end(Mode mode) {
   if (mode == Mode::Eager) warmed_ = true;
   if (mode != Mode::Capture) return;
   graph_ = be_.end_capture();
-  graph_->launch();  // the captured step's own work
+  be_.allocator().release_cached();  // what the eager steps cached: the graph has its own
+  graph_->launch();                  // the captured step's own work
+  graph_last_ = true;
+  capturing_ = false;
+}
+
+void StepCapture::failed(std::int64_t step, const std::exception& e) {
+  be_.abort_capture();
+  capturing_ = false;
+  enabled_ = false;
+  graph_.reset();
+  spdlog::warn(
+      "step graphs: capturing step {} on rank {} failed, so it and every later step "
+      "run eagerly: {}",
+      step, rank_, e.what());
 }
 
 }  // namespace carousel

@@ -10,6 +10,10 @@
 //   Capture  the first step after an eager one: walked once while recording, then launched;
 //   Replay   every later step: one launch, no action walked.
 // The optimizer, its norm and its skip decision stay outside: they read values on the host.
+// A capture that fails (an op the device cannot record) is ended, said once, and the step runs
+// again eagerly, as every later one does: nothing of it ran while it was recorded. Between a
+// graph's launches and eager work (profiled steps, evaluation) the device's cached memory is
+// released, so the two never each hold a step's working set.
 //
 // Blocked (and said once by rank 0, the run going on eagerly): the backend cannot capture
 // (Backend::graph_blocker), or the rank's forward and backward communicate — pipeline sends and
@@ -40,15 +44,27 @@ class StepCapture {
               Backend& be);
 
   Mode mode(bool profiled) const;
-  // Ends the step in `mode`: a capture's graph is launched (the step's work has not run yet).
+  // Starts the step's work in `mode`: a capture begins, or a replay launches the graph.
   void begin(Mode mode);
+  // Ends it before the optimizer: a capture's graph is launched (its work has not run yet).
   void end(Mode mode);
+  // Before eager work that is not a step (evaluation).
+  void before_eager_work() { switch_to(false); }
+  // Whether a capture is under way (begun, its graph not yet launched).
+  bool capturing() const { return capturing_; }
+  // A failure while capturing: ends the capture, says why, and turns graphs off for the run.
+  void failed(std::int64_t step, const std::exception& e);
   std::int64_t replays() const { return replays_; }  // steps launched from the graph
 
  private:
+  void switch_to(bool graph);  // releases cached device memory when the kind of work changes
+
   Backend& be_;
+  int rank_;
   bool enabled_ = false;
-  bool warmed_ = false;  // an eager, unprofiled step has run
+  bool warmed_ = false;  // a step has run eagerly
+  bool capturing_ = false;
+  bool graph_last_ = false;  // the device's last work was a graph launch
   std::unique_ptr<StepGraph> graph_;
   std::int64_t replays_ = 0;
 };

@@ -68,7 +68,7 @@ Config candidate_config(const Workload& w, const Candidate& c) {
                  "a global batch of {} sequences is not a whole number of per-device sequences "
                  "on {} devices",
                  w.global_batch, cfg.num_devices());
-  check_tensor_split(cfg.model, c.tensor);  // heads, KV heads and MLP columns split T ways
+  check_tensor_split(cfg.model, c.tensor);  // heads, KV heads, MLP columns, vocabulary: T ways
   CAROUSEL_CHECK(c.context == 1 || cfg.model.max_target_length % (2 * c.context) == 0,
                  "max_target_length={} does not split into 2 x {} chunks",
                  cfg.model.max_target_length, c.context);

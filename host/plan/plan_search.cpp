@@ -89,8 +89,9 @@ std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
   const bool one_device = cluster.devices == 1;
   result.smallest_memory = std::numeric_limits<std::int64_t>::max();
   std::vector<Pending> pending;
-  // Tensor degrees inside a node that split the heads, KV heads and MLP columns; context degrees
-  // that cut the sequence into 2C chunks (up to the node too: its key exchange is per layer).
+  // Tensor degrees inside a node that split the heads, KV heads, MLP columns and vocabulary;
+  // context degrees that cut the sequence into 2C chunks (up to the node too: its key exchange is
+  // per layer).
   std::vector<std::int64_t> tensors, contexts;
   for (const std::int64_t T : divisors(std::min(cluster.devices, cluster.devices_per_node))) {
     try {

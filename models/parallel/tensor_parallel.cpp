@@ -25,16 +25,6 @@ Tensor TensorGroup::reduce_scatter_rows(Backend& be, const Tensor& partial) cons
   return mine;
 }
 
-Tensor TensorGroup::my_rows(Backend& be, const Tensor& whole) const {
-  if (size() == 1) return whole;
-  const std::int64_t E = whole.cols(), N = whole.numel() / E;
-  CAROUSEL_ASSERT(N % size() == 0, "{} rows cannot be split over {} tensor ranks", N, size());
-  const std::int64_t n = N / size();
-  Tensor mine = be.empty({n, E}, whole.dtype());
-  be.copy(whole.reshape({N, E}).view(rank() * n * E, {n, E}), mine);
-  return mine;
-}
-
 void row_parallel_residual(Backend& be, const TensorGroup& tensor, const Tensor& a, const Tensor& w,
                            const Tensor& residual, const Tensor& out) {
   if (tensor.size() == 1) {

@@ -27,8 +27,6 @@ struct TensorGroup {
   Tensor gather_rows(Backend& be, const Tensor& mine) const;
   // [T n, E] partial sums -> [n, E]: this rank's rows of their sum (T = 1: `partial` itself).
   Tensor reduce_scatter_rows(Backend& be, const Tensor& partial) const;
-  // [b, S, E] whole activation -> this rank's rows [n, E] (T = 1: `whole` itself).
-  Tensor my_rows(Backend& be, const Tensor& whole) const;
 };
 
 // out [n, E] = residual [n, E] + this rank's rows of (a w^T summed over the group): the

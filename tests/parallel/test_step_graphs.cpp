@@ -2,12 +2,18 @@
 // step_capture.h) on the CPU backend, whose graphs replay the recorded ops: every run equals the
 // same run stepped eagerly, bitwise (losses, gradient norms, held-out losses), with the steps
 // after the second replayed from the graph; a layout whose forward and backward communicate
-// runs eagerly and says why.
+// runs eagerly and says why; a capture the device refuses is said once and the run goes on
+// eagerly, equal to the eager run.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "compute/cpu_backend.h"
+#include "host/config/schedule_config.h"
+#include "host/io/data.h"
+#include "host/parallel/mesh.h"
+#include "host/parallel/rank_executor.h"
 #include "host/run/trainer.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/pipeline_equivalence.h"
@@ -82,6 +88,65 @@ TEST(StepGraphLog, ABlockedLayoutSaysWhyAndRunsEagerly) {
                                 "forward and backward communicate (pipeline sends and receives)"),
             std::string::npos)
       << log.text.str();
+}
+
+// A CPU backend whose captures fail at their start or at their end, as a GPU's may on an op
+// CUDA cannot record.
+class RefusingBackend final : public CpuBackend {
+ public:
+  explicit RefusingBackend(bool at_begin) : at_begin_(at_begin) {}
+
+ protected:
+  void do_begin_capture() override {
+    if (at_begin_) fail("simulated: the device cannot start a capture");
+    CpuBackend::do_begin_capture();
+  }
+  std::unique_ptr<StepGraph> do_end_capture() override {
+    auto graph = CpuBackend::do_end_capture();
+    fail("simulated: the device refused the captured work");
+  }
+
+ private:
+  bool at_begin_;
+};
+
+// Four steps of one rank by hand, on `be`: their losses.
+std::vector<double> four_steps(const Config& cfg, Backend& be) {
+  const schedule::Program program = lowered_program(cfg);
+  const auto data = make_data_loader(cfg);
+  const RankPlace place = RankPlace::of(0, MeshShape::of(cfg));
+  std::vector<double> losses;
+  launch_ranks(
+      cfg, 1, Transport::Local, nullptr, [&](int, Backend&, Communicator& world, Communicator&) {
+        RankCommunicators comms = split_communicators(world, place, program.layout, cfg.model);
+        ShardedParams params(cfg, program.layout, place, be, comms);
+        FlightRecorder recorder;
+        RankExecutor executor(cfg, program, place, be, comms, params, *data, recorder);
+        for (std::int64_t s = 0; s < 4; ++s) losses.push_back(executor.step(s, s).loss);
+        EXPECT_EQ(executor.graph_replays(), 0);
+      });
+  return losses;
+}
+
+TEST(StepGraphFailure, ARefusedCaptureIsSaidAndTheStepRunsEagerly) {
+  for (const bool at_begin : {true, false}) {
+    SCOPED_TRACE(at_begin ? "refused at the start" : "refused at the end");
+    const Config graphs = run_config({M2, "step_graphs=on"});
+    const Config eager = run_config({M2, "step_graphs=off"});
+    CpuBackend plain;
+    const std::vector<double> expected = four_steps(eager, plain);
+    RefusingBackend refusing(at_begin);
+    testing::LogCapture log;
+    EXPECT_EQ(four_steps(graphs, refusing), expected);
+    const std::string text = log.text.str();
+    EXPECT_NE(text.find("step graphs: capturing step 1 on rank 0 failed, so it and every later "
+                        "step run eagerly: simulated: the device"),
+              std::string::npos)
+        << text;
+    EXPECT_FALSE(refusing.capturing());
+    EXPECT_EQ(refusing.allocator().stats().current_bytes,
+              plain.allocator().stats().current_bytes);  // nothing kept by the failed capture
+  }
 }
 
 }  // namespace
