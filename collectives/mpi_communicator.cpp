@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "collectives/common.h"
+#include "collectives/wait_timer.h"
 #include "compute/dispatch.h"
 #include "compute/error.h"
 
@@ -181,14 +182,14 @@ class MpiCommunicator final : public Communicator {
   // a rank that waits long leaves its core to ranks that compute. Past the timeout the
   // communicator is broken: this and later operations fail.
   void wait(MPI_Request request) { wait_all(&request, 1, nullptr); }
+  // A pause of the whole job (every process stopped and continued) is not waiting: wait_timer.h.
   void wait_all(MPI_Request* requests, int n, MPI_Status* statuses) {
-    const auto start = std::chrono::steady_clock::now();
+    WaitTimer timer;
     for (int sleeps = 0;;) {
       int done = 0;
       MPI_CHECK(MPI_Testall(n, requests, &done, statuses ? statuses : MPI_STATUSES_IGNORE));
       if (done) return;
-      const double waited =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double waited = timer.waited();
       if (waited > timeout_) {
         broken_ = fmt::format(
             "rank {}: {} on communicator '{}' timed out after {} s (a rank "

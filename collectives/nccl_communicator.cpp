@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "collectives/common.h"
+#include "collectives/wait_timer.h"
 #include "compute/cpu_backend.h"
 #include "compute/dispatch.h"
 #include "compute/error.h"
@@ -265,9 +266,12 @@ class NcclCommunicator final : public Communicator {
     // This thread's CUDA calls (destroying events of completed operations) must not create a
     // context on GPU 0 (every rank but GPU 0's would pay ~0.5 GB for it).
     cudaSetDevice(gpu_);
+    WaitTimer wakes;  // a pause of the whole job is no operation's age (wait_timer.h)
     while (!stop_) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const auto paused = wakes.pause_before();
       std::lock_guard lock(mutex_);
+      for (Pending& p : pending_) p.issued += paused;
       pending_.remove_if([](const Pending& p) { return p.done->load(); });
       if (pending_.empty() || aborted_) continue;
       ncclResult_t async = ncclSuccess;

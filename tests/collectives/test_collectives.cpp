@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "collectives/local_communicator.h"
+#include "collectives/wait_timer.h"
 #include "compute/cpu_backend.h"
 #include "compute/float16.h"
 #include "tests/support/collective_checks.h"
@@ -453,6 +454,24 @@ TEST(Float16, ConversionsRoundToNearestEvenAndRoundTrip) {
   EXPECT_EQ(math::to_float(f16{0x0001}), 0x1p-24f);
   EXPECT_EQ(math::to_float(f16{0x7BFF}), 65504.0f);
   EXPECT_EQ(math::to_float(f16{0x3555}), 0.333251953125f);  // 0x155 = 341: (1 + 341/1024) / 4
+}
+
+// A wait's time leaves out the stretches in which the process did not run (a whole job paused):
+// polls 200 us apart count, a poll 5 s after the previous one counts as a pause, and polls 0.9 s
+// apart (a process descheduled, not stopped) still count.
+TEST(WaitTimer, AWholeProcessPauseIsNotWaiting) {
+  using namespace std::chrono_literals;
+  const auto t0 = WaitTimer::Clock::time_point{} + 100s;
+  WaitTimer timer(t0);
+  auto t = t0;
+  for (int i = 0; i < 5000; ++i) timer.waited(t += 200us);  // 1 s of polling
+  EXPECT_NEAR(timer.waited(t), 1.0, 1e-9);
+  EXPECT_NEAR(timer.waited(t += 5s), 1.0, 1e-9);  // stopped for 5 s, then continued
+  EXPECT_NEAR(timer.waited(t += 900ms), 1.9, 1e-9);
+  EXPECT_NEAR(timer.waited(t += 200us), 1.9002, 1e-9);
+  WaitTimer watchdog(t0);
+  EXPECT_EQ(watchdog.pause_before(t0 + 50ms), WaitTimer::Clock::duration::zero());
+  EXPECT_EQ(watchdog.pause_before(t0 + 50ms + 3s), std::chrono::duration_cast<WaitTimer::Clock::duration>(3s));
 }
 
 }  // namespace

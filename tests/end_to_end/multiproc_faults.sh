@@ -6,7 +6,9 @@
 #  2. SIGTERM to one process (rank 2, after step 2) stops every process after that step with a
 #     checkpoint and exit code 0; the resumed job equals an uninterrupted threaded run bitwise;
 #  3. a real SIGTERM sent to a threaded run from outside, at whatever step it is, does the same;
-#  4. processes started with different arguments are refused before step 1, naming the ranks.
+#  4. processes started with different arguments are refused before step 1, naming the ranks;
+#  5. the whole job stopped (SIGSTOP to every process) for twice the collective timeout and
+#     continued finishes normally: a pause of every process is not a peer falling behind.
 set -uo pipefail
 carousel=$1 src=$2 work=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -74,6 +76,27 @@ out=$(mpirun_flags=1 "$here/mpirun.sh" 2 "$carousel" train "${common[@]}" steps=
 rc=$?
 if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then fail "mixed job exit code $rc (want 1..127)"; fi
 grep -q "rank(s) 2, 3 run a different config" <<<"$out" || { fail "no mismatch error:"; echo "$out"; }
+
+# 5. The whole job paused: every carousel process of it stopped for 4 s (twice the collective
+#    timeout) once two steps are logged, then continued. Before, each process's next wait saw
+#    its deadline passed and the job failed with a timeout.
+"$here/mpirun.sh" 4 "$carousel" train "${common[@]}" steps=30 collective_timeout_seconds=2 \
+  enable_checkpointing=false run_name=paused >"$work/paused.log" 2>&1 &
+job=$!
+for _ in $(seq 400); do  # until two steps are logged
+  [ "$(wc -l < "$work/paused/metrics.jsonl" 2>/dev/null || echo 0)" -ge 2 ] && break
+  sleep 0.05
+done
+mapfile -t ranks < <(pgrep -P $job)  # mpirun.sh execs mpirun, whose children are the ranks
+[ ${#ranks[@]} -eq 4 ] || fail "paused job: found ${#ranks[@]} carousel processes (want 4)"
+kill -STOP "${ranks[@]}"
+sleep 4
+kill -CONT "${ranks[@]}"
+wait $job
+rc=$?
+[ $rc -eq 0 ] || { fail "paused job exit code $rc (want 0)"; tail -5 "$work/paused.log"; }
+[ "$(wc -l < "$work/paused/metrics.jsonl")" -eq 30 ] || fail "paused job did not log 30 steps"
+echo "paused: exit code $rc after a 4 s pause of every process (timeout 2 s)"
 
 python3 - "$work" <<'PY' || status=1
 import json, sys
