@@ -31,6 +31,9 @@ void split_config_arguments(const std::vector<std::string>& args, std::string& f
                             std::vector<std::string>& overrides);
 // The config key table: name, type, default, meaning.
 void print_config_keys();
+// Under an address-space or data limit, glibc's malloc arenas capped (startup_limits.cpp);
+// main() calls it before any thread starts.
+void cap_malloc_arenas_under_limits();
 
 struct InspectOptions {
   std::string path;  // a checkpoint step directory, a run directory or its checkpoints/

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   // OpenMP threads spin only briefly while idle, so runs share a busy machine well; libgomp
   // reads the setting at load time, hence a re-exec (compute/cpu/omp_wait_policy.h).
   carousel::cpu::reexec_with_bounded_omp_spin(argv);
+  carousel::cap_malloc_arenas_under_limits();  // before any thread: host/cli/startup_limits.cpp
   CLI::App app{"carousel — pipeline-parallel transformer training on CPUs and GPUs"};
   app.require_subcommand(1);
   app.set_version_flag("--version", carousel::version_text(), "print the version and build");

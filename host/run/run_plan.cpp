@@ -34,8 +34,9 @@ void check_mesh(const Config& cfg, const MeshShape& mesh, const Communicator* pr
 // The address-space limit (ulimit -v) against what this process's ranks will map on CPUs: an
 // mmap that fails inside OpenBLAS is retried forever (a hang with no message), so a run that
 // cannot fit is refused before it starts. The estimate: the process at start-up (about 1.5 GiB
-// of libraries and reservations, measured), an OpenBLAS buffer (128 MiB + its guard) and a
-// thread stack per GEMM thread, and each rank's weights, gradients, optimizer state and the part
+// of libraries and reservations, measured), glibc's malloc arenas (capped at 2 of 64 MiB under a
+// limit: host/cli/startup_limits.cpp), an OpenBLAS buffer (128 MiB + its guard) and a thread
+// stack per GEMM thread, and each rank's weights, gradients, optimizer state and the part
 // of its working set no program avoids (the planner's memory_lower_bound; stashed activations
 // come on top). GPUs reserve address space of their own:
 // there the limit is not estimated.
@@ -48,7 +49,7 @@ void check_address_space(const Config& cfg, const MeshShape& mesh,
   const int local_ranks = process_world ? 1 : mesh.ranks();
   const double threads = double(local_ranks) * rank_threads(mesh.ranks(), process_world);
   const double mib = 1024.0 * 1024.0;
-  const double need = 1536 * mib + threads * (136 + 8) * mib +
+  const double need = (1536 + 2 * 64) * mib + threads * (136 + 8) * mib +
                       double(local_ranks) * double(plan::memory_lower_bound(cfg));
   CAROUSEL_CHECK(double(lim.rlim_cur) >= need,
                  "the address-space limit (ulimit -v) is {:.0f} MiB but this run needs about "
