@@ -20,9 +20,11 @@ the bytes, are the held-out split; the split is on document boundaries and does 
 the tokenizer. Each document is encoded on its own; --add-eos appends <|endoftext|> (the
 tokenizer's eos token) after each input file.
 
-Shard format (host/io/data.cpp): a header of 256 int32 (magic 20240520, version 1, token count),
-then the tokens as uint16. A tokenizer with more than 65536 tokens does not fit uint16 and is
-refused. Every error is one "error: ..." line on stderr and exit status 2.
+Shard format (host/io/data.cpp), llm.c's: a header of 256 int32 (magic, version, token count),
+then the tokens — uint16 with magic 20240520, version 1 (its GPT-2 shards) when every token id
+fits, else uint32 with magic 20240801, version 7 (its Llama 3 shards: a 128,256-token vocabulary).
+Ids must be below 2^24, carousel's largest vocab_size. Every error is one "error: ..." line on
+stderr and exit status 2.
 """
 import argparse
 import os
@@ -32,8 +34,10 @@ import stat
 import struct
 import sys
 
-MAGIC, VERSION, HEADER_INTS = 20240520, 1, 256
-MAX_VOCAB = 1 << 16  # uint16 token ids
+HEADER_INTS = 256
+NARROW = (20240520, 1, "H")  # magic, version, struct code: uint16 ids (llm.c's GPT-2 shards)
+WIDE = (20240801, 7, "I")    # uint32 ids (llm.c's Llama 3 shards)
+MAX_VOCAB = 1 << 24  # carousel's largest vocab_size
 EOS = "<|endoftext|>"
 
 
@@ -115,8 +119,8 @@ def load_tokenizer(path):
 
 
 class ShardWriter:
-    def __init__(self, out_dir, prefix, shard_tokens):
-        self.out_dir, self.prefix, self.shard_tokens = out_dir, prefix, shard_tokens
+    def __init__(self, out_dir, prefix, shard_tokens, fmt):
+        self.out_dir, self.prefix, self.shard_tokens, self.fmt = out_dir, prefix, shard_tokens, fmt
         self.buf, self.paths, self.count = [], [], 0
 
     def add(self, ids):
@@ -133,10 +137,11 @@ class ShardWriter:
 
     def _write(self, ids):
         path = os.path.join(self.out_dir, f"{self.prefix}_{len(self.paths):06d}.bin")
-        header = [MAGIC, VERSION, len(ids)] + [0] * (HEADER_INTS - 3)
+        magic, version, code = self.fmt
+        header = [magic, version, len(ids)] + [0] * (HEADER_INTS - 3)
         with open(path + ".tmp", "wb") as f:
             f.write(struct.pack(f"<{HEADER_INTS}i", *header))
-            f.write(struct.pack(f"<{len(ids)}H", *ids))
+            f.write(struct.pack(f"<{len(ids)}{code}", *ids))
         os.replace(path + ".tmp", path)  # no half-written shard under the final name
         self.paths.append(path)
 
@@ -158,7 +163,8 @@ def main(argv):
     ap.add_argument("-o", "--out", required=True, help="output directory (created)")
     ap.add_argument("--tokenizer", help="a Hugging Face tokenizer.json to use (else one is trained)")
     ap.add_argument("--vocab-size", type=int, default=4096,
-                    help="vocabulary of the trained tokenizer (default 4096, at most 65536)")
+                    help="vocabulary of the trained tokenizer (default 4096; above 65536 the "
+                         "shards hold uint32 ids)")
     ap.add_argument("--val-fraction", type=float, default=0.05,
                     help="held-out share of the bytes, last documents (default 0.05; 0 = none)")
     ap.add_argument("--shard-tokens", type=int, default=100_000_000,
@@ -172,21 +178,20 @@ def main(argv):
         if args.shard_tokens < 1:
             raise UsageError(f"--shard-tokens {args.shard_tokens} must be >= 1")
         if args.tokenizer is None and args.vocab_size > MAX_VOCAB:
-            raise UsageError(f"--vocab-size {args.vocab_size} does not fit llm.c shards' uint16 "
-                             f"tokens; at most {MAX_VOCAB}")
+            raise UsageError(f"--vocab-size {args.vocab_size} is larger than carousel's largest "
+                             f"vocab_size; at most {MAX_VOCAB}")
         train_docs, val_docs = split(args.inputs, args.val_fraction)
         if args.tokenizer:
             tok = load_tokenizer(args.tokenizer)
         else:
             tok = train_tokenizer(train_docs, args.vocab_size)
-        vocab = tok.get_vocab_size(with_added_tokens=True)
-        if vocab > MAX_VOCAB:
-            raise UsageError(f"the tokenizer has {vocab} tokens; llm.c shards hold uint16 tokens, "
-                             f"so at most {MAX_VOCAB} (carousel reads version 1 shards only)")
+        # Ids need not be dense: an added token may sit past the vocabulary's size.
         largest = max(tok.get_vocab(with_added_tokens=True).values(), default=0)
-        if largest >= MAX_VOCAB:  # ids need not be dense: an added token may sit past the size
-            raise UsageError(f"the tokenizer's largest token id is {largest}; llm.c shards hold "
-                             f"uint16 tokens, so ids below {MAX_VOCAB}")
+        if largest >= MAX_VOCAB:
+            raise UsageError(f"the tokenizer's largest token id is {largest}; carousel's "
+                             f"vocab_size is at most {MAX_VOCAB}, so ids must be below it")
+        fmt = NARROW if largest < (1 << 16) else WIDE
+        vocab = max(tok.get_vocab_size(with_added_tokens=True), largest + 1)  # vocab_size to use
         eos_id = None
         if args.add_eos:
             eos_id = tok.token_to_id(EOS)
@@ -205,7 +210,7 @@ def main(argv):
         written = {}
         for prefix, docs in (("train", train_docs), ("val", val_docs)):
             if docs:
-                w = ShardWriter(args.out, prefix, args.shard_tokens)
+                w = ShardWriter(args.out, prefix, args.shard_tokens, fmt)
                 encode_split(tok, docs, w, eos_id)
                 written[prefix] = w
     except UsageError as e:

@@ -86,8 +86,13 @@ class StreamLoader final : public DataLoader {
   std::string what_;
 };
 
-constexpr std::int32_t kShardMagic = 20240520;
-constexpr std::int32_t kShardVersion = 1;
+// llm.c's two shard formats (its dev/data scripts): GPT-2's uint16 tokens and Llama 3's uint32.
+struct ShardFormat {
+  std::int32_t magic, version, token_bytes;
+  const char* name;
+};
+constexpr ShardFormat kShardFormats[] = {{20240520, 1, 2, "GPT-2, uint16 tokens"},
+                                         {20240801, 7, 4, "Llama 3, uint32 tokens"}};
 constexpr std::size_t kHeaderInts = 256;
 
 std::vector<std::string> expand_glob(const std::string& pattern) {
@@ -114,32 +119,46 @@ void read_shard(const std::string& key, const std::string& path, std::int64_t vo
                  path, size);
   in.read(reinterpret_cast<char*>(header), sizeof(header));
   CAROUSEL_CHECK(in.good(), "token shard '{}': reading its header failed", path);
-  CAROUSEL_CHECK(header[0] == kShardMagic,
-                 "token shard '{}' has magic {} but llm.c shards start with {} (is it a token "
-                 "file? for plain text use dataset_type=text)",
-                 path, header[0], kShardMagic);
-  CAROUSEL_CHECK(header[1] == kShardVersion,
-                 "token shard '{}' has version {}; supported: {} (uint16 tokens)", path, header[1],
-                 kShardVersion);
+  const ShardFormat* format = nullptr;
+  for (const ShardFormat& f : kShardFormats) {
+    if (header[0] == f.magic) format = &f;
+  }
+  CAROUSEL_CHECK(format,
+                 "token shard '{}' has magic {} but llm.c shards start with 20240520 (GPT-2, "
+                 "uint16 tokens) or 20240801 (Llama 3, uint32 tokens) (is it a token file? for "
+                 "plain text use dataset_type=text)",
+                 path, header[0]);
+  CAROUSEL_CHECK(header[1] == format->version,
+                 "token shard '{}' has magic {} and version {}; with that magic llm.c writes "
+                 "version {} ({})",
+                 path, header[0], header[1], format->version, format->name);
   const std::int64_t count = header[2];
   CAROUSEL_CHECK(count > 0,
                  "token shard '{}' says it holds {} tokens; a shard holds at least 1 (header "
                  "int 2 is the token count)",
                  path, count);
-  const std::uint64_t expected = sizeof(header) + 2 * std::uint64_t(count);
+  const std::uint64_t expected = sizeof(header) + std::uint64_t(format->token_bytes) * count;
   CAROUSEL_CHECK(size == expected,
-                 "token shard '{}' says {} tokens ({} bytes) but the file is {} bytes (truncated "
-                 "or corrupt)",
-                 path, count, expected, size);
-  std::vector<std::uint16_t> raw(count);
-  in.read(reinterpret_cast<char*>(raw.data()), 2 * count);
-  CAROUSEL_CHECK(in.good(), "token shard '{}': read failed", path);
-  for (std::int64_t i = 0; i < count; ++i) {
-    CAROUSEL_CHECK(raw[i] < vocab,
-                   "token shard '{}': token {} at position {} is >= vocab_size={} (data made "
-                   "for another tokenizer?)",
-                   path, raw[i], i, vocab);
-    out.push_back(raw[i]);
+                 "token shard '{}' says {} tokens ({} bytes with its {}) but the file is {} bytes "
+                 "(truncated or corrupt)",
+                 path, count, expected, format->name, size);
+  const auto append = [&](auto tag) {
+    using Id = decltype(tag);
+    std::vector<Id> raw(count);
+    in.read(reinterpret_cast<char*>(raw.data()), std::streamsize(sizeof(Id) * count));
+    CAROUSEL_CHECK(in.good(), "token shard '{}': read failed", path);
+    for (std::int64_t i = 0; i < count; ++i) {
+      CAROUSEL_CHECK(std::int64_t(raw[i]) < vocab,
+                     "token shard '{}': token {} at position {} is >= vocab_size={} (data made "
+                     "for another tokenizer?)",
+                     path, raw[i], i, vocab);
+      out.push_back(std::int32_t(raw[i]));
+    }
+  };
+  if (format->token_bytes == 2) {
+    append(std::uint16_t{});
+  } else {
+    append(std::uint32_t{});
   }
 }
 
@@ -220,16 +239,27 @@ std::int64_t eval_batches(const Config& cfg, const DataLoader& eval) {
   return std::max<std::int64_t>(1, (n - 1) / per_batch);
 }
 
-void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens) {
+namespace {
+template <class Id>
+void write_shard(const std::string& path, const ShardFormat& format, const std::vector<Id>& ids) {
   std::int32_t header[kHeaderInts] = {};
-  header[0] = kShardMagic;
-  header[1] = kShardVersion;
-  header[2] = std::int32_t(tokens.size());
+  header[0] = format.magic;
+  header[1] = format.version;
+  header[2] = std::int32_t(ids.size());
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(header), sizeof(header));
-  out.write(reinterpret_cast<const char*>(tokens.data()), 2 * tokens.size());
+  out.write(reinterpret_cast<const char*>(ids.data()), std::streamsize(sizeof(Id) * ids.size()));
   out.flush();
   CAROUSEL_CHECK(out.good(), "cannot write token shard '{}': {}", path, std::strerror(errno));
+}
+}  // namespace
+
+void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens) {
+  write_shard(path, kShardFormats[0], tokens);
+}
+
+void write_token_shard(const std::string& path, const std::vector<std::uint32_t>& tokens) {
+  write_shard(path, kShardFormats[1], tokens);
 }
 
 }  // namespace carousel

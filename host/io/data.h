@@ -42,8 +42,9 @@ class DataLoader {
 
 // synthetic: sequence g is an arithmetic progression mod V with a start and a stride drawn
 // from g (learnable: the next token follows from the two before it).
-// tokens: llm.c shards (256 int32 header: magic 20240520, version 1, token count; then uint16
-// tokens), one file or a glob of several, concatenated in sorted name order.
+// tokens: llm.c shards (256 int32 header: magic, version, token count; then the tokens: magic
+// 20240520 version 1 uint16 as its GPT-2 scripts write, magic 20240801 version 7 uint32 as its
+// Llama 3 scripts write), one file or a glob of several, concatenated in sorted name order.
 // text: the bytes of a file.
 // Every token is checked against vocab_size when the data is opened. dataset_path must name
 // regular files (a FIFO would block forever) and be local (check_local_path).
@@ -70,5 +71,7 @@ std::int64_t eval_batches(const Config& cfg, const DataLoader& eval);
 
 // Writes an llm.c token shard (used by tests and by `carousel` tools that prepare data).
 void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens);
+// The same in llm.c's Llama 3 format (magic 20240801, version 7, uint32 tokens).
+void write_token_shard(const std::string& path, const std::vector<std::uint32_t>& tokens);
 
 }  // namespace carousel

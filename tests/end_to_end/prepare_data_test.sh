@@ -110,13 +110,40 @@ PY
 grep -q "has a vocabulary of 300 tokens but vocab_size=256" "$work/small.log" ||
   fail "no vocabulary error: $(tail -3 "$work/small.log")"
 
-# 5. Bad inputs: one error line, exit status 2.
-"$py" - "$work/huge.json" <<'PY'
-import sys
-from tokenizers import Tokenizer, models
-vocab = {f"t{i}": i for i in range(70000)}
-Tokenizer(models.WordLevel(vocab=vocab, unk_token="t0")).save(sys.argv[1])
+# 4b. Ids past uint16 (a Llama 3-sized vocabulary): a word-level tokenizer of the corpus with
+#     every other word at id 70000 and up; the shards are llm.c's Llama 3 format (magic 20240801,
+#     version 7, uint32 ids), and carousel trains on them with the vocab_size printed.
+"$py" - "$work/wide.json" "$corpus" "$work/sparse_huge.json" <<'PY'
+import re, sys
+from tokenizers import Tokenizer, models, pre_tokenizers
+words = sorted(set(re.findall(r"\w+|[^\w\s]", open(sys.argv[2], encoding="utf-8").read())))
+vocab = {"<unk>": 0}
+for i, w in enumerate(words):
+    vocab[w] = 70000 + i if i % 2 else i + 1
+tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+tok.pre_tokenizer = pre_tokenizers.Whitespace()
+tok.save(sys.argv[1])
+Tokenizer(models.WordLevel(vocab={"a": 0, "b": 1 << 24}, unk_token="a")).save(sys.argv[3])
 PY
+"$py" "$prep" "$corpus" -o "$work/wide" --tokenizer "$work/wide.json" --val-fraction 0.1 \
+  >"$work/wide.out" 2>&1 || fail "prepare_data with a wide tokenizer exited $?: $(cat "$work/wide.out")"
+"$py" - "$work/wide" <<'PY' || fail "the wide shards are not llm.c's uint32 format"
+import glob, struct, sys
+ids = []
+for p in sorted(glob.glob(f"{sys.argv[1]}/train_*.bin")):
+    b = open(p, "rb").read()
+    magic, version, n = struct.unpack("<3i", b[:12])
+    assert (magic, version) == (20240801, 7) and len(b) == 1024 + 4 * n, (p, magic, version, len(b))
+    ids += struct.unpack(f"<{n}I", b[1024:])
+assert max(ids) >= 70000 and min(ids) < 65536, (min(ids), max(ids))
+PY
+wide_vocab=$(sed -n 's/.*vocab_size=\([0-9]*\).*/\1/p' "$work/wide.out")
+"$bin" train base_num_decoder_layers=2 max_target_length=32 per_device_batch_size=2 \
+  dataset_type=tokens "dataset_path=$work/wide/train_*.bin" vocab_size="$wide_vocab" steps=2 \
+  enable_checkpointing=false base_output_directory="$work" run_name=wide >"$work/wide.log" 2>&1 ||
+  fail "carousel train on uint32 shards (vocab_size=$wide_vocab) exited $?: $(tail -3 "$work/wide.log")"
+
+# 5. Bad inputs: one error line, exit status 2.
 expect_error() {  # MESSAGE ARGS...
   local msg=$1
   shift
@@ -128,19 +155,13 @@ expect_error() {  # MESSAGE ARGS...
 }
 expect_error "input '$work/missing.txt' does not exist" "$work/missing.txt" -o "$work/x"
 expect_error "--vocab-size 100 is too small" "$corpus" -o "$work/x" --vocab-size 100
-expect_error "--vocab-size 70000 does not fit" "$corpus" -o "$work/x" --vocab-size 70000
-expect_error "the tokenizer has 70000 tokens" "$corpus" -o "$work/x" --tokenizer "$work/huge.json"
+expect_error "--vocab-size 20000000 is larger than carousel's largest vocab_size" "$corpus" \
+  -o "$work/x" --vocab-size 20000000
 expect_error "--tokenizer '$work/none.json' does not exist" "$corpus" -o "$work/x" \
   --tokenizer "$work/none.json"
 expect_error "--val-fraction 1.0 must be in [0, 1)" "$corpus" -o "$work/x" --val-fraction 1
-# Ids need not be dense: three tokens, the last with id 70000, do not fit uint16 shards either.
-"$py" - "$work/sparse.json" <<'PY'
-import sys
-from tokenizers import Tokenizer, models
-Tokenizer(models.WordLevel(vocab={"a": 0, "b": 1, "c": 70000}, unk_token="a")).save(sys.argv[1])
-PY
-expect_error "the tokenizer's largest token id is 70000" "$corpus" -o "$work/x" \
-  --tokenizer "$work/sparse.json"
+expect_error "the tokenizer's largest token id is 16777216" "$corpus" -o "$work/x" \
+  --tokenizer "$work/sparse_huge.json"
 # A FIFO as input is refused before it is opened (reading it would block forever).
 mkfifo "$work/fifo.txt"
 expect_error "input '$work/fifo.txt' is a FIFO (named pipe)" "$work/fifo.txt" -o "$work/x"

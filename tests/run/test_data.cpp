@@ -47,6 +47,26 @@ TEST(Data, TokenShardsFollowTheDocumentedOrder) {
   }
 }
 
+// llm.c's Llama 3 shards (magic 20240801, version 7, uint32 tokens) carry ids past uint16, as a
+// 128 256-token vocabulary needs; they mix with GPT-2 shards in one glob, in name order.
+TEST(Data, Uint32ShardsCarryIdsPastUint16) {
+  std::vector<std::uint32_t> wide = {70000, 128255, 5, 65536, 65535};
+  std::vector<std::uint16_t> narrow = {7, 8, 9};
+  write_token_shard(temp("carousel_wide_000.bin").string(), wide);
+  write_token_shard(temp("carousel_wide_001.bin").string(), narrow);
+  Config c = config_for("tokens", temp("carousel_wide_*.bin").string(), 2);
+  c.model.vocab_size = 128256;
+  const auto loader = make_data_loader(c);
+  const TokenBatch batch = loader->batch(0, 1, 0, 1);
+  EXPECT_EQ(batch.inputs, (std::vector<std::int32_t>{70000, 128255}));
+  EXPECT_EQ(batch.targets, (std::vector<std::int32_t>{128255, 5}));
+  EXPECT_EQ(loader->stream_tokens(), 8);
+  c.model.vocab_size = 100000;  // 128255 does not fit: named with its position
+  EXPECT_NE(testing::error_of([&] { make_data_loader(c); })
+                .find("token 128255 at position 1 is >= vocab_size=100000"),
+            std::string::npos);
+}
+
 TEST(Data, MicrobatchesAreSlicesOfTheGlobalBatch) {
   const auto loader = make_data_loader(config_for("synthetic", "", 8));
   const TokenBatch full = loader->batch(7, 6, 0, 6);
@@ -87,7 +107,8 @@ TEST(Data, BadShardsAreClearErrors) {
   fs::resize_file(truncated, 1024 + 150);
   EXPECT_NE(testing::error_of([&] {
               make_data_loader(config_for("tokens", truncated, 4));
-            }).find("says 100 tokens (1224 bytes) but the file is 1174 bytes"),
+            }).find("says 100 tokens (1224 bytes with its GPT-2, uint16 tokens) but the file is "
+                    "1174 bytes"),
             std::string::npos);
 
   const std::string big = temp("carousel_big_token.bin").string();

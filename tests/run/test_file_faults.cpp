@@ -238,7 +238,21 @@ std::string write_shard(const std::string& name, std::int32_t magic, std::int32_
 TEST(DataFaults, ShardHeaderErrorsNameTheFileAndWhatWasExpected) {
   std::string p = write_shard("carousel_v2.bin", 20240520, 2, 10, 10);
   std::string msg = data_error("tokens", p);
-  EXPECT_NE(msg.find("token shard '" + p + "' has version 2; supported: 1"), std::string::npos)
+  EXPECT_NE(msg.find("token shard '" + p +
+                     "' has magic 20240520 and version 2; with that magic llm.c writes version 1 "
+                     "(GPT-2, uint16 tokens)"),
+            std::string::npos)
+      << msg;
+  p = write_shard("carousel_llama3_v1.bin", 20240801, 1, 10, 20);  // Llama 3 magic, GPT-2 version
+  msg = data_error("tokens", p);
+  EXPECT_NE(msg.find("with that magic llm.c writes version 7 (Llama 3, uint32 tokens)"),
+            std::string::npos)
+      << msg;
+  p = write_shard("carousel_llama3_short.bin", 20240801, 7, 10, 10);  // 10 uint16 = 5 uint32
+  msg = data_error("tokens", p);
+  EXPECT_NE(msg.find("says 10 tokens (1064 bytes with its Llama 3, uint32 tokens) but the file is "
+                     "1044 bytes"),
+            std::string::npos)
       << msg;
   p = write_shard("carousel_zero.bin", 20240520, 1, 0, 0);
   msg = data_error("tokens", p);
@@ -247,7 +261,9 @@ TEST(DataFaults, ShardHeaderErrorsNameTheFileAndWhatWasExpected) {
   EXPECT_NE(data_error("tokens", p).find("says it holds -5 tokens"), std::string::npos);
   p = write_shard("carousel_long.bin", 20240520, 1, 10, 12);
   msg = data_error("tokens", p);
-  EXPECT_NE(msg.find("says 10 tokens (1044 bytes) but the file is 1048 bytes"), std::string::npos)
+  EXPECT_NE(msg.find("says 10 tokens (1044 bytes with its GPT-2, uint16 tokens) but the file is "
+                     "1048 bytes"),
+            std::string::npos)
       << msg;
   p = temp("carousel_headless.bin").string();
   std::ofstream(p, std::ios::binary | std::ios::trunc) << "tiny";
