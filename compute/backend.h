@@ -93,8 +93,8 @@ class Backend {
   // that a replay could not repeat.
   void begin_capture();
   std::unique_ptr<StepGraph> end_capture();
-  // After a failure inside a capture: ends it, discarding what was recorded (nothing of it ran).
-  // No effect when no capture is in progress.
+  // After a failure inside or at the end of a capture: ends it if it is still open, discarding
+  // what was recorded (nothing of it ran), and clears the device's error state.
   void abort_capture() noexcept;
   bool capturing() const { return capturing_; }
 

@@ -1,7 +1,8 @@
 // backend_vocab_parts.cpp — the Backend front end of the vocabulary-part ops (backend.h): the
 // embedding and the cross-entropy of a vocabulary-parallel head, where each tensor rank holds a
 // block of the vocabulary's rows. Arguments are checked here once for every backend, as in
-// backend.cpp; bfloat16 is staged through float32 (no backend has a native kernel for these).
+// backend.cpp; bfloat16 is staged through float32 unless the backend takes it natively (the CUDA
+// fast tier: the embedding forward and both cross-entropy parts, cuda/vocab_parts.h).
 #include "compute/backend_internal.h"
 #include "compute/bf16_staging.h"
 #include "compute/op_check.h"

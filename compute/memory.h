@@ -72,10 +72,11 @@ class DeviceAllocator {
   // After a failed capture: ends it without checks, freeing what it kept.
   void abort_capture();
   void release_kept(const std::vector<Block>& blocks);
-  // Returns memory cached for reuse to the device (a GPU's pool and the memory its graphs keep
-  // between launches), so a captured graph and eager steps do not each hold a step's working
-  // set; waits for the queued work first. Host memory: nothing cached.
-  virtual void release_cached() {}
+  // Returns memory cached for reuse to the device, so a captured graph and eager steps do not
+  // each hold a step's working set: what the stream-ordered pool keeps for eager work (`pool`,
+  // before a graph runs) or what graphs keep between launches (`graphs`, before eager work);
+  // waits for the queued work first. Host memory: nothing cached.
+  virtual void release_cached(bool /*pool*/, bool /*graphs*/) {}
 
  protected:
   virtual bool frees_into_graph() const { return false; }

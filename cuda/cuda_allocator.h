@@ -42,15 +42,15 @@ class CudaAllocator final : public DeviceAllocator {
   // The logical device's stream: its kernels, cuBLAS calls, copies and allocations.
   cudaStream_t stream() const { return stream_; }
   bool pooled() const { return pooled_; }  // stream-ordered (capturable) allocation
-  void release_cached() override {
+  void release_cached(bool pool, bool graphs) override {
     CUDA_CHECK(cudaSetDevice(gpu_));
     CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (pooled_) {
-      cudaMemPool_t pool = nullptr;
-      CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, gpu_));
-      CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+    if (pool && pooled_) {
+      cudaMemPool_t default_pool = nullptr;
+      CUDA_CHECK(cudaDeviceGetDefaultMemPool(&default_pool, gpu_));
+      CUDA_CHECK(cudaMemPoolTrimTo(default_pool, 0));
     }
-    CUDA_CHECK(cudaDeviceGraphMemTrim(gpu_));
+    if (graphs) CUDA_CHECK(cudaDeviceGraphMemTrim(gpu_));
   }
 
   bool host_accessible() const override { return false; }
@@ -81,11 +81,9 @@ class CudaAllocator final : public DeviceAllocator {
   }
   void raw_free(void* p) override {
     cudaSetDevice(gpu_);
-    if (pooled_) {
-      cudaFreeAsync(p, stream_);  // no throw on the destructors' path
-    } else {
-      cudaFree(p);
-    }
+    // No throw on the destructors' path; a failure (a block of a capture that was abandoned)
+    // must not stay as the error the next kernel launch reports.
+    if ((pooled_ ? cudaFreeAsync(p, stream_) : cudaFree(p)) != cudaSuccess) cudaGetLastError();
   }
 
  private:

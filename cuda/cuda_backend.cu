@@ -181,9 +181,13 @@ class CudaBackend final : public Backend {
   }
   void do_abort_capture() noexcept override {
     cudaSetDevice(gpu_);
-    cudaGraph_t graph = nullptr;
-    if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
-    cudaGetLastError();  // the failed capture's error, reported by the caller already
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream_, &status) == cudaSuccess &&
+        status != cudaStreamCaptureStatusNone) {
+      cudaGraph_t graph = nullptr;
+      if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    }
+    cudaGetLastError();  // the failed capture's errors, reported by the caller already
   }
   std::unique_ptr<StepGraph> do_end_capture() override {
     CUDA_CHECK(cudaSetDevice(gpu_));
@@ -349,6 +353,11 @@ class CudaBackend final : public Backend {
                             const Tensor& lse) override {
     if (cudnn_attends(q, k, /*backward=*/false)) return attention_->forward(q, k, v, out, lse);
     note_reference_attention(q, k);
+    if (q.dtype() == DType::BF16) {  // a key prefix cuDNN refused: float32 copies, rounded once
+      Tensor o = empty(out.shape(), DType::F32);
+      attention_forward(widened(q), widened(k), widened(v), o, lse);
+      return cast(o, out);
+    }
     dispatch(FloatTypes{}, "attention_forward", q.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const gpu::AttnShape a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
@@ -361,6 +370,15 @@ class CudaBackend final : public Backend {
                              const Tensor& dk, const Tensor& dv) override {
     if (cudnn_attends(q, k, /*backward=*/true))
       return attention_->backward(dout, q, k, v, out, lse, dq, dk, dv);
+    if (q.dtype() == DType::BF16) {  // as in the forward
+      Tensor gq = empty(dq.shape(), DType::F32), gk = empty(dk.shape(), DType::F32),
+             gv = empty(dv.shape(), DType::F32);
+      attention_backward(widened(dout), widened(q), widened(k), widened(v), widened(out), lse, gq,
+                         gk, gv);
+      cast(gq, dq);
+      cast(gk, dk);
+      return cast(gv, dv);
+    }
     dispatch(FloatTypes{}, "attention_backward", q.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const gpu::AttnShape a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
@@ -453,6 +471,11 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  Tensor widened(const Tensor& t) {  // a float32 copy
+    Tensor f = empty(t.shape(), DType::F32);
+    cast(t, f);
+    return f;
+  }
   // Whether the fast tier runs an op on `t`'s dtype (float32 and bfloat16; float64 is reference).
   bool fast_for(const Tensor& t) const { return fast_ && t.dtype() != DType::F64; }
   // cuDNN's fused attention takes bfloat16; a context-parallel chunk against a longer key

@@ -175,8 +175,9 @@ def main(argv):
     try:
         if not 0 <= args.val_fraction < 1:
             raise UsageError(f"--val-fraction {args.val_fraction} must be in [0, 1)")
-        if args.shard_tokens < 1:
-            raise UsageError(f"--shard-tokens {args.shard_tokens} must be >= 1")
+        if not 1 <= args.shard_tokens < (1 << 31):
+            raise UsageError(f"--shard-tokens {args.shard_tokens} must be in [1, 2^31 - 1] "
+                             f"(the shard header counts tokens in an int32)")
         if args.tokenizer is None and args.vocab_size > MAX_VOCAB:
             raise UsageError(f"--vocab-size {args.vocab_size} is larger than carousel's largest "
                              f"vocab_size; at most {MAX_VOCAB}")

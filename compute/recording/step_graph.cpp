@@ -28,11 +28,12 @@ void Backend::begin_capture() {
 }
 
 void Backend::abort_capture() noexcept {
-  if (!capturing_) return;
-  capturing_ = false;
-  recording_.reset();
-  do_abort_capture();
-  allocator_->abort_capture();
+  if (capturing_) {
+    capturing_ = false;
+    recording_.reset();
+    allocator_->abort_capture();
+  }
+  do_abort_capture();  // the device: a capture still open ended, its error state cleared
 }
 
 std::unique_ptr<StepGraph> Backend::end_capture() {

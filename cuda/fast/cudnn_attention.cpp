@@ -86,7 +86,7 @@ class Attention final : public CudnnAttention {
   }
   bool takes_key_prefix(const Tensor& q, const Tensor& k, bool backward) override {
     if (prefix_refused_) return false;
-    const AttentionKey key = key_of(q, k, backward);
+    const AttentionKey key = key_of(q, k, backward);  // a shape cuDNN never takes: an error
     try {
       graph(key);
       return true;

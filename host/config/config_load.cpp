@@ -278,17 +278,28 @@ void fold_dcn_axes(Config& cfg, std::map<std::string, std::string>& source) {
                        {"tensor", &cfg.ici_tensor_parallelism, &cfg.dcn_tensor_parallelism}};
   std::string outer_ici;  // the outermost axis with an ici factor > 1 so far
   std::string allowed;    // axes a dcn factor may take: down to the outermost ici factor
+  CAROUSEL_CHECK(
+      cfg.dcn_tensor_parallelism == 1,
+      "dcn_tensor_parallelism={}: carousel keeps a tensor group within a node (its ranks "
+      "exchange activations at every layer); valid: 1, with ici_tensor_parallelism "
+      "inside the node",
+      cfg.dcn_tensor_parallelism);
   for (const Axis& axis : axes) {
     CAROUSEL_CHECK(*axis.dcn >= 1 && *axis.dcn <= 4096,
                    "dcn_{}_parallelism={} is not valid; it must be in [1, 4096]", axis.name,
                    *axis.dcn);
-    if (outer_ici.empty()) allowed += (allowed.empty() ? "" : ", ") + std::string(axis.name);
+    CAROUSEL_CHECK(*axis.dcn == 1 || *axis.ici >= 1,
+                   "ici_{}_parallelism={} is not valid with dcn_{}_parallelism={}; it must be >= 1",
+                   axis.name, *axis.ici, axis.name, *axis.dcn);
+    if (outer_ici.empty() && std::string(axis.name) != "tensor")
+      allowed += (allowed.empty() ? "" : ", ") + std::string(axis.name);
     if (*axis.dcn > 1 && !outer_ici.empty() && outer_ici != axis.name) {
-      fail("dcn_{}_parallelism={} with ici_{}_parallelism > 1: carousel orders ranks data, "
-           "pipeline, fsdp, context, tensor (outermost first) with each node's ranks "
-           "consecutive, so a {} axis across nodes cannot sit inside a {} axis within a node; "
-           "valid: dcn_* on {} only (or move the {} factor across nodes too)",
-           axis.name, *axis.dcn, outer_ici, axis.name, outer_ici, allowed, outer_ici);
+      fail(
+          "dcn_{}_parallelism={} with ici_{}_parallelism > 1: carousel orders ranks data, "
+          "pipeline, fsdp, context, tensor (outermost first) with each node's ranks "
+          "consecutive, so a {} axis across nodes cannot sit inside a {} axis within a node; "
+          "valid: dcn_* on {} only (or move the {} factor across nodes too)",
+          axis.name, *axis.dcn, outer_ici, axis.name, outer_ici, allowed, outer_ici);
     }
     if (*axis.ici > 1 && outer_ici.empty()) outer_ici = axis.name;
   }
@@ -296,6 +307,7 @@ void fold_dcn_axes(Config& cfg, std::map<std::string, std::string>& source) {
     if (*axis.dcn == 1) continue;
     const std::string ici = fmt::format("ici_{}_parallelism", axis.name);
     source[ici] = fmt::format("{} x dcn_{}_parallelism={}", *axis.ici, axis.name, *axis.dcn);
+    source[fmt::format("dcn_{}_parallelism", axis.name)] = fmt::format("folded into {}", ici);
     *axis.ici *= *axis.dcn;
     *axis.dcn = 1;
   }

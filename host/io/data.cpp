@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "compute/error.h"
@@ -242,6 +243,10 @@ std::int64_t eval_batches(const Config& cfg, const DataLoader& eval) {
 namespace {
 template <class Id>
 void write_shard(const std::string& path, const ShardFormat& format, const std::vector<Id>& ids) {
+  CAROUSEL_CHECK(ids.size() <= std::size_t(std::numeric_limits<std::int32_t>::max()),
+                 "token shard '{}': {} tokens do not fit the header's int32 count; write several "
+                 "shards",
+                 path, ids.size());
   std::int32_t header[kHeaderInts] = {};
   header[0] = format.magic;
   header[1] = format.version;

@@ -90,11 +90,12 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
   if (replay) recorder_.note(step, "launched the captured forward and backward (a CUDA graph)");
   try {
     capture_.begin(mode);
+    if (replay) recorder_.complete();  // the launch, in the completed history
     return walk(i, mode, update, trace);
   } catch (const std::exception& e) {
     if (!capture_.capturing()) throw;
+    clear_step_state();        // its buffers go while the capture can still book them
     capture_.failed(step, e);  // nothing of the step ran while it was recorded
-    clear_step_state();
     return this->step(step, update, trace);
   }
 }

@@ -54,7 +54,8 @@ StepCapture::Mode StepCapture::mode(bool profiled) const {
 }
 
 void StepCapture::switch_to(bool graph) {
-  if (graph_ && graph != graph_last_) be_.allocator().release_cached();
+  // To the graph: the pool's cached eager memory goes; to eager work: the graph's goes.
+  if (graph_ && graph != graph_last_) be_.allocator().release_cached(graph, !graph);
   graph_last_ = graph;
 }
 
@@ -74,7 +75,7 @@ void StepCapture::end(Mode mode) {
   if (mode == Mode::Eager) warmed_ = true;
   if (mode != Mode::Capture) return;
   graph_ = be_.end_capture();
-  be_.allocator().release_cached();  // what the eager steps cached: the graph has its own
+  be_.allocator().release_cached(true, false);  // the eager steps' pool: the graph has its own
   graph_->launch();                  // the captured step's own work
   graph_last_ = true;
   capturing_ = false;

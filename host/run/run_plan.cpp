@@ -6,6 +6,8 @@
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
+#include <utility>
+
 #include "compute/hash.h"
 #include "host/build_info.h"
 #include "host/config/schedule_config.h"
@@ -42,21 +44,29 @@ void check_mesh(const Config& cfg, const MeshShape& mesh, const Communicator* pr
 // there the limit is not estimated.
 void check_address_space(const Config& cfg, const MeshShape& mesh,
                          const Communicator* process_world) {
-  rlimit lim{};
-  if (runs_on_gpus(cfg) || getrlimit(RLIMIT_AS, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) {
-    return;
+  if (runs_on_gpus(cfg)) return;
+  rlim_t limit = RLIM_INFINITY;  // the smaller of the address-space and data-segment limits
+  const char* which = "address-space limit (ulimit -v)";
+  for (const auto& [resource, name] : {std::pair{RLIMIT_AS, "address-space limit (ulimit -v)"},
+                                       std::pair{RLIMIT_DATA, "data-segment limit (ulimit -d)"}}) {
+    rlimit lim{};
+    if (getrlimit(resource, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < limit) {
+      limit = lim.rlim_cur;
+      which = name;
+    }
   }
+  if (limit == RLIM_INFINITY) return;
   const int local_ranks = process_world ? 1 : mesh.ranks();
   const double threads = double(local_ranks) * rank_threads(mesh.ranks(), process_world);
   const double mib = 1024.0 * 1024.0;
   const double need = (1536 + 2 * 64) * mib + threads * (136 + 8) * mib +
                       double(local_ranks) * double(plan::memory_lower_bound(cfg));
-  CAROUSEL_CHECK(double(lim.rlim_cur) >= need,
-                 "the address-space limit (ulimit -v) is {:.0f} MiB but this run needs about "
-                 "{:.0f} MiB on this process ({} rank(s), {:.0f} GEMM thread(s) with their "
-                 "OpenBLAS buffers, and the model's state); raise the limit (ulimit -v "
-                 "unlimited), or run fewer ranks or threads per process",
-                 double(lim.rlim_cur) / mib, need / mib, local_ranks, threads);
+  CAROUSEL_CHECK(double(limit) >= need,
+                 "the {} is {:.0f} MiB but this run needs about {:.0f} MiB on this process ({} "
+                 "rank(s), {:.0f} GEMM thread(s) with their OpenBLAS buffers, and the model's "
+                 "state); raise the limit (to unlimited), or run fewer ranks or threads per "
+                 "process",
+                 which, double(limit) / mib, need / mib, local_ranks, threads);
 }
 
 void log_plan(const Config& cfg, const RunPlan& plan, const Communicator* process_world) {

@@ -3,9 +3,10 @@
 // same run stepped eagerly, bitwise (losses, gradient norms, held-out losses), with the steps
 // after the second replayed from the graph; a layout whose forward and backward communicate
 // runs eagerly and says why; a capture the device refuses is said once and the run goes on
-// eagerly, equal to the eager run.
+// eagerly, equal to the eager run (refused at its start, partway through, or at its end).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -90,24 +91,43 @@ TEST(StepGraphLog, ABlockedLayoutSaysWhyAndRunsEagerly) {
       << log.text.str();
 }
 
-// A CPU backend whose captures fail at their start or at their end, as a GPU's may on an op
-// CUDA cannot record.
+enum class Refusal { AtBegin, Midway, AtEnd };
+
+// Host memory that fails its 20th allocation once armed: an error partway through a capture.
+class ArmedAllocator final : public DeviceAllocator {
+ public:
+  ArmedAllocator() : DeviceAllocator(DeviceKind::CPU, 0, 0) {}
+  int armed = -1;  // allocations left before the failing one; -1: never
+
+ protected:
+  void* raw_allocate(std::size_t bytes) override {
+    if (armed >= 0 && armed-- == 0) fail("simulated: the device cannot record an allocation");
+    return std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  }
+  void raw_free(void* p) override { std::free(p); }
+};
+
+// A CPU backend whose first capture fails at its start, partway through, or at its end, as a
+// GPU's may on an op CUDA cannot record.
 class RefusingBackend final : public CpuBackend {
  public:
-  explicit RefusingBackend(bool at_begin) : at_begin_(at_begin) {}
+  explicit RefusingBackend(Refusal when)
+      : CpuBackend(std::make_unique<ArmedAllocator>()), when_(when) {}
 
  protected:
   void do_begin_capture() override {
-    if (at_begin_) fail("simulated: the device cannot start a capture");
+    if (when_ == Refusal::AtBegin) fail("simulated: the device cannot start a capture");
+    if (when_ == Refusal::Midway) static_cast<ArmedAllocator&>(allocator()).armed = 20;
     CpuBackend::do_begin_capture();
   }
   std::unique_ptr<StepGraph> do_end_capture() override {
     auto graph = CpuBackend::do_end_capture();
-    fail("simulated: the device refused the captured work");
+    if (when_ == Refusal::AtEnd) fail("simulated: the device refused the captured work");
+    return graph;
   }
 
  private:
-  bool at_begin_;
+  Refusal when_;
 };
 
 // Four steps of one rank by hand, on `be`: their losses.
@@ -129,13 +149,13 @@ std::vector<double> four_steps(const Config& cfg, Backend& be) {
 }
 
 TEST(StepGraphFailure, ARefusedCaptureIsSaidAndTheStepRunsEagerly) {
-  for (const bool at_begin : {true, false}) {
-    SCOPED_TRACE(at_begin ? "refused at the start" : "refused at the end");
+  for (const Refusal when : {Refusal::AtBegin, Refusal::Midway, Refusal::AtEnd}) {
+    SCOPED_TRACE(int(when));
     const Config graphs = run_config({M2, "step_graphs=on"});
     const Config eager = run_config({M2, "step_graphs=off"});
     CpuBackend plain;
     const std::vector<double> expected = four_steps(eager, plain);
-    RefusingBackend refusing(at_begin);
+    RefusingBackend refusing(when);
     testing::LogCapture log;
     EXPECT_EQ(four_steps(graphs, refusing), expected);
     const std::string text = log.text.str();

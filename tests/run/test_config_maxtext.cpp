@@ -167,9 +167,11 @@ TEST(Config, DcnFactorsMultiplyTheirAxisWhereNodesStayContiguous) {
       << msg;
   EXPECT_NE(msg.find("valid: dcn_* on data only"), std::string::npos) << msg;
   msg = testing::error_of([] {
-    load_config("", {"ici_fsdp_parallelism=2", "dcn_tensor_parallelism=2"});
+    load_config("", {"ici_fsdp_parallelism=2", "dcn_context_parallelism=2"});
   });
   EXPECT_NE(msg.find("valid: dcn_* on data, pipeline, fsdp only"), std::string::npos) << msg;
+  msg = testing::error_of([] { load_config("", {"dcn_tensor_parallelism=2"}); });
+  EXPECT_NE(msg.find("carousel keeps a tensor group within a node"), std::string::npos) << msg;
   msg = testing::error_of([] { load_config("", {"dcn_context_parallelism=0"}); });
   EXPECT_NE(msg.find("dcn_context_parallelism=0 is not valid; it must be in [1, 4096]"),
             std::string::npos)
