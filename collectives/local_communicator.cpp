@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "collectives/common.h"
+#include "collectives/wait_timer.h"
 #include "compute/error.h"
 
 namespace carousel {
@@ -70,12 +71,14 @@ struct LocalGroup {
   std::map<std::pair<int, int>, Mailbox> mailboxes;  // (src, dst)
   LocalGroup(std::string n, int s, double t, std::shared_ptr<WorldAbort> a)
       : name(std::move(n)), size(s), timeout_seconds(t), world_abort(std::move(a)) {}
-  auto deadline() const {
-    // Capped at 30 years: a larger timeout (or inf) would overflow the clock's nanoseconds.
-    const double seconds = std::min(timeout_seconds, 1e9);
-    return std::chrono::steady_clock::now() +
-           std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-               std::chrono::duration<double>(seconds));
+  // Waits on cv until notified or until `timer` has counted the timeout; true once it has. It
+  // sleeps 100 ms at most, so a pause of the whole process shows as a gap between two slices and
+  // is not counted (wait_timer.h); a timeout of inf never passes.
+  bool wait_slice(std::unique_lock<std::mutex>& lock, WaitTimer& timer) {
+    const double left = timeout_seconds - timer.waited();
+    if (left <= 0) return true;
+    cv.wait_for(lock, std::chrono::duration<double>(std::min(left, 0.1)));
+    return timer.waited() >= timeout_seconds;
   }
 };
 
@@ -286,7 +289,7 @@ class LocalCommunicator final : public Communicator {
   void wait(std::unique_lock<std::mutex>& lock, Slot& slot, Pred done, const Signature& sig,
             std::int64_t seq, bool reading) {
     LocalGroup& g = *group_;
-    const auto deadline = g.deadline();
+    WaitTimer timer;
     while (!done() && slot.error.empty()) {
       // Another rank failed: stop waiting for ranks that may never come. (Only while ranks are
       // missing: once all have arrived they are reading each other's buffers and will finish.)
@@ -295,8 +298,7 @@ class LocalCommunicator final : public Communicator {
         throw Error(fmt::format("rank {}: {} #{} on communicator '{}' abandoned: {}", rank_,
                                 sig.str(), seq, g.name, why));
       }
-      if (g.cv.wait_until(lock, deadline) == std::cv_status::timeout && !done() &&
-          slot.error.empty()) {
+      if (g.wait_slice(lock, timer) && !done() && slot.error.empty()) {
         slot.error = fmt::format(
             "rank {}: {} #{} on communicator '{}' timed out after {} s waiting for {} (they have "
             "not issued it, or issued other operations first)",
@@ -397,15 +399,14 @@ class LocalCommunicator final : public Communicator {
       }
     }
     g.cv.notify_all();
-    const auto deadline = g.deadline();
+    WaitTimer timer;
     auto all_done = [&] {
       return std::all_of(ops.begin(), ops.end(), [](const auto& o) { return o->done; });
     };
     while (!all_done()) {
       // Abandoned (another rank failed) or timed out: withdraw what is still unmatched.
       const std::string abandoned = g.world_abort->get();
-      if ((!abandoned.empty() || g.cv.wait_until(lock, deadline) == std::cv_status::timeout) &&
-          !all_done()) {
+      if ((!abandoned.empty() || g.wait_slice(lock, timer)) && !all_done()) {
         for (const auto& op : ops) {
           if (!op->done) {
             op->error = abandoned.empty()

@@ -8,7 +8,8 @@
 #  3. a real SIGTERM sent to a threaded run from outside, at whatever step it is, does the same;
 #  4. processes started with different arguments are refused before step 1, naming the ranks;
 #  5. the whole job stopped (SIGSTOP to every process) for twice the collective timeout and
-#     continued finishes normally: a pause of every process is not a peer falling behind.
+#     continued finishes normally: a pause of every process is not a peer falling behind;
+#  6. the same for a threaded run.
 set -uo pipefail
 carousel=$1 src=$2 work=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -84,7 +85,7 @@ grep -q "rank(s) 2, 3 run a different config" <<<"$out" || { fail "no mismatch e
   enable_checkpointing=false run_name=paused >"$work/paused.log" 2>&1 &
 job=$!
 for _ in $(seq 400); do  # until two steps are logged
-  [ "$(wc -l < "$work/paused/metrics.jsonl" 2>/dev/null || echo 0)" -ge 2 ] && break
+  [ "$(cat "$work/paused/metrics.jsonl" 2>/dev/null | wc -l)" -ge 2 ] && break
   sleep 0.05
 done
 mapfile -t ranks < <(pgrep -P $job)  # mpirun.sh execs mpirun, whose children are the ranks
@@ -97,6 +98,23 @@ rc=$?
 [ $rc -eq 0 ] || { fail "paused job exit code $rc (want 0)"; tail -5 "$work/paused.log"; }
 [ "$(wc -l < "$work/paused/metrics.jsonl")" -eq 30 ] || fail "paused job did not log 30 steps"
 echo "paused: exit code $rc after a 4 s pause of every process (timeout 2 s)"
+
+# 6. The same pause of a threaded run (ranks as threads of one process): its in-process waits
+#    count progress in 100 ms slices too.
+"$carousel" train "${common[@]}" steps=30 collective_timeout_seconds=1 enable_checkpointing=false \
+  run_name=paused_threads >"$work/paused_threads.log" 2>&1 &
+pid=$!
+for _ in $(seq 400); do
+  [ "$(cat "$work/paused_threads/metrics.jsonl" 2>/dev/null | wc -l)" -ge 2 ] && break
+  sleep 0.05
+done
+kill -STOP $pid
+sleep 3
+kill -CONT $pid
+wait $pid
+rc=$?
+[ $rc -eq 0 ] || { fail "paused threaded run exit code $rc (want 0)"; tail -5 "$work/paused_threads.log"; }
+echo "paused threads: exit code $rc after a 3 s pause (timeout 1 s)"
 
 python3 - "$work" <<'PY' || status=1
 import json, sys
