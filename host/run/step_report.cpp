@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -81,6 +82,11 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
   const double mfu = peak_flops_ > 0 ? s.flops_per_second / peak_flops_ : 0;
   if (mfu > 0) record["mfu"] = json_number(mfu);
   if (peak_bytes > 0) record["peak_mem_bytes"] = peak_bytes;
+  // Wall-clock time of the record (Unix seconds, as TensorBoard and W&B take it), so runs and
+  // resumes line up on one time axis.
+  record["time"] = std::chrono::duration<double>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
   metrics_ << record.dump() << '\n';
   metrics_.flush();  // one record per step reaches the file, or the run stops here
   CAROUSEL_CHECK(metrics_.good(), "writing metrics file '{}' failed at step {}: {} (disk full?)",

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -295,6 +296,14 @@ TEST(MetricsJsonl, NonFiniteValuesAreDistinctStrings) {
   EXPECT_DOUBLE_EQ(r1["grad_norm"].get<double>(), 1.5);
   EXPECT_EQ(r1["tokens_per_s"], "Infinity");
   EXPECT_EQ(line0.find("null"), std::string::npos) << line0;
+  // Each record carries its wall-clock time (Unix seconds), between the test's start and now.
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  ASSERT_TRUE(r0["time"].is_number()) << line0;
+  EXPECT_GT(r0["time"].get<double>(), now - 600);
+  EXPECT_LE(r0["time"].get<double>(), now);
+  EXPECT_LE(r0["time"].get<double>(), r1["time"].get<double>());
 }
 
 TEST(MetricsJsonl, AFullDiskIsAnErrorNamingTheFile) {
