@@ -19,6 +19,7 @@
 #include "compute/error.h"
 #include "cuda/cuda_allocator.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/cuda_step_graph.h"
 #include "cuda/device_info.h"
 #include "cuda/fast/cudnn_attention.h"
 #include "cuda/fast/fast_ops.h"
@@ -95,39 +96,6 @@ class EventStopwatch final : public OpStopwatch {
   std::vector<cudaEvent_t> spare_;
 };
 
-// A captured step (compute/recording/step_graph.h) as a CUDA graph, launched on the stream it was
-// captured from. The region freed everything it allocated (Backend::end_capture checks), so the
-// graph's memory nodes own no memory between launches; AutoFreeOnLaunch is the safety net.
-class CudaStepGraph final : public StepGraph {
- public:
-  CudaStepGraph(int gpu, cudaStream_t stream, cudaGraph_t graph)
-      : gpu_(gpu), stream_(stream), graph_(graph) {
-    const cudaError_t rc =
-        cudaGraphInstantiate(&exec_, graph_, cudaGraphInstantiateFlagAutoFreeOnLaunch);
-    if (rc != cudaSuccess) {
-      cudaGraphDestroy(graph_);
-      fail("instantiating the captured step's CUDA graph on GPU {} failed: {} ({}); "
-           "step_graphs=off runs eagerly",
-           gpu_, cudaGetErrorString(rc), cudaGetErrorName(rc));
-    }
-  }
-  ~CudaStepGraph() override {
-    cudaSetDevice(gpu_);
-    cudaGraphExecDestroy(exec_);
-    cudaGraphDestroy(graph_);
-  }
-  void launch() override {
-    CUDA_CHECK(cudaSetDevice(gpu_));
-    CUDA_CHECK(cudaGraphLaunch(exec_, stream_));
-  }
-
- private:
-  int gpu_;
-  cudaStream_t stream_;
-  cudaGraph_t graph_;
-  cudaGraphExec_t exec_ = nullptr;
-};
-
 class CudaBackend final : public Backend {
  public:
   CudaBackend(int gpu, int logical, GpuKernels kernels, int cc_major)
@@ -193,7 +161,7 @@ class CudaBackend final : public Backend {
     CUDA_CHECK(cudaSetDevice(gpu_));
     cudaGraph_t graph = nullptr;
     CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-    return std::make_unique<CudaStepGraph>(gpu_, stream_, graph);
+    return gpu::make_step_graph(gpu_, stream_, graph);
   }
   std::unique_ptr<OpStopwatch> make_op_stopwatch() override {
     return std::make_unique<EventStopwatch>(gpu_, stream_);
