@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""prepare_data.py — text files to llm.c token shards for `carousel train dataset_type=tokens`.
+"""prepare_data.py — text, JSONL or Parquet files to llm.c token shards (dataset_type=tokens).
 
     .venv/bin/python scripts/prepare_data.py corpus/*.txt -o out/data --vocab-size 4096
     .venv/bin/python scripts/prepare_data.py corpus/*.txt -o out/data --tokenizer my/tokenizer.json
+    .venv/bin/python scripts/prepare_data.py web/*.jsonl -o out/data --add-eos
+    .venv/bin/python scripts/prepare_data.py web/*.parquet -o out/data --text-field body --add-eos
 
-(.venv is made by scripts/setup.sh and holds the `tokenizers` package; nothing is downloaded
-at run time.) Writes into the output directory:
+(.venv is made by scripts/setup.sh and holds the `tokenizers` and `pyarrow` packages; nothing is
+downloaded at run time.) Writes into the output directory:
 
   train_000000.bin ...  the training split, at most --shard-tokens tokens per shard
   val_000000.bin ...    the held-out split (none with --val-fraction 0)
@@ -13,26 +15,46 @@ at run time.) Writes into the output directory:
                         --vocab-size tokens including the special <|endoftext|>) or a copy
                         of --tokenizer
 
-The split: the input files are read in the order given and cut into documents, a document being
-a paragraph (its text up to and including the blank lines after it), so the documents
-concatenated are the input exactly. The last documents, together at least --val-fraction of
-the bytes, are the held-out split; the split is on document boundaries and does not depend on
-the tokenizer. Each document is encoded on its own; --add-eos appends <|endoftext|> (the
-tokenizer's eos token) after each input file.
+Inputs, by file name (case-insensitive), each cut into documents:
 
-Shard format (host/io/data.cpp), llm.c's: a header of 256 int32 (magic, version, token count),
-then the tokens — uint16 with magic 20240520, version 1 (its GPT-2 shards) when every token id
+  *.jsonl, *.json       JSON Lines: one JSON object per line; each record's --text-field
+  (also .jsonl.gz,      (default "text") string is one document, as it is (no paragraph cut);
+   .json.gz)            other fields are ignored, blank lines skipped.
+  *.parquet             each row's --text-field column (a string column) is one document;
+                        needs pyarrow.
+  anything else         UTF-8 text; a document is a paragraph (its text up to and including
+                        the blank lines after it), so the documents concatenated are the file
+                        exactly.
+
+--add-eos appends <|endoftext|> (the tokenizer's eos token) after each JSONL/Parquet RECORD —
+documents separated by EOS, as Llama 3 / llm.c pipelines do — but after each text FILE (its
+paragraphs are one document stream). Records and files keep their order.
+
+The split: the last documents of all inputs (files in the order given), together at least
+--val-fraction of the bytes (of the UTF-8 document text), are the held-out split; the split is
+on document boundaries and does not depend on the tokenizer. Each document is encoded on its own.
+Memory: JSONL is read line by line and Parquet by record batches of its one column, but all
+documents are held in memory until the shards are written (the cut needs the total bytes, and
+the tokenizer is trained on the training split first), so the inputs must fit in memory.
+
+Shard format (host/data/token_files.cpp), llm.c's: a header of 256 int32 (magic, version, token
+count), then the tokens — uint16 with magic 20240520, version 1 (its GPT-2 shards) when every token id
 fits, else uint32 with magic 20240801, version 7 (its Llama 3 shards: a 128,256-token vocabulary).
 Ids must be below 2^24, carousel's largest vocab_size. Every error is one "error: ..." line on
-stderr and exit status 2.
+stderr and exit status 2: among them a JSONL line that is not a JSON object, a record or Parquet
+file without the field (the fields it has are listed), a field that is not a string, an empty
+JSONL/Parquet file, and a Parquet input without pyarrow. Lines and rows count from 1.
 """
 import argparse
+import gzip
+import json
 import os
 import re
 import shutil
 import stat
 import struct
 import sys
+import zlib
 
 HEADER_INTS = 256
 NARROW = (20240520, 1, "H")  # magic, version, struct code: uint16 ids (llm.c's GPT-2 shards)
@@ -56,16 +78,123 @@ def documents(text):
     return docs
 
 
-def split(files, val_fraction):
-    """[(last of its file, document)] for the training split and for the held-out split."""
+def input_kind(path):
+    name = path.lower()
+    if name.endswith((".jsonl", ".json", ".jsonl.gz", ".json.gz")):
+        return "jsonl"
+    return "parquet" if name.endswith(".parquet") else "text"
+
+
+def json_kind(value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
+
+
+def jsonl_records(path, field):
+    """The --text-field string of each JSON Lines record, read line by line (gzip by name)."""
+    want = f"expected one JSON object per line with a string field '{field}' (--text-field)"
+    count = 0
+    try:
+        with (gzip.open if path.lower().endswith(".gz") else open)(path, "rb") as f:
+            for n, raw in enumerate(f, 1):
+                where = f"input '{path}' line {n}"
+                try:
+                    line = raw.decode("utf-8-sig" if n == 1 else "utf-8")
+                except UnicodeDecodeError as e:
+                    raise UsageError(f"{where} is not UTF-8 ({e.reason} at byte {e.start})")
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError as e:
+                    why = (f"{e.msg.removesuffix(' at')} at column {e.colno}"
+                           if isinstance(e, json.JSONDecodeError) else str(e))
+                    raise UsageError(f"{where} is not JSON ({why}); {want}")
+                if not isinstance(record, dict):
+                    raise UsageError(f"{where} is {json_kind(record)}, not a JSON object; {want}")
+                if field not in record:
+                    have = ", ".join(f"'{k}'" for k in record) or "none"
+                    raise UsageError(f"{where} has no field '{field}' (its fields: {have}); "
+                                     f"choose the text field with --text-field")
+                text = record[field]
+                if not isinstance(text, str):
+                    raise UsageError(f"{where}: field '{field}' is {json_kind(text)}, not a string")
+                try:
+                    text.encode()
+                except UnicodeEncodeError as e:  # "\ud800": a lone surrogate is not text
+                    raise UsageError(f"{where}: field '{field}' is not valid Unicode ({e.reason} "
+                                     f"at character {e.start})")
+                count += 1
+                yield text
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise UsageError(f"input '{path}' is not valid gzip data ({e})")
+    if count == 0:
+        raise UsageError(f"input '{path}' is empty: no JSON records; {want}")
+
+
+def parquet_records(path, field):
+    """The --text-field column of each Parquet row, read by record batches."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UsageError(f"input '{path}' is Parquet, which needs the pyarrow package: "
+                         f"scripts/setup.sh installs it into .venv (run with .venv/bin/python)")
+    want = f"expected a Parquet file with a string column '{field}' (--text-field)"
+    if os.path.getsize(path) == 0:
+        raise UsageError(f"input '{path}' is empty (0 bytes); {want}")
+    try:
+        pf = pq.ParquetFile(path)
+        schema = pf.schema_arrow
+        if field not in schema.names:
+            raise UsageError(f"input '{path}' has no column '{field}' (its columns: "
+                             f"{', '.join(repr(c) for c in schema.names) or 'none'}); "
+                             f"choose the text column with --text-field")
+        kind = schema.field(field).type
+        value = kind.value_type if pa.types.is_dictionary(kind) else kind
+        is_view = getattr(pa.types, "is_string_view", lambda t: False)
+        if not (pa.types.is_string(value) or pa.types.is_large_string(value) or is_view(value)):
+            raise UsageError(f"input '{path}' column '{field}' is of type {kind}, not a string; "
+                             f"{want}")
+        if pf.metadata.num_rows == 0:
+            raise UsageError(f"input '{path}' is empty: no rows; {want}")
+        row = 0
+        for batch in pf.iter_batches(batch_size=1024, columns=[field]):
+            for text in batch.column(0).to_pylist():
+                row += 1
+                if text is None:
+                    raise UsageError(f"input '{path}' row {row}: column '{field}' is null, "
+                                     f"not a string")
+                yield text
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"input '{path}' is not a readable Parquet file ({e})")
+
+
+def split(files, val_fraction, text_field="text"):
+    """[(eos after it, document)] for the training split and for the held-out split."""
     docs = []
     for path in files:
+        kind = input_kind(path)
         try:
             mode = os.stat(path).st_mode
             if not stat.S_ISREG(mode):  # reading a FIFO would block forever
-                kind = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else (
+                what = "a FIFO (named pipe)" if stat.S_ISFIFO(mode) else (
                     "a directory" if stat.S_ISDIR(mode) else "not a regular file")
-                raise UsageError(f"input '{path}' is {kind}; give UTF-8 text files")
+                give = {"text": "UTF-8 text", "jsonl": "JSON Lines", "parquet": "Parquet"}[kind]
+                raise UsageError(f"input '{path}' is {what}; give {give} files")
+            if kind == "jsonl":
+                docs += [(True, d) for d in jsonl_records(path, text_field)]
+                continue
+            if kind == "parquet":
+                docs += [(True, d) for d in parquet_records(path, text_field)]
+                continue
             with open(path, encoding="utf-8", newline="") as f:
                 text = f.read()
         except FileNotFoundError:
@@ -82,8 +211,8 @@ def split(files, val_fraction):
     if val_fraction == 0:
         return docs, []
     if len(docs) < 2:
-        raise UsageError(f"--val-fraction {val_fraction} needs at least 2 documents (paragraphs)"
-                         f" to split; the inputs hold {len(docs)}")
+        raise UsageError(f"--val-fraction {val_fraction} needs at least 2 documents (paragraphs,"
+                         f" JSONL/Parquet records) to split; the inputs hold {len(docs)}")
     cut, held = len(docs), 0
     while cut > 1 and held < val_fraction * total:
         cut -= 1
@@ -159,7 +288,9 @@ def encode_split(tok, docs, writer, eos_id):
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("inputs", nargs="+", help="UTF-8 text files, read in this order")
+    ap.add_argument("inputs", nargs="+",
+                    help="UTF-8 text, JSON Lines (.jsonl, .json, also .gz) or Parquet (.parquet) "
+                         "files, read in this order")
     ap.add_argument("-o", "--out", required=True, help="output directory (created)")
     ap.add_argument("--tokenizer", help="a Hugging Face tokenizer.json to use (else one is trained)")
     ap.add_argument("--vocab-size", type=int, default=4096,
@@ -169,8 +300,11 @@ def main(argv):
                     help="held-out share of the bytes, last documents (default 0.05; 0 = none)")
     ap.add_argument("--shard-tokens", type=int, default=100_000_000,
                     help="tokens per shard at most (default 100M, as llm.c)")
+    ap.add_argument("--text-field", default="text",
+                    help="the JSONL field / Parquet column holding each document (default text)")
     ap.add_argument("--add-eos", action="store_true",
-                    help=f"append {EOS} (the tokenizer's eos token) after each input file")
+                    help=f"append {EOS} (the tokenizer's eos token) after each JSONL/Parquet "
+                         f"record and after each text file")
     args = ap.parse_args(argv)
     try:
         if not 0 <= args.val_fraction < 1:
@@ -181,7 +315,7 @@ def main(argv):
         if args.tokenizer is None and args.vocab_size > MAX_VOCAB:
             raise UsageError(f"--vocab-size {args.vocab_size} is larger than carousel's largest "
                              f"vocab_size; at most {MAX_VOCAB}")
-        train_docs, val_docs = split(args.inputs, args.val_fraction)
+        train_docs, val_docs = split(args.inputs, args.val_fraction, args.text_field)
         if args.tokenizer:
             tok = load_tokenizer(args.tokenizer)
         else:

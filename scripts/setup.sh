@@ -48,6 +48,8 @@ done
 # PyPI packages, pinned, with why: installed into .venv/ (Debian has no python3-tokenizers).
 PY_PACKAGES=(
   tokenizers==0.23.3    # scripts/prepare_data.py: train / apply a Hugging Face tokenizer.json
+  pyarrow==26.0.1       # scripts/prepare_data.py: Parquet input (read by record batches)
+  tensorboard==2.21.0   # read back the trainer's TensorBoard event files (tests); the viewer
 )
 # Installed without their dependencies: carousel uses only the headers they ship.
 PY_HEADER_PACKAGES=(

@@ -2,9 +2,11 @@
 # prepare_data_test.sh — scripts/prepare_data.py end to end: a BPE trained on the tiny corpus,
 # shards that decode back to the text exactly (each split, and train + val = the corpus), a user
 # tokenizer giving the same shards, carousel training on them (and refusing a tokenizer larger
-# than vocab_size), and bad inputs as one "error:" line with exit status 2.
+# than vocab_size), JSONL and Parquet inputs (a record per document, eos after each, the same
+# shards from both), and bad inputs as one "error:" line with exit status 2.
 #   tests/end_to_end/prepare_data_test.sh SOURCE_DIR CAROUSEL_BINARY WORK_DIR
-# Exit 77 (skipped) when SOURCE_DIR/.venv has no `tokenizers` (scripts/setup.sh installs it).
+# Exit 77 (skipped) when SOURCE_DIR/.venv has no `tokenizers` (scripts/setup.sh installs it);
+# the Parquet checks are skipped, with a message, when it has no `pyarrow`.
 set -uo pipefail
 src=$1
 bin=$2
@@ -15,12 +17,17 @@ if ! "$py" -c 'import tokenizers' 2>/dev/null; then
   echo "SKIP: $py with the tokenizers package not found (run scripts/setup.sh)"
   exit 77
 fi
+have_pyarrow=1
+if ! "$py" -c 'import pyarrow' 2>/dev/null; then
+  echo "SKIP: the Parquet checks: $py has no pyarrow package (run scripts/setup.sh)"
+  have_pyarrow=0
+fi
 prep="$src/scripts/prepare_data.py"
 corpus="$src/tests/data/tiny_corpus.txt"
 fails=0
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 
-# Reads shards as host/io/data.cpp does (its own parser) and compares the decoded text.
+# Reads shards as host/data/token_files.cpp does (its own parser) and compares the decoded text.
 check_roundtrip() {  # DIR EXPECTED_VOCAB [--eos]
   "$py" - "$1" "$corpus" "$2" "${3:-}" <<'PY'
 import glob, struct, sys
@@ -143,6 +150,103 @@ wide_vocab=$(sed -n 's/.*vocab_size=\([0-9]*\).*/\1/p' "$work/wide.out")
   enable_checkpointing=false base_output_directory="$work" run_name=wide >"$work/wide.log" 2>&1 ||
   fail "carousel train on uint32 shards (vocab_size=$wide_vocab) exited $?: $(tail -3 "$work/wide.log")"
 
+# 4c. JSONL and Parquet: each record is one document. paragraphs.jsonl holds the corpus's
+#     paragraphs (with other fields), so it gives a/'s tokenizer and shards exactly; odd.jsonl
+#     adds records a text file would cut (blank lines inside, an empty one, non-ASCII). With
+#     --add-eos there is one <|endoftext|> after each record, and the tokens between them decode
+#     to the records in order; Parquet (row groups of 3) and gzip'd JSONL under --text-field give
+#     the same tokenizer and shards, and carousel trains on them.
+"$py" - "$corpus" "$work" "$have_pyarrow" <<'PY' || fail "writing the JSONL / Parquet inputs"
+import gzip, json, re, sys
+corpus, work, have_pyarrow = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+text = open(corpus, encoding="utf-8", newline="").read()
+paragraphs = re.split(r"(?<=\n\n)(?=[^\n])", text)
+assert "".join(paragraphs) == text and len(paragraphs) == 9, len(paragraphs)
+odd = ["a record\n\nwith blank lines inside\n\n\nstays one document\n", "",
+       "  Ünïcödé — 日本語, \"quotes\" and a tab\there 🚀  ",
+       "the last record, no newline"]
+def write(path, records, field="text", opener=open):
+    with opener(path, "wt", encoding="utf-8") as f:
+        for i, r in enumerate(records):
+            f.write(json.dumps({"id": i, field: r, "meta": {"n": len(r)}}, ensure_ascii=i % 2 == 0))
+            f.write("\n\n" if i == 2 else "\n")  # a blank line between records is skipped
+write(f"{work}/paragraphs.jsonl", paragraphs)
+write(f"{work}/odd.jsonl", odd)
+write(f"{work}/all.jsonl.gz", paragraphs + odd, field="body", opener=gzip.open)
+json.dump(paragraphs + odd, open(f"{work}/records.json", "w"))
+if have_pyarrow:
+    import pyarrow as pa, pyarrow.parquet as pq
+    records = paragraphs + odd
+    table = pa.table({"id": list(range(len(records))), "text": records})
+    pq.write_table(table, f"{work}/all.parquet", row_group_size=3)
+PY
+"$py" "$prep" "$work/paragraphs.jsonl" -o "$work/j0" --vocab-size 300 --val-fraction 0.1 \
+  >"$work/j0.out" 2>&1 || fail "prepare_data on JSONL exited $?: $(cat "$work/j0.out")"
+for f in train_000000.bin val_000000.bin tokenizer.json; do
+  cmp -s "$work/a/$f" "$work/j0/$f" || fail "JSONL of the corpus's paragraphs: another $f"
+done
+check_records() {  # DIR: the shards are the records of records.json, each followed by an eos
+  "$py" - "$1" "$work/records.json" <<'PY'
+import glob, json, struct, sys
+from tokenizers import Tokenizer
+d, records = sys.argv[1], json.load(open(sys.argv[2], encoding="utf-8"))
+tok = Tokenizer.from_file(f"{d}/tokenizer.json")
+eos = tok.token_to_id("<|endoftext|>")
+def read(prefix):
+    ids = []
+    for p in sorted(glob.glob(f"{d}/{prefix}_*.bin")):
+        b = open(p, "rb").read()
+        magic, version, n = struct.unpack("<3i", b[:12])
+        assert (magic, version) == (20240520, 1) and len(b) == 1024 + 2 * n, (p, magic, len(b))
+        ids += struct.unpack(f"<{n}H", b[1024:])
+    return ids
+train, val = read("train"), read("val")
+ids = train + val
+assert ids.count(eos) == len(records), (ids.count(eos), len(records))
+assert train[-1] == eos and val[-1] == eos, "the split is not after a record's eos"
+docs, start = [], 0
+for k, i in enumerate(ids):
+    if i == eos:
+        docs.append(tok.decode(ids[start:k]))
+        start = k + 1
+assert docs == records, "the tokens between eos do not decode to the records"
+size = lambda rs: sum(len(r.encode()) for r in rs)
+share = size(docs[len(docs) - val.count(eos):]) / size(records)
+assert 0.1 <= share < 0.35, f"val holds {share:.3f} of the bytes for --val-fraction 0.1"
+print(f"records ok: {len(records)} records, {len(train)} + {len(val)} tokens, "
+      f"val {share:.3f} of the bytes")
+PY
+}
+"$py" "$prep" "$work/paragraphs.jsonl" "$work/odd.jsonl" -o "$work/j" --vocab-size 300 \
+  --val-fraction 0.1 --add-eos >"$work/j.out" 2>&1 ||
+  fail "prepare_data --add-eos on JSONL exited $?: $(cat "$work/j.out")"
+check_records "$work/j" || fail "JSONL shards of j/ are not the records with eos after each"
+"$py" "$prep" "$work/all.jsonl.gz" -o "$work/jz" --vocab-size 300 --val-fraction 0.1 --add-eos \
+  --text-field body >/dev/null 2>&1 || fail "prepare_data on .jsonl.gz --text-field body exited $?"
+for f in train_000000.bin val_000000.bin tokenizer.json; do
+  cmp -s "$work/j/$f" "$work/jz/$f" || fail ".jsonl.gz with --text-field body: other $f"
+done
+runs=(j)
+if [ $have_pyarrow -eq 1 ]; then
+  "$py" "$prep" "$work/all.parquet" -o "$work/p" --vocab-size 300 --val-fraction 0.1 --add-eos \
+    >"$work/p.out" 2>&1 || fail "prepare_data --add-eos on Parquet exited $?: $(cat "$work/p.out")"
+  for f in train_000000.bin val_000000.bin tokenizer.json; do
+    cmp -s "$work/j/$f" "$work/p/$f" || fail "Parquet and JSONL of the same records: other $f"
+  done
+  check_records "$work/p" || fail "Parquet shards of p/ are not the records with eos after each"
+  runs+=(p)
+fi
+for r in "${runs[@]}"; do
+  "$bin" train base_num_decoder_layers=2 max_target_length=32 per_device_batch_size=2 \
+    dataset_type=tokens "dataset_path=$work/$r/train_*.bin" \
+    "tokenizer_path=$work/$r/tokenizer.json" \
+    "eval_dataset_path=$work/$r/val_*.bin" eval_interval=1 vocab_size=300 steps=2 \
+    enable_checkpointing=false base_output_directory="$work" run_name="train_$r" \
+    >"$work/train_$r.log" 2>&1 ||
+    fail "carousel train on the $r/ shards exited $?: $(tail -3 "$work/train_$r.log")"
+  [ "$(wc -l <"$work/train_$r/metrics.jsonl" 2>/dev/null)" = 2 ] || fail "$r/: no 2 metrics records"
+done
+
 # 5. Bad inputs: one error line, exit status 2.
 expect_error() {  # MESSAGE ARGS...
   local msg=$1
@@ -165,6 +269,59 @@ expect_error "the tokenizer's largest token id is 16777216" "$corpus" -o "$work/
 # A FIFO as input is refused before it is opened (reading it would block forever).
 mkfifo "$work/fifo.txt"
 expect_error "input '$work/fifo.txt' is a FIFO (named pipe)" "$work/fifo.txt" -o "$work/x"
+# JSONL and Parquet: the file, the line or row, and what is wrong or what would be valid.
+printf '{"text": "fine"}\n{"text": "cut off\n' >"$work/cut.jsonl"
+expect_error "input '$work/cut.jsonl' line 2 is not JSON (" "$work/cut.jsonl" -o "$work/x"
+printf '{"text": "a"}\n["text", "b"]\n' >"$work/list.jsonl"
+expect_error "input '$work/list.jsonl' line 2 is an array, not a JSON object" "$work/list.jsonl" \
+  -o "$work/x"
+printf '{"id": 1, "content": "a"}\n' >"$work/nofield.jsonl"
+expect_error \
+  "input '$work/nofield.jsonl' line 1 has no field 'text' (its fields: 'id', 'content')" \
+  "$work/nofield.jsonl" -o "$work/x"
+expect_error \
+  "input '$work/paragraphs.jsonl' line 1 has no field 'body' (its fields: 'id', 'text', 'meta')" \
+  "$work/paragraphs.jsonl" -o "$work/x" --text-field body
+printf '{"text": "a"}\n{"text": 42}\n' >"$work/number.jsonl"
+expect_error "input '$work/number.jsonl' line 2: field 'text' is a number, not a string" \
+  "$work/number.jsonl" -o "$work/x"
+printf '{"text": null}\n' >"$work/null.jsonl"
+expect_error "input '$work/null.jsonl' line 1: field 'text' is null, not a string" \
+  "$work/null.jsonl" -o "$work/x"
+: >"$work/empty.jsonl"
+expect_error "input '$work/empty.jsonl' is empty: no JSON records" "$work/empty.jsonl" -o "$work/x"
+echo "not gzip" >"$work/plain.jsonl.gz"
+expect_error "input '$work/plain.jsonl.gz' is not valid gzip data" "$work/plain.jsonl.gz" \
+  -o "$work/x"
+# pyarrow missing (a stand-in package that fails to import): says what installs it.
+mkdir -p "$work/no_pyarrow/pyarrow"
+echo 'raise ImportError("no pyarrow here")' >"$work/no_pyarrow/pyarrow/__init__.py"
+echo "PAR1" >"$work/any.parquet"
+PYTHONPATH="$work/no_pyarrow" expect_error \
+  "input '$work/any.parquet' is Parquet, which needs the pyarrow package: scripts/setup.sh" \
+  "$work/any.parquet" -o "$work/x"
+if [ $have_pyarrow -eq 1 ]; then
+  "$py" - "$work" <<'PY' || fail "writing the bad Parquet files"
+import sys
+import pyarrow as pa, pyarrow.parquet as pq
+w = sys.argv[1]
+pq.write_table(pa.table({"id": [1, 2], "content": ["a", "b"]}), f"{w}/nocol.parquet")
+pq.write_table(pa.table({"text": [1, 2]}), f"{w}/ints.parquet")
+pq.write_table(pa.table({"text": ["a", None, "c"]}), f"{w}/nulls.parquet")
+pq.write_table(pa.table({"text": pa.array([], pa.string())}), f"{w}/norows.parquet")
+PY
+  expect_error "input '$work/nocol.parquet' has no column 'text' (its columns: 'id', 'content')" \
+    "$work/nocol.parquet" -o "$work/x"
+  expect_error "input '$work/ints.parquet' column 'text' is of type int64, not a string" \
+    "$work/ints.parquet" -o "$work/x"
+  expect_error "input '$work/nulls.parquet' row 2: column 'text' is null, not a string" \
+    "$work/nulls.parquet" -o "$work/x"
+  expect_error "input '$work/norows.parquet' is empty: no rows" "$work/norows.parquet" -o "$work/x"
+  : >"$work/empty.parquet"
+  expect_error "input '$work/empty.parquet' is empty (0 bytes)" "$work/empty.parquet" -o "$work/x"
+  expect_error "input '$work/any.parquet' is not a readable Parquet file" "$work/any.parquet" \
+    -o "$work/x"
+fi
 # An output path that is a file: one error line, not a traceback.
 echo "not a directory" >"$work/afile"
 expect_error "cannot write the output in '$work/afile'" "$corpus" -o "$work/afile"
