@@ -10,7 +10,7 @@
 
 #include "compute/cpu_backend.h"
 #include "host/config/config.h"
-#include "host/io/data.h"
+#include "host/data/data.h"
 #include "host/parallel/optimizer.h"
 #include "models/model.h"
 

@@ -107,7 +107,7 @@ class OpCheck {
 // Only where device memory is host memory (the CPU backend): on a GPU the check would copy the
 // ids to the host and wait for the stream at every embedding and loss op, stalling the pipeline
 // and ruling out CUDA graph capture. Token ids reaching a GPU were checked on the host where they
-// were read (host/io/data.cpp: every id of a shard against the vocabulary); so were those of a
+// were read (host/data/token_files.cpp: every id of a shard against the vocabulary); so were those of a
 // captured step (compute/recording/step_graph.h), whose replays run no check.
 inline void check_token_range(Backend& be, const char* op, const char* arg, const Tensor& tokens,
                               std::int64_t vocab) {

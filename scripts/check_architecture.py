@@ -22,7 +22,7 @@ import sys
 
 LAYERS = [
     "compute", "cuda", "collectives", "models",
-    "host/schedule", "host/reliability", "host/config", "host/io", "host/report",
+    "host/schedule", "host/reliability", "host/config", "host/io", "host/data", "host/report",
     "host/parallel", "host/plan", "host/run", "host/cli",
 ]
 FREE = ("tests", "benchmarks")  # may include any layer

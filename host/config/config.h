@@ -100,9 +100,11 @@ struct Config {
 
   // Data.
   std::string dataset_type = "synthetic";  // synthetic | tokens | text
-  std::string dataset_path;
+  std::string dataset_path;          // a file or glob, or PATH[,WEIGHT] entries separated by ';'
+  bool enable_data_shuffling = false;  // each dataset's windows in a permutation per epoch
+  std::int64_t data_shuffle_seed = 0;
   std::string tokenizer_path;  // tokenizer.json of the tokens; its vocab must fit vocab_size
-  // Held-out evaluation (host/io/data.h make_eval_data_loader): every eval_interval steps (0 =
+  // Held-out evaluation (host/data/data.h make_eval_data_loader): every eval_interval steps (0 =
   // off), eval_steps batches (-1 = one pass over the eval split) of eval_dataset_path.
   std::int64_t eval_interval = 0;
   std::int64_t eval_steps = -1;

@@ -360,7 +360,14 @@ const std::vector<ConfigKey>& config_keys() {
       key("dataset_type", &Config::dataset_type, ResumeClass::Training,
           "synthetic | tokens (llm.c shards) | text"),
       key("dataset_path", &Config::dataset_path, ResumeClass::Training,
-          "tokens: shard file or glob; text: a text file (bytes are tokens)"),
+          "tokens: shard file or glob; text: a text file (bytes are tokens); several datasets "
+          "mixed by weight: PATH,WEIGHT entries separated by ';' (e.g. a/*.bin,0.7;b/*.bin,0.3)"),
+      key("enable_data_shuffling", &Config::enable_data_shuffling, ResumeClass::Training,
+          "read each dataset's sequences (non-overlapping windows of max_target_length + 1 "
+          "tokens) in a permutation per epoch instead of in order; MaxText's key, but off by "
+          "default here"),
+      key("data_shuffle_seed", &Config::data_shuffle_seed, ResumeClass::Training,
+          "the shuffling permutations' seed (enable_data_shuffling)"),
       key("tokenizer_path", &Config::tokenizer_path, ResumeClass::Training,
           "Hugging Face tokenizer.json the tokens were made with (scripts/prepare_data.py); with "
           "dataset_type=tokens its vocabulary must fit vocab_size (checked when the data opens)"),

@@ -1,19 +1,13 @@
-// data.cpp — synthetic, llm.c-shard and text data loaders.
-#include "host/io/data.h"
+// data.cpp — the synthetic loader and the file loader (token streams, mixed and shuffled).
+#include "host/data/data.h"
 
-#include <glob.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <limits>
-#include <nlohmann/json.hpp>
 
 #include "compute/error.h"
-#include "host/io/checkpoint.h"
+#include "host/data/data_order.h"
+#include "host/data/token_files.h"
 
 namespace carousel {
 
@@ -65,129 +59,76 @@ class SyntheticLoader final : public DataLoader {
   std::int64_t vocab_, first_;
 };
 
-// A token stream held in memory, read with wrap-around.
-class StreamLoader final : public DataLoader {
+// File data: one token stream, or several mixed by weight; read in order (sequence k of a
+// stream starts at token (k*T) mod n, wrapping) or shuffled (windows [w*T, w*T + T + 1), each
+// once per epoch, in a permutation of the epoch's key).
+class FileLoader final : public DataLoader {
  public:
-  StreamLoader(std::int64_t seq_len, std::vector<std::int32_t> tokens, std::string what)
-      : DataLoader(seq_len), tokens_(std::move(tokens)), what_(std::move(what)) {}
+  FileLoader(std::int64_t seq_len, std::vector<TokenStream> streams,
+             const std::vector<DatasetEntry>& entries, bool shuffle, std::int64_t seed)
+      : DataLoader(seq_len),
+        streams_(std::move(streams)),
+        mixture_(weights_of(entries)),
+        shuffle_(shuffle),
+        seed_(seed) {}
   std::string describe() const override {
-    return fmt::format("{} ({} tokens)", what_, tokens_.size());
+    std::string what;
+    for (std::size_t d = 0; d < streams_.size(); ++d) {
+      what += fmt::format("{}{} ({} tokens){}", d ? "; " : "", streams_[d].describe(),
+                          streams_[d].size(),
+                          streams_.size() > 1
+                              ? fmt::format(" x{}", mixture_.counts()[d])
+                              : std::string());
+    }
+    if (streams_.size() > 1) what = "a mixture of " + what;
+    return shuffle_ ? fmt::format("{}, shuffled (seed {})", what, seed_) : what;
   }
-  std::int64_t stream_tokens() const override { return std::int64_t(tokens_.size()); }
+  std::int64_t stream_tokens() const override {
+    std::int64_t n = 0;
+    for (const TokenStream& s : streams_) n += s.size();
+    return n;
+  }
 
  protected:
   void sequence(std::int64_t g, std::int32_t* out) const override {
-    const std::int64_t n = std::int64_t(tokens_.size());
-    const std::int64_t offset = (g % n) * (seq_len_ % n) % n;  // (g*T) mod n without overflow
-    for (std::int64_t t = 0; t <= seq_len_; ++t) out[t] = tokens_[(offset + t) % n];
+    const DataMixture::Pick pick = mixture_.pick(g);
+    const TokenStream& s = streams_[std::size_t(pick.dataset)];
+    const std::int64_t n = s.size(), k = pick.sequence;
+    if (!shuffle_) {
+      s.read((k % n) * (seq_len_ % n) % n, seq_len_ + 1, out);  // (k*T) mod n without overflow
+      return;
+    }
+    const std::int64_t windows = (n - 1) / seq_len_;  // >= 1: n > T is checked at open
+    const std::int64_t w =
+        permute(k % windows, windows, shuffle_key(seed_, pick.dataset, k / windows));
+    s.read(w * seq_len_, seq_len_ + 1, out);
   }
 
  private:
-  std::vector<std::int32_t> tokens_;
-  std::string what_;
+  static std::vector<double> weights_of(const std::vector<DatasetEntry>& entries) {
+    std::vector<double> w;
+    for (const DatasetEntry& e : entries) w.push_back(e.weight);
+    return w;
+  }
+  std::vector<TokenStream> streams_;
+  DataMixture mixture_;
+  bool shuffle_;
+  std::int64_t seed_;
 };
 
-// llm.c's two shard formats (its dev/data scripts): GPT-2's uint16 tokens and Llama 3's uint32.
-struct ShardFormat {
-  std::int32_t magic, version, token_bytes;
-  const char* name;
-};
-constexpr ShardFormat kShardFormats[] = {{20240520, 1, 2, "GPT-2, uint16 tokens"},
-                                         {20240801, 7, 4, "Llama 3, uint32 tokens"}};
-constexpr std::size_t kHeaderInts = 256;
-
-std::vector<std::string> expand_glob(const std::string& pattern) {
-  glob_t g{};
-  std::vector<std::string> files;
-  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0) {
-    for (std::size_t i = 0; i < g.gl_pathc; ++i) files.emplace_back(g.gl_pathv[i]);
+// File data (dataset_type tokens or text) from config key `key`'s entries.
+std::unique_ptr<DataLoader> open_files(const Config& cfg, const char* key,
+                                       const std::vector<DatasetEntry>& entries, bool shuffle) {
+  const std::int64_t T = cfg.model.max_target_length;
+  std::vector<TokenStream> streams;
+  for (const DatasetEntry& e : entries) {
+    streams.push_back(TokenStream::open(cfg.dataset_type, key, e.path, cfg.model.vocab_size));
+    CAROUSEL_CHECK(streams.back().size() > T,
+                   "{} '{}' has {} tokens; at least max_target_length + 1 = {} are needed", key,
+                   e.path, streams.back().size(), T + 1);
   }
-  globfree(&g);
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
-void read_shard(const std::string& key, const std::string& path, std::int64_t vocab,
-                std::vector<std::int32_t>& out) {
-  check_regular(key, path, "token shard");
-  std::ifstream in(path, std::ios::binary);
-  CAROUSEL_CHECK(in.good(), "{}: cannot open token shard '{}'", key, path);
-  const auto size = std::filesystem::file_size(path);
-  std::int32_t header[kHeaderInts] = {};
-  CAROUSEL_CHECK(size >= sizeof(header),
-                 "token shard '{}' is {} bytes, shorter than its 1024-byte header (truncated or "
-                 "not an llm.c shard)",
-                 path, size);
-  in.read(reinterpret_cast<char*>(header), sizeof(header));
-  CAROUSEL_CHECK(in.good(), "token shard '{}': reading its header failed", path);
-  const ShardFormat* format = nullptr;
-  for (const ShardFormat& f : kShardFormats) {
-    if (header[0] == f.magic) format = &f;
-  }
-  CAROUSEL_CHECK(format,
-                 "token shard '{}' has magic {} but llm.c shards start with 20240520 (GPT-2, "
-                 "uint16 tokens) or 20240801 (Llama 3, uint32 tokens) (is it a token file? for "
-                 "plain text use dataset_type=text)",
-                 path, header[0]);
-  CAROUSEL_CHECK(header[1] == format->version,
-                 "token shard '{}' has magic {} and version {}; with that magic llm.c writes "
-                 "version {} ({})",
-                 path, header[0], header[1], format->version, format->name);
-  const std::int64_t count = header[2];
-  CAROUSEL_CHECK(count > 0,
-                 "token shard '{}' says it holds {} tokens; a shard holds at least 1 (header "
-                 "int 2 is the token count)",
-                 path, count);
-  const std::uint64_t expected = sizeof(header) + std::uint64_t(format->token_bytes) * count;
-  CAROUSEL_CHECK(size == expected,
-                 "token shard '{}' says {} tokens ({} bytes with its {}) but the file is {} bytes "
-                 "(truncated or corrupt)",
-                 path, count, expected, format->name, size);
-  const auto append = [&](auto tag) {
-    using Id = decltype(tag);
-    std::vector<Id> raw(count);
-    in.read(reinterpret_cast<char*>(raw.data()), std::streamsize(sizeof(Id) * count));
-    CAROUSEL_CHECK(in.good(), "token shard '{}': read failed", path);
-    for (std::int64_t i = 0; i < count; ++i) {
-      CAROUSEL_CHECK(std::int64_t(raw[i]) < vocab,
-                     "token shard '{}': token {} at position {} is >= vocab_size={} (data made "
-                     "for another tokenizer?)",
-                     path, raw[i], i, vocab);
-      out.push_back(std::int32_t(raw[i]));
-    }
-  };
-  if (format->token_bytes == 2) {
-    append(std::uint16_t{});
-  } else {
-    append(std::uint32_t{});
-  }
-}
-
-// File data (dataset_type tokens or text) from `path`, the value of config key `key`.
-std::unique_ptr<DataLoader> open_stream(const Config& cfg, const char* key,
-                                        const std::string& path) {
-  const std::int64_t T = cfg.model.max_target_length, V = cfg.model.vocab_size;
-  std::vector<std::int32_t> tokens;
-  std::string what;
-  check_local_path(key, path);
-  if (cfg.dataset_type == "tokens") {
-    const auto files = expand_glob(path);
-    CAROUSEL_CHECK(!files.empty(), "{}='{}' matches no file{}", key, path, relative_to_note(path));
-    for (const auto& f : files) read_shard(key, f, V, tokens);
-    what = fmt::format("{} llm.c shard(s) {}", files.size(), path);
-  } else {
-    check_regular(key, path, "text file");
-    std::ifstream in(path, std::ios::binary);
-    CAROUSEL_CHECK(in.good(), "{}='{}': cannot open text file: {}", key, path,
-                   std::strerror(errno));
-    const std::string bytes((std::istreambuf_iterator<char>(in)), {});
-    for (unsigned char c : bytes) tokens.push_back(c);
-    what = fmt::format("text {}", path);
-  }
-  CAROUSEL_CHECK(std::int64_t(tokens.size()) > T,
-                 "{} '{}' has {} tokens; at least max_target_length + 1 = {} are needed", key, path,
-                 tokens.size(), T + 1);
-  return std::make_unique<StreamLoader>(T, std::move(tokens), what);
+  return std::make_unique<FileLoader>(T, std::move(streams), entries, shuffle,
+                                      cfg.data_shuffle_seed);
 }
 
 }  // namespace
@@ -215,7 +156,8 @@ std::unique_ptr<DataLoader> make_data_loader(const Config& cfg) {
   if (cfg.dataset_type == "synthetic") {
     return std::make_unique<SyntheticLoader>(cfg.model.max_target_length, cfg.model.vocab_size);
   }
-  return open_stream(cfg, "dataset_path", cfg.dataset_path);
+  return open_files(cfg, "dataset_path", parse_dataset_entries("dataset_path", cfg.dataset_path),
+                    cfg.enable_data_shuffling);
 }
 
 std::unique_ptr<DataLoader> make_eval_data_loader(const Config& cfg) {
@@ -229,7 +171,11 @@ std::unique_ptr<DataLoader> make_eval_data_loader(const Config& cfg) {
                  cfg.eval_dataset_path);
   CAROUSEL_CHECK(!cfg.eval_dataset_path.empty(),
                  "evaluation needs eval_dataset_path=FILE_OR_GLOB (the held-out split)");
-  return open_stream(cfg, "eval_dataset_path", cfg.eval_dataset_path);
+  CAROUSEL_CHECK(cfg.eval_dataset_path.find(';') == std::string::npos,
+                 "eval_dataset_path='{}' names several datasets; the held-out split is one file "
+                 "or glob (mix training data in dataset_path)",
+                 cfg.eval_dataset_path);
+  return open_files(cfg, "eval_dataset_path", {DatasetEntry{cfg.eval_dataset_path, 1}}, false);
 }
 
 std::int64_t eval_batches(const Config& cfg, const DataLoader& eval) {
@@ -238,33 +184,6 @@ std::int64_t eval_batches(const Config& cfg, const DataLoader& eval) {
   if (n == 0) return 1;
   const std::int64_t per_batch = cfg.global_batch() * cfg.model.max_target_length;
   return std::max<std::int64_t>(1, (n - 1) / per_batch);
-}
-
-namespace {
-template <class Id>
-void write_shard(const std::string& path, const ShardFormat& format, const std::vector<Id>& ids) {
-  CAROUSEL_CHECK(ids.size() <= std::size_t(std::numeric_limits<std::int32_t>::max()),
-                 "token shard '{}': {} tokens do not fit the header's int32 count; write several "
-                 "shards",
-                 path, ids.size());
-  std::int32_t header[kHeaderInts] = {};
-  header[0] = format.magic;
-  header[1] = format.version;
-  header[2] = std::int32_t(ids.size());
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(header), sizeof(header));
-  out.write(reinterpret_cast<const char*>(ids.data()), std::streamsize(sizeof(Id) * ids.size()));
-  out.flush();
-  CAROUSEL_CHECK(out.good(), "cannot write token shard '{}': {}", path, std::strerror(errno));
-}
-}  // namespace
-
-void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens) {
-  write_shard(path, kShardFormats[0], tokens);
-}
-
-void write_token_shard(const std::string& path, const std::vector<std::uint32_t>& tokens) {
-  write_shard(path, kShardFormats[1], tokens);
 }
 
 }  // namespace carousel

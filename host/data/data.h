@@ -2,8 +2,10 @@
 //
 // Sequence j of step i is global sequence g = i*B + j. For file data it starts at token offset
 // g*T of the concatenated stream (wrapping at the end): inputs = tokens[o, o+T), targets =
-// tokens[o+1, o+T+1). Synthetic data is a function of g alone. So the data position of a run is
-// its step number, and a resumed run reads exactly what the uninterrupted run would have read.
+// tokens[o+1, o+T+1); with several datasets or enable_data_shuffling the dataset and window of g
+// come from host/data/data_order.h. Synthetic data is a function of g alone. So the data
+// position of a run is its step number, and a resumed run reads exactly what the uninterrupted
+// run would have read.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 
 #include "host/config/config.h"
 #include "host/config/paths.h"
+#include "host/data/token_files.h"
 #include "host/io/tokenizer.h"
 
 namespace carousel {
@@ -45,9 +48,11 @@ class DataLoader {
 // tokens: llm.c shards (256 int32 header: magic, version, token count; then the tokens: magic
 // 20240520 version 1 uint16 as its GPT-2 scripts write, magic 20240801 version 7 uint32 as its
 // Llama 3 scripts write), one file or a glob of several, concatenated in sorted name order.
-// text: the bytes of a file.
-// Every token is checked against vocab_size when the data is opened. dataset_path must name
-// regular files (a FIFO would block forever) and be local (check_local_path).
+// text: the bytes of a file. Both are memory-mapped (host/data/token_files.h).
+// dataset_path may name several datasets, `PATH[,WEIGHT]` entries separated by ';', mixed by
+// weight; enable_data_shuffling reads each dataset's windows in a permutation per epoch
+// (data_shuffle_seed). Every token is checked against vocab_size when the data is opened.
+// dataset_path must name regular files (a FIFO would block forever) and be local.
 std::unique_ptr<DataLoader> make_data_loader(const Config& cfg);
 
 // tokenizer_path's tokenizer (nullopt when unset), read once per run: its files and bos/eos ids
@@ -68,10 +73,5 @@ std::unique_ptr<DataLoader> make_eval_data_loader(const Config& cfg);
 // Batches per evaluation: eval_steps, or for -1 one pass over the eval split,
 // max(1, floor((n - 1) / (B*T))) batches of the global batch B (1 for synthetic data).
 std::int64_t eval_batches(const Config& cfg, const DataLoader& eval);
-
-// Writes an llm.c token shard (used by tests and by `carousel` tools that prepare data).
-void write_token_shard(const std::string& path, const std::vector<std::uint16_t>& tokens);
-// The same in llm.c's Llama 3 format (magic 20240801, version 7, uint32 tokens).
-void write_token_shard(const std::string& path, const std::vector<std::uint32_t>& tokens);
 
 }  // namespace carousel

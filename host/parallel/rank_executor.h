@@ -23,7 +23,7 @@
 #include <utility>
 #include <vector>
 
-#include "host/io/data.h"
+#include "host/data/data.h"
 #include "host/parallel/sharded_params.h"
 #include "host/parallel/step_capture.h"
 #include "host/reliability/flight_recorder.h"

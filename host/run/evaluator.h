@@ -10,7 +10,7 @@
 
 #include "collectives/communicator.h"
 #include "host/config/config.h"
-#include "host/io/data.h"
+#include "host/data/data.h"
 #include "host/parallel/rank_executor.h"
 #include "host/reliability/flight_recorder.h"
 

@@ -13,7 +13,7 @@
 #include "collectives/communicator.h"
 #include "compute/backend.h"
 #include "host/config/config.h"
-#include "host/io/data.h"
+#include "host/data/data.h"
 #include "host/parallel/mesh.h"
 #include "host/schedule/ir.h"
 

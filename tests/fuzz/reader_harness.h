@@ -15,7 +15,7 @@
 #include <string>
 
 #include "compute/error.h"
-#include "host/io/data.h"
+#include "host/data/data.h"
 #include "host/io/safetensors.h"
 
 namespace carousel::fuzz {

@@ -22,7 +22,7 @@
 #include "collectives/communicator.h"
 #include "host/config/config.h"
 #include "host/config/schedule_config.h"
-#include "host/io/data.h"
+#include "host/data/data.h"
 #include "host/parallel/mesh.h"
 #include "host/parallel/rank_executor.h"
 #include "host/parallel/sharded_params.h"

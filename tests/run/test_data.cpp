@@ -6,7 +6,7 @@
 #include <fstream>
 
 #include "compute/error.h"
-#include "host/io/data.h"
+#include "host/data/data.h"
 #include "tests/support/test_util.h"
 
 namespace carousel {

@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "host/io/checkpoint.h"
-#include "host/io/data.h"
+#include "host/data/data.h"
 #include "host/io/files.h"
 #include "host/io/run_lock.h"
 #include "host/io/safetensors.h"

@@ -20,17 +20,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Config small_run(const std::string& run, std::int64_t steps) {
+// `more` overrides the keys after the defaults below.
+Config small_run(const std::string& run, std::int64_t steps,
+                 const std::vector<std::string>& more = {}) {
   init_logging({.rank = 0, .level = "warn", .file_dir = {}});
-  Config c = load_config("", {"base_num_decoder_layers=2", "max_target_length=32",
-                              "per_device_batch_size=4", "num_pipeline_microbatches=2",
-                              "learning_rate=0.003"})
-                 .config;
+  std::vector<std::string> keys = {"base_num_decoder_layers=2", "max_target_length=32",
+                                   "per_device_batch_size=4", "num_pipeline_microbatches=2",
+                                   "learning_rate=0.003", "dataset_type=text",
+                                   "dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt"};
+  keys.insert(keys.end(), more.begin(), more.end());
+  Config c = load_config("", keys).config;
   c.steps = steps;
   c.base_output_directory = (fs::temp_directory_path() / "carousel_trainer_tests").string();
   c.run_name = run;
-  c.dataset_type = "text";
-  c.dataset_path = CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt";
   return c;
 }
 
@@ -130,14 +132,15 @@ TEST(Launch, SlurmTasksWithoutMpiRendezvousAreAClearError) {
   EXPECT_NE(msg.find("srun --mpi=pmix"), std::string::npos) << msg;
 }
 
-TEST(Train, ResumeContinuesExactlyAsTheUninterruptedRun) {
-  // The interrupted run stops after 6 of 10 steps; its learning-rate schedule is that of the
-  // 10-step run (the schedule follows `steps` unless learning_rate_schedule_steps is set).
-  Config straight = small_run("straight", 10);
-  Config resumed = small_run("resumed", 6);
-  straight.learning_rate_schedule_steps = resumed.learning_rate_schedule_steps = 10;
-  fs::remove_all(straight.run_directory());
-  fs::remove_all(resumed.run_directory());
+// The interrupted run stops after 6 of 10 steps; its learning-rate schedule is that of the
+// 10-step run (the schedule follows `steps` unless learning_rate_schedule_steps is set).
+void expect_exact_resume(const std::string& name, const std::vector<std::string>& data) {
+  Config straight = small_run(name + "_straight", 10, data);
+  Config resumed = small_run(name + "_resumed", 6, data);
+  for (Config* c : {&straight, &resumed}) {
+    c->learning_rate_schedule_steps = 10;
+    fs::remove_all(c->run_directory());
+  }
   const auto full = losses(train(straight));
 
   resumed.checkpoint_period = 3;
@@ -154,6 +157,15 @@ TEST(Train, ResumeContinuesExactlyAsTheUninterruptedRun) {
               read_bytes(fs::path(resumed.run_directory()) / "checkpoints/10" / file))
         << file;
   }
+}
+
+TEST(Train, ResumeContinuesExactlyAsTheUninterruptedRun) { expect_exact_resume("plain", {}); }
+
+// Shuffled windows of two datasets mixed 3:1: the data position is still the step.
+TEST(Train, ShuffledMixedDataResumesExactly) {
+  const std::string corpus = CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt";
+  expect_exact_resume("shuffled", {"dataset_path=" + corpus + ",3;" + corpus + ",1",
+                                   "enable_data_shuffling=true", "data_shuffle_seed=5"});
 }
 
 // Resuming a run directory with another model is refused before any tensor is read, naming

@@ -1,0 +1,126 @@
+// data_order.cpp — dataset_path's entries, the mixing cycle, the shuffling permutation.
+#include "host/data/data_order.h"
+
+#include <charconv>
+#include <cmath>
+#include <numeric>
+
+#include "compute/error.h"
+
+namespace carousel {
+
+namespace {
+
+constexpr std::int64_t kWeightUnits = 10000;  // resolution of non-integer weights
+constexpr std::int64_t kMaxCycle = std::int64_t(1) << 24;
+
+std::uint64_t mix(std::uint64_t x) {  // SplitMix64 finaliser
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+bool parse_weight(const std::string& text, double& w) {
+  if (text.empty()) return false;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), w);
+  return ec == std::errc() && end == text.data() + text.size();
+}
+
+}  // namespace
+
+std::vector<DatasetEntry> parse_dataset_entries(const char* key, const std::string& value) {
+  std::vector<DatasetEntry> entries;
+  std::size_t begin = 0;
+  while (true) {
+    const std::size_t end = value.find(';', begin);
+    std::string item = value.substr(begin, end == std::string::npos ? end : end - begin);
+    DatasetEntry e;
+    const std::size_t comma = item.rfind(',');
+    double w = 0;
+    if (comma != std::string::npos && parse_weight(item.substr(comma + 1), w)) {
+      CAROUSEL_CHECK(std::isfinite(w) && w > 0,
+                     "{}: the weight of '{}' is {}; a weight is a positive number (PATH,WEIGHT "
+                     "entries separated by ';', e.g. a/*.bin,0.7;b/*.bin,0.3)",
+                     key, item.substr(0, comma), item.substr(comma + 1));
+      e.weight = w;
+      item.resize(comma);
+    }
+    CAROUSEL_CHECK(!item.empty(),
+                   "{}='{}' has an empty entry; give PATH or PATH,WEIGHT entries separated by ';' "
+                   "(e.g. a/*.bin,0.7;b/*.bin,0.3)",
+                   key, value);
+    e.path = item;
+    entries.push_back(e);
+    if (end == std::string::npos) break;
+    begin = end + 1;
+  }
+  return entries;
+}
+
+DataMixture::DataMixture(const std::vector<double>& weights) {
+  CAROUSEL_ASSERT(!weights.empty(), "a mixture of no datasets");
+  bool integers = true;
+  double total = 0;
+  for (double w : weights) {
+    integers = integers && w == std::floor(w) && w <= 1e6;
+    total += w;
+  }
+  std::int64_t g = 0;
+  for (double w : weights) {
+    const std::int64_t c =
+        integers ? std::int64_t(w)
+                 : std::max<std::int64_t>(1, std::llround(w / total * double(kWeightUnits)));
+    counts_.push_back(c);
+    g = std::gcd(g, c);
+  }
+  std::int64_t cycle = 0;
+  for (std::int64_t& c : counts_) cycle += (c /= g);
+  CAROUSEL_CHECK(cycle <= kMaxCycle,
+                 "dataset weights give a mixing cycle of {} sequences; use smaller integer "
+                 "weights (their sum at most {}) or fractions",
+                 cycle, kMaxCycle);
+  // Smooth weighted round robin: each slot goes to the dataset furthest behind its share.
+  std::vector<std::int64_t> credit(counts_.size(), 0), taken(counts_.size(), 0);
+  cycle_.reserve(std::size_t(cycle));
+  for (std::int64_t p = 0; p < cycle; ++p) {
+    std::size_t best = 0;
+    for (std::size_t d = 0; d < counts_.size(); ++d) {
+      credit[d] += counts_[d];
+      if (credit[d] > credit[best]) best = d;
+    }
+    credit[best] -= cycle;
+    cycle_.push_back(Pick{int(best), taken[best]++});
+  }
+}
+
+DataMixture::Pick DataMixture::pick(std::int64_t g) const {
+  const auto cycle = std::int64_t(cycle_.size());
+  const Pick slot = cycle_[std::size_t(g % cycle)];
+  return Pick{slot.dataset, (g / cycle) * counts_[std::size_t(slot.dataset)] + slot.sequence};
+}
+
+std::int64_t permute(std::int64_t i, std::int64_t n, std::uint64_t key) {
+  CAROUSEL_ASSERT(i >= 0 && i < n, "permute({}, {}): index out of range", i, n);
+  int half = 1;
+  while ((std::int64_t(1) << (2 * half)) < n) ++half;
+  const std::uint64_t mask = (std::uint64_t(1) << half) - 1;
+  auto x = std::uint64_t(i);
+  do {  // the values >= n are walked through: the permutation of [0, 4^half) restricted to [0, n)
+    std::uint64_t left = x >> half, right = x & mask;
+    for (std::uint64_t round = 0; round < 4; ++round) {
+      const std::uint64_t f = mix(key ^ mix(right + (round << 56))) & mask;
+      const std::uint64_t next = left ^ f;
+      left = right;
+      right = next;
+    }
+    x = (left << half) | right;
+  } while (x >= std::uint64_t(n));
+  return std::int64_t(x);
+}
+
+std::uint64_t shuffle_key(std::int64_t seed, int dataset, std::int64_t epoch) {
+  return mix(mix(mix(std::uint64_t(seed)) ^ std::uint64_t(dataset)) ^ std::uint64_t(epoch));
+}
+
+}  // namespace carousel
