@@ -153,7 +153,6 @@ bool is_unsupported_maxtext_key(const std::string& name) {
       "enable_goodput_recording",
       "monitor_goodput",
       "profiler",
-      "enable_tensorboard",
       "jax_cache_dir",
       "compile_topology",
       "compile_topology_num_slices",

@@ -29,6 +29,7 @@ struct Config {
   std::int64_t steps = 200;
   std::int64_t log_period = 1;
   std::string metrics_file;  // default <base_output_directory>/<run_name>/metrics.jsonl
+  bool enable_tensorboard = true;  // event files in <run directory>/tensorboard/
   std::string log_level = "info";
   std::string progress_bar = "auto";  // auto | always | never (host/report/progress_bar.h)
   std::int64_t profiler_steps = 0;    // measured trace of this many steps
@@ -113,6 +114,7 @@ struct Config {
   // Checkpoints.
   bool enable_checkpointing = true;
   std::int64_t checkpoint_period = 0;  // 0 = only at the end
+  std::int64_t max_num_checkpoints_to_keep = 0;  // 0 = all; else the newest N complete ones
   std::string load_parameters_path;    // a checkpoint step directory to start from
 
   // Derived values.

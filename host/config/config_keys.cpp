@@ -210,6 +210,9 @@ const std::vector<ConfigKey>& config_keys() {
           "print a step line every this many steps"),
       key("metrics_file", &Config::metrics_file, ResumeClass::RunControl,
           "JSON-lines metrics (default <run directory>/metrics.jsonl)"),
+      key("enable_tensorboard", &Config::enable_tensorboard, ResumeClass::RunControl,
+          "write TensorBoard event files (the metrics.jsonl values) to <run "
+          "directory>/tensorboard/ as the run goes"),
       key("log_level", &Config::log_level, ResumeClass::RunControl,
           "trace | debug | info | warn | error | off"),
       key("progress_bar", &Config::progress_bar, ResumeClass::RunControl,
@@ -383,6 +386,10 @@ const std::vector<ConfigKey>& config_keys() {
           "write checkpoints (and resume from the run's latest)"),
       key("checkpoint_period", &Config::checkpoint_period, ResumeClass::RunControl,
           "save every this many steps (0 = only at the end)"),
+      key("max_num_checkpoints_to_keep", &Config::max_num_checkpoints_to_keep,
+          ResumeClass::RunControl,
+          "keep the newest N complete checkpoints, removing older ones after each save (0 = "
+          "keep all); the newest complete checkpoint is never removed"),
       key("load_parameters_path", &Config::load_parameters_path, ResumeClass::RunControl,
           "start from these parameters: a checkpoint step directory or a HF Llama directory"),
   };

@@ -147,6 +147,8 @@ void Config::validate() const {
                  peak_flops);
   check_range("skip_first_n_steps_for_profiler", skip_first_n_steps_for_profiler, 0, kMaxSteps);
   check_range("checkpoint_period", checkpoint_period, 0, kMaxSteps, " (0 = only at the end)");
+  check_range("max_num_checkpoints_to_keep", max_num_checkpoints_to_keep, 0, kMaxSteps,
+              " (0 = keep all)");
   check_auto_or_range("learning_rate_schedule_steps", learning_rate_schedule_steps, 0, kMaxSteps,
                       "= steps");
   CAROUSEL_CHECK(head_dim == -1 || head_dim == model.head_dim(),

@@ -113,6 +113,7 @@ void Checkpointer::save(std::int64_t step, std::int64_t skipped_steps, int rank,
   if (rank == 0) {
     spdlog::info("checkpoint saved: {}",
                  save_checkpoint(host_, cfg_, whole, {step + 1, skipped_steps}, tokenizer_));
+    prune_checkpoints(cfg_);
   }
   world.barrier().wait();
   recorder.complete();

@@ -32,6 +32,7 @@ StepReporter::StepReporter(const Config& cfg)
   struct stat st {};
   if (::stat(path_.c_str(), &st) == 0)
     file_id_ = {std::uint64_t(st.st_dev), std::uint64_t(st.st_ino)};
+  if (cfg.enable_tensorboard) tensorboard_.emplace(cfg.run_directory() + "/tensorboard");
 }
 
 std::string StepReporter::lost_output() const {
@@ -84,9 +85,22 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
   if (peak_bytes > 0) record["peak_mem_bytes"] = peak_bytes;
   // Wall-clock time of the record (Unix seconds, as TensorBoard and W&B take it), so runs and
   // resumes line up on one time axis.
-  record["time"] = std::chrono::duration<double>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  record["time"] = now;
+  if (tensorboard_) {  // MaxText's tags where it has the value
+    const std::pair<const char*, double> scalars[] = {
+        {"learning/loss", s.loss},
+        {"learning/grad_norm", s.grad_norm},
+        {"learning/current_learning_rate", s.learning_rate},
+        {"perf/step_time_seconds", seconds},
+        {"perf/tokens_per_second", s.tokens_per_second},
+        {"perf/gflops_per_second", s.flops_per_second / 1e9}};
+    for (const auto& [tag, value] : scalars) tensorboard_->scalar(tag, step, value, now);
+    if (eval_loss) tensorboard_->scalar("eval/avg_loss", step, *eval_loss, now);
+    if (mfu > 0) tensorboard_->scalar("perf/mfu", step, mfu, now);
+    if (peak_bytes > 0) tensorboard_->scalar("perf/peak_memory_bytes", step, double(peak_bytes), now);
+  }
   metrics_ << record.dump() << '\n';
   metrics_.flush();  // one record per step reaches the file, or the run stops here
   CAROUSEL_CHECK(metrics_.good(), "writing metrics file '{}' failed at step {}: {} (disk full?)",

@@ -1,5 +1,6 @@
 // step_report.h — what a run reports per step, in one place: the log line every log_period
-// steps, the progress bar, and the JSON record in <run dir>/metrics.jsonl (appended).
+// steps, the progress bar, the JSON record in <run dir>/metrics.jsonl (appended) and the same
+// values as TensorBoard scalars (<run dir>/tensorboard/, enable_tensorboard).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "host/config/config.h"
 #include "host/parallel/sharded_params.h"
+#include "host/report/tensorboard.h"
 
 namespace carousel {
 
@@ -60,6 +62,7 @@ class StepReporter {
   std::string path_;
   std::ofstream metrics_;
   std::pair<std::uint64_t, std::uint64_t> file_id_{};  // (device, inode) of the opened file
+  std::optional<TensorBoardWriter> tensorboard_;
 };
 
 }  // namespace carousel

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "collectives/rendezvous.h"
 #include "host/config/config.h"
@@ -166,6 +167,32 @@ TEST(Train, ShuffledMixedDataResumesExactly) {
   const std::string corpus = CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt";
   expect_exact_resume("shuffled", {"dataset_path=" + corpus + ",3;" + corpus + ",1",
                                    "enable_data_shuffling=true", "data_shuffle_seed=5"});
+}
+
+// max_num_checkpoints_to_keep=2 with a save every step: the two newest complete checkpoints stay,
+// across a resume; a directory without a manifest (a crash's leftover) and an unrelated file are
+// left alone, and a removal a crash interrupted (.removing-*) is finished.
+TEST(Train, RetentionKeepsTheNewestCompleteCheckpoints) {
+  Config c = small_run("retention", 4, {"checkpoint_period=1", "max_num_checkpoints_to_keep=2"});
+  fs::remove_all(c.run_directory());
+  const fs::path root = fs::path(c.run_directory()) / "checkpoints";
+  fs::create_directories(root / "100");  // no manifest: not a complete checkpoint
+  fs::create_directories(root / ".removing-7-1");
+  std::ofstream(root / "notes.txt") << "mine";
+  const auto listing = [&] {
+    std::set<std::string> names;
+    for (const auto& e : fs::directory_iterator(root)) names.insert(e.path().filename().string());
+    return names;
+  };
+  train(c);
+  EXPECT_EQ(listing(), (std::set<std::string>{"100", "3", "4", "notes.txt"}));
+  c.steps = 6;
+  EXPECT_EQ(train(c).start_step, 4);
+  EXPECT_EQ(listing(), (std::set<std::string>{"100", "5", "6", "notes.txt"}));
+  c.steps = 7;
+  c.max_num_checkpoints_to_keep = 0;  // keep all from now on
+  train(c);
+  EXPECT_EQ(listing(), (std::set<std::string>{"100", "5", "6", "7", "notes.txt"}));
 }
 
 // Resuming a run directory with another model is refused before any tensor is read, naming

@@ -1,0 +1,122 @@
+// tensorboard.cpp — CRC-32C, the protobuf encoding of tensorboard's Event, TFRecord framing.
+#include "host/report/tensorboard.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+
+#include "compute/error.h"
+
+namespace carousel {
+
+namespace {
+
+constexpr std::array<std::uint32_t, 256> crc32c_table() {
+  std::array<std::uint32_t, 256> table{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    table[i] = c;
+  }
+  return table;
+}
+
+// TFRecord's masking: a checksum of data that holds checksums is itself hard to checksum.
+std::uint32_t masked_crc(std::string_view data) {
+  const std::uint32_t crc = crc32c(data);
+  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+// Protobuf wire format: field keys and values (little-endian fixed widths, base-128 varints).
+void put_varint(std::string& out, std::uint64_t v) {
+  while (v >= 0x80) {
+    out += char((v & 0x7f) | 0x80);
+    v >>= 7;
+  }
+  out += char(v);
+}
+template <class T>
+void put_fixed(std::string& out, T v) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &v, sizeof(T));  // x86-64 and aarch64 are little-endian, as protobuf is
+  out.append(bytes, sizeof(T));
+}
+void put_bytes(std::string& out, int field, std::string_view bytes) {
+  put_varint(out, std::uint64_t(field) << 3 | 2);  // wire type 2: length-delimited
+  put_varint(out, bytes.size());
+  out.append(bytes);
+}
+
+// Event { double wall_time = 1; int64 step = 2; string file_version = 3; Summary summary = 5; }
+std::string event_head(double wall_time, std::int64_t step) {
+  std::string e;
+  put_varint(e, 1 << 3 | 1);  // wire type 1: 64-bit
+  put_fixed(e, wall_time);
+  put_varint(e, 2 << 3 | 0);  // wire type 0: varint
+  put_varint(e, std::uint64_t(step));
+  return e;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+std::uint32_t crc32c(std::string_view data) {
+  static constexpr auto table = crc32c_table();
+  std::uint32_t c = 0xffffffffu;
+  for (unsigned char b : data) c = table[(c ^ b) & 0xff] ^ (c >> 8);
+  return c ^ 0xffffffffu;
+}
+
+TensorBoardWriter::TensorBoardWriter(const std::string& directory) {
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  CAROUSEL_CHECK(!ec, "cannot create the TensorBoard directory '{}': {} (enable_tensorboard=false "
+                 "turns the event files off)", directory, ec.message());
+  char host[256] = "localhost";
+  ::gethostname(host, sizeof(host) - 1);
+  const double now = now_seconds();
+  path_ = fmt::format("{}/events.out.tfevents.{}.{}.{}.carousel", directory, std::int64_t(now),
+                      host, ::getpid());
+  out_.open(path_, std::ios::binary | std::ios::app);
+  CAROUSEL_CHECK(out_.good(), "cannot open TensorBoard event file '{}': {}", path_,
+                 std::strerror(errno));
+  std::string first = event_head(now, 0);
+  put_bytes(first, 3, "brain.Event:2");
+  write_record(first);
+}
+
+void TensorBoardWriter::scalar(const std::string& tag, std::int64_t step, double value,
+                               double wall_time) {
+  std::string v;  // Summary.Value { string tag = 1; float simple_value = 2; }
+  put_bytes(v, 1, tag);
+  put_varint(v, 2 << 3 | 5);  // wire type 5: 32-bit
+  put_fixed(v, float(value));
+  std::string summary;  // Summary { repeated Value value = 1; }
+  put_bytes(summary, 1, v);
+  std::string event = event_head(wall_time, step);
+  put_bytes(event, 5, summary);
+  write_record(event);
+}
+
+void TensorBoardWriter::write_record(const std::string& event) {
+  std::string length;
+  put_fixed(length, std::uint64_t(event.size()));
+  std::string record = length;
+  put_fixed(record, masked_crc(length));
+  record += event;
+  put_fixed(record, masked_crc(event));
+  out_.write(record.data(), std::streamsize(record.size()));
+  out_.flush();
+  CAROUSEL_CHECK(out_.good(), "writing TensorBoard event file '{}' failed: {} (disk full?)", path_,
+                 std::strerror(errno));
+}
+
+}  // namespace carousel

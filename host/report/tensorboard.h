@@ -1,0 +1,38 @@
+// tensorboard.h — TensorBoard event files written as the run goes (docs/training.md#dashboards).
+//
+// <run dir>/tensorboard/events.out.tfevents.<unix time>.<host>.<pid>.carousel, one file per
+// process start (TensorBoard reads every file of the directory; a resume adds one). Each record
+// is TFRecord-framed (length, masked CRC-32C of the length, data, masked CRC-32C of the data)
+// and holds one serialized tensorboard Event: the first says "brain.Event:2", the others one
+// scalar (Summary.Value.simple_value) with its step and wall time.
+//
+// Written by hand: the three messages need a dozen bytes of protobuf encoding each, and neither
+// Debian nor PyPI has a C++ event writer without libprotobuf and generated code for TensorBoard's
+// .proto files; CRC-32C (Castagnoli) is not in zlib.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <string_view>
+
+namespace carousel {
+
+// CRC-32C of `data` (polynomial 0x1EDC6F41, reflected), TFRecord's checksum before masking.
+std::uint32_t crc32c(std::string_view data);
+
+class TensorBoardWriter {
+ public:
+  // Creates `directory` and a new event file in it; throws an Error naming it if it cannot.
+  explicit TensorBoardWriter(const std::string& directory);
+  // One scalar event, flushed; a failed write throws an Error naming the file.
+  void scalar(const std::string& tag, std::int64_t step, double value, double wall_time);
+  const std::string& path() const { return path_; }
+
+ private:
+  void write_record(const std::string& event);
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace carousel
