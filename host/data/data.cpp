@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "compute/error.h"
 #include "host/data/data_order.h"
@@ -70,14 +71,17 @@ class FileLoader final : public DataLoader {
         streams_(std::move(streams)),
         mixture_(weights_of(entries)),
         shuffle_(shuffle),
-        seed_(seed) {}
+        seed_(seed) {
+    warn_rounded_weights(entries);
+  }
   std::string describe() const override {
     std::string what;
     for (std::size_t d = 0; d < streams_.size(); ++d) {
       what += fmt::format("{}{} ({} tokens){}", d ? "; " : "", streams_[d].describe(),
                           streams_[d].size(),
                           streams_.size() > 1
-                              ? fmt::format(" x{}", mixture_.counts()[d])
+                              ? fmt::format(": {} of every {} sequences", mixture_.counts()[d],
+                                            mixture_.cycle())
                               : std::string());
     }
     if (streams_.size() > 1) what = "a mixture of " + what;
@@ -95,7 +99,8 @@ class FileLoader final : public DataLoader {
     const TokenStream& s = streams_[std::size_t(pick.dataset)];
     const std::int64_t n = s.size(), k = pick.sequence;
     if (!shuffle_) {
-      s.read((k % n) * (seq_len_ % n) % n, seq_len_ + 1, out);  // (k*T) mod n without overflow
+      __extension__ using Wide = unsigned __int128;  // k*T may pass 2^63 (long run, large data)
+      s.read(std::int64_t(Wide(k) * Wide(seq_len_) % Wide(n)), seq_len_ + 1, out);
       return;
     }
     const std::int64_t windows = (n - 1) / seq_len_;  // >= 1: n > T is checked at open
@@ -109,6 +114,21 @@ class FileLoader final : public DataLoader {
     std::vector<double> w;
     for (const DatasetEntry& e : entries) w.push_back(e.weight);
     return w;
+  }
+  // Non-integer weights are applied in units of 1/10000: say so where that moves a share.
+  void warn_rounded_weights(const std::vector<DatasetEntry>& entries) const {
+    double total = 0;
+    for (const DatasetEntry& e : entries) total += e.weight / entries.front().weight;
+    for (std::size_t d = 0; d < entries.size(); ++d) {
+      const double asked = entries[d].weight / entries.front().weight / total;
+      const double got = mixture_.share(int(d));
+      if (std::abs(got - asked) > 0.01 * asked) {
+        spdlog::warn(
+            "dataset_path: '{}' gets {:.4g} % of the sequences for its weight {} ({:.4g} % "
+            "asked): non-integer weights are applied in units of 1/10000 of their sum",
+            entries[d].path, 100 * got, entries[d].weight, 100 * asked);
+      }
+    }
   }
   std::vector<TokenStream> streams_;
   DataMixture mixture_;
@@ -154,6 +174,10 @@ std::optional<TokenizerInfo> read_run_tokenizer(const Config& cfg) {
 
 std::unique_ptr<DataLoader> make_data_loader(const Config& cfg) {
   if (cfg.dataset_type == "synthetic") {
+    if (cfg.enable_data_shuffling) {
+      spdlog::warn("enable_data_shuffling has no effect with dataset_type=synthetic (each "
+                   "synthetic sequence is already drawn from its number)");
+    }
     return std::make_unique<SyntheticLoader>(cfg.model.max_target_length, cfg.model.vocab_size);
   }
   return open_files(cfg, "dataset_path", parse_dataset_entries("dataset_path", cfg.dataset_path),
@@ -171,11 +195,12 @@ std::unique_ptr<DataLoader> make_eval_data_loader(const Config& cfg) {
                  cfg.eval_dataset_path);
   CAROUSEL_CHECK(!cfg.eval_dataset_path.empty(),
                  "evaluation needs eval_dataset_path=FILE_OR_GLOB (the held-out split)");
-  CAROUSEL_CHECK(cfg.eval_dataset_path.find(';') == std::string::npos,
-                 "eval_dataset_path='{}' names several datasets; the held-out split is one file "
-                 "or glob (mix training data in dataset_path)",
+  const auto entries = parse_dataset_entries("eval_dataset_path", cfg.eval_dataset_path);
+  CAROUSEL_CHECK(entries.size() == 1 && entries[0].path == cfg.eval_dataset_path,
+                 "eval_dataset_path='{}' names several datasets or a weight; the held-out split "
+                 "is one file or glob without weight (mix training data in dataset_path)",
                  cfg.eval_dataset_path);
-  return open_files(cfg, "eval_dataset_path", {DatasetEntry{cfg.eval_dataset_path, 1}}, false);
+  return open_files(cfg, "eval_dataset_path", entries, false);
 }
 
 std::int64_t eval_batches(const Config& cfg, const DataLoader& eval) {

@@ -16,17 +16,20 @@
 namespace carousel {
 
 // One entry of dataset_path: `PATH[,WEIGHT]` entries separated by ';' (MaxText's
-// grain_train_files form). A single entry without weight is the plain path.
+// grain_train_files form), spaces around them ignored. Text after an entry's last comma that
+// starts like a number (a digit, '+', '-', '.') is its weight and must be a positive finite
+// number; otherwise the comma is part of the path. A single entry without weight is the path.
 struct DatasetEntry {
   std::string path;
   double weight = 1;
 };
 std::vector<DatasetEntry> parse_dataset_entries(const char* key, const std::string& value);
 
-// Mixing: the weights become integer counts c_d (exact for integers, else in units of 1/10000
-// of the total, reduced by their gcd); a cycle of C = sum c_d global sequences holds c_d of
-// dataset d, interleaved as evenly as possible (smooth weighted round robin). Global sequence g
-// is dataset d's sequence k = (g / C) * c_d + (its rank among d's slots of the cycle).
+// Mixing: the weights become integer counts c_d (exact for integers up to 10^6, else in units
+// of 1/10000 of the total, at least 1, reduced by their gcd); a cycle of C = sum c_d <= 2^20
+// global sequences holds c_d of dataset d, interleaved as evenly as possible (smooth weighted
+// round robin). Global sequence g is dataset d's sequence k = (g / C) * c_d + (its rank among
+// d's slots of the cycle).
 class DataMixture {
  public:
   explicit DataMixture(const std::vector<double>& weights);
@@ -36,10 +39,15 @@ class DataMixture {
   };
   Pick pick(std::int64_t g) const;
   const std::vector<std::int64_t>& counts() const { return counts_; }
+  std::int64_t cycle() const { return std::int64_t(cycle_.size()); }
+  double share(int dataset) const;  // c_d / C: the fraction of sequences it gets
 
  private:
+  struct Slot {
+    std::int32_t dataset, rank;  // rank among that dataset's slots of the cycle
+  };
   std::vector<std::int64_t> counts_;
-  std::vector<Pick> cycle_;  // slot p: (dataset, rank among that dataset's slots)
+  std::vector<Slot> cycle_;
 };
 
 // A permutation of [0, n) chosen by `key`: a 4-round Feistel network over the smallest even

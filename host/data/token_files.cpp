@@ -1,10 +1,9 @@
-// token_files.cpp — memory-mapped llm.c shards and text files, their checks at open, and the
-// shard writer.
+// token_files.cpp — llm.c shards and text files read by pread, their checks at open and on
+// every read, and the shard writer.
 #include "host/data/token_files.h"
 
 #include <fcntl.h>
 #include <glob.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,41 +41,29 @@ std::vector<std::string> expand_glob(const std::string& pattern) {
   return files;
 }
 
-// Checks every id of `tf` against `vocab` by reading the file in chunks: an id past the
-// vocabulary would index past the embedding table.
+// Checks every id of `tf` against `vocab` when the stream opens, so that bad data is an error
+// before step 1 rather than partway through the run (an id past the vocabulary would index past
+// the embedding table).
 void check_ids(const TokenFile& tf, std::int64_t vocab) {
   if (tf.token_bytes == 1 && vocab >= 256) return;
   if (tf.token_bytes == 2 && vocab >= 65536) return;
-  std::ifstream in(tf.path, std::ios::binary);
-  in.seekg(std::streamoff(tf.header_bytes));
-  CAROUSEL_CHECK(in.good(), "token shard '{}': cannot reopen it to check its ids", tf.path);
-  constexpr std::int64_t kChunk = 1 << 20;
-  std::vector<unsigned char> buf(kChunk);
-  for (std::int64_t first = 0; first < tf.count;) {
-    const std::int64_t n = std::min<std::int64_t>(kChunk / tf.token_bytes, tf.count - first);
-    in.read(reinterpret_cast<char*>(buf.data()), std::streamsize(n * tf.token_bytes));
-    CAROUSEL_CHECK(in.good(), "token shard '{}': read failed at token {}", tf.path, first);
-    for (std::int64_t i = 0; i < n; ++i) {
-      std::uint32_t id = 0;
-      std::memcpy(&id, buf.data() + i * tf.token_bytes, std::size_t(tf.token_bytes));
-      CAROUSEL_CHECK(std::int64_t(id) < vocab,
-                     "token shard '{}': token {} at position {} is >= vocab_size={} (data made "
-                     "for another tokenizer?)",
-                     tf.path, id, first + i, vocab);
-    }
-    first += n;
+  constexpr std::int64_t kChunk = (1 << 20) / 4;
+  std::vector<std::int32_t> buf(kChunk);
+  for (std::int64_t first = 0; first < tf.count; first += kChunk) {
+    tf.read(first, std::min(kChunk, tf.count - first), vocab, buf.data());
   }
 }
 
 TokenFile open_shard(const char* key, const std::string& path) {
   check_regular(key, path, "token shard");
-  MappedFile file(key, path, "token shard");
+  ReadOnlyFile file(key, path, "token shard");
   CAROUSEL_CHECK(file.size() >= kHeaderBytes,
                  "token shard '{}' is {} bytes, shorter than its 1024-byte header (truncated or "
                  "not an llm.c shard)",
                  path, file.size());
   std::int32_t header[3];
-  std::memcpy(header, file.data(), sizeof(header));
+  CAROUSEL_CHECK(file.read_at(0, sizeof(header), header), "token shard '{}': reading its header "
+                 "failed: {}", path, std::strerror(errno));
   const ShardFormat* format = nullptr;
   for (const ShardFormat& f : kShardFormats) {
     if (header[0] == f.magic) format = &f;
@@ -100,57 +87,65 @@ TokenFile open_shard(const char* key, const std::string& path) {
                  "token shard '{}' says {} tokens ({} bytes with its {}) but the file is {} bytes "
                  "(truncated or corrupt)",
                  path, count, expected, format->name, file.size());
-  return TokenFile{path, std::move(file), kHeaderBytes, format->token_bytes, count};
+  return TokenFile{key, path, std::move(file), kHeaderBytes, format->token_bytes, count};
 }
 
 }  // namespace
 
-MappedFile::MappedFile(const std::string& key, const std::string& path, const char* what) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  CAROUSEL_CHECK(fd >= 0, "{}: cannot open {} '{}': {}", key, what, path, std::strerror(errno));
+ReadOnlyFile::ReadOnlyFile(const std::string& key, const std::string& path, const char* what) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  CAROUSEL_CHECK(fd_ >= 0, "{}: cannot open {} '{}': {}", key, what, path, std::strerror(errno));
   struct stat st{};
-  const int stat_rc = ::fstat(fd, &st);
+  const int stat_rc = ::fstat(fd_, &st);
   const int stat_err = errno;
-  if (stat_rc != 0) ::close(fd);
+  if (stat_rc != 0) ::close(fd_);
   CAROUSEL_CHECK(stat_rc == 0, "{}: cannot stat {} '{}': {}", key, what, path,
                  std::strerror(stat_err));
   size_ = std::uint64_t(st.st_size);
-  if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-    const int err = errno;
-    ::close(fd);  // the mapping keeps the file
-    CAROUSEL_CHECK(p != MAP_FAILED, "{}: cannot map {} '{}' ({} bytes): {}", key, what, path,
-                   size_, std::strerror(err));
-    data_ = static_cast<const unsigned char*>(p);
-  } else {
-    ::close(fd);
+}
+
+ReadOnlyFile::~ReadOnlyFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+ReadOnlyFile::ReadOnlyFile(ReadOnlyFile&& other) noexcept : fd_(other.fd_), size_(other.size_) {
+  other.fd_ = -1;
+}
+
+bool ReadOnlyFile::read_at(std::uint64_t offset, std::size_t n, void* out) const {
+  auto* p = static_cast<char*>(out);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd_, p, n, off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;  // error (errno set) or end of file: the file shrank
+    p += got;
+    offset += std::uint64_t(got);
+    n -= std::size_t(got);
   }
+  return true;
 }
 
-MappedFile::~MappedFile() {
-  if (data_) ::munmap(const_cast<unsigned char*>(data_), size_);
-}
-
-MappedFile::MappedFile(MappedFile&& other) noexcept : data_(other.data_), size_(other.size_) {
-  other.data_ = nullptr;
-  other.size_ = 0;
-}
-
-std::int32_t TokenFile::at(std::int64_t i) const {
-  const unsigned char* p = file.data() + header_bytes + std::uint64_t(i) * token_bytes;
-  switch (token_bytes) {
-    case 1:
-      return *p;
-    case 2: {
-      std::uint16_t v;
-      std::memcpy(&v, p, 2);
-      return v;
-    }
-    default: {
-      std::uint32_t v;
-      std::memcpy(&v, p, 4);
-      return std::int32_t(v);  // < vocab_size <= 2^24: checked at open
-    }
+void TokenFile::read(std::int64_t first, std::int64_t n, std::int64_t vocab,
+                     std::int32_t* out) const {
+  // The raw ids land in the tail of `out` (each is at most 4 bytes, so widening them front to
+  // back never overwrites one not yet read).
+  auto* raw = reinterpret_cast<unsigned char*>(out + n) - n * token_bytes;
+  errno = 0;
+  CAROUSEL_CHECK(
+      file.read_at(header_bytes + std::uint64_t(first) * token_bytes, std::size_t(n * token_bytes),
+                   raw),
+      "{}: reading tokens {}..{} of '{}' failed: {} (was the file truncated or rewritten since "
+      "the run opened it? replace data files by writing a new file and renaming it over the old)",
+      key, first, first + n - 1, path, errno ? std::strerror(errno) : "the file is shorter now");
+  for (std::int64_t i = 0; i < n; ++i) {
+    std::uint32_t id = 0;
+    std::memcpy(&id, raw + i * token_bytes, std::size_t(token_bytes));
+    CAROUSEL_CHECK(std::int64_t(id) < vocab,
+                   "token shard '{}': token {} at position {} is >= vocab_size={} (data made for "
+                   "another tokenizer? if the run had started on this file, it changed since: "
+                   "replace data files by writing a new file and renaming it over the old)",
+                   path, id, first + i, vocab);
+    out[i] = std::int32_t(id);
   }
 }
 
@@ -166,11 +161,12 @@ TokenStream TokenStream::open(const std::string& type, const char* key, const st
     s.what_ = fmt::format("{} llm.c shard(s) {}", paths.size(), pattern);
   } else {
     check_regular(key, pattern, "text file");
-    MappedFile file(key, pattern, "text file");
+    ReadOnlyFile file(key, pattern, "text file");
     const auto bytes = std::int64_t(file.size());
-    s.files_.push_back(TokenFile{pattern, std::move(file), 0, 1, bytes});
+    s.files_.push_back(TokenFile{key, pattern, std::move(file), 0, 1, bytes});
     s.what_ = fmt::format("text {}", pattern);
   }
+  s.vocab_ = vocab;
   for (const TokenFile& f : s.files_) {
     check_ids(f, vocab);
     s.starts_.push_back(s.total_);
@@ -185,12 +181,13 @@ void TokenStream::read(std::int64_t offset, std::int64_t n, std::int32_t* out) c
   auto f = std::size_t(std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin() -
                        1);
   std::int64_t i = offset - starts_[f];
-  for (std::int64_t t = 0; t < n; ++t) {
-    while (i >= files_[f].count) {  // next file, wrapping to the first after the last
-      f = (f + 1) % files_.size();
-      i = 0;
-    }
-    out[t] = files_[f].at(i++);
+  while (n > 0) {  // the part in file f, then the next file, wrapping after the last
+    const std::int64_t part = std::min(n, files_[f].count - i);
+    if (part > 0) files_[f].read(i, part, vocab_, out);
+    out += part;
+    n -= part;
+    f = (f + 1) % files_.size();
+    i = 0;
   }
 }
 

@@ -1,11 +1,12 @@
-// token_files.h — token streams read through memory maps: llm.c shards and text files.
+// token_files.h — token streams read from llm.c shards and text files as sequences are needed.
 //
-// A stream is one file or the files of a glob in sorted name order, concatenated. Its pages are
-// mapped read-only and shared (MAP_SHARED of a read-only file): a process holds only the pages
-// its sequences touch, and the kernel's page cache is one copy for every process on a node —
-// never the dataset as 32-bit integers in each process. Every id is checked against the
-// vocabulary when the stream opens, by reading the files in 1 MiB chunks (not through the map,
-// so the check leaves nothing resident in the process).
+// A stream is one file or the files of a glob in sorted name order, concatenated. Each sequence
+// is read with pread() from files kept open: the bytes come from the kernel's page cache, one
+// copy for every process on a node, and a process holds only the sequence it reads — never the
+// dataset as 32-bit integers in each process. Not a memory map: a shard truncated or rewritten
+// in place during a run would kill a mapping process with SIGBUS and no message; pread makes it
+// an error naming the file. Every id is checked against the vocabulary when the stream opens
+// (the files read in 1 MiB chunks) and again as each sequence is read (a shard edited since).
 //
 // Written by hand: llm.c's format is a 1 KiB header and raw ids; a dataset library (Arrow,
 // Grain) would add a dependency to read a flat array.
@@ -17,32 +18,34 @@
 
 namespace carousel {
 
-// One read-only mapping of a file (unmapped on destruction; not copyable).
-class MappedFile {
+// A file open for reading (closed on destruction; movable, not copyable).
+class ReadOnlyFile {
  public:
-  MappedFile(const std::string& key, const std::string& path, const char* what);
-  ~MappedFile();
-  MappedFile(MappedFile&& other) noexcept;
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  MappedFile& operator=(MappedFile&&) = delete;
-  const unsigned char* data() const { return data_; }
+  ReadOnlyFile(const std::string& key, const std::string& path, const char* what);
+  ~ReadOnlyFile();
+  ReadOnlyFile(ReadOnlyFile&& other) noexcept;
+  ReadOnlyFile(const ReadOnlyFile&) = delete;
+  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
+  ReadOnlyFile& operator=(ReadOnlyFile&&) = delete;
   std::uint64_t size() const { return size_; }
+  // Reads exactly `n` bytes at `offset`, or returns false (the file is shorter now, or EIO).
+  bool read_at(std::uint64_t offset, std::size_t n, void* out) const;
 
  private:
-  const unsigned char* data_ = nullptr;
-  std::uint64_t size_ = 0;
+  int fd_ = -1;
+  std::uint64_t size_ = 0;  // when opened
 };
 
-// Tokens of one file: `count` ids of `token_bytes` (1: text bytes; 2 or 4: llm.c shards) from
-// `first` on in `file`.
+// Tokens of one file: `count` ids of `token_bytes` (1: text bytes; 2 or 4: llm.c shards) after
+// `header_bytes` in `file`.
 struct TokenFile {
-  std::string path;
-  MappedFile file;
+  std::string key, path;  // key: the config key that named the file (for errors)
+  ReadOnlyFile file;
   std::uint64_t header_bytes = 0;
   int token_bytes = 1;
   std::int64_t count = 0;
-  std::int32_t at(std::int64_t i) const;
+  // Ids [first, first + n) (within the file) into out, each checked against `vocab`.
+  void read(std::int64_t first, std::int64_t n, std::int64_t vocab, std::int32_t* out) const;
 };
 
 class TokenStream {
@@ -58,6 +61,7 @@ class TokenStream {
 
  private:
   std::vector<TokenFile> files_;
+  std::int64_t vocab_ = 0;
   std::vector<std::int64_t> starts_;  // starts_[f]: stream offset of files_[f]'s first token
   std::int64_t total_ = 0;
   std::string what_;

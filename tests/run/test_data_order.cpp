@@ -65,8 +65,9 @@ TEST(DataOrder, MixtureGivesEachDatasetItsShareEvenly) {
     std::vector<double> weights;
     std::vector<std::int64_t> counts;
   };
-  for (const Case& c : {Case{{0.7, 0.3}, {7, 3}}, Case{{2, 1, 1}, {2, 1, 1}},
-                        Case{{1.5, 1}, {3, 2}}, Case{{5}, {1}}, Case{{1, 1}, {1, 1}}}) {
+  for (const Case& c :
+       {Case{{0.7, 0.3}, {7, 3}}, Case{{2, 1, 1}, {2, 1, 1}}, Case{{1.5, 1}, {3, 2}},
+        Case{{5}, {1}}, Case{{1, 1}, {1, 1}}, Case{{1.5e308, 1e308}, {3, 2}}}) {
     const DataMixture mix(c.weights);
     EXPECT_EQ(mix.counts(), c.counts);
     const auto cycle = std::accumulate(c.counts.begin(), c.counts.end(), std::int64_t(0));
@@ -97,30 +98,38 @@ TEST(DataOrder, MixtureGivesEachDatasetItsShareEvenly) {
 }
 
 TEST(DataOrder, DatasetEntriesAndTheirErrors) {
-  auto entries = parse_dataset_entries("dataset_path", "a/*.bin,0.7;b.bin,3;c,d.bin");
-  ASSERT_EQ(entries.size(), 3u);
-  EXPECT_EQ(entries[0].path, "a/*.bin");
+  auto entries = parse_dataset_entries("dataset_path", " a/*.bin , 0.7; b.bin,+3;c,d.bin;e,5.bin,1");
+  ASSERT_EQ(entries.size(), 4u);
+  EXPECT_EQ(entries[0].path, "a/*.bin");  // spaces around entries and weights are ignored
   EXPECT_EQ(entries[0].weight, 0.7);
   EXPECT_EQ(entries[1].path, "b.bin");
   EXPECT_EQ(entries[1].weight, 3);
   EXPECT_EQ(entries[2].path, "c,d.bin");  // a comma followed by no number is part of the path
   EXPECT_EQ(entries[2].weight, 1);
-  EXPECT_NE(testing::error_of([] { parse_dataset_entries("dataset_path", "a.bin,0;b.bin,1"); })
-                .find("dataset_path: the weight of 'a.bin' is 0; a weight is a positive number"),
-            std::string::npos);
-  EXPECT_NE(testing::error_of([] { parse_dataset_entries("dataset_path", "a.bin,-2"); })
-                .find("the weight of 'a.bin' is -2"),
-            std::string::npos);
+  EXPECT_EQ(entries[3].path, "e,5.bin");  // a path ending in ,NUMBER takes an explicit weight
+  for (const char* bad : {"a.bin,0;b.bin,1", "a.bin,-2", "a.bin,1e400", "a.bin,", "a.bin,0x10",
+                          "a.bin,nan", "a.bin,inf", "a.bin,.5.5"}) {
+    const std::string msg = testing::error_of([&] { parse_dataset_entries("dataset_path", bad); });
+    EXPECT_NE(msg.find("dataset_path: the weight of 'a.bin' is '"), std::string::npos) << bad;
+    EXPECT_NE(msg.find("a weight is a positive number"), std::string::npos) << msg;
+  }
   EXPECT_NE(testing::error_of([] { parse_dataset_entries("dataset_path", "a.bin;;b.bin"); })
                 .find("dataset_path='a.bin;;b.bin' has an empty entry"),
             std::string::npos);
   Config c = tokens_config(counting_shard("carousel_mix_eval.bin", 0, 100), 4);
-  c.eval_dataset_path = c.dataset_path + ";" + c.dataset_path;
-  EXPECT_NE(testing::error_of([&] { make_eval_data_loader(c); }).find("names several datasets"),
-            std::string::npos);
+  for (const std::string& eval : {c.dataset_path + ";" + c.dataset_path, c.dataset_path + ",2"}) {
+    c.eval_dataset_path = eval;
+    EXPECT_NE(testing::error_of([&] { make_eval_data_loader(c); })
+                  .find("names several datasets or a weight"),
+              std::string::npos)
+        << eval;
+  }
   c.dataset_path += ",1;" + temp("carousel_mix_missing_*.bin").string() + ",2";
   EXPECT_NE(testing::error_of([&] { make_data_loader(c); })
                 .find("carousel_mix_missing_*.bin' matches no file"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([] { DataMixture({1000000, 999999}); })
+                .find("a mixing cycle of 1999999 sequences, more than 1048576"),
             std::string::npos);
 }
 
@@ -188,9 +197,8 @@ TEST(Data, ShuffledEpochsReadEveryWindowOnce) {
 }
 
 // This process's private resident memory (RssAnon): what each process holds on its own. The
-// mapped shard's pages count in RssFile instead: the kernel's page cache, one copy per node,
-// dropped under memory pressure (on kernels with large folios a fault maps a whole folio, so
-// even a few random reads can make RssFile approach the file's size).
+// shard's pages are in the kernel's page cache, one copy per node, dropped under memory
+// pressure.
 std::int64_t private_kib() {
   std::ifstream in("/proc/self/status");
   std::string line;
@@ -202,8 +210,8 @@ std::int64_t private_kib() {
 
 // A 48 MiB shard of 12 M uint32 ids: opening it (every id checked against vocab_size) and
 // reading shuffled batches leaves the process's private memory within 8 MiB of where it was.
-// Copying the ids into the process as int32 (the loader before memory maps) took 48 MiB.
-TEST(Data, MappedShardsStayOutOfTheProcess) {
+// Copying the ids into the process as int32 (the loader before this one) took 48 MiB.
+TEST(Data, ShardsStayOutOfTheProcess) {
   const std::string path = temp("carousel_big_mapped.bin").string();
   const std::int64_t n = 12 << 20;
   {
@@ -226,6 +234,36 @@ TEST(Data, MappedShardsStayOutOfTheProcess) {
   EXPECT_GT(checksum, 0);
   const std::int64_t grown = private_kib() - before;
   EXPECT_LT(grown, 8 << 10) << "private memory grew by " << grown << " KiB";
+  fs::remove(path);
+}
+
+// A shard truncated or rewritten in place while a run reads it: an error naming the file and
+// what to do, never a crash (a memory map would die of SIGBUS) nor ids past the vocabulary.
+TEST(Data, ShardsChangedDuringTheRunAreClearErrors) {
+  const std::string path = counting_shard("carousel_changing.bin", 0, 1000);
+  Config c = tokens_config(path, 16);
+  c.model.vocab_size = 1000;
+  const auto loader = make_data_loader(c);
+  EXPECT_EQ(loader->batch(0, 4, 0, 4).inputs[17], 17);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1024 + 2 * 20);
+    const std::uint16_t big = 60000;
+    f.write(reinterpret_cast<const char*>(&big), 2);
+  }
+  std::string msg = testing::error_of([&] { loader->batch(0, 4, 0, 4); });
+  EXPECT_NE(msg.find("token shard '" + path + "': token 60000 at position 20 is >= "
+                     "vocab_size=1000"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("renaming it over the old"), std::string::npos) << msg;
+  fs::resize_file(path, 1024 + 2 * 100);
+  msg = testing::error_of([&] { loader->batch(10, 4, 0, 4); });  // tokens 640.. are gone
+  EXPECT_NE(msg.find("dataset_path: reading tokens 640..656 of '" + path + "' failed: the file "
+                     "is shorter now (was the file truncated or rewritten since the run opened "
+                     "it?"),
+            std::string::npos)
+      << msg;
   fs::remove(path);
 }
 
