@@ -169,6 +169,29 @@ TEST(Train, ShuffledMixedDataResumesExactly) {
                                    "enable_data_shuffling=true", "data_shuffle_seed=5"});
 }
 
+// Llama 3's vocabulary (128,256 ids): an llm.c version-7 shard written here byte by byte (not by
+// carousel's writer) with ids past uint16, trained on and resumed exactly.
+TEST(Train, Llama3VocabularyShardsTrainAndResumeExactly) {
+  const std::string path = (fs::temp_directory_path() / "carousel_llama3_vocab.bin").string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    const std::int32_t n = 4096;
+    const std::int32_t header[3] = {20240801, 7, n};
+    out.write(reinterpret_cast<const char*>(header), sizeof(header));
+    out.write(std::string(1024 - sizeof(header), '\0').data(), 1024 - sizeof(header));
+    for (std::int32_t i = 0; i < n; ++i) {
+      const std::uint32_t id = std::uint32_t(i % 3 == 0 ? 128255 - i : (i * 31) % 128256);
+      const unsigned char le[4] = {std::uint8_t(id), std::uint8_t(id >> 8),
+                                   std::uint8_t(id >> 16), std::uint8_t(id >> 24)};
+      out.write(reinterpret_cast<const char*>(le), 4);
+    }
+  }
+  expect_exact_resume("llama3_vocab", {"dataset_type=tokens", "dataset_path=" + path,
+                                       "vocab_size=128256", "base_emb_dim=32", "base_mlp_dim=64",
+                                       "base_num_query_heads=2", "base_num_kv_heads=2",
+                                       "max_target_length=16", "per_device_batch_size=2"});
+}
+
 // max_num_checkpoints_to_keep=2 with a save every step: the two newest complete checkpoints stay,
 // across a resume; a directory without a manifest (a crash's leftover) and an unrelated file are
 // left alone, and a removal a crash interrupted (.removing-*) is finished.
