@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -26,6 +27,49 @@ const char* row_of(const sch::Action& a) {
 }
 
 int thread_of(const std::string& row) { return row == "compute" ? 0 : row == "pipe" ? 1 : 2; }
+
+// Rows' lanes: the tid of lane l of a row. Lane 0 keeps the row's own tid (0, 1, 2).
+int lane_tid(const std::string& row, int lane) {
+  return lane == 0 ? thread_of(row) : 100 * thread_of(row) + lane;
+}
+
+// Lane of each slice of one rank: the first lane of its row free at its start (interval
+// partitioning in start order uses as few lanes as the most transfers ever in flight at once).
+std::vector<int> assign_lanes(const std::vector<StepTrace::Slice>& slices) {
+  std::vector<std::size_t> order(slices.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return slices[a].start_us < slices[b].start_us;
+  });
+  std::vector<int> lane(slices.size(), 0);
+  std::map<std::string, std::vector<double>> lane_ends;  // row -> end of each lane's last slice
+  for (std::size_t i : order) {
+    auto& ends = lane_ends[slices[i].row];
+    std::size_t l = 0;
+    while (l < ends.size() && ends[l] > slices[i].start_us) ++l;
+    if (l == ends.size()) ends.push_back(0);
+    ends[l] = slices[i].end_us;
+    lane[i] = int(l);
+  }
+  return lane;
+}
+
+// FNV-1a, cut to 53 bits: the same id on both ends of an arrow, in every process, and exact
+// in the JavaScript numbers trace viewers parse JSON into.
+std::uint64_t flow_id(const std::string& text) {
+  std::uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ULL;
+  return h & ((std::uint64_t(1) << 53) - 1);
+}
+
+nlohmann::json slice_args(const StepTrace::Slice& s) {
+  nlohmann::json args = {{"step", s.step + 1}};
+  if (s.action.index >= 0) args[s.action.is_p2p() || s.action.is_compute() ? "microbatch" : "slot"] =
+      s.action.index;
+  if (s.action.stage >= 0) args["stage"] = s.action.stage;
+  if (s.action.peer >= 0) args["peer"] = s.action.peer;
+  return args;
+}
 
 }  // namespace
 
@@ -73,7 +117,7 @@ void StepTrace::add_p2p_slice(const std::vector<sch::Action>& group, double star
     const int sender = send ? a.stage : forward ? a.stage - 1 : a.stage + 1;
     flows_.push_back(
         {fmt::format("{}:{}:{}:{}:{}", step_, ring_, forward ? 'F' : 'B', sender, a.index), send,
-         send ? start_us : end_us});
+         send ? start_us : end_us, slices_.size() - 1});
   }
 }
 
@@ -125,14 +169,27 @@ std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sc
   };
   for (const StepTrace* r : ranks) {
     name_process(r->rank(), fmt::format("rank {} (measured)", r->rank()));
-    for (const auto& s : r->slices()) {
+    const std::vector<int> lanes = assign_lanes(r->slices());
+    std::map<std::pair<std::string, int>, bool> named;  // extra lanes get a thread name once
+    for (std::size_t i = 0; i < r->slices().size(); ++i) {
+      const auto& s = r->slices()[i];
+      const int tid = lane_tid(s.row, lanes[i]);
+      if (lanes[i] > 0 && !named[{s.row, lanes[i]}]) {
+        named[{s.row, lanes[i]}] = true;
+        events.push_back({{"ph", "M"},
+                          {"name", "thread_name"},
+                          {"pid", r->rank()},
+                          {"tid", tid},
+                          {"args", {{"name", fmt::format("{} {}", s.row, lanes[i] + 1)}}}});
+      }
       events.push_back({{"ph", "X"},
                         {"name", s.name},
                         {"cat", s.row},
                         {"pid", r->rank()},
-                        {"tid", thread_of(s.row)},
+                        {"tid", tid},
                         {"ts", s.start_us - origin},
-                        {"dur", s.end_us - s.start_us}});
+                        {"dur", s.end_us - s.start_us},
+                        {"args", slice_args(s)}});
     }
     for (const auto& step : r->steps()) {
       events.push_back({{"ph", "i"},
@@ -147,9 +204,9 @@ std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sc
                         {"bp", "e"},
                         {"name", "p2p"},
                         {"cat", "p2p"},
-                        {"id", std::hash<std::string>{}(f.id)},
+                        {"id", flow_id(f.id)},
                         {"pid", r->rank()},
-                        {"tid", 1},
+                        {"tid", lane_tid("pipe", lanes[f.slice])},
                         {"ts", f.at_us - origin}});
     }
   }
@@ -165,7 +222,19 @@ std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sc
                       {"ts", iv.start},
                       {"dur", iv.end - iv.start}});
   }
-  return nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump();
+  // The origin on the system clock, for merging the traces of several processes (the steady
+  // clock's epoch is per machine; the system clock is shared, NTP-close across machines).
+  const double steady_to_unix_us =
+      std::chrono::duration<double, std::micro>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count() -
+      micros(StepTrace::Clock::now());
+  return nlohmann::json{{"traceEvents", events},
+                        {"displayTimeUnit", "ms"},
+                        {"otherData",
+                         {{"origin_unix_us", std::llround(origin + steady_to_unix_us)},
+                          {"ranks", ranks.size()}}}}
+      .dump();
 }
 
 }  // namespace carousel

@@ -4,8 +4,13 @@
 //
 // One process per rank with three rows: compute (F, B, I, W, the optimizer, and the waits for
 // weight gathers, so exposed communication shows), pipe (each p2p group, from posting to
-// completion) and fsdp (each all-gather and reduce-scatter, from issue to completion). Every
-// SEND is joined to its RECV by a flow arrow. The predicted rows (processes 1000 + rank) are the
+// completion) and fsdp (each all-gather and reduce-scatter, from issue to completion). Transfers
+// in flight at once go to lanes of their row ("pipe", "pipe 2", ...): complete ("X") slices
+// that overlap on one row are dropped by Perfetto, and async events cannot carry the flow
+// arrows. Every SEND is joined to its RECV by a flow arrow (ids below 2^53, JavaScript's exact
+// integers), and every slice carries its step, microbatch, stage and peer. The file records its
+// clock origin in Unix microseconds (otherData), so scripts/merge_traces.py can put the
+// per-process traces of an mpirun run on one clock. The predicted rows (processes 1000 + rank) are the
 // cost model's simulation of the same program with costs calibrated from these steps (mean
 // measured F, B, I, W and gather durations), so measured and predicted bubble can be compared.
 #pragma once
@@ -52,6 +57,7 @@ class StepTrace {
     std::string id;  // step, ring, F|B, the sending stage, microbatch: the same on both ends
     bool is_send;
     double at_us;
+    std::size_t slice;  // index in slices(): the p2p slice the arrow starts or ends on
   };
   struct Step {
     std::int64_t step;

@@ -3,6 +3,7 @@
 // SEND to its RECV, the predicted schedule beside it, and each rank's time by op kind.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -66,6 +67,38 @@ TEST(StepTrace, ProfiledStepsBecomeAChromeTraceWithFlowsAndThePrediction) {
   EXPECT_EQ(int(flow_starts.size()), expected_sends);
   EXPECT_EQ(flow_starts, flow_ends) << "every SEND's arrow must end at its RECV";
   EXPECT_GT(predicted, 0);
+
+  // Viewers drop complete slices that overlap on one row: the measured rows never overlap
+  // (transfers in flight at once are on lanes), every slice says its step, every arrow's id is
+  // exact in JavaScript and each end lies on a slice of its own row.
+  std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> rows;
+  for (const auto& e : trace) {
+    if (e["ph"] != "X" || e["pid"].get<int>() >= 1000) continue;
+    rows[{e["pid"], e["tid"]}].emplace_back(e["ts"], e["ts"].get<double>() + e["dur"].get<double>());
+    EXPECT_GE(e["args"]["step"].get<int>(), 2) << e.dump();
+  }
+  int lanes_used = 0;
+  for (auto& [row, spans] : rows) {
+    std::sort(spans.begin(), spans.end());
+    for (std::size_t i = 1; i < spans.size(); ++i) {
+      EXPECT_LE(spans[i - 1].second, spans[i].first)
+          << "overlap on pid " << row.first << " tid " << row.second;
+    }
+    lanes_used += row.second >= 100;
+  }
+  EXPECT_GT(lanes_used, 0) << "this layout has transfers in flight at once: a lane each";
+  for (const auto& e : trace) {
+    if (e["ph"] != "s" && e["ph"] != "f") continue;
+    EXPECT_LT(e["id"].get<std::uint64_t>(), std::uint64_t(1) << 53);
+    const double ts = e["ts"];
+    bool on_slice = false;
+    for (const auto& [a, b] : rows[{e["pid"], e["tid"]}]) on_slice |= a <= ts && ts <= b;
+    EXPECT_TRUE(on_slice) << e.dump();
+  }
+  EXPECT_GT(nlohmann::json::parse(std::ifstream(r.trace_path))["otherData"]["origin_unix_us"]
+                .get<double>(),
+            1.6e15);  // microseconds since 1970, after 2020
+
   EXPECT_GT(r.measured_bubble, 0);
   EXPECT_LT(r.measured_bubble, 1);
   EXPECT_GE(r.predicted_bubble, 0);
