@@ -16,6 +16,7 @@
 #include "compute/error.h"
 #include "host/cli/commands.h"
 #include "host/io/hf_import.h"
+#include "host/plan/plan_gpus.h"
 #include "host/plan/plan_search.h"
 #include "host/plan/plan_units.h"
 
@@ -108,7 +109,8 @@ void print_table(const plan::SearchResult& r) {
         "{:>5.1f}% {:>4.1f}% {:>9.0f}  {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>8.1f} "
         "{:>6.1f}  {:>7.2f} {:>7.2f}\n",
         i + 1, c.stages, c.fsdp, c.data, c.tensor, c.context, c.microbatches, c.repeats,
-        layers_column(c), c.schedule, weight_mode(c), p.step_seconds, 100 * p.bubble, 100 * p.mfu,
+        layers_column(c), c.stages == 1 ? "grad-accum" : c.schedule, weight_mode(c),
+        p.step_seconds, 100 * p.bubble, 100 * p.mfu,
         p.tokens_per_second, gib(m.total()), gib(m.weights), gib(m.gradients), gib(m.optimizer),
         gib(m.activations), gib(m.weight_slots + m.gradient_buffers), gib(m.working_set),
         p.bytes.intra / 1e9, p.bytes.inter / 1e9);
@@ -140,9 +142,24 @@ void print_best(const plan::Prediction& p) {
                                        : fmt::format("; uneven stages of [{}] layers",
                                                      fmt::join(p.candidate.stage_layers, ", ")),
       p.exposed_comm_seconds);
+  if (p.candidate.stages == 1) {
+    fmt::print(
+        "      S = 1: no pipeline; the {} microbatches are gradient accumulation (each device "
+        "runs them in turn and updates once)\n",
+        p.candidate.microbatches);
+  }
   fmt::print(
       "      keys (carousel train / carousel schedule; the schedule_cost_* are the "
       "planner's, in seconds):\n      {}\n",
+      p.keys);
+}
+
+// The command that runs the best candidate: one process per device, NCCL between GPUs.
+void print_launch(const plan::Prediction& p, const plan::Cluster& cluster) {
+  fmt::print(
+      "\nlaunch ({} processes, {} per node, one GPU each; add your hostfile or scheduler's "
+      "options):\n  mpirun -np {} --map-by ppr:{}:node build/bin/carousel train device=cuda {}\n",
+      cluster.devices, cluster.devices_per_node, cluster.devices, cluster.devices_per_node,
       p.keys);
 }
 
@@ -157,19 +174,27 @@ void add_plan_options(CLI::App& cmd, PlanOptions& o) {
   cmd.add_option("--devices", o.devices, "devices in the cluster")
       ->required()
       ->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--gpu", o.gpu,
+                 fmt::format("a GPU preset ({}): the defaults of --device-memory, --peak-tflops "
+                             "and both bandwidths (each still overridable)",
+                             fmt::join(plan::gpu_preset_names(), ", ")));
   cmd.add_option("--devices-per-node", o.devices_per_node,
                  "devices per node, which share the intra-node link (default 8)")
       ->check(CLI::Range(1, 1 << 20));
-  cmd.add_option("--device-memory", o.device_memory, "memory per device, e.g. 80GiB")->required();
+  cmd.add_option("--device-memory", o.device_memory, "memory per device, e.g. 80GiB");
   cmd.add_option("--peak-tflops", o.peak_tflops,
-                 "dense peak per device in the compute dtype (H100 SXM bf16: 989)")
-      ->required();
+                 "dense peak per device in the compute dtype (H100 SXM bf16: 989)");
   cmd.add_option("--intra-node-bandwidth", o.intra_node_bandwidth,
-                 "per device and direction, e.g. 450GB/s (plain numbers: GB/s)")
-      ->required();
+                 "per device and direction, e.g. 450GB/s (plain numbers: GB/s)");
   cmd.add_option("--inter-node-bandwidth", o.inter_node_bandwidth,
-                 "per device and direction, e.g. 400Gbit/s or 50GB/s")
-      ->required();
+                 "per device and direction, e.g. 400Gbit/s or 50GB/s");
+  cmd.add_option("--kernel-latency-us", o.kernel_latency_us,
+                 "the least time a kernel launch costs in the FLOP model (default 5)")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd.add_option("--message-latency-us", o.message_latency_us,
+                 "the least time a p2p message or collective costs on top of its bytes (default "
+                 "10)")
+      ->check(CLI::Range(0.0, 1e6));
   cmd.add_option("--global-batch-tokens", o.global_batch_tokens,
                  "tokens per step, e.g. 4M (= 4 x 2^20); or --global-batch");
   cmd.add_option("--global-batch", o.global_batch, "sequences per step")
@@ -199,7 +224,31 @@ void add_plan_options(CLI::App& cmd, PlanOptions& o) {
   cmd.add_flag("--json", o.json, "print JSON instead of the table");
 }
 
-int run_plan(const PlanOptions& o) {
+namespace {
+
+// --gpu's preset fills the device flags not given; without it, all four are needed.
+PlanOptions with_gpu_preset(PlanOptions o) {
+  if (!o.gpu.empty()) {
+    const plan::GpuPreset& g = plan::gpu_preset(o.gpu);
+    if (o.device_memory.empty()) o.device_memory = g.memory;
+    if (o.peak_tflops == 0) o.peak_tflops = o.dtype == "float32" ? g.fp32_tflops : g.bf16_tflops;
+    if (o.intra_node_bandwidth.empty()) o.intra_node_bandwidth = g.nvlink;
+    if (o.inter_node_bandwidth.empty()) o.inter_node_bandwidth = g.network;
+  }
+  std::vector<std::string> missing;
+  if (o.device_memory.empty()) missing.emplace_back("--device-memory");
+  if (o.peak_tflops == 0) missing.emplace_back("--peak-tflops");
+  if (o.intra_node_bandwidth.empty()) missing.emplace_back("--intra-node-bandwidth");
+  if (o.inter_node_bandwidth.empty()) missing.emplace_back("--inter-node-bandwidth");
+  CAROUSEL_CHECK(missing.empty(), "carousel plan needs {}: give --gpu {} or these flags",
+                 fmt::join(missing, ", "), fmt::join(plan::gpu_preset_names(), "|"));
+  return o;
+}
+
+}  // namespace
+
+int run_plan(const PlanOptions& given) {
+  const PlanOptions o = with_gpu_preset(given);
   plan::Workload w;
   const bool file = o.model.find('/') != std::string::npos || o.model.ends_with(".json") ||
                     std::filesystem::exists(o.model);
@@ -264,6 +313,8 @@ int run_plan(const PlanOptions& o) {
                  "give one (the file's measured times, or the peak x an efficiency)",
                  o.compute_efficiency, o.costs_file);
   cluster.compute_efficiency = efficiency_given ? o.compute_efficiency : 0.6;
+  cluster.kernel_seconds = o.kernel_latency_us * 1e-6;
+  cluster.message_seconds = o.message_latency_us * 1e-6;
   if (!o.costs_file.empty()) {
     cluster.measured = plan::read_measured_costs(o.costs_file);
     plan::check_measured_on(*cluster.measured, w.model, w.dtype, w.remat_policy);
@@ -307,9 +358,9 @@ int run_plan(const PlanOptions& o) {
                 cluster.measured->on.ici_fsdp_parallelism)
           : fmt::format("{} TFLOP/s x {} efficiency", o.peak_tflops, cluster.compute_efficiency);
   fmt::print(
-      "{} on {} devices ({} per node), {:.0f} GiB, {}; global batch {} x {} tokens, {}, "
+      "{}{} on {} devices ({} per node), {:.0f} GiB, {}; global batch {} x {} tokens, {}, "
       "remat {}\n",
-      o.model, cluster.devices, cluster.devices_per_node, cluster.memory_bytes / double(1 << 30),
+      o.model, o.gpu.empty() ? std::string() : fmt::format(" ({} preset)", o.gpu), cluster.devices, cluster.devices_per_node, cluster.memory_bytes / double(1 << 30),
       speed, w.global_batch, w.model.max_target_length, w.dtype, w.remat_policy);
   fmt::print(
       "{} candidates: {} refused without simulating (their state and working set do not fit), {} "
@@ -319,6 +370,7 @@ int run_plan(const PlanOptions& o) {
       r.pruned);
   print_table(r);
   print_best(r.best.front());
+  print_launch(r.best.front(), cluster);
   return 0;
 }
 

@@ -44,6 +44,7 @@ int run_inspect(const InspectOptions& options);
 // `carousel plan`: the mesh planner (host/plan/, docs/performance.md#planning-a-mesh).
 struct PlanOptions {
   std::string model;  // a preset name, or a Hugging Face config.json (or its directory)
+  std::string gpu;    // a GPU preset (plan_gpus.h): the defaults of the four below
   int devices = 0, devices_per_node = 8;
   std::string device_memory;  // "80GiB"
   double peak_tflops = 0;     // per device, dense, in the compute dtype
@@ -58,6 +59,7 @@ struct PlanOptions {
   std::vector<std::string> schedules;  // empty: all
   std::int64_t max_microbatches = 0;
   std::int64_t tensor = 0, context = 0;  // 0: search them
+  double kernel_latency_us = 5, message_latency_us = 10;  // the FLOP model's latency floor
   int top = 5;
   bool json = false;
 };

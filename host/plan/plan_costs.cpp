@@ -82,19 +82,26 @@ void set_flop_model_costs(Config& cfg, const Cluster& cluster, const MeshLinks& 
       layer_forward_flops_per_token(m) * tokens / (cluster.peak_flops * cluster.compute_efficiency);
   const bool remat = cfg.remat_policy == "full";
   const double waits = layer_collective_seconds(cfg, cluster, links);
-  cfg.schedule_cost_f = f + waits;
-  cfg.schedule_cost_b = (remat ? 3 : 2) * f + (remat ? 2 : 1) * waits;
-  cfg.schedule_cost_w = f;
+  // Kernels a Llama layer launches: forward = 2 norms, QKV, RoPE, attention, O, 2 residual adds,
+  // gate/up, SwiGLU, down; its backward about twice that; W the 7 weight-gradient GEMMs.
+  constexpr double kForwardKernels = 12, kWeightGradientKernels = 7;
+  const double launch = cluster.kernel_seconds;
+  cfg.schedule_cost_f = f + waits + kForwardKernels * launch;
+  cfg.schedule_cost_b = (remat ? 3 : 2) * f + (remat ? 2 : 1) * waits +
+                        (remat ? 3 : 2) * kForwardKernels * launch;
+  cfg.schedule_cost_w = f + kWeightGradientKernels * launch;
   const double c = compute_bytes(cfg);
   cfg.schedule_cost_p2p =
       cfg.ici_pipeline_parallelism > 1
-          ? double(rank_rows(cfg) * m.emb_dim) * c / link(cluster, links.any_hop_inter())
+          ? double(rank_rows(cfg) * m.emb_dim) * c / link(cluster, links.any_hop_inter()) +
+                cluster.message_seconds
           : 0.0;
   const double share = ring_fraction(cfg.ici_fsdp_parallelism) *
                        layer_elements(m, int(cfg.ici_tensor_parallelism)) /
                        link(cluster, links.fsdp_inter);
-  cfg.schedule_cost_all_gather = share * c;
-  cfg.schedule_cost_reduce_scatter = share * 4;  // float32 gradients
+  const double message = cfg.ici_fsdp_parallelism > 1 ? cluster.message_seconds : 0.0;
+  cfg.schedule_cost_all_gather = share * c + message;
+  cfg.schedule_cost_reduce_scatter = share * 4 + message;  // float32 gradients
 }
 
 // The measured costs, scaled from the measuring run's microbatch, FSDP degree and links to the

@@ -51,6 +51,13 @@ struct Cluster {
   double intra_node_bytes_per_second = 0;
   double inter_node_bytes_per_second = 0;
   double compute_efficiency = 0.6;  // fraction of the peak a layer's forward/backward reach
+  // The latency floor of the FLOP model (0 here: the pure throughput model; `carousel plan`
+  // sets 5 us and 10 us): each kernel a layer launches costs at least kernel_seconds (a layer's
+  // forward launches kForwardKernels, its backward twice as many, plus a forward's with full
+  // remat, W alone its weight-gradient GEMMs), and each p2p message or collective
+  // message_seconds on top of its bytes. Tiny models are latency-bound, not FLOP-bound.
+  double kernel_seconds = 0;
+  double message_seconds = 0;
   // Costs measured on this device kind (replace the FLOP model where they measured something).
   std::optional<MeasuredCosts> measured;
 };

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# cli_users.sh — the user-facing commands of the real binary: `carousel --version` (its form) and
-# `carousel inspect` (exit codes 0 / 2, stdout report) on a run trained here, then corrupted.
+# cli_users.sh — the user-facing commands of the real binary: `carousel --version` (its form),
+# `carousel inspect` (exit codes 0 / 2, stdout report) on a run trained here, then corrupted, and
+# `carousel plan --gpu`.
 #   tests/end_to_end/cli_users.sh CAROUSEL_BINARY WORK_DIR
 set -uo pipefail
 bin=$1
@@ -156,6 +157,31 @@ if (ulimit -S -s 64) 2>/dev/null; then
 else
   echo "skip: this shell cannot lower its soft stack limit"
 fi
+
+# carousel plan --gpu: the preset is exactly its flags (each overridable), the launch line runs
+# the best candidate, S = 1 rows say gradient accumulation, and missing or unknown GPUs are one
+# error each (status 2).
+plan=("$bin" plan --model tiny --devices 8 --global-batch 64 --top 40)
+a=$("${plan[@]}" --gpu h100 --json 2>&1) || fail "plan --gpu h100 exited $?: $a"
+b=$("${plan[@]}" --device-memory 79.6GiB --peak-tflops 989 --intra-node-bandwidth 450GB/s \
+  --inter-node-bandwidth 400Gbit/s --json 2>&1) || fail "plan with explicit flags exited $?"
+[ "$a" = "$b" ] || fail "--gpu h100 differs from its flags"
+c=$("${plan[@]}" --gpu h100 --peak-tflops 500 --json 2>&1)
+[ "$a" != "$c" ] || fail "--peak-tflops did not override the preset"
+out=$("${plan[@]}" --gpu b200 2>&1) || fail "plan --gpu b200 exited $?"
+grep -q "^  mpirun -np 8 --map-by ppr:8:node build/bin/carousel train device=cuda model_name=tiny .*pipeline_schedule=" <<<"$out" ||
+  fail "no launch line: $(tail -3 <<<"$out")"
+grep -Eq "^ *[0-9]+ +1 +.* grad-accum " <<<"$out" || fail "no S = 1 row named grad-accum"
+tokens=$("${plan[@]}" --gpu h100 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["best"][0]["tokens_per_second"])')
+python3 -c "import sys; sys.exit(0 if float('$tokens') < 1e8 else 1)" ||
+  fail "a tiny model predicted at $tokens tokens/s on 8 GPUs (the latency floor is missing)"
+out=$("$bin" plan --model tiny --devices 8 --global-batch 64 2>&1)
+[ $? -eq 2 ] || fail "plan without --gpu or device flags did not exit 2"
+grep -q "carousel plan needs --device-memory, --peak-tflops, --intra-node-bandwidth, --inter-node-bandwidth: give --gpu h100|h200|a100|b200 or these flags" <<<"$out" ||
+  fail "no error naming the missing flags: $out"
+out=$("${plan[@]}" --gpu v100 2>&1)
+[ $? -eq 2 ] || fail "--gpu v100 did not exit 2"
+grep -q "gpu=v100 is not a preset; use one of h100, h200, a100, b200" <<<"$out" || fail "bad --gpu: $out"
 
 [ $fails -eq 0 ] && echo "cli_users: all checks passed"
 exit $((fails > 0))

@@ -106,6 +106,22 @@ TEST(PlanSearch, SlowInterNodeLinkPutsStagesNotReplicasAcrossNodes) {
   }
 }
 
+// The latency floor: on one device every microbatch's layer launches 12 kernels forward and
+// 36 backward (remat: the forward again, the backward twice over), 5 us each at least, on top
+// of the FLOP time; without it a tiny model was predicted at a billion tokens/s on 8 GPUs.
+TEST(PlanSearch, KernelLatencyFloorsATinyModelsStep) {
+  const plan::Workload w = testing::tiny_plan_workload(16);
+  plan::Cluster one = two_nodes(1e12);
+  one.devices = 1;
+  const plan::Prediction flops = plan::search(w, one, {.top = 1, .schedules = {}}).best.at(0);
+  one.kernel_seconds = 5e-6;
+  one.message_seconds = 10e-6;
+  const plan::Prediction floored = plan::search(w, one, {.top = 1, .schedules = {}}).best.at(0);
+  const double launches = double(floored.candidate.microbatches) * kLayers * (12 + 36) * 5e-6;
+  EXPECT_GE(floored.step_seconds, flops.step_seconds + launches);
+  EXPECT_LE(floored.step_seconds, flops.step_seconds + 1.3 * launches);  // + the head's share
+}
+
 // Device memory one byte short of a ZeRO-1 replica's parameters, gradients and moments (by
 // hand: 4 (8 x 45440 + 32832) twice, plus 8 (8 x 45440 / 2 + 32832)); FSDP on one stage holds
 // more (a gathered slot and an unsharded gradient buffer of the whole stage); so only the
