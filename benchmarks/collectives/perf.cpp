@@ -23,6 +23,7 @@
 #include "collectives/rendezvous.h"
 #include "compute/cpu_backend.h"
 #include "cuda/cuda_backend.h"
+#include "cuda/device_info.h"
 #ifdef CAROUSEL_HAVE_NCCL
 #include "collectives/nccl_communicator.h"
 #endif
@@ -101,6 +102,18 @@ int run_perf_unguarded(const CollectiveTest& test, int argc, char** argv) {
   int exit_code = 0;
   auto parsed = parse_options(program, argc, argv, exit_code);
   if (!parsed) return exit_code;
+  LaunchFacts facts{.mpi_processes = mpi_launch_size()};
+#ifdef CAROUSEL_HAVE_MPI
+  facts.mpi_built = true;
+#endif
+#ifdef CAROUSEL_HAVE_NCCL
+  facts.nccl_built = true;
+  facts.gpus = int(list_cuda_devices().devices.size());
+#endif
+  const auto backend = choose_backend(parsed->backend, facts);
+  if (!backend) return 2;
+  parsed->backend = *backend;
+  if (!check_device_flags(*parsed)) return 2;
   const Options& o = *parsed;
   int ranks = o.ranks();
   int my_rank = -1;  // this process's rank under mpirun or torchrun; -1: every rank is a thread
@@ -273,6 +286,7 @@ int run_perf_unguarded(const CollectiveTest& test, int argc, char** argv) {
     for (int r = 0; r < ranks; ++r) roots.push_back(r);
   }
   std::vector<Row> rows;
+  std::int64_t buffer_bytes = 0;  // per rank, the largest size's send + receive buffers (-M)
   for (const ElementType& type : o.types) {
     const std::int64_t elt = std::int64_t(dtype_size(type.dtype));
     for (const ReduceChoice& op : ops) {
@@ -286,6 +300,7 @@ int run_perf_unguarded(const CollectiveTest& test, int argc, char** argv) {
             row.redop = op.name;
             row.root = root;
             row.bytes = std::max(send_n, recv_n) * elt;
+            buffer_bytes = std::max(buffer_bytes, (send_n + recv_n) * elt);
             row.count = count;
             // Per rank: [time out, time in, wrong out, wrong in, timed ops] (shared under MPI).
             std::vector<double> stats(std::size_t(ranks) * 5, 0.0);
@@ -369,6 +384,12 @@ int run_perf_unguarded(const CollectiveTest& test, int argc, char** argv) {
                rows.back().placement[0].busbw, 100 * rows.back().placement[0].busbw / memcpy_bw);
   }
   if (ranks == 1) fmt::print("# carousel: with 1 rank the busbw factor is 0, so busbw is 0\n");
+  if (o.memory_report) {
+    fmt::print(
+        "# Memory: {} bytes of send and receive buffers per rank at the largest size (allocated "
+        "per size and placement, freed after it)\n",
+        buffer_bytes);
+  }
   if (!o.json_file.empty() && my_rank <= 0 &&
       !write_json(o, program, ranks, device_lines, memcpy_bw, rows, summary, start_time)) {
     return 2;

@@ -94,6 +94,24 @@ std::optional<Options> parse_options(const std::string& program, int argc, char*
       ->check(CLI::Range(0, 1));
   app.add_option("-G,--cudagraph", o.cuda_graphs, "CUDA graph launches: 0 (no graphs here)")
       ->check(CLI::Range(0, 1000000));
+  app.add_option("-y,--stream_null", o.stream_null, "0: the backend's own stream (only)")
+      ->check(CLI::Range(0, 1));
+  app.add_option("-R,--local_register", o.local_register,
+                 "NCCL buffer registration: 0 (carousel registers none)")
+      ->check(CLI::Range(0, 2));
+  app.add_option("-x,--cta_policy", o.cta_policy, "NCCL CTA policy: not set here")
+      ->check(CLI::Range(-1, 2));
+  app.add_option("-D,--device_implementation", o.device_implementation,
+                 "NCCL device API implementation: 0 (NCCL's host API) only")
+      ->check(CLI::Range(0, 1000));
+  app.add_option("-V,--device_cta_count", o.device_cta_count, "with -D > 0 only")
+      ->check(CLI::Range(1, 128));
+  app.add_option("-S,--report_timestamps", o.report_timestamps,
+                 "1: end each row with the time it was measured (local time)")
+      ->check(CLI::Range(0, 1));
+  app.add_option("-M,--memory_report", o.memory_report,
+                 "1: report the buffer memory each rank allocated")
+      ->check(CLI::Range(0, 1));
   app.add_option("-C,--report_cputime", o.report_cputime,
                  "1: label the time column cputime (the same host clock here)")
       ->check(CLI::Range(0, 1));
@@ -102,8 +120,10 @@ std::optional<Options> parse_options(const std::string& program, int argc, char*
   app.add_option("-T,--timeout", o.timeout, "fail an operation waiting longer than this (s)");
   app.add_option("-J,--output_file", o.json_file, "also write results as JSON");
   app.add_option("--backend", o.backend,
-                 "local (CPU threads); mpi (one rank per process, under mpirun); nccl (GPUs)")
-      ->check(CLI::IsMember({"local", "mpi", "nccl"}));
+                 "auto (default: under mpirun nccl with GPUs else mpi; otherwise nccl with GPUs "
+                 "else local); local (CPU threads); mpi (one rank per process, under mpirun); "
+                 "nccl (GPUs)")
+      ->check(CLI::IsMember({"auto", "local", "mpi", "nccl"}));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -169,18 +189,6 @@ std::optional<Options> parse_options(const std::string& program, int argc, char*
                  "(nccl-tests' 0 = forever is not offered); valid: 1 or more",
                  o.run_cycles);
   }
-  if (o.cuda_graphs != 0) {
-    if (o.backend == "nccl") {
-      return error(exit_code,
-                   "-G/--cudagraph {}: carousel's NCCL communicator launches every operation on "
-                   "its stream and does not capture CUDA graphs; valid: -G 0",
-                   o.cuda_graphs);
-    }
-    return error(exit_code,
-                 "-G/--cudagraph {}: CUDA graph launches need GPUs, and --backend {} runs on "
-                 "CPU threads or processes, where there is no graph to capture; valid: -G 0",
-                 o.cuda_graphs, o.backend);
-  }
   if (o.root_text == "all") {
     o.all_roots = true;
   } else {
@@ -206,6 +214,74 @@ std::optional<Options> parse_options(const std::string& program, int argc, char*
     std::fclose(f);
   }
   return o;
+}
+
+std::optional<std::string> choose_backend(const std::string& asked, const LaunchFacts& f) {
+  const bool several = f.mpi_processes > 1;
+  const bool gpus = f.gpus > 0 && f.nccl_built;
+  if (asked == "local" && several) {
+    fmt::print(stderr,
+               "error: --backend local under mpirun -np {}: each process would run its own "
+               "benchmark of threads and the job would measure nothing together; use --backend "
+               "{} (or leave --backend at auto), or run one process\n",
+               f.mpi_processes, gpus ? "nccl" : "mpi");
+    return std::nullopt;
+  }
+  if (asked != "auto") return asked;
+  if (several && !gpus && !f.mpi_built) {
+    fmt::print(stderr,
+               "error: started by mpirun with {} processes, but this build has no MPI "
+               "communicator (install libopenmpi-dev and rebuild) and no GPUs for NCCL\n",
+               f.mpi_processes);
+    return std::nullopt;
+  }
+  if (gpus) return std::string("nccl");
+  return std::string(several ? "mpi" : "local");
+}
+
+bool check_device_flags(const Options& o) {
+  const auto refuse = [](const std::string& message) {
+    fmt::print(stderr, "error: {}\n", message);
+    return false;
+  };
+  const std::string where =
+      o.backend == "nccl"
+          ? "carousel's NCCL communicator"
+          : fmt::format("--backend {} (CPU threads or processes, no GPU)", o.backend);
+  if (o.cuda_graphs != 0) {
+    return refuse(o.backend == "nccl"
+                      ? fmt::format("-G/--cudagraph {}: carousel's NCCL communicator launches "
+                                    "every operation on its stream and does not capture CUDA "
+                                    "graphs; valid: -G 0",
+                                    o.cuda_graphs)
+                      : fmt::format("-G/--cudagraph {}: CUDA graph launches need GPUs, and "
+                                    "--backend {} runs on CPU threads or processes, where there "
+                                    "is no graph to capture; valid: -G 0",
+                                    o.cuda_graphs, o.backend));
+  }
+  if (o.stream_null != 0) {
+    return refuse(fmt::format("-y/--stream_null {}: {} {}; valid: -y 0", o.stream_null, where,
+                              o.backend == "nccl"
+                                  ? "runs every operation on a stream of its own, never the "
+                                    "default stream"
+                                  : "has no CUDA stream to choose"));
+  }
+  if (o.local_register != 0) {
+    return refuse(fmt::format("-R/--local_register {}: {} registers no buffers with NCCL "
+                              "(ncclCommRegister is not used); valid: -R 0",
+                              o.local_register, where));
+  }
+  if (o.cta_policy != -1) {
+    return refuse(fmt::format("-x/--cta_policy {}: {} leaves NCCL's CTA policy at its default; "
+                              "valid: leave -x out",
+                              o.cta_policy, where));
+  }
+  if (o.device_implementation != 0 || o.device_cta_count != 16) {
+    return refuse(fmt::format("-D/--device_implementation {} / -V/--device_cta_count {}: {} "
+                              "uses NCCL's host API only; valid: leave -D and -V out",
+                              o.device_implementation, o.device_cta_count, where));
+  }
+  return true;
 }
 
 bool check_root(const Options& o, int ranks) {

@@ -24,12 +24,16 @@ struct Options {
   int check = 1;
   int average = 1;  // -a: 0 rank 0's time, 1 mean over ranks, 2 min, 3 max
   int parallel_init = 0, blocking = 0, cuda_graphs = 0, report_cputime = 0;
+  int report_timestamps = 0, memory_report = 0;  // -S, -M
+  // NCCL features carousel does not use, accepted at their defaults only (check_device_flags):
+  int stream_null = 0, local_register = 0, cta_policy = -1, device_implementation = 0,
+      device_cta_count = 16;
   std::vector<ElementType> types;
   std::vector<ReduceChoice> ops;
   int root = 0;
   bool all_roots = false;  // -r all
   double timeout = 300;
-  std::string json_file, backend = "local";
+  std::string json_file, backend = "auto";  // auto: resolved by choose_backend
   std::string min_text, max_text, type_text, root_text;  // as typed, for messages
   std::vector<std::string> args;                         // the command line, for the JSON
 
@@ -39,6 +43,24 @@ struct Options {
 // The options, or nullopt after printing the usage (exit_code 0) or one error line (2).
 std::optional<Options> parse_options(const std::string& program, int argc, char** argv,
                                      int& exit_code);
+
+// --backend auto as nccl-tests users expect: under mpirun with several processes, NCCL between
+// the processes' GPUs when there are GPUs and NCCL, else MPI; without mpirun, NCCL over this
+// process's GPUs, else threads on CPU devices ("local"). An explicit backend is kept, except
+// local under mpirun with several processes, which would run one independent benchmark per
+// process and exit 0 as if it had measured the job. The backend, or nullopt after printing the
+// error line (exit status 2).
+struct LaunchFacts {
+  int mpi_processes = 0;  // mpirun's world size; 0: not started by mpirun
+  bool mpi_built = false, nccl_built = false;
+  int gpus = 0;  // visible CUDA devices
+};
+std::optional<std::string> choose_backend(const std::string& asked, const LaunchFacts& facts);
+
+// After choose_backend: the flags of GPU features carousel's communicators do not have (-G, -y,
+// -R, -x, -D, -V) are refused at anything but their defaults, naming the backend. False after
+// printing the error line.
+bool check_device_flags(const Options& o);
 
 // The checks that need the rank count (known after mpirun or the rendezvous): -r. False after
 // printing the error line.

@@ -77,6 +77,7 @@ void print_preamble(const Options& o, const std::string& program, int ranks,
 
 void print_table_header(const Options& o) {
   const char* time = o.report_cputime ? "cputime" : "time";
+  if (o.report_timestamps) fmt::print("# -S 1: each row ends with the local time it was measured\n");
   fmt::print("#\n");
   fmt::print(
       "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       "
@@ -106,6 +107,7 @@ void print_row(const Options& o, const Row& row) {
                         fit_number(m.busbw, 6));
     line += o.check ? fmt::format("  {:>6g}", double(m.wrong)) : std::string("    N/A");
   }
+  if (o.report_timestamps) line += "  " + now_string();  // -S: when the row was measured
   fmt::print("{}\n", line);
 }
 

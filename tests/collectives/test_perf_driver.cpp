@@ -9,12 +9,35 @@
 #include <limits>
 #include <vector>
 
+#include "benchmarks/collectives/perf_options.h"
 #include "benchmarks/collectives/perf_report.h"
 #include "benchmarks/collectives/perf_types.h"
 #include "compute/cpu_backend.h"
 
 namespace carousel::perf {
 namespace {
+
+// --backend auto as nccl-tests users expect; local under a multi-process mpirun is refused.
+TEST(PerfBackend, AutoFollowsTheLaunchAndTheGpus) {
+  const LaunchFacts cpu{.mpi_processes = 0, .mpi_built = true, .nccl_built = true, .gpus = 0};
+  EXPECT_EQ(choose_backend("auto", cpu), "local");
+  LaunchFacts f = cpu;
+  f.mpi_processes = 4;
+  EXPECT_EQ(choose_backend("auto", f), "mpi");
+  f.gpus = 8;
+  EXPECT_EQ(choose_backend("auto", f), "nccl");
+  f.mpi_processes = 0;
+  EXPECT_EQ(choose_backend("auto", f), "nccl");
+  f.nccl_built = false;  // GPUs but no NCCL in this build: threads on CPU devices
+  EXPECT_EQ(choose_backend("auto", f), "local");
+  f.mpi_processes = 1;  // mpirun -np 1 is one rank: local is fine
+  EXPECT_EQ(choose_backend("local", f), "local");
+  f.mpi_processes = 2;
+  EXPECT_EQ(choose_backend("local", f), std::nullopt);
+  EXPECT_EQ(choose_backend("mpi", f), "mpi");
+  f.mpi_built = false;
+  EXPECT_EQ(choose_backend("auto", f), std::nullopt);  // no MPI, no GPUs: nothing joins them
+}
 
 TEST(PerfInputs, FollowTheDocumentedFormulas) {
   // sum/avg/min/max: ((3r + j) mod 11) - 5 signed, + 1 unsigned. r = 2, j = 4: 10.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # perf_flags.sh — the collective benchmarks' nccl-tests flags: each one's effect on the table or
 # the JSON file (sizes of -i and -f, -m's operation count, -N's repeated sweeps, -d/-o/-r all,
-# -t x -g ranks, -a, -z, -p, -C, -c 0), and bad values: exit status 2 and one line on stderr
+# -t x -g ranks, -a, -z, -p, -C, -c 0, -S, -M), the backend chosen under mpirun, and bad values
+# (-y, -R, -x, -D of NCCL features not used here among them): exit status 2 and one line on stderr
 # naming the flag, the value and what is valid; never an abort (134) or an empty table with
 # status 0. Usage: perf_flags.sh <directory with all_reduce_perf, all_gather_perf, broadcast_perf>
 set -u
@@ -149,6 +150,38 @@ for a in "2 min" "3 max" "0 rank0"; do
 done
 # -c 0: no check, #wrong is N/A; -G 0 is accepted.
 run "$all_reduce" -c 0 -G 0 -b 1K -e 1K -g 2 && expect_column 9 "N/A " "-c 0"
+
+# -S 1: each row ends with its date and time; -M 1: the buffer memory per rank (2 ranks, 4K
+# float all_reduce: 4096 send + 4096 receive bytes).
+run "$all_reduce" -S 1 -M 1 -b 1K -e 4K -g 2 &&
+  { [ "$(awk '!/^#/ && NF && $(NF-1) ~ /^20[0-9][0-9]-[01][0-9]-[0-3][0-9]$/ && $NF ~ /^[0-2][0-9]:[0-5][0-9]:[0-5][0-9]$/' "$out" | wc -l)" -eq 3 ] ||
+    fail "-S 1: want 3 rows ending in a date and time"; } &&
+  { grep -q "^# Memory: 8192 bytes of send and receive buffers per rank" "$out" || fail "-M 1"; }
+# NCCL features carousel's communicators do not use: refused at anything but their defaults.
+expect_error "-y/--stream_null 1: --backend local" "$all_reduce" -y 1
+expect_error "-R/--local_register 2: --backend local" "$all_reduce" -R 2
+expect_error "-x/--cta_policy 1: --backend local" "$all_reduce" -x 1
+expect_error "-D/--device_implementation 1 / -V/--device_cta_count 16" "$all_reduce" -D 1
+run "$all_reduce" -y 0 -R 0 -b 1K -e 1K -g 2
+# Under mpirun the default backend is MPI: one 2-rank benchmark, not two 1-rank ones; an
+# explicit --backend local there is refused (each process would measure alone and exit 0).
+here=$(cd "$(dirname "$0")" && pwd)
+if command -v mpirun >/dev/null; then
+  if "$here/mpirun.sh" 2 "$all_reduce" -b 1K -e 1K -n 1 -w 0 >"$out" 2>"$err"; then
+    grep -q "backend mpi, 2 ranks (one process each)" "$out" ||
+      fail "mpirun -np 2 all_reduce_perf: not one 2-rank MPI benchmark: $(head -3 "$out")"
+    [ "$(grep -c "Collective test concluded" "$out")" -eq 1 ] ||
+      fail "mpirun -np 2 all_reduce_perf printed $(grep -c "Collective test concluded" "$out") tables"
+  else
+    fail "mpirun -np 2 all_reduce_perf: rc $?: $(cat "$err")"
+  fi
+  "$here/mpirun.sh" 2 "$all_reduce" --backend local -n 1 >"$out" 2>"$err" &&
+    fail "mpirun -np 2 all_reduce_perf --backend local exited 0"
+  grep -q "error: --backend local under mpirun -np 2: each process would run its own benchmark" "$err" ||
+    fail "mpirun --backend local: $(cat "$err")"
+else
+  echo "skip: no mpirun for the backend choice under mpirun"
+fi
 
 [ "$failures" -eq 0 ] && echo "perf flags: all checks passed"
 exit "$failures"
