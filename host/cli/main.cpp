@@ -20,6 +20,18 @@
 #include "host/report/logging.h"
 #include "host/schedule/registry.h"
 
+namespace {
+// The error that ends a command: logged, or on stderr when logging is off (--log-level off
+// silences the log, not the reason the command failed).
+void report_fatal(const std::string& message) {
+  if (spdlog::get_level() == spdlog::level::off) {
+    fmt::print(stderr, "error: {}\n", message);
+  } else {
+    spdlog::error("{}", message);
+  }
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   // OpenMP threads spin only briefly while idle, so runs share a busy machine well; libgomp
   // reads the setting at load time, hence a re-exec (compute/cpu/omp_wait_policy.h).
@@ -29,9 +41,13 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", carousel::version_text(), "print the version and build");
   std::string log_level = "info";
-  auto* log_level_option = app.add_option("--log-level", log_level,
-                                          "trace|debug|info|warn|error|off (train and schedule: "
-                                          "the log_level key, which it overrides)");
+  auto* log_level_option =
+      app.add_option("--log-level", log_level,
+                     "trace|debug|info|warn|error|off, before or after the subcommand (train and "
+                     "schedule: the log_level key, which it overrides); errors that end the "
+                     "command are printed even with off")
+          ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}));
+  app.fallthrough();  // subcommands inherit it: `carousel train --log-level off` works too
 
   carousel::InfoOptions info;
   auto* info_cmd = app.add_subcommand("info", "show the build, backends and devices");
@@ -98,14 +114,14 @@ int main(int argc, char** argv) {
     if (plan_cmd->parsed()) return carousel::run_plan(plan);
     if (inspect_cmd->parsed()) return carousel::run_inspect(inspect);
   } catch (const carousel::Error& e) {
-    spdlog::error("{}", e.what());
+    report_fatal(e.what());
     if (!e.where().empty()) spdlog::debug("(raised at {})", e.where());
     return 2;
   } catch (const std::exception& e) {  // e.g. a filesystem error: still one line, no crash
-    spdlog::error("{}", e.what());
+    report_fatal(e.what());
     return 2;
   } catch (...) {
-    spdlog::error("unknown error");
+    report_fatal("unknown error");
     return 2;
   }
   return 0;

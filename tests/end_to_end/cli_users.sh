@@ -158,6 +158,20 @@ else
   echo "skip: this shell cannot lower its soft stack limit"
 fi
 
+# --log-level off, before or after the subcommand: a run prints nothing, `info` still prints its
+# report (stdout), and an error that ends a command is still one line on stderr.
+for where in before after; do
+  if [ $where = before ]; then pre=(--log-level off train); else pre=(train --log-level off); fi
+  out=$("$bin" "${pre[@]}" steps=1 base_num_decoder_layers=2 max_target_length=16 \
+    per_device_batch_size=2 base_output_directory="$work" enable_checkpointing=false \
+    run_name="quiet_$where" 2>&1) || fail "train with --log-level off ($where) exited $?"
+  [ -z "$out" ] || fail "--log-level off ($where the subcommand) printed: $(head -2 <<<"$out")"
+done
+"$bin" info --log-level off | grep -q "^carousel .* build: CUDA backend" || fail "info with --log-level off"
+out=$("$bin" inspect --log-level off /nonexistent 2>&1)
+[ $? -eq 2 ] && [ "$out" = "error: '/nonexistent' does not exist" ] ||
+  fail "inspect with --log-level off: want one error line and status 2, got: $out"
+
 # carousel plan --gpu: the preset is exactly its flags (each overridable), the launch line runs
 # the best candidate, S = 1 rows say gradient accumulation, and missing or unknown GPUs are one
 # error each (status 2).
