@@ -26,10 +26,9 @@ namespace carousel {
 namespace sch = schedule;
 
 int run_schedule(const ConfigArgs& options) {
-  std::string file;
-  std::vector<std::string> overrides;
-  split_config_arguments(options.args, file, overrides);
-  Config cfg = load_config(file, overrides).config;
+  std::vector<std::string> files, overrides;
+  split_config_arguments(options.args, files, overrides);
+  Config cfg = load_config(files, overrides).config;
   // Its files describe a config, not a training run: without a run_name they go to
   // <base_output_directory>/schedule/ (replaced by the next `carousel schedule`).
   if (cfg.run_name.empty()) cfg.run_name = "schedule";

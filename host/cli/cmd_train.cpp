@@ -1,4 +1,4 @@
-// cmd_train.cpp — `carousel train [config.yml] key=value ...`.
+// cmd_train.cpp — `carousel train [config.yml ...] key=value ...`.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -16,13 +16,13 @@
 
 namespace carousel {
 
-void split_config_arguments(const std::vector<std::string>& args, std::string& file,
+void split_config_arguments(const std::vector<std::string>& args, std::vector<std::string>& files,
                             std::vector<std::string>& overrides) {
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (i == 0 && args[i].find('=') == std::string::npos) {
-      file = args[i];
+  for (const std::string& arg : args) {
+    if (overrides.empty() && arg.find('=') == std::string::npos) {
+      files.push_back(arg);  // the leading arguments without '=' are config files
     } else {
-      overrides.push_back(args[i]);
+      overrides.push_back(arg);
     }
   }
 }
@@ -37,10 +37,9 @@ void print_config_keys() {
 }
 
 int run_train(const ConfigArgs& options) {
-  std::string file;
-  std::vector<std::string> overrides;
-  split_config_arguments(options.args, file, overrides);
-  LoadedConfig loaded = load_config(file, overrides);
+  std::vector<std::string> files, overrides;
+  split_config_arguments(options.args, files, overrides);
+  LoadedConfig loaded = load_config(files, overrides);
   const auto processes = ProcessGroup::join(loaded.config.collective_timeout_seconds);
   // Named before logging starts: the log file lives in the run directory.
   const bool fresh_run = resolve_run_name(loaded.config, processes->world());

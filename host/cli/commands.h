@@ -26,8 +26,9 @@ struct ConfigArgs {
 int run_train(const ConfigArgs& options);
 // `carousel schedule`: a pipeline schedule, lowered, replayed and simulated (host/schedule/).
 int run_schedule(const ConfigArgs& options);
-// Splits "[config.yml] key=value ..." into the file (a first argument without '=') and overrides.
-void split_config_arguments(const std::vector<std::string>& args, std::string& file,
+// Splits "[a.yml b.yml ...] key=value ..." into the config files (the leading arguments without
+// '=', later ones overriding earlier ones) and the overrides.
+void split_config_arguments(const std::vector<std::string>& args, std::vector<std::string>& files,
                             std::vector<std::string>& overrides);
 // The config key table: name, type, default, meaning.
 void print_config_keys();

@@ -175,6 +175,10 @@ struct LoadedConfig {
 
 // Builds a config from an optional YAML file (flat `key: value` map) and key=value overrides.
 LoadedConfig load_config(const std::string& yaml_path, const std::vector<std::string>& overrides);
+// Several config files, each read with its base_config chain (bases first); a later file's keys
+// override an earlier one's, and the overrides override them all.
+LoadedConfig load_config(const std::vector<std::string>& yaml_paths,
+                         const std::vector<std::string>& overrides);
 
 // Closest known key to `name` when it is a plausible typo (edit distance at most a third of the
 // name's length, case-insensitive), else "" (no hint: a far-off suggestion misleads).

@@ -7,6 +7,7 @@
 // naming the file (and line) or the command line, the key, the value and what is valid. MaxText's
 // renamed keys are read under their new names (a warning each); MaxText keys carousel does not
 // implement are named as such.
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
@@ -237,6 +238,43 @@ std::vector<Assignment> read_yaml(const std::string& path) {
   return out;
 }
 
+// A config file with MaxText's inheritance: `base_config: PATH` (relative to the file's folder)
+// reads that file first, and this file's keys override it; bases may have bases. `chain` holds
+// the files being read, for the cycle error.
+std::vector<Assignment> read_config_file(const std::string& path,
+                                         std::vector<std::string> chain = {}) {
+  constexpr std::size_t kMaxDepth = 16;
+  std::error_code ec;
+  const std::string canonical = fs::weakly_canonical(path, ec).string();
+  for (const std::string& seen : chain) {
+    CAROUSEL_CHECK(seen != canonical,
+                   "config file '{}' inherits from itself through base_config ({} -> {}); a "
+                   "base_config chain must end in a file without one",
+                   path, fmt::join(chain, " -> "), canonical);
+  }
+  CAROUSEL_CHECK(chain.size() < kMaxDepth, "config file '{}': base_config chains are at most {} "
+                 "files deep ({})", path, kMaxDepth, fmt::join(chain, " -> "));
+  chain.push_back(canonical);
+  std::vector<Assignment> own = read_yaml(path), out;
+  for (const Assignment& a : own) {
+    if (a.key != "base_config") continue;
+    CAROUSEL_CHECK(!a.value.empty(), "{}: base_config needs a path (the file this one extends)",
+                   a.where);
+    const fs::path base = fs::path(a.value).is_absolute()
+                              ? fs::path(a.value)
+                              : fs::path(path).parent_path() / a.value;
+    CAROUSEL_CHECK(fs::exists(base, ec),
+                   "{}: base_config '{}' does not exist (looked for '{}': a relative base_config "
+                   "is relative to the file that names it)",
+                   a.where, a.value, base.string());
+    out = read_config_file(base.string(), chain);
+  }
+  for (Assignment& a : own) {
+    if (a.key != "base_config") out.push_back(std::move(a));
+  }
+  return out;
+}
+
 std::vector<Assignment> read_overrides(const std::vector<std::string>& overrides) {
   std::vector<Assignment> out;
   for (const auto& o : overrides) {
@@ -244,7 +282,7 @@ std::vector<Assignment> read_overrides(const std::vector<std::string>& overrides
     if (eq == std::string::npos || eq == 0) {
       std::error_code ec;
       CAROUSEL_CHECK(!fs::exists(o, ec),
-                     "command-line argument '{}' is a file, not key=value; a config file must "
+                     "command-line argument '{}' is a file, not key=value; config files must "
                      "come first (carousel train config.yml key=value ...)",
                      o);
       fail("command-line argument '{}' is not key=value (e.g. steps=100)", o);
@@ -344,8 +382,17 @@ void apply_schedule_costs_file(Config& cfg, std::map<std::string, std::string>& 
 }
 
 LoadedConfig load_config(const std::string& yaml_path, const std::vector<std::string>& overrides) {
+  return load_config(yaml_path.empty() ? std::vector<std::string>{}
+                                        : std::vector<std::string>{yaml_path},
+                     overrides);
+}
+
+LoadedConfig load_config(const std::vector<std::string>& yaml_paths,
+                         const std::vector<std::string>& overrides) {
   std::vector<Assignment> assignments;
-  if (!yaml_path.empty()) assignments = read_yaml(yaml_path);
+  for (const std::string& path : yaml_paths) {  // later files override earlier ones
+    for (auto& a : read_config_file(path)) assignments.push_back(std::move(a));
+  }
   for (auto& a : read_overrides(overrides)) assignments.push_back(std::move(a));
   apply_aliases(assignments);
   for (const auto& a : assignments) find_key(a.key, a.where);  // unknown keys first

@@ -49,6 +49,41 @@ TEST(Config, PresetThenFileThenCommandLine) {
   }
 }
 
+// MaxText's base_config: the base (relative to the file naming it) is read first, the file's
+// keys override it, bases chain; several files compose left to right, the command line last.
+TEST(Config, BaseConfigChainsAndSeveralFilesCompose) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "carousel_cfg_inherit";
+  fs::create_directories(dir / "sub");
+  std::ofstream(dir / "base.yml") << "steps: 10\nlearning_rate: 0.01\nlog_period: 3\n";
+  std::ofstream(dir / "sub" / "mid.yml") << "base_config: ../base.yml\nsteps: 20\n";
+  std::ofstream(dir / "run.yml") << "base_config: sub/mid.yml\nlearning_rate: 0.02\n";
+  std::ofstream(dir / "late.yml") << "log_period: 7\n";
+  const LoadedConfig c =
+      load_config(std::vector<std::string>{(dir / "run.yml").string(), (dir / "late.yml").string()},
+                  {"steps=30"});
+  EXPECT_EQ(c.config.steps, 30);                   // the command line beats every file
+  EXPECT_DOUBLE_EQ(c.config.learning_rate, 0.02);  // run.yml beats its base chain
+  EXPECT_EQ(c.config.log_period, 7);               // late.yml beats run.yml's base
+  EXPECT_EQ(load_config((dir / "run.yml").string(), {}).config.steps, 20);  // mid beats base
+  for (const auto& row : c.table) {
+    if (row.key == "learning_rate") {
+      EXPECT_EQ(row.source, "file " + (dir / "run.yml").string());
+    }
+  }
+  std::ofstream(dir / "loop_a.yml") << "base_config: loop_b.yml\n";
+  std::ofstream(dir / "loop_b.yml") << "base_config: loop_a.yml\n";
+  EXPECT_NE(testing::error_of([&] { load_config((dir / "loop_a.yml").string(), {}); })
+                .find("inherits from itself through base_config"),
+            std::string::npos);
+  std::ofstream(dir / "orphan.yml") << "base_config: nowhere.yml\n";
+  const std::string msg = testing::error_of([&] { load_config((dir / "orphan.yml").string(), {}); });
+  EXPECT_NE(msg.find("base_config 'nowhere.yml' does not exist (looked for '" +
+                     (dir / "nowhere.yml").string() + "'"),
+            std::string::npos)
+      << msg;
+}
+
 TEST(Config, UnknownKeySuggestsTheClosest) {
   const std::string msg = testing::error_of([] { load_config("", {"leraning_rate=0.1"}); });
   EXPECT_NE(msg.find("unknown config key 'leraning_rate'"), std::string::npos) << msg;
