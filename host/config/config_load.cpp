@@ -20,6 +20,7 @@
 #include "compute/error.h"
 #include "host/config/config.h"
 #include "host/config/paths.h"
+#include "host/schedule/registry.h"
 
 namespace carousel {
 
@@ -353,6 +354,28 @@ void fold_dcn_axes(Config& cfg, std::map<std::string, std::string>& source) {
 
 }  // namespace
 
+// A schedule with one stage per rank (its registry row: no repeats) and no stage layout given:
+// L = N / S, so that R = 1, instead of the default L = 1 and a refusal of the R = N / S that it
+// implies. Layouts the user gave (L, R, uneven stages) are kept and checked as they are.
+void derive_layers_per_stage(Config& cfg, std::map<std::string, std::string>& source) {
+  if (source.count("num_layers_per_pipeline_stage") || source.count("num_pipeline_repeats") ||
+      cfg.uneven_stages() || cfg.ici_pipeline_parallelism < 1 ||
+      cfg.model.num_layers % cfg.ici_pipeline_parallelism != 0) {
+    return;
+  }
+  const schedule::ScheduleInfo* row = nullptr;
+  try {
+    row = &schedule::find_schedule(cfg.pipeline_schedule);
+  } catch (const Error&) {
+    return;  // validation names the unknown schedule
+  }
+  if (row->repeats) return;
+  cfg.num_layers_per_pipeline_stage = cfg.model.num_layers / cfg.ici_pipeline_parallelism;
+  source["num_layers_per_pipeline_stage"] =
+      fmt::format("derived: {} layers / S={} (pipeline_schedule={} runs one stage per rank)",
+                  cfg.model.num_layers, cfg.ici_pipeline_parallelism, cfg.pipeline_schedule);
+}
+
 void apply_schedule_costs_file(Config& cfg, std::map<std::string, std::string>& source) {
   if (cfg.schedule_costs_file.empty()) return;
   check_local_path("schedule_costs_file", cfg.schedule_costs_file);
@@ -430,6 +453,7 @@ LoadedConfig load_config(const std::vector<std::string>& yaml_paths,
   }
   apply_schedule_costs_file(cfg, source);
   fold_dcn_axes(cfg, source);
+  derive_layers_per_stage(cfg, source);
   for (const auto& k : config_keys()) {
     out.table.push_back({k.name, k.get(cfg), source.count(k.name) ? source[k.name] : "default"});
   }

@@ -174,7 +174,9 @@ void check_schedule(const ScheduleSpec& spec) {
   const ScheduleInfo& row = check_schedule_knobs(spec);
   CAROUSEL_CHECK(l.repeats == 1 || row.repeats,
                  "pipeline_schedule={} runs one stage per rank (num_pipeline_repeats=1), got "
-                 "R={}; for repeats use {}",
+                 "R={} (R = layers / (S x num_layers_per_pipeline_stage): set "
+                 "num_layers_per_pipeline_stage = layers / S, or leave it and "
+                 "num_pipeline_repeats unset to have it derived); for repeats use {}",
                  spec.kind, l.repeats, names_or(&ScheduleInfo::repeats));
   row.check(spec);
 }

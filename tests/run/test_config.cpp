@@ -160,9 +160,21 @@ TEST(Config, ScheduleErrorsAreTheRegistrysBeforeAnyMath) {
   for (const auto& row : schedule::schedules()) {
     EXPECT_NE(unknown.find(std::string(row.name)), std::string::npos) << unknown;
   }
-  // S = 2, 8 layers, L = 1: R = 4 repeats, which 1f1b cannot run.
+  // S = 2, 8 layers, L = 1 given: R = 4 repeats, which 1f1b cannot run. Without L the layout
+  // is derived: L = 8 / 2, R = 1, and the table says where L came from.
+  const LoadedConfig derived =
+      load_config("", {"pipeline_schedule=1f1b", "ici_pipeline_parallelism=2"});
+  EXPECT_EQ(derived.config.num_layers_per_pipeline_stage, 4);
+  EXPECT_EQ(derived.config.repeats(), 1);
+  for (const auto& row : derived.table) {
+    if (row.key == "num_layers_per_pipeline_stage") {
+      EXPECT_EQ(row.source, "derived: 8 layers / S=2 (pipeline_schedule=1f1b runs one stage per rank)");
+    }
+  }
+  EXPECT_EQ(load_config("", {"ici_pipeline_parallelism=2"}).config.repeats(), 4);  // circular
   const std::string repeats = testing::error_of([] {
-    load_config("", {"pipeline_schedule=1f1b", "ici_pipeline_parallelism=2"});
+    load_config("", {"pipeline_schedule=1f1b", "ici_pipeline_parallelism=2",
+                     "num_layers_per_pipeline_stage=1"});
   });
   EXPECT_NE(
       repeats.find("for repeats use circular, interleaved_1f1b, looped_bfs, interleaved_zb, zbv or "
