@@ -136,7 +136,6 @@ bool is_unsupported_maxtext_key(const std::string& name) {
       "float32_logits",
       "cast_logits_to_fp32",
       "use_iota_embed",
-      "async_checkpointing",
       "checkpoint_storage_use_ocdbt",
       "checkpoint_storage_use_zarr3",
       "load_full_state_path",

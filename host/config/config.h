@@ -115,6 +115,7 @@ struct Config {
   bool enable_checkpointing = true;
   std::int64_t checkpoint_period = 0;  // 0 = only at the end
   std::int64_t max_num_checkpoints_to_keep = 0;  // 0 = all; else the newest N complete ones
+  bool async_checkpointing = true;  // rank 0 writes while the ranks train on (one in flight)
   std::string load_parameters_path;    // a checkpoint step directory to start from
 
   // Derived values.

@@ -386,6 +386,9 @@ const std::vector<ConfigKey>& config_keys() {
           "write checkpoints (and resume from the run's latest)"),
       key("checkpoint_period", &Config::checkpoint_period, ResumeClass::RunControl,
           "save every this many steps (0 = only at the end)"),
+      key("async_checkpointing", &Config::async_checkpointing, ResumeClass::RunControl,
+          "write checkpoint files on a thread of their own while training goes on (at most one "
+          "in flight; the next save and the run's end wait for it)"),
       key("max_num_checkpoints_to_keep", &Config::max_num_checkpoints_to_keep,
           ResumeClass::RunControl,
           "keep the newest N complete checkpoints, removing older ones after each save (0 = "

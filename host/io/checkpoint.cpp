@@ -230,6 +230,7 @@ std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointCont
   const fs::path tmp = root / fmt::format(".tmp-{}-{}", state.step, ::getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
+  maybe_slow_save(state.step);
   maybe_kill("begin", state.step);  // test faults: a crash at each point of a save
 
   std::vector<std::vector<float>> storage;

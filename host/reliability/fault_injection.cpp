@@ -46,7 +46,8 @@ std::vector<Fault> parse_faults(const std::string& text) {
                                                     {"nan", Fault::Kind::NonFinite},
                                                     {"signal", Fault::Kind::Signal},
                                                     {"kill", Fault::Kind::Kill},
-                                                    {"flip", Fault::Kind::Flip}};
+                                                    {"flip", Fault::Kind::Flip},
+                                                    {"slowsave", Fault::Kind::SlowSave}};
   const std::map<std::string, int> signals = {
       {"TERM", SIGTERM}, {"INT", SIGINT}, {"HUP", SIGHUP}, {"PIPE", SIGPIPE}};
   std::vector<Fault> faults;
@@ -54,7 +55,8 @@ std::vector<Fault> parse_faults(const std::string& text) {
     const std::size_t colon = item.find(':');
     const auto kind = kinds.find(item.substr(0, colon));
     CAROUSEL_CHECK(kind != kinds.end(),
-                   "CAROUSEL_FAULT '{}': the kind must be stall, nan, signal, kill or flip", item);
+                   "CAROUSEL_FAULT '{}': the kind must be stall, nan, signal, kill, flip or slowsave",
+                   item);
     Fault fault;
     fault.kind = kind->second;
     if (fault.kind == Fault::Kind::Signal) fault.signal = SIGTERM;
@@ -70,7 +72,8 @@ std::vector<Fault> parse_faults(const std::string& text) {
         fault.step = std::int64_t(number(item, key, value));
       } else if (key == "action" && fault.kind == Fault::Kind::Stall) {
         fault.action = std::int64_t(number(item, key, value));
-      } else if (key == "seconds" && fault.kind == Fault::Kind::Stall) {
+      } else if (key == "seconds" &&
+                 (fault.kind == Fault::Kind::Stall || fault.kind == Fault::Kind::SlowSave)) {
         fault.seconds = number(item, key, value);
       } else if (key == "point" && fault.kind == Fault::Kind::Kill) {
         CAROUSEL_CHECK(
@@ -85,7 +88,8 @@ std::vector<Fault> parse_faults(const std::string& text) {
       } else {
         fail(
             "CAROUSEL_FAULT '{}': unknown key '{}' for this kind (stall: rank, step, action, "
-            "seconds; nan, flip: rank, step; signal: rank, step, signal; kill: point, step)",
+            "seconds; nan, flip: rank, step; signal: rank, step, signal; kill: point, step; "
+            "slowsave: step, seconds)",
             item, key);
       }
     }
@@ -160,6 +164,15 @@ void maybe_raise_signal(int rank, bool first_rank_of_process, std::int64_t step)
   for (const Fault& f : injected_faults()) {
     const bool mine = f.rank < 0 ? first_rank_of_process : f.rank == rank;
     if (f.kind == Fault::Kind::Signal && f.step == step && mine) std::raise(f.signal);
+  }
+}
+
+void maybe_slow_save(std::int64_t step) {
+  if (none_injected()) return;
+  for (const Fault& f : injected_faults()) {
+    if (f.kind == Fault::Kind::SlowSave && f.step == step) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(f.seconds));
+    }
   }
 }
 

@@ -11,6 +11,8 @@
 //   CAROUSEL_FAULT="kill:point=manifest,step=2"                SIGKILL while saving checkpoint 2
 //                                                              (points: begin, model, manifest,
 //                                                              renamed; see save_checkpoint)
+//   CAROUSEL_FAULT="slowsave:step=2,seconds=1.5"               writing checkpoint 2 takes 1.5 s
+//                                                              longer (a slow file system)
 // Several faults are separated by ';'. A malformed value is an error naming the part that is
 // wrong, so a test cannot silently run without its fault.
 #pragma once
@@ -22,11 +24,11 @@
 namespace carousel {
 
 struct Fault {
-  enum class Kind { Stall, NonFinite, Signal, Kill, Flip } kind = Kind::Stall;
+  enum class Kind { Stall, NonFinite, Signal, Kill, Flip, SlowSave } kind = Kind::Stall;
   int rank = -1;            // -1: every rank (signal: every process, once)
   std::int64_t step = 0;    // 0-based step
   std::int64_t action = 0;  // stall: index in the rank's action list
-  double seconds = 0;       // stall: how long
+  double seconds = 0;       // stall, slowsave: how long
   int signal = 0;           // signal: the number
   std::string point;        // kill: where in a checkpoint save
 };
@@ -46,6 +48,8 @@ bool should_flip_weight_bit(int rank, std::int64_t step);
 // After `step` completed on `rank`: a fault for this rank, or for no rank in particular on the
 // first rank of the process (one signal per process, as a scheduler sends it).
 void maybe_raise_signal(int rank, bool first_rank_of_process, std::int64_t step);
+// At the start of writing checkpoint `step`: sleep (a slow file system).
+void maybe_slow_save(std::int64_t step);
 // At `point` of saving checkpoint `step`: SIGKILL this process (a crash mid-save).
 void maybe_kill(const char* point, std::int64_t step);
 

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <utility>
 #include <vector>
 
 #include "host/parallel/sharded_checkpoint.h"
@@ -105,18 +106,50 @@ void Checkpointer::save(std::int64_t step, std::int64_t skipped_steps, int rank,
                  "step {}: a parameter is not finite after the update; no checkpoint is written "
                  "(the previous ones are kept)",
                  step + 1);
+  if (rank == 0) wait_for_write();  // the host sets are free again (or its failure is thrown)
+  world.barrier().wait();
   const CheckpointContents whole{&params_, &adam_m_, &adam_v_};
   const auto written = params.exchange(host_, whole, /*to_whole=*/true);
   world.barrier().wait();
   if (processes_ > 1)
     collect_on_rank_zero(host_world, host_, written, {&params_, &adam_m_, &adam_v_});
   if (rank == 0) {
-    spdlog::info("checkpoint saved: {}",
-                 save_checkpoint(host_, cfg_, whole, {step + 1, skipped_steps}, tokenizer_));
-    prune_checkpoints(cfg_);
+    if (cfg_.async_checkpointing) {
+      writer_ = std::thread([this, step, skipped_steps] {
+        try {
+          write(step, skipped_steps);
+        } catch (...) {
+          write_error_ = std::current_exception();
+        }
+      });
+    } else {
+      write(step, skipped_steps);
+    }
   }
   world.barrier().wait();
   recorder.complete();
+}
+
+void Checkpointer::write(std::int64_t step, std::int64_t skipped_steps) {
+  const CheckpointContents whole{&params_, &adam_m_, &adam_v_};
+  spdlog::info("checkpoint saved: {}",
+               save_checkpoint(host_, cfg_, whole, {step + 1, skipped_steps}, tokenizer_));
+  prune_checkpoints(cfg_);
+}
+
+void Checkpointer::wait_for_write() {
+  if (writer_.joinable()) writer_.join();
+  if (write_error_) std::rethrow_exception(std::exchange(write_error_, nullptr));
+}
+
+void Checkpointer::finish() { wait_for_write(); }
+
+Checkpointer::~Checkpointer() {
+  try {
+    wait_for_write();
+  } catch (const std::exception& e) {
+    spdlog::error("the last checkpoint write failed: {}", e.what());
+  }
 }
 
 }  // namespace carousel

@@ -6,10 +6,18 @@
 // ShardedParams writes its part into them before a save and reads its part out of them at the
 // start. Constructed once per process before the ranks start; its per-rank calls are collective
 // over the ranks.
+//
+// async_checkpointing (the default): once the ranks have copied their parts into the host sets,
+// world rank 0 writes the files on a thread of its own and the ranks go on training; the next
+// save (or finish()) first waits for that write — at most one is in flight, and the host sets
+// are never refilled while being written. A failed write is reported there: by the next save's
+// rank 0 or by finish().
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <optional>
+#include <thread>
 
 #include "collectives/communicator.h"
 #include "compute/cpu_backend.h"
@@ -44,13 +52,25 @@ class Checkpointer {
   void save(std::int64_t step, std::int64_t skipped_steps, int rank, ShardedParams& params,
             Communicator& world, Communicator& host_world, FlightRecorder& recorder);
 
+  // After the ranks stopped: waits for a write still in flight; throws if it failed.
+  void finish();
+  ~Checkpointer();  // waits too, reporting a failure in the log (never throws)
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
  private:
+  void write(std::int64_t step, std::int64_t skipped_steps);  // the files, on rank 0
+  void wait_for_write();
+
+
   const Config& cfg_;
   int processes_;
   const TokenizerInfo* tokenizer_;
   CpuBackend host_;
   ParamSet params_, adam_m_, adam_v_;        // whole model, float32
   std::optional<CheckpointContents> start_;  // what restore() puts into the shards
+  std::thread writer_;                       // the write in flight (async_checkpointing)
+  std::exception_ptr write_error_;           // how it failed, rethrown by the next wait
 };
 
 }  // namespace carousel

@@ -121,6 +121,7 @@ TrainResult train(const Config& requested, Communicator* process_world) {
     monitor.report_ranks();
     throw;
   }
+  checkpointer.finish();  // the last checkpoint is complete before the run returns
   profiler.finish(plan.program, process_world, result);
   stop.finish(cfg, result);
   monitor.report_figures(result);

@@ -5,10 +5,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "collectives/rendezvous.h"
 #include "host/config/config.h"
+#include "host/reliability/fault_injection.h"
+#include "host/io/checkpoint.h"
 #include "host/parallel/launch.h"
 #include "host/report/logging.h"
 #include "host/run/trainer.h"
@@ -190,6 +193,33 @@ TEST(Train, Llama3VocabularyShardsTrainAndResumeExactly) {
                                        "vocab_size=128256", "base_emb_dim=32", "base_mlp_dim=64",
                                        "base_num_query_heads=2", "base_num_kv_heads=2",
                                        "max_target_length=16", "per_device_batch_size=2"});
+}
+
+// async_checkpointing: checkpoint 2's files take 1.5 s longer to write (a slow file system), and
+// the next step is recorded well before that; synchronous, it waits. Every checkpoint is
+// complete when train() returns.
+TEST(Train, AsyncCheckpointsOverlapTheNextSteps) {
+  const auto gap_after_first_save = [](bool async) {
+    Config c = small_run(async ? "async_save" : "sync_save", 4,
+                         {"checkpoint_period=2", async ? "async_checkpointing=true"
+                                                       : "async_checkpointing=false"});
+    fs::remove_all(c.run_directory());
+    inject_faults("slowsave:step=2,seconds=1.5");
+    train(c);
+    inject_faults("");
+    std::vector<double> times;
+    std::ifstream metrics(fs::path(c.run_directory()) / "metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      times.push_back(nlohmann::json::parse(line)["time"].get<double>());
+    }
+    EXPECT_EQ(times.size(), 4u);
+    for (const char* step : {"2", "4"}) {
+      EXPECT_NO_THROW(verify_checkpoint(c.run_directory() + "/checkpoints/" + step)) << step;
+    }
+    return times.at(2) - times.at(1);  // step 3's record after step 2's (whose save is slow)
+  };
+  EXPECT_LT(gap_after_first_save(true), 1.0);
+  EXPECT_GE(gap_after_first_save(false), 1.5);
 }
 
 // max_num_checkpoints_to_keep=2 with a save every step: the two newest complete checkpoints stay,
