@@ -274,8 +274,13 @@ void check_rope(Backend::Op op, const Backend& backend, const Tensor& x, const T
   check.floating("x", x).rank("x", x, 4, "[batch, seq, heads, head_dim]");
   check.that(x.dim(3) % 2 == 0,
              fmt::format("head_dim must be even, 'x' has shape {}", shape_str(x.shape())));
-  check.stats("cos", cos, "x", x)
-      .shape("cos", cos, {x.dim(1), x.dim(3) / 2}, from("[seq, head_dim/2]", "x", x));
+  check.stats("cos", cos, "x", x);
+  if (cos.rank() != 2 || cos.dim(0) != x.dim(0) * x.dim(1)) {  // else a row per token
+    check.shape("cos", cos, {x.dim(1), x.dim(3) / 2}, from("[seq, head_dim/2]", "x", x));
+  }
+  check.that(cos.rank() == 2 && cos.dim(1) == x.dim(3) / 2,
+             fmt::format("'cos' {} must be [seq or batch*seq, head_dim/2] for 'x' {}",
+                         shape_str(cos.shape()), shape_str(x.shape())));
   check.like("sin", sin, "cos", cos).like("out", out, "x", x);
 }
 }  // namespace
@@ -303,7 +308,8 @@ void Backend::rope_backward(const Tensor& dout, const Tensor& cos, const Tensor&
 namespace {
 
 void check_attention(Backend::Op op, const Backend& backend, const Tensor& q, const Tensor& k,
-                     const Tensor& v, const Tensor& out, const Tensor& lse) {
+                     const Tensor& v, const Tensor& out, const Tensor& lse,
+                     const Tensor& doc_start) {
   OpCheck check(op, backend);
   check.floating("q", q).rank("q", q, 4, "[batch, seq, heads, head_dim]");
   check.same_dtype("k", k, "q", q).rank("k", k, 4, "[batch, seq, kv_heads, head_dim]");
@@ -316,33 +322,42 @@ void check_attention(Backend::Op op, const Backend& backend, const Tensor& q, co
                          q.dim(2), shape_str(q.shape()), k.dim(2), shape_str(k.shape())));
   check.like("v", v, "k", k).like("out", out, "q", q).stats("lse", lse, "q", q);
   check.shape("lse", lse, {q.dim(0), q.dim(2), q.dim(1)}, from("[batch, heads, seq]", "q", q));
+  if (doc_start.defined()) {
+    check.that(doc_start.dtype() == DType::I32,
+               fmt::format("'doc_start' must be int32, not {}", dtype_name(doc_start.dtype())));
+    check.shape("doc_start", doc_start, {q.dim(0), q.dim(1)}, from("[batch, seq]", "q", q));
+    check.that(k.dim(1) == q.dim(1),
+               "packed documents (doc_start) need the whole sequence's keys: a key prefix "
+               "(context parallelism) is not supported with them");
+  }
 }
 }  // namespace
 
 void Backend::attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                const Tensor& out, const Tensor& lse) {
+                                const Tensor& out, const Tensor& lse, const Tensor& doc_start) {
   const OpScope timed(*this, Op::attention_forward);
   if (stage_bf16(*this, Op::attention_forward, &Backend::attention_forward, In{q}, In{k}, In{v},
-                 Out{out}, Out{lse}))
+                 Out{out}, Out{lse}, doc_start))
     return;
-  check_attention(Op::attention_forward, *this, q, k, v, out, lse);
-  issue(&Backend::do_attention_forward, q, k, v, out, lse);
+  check_attention(Op::attention_forward, *this, q, k, v, out, lse, doc_start);
+  issue(&Backend::do_attention_forward, q, k, v, out, lse, doc_start);
 }
 
 void Backend::attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                  const Tensor& v, const Tensor& out, const Tensor& lse,
-                                 const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                                 const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                 const Tensor& doc_start) {
   const OpScope timed(*this, Op::attention_backward);
   if (stage_bf16(*this, Op::attention_backward, &Backend::attention_backward, In{dout}, In{q},
-                 In{k}, In{v}, In{out}, In{lse}, Out{dq}, Out{dk}, Out{dv}))
+                 In{k}, In{v}, In{out}, In{lse}, Out{dq}, Out{dk}, Out{dv}, doc_start))
     return;
-  check_attention(Op::attention_backward, *this, q, k, v, out, lse);
+  check_attention(Op::attention_backward, *this, q, k, v, out, lse, doc_start);
   OpCheck(Op::attention_backward, *this)
       .like("dout", dout, "q", q)
       .like("dq", dq, "q", q)
       .like("dk", dk, "k", k)
       .like("dv", dv, "v", v);
-  issue(&Backend::do_attention_backward, dout, q, k, v, out, lse, dq, dk, dv);
+  issue(&Backend::do_attention_backward, dout, q, k, v, out, lse, dq, dk, dv, doc_start);
 }
 
 void Backend::swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) {

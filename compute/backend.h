@@ -160,7 +160,8 @@ class Backend {
                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight);
 
   // ---- RoPE (Hugging Face rotate_half) ------------------------------------------------------
-  // x, out [B,T,H,D]; cos, sin [T, D/2] from rope_tables(). out may alias x.
+  // x, out [B,T,H,D]; cos, sin [T, D/2] from rope_tables() (token t at position t), or
+  // [B*T, D/2] (a row per token: packed documents, whose positions restart). out may alias x.
   void rope_forward(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out);
   void rope_backward(const Tensor& dout, const Tensor& cos, const Tensor& sin, const Tensor& dx);
 
@@ -170,12 +171,14 @@ class Backend {
   // k and v may be longer than q, [B,Tk,Hkv,D] with Tk > T: the queries are then the last T
   // positions of the keys' sequence (causal from the bottom right: query i attends keys
   // j <= Tk - T + i), as a context-parallel rank's chunk attends every key before it.
+  // doc_start [B,T] int32 (packed documents; Tk == T): query i attends only keys j with
+  // doc_start[b][i] <= j <= i, the tokens of its own document.
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                         const Tensor& lse);
+                         const Tensor& lse, const Tensor& doc_start = Tensor());
   // dq, dk, dv overwrite. Recomputes the probabilities from q, k and lse (no [T,T] saved).
   void attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const Tensor& lse, const Tensor& dq, const Tensor& dk,
-                          const Tensor& dv);
+                          const Tensor& dv, const Tensor& doc_start = Tensor());
 
   // ---- activations ----------------------------------------------------------------------------
   // SwiGLU: out = silu(gate) * up; all [N,F].
@@ -262,10 +265,12 @@ class Backend {
   virtual void do_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out,
                        bool backward) = 0;
   virtual void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    const Tensor& out, const Tensor& lse) = 0;
+                                    const Tensor& out, const Tensor& lse,
+                                    const Tensor& doc_start) = 0;
   virtual void do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                      const Tensor& v, const Tensor& out, const Tensor& lse,
-                                     const Tensor& dq, const Tensor& dk, const Tensor& dv) = 0;
+                                     const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                     const Tensor& doc_start) = 0;
   virtual void do_swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   virtual void do_swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                                   const Tensor& dgate, const Tensor& dup) = 0;
@@ -308,8 +313,12 @@ const char* op_name(Backend::Op op);
 // RoPE cos and sin tables [T, head_dim/2] of `dtype` for positions 0..T-1. Angles are computed
 // in double on the host, so every backend rotates by bit-identical values:
 // angle(p, j) = p * theta^(-2j/head_dim).
+// cos, sin [T, D/2] (position t for token t), or, for packed documents, [B*T, D/2] (each
+// token at its position in its document) with doc_start [B, T] int32, the first position of
+// each token's document (attention stays inside it).
 struct RopeTables {
   Tensor cos, sin;
+  Tensor doc_start;  // undefined: one document per sequence
 };
 RopeTables make_rope_tables(Backend& backend, std::int64_t seq_len, std::int64_t head_dim,
                             double theta, DType dtype = DType::F32);

@@ -49,10 +49,10 @@ class CpuBackend : public Backend {
   void do_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, const Tensor& out,
                bool backward) override;
   void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                            const Tensor& lse) override;
+                            const Tensor& lse, const Tensor& doc_start) override;
   void do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse, const Tensor& dq,
-                             const Tensor& dk, const Tensor& dv) override;
+                             const Tensor& dk, const Tensor& dv, const Tensor& doc_start) override;
   void do_swiglu_forward(const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void do_swiglu_backward(const Tensor& dout, const Tensor& gate, const Tensor& up,
                           const Tensor& dgate, const Tensor& dup) override;

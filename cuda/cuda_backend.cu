@@ -314,35 +314,39 @@ class CudaBackend final : public Backend {
     dispatch(FloatTypes{}, "rope", x.dtype(), [&](auto tag) {
       using T = decltype(tag);
       launch(gpu::rope_kernel<T>, x.numel() / 2, x.data<T>(), c.data<T>(), s.data<T>(),
-             out.data<T>(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), backward);
+             out.data<T>(), x.dim(0), x.dim(1), x.dim(2), x.dim(3), c.dim(0), backward);
     });
   }
+  // Packed documents (doc_start) run the reference kernels: the cuDNN graphs here are built for
+  // the causal mask only (a padding/ragged mask per document is not built yet; said once).
   void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                            const Tensor& lse) override {
-    if (cudnn_attends(q, k, /*backward=*/false)) return attention_->forward(q, k, v, out, lse);
+                            const Tensor& lse, const Tensor& doc_start) override {
+    if (!doc_start.defined() && cudnn_attends(q, k, /*backward=*/false))
+      return attention_->forward(q, k, v, out, lse);
     note_reference_attention(q, k);
-    if (q.dtype() == DType::BF16) {  // a key prefix cuDNN refused: float32 copies, rounded once
+    if (q.dtype() == DType::BF16) {  // cuDNN refused or skipped: float32 copies, rounded once
       Tensor o = empty(out.shape(), DType::F32);
-      attention_forward(widened(q), widened(k), widened(v), o, lse);
+      attention_forward(widened(q), widened(k), widened(v), o, lse, doc_start);
       return cast(o, out);
     }
     dispatch(FloatTypes{}, "attention_forward", q.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const gpu::AttnShape a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
       launch(gpu::attention_forward_kernel<T>, a.B * a.H * a.Tq, q.data<T>(), k.data<T>(),
-             v.data<T>(), out.data<T>(), lse.data<T>(), a);
+             v.data<T>(), out.data<T>(), lse.data<T>(), a, doc_starts(doc_start));
     });
   }
   void do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse, const Tensor& dq,
-                             const Tensor& dk, const Tensor& dv) override {
-    if (cudnn_attends(q, k, /*backward=*/true))
+                             const Tensor& dk, const Tensor& dv,
+                             const Tensor& doc_start) override {
+    if (!doc_start.defined() && cudnn_attends(q, k, /*backward=*/true))
       return attention_->backward(dout, q, k, v, out, lse, dq, dk, dv);
     if (q.dtype() == DType::BF16) {  // as in the forward
       Tensor gq = empty(dq.shape(), DType::F32), gk = empty(dk.shape(), DType::F32),
              gv = empty(dv.shape(), DType::F32);
       attention_backward(widened(dout), widened(q), widened(k), widened(v), widened(out), lse, gq,
-                         gk, gv);
+                         gk, gv, doc_start);
       cast(gq, dq);
       cast(gk, dk);
       return cast(gv, dv);
@@ -351,10 +355,10 @@ class CudaBackend final : public Backend {
       using T = decltype(tag);
       const gpu::AttnShape a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
       launch(gpu::attention_dq_kernel<T>, a.B * a.H * a.Tq, q.data<T>(), k.data<T>(), v.data<T>(),
-             out.data<T>(), dout.data<T>(), lse.data<T>(), dq.data<T>(), a);
+             out.data<T>(), dout.data<T>(), lse.data<T>(), dq.data<T>(), a, doc_starts(doc_start));
       launch(gpu::attention_dkv_kernel<T>, a.B * a.Hkv * a.Tk, q.data<T>(), k.data<T>(),
              v.data<T>(), out.data<T>(), dout.data<T>(), lse.data<T>(), dk.data<T>(), dv.data<T>(),
-             a);
+             a, doc_starts(doc_start));
     });
   }
   void do_swiglu_forward(const Tensor& g, const Tensor& u, const Tensor& out) override {
@@ -453,6 +457,9 @@ class CudaBackend final : public Backend {
     return q.dim(1) == k.dim(1) || attention_->takes_key_prefix(q, k, backward);
   }
   // The fast tier without cuDNN attention for this call: said once per process, not per call.
+  static const std::int32_t* doc_starts(const Tensor& doc_start) {
+    return doc_start.defined() ? doc_start.data<std::int32_t>() : nullptr;
+  }
   void note_reference_attention(const Tensor& q, const Tensor& k) {
     if (fast_) gpu::note_reference_attention(q.dtype(), attention_ != nullptr);
   }

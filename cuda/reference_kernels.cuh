@@ -120,11 +120,13 @@ __global__ void rmsnorm_backward_dg_kernel(const T* dy, const T* x, const T* rst
 
 template <class T>
 __global__ void rope_kernel(const T* x, const T* cosv, const T* sinv, T* out, std::int64_t batch,
-                            std::int64_t seq, std::int64_t heads, std::int64_t hd, bool backward) {
+                            std::int64_t seq, std::int64_t heads, std::int64_t hd,
+                            std::int64_t table_rows, bool backward) {
   const std::int64_t half = hd / 2;
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= batch * seq * heads * half) return;
-  const std::int64_t j = i % half, bth = i / half, t = (bth / heads) % seq;
+  // The table row of token (b, t): t for [T, half] tables, b*T + t for a row per token.
+  const std::int64_t j = i % half, bth = i / half, t = (bth / heads) % table_rows;
   const std::int64_t base = bth * hd;
   const T c = cosv[t * half + j], s = sinv[t * half + j];
   T y1, y2;
@@ -143,26 +145,28 @@ struct AttnShape {
 
 // Causal GQA attention, one thread per (batch, head, query position): two passes over the keys
 // (max and log-sum-exp, then the weighted sum of values). q has Tq positions, k and v Tk >= Tq:
-// query i is position Tk - Tq + i and attends keys j <= Tk - Tq + i (backend.h).
+// query i is position Tk - Tq + i and attends keys j <= Tk - Tq + i (backend.h); with packed
+// documents (doc_start [B, Tq], Tk == Tq) only keys j >= doc_start[b][i].
 template <class T>
 __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* out, T* lse,
-                                         AttnShape a) {
+                                         AttnShape a, const std::int32_t* doc_start) {
   const std::int64_t B = a.B, Tq = a.Tq, Tk = a.Tk, H = a.H, Hkv = a.Hkv, D = a.D;
   const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= B * H * Tq) return;
   const std::int64_t i = idx % Tq, h = (idx / Tq) % H, b = idx / (Tq * H);
   const std::int64_t kvh = h / (H / Hkv), last = Tk - Tq + i;
+  const std::int64_t first = doc_start ? doc_start[b * Tq + i] : 0;
   const double scale = 1.0 / sqrt(double(D));
   const T* qi = q + ((b * Tq + i) * H + h) * D;
   double mx = -1e300;
-  for (std::int64_t j = 0; j <= last; ++j) {
+  for (std::int64_t j = first; j <= last; ++j) {
     const T* kj = k + ((b * Tk + j) * Hkv + kvh) * D;
     double s = 0;
     for (std::int64_t e = 0; e < D; ++e) s += double(qi[e]) * double(kj[e]);
     mx = fmax(mx, s * scale);
   }
   double sum = 0;
-  for (std::int64_t j = 0; j <= last; ++j) {
+  for (std::int64_t j = first; j <= last; ++j) {
     const T* kj = k + ((b * Tk + j) * Hkv + kvh) * D;
     double s = 0;
     for (std::int64_t e = 0; e < D; ++e) s += double(qi[e]) * double(kj[e]);
@@ -172,7 +176,7 @@ __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* 
   lse[(b * H + h) * Tq + i] = T(l);
   T* oi = out + ((b * Tq + i) * H + h) * D;
   for (std::int64_t e = 0; e < D; ++e) oi[e] = T(0);
-  for (std::int64_t j = 0; j <= last; ++j) {
+  for (std::int64_t j = first; j <= last; ++j) {
     const T* kj = k + ((b * Tk + j) * Hkv + kvh) * D;
     const T* vj = v + ((b * Tk + j) * Hkv + kvh) * D;
     double s = 0;
@@ -207,7 +211,8 @@ __device__ double attention_ds(const T* q, const T* k, const T* v, const T* out,
 // dq: one thread per (batch, head, query i), keys j <= Tk - Tq + i in order.
 template <class T>
 __global__ void attention_dq_kernel(const T* q, const T* k, const T* v, const T* out, const T* dout,
-                                    const T* lse, T* dq, AttnShape a) {
+                                    const T* lse, T* dq, AttnShape a,
+                                    const std::int32_t* doc_start) {
   const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= a.B * a.H * a.Tq) return;
   const std::int64_t i = idx % a.Tq, h = (idx / a.Tq) % a.H, b = idx / (a.Tq * a.H);
@@ -215,7 +220,7 @@ __global__ void attention_dq_kernel(const T* q, const T* k, const T* v, const T*
   const double scale = 1.0 / sqrt(double(a.D));
   T* dqi = dq + ((b * a.Tq + i) * a.H + h) * a.D;
   for (std::int64_t e = 0; e < a.D; ++e) dqi[e] = T(0);
-  for (std::int64_t j = 0; j <= a.Tk - a.Tq + i; ++j) {
+  for (std::int64_t j = doc_start ? doc_start[b * a.Tq + i] : 0; j <= a.Tk - a.Tq + i; ++j) {
     const T ds = T(scale * attention_ds(q, k, v, out, dout, lse, b, h, i, j, a));
     const T* kj = k + ((b * a.Tk + j) * a.Hkv + kvh) * a.D;
     for (std::int64_t e = 0; e < a.D; ++e) dqi[e] += ds * kj[e];
@@ -226,7 +231,8 @@ __global__ void attention_dq_kernel(const T* q, const T* k, const T* v, const T*
 // see key j (position Tk - Tq + i >= j) in order.
 template <class T>
 __global__ void attention_dkv_kernel(const T* q, const T* k, const T* v, const T* out,
-                                     const T* dout, const T* lse, T* dk, T* dv, AttnShape a) {
+                                     const T* dout, const T* lse, T* dk, T* dv, AttnShape a,
+                                     const std::int32_t* doc_start) {
   const std::int64_t idx = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= a.B * a.Hkv * a.Tk) return;
   const std::int64_t j = idx % a.Tk, kvh = (idx / a.Tk) % a.Hkv, b = idx / (a.Tk * a.Hkv);
@@ -237,6 +243,7 @@ __global__ void attention_dkv_kernel(const T* q, const T* k, const T* v, const T
   for (std::int64_t e = 0; e < a.D; ++e) dkj[e] = dvj[e] = T(0);
   for (std::int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
     for (std::int64_t i = first; i < a.Tq; ++i) {
+      if (doc_start && doc_start[b * a.Tq + i] > j) continue;  // key j is in an earlier document
       const T* qi = q + ((b * a.Tq + i) * a.H + h) * a.D;
       const T* doi = dout + ((b * a.Tq + i) * a.H + h) * a.D;
       const T* kj = k + ((b * a.Tk + j) * a.Hkv + kvh) * a.D;

@@ -42,7 +42,9 @@ struct Tokens {
 };
 Tokens tokens_of(const Tensor& x, const RopeTables& rope, const TensorGroup& tensor) {
   const std::int64_t E = x.cols(), N = x.numel() / E * tensor.size();
-  const std::int64_t T = x.rank() == 3 ? x.dim(1) : rope.cos.dim(0);
+  const std::int64_t T = x.rank() == 3           ? x.dim(1)
+                         : rope.doc_start.defined() ? rope.doc_start.dim(1)
+                                                    : rope.cos.dim(0);
   CAROUSEL_ASSERT(N % T == 0, "{} tokens are not whole sequences of {}", N, T);
   return {N / T, T, N, E};
 }
@@ -75,7 +77,8 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   be.rope_forward(s.k, rope.cos, rope.sin, s.k);
   s.att = be.empty({b, T, Hl, hd}, dt);
   s.lse = be.empty({b, Hl, T}, stats_dtype(dt));
-  context_attention_forward(be, parallel.context, s.q, s.k, s.v, s.att, s.lse, s.context);
+  context_attention_forward(be, parallel.context, s.q, s.k, s.v, s.att, s.lse, s.context,
+                            rope.doc_start);
   s.h = be.empty(x.shape(), dt);  // mine: h = x + att Wo^T
   row_parallel_residual(be, tensor, s.att.reshape({N, Hl * hd}), w.wo, x, s.h);
   // MLP block.
@@ -126,7 +129,7 @@ void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   Tensor dq = be.empty(s.q.shape(), dt), dk = be.empty(s.k.shape(), dt),
          dv = be.empty(s.v.shape(), dt);
   context_attention_backward(be, parallel.context, datt, s.q, s.k, s.v, s.att, s.lse, s.context, dq,
-                             dk, dv);
+                             dk, dv, rope.doc_start);
   datt = Tensor();
   be.rope_backward(dq, rope.cos, rope.sin, dq);
   be.rope_backward(dk, rope.cos, rope.sin, dk);

@@ -17,6 +17,11 @@
 // diagonal, then (batch, head, query tile) tasks sum dQ over the key tiles. The decomposition
 // depends on the shape alone, so results do not depend on the thread count
 // (docs/reliability.md#determinism). The exp loops: exp_loops.h.
+//
+// Packed documents (doc_start): each query row's keys before its document's first token are
+// left out of its softmax — the forward's row max, exponentials and sum run over the row's own
+// document's keys only, and the backward's recomputed P is zero before them — so a document's
+// outputs and gradients do not depend on the tokens of the others.
 #include <omp.h>
 
 #include <algorithm>
@@ -28,6 +33,7 @@
 #include "compute/cpu/blas.h"
 #include "compute/cpu/exp_loops.h"
 #include "compute/cpu_backend.h"
+#include "compute/error.h"
 #include "compute/dispatch.h"
 
 namespace carousel {
@@ -88,8 +94,10 @@ void ds_from_dp(const T* p, T* dp, std::int64_t nq, std::int64_t nk, const T* dr
 }  // namespace
 
 void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                      const Tensor& out, const Tensor& lse) {
+                                      const Tensor& out, const Tensor& lse,
+                                      const Tensor& doc_start) {
   if (k.dim(1) != q.dim(1)) {  // queries against a longer key prefix: attention_prefix.cpp
+    CAROUSEL_ASSERT(!doc_start.defined(), "packed documents with a key prefix");
     return cpu::attention_prefix_forward(
         q, k, v, out, lse, empty({omp_get_max_threads(), 2, q.dim(1), k.dim(1)}, q.dtype()));
   }
@@ -114,6 +122,8 @@ void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Te
       const T* qp = q.data<T>() + d.q_offset(b, h) + q0 * ldq;
       T* op = out.data<T>() + d.q_offset(b, h) + q0 * ldq;
       const std::int64_t kv = d.kv_offset(b, h / d.group());
+      const std::int32_t* ds = doc_start.defined() ? doc_start.data<std::int32_t>() + b * d.seq + q0
+                                                   : nullptr;  // of this tile's rows
       T m[kTile];
       double l[kTile];
       // Scores of rows [r0, r0 + rows) against keys [k0 + c0, k0 + c0 + cols) into columns c0..
@@ -136,18 +146,27 @@ void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Te
       auto softmax_rows = [&](std::int64_t r0, std::int64_t rows, std::int64_t k0,
                               std::int64_t cols) {
         for (std::int64_t r = r0; r < r0 + rows; ++r) {
-          T* row = s + r * kKeyBlock;
-          // Unmasked keys of query q0 + r: at least one, since blocks start at multiples of
-          // kKeyBlock (a multiple of kTile) below q0 + nq, hence at or below q0.
+          // Unmasked keys of query q0 + r: causal, at least one, since blocks start at
+          // multiples of kKeyBlock (a multiple of kTile) below q0 + nq, hence at or below q0;
+          // with documents, from the row's document start on (`lo` keys of the block before it,
+          // maybe all of them: the row then skips the block).
           const std::int64_t n = std::min(cols, q0 + r + 1 - k0);
-          const T mx = row_max(row, n);
-          if (k0 == 0) {
+          const std::int64_t lo = ds ? std::clamp<std::int64_t>(ds[r] - k0, 0, n) : 0;
+          std::fill(s + r * kKeyBlock, s + r * kKeyBlock + lo, T(0));
+          if (lo == n) {
+            std::fill(s + r * kKeyBlock + lo, s + r * kKeyBlock + cols, T(0));
+            if (k0 == 0) m[r] = -std::numeric_limits<T>::infinity(), l[r] = 0;
+            continue;
+          }
+          T* row = s + r * kKeyBlock + lo;
+          const T mx = row_max(row, n - lo);
+          if (k0 == 0 || l[r] == 0) {  // the row's first block with keys of its document
             m[r] = mx;
-            l[r] = cpu::exp_row(row, n, cols, mx);
+            l[r] = cpu::exp_row(row, n - lo, cols - lo, mx);
           } else {
             const T mnew = std::max(m[r], mx);
             const T alpha = cpu::exp_nonpositive(m[r] - mnew);
-            l[r] = l[r] * double(alpha) + cpu::exp_row(row, n, cols, mnew);
+            l[r] = l[r] * double(alpha) + cpu::exp_row(row, n - lo, cols - lo, mnew);
             m[r] = mnew;
             if (alpha != T(1)) {
               for (std::int64_t e = 0; e < D; ++e) op[r * ldq + e] *= alpha;
@@ -197,8 +216,10 @@ void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Te
 //   q
 void CpuBackend::do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
-                                       const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+                                       const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                       const Tensor& doc_start) {
   if (k.dim(1) != q.dim(1)) {
+    CAROUSEL_ASSERT(!doc_start.defined(), "packed documents with a key prefix");
     return cpu::attention_prefix_backward(
         dout, q, k, v, out, lse, dq, dk, dv,
         empty({omp_get_max_threads(), 2, q.dim(1), k.dim(1)}, q.dtype()));
@@ -232,6 +253,13 @@ void CpuBackend::do_attention_backward(const Tensor& dout, const Tensor& q, cons
       cpu::blas_gemm(false, true, nq, nk, D, scale, q.data<T>() + qo, ldq, k.data<T>() + kv, ldk,
                      T(0), p, kTile);
       cpu::recompute_p(p, nq, nk, kTile, qt == kt, lse_p + row);
+      if (doc_start.defined()) {  // keys before each row's document: P = 0
+        const std::int32_t* ds = doc_start.data<std::int32_t>() + b * d.seq + q0;
+        for (std::int64_t r = 0; r < nq; ++r) {
+          std::fill(p + r * kTile, p + r * kTile + std::clamp<std::int64_t>(ds[r] - k0, 0, nk),
+                    T(0));
+        }
+      }
       cpu::blas_gemm(false, true, nq, nk, D, T(1), dout.data<T>() + qo, ldq, v.data<T>() + kv, ldk,
                      T(0), dp, kTile);
       ds_from_dp(p, dp, nq, nk, drow_p + row);

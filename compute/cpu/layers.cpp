@@ -161,6 +161,7 @@ void CpuBackend::do_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, 
                          bool backward) {
   const std::int64_t batch = x.dim(0), seq = x.dim(1), heads = x.dim(2), hd = x.dim(3);
   const std::int64_t half = hd / 2;
+  const std::int64_t rows = cos.dim(0);  // seq (row t), or batch*seq (a row per token)
   dispatch(FloatTypes{}, "rope", x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
@@ -173,7 +174,8 @@ void CpuBackend::do_rope(const Tensor& x, const Tensor& cos, const Tensor& sin, 
         for (std::int64_t h = 0; h < heads; ++h) {
           const std::int64_t base = ((b * seq + t) * heads + h) * hd;
           for (std::int64_t j = 0; j < half; ++j) {
-            const T c = pc[t * half + j], s = ps[t * half + j];
+            const std::int64_t row = (b * seq + t) % rows;
+            const T c = pc[row * half + j], s = ps[row * half + j];
             T y1, y2;
             if (backward) {
               math::rope_rotate_back(px[base + j], px[base + j + half], c, s, y1, y2);

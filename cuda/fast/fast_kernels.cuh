@@ -142,13 +142,14 @@ __global__ void swiglu_backward(const T* dout, const T* gate, const T* up, T* dg
   store<V>(dup, i, du);
 }
 
-// x, out [rows = B*T*H, 2*half]; cos, sin [T, half] float32. One thread per V pairs.
+// x, out [rows = B*T*H, 2*half]; cos, sin [table_rows, half] float32: T rows (token (b, t) at
+// position t) or B*T (a row per token, packed documents). One thread per V pairs.
 template <class T, int V>
 __global__ void rope(const T* x, const float* cosv, const float* sinv, T* out, int64_t rows,
-                     int64_t seq, int64_t heads, int64_t half, bool backward) {
+                     int64_t table_rows, int64_t heads, int64_t half, bool backward) {
   const int64_t i = global_thread(), packs_per_row = half / V;
   if (i >= rows * packs_per_row) return;
-  const int64_t row = i / packs_per_row, p = i % packs_per_row, t = (row / heads) % seq;
+  const int64_t row = i / packs_per_row, p = i % packs_per_row, t = (row / heads) % table_rows;
   const T* xr = x + row * 2 * half;
   T* outr = out + row * 2 * half;
   const Pack<T, V> a = load<V>(xr, p), b = load<V>(xr + half, p);

@@ -163,7 +163,7 @@ void rope(const Launch& l, const Tensor& x, const Tensor& cos, const Tensor& sin
     with_vec(vec, [&](auto v) {
       constexpr int V = decltype(v)::value;
       launch("rope", plan_elementwise(rows * half, V), l, fast::rope<T, V>, x.data<T>(),
-             cos.data<float>(), sin.data<float>(), out.data<T>(), rows, x.dim(1), x.dim(2), half,
+             cos.data<float>(), sin.data<float>(), out.data<T>(), rows, cos.dim(0), x.dim(2), half,
              backward);
     });
   });

@@ -111,7 +111,7 @@ RopeTables context_rope(Backend& be, const RopeTables& whole, const ContextGroup
   if (context.size() == 1) return whole;
   const std::int64_t seq = whole.cos.dim(0), half = whole.cos.dim(1);
   RopeTables mine{be.empty({seq / context.size(), half}, whole.cos.dtype()),
-                  be.empty({seq / context.size(), half}, whole.sin.dtype())};
+                  be.empty({seq / context.size(), half}, whole.sin.dtype()), Tensor()};
   const auto pos = context.positions(seq);
   for (std::size_t i = 0; i < pos.size(); ++i) {
     be.copy(whole.cos.view(pos[i] * half, {half}), mine.cos.view(std::int64_t(i) * half, {half}));
@@ -122,8 +122,9 @@ RopeTables context_rope(Backend& be, const RopeTables& whole, const ContextGroup
 
 void context_attention_forward(Backend& be, const ContextGroup& context, const Tensor& q,
                                const Tensor& k, const Tensor& v, const Tensor& out,
-                               const Tensor& lse, ContextSaved& saved) {
-  if (context.size() == 1) return be.attention_forward(q, k, v, out, lse);
+                               const Tensor& lse, ContextSaved& saved, const Tensor& doc_start) {
+  if (context.size() == 1) return be.attention_forward(q, k, v, out, lse, doc_start);
+  CAROUSEL_ASSERT(!doc_start.defined(), "packed documents with context parallelism");
   const std::int64_t c = q.dim(1) / 2;
   saved.k_all = gather_sequence(be, context, k);  // [b, S, Hkv, hd]
   saved.v_all = gather_sequence(be, context, v);
@@ -141,8 +142,11 @@ void context_attention_forward(Backend& be, const ContextGroup& context, const T
 void context_attention_backward(Backend& be, const ContextGroup& context, const Tensor& dout,
                                 const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& out, const Tensor& lse, const ContextSaved& saved,
-                                const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  if (context.size() == 1) return be.attention_backward(dout, q, k, v, out, lse, dq, dk, dv);
+                                const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                const Tensor& doc_start) {
+  if (context.size() == 1)
+    return be.attention_backward(dout, q, k, v, out, lse, dq, dk, dv, doc_start);
+  CAROUSEL_ASSERT(!doc_start.defined(), "packed documents with context parallelism");
   const std::int64_t c = q.dim(1) / 2;
   Tensor dk_all = be.zeros(saved.k_all.shape(), k.dtype()),
          dv_all = be.zeros(saved.v_all.shape(), v.dtype());

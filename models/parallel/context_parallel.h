@@ -57,10 +57,12 @@ struct ContextSaved {
 // k, v [b, 2c, Hkv, hd], lse [b, H, 2c]; each chunk attends every key up to its end.
 void context_attention_forward(Backend& be, const ContextGroup& context, const Tensor& q,
                                const Tensor& k, const Tensor& v, const Tensor& out,
-                               const Tensor& lse, ContextSaved& saved);
+                               const Tensor& lse, ContextSaved& saved,
+                               const Tensor& doc_start = Tensor());  // packed: C = 1 only
 void context_attention_backward(Backend& be, const ContextGroup& context, const Tensor& dout,
                                 const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& out, const Tensor& lse, const ContextSaved& saved,
-                                const Tensor& dq, const Tensor& dk, const Tensor& dv);
+                                const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                const Tensor& doc_start = Tensor());
 
 }  // namespace carousel
