@@ -146,7 +146,6 @@ bool is_unsupported_maxtext_key(const std::string& name) {
       "dataset_name",
       "eval_dataset_name",
       "grain_train_files",
-      "packing",
       "add_bos",
       "add_eos",
       "enable_goodput_recording",

@@ -103,6 +103,8 @@ struct Config {
   std::string dataset_type = "synthetic";  // synthetic | tokens | text
   std::string dataset_path;          // a file or glob, or PATH[,WEIGHT] entries separated by ';'
   bool enable_data_shuffling = false;  // each dataset's windows in a permutation per epoch
+  bool packing = false;      // documents end with eos_id: attention and RoPE positions per document
+  std::int64_t eos_id = -1;  // -1: tokenizer_path's eos token (resolve_eos_id)
   std::int64_t data_shuffle_seed = 0;
   std::string tokenizer_path;  // tokenizer.json of the tokens; its vocab must fit vocab_size
   // Held-out evaluation (host/data/data.h make_eval_data_loader): every eval_interval steps (0 =

@@ -371,6 +371,13 @@ const std::vector<ConfigKey>& config_keys() {
           "default here"),
       key("data_shuffle_seed", &Config::data_shuffle_seed, ResumeClass::Training,
           "the shuffling permutations' seed (enable_data_shuffling)"),
+      key("packing", &Config::packing, ResumeClass::Training,
+          "sequences hold several documents, each ending with eos_id: attention stays within a "
+          "document and RoPE positions restart at each (MaxText's packing, Megatron's "
+          "reset_attention_mask + reset_position_ids); off: plain causal attention over the "
+          "sequence"),
+      key("eos_id", &Config::eos_id, ResumeClass::Training,
+          "the token that ends a document (packing); -1 = the eos token of tokenizer_path"),
       key("tokenizer_path", &Config::tokenizer_path, ResumeClass::Training,
           "Hugging Face tokenizer.json the tokens were made with (scripts/prepare_data.py); with "
           "dataset_type=tokens its vocabulary must fit vocab_size (checked when the data opens)"),

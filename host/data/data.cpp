@@ -203,6 +203,24 @@ std::unique_ptr<DataLoader> make_eval_data_loader(const Config& cfg) {
   return open_files(cfg, "eval_dataset_path", entries, false);
 }
 
+void resolve_eos_id(Config& cfg) {
+  if (!cfg.packing || cfg.eos_id >= 0) return;
+  CAROUSEL_CHECK(!cfg.tokenizer_path.empty(),
+                 "packing=true needs the token that ends a document: set eos_id=N, or "
+                 "tokenizer_path=tokenizer.json whose eos token carousel reads");
+  const TokenizerInfo tokenizer = read_tokenizer(cfg.tokenizer_path);
+  CAROUSEL_CHECK(tokenizer.eos_id.has_value(),
+                 "packing=true: tokenizer_path='{}' names no eos token (tokenizer_config.json's "
+                 "eos_token, or an added <|endoftext|>, </s> or <|end_of_text|>); set eos_id=N",
+                 cfg.tokenizer_path);
+  CAROUSEL_CHECK(*tokenizer.eos_id < cfg.model.vocab_size,
+                 "packing=true: the eos token of tokenizer_path='{}' is {}, not below "
+                 "vocab_size={}",
+                 cfg.tokenizer_path, *tokenizer.eos_id, cfg.model.vocab_size);
+  cfg.eos_id = *tokenizer.eos_id;
+  spdlog::info("packing: documents end with the tokenizer's eos token, id {}", cfg.eos_id);
+}
+
 std::int64_t eval_batches(const Config& cfg, const DataLoader& eval) {
   if (cfg.eval_steps > 0) return cfg.eval_steps;
   const std::int64_t n = eval.stream_tokens();

@@ -70,6 +70,10 @@ std::optional<TokenizerInfo> read_run_tokenizer(const Config& cfg);
 // eval_dataset_path: sequences g + 2^40 of the synthetic stream (never reached by training).
 std::unique_ptr<DataLoader> make_eval_data_loader(const Config& cfg);
 
+// packing with eos_id=-1: the eos id of tokenizer_path's tokenizer, set in `cfg`; an error when
+// there is none (the documents' end must be known). Nothing otherwise.
+void resolve_eos_id(Config& cfg);
+
 // Batches per evaluation: eval_steps, or for -1 one pass over the eval split,
 // max(1, floor((n - 1) / (B*T))) batches of the global batch B (1 for synthetic data).
 std::int64_t eval_batches(const Config& cfg, const DataLoader& eval);

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "host/reliability/fault_injection.h"
+#include "models/packing.h"
 
 namespace carousel {
 
@@ -59,12 +60,20 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
                        (place.mesh.fsdp * place.mesh.data)),
       loss_scale_(1.0 / double(cfg.global_batch() * cfg.model.max_target_length)),
       capture_(cfg.step_graphs, program, place, be) {
-  std::set<int> with_data;  // microbatches whose tokens this rank reads (first and last stage)
+  // The microbatches whose tokens this rank reads: at the first and last stage, and with
+  // packing at every stage (attention and RoPE follow the tokens' documents).
+  std::set<int> with_data;
   for (const sch::Action& a : actions_) {
-    if (a.is_compute() && (a.stage == 0 || a.stage == layout_.stages() - 1))
+    if (a.is_compute() && (cfg.packing || a.stage == 0 || a.stage == layout_.stages() - 1))
       with_data.insert(a.index);
   }
   data_microbatches_.assign(with_data.begin(), with_data.end());
+  if (cfg.packing) {
+    rope_cos_.resize(std::size_t(rope_.cos.numel()));
+    rope_sin_.resize(std::size_t(rope_.sin.numel()));
+    be.download(rope_.cos, rope_cos_.data());
+    be.download(rope_.sin, rope_sin_.data());
+  }
 }
 
 StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace* trace) {
@@ -338,8 +347,8 @@ void RankExecutor::forward(int stage, int microbatch) {
   const Tensor x = stage == 0 ? embed_forward(be_, params_.extras_weights(),
                                               batch(microbatch).inputs, parallel_.tensor)
                               : take(in_f_, key);
-  const Tensor y = stage_forward(be_, cfg_.model, layers(params_.weights(stage)), rope_, x, remat_,
-                                 saved_[key], parallel_);
+  const Tensor y = stage_forward(be_, cfg_.model, layers(params_.weights(stage)),
+                                 rope_of(microbatch), x, remat_, saved_[key], parallel_);
   if (stage == layout_.stages() - 1) {
     const bool counts_loss = parallel_.tensor.rank() == 0;  // every tensor rank has the same losses
     if (evaluating_) {                                      // the loss alone: no backward will run
@@ -369,7 +378,8 @@ void RankExecutor::backward(int stage, int microbatch, bool defer_weight_grads) 
   const Key key{stage, microbatch};
   std::vector<DeferredWeightGrad>* defer = defer_weight_grads ? &deferred_[key] : nullptr;
   const Tensor dx = stage_backward(be_, cfg_.model, layers(params_.weights(stage)),
-                                   layers(params_.gradients(stage)), rope_, saved_.at(key),
+                                   layers(params_.gradients(stage)), rope_of(microbatch),
+                                   saved_.at(key),
                                    take(in_b_, key), defer, parallel_);
   saved_.erase(key);
   if (stage == 0) {
@@ -403,6 +413,10 @@ void RankExecutor::upload_batches() {
                       mine.size(), to.numel());
       be_.upload(mine.data(), to);
     };
+    if (cfg_.packing) {  // context parallelism is refused with packing: this rank has all T
+      upload_packed_rope(be_, rope_cos_, rope_sin_, cfg_.model.head_dim() / 2,
+                         document_starts(tokens.inputs, T, cfg_.eos_id), T, packed_rope_[m]);
+    }
     upload(std::move(tokens.inputs), kept.inputs);
     upload(std::move(tokens.targets), kept.targets);
   }

@@ -82,6 +82,10 @@ class RankExecutor {
   // source_, into the token buffers batch() returns.
   void upload_batches();
   const Microbatch& batch(int microbatch) const { return batches_.at(microbatch); }
+  // The RoPE tables (and, with packing, document starts) of a microbatch's tokens.
+  const RopeTables& rope_of(int microbatch) const {
+    return cfg_.packing ? packed_rope_.at(microbatch) : rope_;
+  }
   // [b_local, T / C, E] in the compute dtype (C context ranks; tensor parallel: my rows of it)
   Tensor activation() const;
 
@@ -99,6 +103,7 @@ class RankExecutor {
   bool evaluating_ = false;   // in evaluate(): the head computes the loss only
   LayerParallel parallel_;    // the tensor and context groups computing this rank's layers with it
   RopeTables rope_;           // at the positions of this rank's tokens (context parallelism)
+  std::vector<float> rope_cos_, rope_sin_;  // packing: rope_'s values on the host [T, D/2]
   RematPolicy remat_;
   std::int64_t microbatch_size_;  // sequences of a microbatch this rank computes (b / (F x D))
   double loss_scale_;             // 1 / (B x T): a token loss sum to the global mean
@@ -117,6 +122,7 @@ class RankExecutor {
   std::map<int, Microbatch> batches_;     // microbatch -> this rank's part of its tokens
   std::map<int, Tensor> loss_buffers_;    // microbatch -> its per-token losses
   std::vector<int> data_microbatches_;    // the microbatches whose tokens this rank reads
+  std::map<int, RopeTables> packed_rope_;  // packing: microbatch -> its tokens' RoPE rows
   std::map<Key, StageSaved> saved_;     // forward state for the backward
   std::map<Key, std::vector<DeferredWeightGrad>> deferred_;  // I done, W pending
   std::map<Key, Tensor> in_f_, in_b_;                        // inputs of F and B

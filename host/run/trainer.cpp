@@ -8,6 +8,7 @@
 
 #include "compute/cpu_backend.h"
 #include "host/config/run_name.h"
+#include "host/data/data.h"
 #include "host/parallel/rank_executor.h"
 #include "host/run/checkpointer.h"
 #include "host/run/device_peak.h"
@@ -83,6 +84,7 @@ void train_rank(const Run& run, int rank, Backend& be, Communicator& world,
 TrainResult train(const Config& requested, Communicator* process_world) {
   Config cfg = requested;
   if (resolve_run_name(cfg, process_world)) log_fresh_run_name(cfg);
+  resolve_eos_id(cfg);
   const RunPlan plan = plan_run(cfg, process_world);
   TrainResult result;
   result.run_directory = cfg.run_directory();

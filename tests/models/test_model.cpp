@@ -7,6 +7,7 @@
 
 #include "compute/cpu_backend.h"
 #include "models/model.h"
+#include "models/packing.h"
 #include "tests/support/test_util.h"
 
 namespace carousel {
@@ -149,6 +150,48 @@ TEST(Remat, FullAndNoneGiveBitwiseEqualGradients) {
   EXPECT_EQ(l_full, l_none);
   EXPECT_TRUE(testing::bitwise_equal(be, g_full.flat, g_none.flat));
   EXPECT_GT(be.sum_squares(g_full.flat), 0.0);  // the gradient is not trivially zero
+}
+
+// Packed documents: a sequence holding documents A (ending with the eos id) and B has the loss
+// and gradients of A and B run as sequences of their own — attention stays inside each and B's
+// positions restart at 0 — to float32 rounding; the same sequence unpacked does not.
+TEST(Packing, APackedSequenceIsItsDocumentsRunAlone) {
+  CpuBackend be;
+  constexpr std::int64_t kA = 11, kB = 21, T = kA + kB, kEos = 7;
+  const Tiny packed_model = tiny(be, 2, 3, T);
+  const ModelConfig& cfg = packed_model.cfg;
+  std::vector<std::int32_t> inputs(T), targets(T);
+  for (std::int64_t t = 0; t < T; ++t) {
+    inputs[t] = std::int32_t((t * 37 + 5) % cfg.vocab_size);
+    if (inputs[t] == kEos) inputs[t] = kEos + 1;
+  }
+  inputs[kA - 1] = kEos;  // A's last token ends it
+  for (std::int64_t t = 0; t < T; ++t) targets[t] = inputs[(t + 1) % T];
+  const auto run = [&](std::int64_t first, std::int64_t length, const RopeTables& rope,
+                       ParamSet& grads) {
+    const std::vector<std::int32_t> in(inputs.begin() + first, inputs.begin() + first + length),
+        tg(targets.begin() + first, targets.begin() + first + length);
+    const Microbatch mb{be.from_host(in, {1, length}), be.from_host(tg, {1, length})};
+    return model_forward_backward(be, cfg, packed_model.params, grads, rope, mb, 1.0,
+                                  RematPolicy::None);
+  };
+  // A and B alone (each with its own RoPE positions 0, 1, ...), gradients summed.
+  ParamSet alone = packed_model.zero_grads(be);
+  const double loss_alone = run(0, kA, make_rope_tables(be, kA, cfg.head_dim(), 10000.0), alone) +
+                            run(kA, kB, make_rope_tables(be, kB, cfg.head_dim(), 10000.0), alone);
+  // Packed: one sequence, document starts from the eos, a RoPE row per token.
+  RopeTables packed_rope;
+  upload_packed_rope(be, be.to_host<float>(packed_model.rope.cos),
+                     be.to_host<float>(packed_model.rope.sin), cfg.head_dim() / 2,
+                     document_starts(inputs, T, kEos), T, packed_rope);
+  EXPECT_EQ(be.to_host<std::int32_t>(packed_rope.doc_start)[kA], kA);
+  ParamSet packed = packed_model.zero_grads(be);
+  const double loss_packed = run(0, T, packed_rope, packed);
+  EXPECT_NEAR(loss_packed, loss_alone, 1e-5 * std::abs(loss_alone));
+  testing::expect_close(fetch(be, packed.flat), fetch(be, alone.flat), 1e-4, 1e-6,
+                        "packed gradients against the documents alone");
+  ParamSet plain = packed_model.zero_grads(be);  // one causal sequence: B sees A
+  EXPECT_GT(std::abs(run(0, T, packed_model.rope, plain) - loss_alone), 1e-3);
 }
 
 // Mixed precision: the model on a bfloat16 copy of the weights (bf16 activations, float32

@@ -222,6 +222,15 @@ TEST(Train, AsyncCheckpointsOverlapTheNextSteps) {
   EXPECT_GE(gap_after_first_save(false), 1.5);
 }
 
+// packing needs the token that ends a document: eos_id, or the tokenizer's eos token.
+TEST(Train, PackingWithoutAnEosTokenIsAClearError) {
+  Config c = small_run("packing_no_eos", 1, {"packing=true"});
+  EXPECT_NE(testing::error_of([&] { train(c); })
+                .find("packing=true needs the token that ends a document: set eos_id=N, or "
+                      "tokenizer_path=tokenizer.json"),
+            std::string::npos);
+}
+
 // max_num_checkpoints_to_keep=2 with a save every step: the two newest complete checkpoints stay,
 // across a resume; a directory without a manifest (a crash's leftover) and an unrelated file are
 // left alone, and a removal a crash interrupted (.removing-*) is finished.

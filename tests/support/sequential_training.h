@@ -16,6 +16,7 @@
 #include "host/parallel/optimizer.h"
 #include "host/run/trainer.h"
 #include "models/model.h"
+#include "models/packing.h"
 
 namespace carousel {
 
@@ -31,8 +32,20 @@ inline std::vector<StepMetrics> train_sequentially(const Config& cfg) {
   const bool bf16 = cfg.dtype == "bfloat16";  // compute on bf16 copies of the float32 masters
   const ParamSet compute = bf16 ? ParamSet::allocate(be, specs, DType::BF16) : params;
   const auto data = make_data_loader(cfg);
-  const auto rope = make_rope_tables(be, cfg.model.max_target_length, cfg.model.head_dim(),
-                                     cfg.model.rope_max_timescale);
+  const auto whole_rope = make_rope_tables(be, cfg.model.max_target_length, cfg.model.head_dim(),
+                                           cfg.model.rope_max_timescale);
+  // packing: each microbatch's document starts and RoPE rows (models/packing.h).
+  const std::vector<float> cos_f = be.to_host<float>(whole_rope.cos),
+                           sin_f = be.to_host<float>(whole_rope.sin);
+  RopeTables packed;
+  const auto rope_for = [&](const TokenBatch& tokens) -> const RopeTables& {
+    if (!cfg.packing) return whole_rope;
+    packed = {};
+    upload_packed_rope(be, cos_f, sin_f, cfg.model.head_dim() / 2,
+                       document_starts(tokens.inputs, tokens.seq_len, cfg.eos_id), tokens.seq_len,
+                       packed);
+    return packed;
+  };
   const std::int64_t B = cfg.global_batch(), M = cfg.microbatches(), b = B / M;
   const std::int64_t T = cfg.model.max_target_length;
   const auto eval = cfg.eval_interval > 0 ? make_eval_data_loader(cfg) : nullptr;
@@ -46,7 +59,7 @@ inline std::vector<StepMetrics> train_sequentially(const Config& cfg) {
       const TokenBatch tokens = data->batch(step, B, m * b, b);
       const Microbatch mb{be.from_host(tokens.inputs, {b, T}),
                           be.from_host(tokens.targets, {b, T})};
-      loss_sum += model_forward_backward(be, cfg.model, compute, grads, rope, mb,
+      loss_sum += model_forward_backward(be, cfg.model, compute, grads, rope_for(tokens), mb,
                                          1.0 / double(B * T), parse_remat_policy(cfg.remat_policy));
     }
     const double norm = global_l2_norm(be, {grads.flat});
@@ -62,7 +75,7 @@ inline std::vector<StepMetrics> train_sequentially(const Config& cfg) {
           const TokenBatch tokens = eval->batch(i, B, m * b, b);
           const Microbatch mb{be.from_host(tokens.inputs, {b, T}),
                               be.from_host(tokens.targets, {b, T})};
-          sum += model_forward_backward(be, cfg.model, compute, scratch, rope, mb, 1.0,
+          sum += model_forward_backward(be, cfg.model, compute, scratch, rope_for(tokens), mb, 1.0,
                                         parse_remat_policy(cfg.remat_policy)) /
                  double(B * T);
         }
