@@ -16,6 +16,7 @@ one "error:" line on stderr and exit status 2.
 """
 import argparse
 import json
+import os
 import sys
 
 PREDICTED_PID = 1000
@@ -48,6 +49,12 @@ def main():
     parser.add_argument("traces", nargs="+", help="trace-rank<P>.json files of one run")
     parser.add_argument("-o", "--output", required=True, help="the merged trace to write")
     args = parser.parse_args()
+    seen = {}
+    for path in args.traces:
+        real = os.path.realpath(path)
+        if real in seen:
+            fail(f"'{path}' is given twice (as '{seen[real]}' too); give each trace once")
+        seen[real] = path
     loaded = [(path, *load(path)) for path in args.traces]
     base = min(origin for _, _, origin in loaded)
     merged, seen_meta, owner = [], set(), {}

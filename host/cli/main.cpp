@@ -24,11 +24,8 @@ namespace {
 // The error that ends a command: logged, or on stderr when logging is off (--log-level off
 // silences the log, not the reason the command failed).
 void report_fatal(const std::string& message) {
-  if (spdlog::get_level() == spdlog::level::off) {
-    fmt::print(stderr, "error: {}\n", message);
-  } else {
-    spdlog::error("{}", message);
-  }
+  spdlog::error("{}", message);  // the log file too, when there is one
+  if (!carousel::console_shows_errors()) fmt::print(stderr, "error: {}\n", message);
 }
 }  // namespace
 

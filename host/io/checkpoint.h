@@ -79,12 +79,14 @@ void check_outputs_writable(const Config& cfg);
 // CRC32. Throws carousel::Error naming the first problem (the file and what is wrong).
 void verify_checkpoint(const std::string& directory);
 
-// max_num_checkpoints_to_keep = N > 0: after a save, removes the complete checkpoints (those
-// with a manifest) older than the N newest complete ones, so the newest complete checkpoint is
-// always kept; directories without a manifest are left alone. Each is renamed aside first
-// (checkpoints/.removing-<step>-<pid>, cleaned by the next call), so an interrupted removal
-// never leaves a half-deleted directory that looks like a checkpoint. Returns those removed.
-std::vector<std::string> prune_checkpoints(const Config& cfg);
+// max_num_checkpoints_to_keep = N > 0: after the save of checkpoint `saved_step`, keeps it and
+// the newest N - 1 older checkpoints that verify (verify_checkpoint: a corrupt one takes no
+// place), and removes the older complete ones (those with a manifest). Directories without a
+// manifest, and any newer than the save, are left alone. Each removal renames the directory
+// aside first (checkpoints/.removing-<step>-<pid>, cleaned by the next call), so an interrupted
+// removal never leaves a half-deleted directory that looks like a checkpoint. Returns those
+// removed.
+std::vector<std::string> prune_checkpoints(const Config& cfg, std::int64_t saved_step);
 
 // metrics_file, or <run directory>/metrics.jsonl when it is empty.
 std::string metrics_file_path(const Config& cfg);

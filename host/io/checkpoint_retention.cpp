@@ -1,18 +1,20 @@
 // checkpoint_retention.cpp — max_num_checkpoints_to_keep: the oldest complete checkpoints are
-// removed after each save, never the newest complete one, never a directory that is not a
-// complete checkpoint (those are the user's to inspect; latest_checkpoint warns about them).
+// removed after each save, never the one just written nor the newest ones that verify, never a
+// directory that is not a complete checkpoint or is newer than the save (those are the user's to
+// inspect; latest_checkpoint warns about them).
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <filesystem>
 
+#include "compute/error.h"
 #include "host/io/checkpoint.h"
 
 namespace carousel {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> prune_checkpoints(const Config& cfg) {
+std::vector<std::string> prune_checkpoints(const Config& cfg, std::int64_t saved_step) {
   std::vector<std::string> removed;
   if (cfg.max_num_checkpoints_to_keep <= 0) return removed;
   const fs::path root = fs::path(cfg.run_directory()) / "checkpoints";
@@ -21,11 +23,21 @@ std::vector<std::string> prune_checkpoints(const Config& cfg) {
   for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec)) {
     if (it->path().filename().string().rfind(".removing-", 0) == 0) fs::remove_all(it->path(), ec);
   }
-  std::int64_t complete = 0;
+  std::int64_t kept = 0;
   for (const auto& [step, dir] : step_directories(root.string())) {  // newest first
-    // Complete: its manifest was written last and the directory renamed into place after it.
-    if (!fs::exists(fs::path(dir) / "manifest.json")) continue;
-    if (++complete <= cfg.max_num_checkpoints_to_keep) continue;
+    // Newer than the save (a checkpoint a resume skipped as unusable): not ours to judge.
+    if (step > saved_step) continue;
+    if (kept < cfg.max_num_checkpoints_to_keep) {
+      // Kept: the one just written, then the newest older ones that verify, as a resume
+      // would choose them (a corrupt one does not take a place).
+      try {
+        if (step != saved_step) verify_checkpoint(dir);
+        ++kept;
+      } catch (const Error&) {
+      }
+      continue;
+    }
+    if (!fs::exists(fs::path(dir) / "manifest.json")) continue;  // a crash's leftover: kept
     const fs::path aside = root / fmt::format(".removing-{}-{}", step, ::getpid());
     fs::rename(dir, aside, ec);
     if (!ec) fs::remove_all(aside, ec);

@@ -64,11 +64,15 @@ double layer_elements(const ModelConfig& m, int tensor) {
 }
 
 // The seconds a layer's forward waits for its tensor and context groups (their collectives sit
-// between its GEMMs: nothing overlaps them), from the bytes plan_memory counts.
+// between its GEMMs: nothing overlaps them), from the bytes plan_memory counts, plus each
+// collective's latency floor: 4 per layer for T > 1 (the sequence-parallel gathers and
+// reduce-scatters around attention and the MLP), 2 for C > 1 (the keys' and values' gathers).
 double layer_collective_seconds(const Config& cfg, const Cluster& cluster, const MeshLinks& links) {
   const LayerTraffic t = layer_traffic(cfg);
+  const double messages = (cfg.ici_tensor_parallelism > 1 ? 4 : 0) +
+                          (cfg.ici_context_parallelism > 1 ? 2 : 0);
   return t.tensor / link(cluster, links.tensor_inter) +
-         t.context / link(cluster, links.context_inter);
+         t.context / link(cluster, links.context_inter) + messages * cluster.message_seconds;
 }
 
 // The FLOP model: compute at peak x efficiency, communication over the links' bandwidths. With

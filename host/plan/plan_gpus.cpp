@@ -13,10 +13,10 @@ namespace carousel::plan {
 
 const std::vector<GpuPreset>& gpu_presets() {
   static const std::vector<GpuPreset> rows = {
-      {"h100", "79.6GiB", 989, 67, "450GB/s", "400Gbit/s", 8},
-      {"h200", "140GiB", 989, 67, "450GB/s", "400Gbit/s", 8},
-      {"a100", "80GiB", 312, 19.5, "300GB/s", "200Gbit/s", 8},
-      {"b200", "179GiB", 2250, 80, "900GB/s", "400Gbit/s", 8},
+      {"h100", "79.6GiB", 989, 67, "450GB/s", "400Gbit/s"},
+      {"h200", "140GiB", 989, 67, "450GB/s", "400Gbit/s"},
+      {"a100", "80GiB", 312, 19.5, "300GB/s", "200Gbit/s"},
+      {"b200", "179GiB", 2250, 80, "900GB/s", "400Gbit/s"},
   };
   return rows;
 }

@@ -14,7 +14,6 @@ struct GpuPreset {
   double fp32_tflops;          // dense peak without TF32 (carousel's float32 GEMMs)
   const char* nvlink;          // per GPU and direction, as --intra-node-bandwidth takes it
   const char* network;         // per GPU and direction (one NIC per GPU), --inter-node-bandwidth
-  int gpus_per_node;
 };
 
 const std::vector<GpuPreset>& gpu_presets();

@@ -24,9 +24,12 @@ double link(const Cluster& c, bool inter) {
   return inter ? c.inter_node_bytes_per_second : c.intra_node_bytes_per_second;
 }
 
-// Replica and extras reductions of the optimizer step: nothing else runs meanwhile.
+// Replica and extras reductions of the optimizer step: nothing else runs meanwhile. Each costs
+// the latency floor too (the replicas': a reduce-scatter and an all-gather).
 double exposed_seconds(const LinkBytes& b, const Cluster& cluster, const MeshLinks& links) {
-  return b.data / link(cluster, links.data_inter) + b.extras / link(cluster, links.fsdp_inter);
+  const double messages = (b.data > 0 ? 2 : 0) + (b.extras > 0 ? 1 : 0);
+  return b.data / link(cluster, links.data_inter) + b.extras / link(cluster, links.fsdp_inter) +
+         messages * cluster.message_seconds;
 }
 
 // The layout lowered_program(cfg) runs: one device runs the whole model as one stage.

@@ -4,6 +4,7 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
+#include <atomic>
 #include <filesystem>
 #include <vector>
 
@@ -12,6 +13,12 @@
 #include "host/report/progress_bar.h"
 
 namespace carousel {
+
+namespace {
+std::atomic<bool> console_errors{true};
+}  // namespace
+
+bool console_shows_errors() { return console_errors.load(); }
 
 void init_logging(const LogOptions& options) {
   const auto level = spdlog::level::from_str(options.level);
@@ -25,6 +32,7 @@ void init_logging(const LogOptions& options) {
     if (options.progress_bar) console = bar = std::make_shared<ProgressSink>(console, stderr);
     set_progress_sink(bar);
     console->set_level(options.rank == 0 ? level : std::max(level, spdlog::level::warn));
+    console_errors = level <= spdlog::level::err;
     sinks.push_back(console);
   }
   if (!options.file_dir.empty()) {

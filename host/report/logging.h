@@ -18,4 +18,7 @@ struct LogOptions {
 // Installs the default logger for this process. Throws carousel::Error on an unknown level.
 void init_logging(const LogOptions& options);
 
+// Whether an error logged now reaches the console (not with log level off, whatever the file).
+bool console_shows_errors();
+
 }  // namespace carousel

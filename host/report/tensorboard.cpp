@@ -75,7 +75,7 @@ std::uint32_t crc32c(std::string_view data) {
   return c ^ 0xffffffffu;
 }
 
-TensorBoardWriter::TensorBoardWriter(const std::string& directory) {
+TensorBoardWriter::TensorBoardWriter(const std::string& directory, std::int64_t start_step) {
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
   CAROUSEL_CHECK(!ec, "cannot create the TensorBoard directory '{}': {} (enable_tensorboard=false "
@@ -90,31 +90,47 @@ TensorBoardWriter::TensorBoardWriter(const std::string& directory) {
                  std::strerror(errno));
   std::string first = event_head(now, 0);
   put_bytes(first, 3, "brain.Event:2");
-  write_record(first);
+  append_record(first);
+  if (start_step > 0) {  // Event.session_log (field 7) = SessionLog { status (1) = START (1) }
+    std::string session;
+    put_varint(session, 1 << 3 | 0);
+    put_varint(session, 1);
+    std::string resumed = event_head(now, start_step);
+    put_bytes(resumed, 7, session);
+    append_record(resumed);
+  }
+  flush();
 }
 
-void TensorBoardWriter::scalar(const std::string& tag, std::int64_t step, double value,
-                               double wall_time) {
-  std::string v;  // Summary.Value { string tag = 1; float simple_value = 2; }
-  put_bytes(v, 1, tag);
-  put_varint(v, 2 << 3 | 5);  // wire type 5: 32-bit
-  put_fixed(v, float(value));
-  std::string summary;  // Summary { repeated Value value = 1; }
-  put_bytes(summary, 1, v);
-  std::string event = event_head(wall_time, step);
-  put_bytes(event, 5, summary);
-  write_record(event);
+void TensorBoardWriter::scalars(std::int64_t step, double wall_time,
+                                const std::vector<std::pair<std::string, double>>& values) {
+  for (const auto& [tag, value] : values) {
+    std::string v;  // Summary.Value { string tag = 1; float simple_value = 2; }
+    put_bytes(v, 1, tag);
+    put_varint(v, 2 << 3 | 5);  // wire type 5: 32-bit
+    put_fixed(v, float(value));
+    std::string summary;  // Summary { repeated Value value = 1; }
+    put_bytes(summary, 1, v);
+    std::string event = event_head(wall_time, step);
+    put_bytes(event, 5, summary);
+    append_record(event);
+  }
+  flush();
 }
 
-void TensorBoardWriter::write_record(const std::string& event) {
+void TensorBoardWriter::append_record(const std::string& event) {
   std::string length;
   put_fixed(length, std::uint64_t(event.size()));
-  std::string record = length;
-  put_fixed(record, masked_crc(length));
-  record += event;
-  put_fixed(record, masked_crc(event));
-  out_.write(record.data(), std::streamsize(record.size()));
+  pending_ += length;
+  put_fixed(pending_, masked_crc(length));
+  pending_ += event;
+  put_fixed(pending_, masked_crc(event));
+}
+
+void TensorBoardWriter::flush() {
+  out_.write(pending_.data(), std::streamsize(pending_.size()));
   out_.flush();
+  pending_.clear();
   CAROUSEL_CHECK(out_.good(), "writing TensorBoard event file '{}' failed: {} (disk full?)", path_,
                  std::strerror(errno));
 }

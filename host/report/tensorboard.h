@@ -3,8 +3,9 @@
 // <run dir>/tensorboard/events.out.tfevents.<unix time>.<host>.<pid>.carousel, one file per
 // process start (TensorBoard reads every file of the directory; a resume adds one). Each record
 // is TFRecord-framed (length, masked CRC-32C of the length, data, masked CRC-32C of the data)
-// and holds one serialized tensorboard Event: the first says "brain.Event:2", the others one
-// scalar (Summary.Value.simple_value) with its step and wall time.
+// and holds one serialized tensorboard Event: the first says "brain.Event:2", a resumed run's
+// second is SessionLog START at its first step, the others one scalar
+// (Summary.Value.simple_value) with its step and wall time.
 //
 // Written by hand: the three messages need a dozen bytes of protobuf encoding each, and neither
 // Debian nor PyPI has a C++ event writer without libprotobuf and generated code for TensorBoard's
@@ -15,6 +16,8 @@
 #include <fstream>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 namespace carousel {
 
@@ -23,14 +26,20 @@ std::uint32_t crc32c(std::string_view data);
 
 class TensorBoardWriter {
  public:
-  // Creates `directory` and a new event file in it; throws an Error naming it if it cannot.
-  explicit TensorBoardWriter(const std::string& directory);
-  // One scalar event, flushed; a failed write throws an Error naming the file.
-  void scalar(const std::string& tag, std::int64_t step, double value, double wall_time);
+  // Creates `directory` and a new event file in it; throws an Error naming it if it cannot. A
+  // run resumed at `start_step` > 0 also writes SessionLog START at that step, so TensorBoard
+  // drops the earlier files' events from that step on (steps a crash made run twice).
+  TensorBoardWriter(const std::string& directory, std::int64_t start_step);
+  // One scalar event per (tag, value) of `step`, written and flushed together; a failed write
+  // throws an Error naming the file.
+  void scalars(std::int64_t step, double wall_time,
+               const std::vector<std::pair<std::string, double>>& values);
   const std::string& path() const { return path_; }
 
  private:
-  void write_record(const std::string& event);
+  void append_record(const std::string& event);  // framed into pending_
+  void flush();                                  // pending_ to the file
+  std::string pending_;
   std::string path_;
   std::ofstream out_;
 };

@@ -115,9 +115,13 @@ void Checkpointer::save(std::int64_t step, std::int64_t skipped_steps, int rank,
     collect_on_rank_zero(host_world, host_, written, {&params_, &adam_m_, &adam_v_});
   if (rank == 0) {
     if (cfg_.async_checkpointing) {
+      write_step_ = step;
       writer_ = std::thread([this, step, skipped_steps] {
         try {
           write(step, skipped_steps);
+        } catch (const std::exception& e) {  // said now; the run stops at the next wait
+          spdlog::error("checkpoint {}: the background write failed: {}", step + 1, e.what());
+          write_error_ = std::current_exception();
         } catch (...) {
           write_error_ = std::current_exception();
         }
@@ -134,12 +138,18 @@ void Checkpointer::write(std::int64_t step, std::int64_t skipped_steps) {
   const CheckpointContents whole{&params_, &adam_m_, &adam_v_};
   spdlog::info("checkpoint saved: {}",
                save_checkpoint(host_, cfg_, whole, {step + 1, skipped_steps}, tokenizer_));
-  prune_checkpoints(cfg_);
+  prune_checkpoints(cfg_, step + 1);
 }
 
 void Checkpointer::wait_for_write() {
   if (writer_.joinable()) writer_.join();
-  if (write_error_) std::rethrow_exception(std::exchange(write_error_, nullptr));
+  if (!write_error_) return;
+  const std::exception_ptr error = std::exchange(write_error_, nullptr);
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    fail("checkpoint {}: the background write failed: {}", write_step_ + 1, e.what());
+  }
 }
 
 void Checkpointer::finish() { wait_for_write(); }
@@ -147,8 +157,7 @@ void Checkpointer::finish() { wait_for_write(); }
 Checkpointer::~Checkpointer() {
   try {
     wait_for_write();
-  } catch (const std::exception& e) {
-    spdlog::error("the last checkpoint write failed: {}", e.what());
+  } catch (...) {  // already said by the writer
   }
 }
 

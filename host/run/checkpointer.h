@@ -71,6 +71,7 @@ class Checkpointer {
   std::optional<CheckpointContents> start_;  // what restore() puts into the shards
   std::thread writer_;                       // the write in flight (async_checkpointing)
   std::exception_ptr write_error_;           // how it failed, rethrown by the next wait
+  std::int64_t write_step_ = 0;              // the 0-based step whose checkpoint it writes
 };
 
 }  // namespace carousel

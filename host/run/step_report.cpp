@@ -17,7 +17,7 @@
 
 namespace carousel {
 
-StepReporter::StepReporter(const Config& cfg)
+StepReporter::StepReporter(const Config& cfg, std::int64_t start_step)
     : cfg_(cfg),
       tokens_per_step_(double(cfg.global_batch() * cfg.model.max_target_length)),
       flops_per_token_(train_flops_per_token(cfg.model)),
@@ -32,7 +32,7 @@ StepReporter::StepReporter(const Config& cfg)
   struct stat st {};
   if (::stat(path_.c_str(), &st) == 0)
     file_id_ = {std::uint64_t(st.st_dev), std::uint64_t(st.st_ino)};
-  if (cfg.enable_tensorboard) tensorboard_.emplace(cfg.run_directory() + "/tensorboard");
+  if (cfg.enable_tensorboard) tensorboard_.emplace(cfg.run_directory() + "/tensorboard", start_step);
 }
 
 std::string StepReporter::lost_output() const {
@@ -88,23 +88,23 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   record["time"] = now;
-  if (tensorboard_) {  // MaxText's tags where it has the value
-    const std::pair<const char*, double> scalars[] = {
+  metrics_ << record.dump() << '\n';
+  metrics_.flush();  // one record per step reaches the file, or the run stops here
+  CAROUSEL_CHECK(metrics_.good(), "writing metrics file '{}' failed at step {}: {} (disk full?)",
+                 path_, step, std::strerror(errno));
+  if (tensorboard_) {  // after the record: MaxText's tags where it has the value
+    std::vector<std::pair<std::string, double>> scalars = {
         {"learning/loss", s.loss},
         {"learning/grad_norm", s.grad_norm},
         {"learning/current_learning_rate", s.learning_rate},
         {"perf/step_time_seconds", seconds},
         {"perf/tokens_per_second", s.tokens_per_second},
         {"perf/gflops_per_second", s.flops_per_second / 1e9}};
-    for (const auto& [tag, value] : scalars) tensorboard_->scalar(tag, step, value, now);
-    if (eval_loss) tensorboard_->scalar("eval/avg_loss", step, *eval_loss, now);
-    if (mfu > 0) tensorboard_->scalar("perf/mfu", step, mfu, now);
-    if (peak_bytes > 0) tensorboard_->scalar("perf/peak_memory_bytes", step, double(peak_bytes), now);
+    if (eval_loss) scalars.emplace_back("eval/avg_loss", *eval_loss);
+    if (mfu > 0) scalars.emplace_back("perf/mfu", mfu);
+    if (peak_bytes > 0) scalars.emplace_back("perf/peak_memory_bytes", double(peak_bytes));
+    tensorboard_->scalars(step, now, scalars);
   }
-  metrics_ << record.dump() << '\n';
-  metrics_.flush();  // one record per step reaches the file, or the run stops here
-  CAROUSEL_CHECK(metrics_.good(), "writing metrics file '{}' failed at step {}: {} (disk full?)",
-                 path_, step, std::strerror(errno));
   const double mean = mean_step_seconds(seconds);
   const double eta = mean * double(cfg_.steps - step - 1);
   if (eval_loss) spdlog::info("step {:>5}/{} | eval loss {:.4f}", step + 1, cfg_.steps, *eval_loss);

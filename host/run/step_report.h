@@ -29,7 +29,9 @@ nlohmann::json json_number(double x);
 
 class StepReporter {
  public:
-  explicit StepReporter(const Config& cfg);  // opens the metrics file; throws if it cannot
+  // Opens the metrics file (and the TensorBoard event file of a run starting at `start_step`);
+  // throws if it cannot.
+  explicit StepReporter(const Config& cfg, std::int64_t start_step = 0);
   ~StepReporter();                           // ends the progress bar's line, if one is drawn
   StepReporter(const StepReporter&) = delete;
   StepReporter& operator=(const StepReporter&) = delete;

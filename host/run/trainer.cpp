@@ -94,7 +94,7 @@ TrainResult train(const Config& requested, Communicator* process_world) {
                             plan.tokenizer ? &*plan.tokenizer : nullptr, result);
   std::unique_ptr<StepReporter> reporter;  // world rank 0 reports
   if (!process_world || process_world->rank() == 0) {
-    reporter = std::make_unique<StepReporter>(cfg);
+    reporter = std::make_unique<StepReporter>(cfg, result.start_step);
     // Before the ranks start, so no rank computes on the cores the CPU GEMM is timed on.
     CpuBackend scratch(ranks);
     reporter->set_peak_flops(run_peak_flops(cfg, scratch, ranks, process_world == nullptr,

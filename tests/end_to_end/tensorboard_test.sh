@@ -90,6 +90,9 @@ for path in files:
             assert ev[3] == b"brain.Event:2", ev
             first = False
             continue
+        if 7 in ev:  # a resumed run's SessionLog START (status 1) at its first step
+            assert fields(ev[7]) == [(1, 0, 1)] and ev[2] == 3, ev
+            continue
         (value,) = [v for f, _, v in fields(ev[5])]
         vf = {f: v for f, _, v in fields(value)}
         mine[(vf[1].decode(), ev[2])] = (vf[2], ev[1])
@@ -124,6 +127,33 @@ assert [e.value for e in loss] == [f32(r["loss"]) for r in records]
 assert [e.wall_time for e in loss] == [r["time"] for r in records]
 assert set(acc.Tags()["scalars"]) >= set(names), acc.Tags()["scalars"]
 print(f"tensorboard ok: {len(files)} files, {len(mine)} scalars, {expected} compared with metrics.jsonl")
+PY
+
+# A crash before checkpoint 4 completes, then a resume from checkpoint 2: steps 2 and 3 ran
+# twice, but the resumed file's SessionLog START at step 2 makes TensorBoard keep only the
+# resumed run's (each step once, its losses those of metrics.jsonl's last records).
+CAROUSEL_FAULT="kill:point=begin,step=4" "$bin" train model_name=tiny steps=6 checkpoint_period=2 \
+  async_checkpointing=false base_output_directory="$work" run_name=crash progress_bar=never \
+  log_level=warn >>"$work/train.log" 2>&1 && fail "the killed run exited 0"
+sleep 1  # event files are ordered by the second in their names
+"$bin" train model_name=tiny steps=6 checkpoint_period=2 base_output_directory="$work" \
+  run_name=crash progress_bar=never log_level=warn >>"$work/train.log" 2>&1 ||
+  fail "the resumed run exited $?"
+"$py" - "$work/crash" <<'PY' || fail "a resumed run's repeated steps are shown twice"
+import json, struct, sys
+from tensorboard.backend.event_processing import event_accumulator
+run = sys.argv[1]
+acc = event_accumulator.EventAccumulator(f"{run}/tensorboard")
+acc.Reload()
+steps = [e.step for e in acc.Scalars("learning/loss")]
+assert steps == list(range(6)), steps
+last = {}
+for line in open(f"{run}/metrics.jsonl"):
+    r = json.loads(line)
+    last[r["step"]] = r["loss"]
+f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+assert [e.value for e in acc.Scalars("learning/loss")] == [f32(last[s]) for s in range(6)]
+print("resume: steps", steps, "each once")
 PY
 
 "$bin" train model_name=tiny steps=1 base_output_directory="$work" run_name=off \
