@@ -257,6 +257,23 @@ TEST(Train, RetentionKeepsTheNewestCompleteCheckpoints) {
   EXPECT_EQ(listing(), (std::set<std::string>{"100", "5", "6", "7", "notes.txt"}));
 }
 
+// A corrupt newer checkpoint (skipped by the resume) takes no place among those kept and is not
+// removed; the checkpoint just written is always kept.
+TEST(Train, RetentionIgnoresACorruptNewerCheckpoint) {
+  Config c = small_run("retention_corrupt", 4, {"checkpoint_period=2"});
+  fs::remove_all(c.run_directory());
+  train(c);  // checkpoints 2 and 4
+  const fs::path root = fs::path(c.run_directory()) / "checkpoints";
+  std::ofstream(root / "4" / "optimizer.safetensors", std::ios::app) << 'x';
+  c.steps = 3;
+  c.checkpoint_period = 1;
+  c.max_num_checkpoints_to_keep = 1;
+  EXPECT_EQ(train(c).start_step, 2);  // 4 is skipped
+  std::set<std::string> names;
+  for (const auto& e : fs::directory_iterator(root)) names.insert(e.path().filename().string());
+  EXPECT_EQ(names, (std::set<std::string>{"3", "4"}));
+}
+
 // Resuming a run directory with another model is refused before any tensor is read, naming
 // the key and both values; another learning rate resumes (with a warning).
 TEST(Train, ResumingAnotherModelIsAClearError) {
