@@ -51,10 +51,12 @@ Tokens tokens_of(const Tensor& x, const RopeTables& rope, const TensorGroup& ten
 
 // Shapes for x [b,T,E] with N = b*T, on a tensor rank with Hl query heads, Hkvl KV heads and Fl
 // MLP columns (all of them without tensor parallelism); "mine" marks this rank's rows [n,E],
-// n = N / tensor ranks (= [b,T,E] with one rank).
+// n = N / tensor ranks (= [b,T,E] with one rank). The forward (y defined, nothing kept) and a
+// selective remat's recomputation (y undefined: what `kept` names is in s already, and its GEMMs
+// are skipped) are the same ops in the same order.
 void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                    const RopeTables& rope, const LayerParallel& parallel, const Tensor& x,
-                   const Tensor& y, LayerSaved& s) {
+                   const Tensor& y, LayerSaved& s, const RematKeep& kept = {}) {
   const TensorGroup& tensor = parallel.tensor;
   const DType dt = x.dtype();
   const auto [b, T, N, E] = tokens_of(x, rope, tensor);
@@ -66,33 +68,41 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   s.rstd1 = be.empty({n}, stats_dtype(dt));
   be.rmsnorm_forward(x.reshape({n, E}), w.attn_norm, cfg.norm_eps, xn1, s.rstd1);
   s.xn1 = tensor.gather_rows(be, xn1);  // [N,E]: the column-parallel GEMMs read every token
-  s.q = be.empty({b, T, Hl, hd}, dt);
-  s.k = be.empty({b, T, Hkvl, hd}, dt);
-  s.v = be.empty({b, T, Hkvl, hd}, dt);
-  // GEMMs take tensors as [rows, last dim]: view the head layouts as [N, heads*hd].
-  be.gemm(false, true, 1.0, s.xn1, w.wq, 0.0, s.q.reshape({N, Hl * hd}));  // [N,E] x [Hl*hd,E]^T
-  be.gemm(false, true, 1.0, s.xn1, w.wk, 0.0, s.k.reshape({N, Hkvl * hd}));
-  be.gemm(false, true, 1.0, s.xn1, w.wv, 0.0, s.v.reshape({N, Hkvl * hd}));
-  be.rope_forward(s.q, rope.cos, rope.sin, s.q);  // in place: the un-rotated q is not needed
-  be.rope_forward(s.k, rope.cos, rope.sin, s.k);
-  s.att = be.empty({b, T, Hl, hd}, dt);
-  s.lse = be.empty({b, Hl, T}, stats_dtype(dt));
-  context_attention_forward(be, parallel.context, s.q, s.k, s.v, s.att, s.lse, s.context,
-                            rope.doc_start);
-  s.h = be.empty(x.shape(), dt);  // mine: h = x + att Wo^T
-  row_parallel_residual(be, tensor, s.att.reshape({N, Hl * hd}), w.wo, x, s.h);
+  if (!kept.qkv) {
+    s.q = be.empty({b, T, Hl, hd}, dt);
+    s.k = be.empty({b, T, Hkvl, hd}, dt);
+    s.v = be.empty({b, T, Hkvl, hd}, dt);
+    // GEMMs take tensors as [rows, last dim]: view the head layouts as [N, heads*hd].
+    be.gemm(false, true, 1.0, s.xn1, w.wq, 0.0, s.q.reshape({N, Hl * hd}));  // [N,E] x [Hl*hd,E]^T
+    be.gemm(false, true, 1.0, s.xn1, w.wk, 0.0, s.k.reshape({N, Hkvl * hd}));
+    be.gemm(false, true, 1.0, s.xn1, w.wv, 0.0, s.v.reshape({N, Hkvl * hd}));
+    be.rope_forward(s.q, rope.cos, rope.sin, s.q);  // in place: the un-rotated q is not needed
+    be.rope_forward(s.k, rope.cos, rope.sin, s.k);
+  }
+  if (!kept.context) {
+    s.att = be.empty({b, T, Hl, hd}, dt);
+    s.lse = be.empty({b, Hl, T}, stats_dtype(dt));
+    context_attention_forward(be, parallel.context, s.q, s.k, s.v, s.att, s.lse, s.context,
+                              rope.doc_start);
+  }
+  if (!kept.out_proj) {
+    s.h = be.empty(x.shape(), dt);  // mine: h = x + att Wo^T
+    row_parallel_residual(be, tensor, s.att.reshape({N, Hl * hd}), w.wo, x, s.h);
+  }
   // MLP block.
   Tensor hn = be.empty({n, E}, dt);  // mine
   s.rstd2 = be.empty({n}, stats_dtype(dt));
   be.rmsnorm_forward(s.h.reshape({n, E}), w.mlp_norm, cfg.norm_eps, hn, s.rstd2);
   s.hn = tensor.gather_rows(be, hn);  // [N,E]
-  s.gate = be.empty({N, Fl}, dt);
-  s.up = be.empty({N, Fl}, dt);
+  if (!kept.mlp_in) {
+    s.gate = be.empty({N, Fl}, dt);
+    s.up = be.empty({N, Fl}, dt);
+    be.gemm(false, true, 1.0, s.hn, w.w_gate, 0.0, s.gate);
+    be.gemm(false, true, 1.0, s.hn, w.w_up, 0.0, s.up);
+  }
   s.act = be.empty({N, Fl}, dt);
-  be.gemm(false, true, 1.0, s.hn, w.w_gate, 0.0, s.gate);
-  be.gemm(false, true, 1.0, s.hn, w.w_up, 0.0, s.up);
   be.swiglu_forward(s.gate, s.up, s.act);
-  row_parallel_residual(be, tensor, s.act, w.w_down, s.h, y);  // y = h + act Wd^T
+  if (y.defined()) row_parallel_residual(be, tensor, s.act, w.w_down, s.h, y);  // y = h + act Wd^T
 }
 
 void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
@@ -159,6 +169,25 @@ void layer_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   }
   LayerSaved local;
   llama_forward(be, cfg, w, rope, parallel, x, y, saved ? *saved : local);
+}
+
+void keep_only(LayerSaved& s, const RematKeep& keep) {
+  s.xn1 = s.rstd1 = s.hn = s.rstd2 = s.act = Tensor();  // cheap to recompute
+  if (!keep.qkv) s.q = s.k = s.v = Tensor();
+  if (!keep.context) {
+    s.att = s.lse = Tensor();
+    s.context = ContextSaved{};
+  }
+  if (!keep.out_proj) s.h = Tensor();
+  if (!keep.mlp_in) s.gate = s.up = Tensor();
+}
+
+void layer_recompute(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
+                     const RopeTables& rope, LayerSaved& s, const LayerParallel& parallel) {
+  if (!cfg.is_llama()) return;  // the simple block's backward needs its input only
+  const RematKeep kept{.qkv = s.q.defined(), .context = s.att.defined(),
+                       .out_proj = s.h.defined(), .mlp_in = s.gate.defined()};
+  llama_forward(be, cfg, w, rope, parallel, s.x, Tensor(), s, kept);
 }
 
 void layer_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,

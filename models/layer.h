@@ -39,6 +39,21 @@ struct LayerSaved {
   Tensor gate, up, act;  // [N,Fm] x3    act = silu(gate) * up
 };
 
+// A selective remat policy's choice among a layer's tensors (the layer input x is always kept):
+// the projections q, k, v (after RoPE), the attention output with its lse (and context
+// parallelism's gathered keys and values), h (x plus the out projection), gate and up.
+struct RematKeep {
+  bool qkv = false, context = false, out_proj = false, mlp_in = false;
+};
+// Drops from a full LayerSaved what `keep` does not keep (the dropped buffers are freed).
+void keep_only(LayerSaved& saved, const RematKeep& keep);
+// Fills in what keep_only dropped, recomputing from saved.x and skipping every GEMM (and the
+// attention) whose output was kept: the same ops on the same inputs as the forward, so the same
+// bits.
+void layer_recompute(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
+                     const RopeTables& rope, LayerSaved& saved,
+                     const LayerParallel& parallel = {});
+
 // y = layer(x); x and y are [b,T,E] and distinct. When `saved` is set, the activations the
 // backward needs are allocated and kept there. With a tensor group of R > 1 ranks (llama only)
 // x and y are this rank's rows [N/R, E] and `w` this rank's parts of the weights; with a context

@@ -1,17 +1,46 @@
 // stage.cpp — stage forward/backward over consecutive layers, with or without remat.
 #include "models/stage.h"
 
+#include <utility>
+
 #include "compute/error.h"
 
 namespace carousel {
 
 RematPolicy parse_remat_policy(const std::string& name) {
-  if (name == "full") return RematPolicy::Full;
-  if (name == "none") return RematPolicy::None;
+  static const std::pair<const char*, RematPolicy> kPolicies[] = {
+      {"none", RematPolicy::None},
+      {"full", RematPolicy::Full},
+      {"minimal", RematPolicy::Minimal},
+      {"save_dot_with_context_except_mlp", RematPolicy::SaveDotWithContextExceptMlp},
+      {"save_qkv_proj", RematPolicy::SaveQkvProj},
+      {"save_out_proj", RematPolicy::SaveOutProj}};
+  for (const auto& [n, policy] : kPolicies) {
+    if (name == n) return policy;
+  }
   fail(
-      "remat_policy='{}' is not valid; use full (keep stage inputs, recompute) or none "
-      "(keep all activations)",
+      "remat_policy='{}' is not valid; use full (keep stage inputs, recompute), none (keep all "
+      "activations), or keep each layer's input and: minimal (its projections' outputs), "
+      "save_dot_with_context_except_mlp (q, k, v, attention output, out_proj), save_qkv_proj, "
+      "save_out_proj",
       name);
+}
+
+RematKeep remat_keep(RematPolicy policy) {
+  switch (policy) {
+    case RematPolicy::Minimal:
+      return {.qkv = true, .context = false, .out_proj = true, .mlp_in = true};
+    case RematPolicy::SaveDotWithContextExceptMlp:
+      return {.qkv = true, .context = true, .out_proj = true, .mlp_in = false};
+    case RematPolicy::SaveQkvProj:
+      return {.qkv = true};
+    case RematPolicy::SaveOutProj:
+      return {.out_proj = true};
+    case RematPolicy::None:
+    case RematPolicy::Full:
+      break;
+  }
+  return {};
 }
 
 namespace {
@@ -35,8 +64,22 @@ Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<Laye
                      const RopeTables& rope, const Tensor& x, RematPolicy remat, StageSaved& saved,
                      const LayerParallel& parallel) {
   saved.input = x;
+  saved.partial = false;
   if (remat == RematPolicy::None)
     return forward_keeping_all(be, cfg, layers, rope, x, saved.layers, parallel);
+  if (remat != RematPolicy::Full) {  // selective: each layer's input and the policy's tensors
+    saved.layers.assign(layers.size(), LayerSaved{});
+    saved.partial = true;
+    const RematKeep keep = remat_keep(remat);
+    Tensor cur = x;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      Tensor next = be.empty(x.shape(), x.dtype());
+      layer_forward(be, cfg, layers[i], rope, cur, next, &saved.layers[i], parallel);
+      keep_only(saved.layers[i], keep);
+      cur = next;
+    }
+    return cur;
+  }
   saved.layers.clear();
   Tensor cur = x;
   for (const auto& w : layers) {
@@ -57,6 +100,7 @@ Tensor stage_backward(Backend& be, const ModelConfig& cfg, const std::vector<Lay
   }
   Tensor grad = dy;
   for (std::size_t i = layers.size(); i-- > 0;) {
+    if (saved.partial) layer_recompute(be, cfg, layers[i], rope, saved.layers[i], parallel);
     Tensor dx = be.empty(dy.shape(), dy.dtype());
     layer_backward(be, cfg, layers[i], grads[i], rope, saved.layers[i], grad, dx, deferred,
                    parallel);

@@ -3,7 +3,9 @@
 //
 // remat_policy=full (MaxText's default): the forward keeps only the stage input; the backward
 // recomputes the stage's forward from it, then back-propagates. remat_policy=none: the forward
-// keeps every layer's activations. Both give bitwise the same gradients.
+// keeps every layer's activations. The selective policies (MaxText's names) keep each layer's
+// input and some of its tensors (layer.h RematKeep); the backward recomputes the rest of one
+// layer at a time, skipping the GEMMs whose outputs it kept. All give bitwise the same gradients.
 #pragma once
 
 #include <string>
@@ -13,13 +15,25 @@
 
 namespace carousel {
 
-enum class RematPolicy { None, Full };
-RematPolicy parse_remat_policy(const std::string& name);  // "none" | "full"
+enum class RematPolicy {
+  None,                         // keep every activation
+  Full,                         // keep the stage input
+  Minimal,                      // keep the projections' outputs: q, k, v, out_proj, gate, up
+  SaveDotWithContextExceptMlp,  // q, k, v, the attention output (context) and out_proj
+  SaveQkvProj,                  // q, k, v
+  SaveOutProj,                  // out_proj
+};
+// "none", "full", "minimal", "save_dot_with_context_except_mlp", "save_qkv_proj",
+// "save_out_proj"; anything else is an error listing them.
+RematPolicy parse_remat_policy(const std::string& name);
+// What a selective policy keeps of each layer (None and Full: nothing to choose).
+RematKeep remat_keep(RematPolicy policy);
 
 // What a stage's forward keeps for its backward.
 struct StageSaved {
   Tensor input;                    // [b,T,E] the stage input (all that remat=full keeps)
-  std::vector<LayerSaved> layers;  // remat=none: each layer's activations
+  std::vector<LayerSaved> layers;  // remat=none: each layer's activations; selective: some
+  bool partial = false;            // selective: layers hold what remat_keep() keeps
 };
 
 // y = layers[L-1](...layers[0](x)); x [b,T,E] -> y [b,T,E] (a new tensor); with tensor

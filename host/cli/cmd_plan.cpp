@@ -19,6 +19,7 @@
 #include "host/plan/plan_gpus.h"
 #include "host/plan/plan_search.h"
 #include "host/plan/plan_units.h"
+#include "models/stage.h"
 
 namespace carousel {
 
@@ -202,7 +203,9 @@ void add_plan_options(CLI::App& cmd, PlanOptions& o) {
   cmd.add_option("--seq-len", o.seq_len, "sequence length (default: the model's)")
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   cmd.add_option("--dtype", o.dtype, "compute dtype: bfloat16 | float32");
-  cmd.add_option("--remat", o.remat, "remat_policy: full | none");
+  cmd.add_option("--remat", o.remat,
+                 "remat_policy: full | none | minimal | save_dot_with_context_except_mlp | "
+                 "save_qkv_proj | save_out_proj");
   cmd.add_option("--compute-efficiency", o.compute_efficiency,
                  "fraction of the peak a layer's forward and backward reach (default 0.6)");
   cmd.add_option("--costs-file", o.costs_file,
@@ -274,8 +277,11 @@ int run_plan(const PlanOptions& given) {
           : fmt::format("model_name={} max_target_length={}", o.model, m.max_target_length);
   CAROUSEL_CHECK(o.dtype == "bfloat16" || o.dtype == "float32",
                  "--dtype={} is not valid; use bfloat16 or float32", o.dtype);
-  CAROUSEL_CHECK(o.remat == "full" || o.remat == "none",
-                 "--remat={} is not valid; use full or none", o.remat);
+  try {
+    parse_remat_policy(o.remat);
+  } catch (const Error& e) {
+    fail("--remat: {}", e.what());
+  }
   w.dtype = o.dtype;
   w.remat_policy = o.remat;
   CAROUSEL_CHECK(o.global_batch_tokens.empty() != (o.global_batch <= 0),

@@ -331,7 +331,10 @@ const std::vector<ConfigKey>& config_keys() {
           "log says why and steps run eagerly); on the CPU a bitwise-equal emulation that holds "
           "every buffer of the step at once"),
       key("remat_policy", &Config::remat_policy, ResumeClass::Layout,
-          "full (keep stage inputs, recompute in backward) | none"),
+          "full (keep stage inputs, recompute in backward) | none (keep everything) | keep each "
+          "layer's input and: minimal (q, k, v, out_proj, gate, up: recompute the norms, "
+          "attention, SwiGLU) | save_dot_with_context_except_mlp | save_qkv_proj | "
+          "save_out_proj (MaxText's names)"),
       key("init_weights_seed", &Config::init_weights_seed, ResumeClass::Training,
           "parameter initialisation seed"),
       key("learning_rate", &Config::learning_rate, ResumeClass::Training, "peak learning rate"),

@@ -17,6 +17,7 @@
 #include "host/config/schedule_config.h"
 #include "host/schedule/registry.h"
 #include "models/params.h"
+#include "models/stage.h"
 
 namespace carousel {
 
@@ -223,8 +224,7 @@ void Config::validate() const {
                  "CPU)",
                  step_graphs);
   check_range("replica_check_interval", replica_check_interval, 0, kMaxSteps);
-  CAROUSEL_CHECK(remat_policy == "full" || remat_policy == "none",
-                 "remat_policy='{}' is not valid; use full or none", remat_policy);
+  parse_remat_policy(remat_policy);  // one error listing the policies
   CAROUSEL_CHECK(spdlog::level::from_str(log_level) != spdlog::level::off || log_level == "off",
                  "log_level='{}' is not valid; use trace, debug, info, warn, error or off",
                  log_level);

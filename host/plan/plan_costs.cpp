@@ -13,6 +13,7 @@
 #include "compute/error.h"
 #include "host/config/schedule_config.h"
 #include "models/params.h"
+#include "models/stage.h"
 
 namespace carousel::plan {
 
@@ -75,6 +76,22 @@ double layer_collective_seconds(const Config& cfg, const Cluster& cluster, const
          t.context / link(cluster, links.context_inter) + messages * cluster.message_seconds;
 }
 
+// The share of a layer's forward FLOPs a backward under `policy` recomputes: 0 for none, 1 for
+// full, and for a selective policy the GEMMs and attention whose outputs it does not keep.
+double recomputed_share(const ModelConfig& m, const std::string& policy) {
+  const RematPolicy p = parse_remat_policy(policy);
+  if (p == RematPolicy::None) return 0;
+  if (p == RematPolicy::Full) return 1;
+  const RematKeep keep = remat_keep(p);
+  const double E = double(m.emb_dim), hd = double(m.head_dim());
+  const double qkv = 2 * E * hd * double(m.num_query_heads + 2 * m.num_kv_heads);
+  const double out = 2 * E * hd * double(m.num_query_heads), attention = 2.0 * double(m.max_target_length) * E;
+  const double mlp_in = 4 * E * double(m.mlp_dim);
+  const double redone = (keep.qkv ? 0 : qkv) + (keep.context ? 0 : attention) +
+                        (keep.out_proj ? 0 : out) + (keep.mlp_in ? 0 : mlp_in);
+  return redone / layer_forward_flops_per_token(m);
+}
+
 // The FLOP model: compute at peak x efficiency, communication over the links' bandwidths. With
 // tensor and context parallelism a rank computes 1 / (T x C) of a layer's work on the
 // microbatch and waits for their collectives (a backward with remat: twice, the recomputed
@@ -85,13 +102,16 @@ void set_flop_model_costs(Config& cfg, const Cluster& cluster, const MeshLinks& 
   const double f =
       layer_forward_flops_per_token(m) * tokens / (cluster.peak_flops * cluster.compute_efficiency);
   const bool remat = cfg.remat_policy == "full";
+  // A selective policy's backward recomputes the GEMMs (and attention) whose outputs it did not
+  // keep: that share of a forward.
+  const double recompute = remat ? 1.0 : recomputed_share(m, cfg.remat_policy);
   const double waits = layer_collective_seconds(cfg, cluster, links);
   // Kernels a Llama layer launches: forward = 2 norms, QKV, RoPE, attention, O, 2 residual adds,
   // gate/up, SwiGLU, down; its backward about twice that; W the 7 weight-gradient GEMMs.
   constexpr double kForwardKernels = 12, kWeightGradientKernels = 7;
   const double launch = cluster.kernel_seconds;
   cfg.schedule_cost_f = f + waits + kForwardKernels * launch;
-  cfg.schedule_cost_b = (remat ? 3 : 2) * f + (remat ? 2 : 1) * waits +
+  cfg.schedule_cost_b = (2 + recompute) * f + (recompute > 0 ? 2 : 1) * waits +
                         (remat ? 3 : 2) * kForwardKernels * launch;
   cfg.schedule_cost_w = f + kWeightGradientKernels * launch;
   const double c = compute_bytes(cfg);

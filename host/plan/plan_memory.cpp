@@ -11,6 +11,7 @@
 #include "compute/error.h"
 #include "host/config/schedule_config.h"
 #include "models/params.h"
+#include "models/stage.h"
 
 namespace carousel::plan {
 
@@ -60,6 +61,27 @@ std::int64_t layer_saved_elements(const ModelConfig& m, std::int64_t Nc, int T, 
   const std::int64_t context = C > 1 ? 2 * Nc * C * l.kv : 0;
   return 2 * n * E + 2 * Nc * E + 2 * Nc * l.q + 2 * Nc * l.kv + 3 * Nc * l.mlp +
          2 * (2 * n + Nc * (l.q / m.head_dim())) + context;
+}
+
+// What a stage's forward keeps per layer for its backward, by remat policy (models/stage.h):
+// none, every activation; full, nothing per layer (the stage input, counted apart); the
+// selective policies, the layer input and the tensors they name (models/layer.h RematKeep).
+std::int64_t remat_kept_elements(const Config& cfg, std::int64_t Nc, int T, int C) {
+  const RematPolicy policy = parse_remat_policy(cfg.remat_policy);
+  const ModelConfig& m = cfg.model;
+  if (policy == RematPolicy::None) return layer_saved_elements(m, Nc, T, C);
+  if (policy == RematPolicy::Full) return 0;
+  const RematKeep keep = remat_keep(policy);
+  const std::int64_t n = Nc / T;
+  const LayerShare l = layer_share(m, T);
+  std::int64_t kept = n * m.emb_dim;                        // x
+  if (keep.qkv) kept += Nc * (l.q + 2 * l.kv);              // q, k, v
+  if (keep.context) {                                       // att, lse (float32: 2 each)
+    kept += Nc * l.q + 2 * Nc * (l.q / m.head_dim()) + (C > 1 ? 2 * Nc * C * l.kv : 0);
+  }
+  if (keep.out_proj) kept += n * m.emb_dim;                 // h
+  if (keep.mlp_in) kept += 2 * Nc * l.mlp;                  // gate, up
+  return kept;
 }
 
 // What a deferred weight gradient (an I done, its W pending) keeps per layer: the GEMM inputs
@@ -191,7 +213,9 @@ std::int64_t program_free_working_set(const Config& cfg, const sch::Layout& layo
   const std::int64_t c = compute_bytes(cfg), F = cfg.ici_fsdp_parallelism, L = p.max_layers();
   const int T = int(cfg.ici_tensor_parallelism), C = int(cfg.ici_context_parallelism);
   const std::int64_t Nc = context_tokens(cfg), n = rank_rows(cfg);
-  const bool no_remat = cfg.remat_policy == "none";
+  const RematPolicy remat = parse_remat_policy(cfg.remat_policy);
+  // Layers a backward recomputes at once: full, the stage's L; selective, one at a time.
+  const std::int64_t recomputed = remat == RematPolicy::None ? 0 : remat == RematPolicy::Full ? L : 1;
   // Sends in flight, then the largest of one stage's backward (remat recomputes L layers; each
   // layer's backward temporaries as much again), the head's logits and the optimizer's buffers.
   const std::int64_t act = n * m.emb_dim * c;
@@ -199,7 +223,7 @@ std::int64_t program_free_working_set(const Config& cfg, const sch::Layout& layo
   // the gathered gradients of every key, at most 8 times every rank's keys.
   const std::int64_t context_copies = C > 1 ? 8 * Nc * C * layer_share(m, T).kv * c : 0;
   const std::int64_t backward =
-      ((no_remat ? 0 : L) + 2) * layer_saved_elements(m, Nc, T, C) * c + context_copies;
+      (recomputed + 2) * layer_saved_elements(m, Nc, T, C) * c + context_copies;
   const bool last = layout.rank_of(layout.stages() - 1) == stage_rank;
   const bool first = layout.rank_of(0) == stage_rank;
   // The head: logits of this rank's vocabulary part and their gradient in place, the normalised
@@ -241,8 +265,11 @@ MemoryBreakdown device_memory(const Config& cfg, const sch::Program& lowered, in
     }
     mem.weight_slots = std::int64_t(slots.size()) * p.max_padded() * c;
   }
-  const bool no_remat = cfg.remat_policy == "none";
-  const std::int64_t stash = n * m.emb_dim + (no_remat ? L * layer_saved_elements(m, Nc, T, C) : 0);
+  // The stage input, then each layer's kept tensors (a selective policy's layer 0 input is the
+  // stage input: not counted twice).
+  const RematPolicy remat = parse_remat_policy(cfg.remat_policy);
+  const bool selective = remat != RematPolicy::None && remat != RematPolicy::Full;
+  const std::int64_t stash = (selective ? 0 : n * m.emb_dim) + L * remat_kept_elements(cfg, Nc, T, C);
   mem.activations = std::int64_t(peak_stashed) * stash * c;
 
   // Working set (a bound): receives posted before their compute, deferred weight gradients, and
@@ -389,7 +416,17 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
       optimizer_link_bytes(cfg, lowered.layout, stage_rank, links, fsdp_rank, replica_rank);
   const double optimizer_tensor = b.tensor;
   const LayerTraffic layer = layer_traffic(cfg);
-  const bool remat = cfg.remat_policy != "none";  // a backward first recomputes the forward
+  // A backward first recomputes (part of) the forward: full, all four of a layer's tensor
+  // collectives (gathers of xn1 and hn, reduce-scatters after out_proj and down_proj) and the
+  // context gathers; a selective policy, the two gathers, out_proj's unless kept, and the
+  // context gathers unless the attention output is kept (the down_proj is not recomputed).
+  const RematPolicy policy = parse_remat_policy(cfg.remat_policy);
+  const RematKeep keep = remat_keep(policy);
+  const bool selective = policy != RematPolicy::None && policy != RematPolicy::Full;
+  const double tensor_replay = policy == RematPolicy::None ? 0
+                               : selective ? (2.0 + (keep.out_proj ? 0 : 1)) / 4
+                                           : 1.0;
+  const double context_replay = policy == RematPolicy::None ? 0 : keep.context ? 0 : 1.0;
   const sch::StageLayers map = stage_layers(cfg);
   const int last = lowered.layout.stages() - 1;
   double pipe_inter = 0;
@@ -405,8 +442,8 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
       if (a.stage == last)
         b.tensor += 2 * (T - 1) * act + 2.0 * (T - 1) * double(context_tokens(cfg)) * 4;
     } else if (a.kind == sch::Kind::B || a.kind == sch::Kind::I) {
-      b.tensor += layers * layer.tensor * (remat ? 2 : 1);
-      b.context += layers * layer.context * (remat ? 2 : 1);
+      b.tensor += layers * layer.tensor * (1 + tensor_replay);
+      b.context += layers * layer.context * (1 + context_replay);
       if (a.stage == 0) b.tensor += (T - 1) * act;  // the embedding's gradient, every row
     }
     if (a.kind == sch::Kind::SEND_F || a.kind == sch::Kind::SEND_B) {

@@ -141,7 +141,7 @@ const std::vector<Row>& rows() {
       {{"dtype=float16"}, nullptr, {"dtype='float16'", "float32 or bfloat16"}},
       {{"weight_dtype=bfloat16"}, nullptr, {"weight_dtype='bfloat16'"}},
       {{"device=gpu"}, nullptr, {"device='gpu'", "cpu, cuda or auto"}},
-      {{"remat_policy=some"}, nullptr, {"remat_policy='some'", "full or none"}},
+      {{"remat_policy=some"}, nullptr, {"remat_policy='some'", "use full", "save_qkv_proj"}},
       {{"log_level=loud"}, nullptr, {"log_level='loud'", "trace"}},
       {{"dataset_type=csv"}, nullptr, {"dataset_type='csv'", "synthetic, tokens or text"}},
       {{"dataset_type=tokens"}, nullptr, {"dataset_type=tokens", "dataset_path=FILE"}},

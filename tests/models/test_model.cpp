@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <map>
 
 #include "compute/cpu_backend.h"
 #include "models/model.h"
@@ -192,6 +193,43 @@ TEST(Packing, APackedSequenceIsItsDocumentsRunAlone) {
                         "packed gradients against the documents alone");
   ParamSet plain = packed_model.zero_grads(be);  // one causal sequence: B sees A
   EXPECT_GT(std::abs(run(0, T, packed_model.rope, plain) - loss_alone), 1e-3);
+}
+
+// The selective policies (MaxText's names) give the gradients of remat=none bit for bit (the
+// recomputation repeats the forward's ops on the same inputs), and keep what they name: the
+// activations a stage's forward holds grow from full (the stage input) through save_out_proj,
+// save_qkv_proj and minimal to none (everything).
+TEST(Remat, SelectivePoliciesGiveNonesGradientsAndKeepWhatTheyName) {
+  CpuBackend be;
+  const Tiny m = tiny(be, 3, 1, 16);
+  const Microbatch mb = make_batch(be, m.cfg, 3, DType::F32, 11);
+  ParamSet g_none = m.zero_grads(be);
+  const double l_none =
+      model_forward_backward(be, m.cfg, m.params, g_none, m.rope, mb, 1.0, RematPolicy::None);
+  std::map<std::string, std::size_t> held;  // bytes a stage forward keeps for its backward
+  const std::vector<LayerWeights> layers = all_layers(m.cfg, m.params);
+  const Tensor x = be.empty({3, 16, m.cfg.emb_dim}, DType::F32);
+  be.fill(x, 0.5);
+  for (const char* name : {"none", "full", "minimal", "save_dot_with_context_except_mlp",
+                           "save_qkv_proj", "save_out_proj"}) {
+    const RematPolicy policy = parse_remat_policy(name);
+    ParamSet g = m.zero_grads(be);
+    EXPECT_EQ(model_forward_backward(be, m.cfg, m.params, g, m.rope, mb, 1.0, policy), l_none)
+        << name;
+    EXPECT_TRUE(testing::bitwise_equal(be, g.flat, g_none.flat)) << name;
+    const std::size_t before = be.allocator().stats().current_bytes;
+    StageSaved saved;
+    const Tensor y = stage_forward(be, m.cfg, layers, m.rope, x, policy, saved);
+    held[name] = be.allocator().stats().current_bytes - before - y.nbytes();
+  }
+  EXPECT_LT(held["full"], held["save_out_proj"]);
+  EXPECT_LT(held["save_out_proj"], held["save_qkv_proj"]);
+  EXPECT_LT(held["save_qkv_proj"], held["save_dot_with_context_except_mlp"]);
+  EXPECT_LT(held["save_dot_with_context_except_mlp"], held["none"]);
+  EXPECT_LT(held["minimal"], held["none"]);
+  EXPECT_GT(held["minimal"], held["save_qkv_proj"]);
+  EXPECT_NE(testing::error_of([] { parse_remat_policy("dots"); }).find("save_qkv_proj"),
+            std::string::npos);
 }
 
 // Mixed precision: the model on a bfloat16 copy of the weights (bf16 activations, float32
