@@ -136,9 +136,15 @@ StepOutcome RankExecutor::walk(std::size_t i, StepCapture::Mode mode, std::int64
       const std::size_t first = i;
       const Event done = post_p2p_group(i);  // the group's first action stands for it
       if (trace) {
+        // Every send and receive moves one activation: [b_local, T / C, E] of the compute dtype
+        // (with tensor parallelism this rank's rows of it).
+        const std::int64_t activation_bytes =
+            microbatch_size_ * cfg_.model.max_target_length / parallel_.context.size() *
+            cfg_.model.emb_dim / parallel_.tensor.size() * std::int64_t(dtype_size(compute_));
+        const std::int64_t bytes = std::int64_t(i - first) * activation_bytes;
         trace->p2p_group(
             {actions_.begin() + std::ptrdiff_t(first), actions_.begin() + std::ptrdiff_t(i)}, start,
-            done);
+            done, bytes);
       }
       recorder_.complete();
       continue;

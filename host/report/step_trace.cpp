@@ -68,6 +68,7 @@ nlohmann::json slice_args(const StepTrace::Slice& s) {
       s.action.index;
   if (s.action.stage >= 0) args["stage"] = s.action.stage;
   if (s.action.peer >= 0) args["peer"] = s.action.peer;
+  if (s.bytes > 0) args["bytes"] = s.bytes;
   return args;
 }
 
@@ -84,7 +85,7 @@ void StepTrace::end_step(Clock::time_point at) {
     const double done = std::max(issued, micros(p.done.completed_at()));
     const sch::Action& first = p.actions.front();
     if (first.is_p2p()) {
-      add_p2p_slice(p.actions, issued, done);
+      add_p2p_slice(p.actions, issued, done, p.bytes);
     } else {
       slices_.push_back({sch::to_string(first), row_of(first), issued, done, first, step_});
     }
@@ -99,16 +100,16 @@ void StepTrace::compute(const sch::Action& action, Clock::time_point start, Cloc
 }
 
 void StepTrace::p2p_group(const std::vector<sch::Action>& group, Clock::time_point start,
-                          const Event& done) {
-  pending_.push_back({group, start, done});
+                          const Event& done, std::int64_t bytes) {
+  pending_.push_back({group, start, done, bytes});
 }
 
 void StepTrace::add_p2p_slice(const std::vector<sch::Action>& group, double start_us,
-                              double end_us) {
+                              double end_us, std::int64_t bytes) {
   std::vector<std::string> names;
   for (const auto& a : group) names.push_back(sch::to_string(a));
   const std::string name = fmt::format("{}", fmt::join(names, " "));
-  slices_.push_back({name, "pipe", start_us, end_us, group.front(), step_});
+  slices_.push_back({name, "pipe", start_us, end_us, group.front(), step_, bytes});
   for (const auto& a : group) {
     // The flow is named after the sending stage: SEND_F of stage v meets RECV_F of v + 1,
     // SEND_B of v meets RECV_B of v - 1.

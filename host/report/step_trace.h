@@ -8,7 +8,7 @@
 // in flight at once go to lanes of their row ("pipe", "pipe 2", ...): complete ("X") slices
 // that overlap on one row are dropped by Perfetto, and async events cannot carry the flow
 // arrows. Every SEND is joined to its RECV by a flow arrow (ids below 2^53, JavaScript's exact
-// integers), and every slice carries its step, microbatch, stage and peer. The file records its
+// integers), and every slice carries its step, microbatch, stage and peer (p2p groups: bytes). The file records its
 // clock origin in Unix microseconds (otherData), so scripts/merge_traces.py can put the
 // per-process traces of an mpirun run on one clock. The predicted rows (processes 1000 + rank) are the
 // cost model's simulation of the same program with costs calibrated from these steps (mean
@@ -40,8 +40,9 @@ class StepTrace {
   void compute(const schedule::Action& action, Clock::time_point start, Clock::time_point end);
   // A p2p group posted at `start` whose event completes later (read at end_step): compute goes
   // on meanwhile, so the pipe row shows each group from posting to completion.
+  // `bytes`: what the group moves (its sends and receives together).
   void p2p_group(const std::vector<schedule::Action>& group, Clock::time_point start,
-                 const Event& done);
+                 const Event& done, std::int64_t bytes);
   // A collective issued at `issued` whose event completes later (read at end_step).
   void collective(const schedule::Action& action, Clock::time_point issued, const Event& done);
   // The step's time by op kind on this rank's device (Backend::stop_op_timing).
@@ -51,7 +52,8 @@ class StepTrace {
     std::string name, row;  // row: compute | pipe | fsdp
     double start_us, end_us;
     schedule::Action action;
-    std::int64_t step;  // the step it belongs to
+    std::int64_t step;       // the step it belongs to
+    std::int64_t bytes = 0;  // a p2p group's sends and receives (0: not recorded)
   };
   struct Flow {
     std::string id;  // step, ring, F|B, the sending stage, microbatch: the same on both ends
@@ -74,8 +76,10 @@ class StepTrace {
     std::vector<schedule::Action> actions;  // one collective, or the actions of a p2p group
     Clock::time_point issued;
     Event done;
+    std::int64_t bytes = 0;
   };
-  void add_p2p_slice(const std::vector<schedule::Action>& group, double start_us, double end_us);
+  void add_p2p_slice(const std::vector<schedule::Action>& group, double start_us, double end_us,
+                     std::int64_t bytes);
   int rank_ = 0, ring_ = 0;
   std::int64_t step_ = 0;
   std::vector<Slice> slices_;

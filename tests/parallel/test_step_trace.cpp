@@ -76,6 +76,11 @@ TEST(StepTrace, ProfiledStepsBecomeAChromeTraceWithFlowsAndThePrediction) {
     if (e["ph"] != "X" || e["pid"].get<int>() >= 1000) continue;
     rows[{e["pid"], e["tid"]}].emplace_back(e["ts"], e["ts"].get<double>() + e["dur"].get<double>());
     EXPECT_GE(e["args"]["step"].get<int>(), 2) << e.dump();
+    if (e["cat"] == "pipe") {  // one activation per send or receive: 1 sequence x 16 x 64 float32
+      const std::string name = e["name"];
+      const auto actions = 1 + std::count(name.begin(), name.end(), ' ');
+      EXPECT_EQ(e["args"]["bytes"].get<std::int64_t>(), actions * 1 * 16 * 64 * 4) << e.dump();
+    }
   }
   int lanes_used = 0;
   for (auto& [row, spans] : rows) {
