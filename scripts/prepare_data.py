@@ -13,7 +13,14 @@ downloaded at run time.) Writes into the output directory:
   val_000000.bin ...    the held-out split (none with --val-fraction 0)
   tokenizer.json        the tokenizer: trained here (byte-level BPE on the training split,
                         --vocab-size tokens including the special <|endoftext|>) or a copy
-                        of --tokenizer
+                        of --tokenizer, byte for byte
+
+The trained tokenizer.json is what the library writes except for its BPE merges, which are in
+the legacy string form ("a b") that every tokenizers version reads, not the pair form
+(["a", "b"]) that tokenizers >= 0.20 writes and tokenizers < 0.20 (so transformers < 4.45)
+cannot load. Only when a merge token holds a space (the string form's separator; not with this
+byte-level BPE, which writes a space as 'Ġ') does the pair form stay, with a printed note that
+the file needs tokenizers >= 0.20.
 
 Inputs, by file name (case-insensitive), each cut into documents:
 
@@ -236,6 +243,36 @@ def train_tokenizer(train_docs, vocab_size):
     return tok
 
 
+def save_tokenizer(tok, path):
+    """Writes tok as tok.save does, but a BPE model's merges in the legacy string form, "a b",
+    which every tokenizers version reads, not the pair form ["a", "b"] that tokenizers >= 0.20
+    writes and < 0.20 (transformers < 4.45) cannot load. When the string form would lose
+    something — a merge token holding a space, its separator (byte-level BPE writes a space as
+    'Ġ', so not for the tokenizers trained here) — writes the pair form and returns why."""
+    from tokenizers import Tokenizer
+
+    text = tok.to_str(pretty=True)  # what tok.save(path) writes
+    data = json.loads(text)
+    model = data.get("model") or {}
+    merges = model.get("merges")
+    why = None
+    if model.get("type") == "BPE" and isinstance(merges, list) and any(
+            isinstance(m, list) for m in merges):
+        if not all(len(m) == 2 and all(isinstance(t, str) and t and " " not in t for t in m)
+                   for m in merges):
+            why = "a merge token holds a space"
+        else:
+            model["merges"] = [f"{a} {b}" for a, b in merges]
+            strings = json.dumps(data, indent=2, ensure_ascii=False)  # the library's layout
+            if Tokenizer.from_str(strings).to_str(pretty=True) == text:  # read back: the same
+                text = strings
+            else:
+                why = "the string form does not read back as the same tokenizer"
+    with open(path, "w", encoding="utf-8", newline="") as f:
+        f.write(text)
+    return why
+
+
 def load_tokenizer(path):
     from tokenizers import Tokenizer
 
@@ -337,11 +374,12 @@ def main(argv):
             if re.fullmatch(r"(train|val)_\d{6}\.bin", name):
                 os.remove(os.path.join(args.out, name))
         tok_path = os.path.join(args.out, "tokenizer.json")
+        pair_merges = None  # a --tokenizer is copied as it is
         if args.tokenizer:
             if os.path.abspath(args.tokenizer) != os.path.abspath(tok_path):
                 shutil.copyfile(args.tokenizer, tok_path)
         else:
-            tok.save(tok_path)
+            pair_merges = save_tokenizer(tok, tok_path)
         written = {}
         for prefix, docs in (("train", train_docs), ("val", val_docs)):
             if docs:
@@ -358,6 +396,9 @@ def main(argv):
     for prefix, w in written.items():
         print(f"{prefix}: {len(w.paths)} shard(s), {w.count} tokens")
     print(f"tokenizer: {tok_path} ({vocab} tokens)")
+    if pair_merges:
+        print(f"note: {tok_path} keeps its BPE merges as pairs ({pair_merges}), so it needs "
+              f"tokenizers >= 0.20 (transformers >= 4.45) to load")
     cmd = (f"carousel train dataset_type=tokens 'dataset_path={args.out}/train_*.bin' "
            f"tokenizer_path={tok_path} vocab_size={vocab}")
     if "val" in written:

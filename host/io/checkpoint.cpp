@@ -67,16 +67,22 @@ std::string hf_config_json(const ModelConfig& m, const TokenizerInfo* tokenizer)
 
 std::vector<float> download(Backend& be, const Tensor& t) { return be.to_host<float>(t); }
 
-// safetensors inputs for every tensor of a set, names suffixed by `suffix`.
+// safetensors inputs for every tensor of a set, names suffixed by `suffix`. Host memory (the
+// checkpointer's whole-model sets) is written from where it is; device memory is downloaded
+// into `storage` first. A second copy of the model and its moments would otherwise be made
+// while an asynchronous save runs beside training.
 void add_tensors(Backend& be, const ParamSet& set, const std::string& suffix,
                  std::vector<std::vector<float>>& storage, std::vector<SafetensorsInput>& out) {
+  const bool host = be.allocator().host_accessible();
   for (std::size_t i = 0; i < set.specs.size(); ++i) {
-    storage.push_back(download(be, set.tensors[i]));
-  }
-  const std::size_t first = storage.size() - set.specs.size();
-  for (std::size_t i = 0; i < set.specs.size(); ++i) {
-    out.push_back(
-        {set.specs[i].name + suffix, DType::F32, set.specs[i].shape, storage[first + i].data()});
+    const float* data = nullptr;
+    if (host) {
+      data = set.tensors[i].data<float>();
+    } else {
+      storage.push_back(download(be, set.tensors[i]));
+      data = storage.back().data();
+    }
+    out.push_back({set.specs[i].name + suffix, DType::F32, set.specs[i].shape, data});
   }
 }
 
