@@ -73,12 +73,59 @@ for f in train_000000.bin val_000000.bin tokenizer.json; do
 done
 check_roundtrip "$work/a" 300 || fail "shards of a/ do not decode to the corpus"
 
+# 1b. Its BPE merges are in the legacy string form ("a b"), which tokenizers < 0.20 (transformers
+#     < 4.45) also reads, not the pair form (["a", "b"]) the library writes: the same tokenizer
+#     trained and saved by the library (pairs.json) differs only there, and loaded, the two encode
+#     the corpus to the same ids. A merge token holding a space keeps the pair form.
+"$py" - "$prep" "$corpus" "$work/a/tokenizer.json" "$work/pairs.json" "$work/spaced.json" <<'PY' ||
+import importlib.util, json, sys
+from tokenizers import Tokenizer, models
+prep, corpus, path, pairs, spaced = sys.argv[1:]
+spec = importlib.util.spec_from_file_location("prepare_data", prep)
+pd = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(pd)
+train_docs, _ = pd.split([corpus], 0.1)
+pd.train_tokenizer(train_docs, 300).save(pairs)  # as the library writes it
+ours, theirs = open(path, encoding="utf-8").read(), open(pairs, encoding="utf-8").read()
+data, pair_data = json.loads(ours), json.loads(theirs)
+merges, pair_merges = data["model"]["merges"], pair_data["model"]["merges"]
+assert all(isinstance(m, list) and len(m) == 2 for m in pair_merges), pair_merges[:3]
+assert all(isinstance(m, str) and m.count(" ") == 1 for m in merges), merges[:3]
+assert merges == [f"{a} {b}" for a, b in pair_merges], "other merges than the library's"
+cut = ours.index('"merges": [')
+assert ours[:cut] == theirs[:theirs.index('"merges": [')], "other than the library's before merges"
+pair_data["model"]["merges"] = merges
+assert data == pair_data, "tokenizer.json differs from the library's beyond the merges' form"
+text = open(corpus, encoding="utf-8", newline="").read()
+docs = [text] + text.split("\n\n") + ["  Ünïcödé — 日本語, \"quotes\"\there 🚀 <|endoftext|>"]
+got = [e.ids for e in Tokenizer.from_file(path).encode_batch(docs)]
+want = [e.ids for e in Tokenizer.from_file(pairs).encode_batch(docs)]
+assert got == want, "the string merges encode otherwise than the pair form"
+tok = Tokenizer(models.BPE(vocab={"a": 0, " ": 1, "b": 2, "a ": 3, "a b": 4},
+                           merges=[("a", " "), ("a ", "b")]))
+why = pd.save_tokenizer(tok, spaced)
+assert why == "a merge token holds a space", why
+assert json.load(open(spaced))["model"]["merges"] == [["a", " "], ["a ", "b"]]
+assert Tokenizer.from_file(spaced).encode("a b").ids == [4]
+print(f"string merges ok: {len(merges)} merges as \"a b\", {sum(map(len, got))} ids "
+      f"of {len(docs)} texts as the pair form's")
+PY
+  fail "tokenizer.json's merges are not the string form of the library's, encoding the same"
+
 # 2. Small shards: several train shards, the same tokens; the user's tokenizer gives the same.
 "$py" "$prep" "$corpus" -o "$work/b" --tokenizer "$work/a/tokenizer.json" --val-fraction 0.1 \
   --shard-tokens 500 >/dev/null 2>&1 || fail "prepare_data --tokenizer exited $?"
 n=$(ls "$work/b"/train_*.bin 2>/dev/null | wc -l)
 [ "$n" -eq 5 ] || fail "2219 train tokens in shards of 500 gave $n shards, not 5"
 check_roundtrip "$work/b" 300 || fail "shards of b/ do not decode to the corpus"
+cmp -s "$work/a/tokenizer.json" "$work/b/tokenizer.json" || fail "--tokenizer: not copied as it is"
+# A pair-form --tokenizer (the library's own) is copied as it is, and gives the same shards.
+"$py" "$prep" "$corpus" -o "$work/pb" --tokenizer "$work/pairs.json" --val-fraction 0.1 \
+  >"$work/pb.out" 2>&1 || fail "prepare_data --tokenizer pairs.json exited $?: $(cat "$work/pb.out")"
+cmp -s "$work/pairs.json" "$work/pb/tokenizer.json" || fail "pair-form --tokenizer: rewritten"
+for f in train_000000.bin val_000000.bin; do
+  cmp -s "$work/a/$f" "$work/pb/$f" || fail "pair-form --tokenizer: another $f"
+done
 "$py" "$prep" "$corpus" -o "$work/c" --tokenizer "$work/a/tokenizer.json" --val-fraction 0.1 \
   >/dev/null 2>&1 || fail "prepare_data --tokenizer exited $?"
 cmp -s "$work/a/train_000000.bin" "$work/c/train_000000.bin" || fail "user tokenizer: other train"
