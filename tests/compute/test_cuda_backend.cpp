@@ -126,6 +126,29 @@ std::vector<GpuCase> cases() {
        },
        1e-4});
   c.push_back(
+      {"attention_packed",  // packed documents: row 0 starts documents at 0, 6, 7; row 1 at 0, 12
+       [](Backend& be, DType dt) {
+         const int B = 2, T = 19, H = 4, Hkv = 2, D = 8;
+         std::vector<std::int32_t> starts(B * T);
+         for (int t = 0; t < T; ++t) {
+           starts[t] = t < 6 ? 0 : t < 7 ? 6 : 7;
+           starts[T + t] = t < 12 ? 0 : 12;
+         }
+         Tensor ds = be.empty({B, T}, DType::I32);
+         be.upload(starts.data(), ds);
+         Tensor q = make(be, testing::randn(B * T * H * D, 35), {B, T, H, D}, dt);
+         Tensor k = make(be, testing::randn(B * T * Hkv * D, 36), {B, T, Hkv, D}, dt);
+         Tensor v = make(be, testing::randn(B * T * Hkv * D, 37), {B, T, Hkv, D}, dt);
+         Tensor o = be.empty(q.shape(), dt), lse = be.empty({B, H, T}, stats_dtype(dt));
+         be.attention_forward(q, k, v, o, lse, ds);
+         Tensor dq = be.empty(q.shape(), dt), dk = be.empty(k.shape(), dt),
+                dv = be.empty(v.shape(), dt);
+         be.attention_backward(make(be, testing::randn(q.numel(), 38), q.shape(), dt), q, k, v, o,
+                               lse, dq, dk, dv, ds);
+         return cat({fetch(be, o), fetch(be, lse), fetch(be, dq), fetch(be, dk), fetch(be, dv)});
+       },
+       1e-4});
+  c.push_back(
       {"attention_key_prefix",  // a context-parallel chunk: 5 queries, the last of 19 keys
        [](Backend& be, DType dt) {
          const int B = 2, Tq = 5, Tk = 19, H = 4, Hkv = 2, D = 8;
