@@ -79,11 +79,11 @@ check_roundtrip "$work/a" 300 || fail "shards of a/ do not decode to the corpus"
 #     < 4.45) also reads, not the pair form (["a", "b"]) the library writes: the same tokenizer
 #     trained and saved by the library (pairs.json) differs only there, and loaded, the two encode
 #     the corpus to the same ids. A merge token holding a space keeps the pair form.
-"$py" - "$prep" "$corpus" "$work/a" "$work/pairs.json" "$work/spaced.json" <<'PY' || fail "merges"
+"$py" - "$prep" "$corpus" "$work" <<'PY' || fail "a/tokenizer.json: not the library's, string merges"
 import importlib.util, json, sys
 from tokenizers import Tokenizer, models
-prep, corpus, out, pairs, spaced = sys.argv[1:]
-path = f"{out}/tokenizer.json"
+prep, corpus, work = sys.argv[1:]
+path, pairs, spaced = f"{work}/a/tokenizer.json", f"{work}/pairs.json", f"{work}/spaced.json"
 spec = importlib.util.spec_from_file_location("prepare_data", prep)
 pd = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(pd)
