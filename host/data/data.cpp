@@ -30,13 +30,6 @@ TokenBatch DataLoader::batch(std::int64_t step, std::int64_t global_batch, std::
 
 namespace {
 
-std::uint64_t mix(std::uint64_t x) {  // SplitMix64 finaliser
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 class SyntheticLoader final : public DataLoader {
  public:
   // `first` offsets every sequence number (the eval stream starts far beyond the training one).
@@ -49,7 +42,7 @@ class SyntheticLoader final : public DataLoader {
 
  protected:
   void sequence(std::int64_t g, std::int32_t* out) const override {
-    const std::uint64_t h = mix(std::uint64_t(g + first_));
+    const std::uint64_t h = splitmix64(std::uint64_t(g + first_));
     const std::int64_t start = std::int64_t(h % std::uint64_t(vocab_));
     const std::int64_t stride = 1 + std::int64_t((h >> 32) % 7);
     for (std::int64_t t = 0; t <= seq_len_; ++t)

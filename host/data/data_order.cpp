@@ -14,15 +14,8 @@ namespace carousel {
 
 namespace {
 
-constexpr std::int64_t kWeightUnits = 10000;  // resolution of non-integer weights
+constexpr std::int64_t kWeightUnits = 10000;               // resolution of non-integer weights
 constexpr std::int64_t kMaxCycle = std::int64_t(1) << 20;  // 8 MiB of slots at most
-
-std::uint64_t mix(std::uint64_t x) {  // SplitMix64 finaliser
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 std::string trimmed(const std::string& text) {
   const auto first = text.find_first_not_of(" \t");
@@ -34,8 +27,8 @@ std::string trimmed(const std::string& text) {
 // anything else belongs to the path.
 bool looks_like_weight(const std::string& text) {
   return text.empty() || std::isdigit(static_cast<unsigned char>(text[0])) ||
-         std::string_view("+-.").find(text[0]) != std::string_view::npos ||
-         text == "inf" || text == "nan";
+         std::string_view("+-.").find(text[0]) != std::string_view::npos || text == "inf" ||
+         text == "nan";
 }
 
 }  // namespace
@@ -45,8 +38,7 @@ std::vector<DatasetEntry> parse_dataset_entries(const char* key, const std::stri
   std::size_t begin = 0;
   while (true) {
     const std::size_t end = value.find(';', begin);
-    std::string item =
-        trimmed(value.substr(begin, end == std::string::npos ? end : end - begin));
+    std::string item = trimmed(value.substr(begin, end == std::string::npos ? end : end - begin));
     DatasetEntry e;
     const std::size_t comma = item.rfind(',');
     const std::string weight = comma == std::string::npos ? "x" : trimmed(item.substr(comma + 1));
@@ -54,7 +46,8 @@ std::vector<DatasetEntry> parse_dataset_entries(const char* key, const std::stri
       const std::string digits = !weight.empty() && weight[0] == '+' ? weight.substr(1) : weight;
       double w = 0;
       const auto [last, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), w);
-      const bool number = !digits.empty() && ec == std::errc() && last == digits.data() + digits.size();
+      const bool number =
+          !digits.empty() && ec == std::errc() && last == digits.data() + digits.size();
       CAROUSEL_CHECK(number && std::isfinite(w) && w > 0,
                      "{}: the weight of '{}' is '{}'; a weight is a positive number (PATH,WEIGHT "
                      "entries separated by ';', e.g. a/*.bin,0.7;b/*.bin,0.3; a path that itself "
@@ -124,6 +117,13 @@ DataMixture::Pick DataMixture::pick(std::int64_t g) const {
   return Pick{slot.dataset, (g / cycle) * counts_[std::size_t(slot.dataset)] + slot.rank};
 }
 
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
 std::int64_t permute(std::int64_t i, std::int64_t n, std::uint64_t key) {
   CAROUSEL_ASSERT(i >= 0 && i < n, "permute({}, {}): index out of range", i, n);
   CAROUSEL_ASSERT(n <= (std::int64_t(1) << 62), "permute: {} values are more than 2^62", n);
@@ -134,7 +134,7 @@ std::int64_t permute(std::int64_t i, std::int64_t n, std::uint64_t key) {
   do {  // the values >= n are walked through: the permutation of [0, 4^half) restricted to [0, n)
     std::uint64_t left = x >> half, right = x & mask;
     for (std::uint64_t round = 0; round < 4; ++round) {
-      const std::uint64_t f = mix(key ^ mix(right + (round << 56))) & mask;
+      const std::uint64_t f = splitmix64(key ^ splitmix64(right + (round << 56))) & mask;
       const std::uint64_t next = left ^ f;
       left = right;
       right = next;
@@ -145,7 +145,8 @@ std::int64_t permute(std::int64_t i, std::int64_t n, std::uint64_t key) {
 }
 
 std::uint64_t shuffle_key(std::int64_t seed, int dataset, std::int64_t epoch) {
-  return mix(mix(mix(std::uint64_t(seed)) ^ std::uint64_t(dataset)) ^ std::uint64_t(epoch));
+  return splitmix64(splitmix64(splitmix64(std::uint64_t(seed)) ^ std::uint64_t(dataset)) ^
+                    std::uint64_t(epoch));
 }
 
 }  // namespace carousel

@@ -50,6 +50,9 @@ class DataMixture {
   std::vector<Slot> cycle_;
 };
 
+// SplitMix64's finaliser: a well-mixed 64-bit hash of x (the synthetic data and the shuffles).
+std::uint64_t splitmix64(std::uint64_t x);
+
 // A permutation of [0, n) chosen by `key`: a 4-round Feistel network over the smallest even
 // power of two >= n, walking the cycle until the value is < n. Each epoch of a dataset uses
 // its own key, so sequence k reads window permute(k mod W, key(seed, dataset, k / W)).
