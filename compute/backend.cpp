@@ -326,9 +326,6 @@ void check_attention(Backend::Op op, const Backend& backend, const Tensor& q, co
     check.that(doc_start.dtype() == DType::I32,
                fmt::format("'doc_start' must be int32, not {}", dtype_name(doc_start.dtype())));
     check.shape("doc_start", doc_start, {q.dim(0), q.dim(1)}, from("[batch, seq]", "q", q));
-    check.that(k.dim(1) == q.dim(1),
-               "packed documents (doc_start) need the whole sequence's keys: a key prefix "
-               "(context parallelism) is not supported with them");
   }
 }
 }  // namespace

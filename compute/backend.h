@@ -171,8 +171,8 @@ class Backend {
   // k and v may be longer than q, [B,Tk,Hkv,D] with Tk > T: the queries are then the last T
   // positions of the keys' sequence (causal from the bottom right: query i attends keys
   // j <= Tk - T + i), as a context-parallel rank's chunk attends every key before it.
-  // doc_start [B,T] int32 (packed documents; Tk == T): query i attends only keys j with
-  // doc_start[b][i] <= j <= i, the tokens of its own document.
+  // doc_start [B,T] int32 (packed documents): query i attends only keys j from doc_start[b][i]
+  // (a position in the keys' sequence) on, the tokens of its own document.
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                          const Tensor& lse, const Tensor& doc_start = Tensor());
   // dq, dk, dv overwrite. Recomputes the probabilities from q, k and lse (no [T,T] saved).

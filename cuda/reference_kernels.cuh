@@ -146,7 +146,7 @@ struct AttnShape {
 // Causal GQA attention, one thread per (batch, head, query position): two passes over the keys
 // (max and log-sum-exp, then the weighted sum of values). q has Tq positions, k and v Tk >= Tq:
 // query i is position Tk - Tq + i and attends keys j <= Tk - Tq + i (backend.h); with packed
-// documents (doc_start [B, Tq], Tk == Tq) only keys j >= doc_start[b][i].
+// documents (doc_start [B, Tq], positions of the keys' sequence) only keys j >= doc_start[b][i].
 template <class T>
 __global__ void attention_forward_kernel(const T* q, const T* k, const T* v, T* out, T* lse,
                                          AttnShape a, const std::int32_t* doc_start) {

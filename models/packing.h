@@ -20,11 +20,14 @@ std::vector<std::int32_t> document_starts(const std::vector<std::int32_t>& input
                                           std::int64_t seq_len, std::int64_t eos_id);
 
 // Fills `packed` (allocating its tensors on first use, then reusing them: a captured step reads
-// the same addresses) with the microbatch's doc_start [b, T] and RoPE rows [b*T, D/2], each
-// token's row of the whole tables at its position in its document. `cos`, `sin`: the whole
-// tables' values [T, D/2] on the host.
+// the same addresses) with the doc_start [b, t] and RoPE rows [b*t, D/2] of a microbatch's
+// tokens held here: each token's row of the whole tables at its position in its document.
+// `doc_start` holds them for the whole sequences of `seq_len` tokens; `mine` picks this rank's
+// t tokens of each (their positions in the sequence, in order: context parallelism; empty: all).
+// `cos`, `sin`: the whole tables' values [seq_len, D/2] on the host.
 void upload_packed_rope(Backend& be, const std::vector<float>& cos, const std::vector<float>& sin,
                         std::int64_t half, const std::vector<std::int32_t>& doc_start,
-                        std::int64_t seq_len, RopeTables& packed);
+                        std::int64_t seq_len, RopeTables& packed,
+                        const std::vector<std::int64_t>& mine = {});
 
 }  // namespace carousel

@@ -97,9 +97,9 @@ void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Te
                                       const Tensor& out, const Tensor& lse,
                                       const Tensor& doc_start) {
   if (k.dim(1) != q.dim(1)) {  // queries against a longer key prefix: attention_prefix.cpp
-    CAROUSEL_ASSERT(!doc_start.defined(), "packed documents with a key prefix");
     return cpu::attention_prefix_forward(
-        q, k, v, out, lse, empty({omp_get_max_threads(), 2, q.dim(1), k.dim(1)}, q.dtype()));
+        q, k, v, out, lse, empty({omp_get_max_threads(), 2, q.dim(1), k.dim(1)}, q.dtype()),
+        doc_start);
   }
   const AttnDims d = dims_of(q, k);
   const std::int64_t ldq = d.heads * d.head_dim, ldk = d.kv_heads * d.head_dim;
@@ -219,10 +219,9 @@ void CpuBackend::do_attention_backward(const Tensor& dout, const Tensor& q, cons
                                        const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                        const Tensor& doc_start) {
   if (k.dim(1) != q.dim(1)) {
-    CAROUSEL_ASSERT(!doc_start.defined(), "packed documents with a key prefix");
     return cpu::attention_prefix_backward(
         dout, q, k, v, out, lse, dq, dk, dv,
-        empty({omp_get_max_threads(), 2, q.dim(1), k.dim(1)}, q.dtype()));
+        empty({omp_get_max_threads(), 2, q.dim(1), k.dim(1)}, q.dtype()), doc_start);
   }
   const AttnDims d = dims_of(q, k);
   const std::int64_t ldq = d.heads * d.head_dim, ldk = d.kv_heads * d.head_dim;

@@ -267,11 +267,6 @@ void Config::validate() const {
   if (packing) {
     CAROUSEL_CHECK(model.is_llama(),
                    "packing=true needs decoder_block=llama (the simple block has no attention)");
-    CAROUSEL_CHECK(ici_context_parallelism == 1,
-                   "packing=true with ici_context_parallelism={}: a context chunk's attention "
-                   "over earlier chunks does not take document boundaries yet; valid: "
-                   "ici_context_parallelism=1 (or packing=false)",
-                   ici_context_parallelism);
     CAROUSEL_CHECK(eos_id >= -1 && eos_id < model.vocab_size,
                    "eos_id={} is not a token id; valid: 0 to vocab_size-1={} (or -1: the eos "
                    "token of tokenizer_path)",

@@ -68,11 +68,11 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
       with_data.insert(a.index);
   }
   data_microbatches_.assign(with_data.begin(), with_data.end());
-  if (cfg.packing) {
-    rope_cos_.resize(std::size_t(rope_.cos.numel()));
-    rope_sin_.resize(std::size_t(rope_.sin.numel()));
-    be.download(rope_.cos, rope_cos_.data());
-    be.download(rope_.sin, rope_sin_.data());
+  if (cfg.packing) {  // the whole sequence's tables (rope_ holds this rank's positions' rows)
+    const RopeTables whole = make_rope_tables(be, cfg.model.max_target_length,
+                                              cfg.model.head_dim(), cfg.model.rope_max_timescale);
+    rope_cos_ = be.to_host<float>(whole.cos);
+    rope_sin_ = be.to_host<float>(whole.sin);
   }
 }
 
@@ -419,9 +419,10 @@ void RankExecutor::upload_batches() {
                       mine.size(), to.numel());
       be_.upload(mine.data(), to);
     };
-    if (cfg_.packing) {  // context parallelism is refused with packing: this rank has all T
+    if (cfg_.packing) {  // document starts over whole sequences, then this rank's tokens' rows
       upload_packed_rope(be_, rope_cos_, rope_sin_, cfg_.model.head_dim() / 2,
-                         document_starts(tokens.inputs, T, cfg_.eos_id), T, packed_rope_[m]);
+                         document_starts(tokens.inputs, T, cfg_.eos_id), T, packed_rope_[m],
+                         context.size() > 1 ? context.positions(T) : std::vector<std::int64_t>{});
     }
     upload(std::move(tokens.inputs), kept.inputs);
     upload(std::move(tokens.targets), kept.targets);

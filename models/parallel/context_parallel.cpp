@@ -124,7 +124,6 @@ void context_attention_forward(Backend& be, const ContextGroup& context, const T
                                const Tensor& k, const Tensor& v, const Tensor& out,
                                const Tensor& lse, ContextSaved& saved, const Tensor& doc_start) {
   if (context.size() == 1) return be.attention_forward(q, k, v, out, lse, doc_start);
-  CAROUSEL_ASSERT(!doc_start.defined(), "packed documents with context parallelism");
   const std::int64_t c = q.dim(1) / 2;
   saved.k_all = gather_sequence(be, context, k);  // [b, S, Hkv, hd]
   saved.v_all = gather_sequence(be, context, v);
@@ -133,7 +132,8 @@ void context_attention_forward(Backend& be, const ContextGroup& context, const T
     Tensor o = be.empty(with_length(q, c), q.dtype());
     Tensor l = be.empty({lse.dim(0), lse.dim(1), c}, lse.dtype());
     be.attention_forward(chunk_of(be, q, half), prefix_of(be, saved.k_all, end),
-                         prefix_of(be, saved.v_all, end), o, l);
+                         prefix_of(be, saved.v_all, end), o, l,
+                         doc_start.defined() ? chunk_of(be, doc_start, half) : Tensor());
     copy_rows(be, o, 0, out, half * c, c);
     lse_chunk(be, lse, half, l, /*to_chunk=*/false);
   }
@@ -146,7 +146,6 @@ void context_attention_backward(Backend& be, const ContextGroup& context, const 
                                 const Tensor& doc_start) {
   if (context.size() == 1)
     return be.attention_backward(dout, q, k, v, out, lse, dq, dk, dv, doc_start);
-  CAROUSEL_ASSERT(!doc_start.defined(), "packed documents with context parallelism");
   const std::int64_t c = q.dim(1) / 2;
   Tensor dk_all = be.zeros(saved.k_all.shape(), k.dtype()),
          dv_all = be.zeros(saved.v_all.shape(), v.dtype());
@@ -159,7 +158,8 @@ void context_attention_backward(Backend& be, const ContextGroup& context, const 
     Tensor dqc = be.empty(qc.shape(), q.dtype()), dkp = be.empty(kp.shape(), k.dtype()),
            dvp = be.empty(vp.shape(), v.dtype());
     be.attention_backward(chunk_of(be, dout, half), qc, kp, vp, chunk_of(be, out, half), l, dqc,
-                          dkp, dvp);
+                          dkp, dvp,
+                          doc_start.defined() ? chunk_of(be, doc_start, half) : Tensor());
     copy_rows(be, dqc, 0, dq, half * c, c);
     copy_rows(be, dkp, 0, dk_all, 0, end, /*add=*/true);
     copy_rows(be, dvp, 0, dv_all, 0, end, /*add=*/true);

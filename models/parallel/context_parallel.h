@@ -58,7 +58,7 @@ struct ContextSaved {
 void context_attention_forward(Backend& be, const ContextGroup& context, const Tensor& q,
                                const Tensor& k, const Tensor& v, const Tensor& out,
                                const Tensor& lse, ContextSaved& saved,
-                               const Tensor& doc_start = Tensor());  // packed: C = 1 only
+                               const Tensor& doc_start = Tensor());  // [b, 2c]: sequence positions
 void context_attention_backward(Backend& be, const ContextGroup& context, const Tensor& dout,
                                 const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& out, const Tensor& lse, const ContextSaved& saved,

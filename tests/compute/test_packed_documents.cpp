@@ -137,6 +137,42 @@ TEST(PackedDocuments, ADocumentDoesNotSeeTheOthers) {
             after_first(packed(be, changed, one_doc).out, H * D));
 }
 
+// A context-parallel chunk (the last Tq queries against the keys before and up to them) with
+// its queries' document starts equals those rows of the whole sequence's packed attention.
+TEST(PackedDocuments, AKeyPrefixChunkEqualsThoseRowsOfTheWholeSequence) {
+  CpuBackend be;
+  const Attention a = random_inputs(be, 31);
+  const Tensor ds = int_tensor(be, doc_start_values());
+  const Results whole = packed(be, a, ds);
+  constexpr std::int64_t Tq = 40, Tk = 160;  // queries 120..159, keys 0..159
+  const auto rows = [&](const Tensor& t, std::int64_t s, std::int64_t e) {
+    Shape shape = t.shape();
+    const std::int64_t per = t.numel() / (shape[0] * shape[1]);
+    shape[1] = e - s;
+    Tensor out = be.empty(shape, t.dtype());
+    for (std::int64_t b = 0; b < B; ++b) {
+      be.copy(t.view((b * T + s) * per, {(e - s) * per}),
+              out.view(b * (e - s) * per, {(e - s) * per}));
+    }
+    return out;
+  };
+  const Tensor q = rows(a.q, Tk - Tq, Tk), k = rows(a.k, 0, Tk), v = rows(a.v, 0, Tk),
+               g = rows(a.dout, Tk - Tq, Tk), starts = rows(ds, Tk - Tq, Tk);
+  Tensor out = be.empty(q.shape(), DType::F32), lse = be.empty({B, H, Tq}, DType::F32);
+  be.attention_forward(q, k, v, out, lse, starts);
+  Tensor dq = be.empty(q.shape(), DType::F32), dk = be.empty(k.shape(), DType::F32),
+         dv = be.empty(v.shape(), DType::F32);
+  be.attention_backward(g, q, k, v, out, lse, dq, dk, dv, starts);
+  const std::vector<double> o = fetch(be, out), gq = fetch(be, dq);
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t i = 0; i < Tq * H * D; ++i) {
+      const std::size_t at = std::size_t((b * T + Tk - Tq) * H * D + i);
+      ASSERT_NEAR(o[std::size_t(b * Tq * H * D + i)], whole.out[at], 1e-5) << b << " " << i;
+      ASSERT_NEAR(gq[std::size_t(b * Tq * H * D + i)], whole.dq[at], 1e-4) << b << " " << i;
+    }
+  }
+}
+
 // RoPE with a table row per token at its position in its document equals RoPE of each
 // document alone, whose token t is at position t.
 TEST(PackedDocuments, RopeRowsPerTokenRestartEachDocument) {
