@@ -1,4 +1,5 @@
-// checkpoint.cpp — atomic checkpoint directories with manifests; loading with validation.
+// checkpoint.cpp — finding, verifying and reading checkpoints (manifests, partial saves, loading
+// with validation); writing them: checkpoint_save.cpp.
 #include "host/io/checkpoint.h"
 
 #include <fcntl.h>
@@ -16,8 +17,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "compute/error.h"
+#include "host/io/checkpoint_layout.h"
 #include "host/io/files.h"
 #include "host/io/hf_import.h"
 #include "host/io/json_fields.h"
@@ -27,94 +30,9 @@
 namespace carousel {
 
 namespace fs = std::filesystem;
+using namespace checkpoint_layout;
 
 namespace {
-
-constexpr int kFormatVersion = 1;
-
-void fsync_path(const fs::path& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY);
-  CAROUSEL_CHECK(fd >= 0, "cannot open '{}' to fsync it", p.string());
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  CAROUSEL_CHECK(rc == 0, "fsync of '{}' failed (disk full or read-only?)", p.string());
-}
-
-std::string hf_config_json(const ModelConfig& m, const TokenizerInfo* tokenizer) {
-  nlohmann::ordered_json j = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
-      {"vocab_size", m.vocab_size},
-      {"hidden_size", m.emb_dim},
-      {"intermediate_size", m.mlp_dim},
-      {"num_hidden_layers", m.num_layers},
-      {"num_attention_heads", m.num_query_heads},
-      {"num_key_value_heads", m.num_kv_heads},
-      {"head_dim", m.head_dim()},
-      {"max_position_embeddings", m.max_target_length},
-      {"rms_norm_eps", m.norm_eps},
-      {"rope_theta", m.rope_max_timescale},
-      {"tie_word_embeddings", m.logits_via_embedding},
-      {"hidden_act", "silu"},
-      {"attention_bias", false},
-      {"mlp_bias", false},
-      {"torch_dtype", "float32"},
-  };
-  if (tokenizer && tokenizer->bos_id) j["bos_token_id"] = *tokenizer->bos_id;
-  if (tokenizer && tokenizer->eos_id) j["eos_token_id"] = *tokenizer->eos_id;
-  return j.dump(2);
-}
-
-std::vector<float> download(Backend& be, const Tensor& t) { return be.to_host<float>(t); }
-
-// safetensors inputs for every tensor of a set, names suffixed by `suffix`. Host memory (the
-// checkpointer's whole-model sets) is written from where it is; device memory is downloaded
-// into `storage` first. A second copy of the model and its moments would otherwise be made
-// while an asynchronous save runs beside training.
-void add_tensors(Backend& be, const ParamSet& set, const std::string& suffix,
-                 std::vector<std::vector<float>>& storage, std::vector<SafetensorsInput>& out) {
-  const bool host = be.allocator().host_accessible();
-  for (std::size_t i = 0; i < set.specs.size(); ++i) {
-    const float* data = nullptr;
-    if (host) {
-      data = set.tensors[i].data<float>();
-    } else {
-      storage.push_back(download(be, set.tensors[i]));
-      data = storage.back().data();
-    }
-    out.push_back({set.specs[i].name + suffix, DType::F32, set.specs[i].shape, data});
-  }
-}
-
-void load_tensors(Backend& be, const SafetensorsFile& file, const ParamSet& set,
-                  const std::string& suffix) {
-  for (std::size_t i = 0; i < set.specs.size(); ++i) {
-    const std::string name = set.specs[i].name + suffix;
-    const auto it = file.entries().find(name);
-    CAROUSEL_CHECK(it != file.entries().end(),
-                   "checkpoint '{}' has no tensor '{}' which the model needs (a checkpoint of "
-                   "another model?)",
-                   file.path(), name);
-    CAROUSEL_CHECK(it->second.shape == set.specs[i].shape,
-                   "checkpoint '{}': tensor '{}' has shape {} but the model needs {}", file.path(),
-                   name, shape_str(it->second.shape), shape_str(set.specs[i].shape));
-    CAROUSEL_CHECK(it->second.dtype == DType::F32,
-                   "checkpoint '{}': tensor '{}' is {} but carousel stores float32", file.path(),
-                   name, it->second.dtype_name);
-    check_finite_f32(file.data(name), it->second.shape, file.path(), name);
-    be.upload(file.data(name), set.tensors[i]);
-  }
-  for (const auto& [name, entry] : file.entries()) {
-    if (name.size() < suffix.size() ||
-        name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-      continue;
-    }
-    CAROUSEL_CHECK(set.index_of(name.substr(0, name.size() - suffix.size())) >= 0,
-                   "checkpoint '{}' has tensor '{}' which this model does not have (a "
-                   "checkpoint of another model shape?)",
-                   file.path(), name);
-  }
-}
 
 // A checkpoint written in another format (a newer carousel's): never read as this one's, and
 // never skipped for an older checkpoint unnoticed (latest_checkpoint lets it through).
@@ -134,20 +52,24 @@ void verify_manifest(const fs::path& dir) {
   const std::string where = fmt::format("checkpoint manifest '{}'", manifest_path.string());
   if (manifest.is_object() && manifest.contains("format_version")) {
     const auto& version = manifest["format_version"];
-    if (!version.is_number_integer() || version.get<std::int64_t>() != kFormatVersion) {
+    if (!version.is_number_integer() || version.get<std::int64_t>() < 1 ||
+        version.get<std::int64_t>() > kFormatVersion) {
       throw FormatVersionError(fmt::format(
-          "{}: format_version {} is not one this carousel reads ({}): the checkpoint was written "
-          "by another carousel version; resume it with that version, or start a new run (another "
-          "run_name)",
+          "{}: format_version {} is not one this carousel reads (1 to {}): the checkpoint was "
+          "written by another carousel version; resume it with that version, or start a new run "
+          "(another run_name)",
           where, version.dump(), kFormatVersion));
     }
   }
   const auto& files = json_field(manifest, "files", where);
   CAROUSEL_CHECK(files.is_object(), "{}: field 'files' must be an object, found {}", where,
                  files.type_name());
-  for (const char* required : {"model.safetensors", "state.json"}) {
-    CAROUSEL_CHECK(files.contains(required), "{}: 'files' does not list '{}'", where, required);
-  }
+  CAROUSEL_CHECK(files.contains("state.json"), "{}: 'files' does not list 'state.json'", where);
+  CAROUSEL_CHECK(std::any_of(files.items().begin(), files.items().end(),
+                             [](const auto& f) { return is_model_file(f.key()); }),
+                 "{}: 'files' lists no model file (model.safetensors, or its parts "
+                 "model-00001-of-0000N.safetensors)",
+                 where);
   for (const auto& [file, info] : files.items()) {
     CAROUSEL_CHECK(!file.empty() && file.find('/') == std::string::npos && file != "..",
                    "{}: '{}' is not a file name inside the checkpoint", where, file);
@@ -175,10 +97,6 @@ std::int64_t step_of(const std::string& name) {
   return std::stoll(name);
 }
 
-fs::path checkpoints_dir(const Config& cfg) {
-  return fs::path(cfg.run_directory()) / "checkpoints";
-}
-
 bool process_alive(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM); }
 
 // Writes, fsyncs and removes a small file in `dir`: finds read-only, unwritable and full file
@@ -203,91 +121,40 @@ void probe_write(const fs::path& dir, const std::string& what) {
 
 }  // namespace
 
-std::string save_checkpoint(Backend& be, const Config& cfg, const CheckpointContents& contents,
-                            const TrainingState& state, const TokenizerInfo* tokenizer) {
-  check_local_path("base_output_directory", cfg.base_output_directory);
-  const fs::path root = checkpoints_dir(cfg);
-  std::error_code ec;
-  fs::create_directories(root, ec);
-  CAROUSEL_CHECK(!ec && fs::is_directory(root), "cannot create the checkpoints directory '{}': {}",
-                 root.string(), ec ? ec.message() : "a file of that name exists");
-  clean_partial_checkpoints(cfg);
-  const fs::path final_dir = root / std::to_string(state.step);
-  if (fs::exists(final_dir)) {
-    // A verified checkpoint is never touched; an unusable one (which latest_checkpoint skipped,
-    // so this run retrained its steps) is renamed aside, not deleted.
-    std::string problem;
-    try {
-      verify_manifest(final_dir);
-    } catch (const Error& e) {
-      problem = e.what();
-    }
-    CAROUSEL_CHECK(!problem.empty(),
-                   "checkpoint directory '{}' already exists; refusing to overwrite it (use "
-                   "another run_name or base_output_directory)",
-                   final_dir.string());
-    fs::path aside;
-    for (int i = 0; fs::exists(aside = root / fmt::format("{}.unusable-{}", state.step, i)); ++i) {
-    }
-    fs::rename(final_dir, aside);
-    spdlog::warn("checkpoint '{}' is unusable ({}); moved to '{}' to save step {} in its place",
-                 final_dir.string(), problem, aside.string(), state.step);
-  }
-  const fs::path tmp = root / fmt::format(".tmp-{}-{}", state.step, ::getpid());
-  fs::remove_all(tmp);
-  fs::create_directories(tmp);
-  maybe_slow_save(state.step);
-  maybe_kill("begin", state.step);  // test faults: a crash at each point of a save
+// checkpoint_layout.h: what the writer and the reader share.
+namespace checkpoint_layout {
 
-  std::vector<std::vector<float>> storage;
-  std::vector<SafetensorsInput> model_tensors;
-  storage.reserve(3 * contents.params->specs.size());
-  add_tensors(be, *contents.params, "", storage, model_tensors);
-  write_safetensors((tmp / "model.safetensors").string(), model_tensors, {{"format", "pt"}});
-  maybe_kill("model", state.step);
-  std::vector<std::string> files = {"model.safetensors", "config.json", "state.json"};
-  if (contents.adam_m && contents.adam_v) {
-    std::vector<SafetensorsInput> opt;
-    add_tensors(be, *contents.adam_m, ".exp_avg", storage, opt);
-    add_tensors(be, *contents.adam_v, ".exp_avg_sq", storage, opt);
-    write_safetensors((tmp / "optimizer.safetensors").string(), opt);
-    files.push_back("optimizer.safetensors");
-  }
-  // The tokenizer travels with the weights, so the directory is a whole Hugging Face model. A
-  // tokenizer that vanished since the run started costs its copy, not the checkpoint.
-  if (tokenizer) {
-    try {
-      for (auto& name : copy_tokenizer_files(*tokenizer, tmp, cfg.model.max_target_length)) {
-        files.push_back(std::move(name));
-      }
-    } catch (const std::exception& e) {
-      spdlog::warn("checkpoint of step {} is saved without the tokenizer: {}", state.step,
-                   e.what());
-      tokenizer = nullptr;
-    }
-  }
-  write_text_file(tmp / "config.json", hf_config_json(cfg.model, tokenizer));
-  nlohmann::ordered_json st = {{"format_version", kFormatVersion},
-                               {"step", state.step},
-                               {"skipped_steps", state.skipped_steps}};
-  for (const auto& key : config_keys()) st["config"][key.name] = key.get(cfg);
-  write_text_file(tmp / "state.json", st.dump(2));
-
-  nlohmann::ordered_json manifest;
-  manifest["format_version"] = kFormatVersion;
-  for (const auto& f : files) {
-    fsync_path(tmp / f);
-    manifest["files"][f] = {{"bytes", fs::file_size(tmp / f)}, {"crc32", file_crc32(tmp / f)}};
-  }
-  write_text_file(tmp / "manifest.json", manifest.dump(2));
-  fsync_path(tmp / "manifest.json");
-  fsync_path(tmp);
-  maybe_kill("manifest", state.step);
-  fs::rename(tmp, final_dir);
-  maybe_kill("renamed", state.step);
-  fsync_path(root);
-  return final_dir.string();
+void fsync_path(const fs::path& p) {
+  const int fd = ::open(p.c_str(), O_RDONLY);
+  CAROUSEL_CHECK(fd >= 0, "cannot open '{}' to fsync it", p.string());
+  const int rc = ::fsync(fd);
+  ::close(fd);
+  CAROUSEL_CHECK(rc == 0, "fsync of '{}' failed (disk full or read-only?)", p.string());
 }
+
+fs::path checkpoints_dir(const Config& cfg) {
+  return fs::path(cfg.run_directory()) / "checkpoints";
+}
+
+namespace {
+const std::regex& data_file_pattern() {
+  static const std::regex pattern(R"((model|optimizer)(-\d{5}-of-\d{5})?\.safetensors)");
+  return pattern;
+}
+}  // namespace
+
+bool is_data_file(const std::string& name) { return std::regex_match(name, data_file_pattern()); }
+
+bool is_model_file(const std::string& name) {
+  return is_data_file(name) && name.rfind("model", 0) == 0;
+}
+
+std::string part_file_name(const std::string& stem, int k, int n) {
+  return n == 1 ? stem + ".safetensors"
+                : fmt::format("{}-{:05}-of-{:05}.safetensors", stem, k + 1, n);
+}
+
+}  // namespace checkpoint_layout
 
 std::vector<std::pair<std::int64_t, std::string>> step_directories(const std::string& root) {
   std::vector<std::pair<std::int64_t, std::string>> steps;
@@ -427,20 +294,60 @@ void check_outputs_writable(const Config& cfg) {
                  parent.string());
 }
 
-TrainingState load_checkpoint(Backend& be, const std::string& directory,
-                              const CheckpointContents& contents) {
+TensorFiles open_checkpoint_tensors(const std::string& directory,
+                                    const std::vector<ParamSpec>& specs, bool moments) {
   check_local_path("checkpoint directory", directory);
   const fs::path dir(directory);
   CAROUSEL_CHECK(fs::is_directory(dir), "checkpoint directory '{}' does not exist{}", directory,
                  relative_to_note(directory));
   verify_manifest(dir);
-  load_tensors(be, SafetensorsFile((dir / "model.safetensors").string()), *contents.params, "");
-  if (contents.adam_m && contents.adam_v) {
-    SafetensorsFile opt((dir / "optimizer.safetensors").string());
-    load_tensors(be, opt, *contents.adam_m, ".exp_avg");
-    load_tensors(be, opt, *contents.adam_v, ".exp_avg_sq");
+  std::vector<std::string> files;
+  const nlohmann::json manifest = read_json_file(dir / "manifest.json");
+  for (const auto& [file, info] : manifest.at("files").items()) {
+    if (is_data_file(file) && (moments || is_model_file(file))) files.push_back(file);
   }
-  const fs::path state_path = dir / "state.json";
+  TensorFiles tensors(dir, files, /*widen=*/false);
+  std::set<std::string> known;
+  for (const auto& spec : specs) {
+    for (const char* suffix : {"", ".exp_avg", ".exp_avg_sq"}) {
+      const std::string name = spec.name + suffix;
+      known.insert(name);
+      if (*suffix && !moments) continue;
+      const SafetensorsEntry* e = tensors.find(name);
+      CAROUSEL_CHECK(e,
+                     "checkpoint '{}' has no tensor '{}' which the model needs (a checkpoint of "
+                     "another model?)",
+                     directory, name);
+      CAROUSEL_CHECK(e->shape == spec.shape,
+                     "checkpoint '{}': tensor '{}' has shape {} but the model needs {}",
+                     tensors.path_of(name), name, shape_str(e->shape), shape_str(spec.shape));
+      CAROUSEL_CHECK(e->dtype == DType::F32,
+                     "checkpoint '{}': tensor '{}' is {} but carousel stores float32",
+                     tensors.path_of(name), name, e->dtype_name);
+    }
+  }
+  for (const auto& name : tensors.names()) {
+    CAROUSEL_CHECK(known.count(name),
+                   "checkpoint '{}' has tensor '{}' which this model does not have (a "
+                   "checkpoint of another model shape?)",
+                   tensors.path_of(name), name);
+  }
+  return tensors;
+}
+
+std::vector<std::string> checkpoint_data_files(const std::string& directory) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (is_data_file(name)) files.push_back(name);
+  }
+  std::sort(files.begin(), files.end());  // "model..." before "optimizer...", parts in order
+  return files;
+}
+
+TrainingState read_training_state(const std::string& directory) {
+  const fs::path state_path = fs::path(directory) / "state.json";
   const nlohmann::json st = read_json_file(state_path);
   const std::string where = fmt::format("checkpoint state '{}'", state_path.string());
   TrainingState state;
@@ -451,6 +358,22 @@ TrainingState load_checkpoint(Backend& be, const std::string& directory,
         json_unsigned(st["skipped_steps"], where, "skipped_steps", std::uint64_t(state.step)));
   }
   return state;
+}
+
+TrainingState load_checkpoint(Backend& be, const std::string& directory,
+                              const CheckpointContents& contents) {
+  const bool moments = contents.adam_m && contents.adam_v;
+  const TensorFiles tensors = open_checkpoint_tensors(directory, contents.params->specs, moments);
+  const std::pair<const ParamSet*, const char*> sets[] = {
+      {contents.params, ""}, {contents.adam_m, ".exp_avg"}, {contents.adam_v, ".exp_avg_sq"}};
+  for (const auto& [set, suffix] : sets) {
+    if (!set || (*suffix && !moments)) continue;
+    for (std::size_t i = 0; i < set->specs.size(); ++i) {
+      be.upload(tensors.read_f32(set->specs[i].name + suffix, set->specs[i].shape).data(),
+                set->tensors[i]);
+    }
+  }
+  return read_training_state(directory);
 }
 
 std::map<std::string, std::string> checkpoint_config(const std::string& directory) {
@@ -464,19 +387,27 @@ std::map<std::string, std::string> checkpoint_config(const std::string& director
   return config;
 }
 
-void load_parameters(Backend& be, const ModelConfig& model, const std::string& directory,
-                     const ParamSet& params) {
+TensorFiles open_parameters(const std::string& directory, const ModelConfig& model) {
   check_local_path("load_parameters_path", directory);
   CAROUSEL_CHECK(fs::is_directory(directory), "load_parameters_path='{}' is not a directory{}",
                  directory, relative_to_note(directory));
-  if (is_hf_model_directory(directory)) return load_hf_model(be, directory, model, params);
+  if (is_hf_model_directory(directory)) return open_hf_tensors(directory, model);
   CAROUSEL_CHECK(fs::exists(fs::path(directory) / "manifest.json") ||
                      fs::exists(fs::path(directory) / "state.json"),
                  "load_parameters_path='{}' is neither a carousel checkpoint (manifest.json) nor "
                  "a Hugging Face model directory (config.json with model.safetensors or "
                  "model.safetensors.index.json)",
                  directory);
-  load_checkpoint(be, directory, {&params, nullptr, nullptr});
+  return open_checkpoint_tensors(directory, param_table(model), /*moments=*/false);
+}
+
+void load_parameters(Backend& be, const ModelConfig& model, const std::string& directory,
+                     const ParamSet& params) {
+  const TensorFiles tensors = open_parameters(directory, model);
+  for (std::size_t i = 0; i < params.specs.size(); ++i) {
+    be.upload(tensors.read_f32(params.specs[i].name, params.specs[i].shape).data(),
+              params.tensors[i]);
+  }
 }
 
 }  // namespace carousel

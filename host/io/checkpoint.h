@@ -1,15 +1,20 @@
 // checkpoint.h — saving and restoring a run (docs/model.md#checkpoints).
 //
 // <base_output_directory>/<run_name>/checkpoints/<step>/ holds
-//   model.safetensors      full (unsharded) parameters under Hugging Face Llama names
+//   model.safetensors      whole (unsharded) parameters under Hugging Face Llama names; with
+//                          several writing ranks their parts model-00001-of-0000N.safetensors
+//                          and Hugging Face's model.safetensors.index.json
 //   config.json            Hugging Face LlamaConfig, so `transformers` can open the directory
 //   optimizer.safetensors  AdamW moments "<param name>.exp_avg" / ".exp_avg_sq" (global names:
-//                          a run may resume with another parallel layout)
+//                          a run may resume with another parallel layout); in parts likewise
 //   state.json             completed steps (= the data position), the full carousel config
 //   manifest.json          byte size and CRC32 of every file above; written last
-// A checkpoint is written into a temporary directory, every file fsync'ed, the manifest last,
-// then renamed into place: a crash leaves either the whole checkpoint or none (and a temporary
-// directory, cleaned by the next save). Failure modes: docs/reliability.md#files-and-outputs.
+// Each writing rank writes its own part (whole tensors: every tensor has one writer), so no rank
+// or process gathers the model. A checkpoint is assembled in a temporary directory: the parts,
+// then (by the finishing rank, once every part is there) the small files and the manifest, every
+// file fsync'ed, then renamed into place: a crash leaves either the whole checkpoint or none (and
+// a temporary directory, cleaned by the next save). Failure modes:
+// docs/reliability.md#files-and-outputs.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +27,8 @@
 #include "compute/backend.h"
 #include "host/config/config.h"
 #include "host/config/paths.h"
+#include "host/io/safetensors.h"
+#include "host/io/tensor_files.h"
 #include "host/io/tokenizer.h"
 #include "models/params.h"
 
@@ -38,7 +45,47 @@ struct CheckpointContents {
   const ParamSet* adam_v = nullptr;
 };
 
-// Writes checkpoints/<state.step>/ under the run directory; returns its path. Refuses to
+// A whole tensor under its global name, in host memory.
+struct WholeTensor {
+  std::string name;
+  Shape shape;
+  std::vector<float> values;  // numel(shape)
+};
+
+// One writer's share of a checkpoint.
+struct CheckpointPart {
+  std::vector<WholeTensor> params;   // model tensors
+  std::vector<WholeTensor> moments;  // "<name>.exp_avg", "<name>.exp_avg_sq"; empty: none
+  bool empty() const { return params.empty() && moments.empty(); }
+  std::int64_t bytes() const;  // of the values
+};
+
+// Where a checkpoint of `step` is assembled: checkpoints/.tmp-<step>-<owner_pid>, owner_pid the
+// pid of the process that finishes it (world rank 0's), so every process names the same one.
+std::string checkpoint_temp_dir(const Config& cfg, std::int64_t step, long owner_pid);
+
+// Before any part is written, on the finishing process: creates the checkpoints directory,
+// cleans partial saves, moves an unusable directory of `step` aside (a verified one is an
+// error: never overwritten) and creates the empty temporary directory. Returns it.
+std::string begin_checkpoint(const Config& cfg, std::int64_t step, long owner_pid);
+
+// Writer k of n: model-<k+1>-of-<n>.safetensors and optimizer-<k+1>-of-<n>.safetensors
+// (model.safetensors and optimizer.safetensors when n = 1) in `temp_dir`, fsync'ed, then
+// part-<k>.json with their sizes, CRC32 and tensor names, written atomically. A failure writes
+// part-<k>.failed with its message, for the finisher, and is rethrown.
+void write_checkpoint_part(const std::string& temp_dir, std::int64_t step, int k, int n,
+                           const CheckpointPart& part);
+
+// The finishing process, after its own part: waits for the n parts (at most timeout_seconds;
+// a failed part stops the wait with its message), then writes config.json, state.json, the
+// tokenizer, model.safetensors.index.json (n > 1) and the manifest of every file, and renames
+// the directory into place. Returns its path. `tokenizer` as for save_checkpoint.
+std::string finish_checkpoint(const Config& cfg, const std::string& temp_dir, int n,
+                              const TrainingState& state, const TokenizerInfo* tokenizer,
+                              double timeout_seconds);
+
+// One writer's whole checkpoint (begin, one part, finish): writes checkpoints/<state.step>/
+// under the run directory; returns its path. Refuses to
 // replace an existing checkpoint directory. `tokenizer` (the run's, read once:
 // read_run_tokenizer; nullptr for none) is copied in and its bos/eos ids go into config.json;
 // when its files can no longer be copied the checkpoint is saved without them (a warning).
@@ -91,16 +138,33 @@ std::vector<std::string> prune_checkpoints(const Config& cfg, std::int64_t saved
 // metrics_file, or <run directory>/metrics.jsonl when it is empty.
 std::string metrics_file_path(const Config& cfg);
 
-// Verifies the manifest (sizes, CRC32) and copies the tensors into `contents` (parameters, and
-// the moments when given). Every tensor must exist with the table's shape and dtype float32;
-// errors name the file, the tensor and both shapes. Returns the saved training state.
+// Verifies the manifest (sizes, CRC32) and opens the checkpoint's data files (headers only),
+// checked against the model table `specs` (whole tensors): every parameter, and with `moments`
+// its ".exp_avg" / ".exp_avg_sq", present with its shape in float32, and no tensor the model
+// lacks; errors name the file, the tensor and both shapes. Tensors are read one at a time from
+// the result, so a resuming rank reads only what it holds.
+TensorFiles open_checkpoint_tensors(const std::string& directory,
+                                    const std::vector<ParamSpec>& specs, bool moments);
+
+// The saved training state (state.json).
+TrainingState read_training_state(const std::string& directory);
+
+// The checkpoint's data files present in `directory` (model, then optimizer; parts in order).
+std::vector<std::string> checkpoint_data_files(const std::string& directory);
+
+// open_checkpoint_tensors, then copies the tensors into `contents` (parameters, and the moments
+// when given). Returns the saved training state.
 TrainingState load_checkpoint(Backend& be, const std::string& directory,
                               const CheckpointContents& contents);
 
 // `load_parameters_path`: the parameters of a new run, from a carousel checkpoint directory
-// (manifest.json or state.json present: load_checkpoint, parameters only) or a Hugging Face
-// model directory (config.json + model.safetensors or sharded with
+// (manifest.json or state.json present: open_checkpoint_tensors, parameters only) or a Hugging
+// Face model directory (config.json + model.safetensors or sharded with
 // model.safetensors.index.json: host/io/hf_import.h, which checks config.json against `model`).
+// Opened (headers only) and checked; tensors are read from the result one at a time.
+TensorFiles open_parameters(const std::string& directory, const ModelConfig& model);
+
+// open_parameters, then every tensor copied into `params`.
 void load_parameters(Backend& be, const ModelConfig& model, const std::string& directory,
                      const ParamSet& params);
 

@@ -4,12 +4,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 
 #include "compute/error.h"
 #include "host/io/json_fields.h"
@@ -23,61 +25,6 @@ namespace {
 
 constexpr const char* kSingleFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
-
-// IEEE binary16 -> float32, exact (every half is a float): sign, 5 exponent bits, 10 mantissa.
-float half_to_float(std::uint16_t h) {
-  const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1Fu;
-  std::uint32_t mant = h & 0x3FFu;
-  std::uint32_t bits;
-  if (exp == 0x1F) {  // infinity or NaN (payload kept)
-    bits = sign | 0x7F800000u | (mant << 13);
-  } else if (exp != 0) {  // normal: rebias 15 -> 127
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  } else if (mant == 0) {  // signed zero
-    bits = sign;
-  } else {  // subnormal half = mant * 2^-24: normalise it (a normal float)
-    int e = -1;
-    do {
-      mant <<= 1;
-      ++e;
-    } while ((mant & 0x400u) == 0);
-    bits = sign | std::uint32_t(112 - e) << 23 | ((mant & 0x3FFu) << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-// Uploads a tensor of the file into `dst` (float32): F32 straight from the file, BF16 and F16
-// widened once into a float32 buffer (each widening is exact); other dtypes are refused.
-void upload_as_float32(Backend& be, const SafetensorsFile& file, const std::string& name,
-                       const SafetensorsEntry& e, const Tensor& dst) {
-  const void* src = file.data(name);
-  if (e.dtype_name == "F32") {
-    check_finite_f32(src, e.shape, file.path(), name);
-    return be.upload(src, dst);
-  }
-  CAROUSEL_CHECK(e.dtype_name == "BF16" || e.dtype_name == "F16",
-                 "'{}': tensor '{}' is {}; Hugging Face weights are read from F32, BF16 or F16",
-                 file.path(), name, e.dtype_name);
-  const std::size_t n = std::size_t(numel(e.shape));
-  const bool bf16 = e.dtype_name == "BF16";
-  const auto* bytes = static_cast<const unsigned char*>(src);  // 16-bit values, maybe unaligned
-  std::vector<float> out(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    std::uint16_t h;
-    std::memcpy(&h, bytes + 2 * i, sizeof(h));
-    if (bf16) {
-      const std::uint32_t bits = std::uint32_t(h) << 16;
-      std::memcpy(&out[i], &bits, sizeof(float));
-    } else {
-      out[i] = half_to_float(h);
-    }
-  }
-  check_finite_f32(out.data(), e.shape, file.path(), name);
-  be.upload(out.data(), dst);
-}
 
 // "a, b, c and 7 more": names in errors and debug lines stay one readable line.
 std::string name_list(const std::vector<std::string>& names, std::size_t shown = 12) {
@@ -289,8 +236,7 @@ ModelConfig model_from_hf_config(const std::string& path) {
   return m;
 }
 
-void load_hf_model(Backend& be, const std::string& directory, const ModelConfig& model,
-                   const ParamSet& params) {
+TensorFiles open_hf_tensors(const std::string& directory, const ModelConfig& model) {
   const fs::path dir(directory);
   const bool one_file = fs::exists(dir / kSingleFile);
   CAROUSEL_CHECK(one_file || fs::exists(dir / kIndexFile),
@@ -301,12 +247,7 @@ void load_hf_model(Backend& be, const std::string& directory, const ModelConfig&
   // Which file holds each tensor: one file, or the index's weight_map (as transformers does,
   // model.safetensors wins when both exist).
   std::map<std::string, std::string> file_of;  // tensor name -> file name in `dir`
-  std::vector<std::string> extra;
-  std::optional<SafetensorsFile> single;  // read once: listed here, copied from below
-  if (one_file) {
-    single.emplace((dir / kSingleFile).string());
-    for (const auto& [name, entry] : single->entries()) file_of[name] = kSingleFile;
-  } else {
+  if (!one_file) {
     const fs::path index_path = dir / kIndexFile;
     const nlohmann::json index = read_json_file(index_path);
     const std::string where = fmt::format("'{}'", index_path.string());
@@ -321,57 +262,74 @@ void load_hf_model(Backend& be, const std::string& directory, const ModelConfig&
       file_of[name] = f;
     }
   }
-
-  std::vector<std::string> missing;
-  std::map<std::string, std::vector<std::size_t>> by_file;  // file -> indices into params
-  for (std::size_t i = 0; i < params.specs.size(); ++i) {
-    const auto it = file_of.find(params.specs[i].name);
-    if (it == file_of.end()) {
-      missing.push_back(params.specs[i].name);
-    } else {
-      by_file[it->second].push_back(i);
+  const std::vector<ParamSpec> specs = param_table(model);
+  std::set<std::string> files = {kSingleFile};
+  if (!one_file) {
+    files.clear();
+    std::vector<std::string> missing;
+    for (const auto& spec : specs) {
+      const auto it = file_of.find(spec.name);
+      if (it == file_of.end()) {
+        missing.push_back(spec.name);
+        continue;
+      }
+      CAROUSEL_CHECK(fs::exists(dir / it->second),
+                     "'{}': weight_map puts tensor '{}' in '{}', which does not exist in '{}' (a "
+                     "shard missing from the download?)",
+                     (dir / kIndexFile).string(), spec.name, it->second, directory);
+      files.insert(it->second);
     }
+    CAROUSEL_CHECK(missing.empty(),
+                   "load_parameters_path='{}' lacks {} tensor(s) the model needs: {} (weights of "
+                   "another model, or a partial save?)",
+                   directory, missing.size(), name_list(missing));
+  }
+  TensorFiles tensors(dir, {files.begin(), files.end()}, /*widen=*/true);
+  std::vector<std::string> missing, extra;
+  for (const auto& spec : specs) {
+    const SafetensorsEntry* e = tensors.find(spec.name);
+    if (!e && one_file) {
+      missing.push_back(spec.name);
+      continue;
+    }
+    if (!one_file) {
+      CAROUSEL_CHECK(e && tensors.path_of(spec.name) == (dir / file_of[spec.name]).string(),
+                     "'{}': weight_map puts tensor '{}' in '{}', but that file does not hold it",
+                     (dir / kIndexFile).string(), spec.name, file_of[spec.name]);
+    }
+    CAROUSEL_CHECK(e->shape == spec.shape,
+                   "'{}': tensor '{}' has shape {} but the model needs {} (config.json and the "
+                   "weights disagree?)",
+                   tensors.path_of(spec.name), spec.name, shape_str(e->shape),
+                   shape_str(spec.shape));
   }
   CAROUSEL_CHECK(missing.empty(),
                  "load_parameters_path='{}' lacks {} tensor(s) the model needs: {} (weights of "
                  "another model, or a partial save?)",
                  directory, missing.size(), name_list(missing));
-  for (const auto& [name, file] : file_of) {
-    if (params.index_of(name) < 0) extra.push_back(name);
+  for (const auto& name : tensors.names()) {
+    if (std::none_of(specs.begin(), specs.end(),
+                     [&](const ParamSpec& p) { return p.name == name; }))
+      extra.push_back(name);
   }
   if (!extra.empty()) {
     spdlog::debug("'{}': ignoring {} tensor(s) the model does not use: {}", directory, extra.size(),
                   name_list(extra));
   }
-  for (const auto& [file, indices] : by_file) {
-    CAROUSEL_CHECK(fs::exists(dir / file),
-                   "'{}': weight_map puts {} tensor(s) (such as '{}') in '{}', which does not "
-                   "exist in '{}' (a shard missing from the download?)",
-                   (dir / kIndexFile).string(), indices.size(), params.specs[indices[0]].name, file,
-                   directory);
-  }
+  return tensors;
+}
 
-  for (const auto& [file, indices] : by_file) {  // each file read once, in name order
-    std::optional<SafetensorsFile> shard;
-    const SafetensorsFile& st = single ? *single : shard.emplace((dir / file).string());
-    for (const std::size_t i : indices) {
-      const ParamSpec& spec = params.specs[i];
-      const auto it = st.entries().find(spec.name);
-      CAROUSEL_CHECK(it != st.entries().end(),
-                     "'{}': weight_map puts tensor '{}' in '{}', but that file does not hold it",
-                     (dir / kIndexFile).string(), spec.name, st.path());
-      CAROUSEL_CHECK(it->second.shape == spec.shape,
-                     "'{}': tensor '{}' has shape {} but the model needs {} (config.json and "
-                     "the weights disagree?)",
-                     st.path(), spec.name, shape_str(it->second.shape), shape_str(spec.shape));
-      CAROUSEL_CHECK(params.tensors[i].dtype() == DType::F32,
-                     "Hugging Face weights load into float32 parameters, not {}",
-                     dtype_name(params.tensors[i].dtype()));
-      upload_as_float32(be, st, spec.name, it->second, params.tensors[i]);
-    }
+void load_hf_model(Backend& be, const std::string& directory, const ModelConfig& model,
+                   const ParamSet& params) {
+  const TensorFiles tensors = open_hf_tensors(directory, model);
+  for (std::size_t i = 0; i < params.specs.size(); ++i) {
+    CAROUSEL_CHECK(params.tensors[i].dtype() == DType::F32,
+                   "Hugging Face weights load into float32 parameters, not {}",
+                   dtype_name(params.tensors[i].dtype()));
+    be.upload(tensors.read_f32(params.specs[i].name, params.specs[i].shape).data(),
+              params.tensors[i]);
   }
-  spdlog::info("loaded {} Hugging Face tensors from {} file(s) in '{}'", params.specs.size(),
-               by_file.size(), directory);
+  spdlog::info("loaded {} Hugging Face tensors from '{}'", params.specs.size(), directory);
 }
 
 }  // namespace carousel

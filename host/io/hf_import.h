@@ -15,6 +15,7 @@
 #include <string>
 
 #include "compute/backend.h"
+#include "host/io/tensor_files.h"
 #include "models/model_config.h"
 #include "models/params.h"
 
@@ -37,8 +38,13 @@ void check_hf_config(const std::string& directory, const ModelConfig& model);
 // max_target_length is max_position_embeddings (2048 when absent).
 ModelConfig model_from_hf_config(const std::string& path);
 
-// check_hf_config, then fills `params` (float32, the table of `model`) from the directory's
-// safetensors file or shards. Each shard holding a needed tensor is opened once.
+// check_hf_config, then the directory's safetensors file or shards opened (headers only): every
+// tensor of `model`'s table present, in the file the index names, with its shape. Tensors are
+// read one at a time from the result (BF16 / F16 widened to float32).
+TensorFiles open_hf_tensors(const std::string& directory, const ModelConfig& model);
+
+// open_hf_tensors, then fills `params` (float32, the table of `model`) from the directory's
+// safetensors file or shards. One tensor is in memory at a time.
 void load_hf_model(Backend& be, const std::string& directory, const ModelConfig& model,
                    const ParamSet& params);
 

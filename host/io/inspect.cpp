@@ -22,10 +22,10 @@ namespace {
 namespace fs = std::filesystem;
 
 bool holds_checkpoint_files(const fs::path& dir) {
-  for (const char* f : {"manifest.json", "state.json", "model.safetensors"}) {
+  for (const char* f : {"manifest.json", "state.json"}) {
     if (fs::exists(dir / f)) return true;
   }
-  return false;
+  return !checkpoint_data_files(dir.string()).empty();
 }
 
 // One table of a safetensors file: name, shape, dtype, CRC32 of the tensor's bytes.
@@ -39,7 +39,8 @@ void print_tensors(const fs::path& path, const std::string& title, std::ostream&
                      "bytes", "crc32");
   for (const auto& [name, e] : file.entries()) {
     out << fmt::format("  {:<{}}  {:<16} {:<5} {:>12}  {:08x}\n", name, width, shape_str(e.shape),
-                       e.dtype_name, e.end - e.begin, crc32_of(file.data(name), e.end - e.begin));
+                       e.dtype_name, e.end - e.begin,
+                       crc32_of(file.read(name).data(), e.end - e.begin));
   }
 }
 
@@ -104,12 +105,22 @@ int inspect_checkpoint(const std::string& path, std::ostream& out) {
                          info.contains("bytes") ? info["bytes"].dump() : "?", crc);
     }
   });
-  part("model.safetensors", [&] { print_tensors(dir / "model.safetensors", "parameters", out); });
-  if (fs::exists(dir / "optimizer.safetensors")) {
-    part("optimizer.safetensors",
-         [&] { print_tensors(dir / "optimizer.safetensors", "optimizer state (AdamW)", out); });
-  } else {
-    out << "\noptimizer state: none (optimizer.safetensors absent: parameters only)\n";
+  const auto data_files = checkpoint_data_files(dir.string());
+  bool optimizer = false;
+  for (const auto& file : data_files) {
+    const bool model = file.rfind("model", 0) == 0;
+    optimizer = optimizer || !model;
+    part(file,
+         [&] { print_tensors(dir / file, model ? "parameters" : "optimizer state (AdamW)", out); });
+  }
+  if (std::none_of(data_files.begin(), data_files.end(),
+                   [](const std::string& f) { return f.rfind("model", 0) == 0; })) {
+    const std::string problem = "no model file (model.safetensors or its parts)";
+    out << fmt::format("\nparameters: {}\n", problem);
+    problems.push_back(problem);
+  }
+  if (!optimizer) {
+    out << "\noptimizer state: none (no optimizer file: parameters only)\n";
   }
   std::string verdict;
   try {

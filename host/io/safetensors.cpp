@@ -1,7 +1,12 @@
 // safetensors.cpp — writer and validating reader of the safetensors format.
 #include "host/io/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -53,6 +58,7 @@ bool parse_dtype(const std::string& s, SafetensorsEntry& e) {
   }
   return false;
 }
+
 }  // namespace
 
 void write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,
@@ -85,8 +91,40 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsInp
                  path, std::strerror(errno));
 }
 
+namespace {
+
+// The format's own bound on the header (safetensors refuses longer ones): a corrupt length
+// never becomes a huge allocation.
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+// Reads `size` bytes at `offset` of the open file `fd` (pread: thread-safe, no shared cursor).
+void read_at(int fd, std::uint64_t offset, std::size_t size, char* out, const std::string& path) {
+  while (size > 0) {
+    const ssize_t got = ::pread(fd, out, size, off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    CAROUSEL_CHECK(got > 0, "reading '{}' at byte {} failed: {}", path, offset,
+                   got == 0 ? "the file is shorter than when it was opened" : std::strerror(errno));
+    out += got;
+    offset += std::uint64_t(got);
+    size -= std::size_t(got);
+  }
+}
+
+// An open file descriptor, closed on every path out.
+struct OpenFile {
+  int fd;
+  explicit OpenFile(const std::string& path) : fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    CAROUSEL_CHECK(fd >= 0, "cannot open '{}': {}", path, std::strerror(errno));
+  }
+  ~OpenFile() { ::close(fd); }
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+};
+
+}  // namespace
+
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  // Checked before opening: an ifstream on a FIFO blocks until a writer appears.
+  // Checked before opening: an open() on a FIFO blocks until a writer appears.
   std::error_code ec;
   const auto status = std::filesystem::status(path, ec);
   CAROUSEL_CHECK(std::filesystem::exists(status), "safetensors file '{}' does not exist", path);
@@ -94,23 +132,31 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                  "'{}' is not a regular file (a directory, FIFO or device?); a safetensors file "
                  "is expected",
                  path);
-  std::ifstream in(path, std::ios::binary);
-  CAROUSEL_CHECK(in.good(), "cannot open '{}'", path);
-  bytes_.assign(std::istreambuf_iterator<char>(in), {});
-  CAROUSEL_CHECK(bytes_.size() >= 8, "'{}' is {} bytes: too short for a safetensors file", path,
-                 bytes_.size());
+  const OpenFile file(path);
+  struct stat st {};
+  CAROUSEL_CHECK(::fstat(file.fd, &st) == 0, "cannot stat '{}': {}", path, std::strerror(errno));
+  const std::uint64_t file_size = std::uint64_t(st.st_size);
+  CAROUSEL_CHECK(file_size >= 8, "'{}' is {} bytes: too short for a safetensors file", path,
+                 file_size);
+  unsigned char len[8];
+  read_at(file.fd, 0, 8, reinterpret_cast<char*>(len), path);
   std::uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) n |= std::uint64_t(static_cast<unsigned char>(bytes_[i])) << (8 * i);
-  CAROUSEL_CHECK(n <= bytes_.size() - 8,
+  for (int i = 0; i < 8; ++i) n |= std::uint64_t(len[i]) << (8 * i);
+  CAROUSEL_CHECK(n <= file_size - 8,
                  "'{}': header length {} exceeds the file size {} (truncated, or not a "
                  "safetensors file)",
-                 path, n, bytes_.size());
+                 path, n, file_size);
+  CAROUSEL_CHECK(n <= kMaxHeaderBytes,
+                 "'{}': header length {} is over the format's limit of {} bytes (corrupt, or not "
+                 "a safetensors file)",
+                 path, n, kMaxHeaderBytes);
+  std::vector<char> header_bytes(n);
+  read_at(file.fd, 8, n, header_bytes.data(), path);
   data_start_ = 8 + n;
   const std::string where = fmt::format("'{}': the safetensors header", path);
-  const nlohmann::json header =
-      parse_json_text(bytes_.begin() + 8, bytes_.begin() + std::ptrdiff_t(data_start_), where);
+  const nlohmann::json header = parse_json_text(header_bytes.begin(), header_bytes.end(), where);
   CAROUSEL_CHECK(header.is_object(), "{} is a JSON {}, not an object", where, header.type_name());
-  const std::uint64_t data_size = bytes_.size() - data_start_;
+  const std::uint64_t data_size = file_size - data_start_;
   std::vector<std::tuple<std::uint64_t, std::uint64_t, std::string>> starts;  // begin, end, name
   for (const auto& [name, value] : header.items()) {
     if (name == "__metadata__") {
@@ -174,10 +220,14 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                  path, covered, data_size, data_size - covered, n);
 }
 
-const void* SafetensorsFile::data(const std::string& name) const {
+std::vector<char> SafetensorsFile::read(const std::string& name) const {
   const auto it = entries_.find(name);
   CAROUSEL_CHECK(it != entries_.end(), "'{}' has no tensor '{}'", path_, name);
-  return bytes_.data() + data_start_ + it->second.begin;
+  const SafetensorsEntry& e = it->second;
+  std::vector<char> bytes(e.end - e.begin);
+  const OpenFile file(path_);
+  read_at(file.fd, data_start_ + e.begin, bytes.size(), bytes.data(), path_);
+  return bytes;
 }
 
 void check_finite_f32(const void* values, const Shape& shape, const std::string& file,
@@ -201,9 +251,10 @@ void check_finite_f32(const void* values, const Shape& shape, const std::string&
     index = fmt::format("{}{}", rest % std::size_t(shape[d]), index.empty() ? "" : ", " + index);
     rest /= std::size_t(shape[d]);
   }
-  fail("'{}': tensor '{}' {} holds {} at [{}] ({} non-finite value{} of {}): the file is "
-       "corrupt or was saved from a diverged run; load another checkpoint or model",
-       file, tensor, shape_str(shape), first_value, index, bad, bad == 1 ? "" : "s", n);
+  fail(
+      "'{}': tensor '{}' {} holds {} at [{}] ({} non-finite value{} of {}): the file is "
+      "corrupt or was saved from a diverged run; load another checkpoint or model",
+      file, tensor, shape_str(shape), first_value, index, bad, bad == 1 ? "" : "s", n);
 }
 
 }  // namespace carousel

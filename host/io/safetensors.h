@@ -39,23 +39,23 @@ struct SafetensorsEntry {
   std::uint64_t begin = 0, end = 0;  // offsets into the data section
 };
 
-// A parsed file held in memory. Every entry is validated on open: known dtype, offsets inside
-// the file, size = numel * dtype size, and together the tensors cover the data section exactly
-// (no overlap, hole or trailing byte: a header length a few bytes off cannot shift every tensor).
-// Non-regular files (FIFOs, directories) are refused unopened. Errors name the file, the tensor
-// and the field.
+// A file's header, parsed on open; tensors are read one at a time when asked for (pread), so a
+// process holds the tensors it reads, never the whole file. Every entry is validated on open:
+// known dtype, offsets inside the file, size = numel * dtype size, and together the tensors
+// cover the data section exactly (no overlap, hole or trailing byte: a header length a few bytes
+// off cannot shift every tensor). Non-regular files (FIFOs, directories) are refused unopened.
+// Errors name the file, the tensor and the field. Reads are safe from several threads.
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);
   const std::map<std::string, SafetensorsEntry>& entries() const { return entries_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
-  const void* data(const std::string& name) const;  // throws if absent
+  std::vector<char> read(const std::string& name) const;  // its bytes; throws if absent
   const std::string& path() const { return path_; }
 
  private:
   std::string path_;
-  std::vector<char> bytes_;
-  std::size_t data_start_ = 0;
+  std::uint64_t data_start_ = 0;  // file offset of the data section
   std::map<std::string, SafetensorsEntry> entries_;
   std::map<std::string, std::string> metadata_;
 };

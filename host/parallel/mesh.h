@@ -52,11 +52,8 @@ struct RankPlace {
   int batch_part() const { return data_rank * mesh.fsdp + fsdp_rank; }
   // Among the D x C ranks holding the same weights (gradients summed, ZeRO-1 pieces).
   int replica_rank() const { return data_rank * mesh.context + context_rank; }
-  // Writes whole-model state (checkpoints): one rank per stage, and per replicated tensor.
+  // Among the replicas, the one whose ranks write checkpoints (each tensor once).
   bool writes_shards() const { return replica_rank() == 0; }
-  bool writes_replicated() const {
-    return replica_rank() == 0 && fsdp_rank == 0 && tensor_rank == 0;
-  }
 };
 
 // A rank's communicators, split from the world of all ranks. Communicators of size one are

@@ -1,7 +1,7 @@
 // sharded_params.h — where every parameter element of one rank lives, and everything done to
 // parameters as a whole: FSDP shards and their weight slots, ZeRO-1 pieces, the replicated
-// embedding / head, the gradient reductions, the global norm, the AdamW step and the checkpoint
-// exchange with whole-model sets.
+// embedding / head, the gradient reductions, the global norm, the AdamW step and each rank's
+// share of a checkpoint.
 //
 // Layer parameters. The rank holds the virtual stages the layout places on its pipeline rank;
 // which layers a stage holds comes from the stage map (stage_layers(cfg), uneven stages
@@ -35,10 +35,11 @@
 //
 // Files: sharded_params.cpp (layout, initial values, compute views, gathers and scatters),
 // sharded_optimizer.cpp (gradient reductions, global norm, AdamW), sharded_checkpoint.cpp
-// (exchange with whole-model sets).
+// (checkpoint shares and restores).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -125,11 +126,14 @@ class ShardedParams {
   // the first parameter (in model order) whose gradient is not finite. In sharded_optimizer.cpp.
   StepOutcome optimizer_step(std::int64_t step, std::int64_t update, double local_loss);
 
-  // Copies this rank's parameters and moments into the whole-model sets a checkpoint is written
-  // from (to_whole) or out of the sets one was read into, by name; nullptr sets are skipped.
-  // Writing gathers FSDP shards and ZeRO-1 pieces first and only the designated writer of each
-  // tensor writes it; returns the parameter names this rank wrote. In sharded_checkpoint.cpp.
-  std::vector<std::string> exchange(Backend& host, const CheckpointContents& whole, bool to_whole);
+  // Checkpoints (sharded_checkpoint.cpp). checkpoint_part: the whole tensors this rank writes,
+  // in host memory (the AdamW moments too with `moments`). Every tensor of the model has one
+  // writer: a rank of replica 0 and tensor rank 0, the stage's tensors dealt over its FSDP
+  // ranks; FSDP shards, ZeRO-1 pieces and tensor parts are gathered first. Collective over the
+  // world. restore: this rank's parameters (and moments) read from a checkpoint's or a model's
+  // whole tensors, only those overlapping what the rank holds, one at a time.
+  CheckpointPart checkpoint_part(bool moments);
+  void restore(const TensorFiles& files, bool moments);
 
   // Whether every master weight of every rank is finite (collective over the world): a
   // checkpoint is never written from non-finite parameters.
@@ -153,6 +157,9 @@ class ShardedParams {
                     std::int64_t begin = 0);
   Pieces stage_pieces(const StageShard& s) const;
   Pieces extras_pieces() const { return {comms_.fsdp.get(), extras_.flat.numel(), extras_piece_}; }
+  std::vector<std::vector<float>> whole_tensors(const std::vector<ParamSpec>& specs,
+                                                std::int64_t padded, const Tensor& local,
+                                                const std::function<bool(std::size_t)>& wanted);
   void reduce_into_owned(const Pieces& p, const Tensor& buffer, Communicator* also = nullptr);
   Tensor gather_pieces(const Pieces& p, const Tensor& piece);
   void gather_owned(const Pieces& p, const Tensor& buffer);

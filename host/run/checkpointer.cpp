@@ -4,11 +4,13 @@
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <numeric>
 #include <utility>
 #include <vector>
 
-#include "host/parallel/sharded_checkpoint.h"
+#include "compute/cpu_backend.h"
 #include "host/run/train_result.h"
 
 namespace carousel {
@@ -57,30 +59,39 @@ void compare_with_checkpoint(const Config& cfg, const std::string& dir) {
   }
 }
 
+// World rank 0's pid on every process: it names the temporary directory of each checkpoint,
+// which every process writes its parts into.
+long leader_pid(Communicator* process_world) {
+  const long pid = ::getpid();
+  if (!process_world || process_world->size() == 1) return pid;
+  CpuBackend host;
+  const Tensor t = host.from_host(std::vector<std::int32_t>{std::int32_t(pid)}, {1});
+  process_world->broadcast(t, t, /*root=*/0).wait();
+  return host.to_host<std::int32_t>(t)[0];
+}
+
 }  // namespace
 
-Checkpointer::Checkpointer(const Config& cfg, int ranks, int processes,
+Checkpointer::Checkpointer(const Config& cfg, int ranks, Communicator* process_world,
                            const TokenizerInfo* tokenizer, TrainResult& result)
-    : cfg_(cfg), processes_(processes), tokenizer_(tokenizer), host_(ranks) {
-  const auto specs = param_table(cfg.model);
-  params_ = ParamSet::allocate(host_, specs, DType::F32);
-  adam_m_ = ParamSet::allocate(host_, specs, DType::F32);
-  adam_v_ = ParamSet::allocate(host_, specs, DType::F32);
+    : cfg_(cfg),
+      tokenizer_(tokenizer),
+      owner_pid_(leader_pid(process_world)),
+      writers_(std::size_t(ranks)) {
   // Outputs are checked before step 1 in every process (an unwritable directory or metrics
   // file would otherwise surface only after the first steps' work); leftover partial saves are
   // cleaned first, so the checkpoint to resume from is chosen among complete ones.
   check_outputs_writable(cfg);
-  const CheckpointContents whole{&params_, &adam_m_, &adam_v_};
   if (const auto dir = cfg.enable_checkpointing ? latest_checkpoint(cfg) : std::nullopt) {
     compare_with_checkpoint(cfg, *dir);
-    const TrainingState state = load_checkpoint(host_, *dir, whole);
+    start_.emplace(open_checkpoint_tensors(*dir, param_table(cfg.model), /*moments=*/true));
+    start_moments_ = true;
+    const TrainingState state = read_training_state(*dir);
     result.start_step = state.step;
     result.skipped_steps = state.skipped_steps;
-    start_ = whole;
     spdlog::info("resuming from {} at step {}", *dir, result.start_step);
   } else if (!cfg.load_parameters_path.empty()) {
-    load_parameters(host_, cfg.model, cfg.load_parameters_path, params_);
-    start_ = CheckpointContents{&params_, nullptr, nullptr};
+    start_.emplace(open_parameters(cfg.load_parameters_path, cfg.model));
     spdlog::info("parameters loaded from {}", cfg.load_parameters_path);
   }
   CAROUSEL_CHECK(result.start_step <= cfg.steps,
@@ -90,7 +101,7 @@ Checkpointer::Checkpointer(const Config& cfg, int ranks, int processes,
 }
 
 void Checkpointer::restore(ShardedParams& params) {
-  if (start_) params.exchange(host_, *start_, /*to_whole=*/false);
+  if (start_) params.restore(*start_, start_moments_);
 }
 
 bool Checkpointer::due(std::int64_t step, bool stopping) const {
@@ -106,58 +117,74 @@ void Checkpointer::save(std::int64_t step, std::int64_t skipped_steps, int rank,
                  "step {}: a parameter is not finite after the update; no checkpoint is written "
                  "(the previous ones are kept)",
                  step + 1);
-  if (rank == 0) wait_for_write();  // the host sets are free again (or its failure is thrown)
+  // The previous checkpoint's parts are written (rank 0: the whole checkpoint is finished)
+  // before this one's directory is prepared and its tensors copied.
+  wait_for_write(rank);
+  if (rank == 0) begin_checkpoint(cfg_, step + 1, owner_pid_);
   world.barrier().wait();
-  const CheckpointContents whole{&params_, &adam_m_, &adam_v_};
-  const auto written = params.exchange(host_, whole, /*to_whole=*/true);
-  world.barrier().wait();
-  if (processes_ > 1)
-    collect_on_rank_zero(host_world, host_, written, {&params_, &adam_m_, &adam_v_});
-  if (rank == 0) {
-    if (cfg_.async_checkpointing) {
-      write_step_ = step;
-      writer_ = std::thread([this, step, skipped_steps] {
-        try {
-          write(step, skipped_steps);
-        } catch (const std::exception& e) {  // said now; the run stops at the next wait
-          spdlog::error("checkpoint {}: the background write failed: {}", step + 1, e.what());
-          write_error_ = std::current_exception();
-        } catch (...) {
-          write_error_ = std::current_exception();
-        }
-      });
-    } else {
-      write(step, skipped_steps);
-    }
+  Writer& w = writers_.at(std::size_t(rank));
+  w.part = params.checkpoint_part(/*moments=*/true);
+  w.part_bytes = w.part.bytes();
+  // Number the writing ranks: this rank writes part k of n.
+  std::vector<std::int32_t> writes(std::size_t(world.size()), 0);
+  writes[std::size_t(rank)] = w.part.empty() ? 0 : 1;
+  CpuBackend host;
+  const Tensor t = host.from_host(writes, {std::int64_t(writes.size())});
+  host_world.all_reduce(t, t, ReduceOp::Sum).wait();
+  writes = host.to_host<std::int32_t>(t);
+  const int k = int(std::accumulate(writes.begin(), writes.begin() + rank, 0));
+  const int n = int(std::accumulate(writes.begin(), writes.end(), 0));
+  w.step = step;
+  if (cfg_.async_checkpointing) {
+    w.thread = std::thread([this, &w, rank, k, n, step, skipped_steps] {
+      try {
+        write(rank, k, n, step, skipped_steps);
+      } catch (const std::exception& e) {  // said now; the run stops at the next wait
+        spdlog::error("checkpoint {}: the background write failed: {}", step + 1, e.what());
+        w.error = std::current_exception();
+      } catch (...) {
+        w.error = std::current_exception();
+      }
+    });
+  } else {
+    write(rank, k, n, step, skipped_steps);
   }
   world.barrier().wait();
   recorder.complete();
 }
 
-void Checkpointer::write(std::int64_t step, std::int64_t skipped_steps) {
-  const CheckpointContents whole{&params_, &adam_m_, &adam_v_};
-  spdlog::info("checkpoint saved: {}",
-               save_checkpoint(host_, cfg_, whole, {step + 1, skipped_steps}, tokenizer_));
+void Checkpointer::write(int rank, int k, int n, std::int64_t step, std::int64_t skipped_steps) {
+  Writer& w = writers_.at(std::size_t(rank));
+  const std::string tmp = checkpoint_temp_dir(cfg_, step + 1, owner_pid_);
+  if (!w.part.empty()) write_checkpoint_part(tmp, step + 1, k, n, w.part);
+  w.part = {};  // the host copy is gone once on disk
+  if (rank != 0) return;
+  spdlog::info("checkpoint saved: {} ({} part{})",
+               finish_checkpoint(cfg_, tmp, n, {step + 1, skipped_steps}, tokenizer_,
+                                 cfg_.collective_timeout_seconds),
+               n, n == 1 ? "" : "s");
   prune_checkpoints(cfg_, step + 1);
 }
 
-void Checkpointer::wait_for_write() {
-  if (writer_.joinable()) writer_.join();
-  if (!write_error_) return;
-  const std::exception_ptr error = std::exchange(write_error_, nullptr);
+void Checkpointer::wait_for_write(int rank) {
+  Writer& w = writers_.at(std::size_t(rank));
+  if (w.thread.joinable()) w.thread.join();
+  if (!w.error) return;
+  const std::exception_ptr error = std::exchange(w.error, nullptr);
   try {
     std::rethrow_exception(error);
   } catch (const std::exception& e) {
-    fail("checkpoint {}: the background write failed: {}", write_step_ + 1, e.what());
+    fail("checkpoint {}: the background write failed: {}", w.step + 1, e.what());
   }
 }
 
-void Checkpointer::finish() { wait_for_write(); }
+void Checkpointer::finish() {
+  for (std::size_t rank = 0; rank < writers_.size(); ++rank) wait_for_write(int(rank));
+}
 
 Checkpointer::~Checkpointer() {
-  try {
-    wait_for_write();
-  } catch (...) {  // already said by the writer
+  for (auto& w : writers_) {
+    if (w.thread.joinable()) w.thread.join();  // a failure was said by the writer
   }
 }
 

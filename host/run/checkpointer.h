@@ -1,17 +1,17 @@
 // checkpointer.h — the run's checkpoints: where a run starts, and the saves on their cadence.
 //
-// Checkpoints are the whole-model files a single-device run writes (host/io/checkpoint.h), so any
-// layout resumes any other, bitwise when the layout is the same. The checkpointer holds the
-// whole-model parameters and AdamW moments on the host (one set per process): each rank's
-// ShardedParams writes its part into them before a save and reads its part out of them at the
-// start. Constructed once per process before the ranks start; its per-rank calls are collective
-// over the ranks.
+// Checkpoints hold whole tensors under global names (host/io/checkpoint.h), so any layout resumes
+// any other, bitwise when the layout is the same. Each tensor has one writing rank
+// (ShardedParams::checkpoint_part): at a save every writing rank copies its tensors to the host
+// and writes its own part of the checkpoint directory, in parallel, and world rank 0 finishes
+// the directory once every part is on disk. No rank or process holds the whole model; the host
+// copies exist only while a save is written. A resume opens the checkpoint's files once per
+// process (headers) and each rank reads the tensors it holds, one at a time.
 //
-// async_checkpointing (the default): once the ranks have copied their parts into the host sets,
-// world rank 0 writes the files on a thread of its own and the ranks go on training; the next
-// save (or finish()) first waits for that write — at most one is in flight, and the host sets
-// are never refilled while being written. A failed write is reported there: by the next save's
-// rank 0 or by finish().
+// async_checkpointing (the default): once the ranks have copied their tensors to the host, each
+// writes its part on a thread of its own and the ranks go on training; the next save (or
+// finish()) first waits for those writes — at most one checkpoint is in flight. A failed write
+// is reported there, and said in the log at once.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +20,6 @@
 #include <thread>
 
 #include "collectives/communicator.h"
-#include "compute/cpu_backend.h"
 #include "host/config/config.h"
 #include "host/io/checkpoint.h"
 #include "host/parallel/sharded_params.h"
@@ -36,8 +35,8 @@ class Checkpointer {
   // run starts: the newest usable checkpoint of the run directory (its config compared first,
   // ResumeClass by key), else load_parameters_path's weights, else the initial values. Sets
   // result.start_step and result.skipped_steps. `tokenizer` (may be null) must outlive this.
-  Checkpointer(const Config& cfg, int ranks, int processes, const TokenizerInfo* tokenizer,
-               TrainResult& result);
+  Checkpointer(const Config& cfg, int ranks, Communicator* process_world,
+               const TokenizerInfo* tokenizer, TrainResult& result);
 
   // Puts the starting weights (and moments, when resuming) into this rank's shards; nothing
   // when the run starts from the initial values.
@@ -47,10 +46,15 @@ class Checkpointer {
   // end, and when the ranks agreed to stop — only with enable_checkpointing.
   bool due(std::int64_t step, bool stopping) const;
 
-  // After 0-based `step` when due(): every rank writes its shards into the whole-model sets,
-  // process 0 (rank 0) saves them with the training state. Collective over the ranks.
+  // After 0-based `step` when due(): every writing rank writes its part, world rank 0 finishes
+  // the checkpoint with the training state. Collective over the ranks (`host_world`: the same
+  // ranks over host memory, which numbers the writing ranks).
   void save(std::int64_t step, std::int64_t skipped_steps, int rank, ShardedParams& params,
             Communicator& world, Communicator& host_world, FlightRecorder& recorder);
+
+  // The bytes of whole tensors world rank `rank` (of this process) copied to the host for its
+  // part of the last save: measured by the tests that no rank holds the whole model.
+  std::int64_t part_bytes(int rank) const { return writers_.at(std::size_t(rank)).part_bytes; }
 
   // After the ranks stopped: waits for a write still in flight; throws if it failed.
   void finish();
@@ -59,19 +63,24 @@ class Checkpointer {
   Checkpointer& operator=(const Checkpointer&) = delete;
 
  private:
-  void write(std::int64_t step, std::int64_t skipped_steps);  // the files, on rank 0
-  void wait_for_write();
-
+  // One rank's part of the checkpoint in flight.
+  struct Writer {
+    CheckpointPart part;          // its tensors, on the host until written
+    std::thread thread;           // the write in flight (async_checkpointing)
+    std::exception_ptr error;     // how it failed, rethrown by the next wait
+    std::int64_t step = 0;        // the 0-based step whose checkpoint it writes
+    std::int64_t part_bytes = 0;  // part.bytes() of the last save
+  };
+  // Writes rank `rank`'s part k of n; world rank 0 then finishes the checkpoint.
+  void write(int rank, int k, int n, std::int64_t step, std::int64_t skipped_steps);
+  void wait_for_write(int rank);
 
   const Config& cfg_;
-  int processes_;
   const TokenizerInfo* tokenizer_;
-  CpuBackend host_;
-  ParamSet params_, adam_m_, adam_v_;        // whole model, float32
-  std::optional<CheckpointContents> start_;  // what restore() puts into the shards
-  std::thread writer_;                       // the write in flight (async_checkpointing)
-  std::exception_ptr write_error_;           // how it failed, rethrown by the next wait
-  std::int64_t write_step_ = 0;              // the 0-based step whose checkpoint it writes
+  long owner_pid_;  // world rank 0's process: names the directory every part is written into
+  std::optional<TensorFiles> start_;  // what restore() reads into the shards
+  bool start_moments_ = false;        // resuming: the AdamW moments too
+  std::vector<Writer> writers_;       // by world rank (this process's ranks only are used)
 };
 
 }  // namespace carousel

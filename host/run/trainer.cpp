@@ -90,8 +90,8 @@ TrainResult train(const Config& requested, Communicator* process_world) {
   result.run_directory = cfg.run_directory();
   const int ranks = plan.mesh.ranks();
   const Evaluator evaluator(cfg, plan.eval_data.get(), plan.eval_batches);
-  Checkpointer checkpointer(cfg, ranks, process_world ? process_world->size() : 1,
-                            plan.tokenizer ? &*plan.tokenizer : nullptr, result);
+  Checkpointer checkpointer(cfg, ranks, process_world, plan.tokenizer ? &*plan.tokenizer : nullptr,
+                            result);
   std::unique_ptr<StepReporter> reporter;  // world rank 0 reports
   if (!process_world || process_world->rank() == 0) {
     reporter = std::make_unique<StepReporter>(cfg, result.start_step);

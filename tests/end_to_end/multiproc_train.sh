@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # multiproc_train.sh CAROUSEL SOURCE_DIR WORK_DIR — `carousel train` as 4 MPI processes must train
 # exactly as 4 threads do: the same losses and gradient norms at every step, and byte-identical
-# model and optimizer checkpoints; without a run_name they share one new run directory. The
+# model and optimizer checkpoints (every process writing its own part); without a run_name they share one new run directory. The
 # process run stops after 3 steps and resumes (checkpoint load with ranks in processes), the
 # threaded run goes straight through. Uneven stages and tensor parallelism are compared the same
 # way. Then a job of the wrong size must fail with the error that names both sizes.
@@ -19,11 +19,29 @@ common=("$src/configs/demo.yml" "dataset_path=$src/tests/data/tiny_corpus.txt"
 "$here/mpirun.sh" 4 "$carousel" train "${common[@]}" steps=6 run_name=processes
 
 status=0
-for f in model optimizer; do
-  if ! cmp "$work/threads/checkpoints/6/$f.safetensors" "$work/processes/checkpoints/6/$f.safetensors"; then
-    echo "FAIL: $f.safetensors after 6 steps differs between threads and processes"
-    status=1
-  fi
+# The data files of two checkpoints (PREFIX: model, optimizer; their parts and the index), byte
+# for byte: the same layout writes the same parts whether its ranks are threads or processes.
+#   same_checkpoint LABEL DIR_A DIR_B PREFIX...
+same_checkpoint() {
+  local label=$1 a=$2 b=$3 prefix f found=0
+  shift 3
+  for prefix in "$@"; do
+    for f in "$a/$prefix"*.safetensors "$a/$prefix.safetensors.index.json"; do
+      [ -e "$f" ] || continue
+      found=1
+      if ! cmp "$f" "$b/$(basename "$f")"; then
+        echo "FAIL: $label: $(basename "$f") differs between threads and processes"
+        status=1
+      fi
+    done
+  done
+  [ "$found" = 1 ] || { echo "FAIL: $label: no checkpoint files in $a"; status=1; }
+}
+same_checkpoint "6 steps" "$work/threads/checkpoints/6" "$work/processes/checkpoints/6" model optimizer
+# 2 stages x 2 FSDP ranks: each of the 4 processes wrote its own part.
+for k in 1 2 3 4; do
+  [ -s "$work/processes/checkpoints/6/model-0000$k-of-00004.safetensors" ] ||
+    { echo "FAIL: no part $k of 4 in the processes' checkpoint"; status=1; }
 done
 python3 - "$work/threads/metrics.jsonl" "$work/processes/metrics.jsonl" <<'PY' || status=1
 import json, sys
@@ -59,13 +77,9 @@ threads_equal_processes() {
   shift 3
   "$carousel" train "${common[@]}" steps=2 "$@" run_name="${name}_threads"
   "$here/mpirun.sh" 4 "$carousel" train "${common[@]}" steps=2 "$@" run_name="${name}_processes"
-  for f in $files; do
-    if ! cmp "$work/${name}_threads/checkpoints/2/$f.safetensors" \
-             "$work/${name}_processes/checkpoints/2/$f.safetensors"; then
-      echo "FAIL: $label: $f.safetensors after 2 steps differs between threads and processes"
-      status=1
-    fi
-  done
+  # shellcheck disable=SC2086  # $files: the prefixes, one word each
+  same_checkpoint "$label" "$work/${name}_threads/checkpoints/2" \
+    "$work/${name}_processes/checkpoints/2" $files
   python3 - "$label" "$work/${name}_threads/metrics.jsonl" \
     "$work/${name}_processes/metrics.jsonl" <<'PY' || status=1
 import json, sys

@@ -20,6 +20,7 @@
 #include "host/report/logging.h"
 #include "host/run/trainer.h"
 #include "host/schedule/passes.h"
+#include "tests/support/checkpoint_files.h"
 #include "tests/support/pipeline_equivalence.h"
 #include "tests/support/sequential_training.h"
 
@@ -32,11 +33,6 @@ using testing::run_config;
 using testing::with_global_batch_8;
 
 std::vector<StepMetrics> run(const Config& cfg) { return train(cfg).steps; }
-
-std::vector<char> read_bytes(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
-}
 
 // A single-device run (named `run_name`, same global batch) that resumes the checkpoint of
 // `step` from the run directory of `pipeline` and trains to its `steps`.
@@ -351,11 +347,8 @@ TEST(Pipeline, CheckpointsResumeExactlyAndAcrossLayouts) {
   ASSERT_EQ(second.steps.size(), 2u);
   EXPECT_EQ(second.steps[0].loss, full[2].loss);
   EXPECT_EQ(second.steps[1].loss, full[3].loss);
-  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
-    EXPECT_EQ(read_bytes(fs::path(straight.run_directory()) / "checkpoints/4" / f),
-              read_bytes(fs::path(resumed.run_directory()) / "checkpoints/4" / f))
-        << f;
-  }
+  EXPECT_EQ(testing::checkpoint_data_bytes(fs::path(straight.run_directory()) / "checkpoints/4"),
+            testing::checkpoint_data_bytes(fs::path(resumed.run_directory()) / "checkpoints/4"));
   // The checkpoint is layout-free: a single-device run resumes the pipeline's step-2 checkpoint
   // and continues like the pipeline did (not bitwise: the gradient norm is summed in another
   // order, which moves the clipping scale in its last bits).
@@ -405,6 +398,34 @@ TEST(Pipeline, ZbvTiedCheckpointResumesOnOneDevice) {
       "zbv_tied");
 }
 
+// Each writing rank writes its own part: 2 stages x 2 FSDP ranks of replica 0 write 4 parts
+// (the other replica writes none), each well under half the model — no rank gathers it — and the
+// parts together are the whole model: a single-device run resumes them and continues like the
+// mesh did (1e-5: the gradient norm is summed in another order).
+TEST(Pipeline, EveryWritingRankWritesItsOwnPartOfTheCheckpoint) {
+  namespace fs = std::filesystem;
+  expect_resumes_on_one_device({"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                                "ici_data_parallelism=2", "shard_optimizer_over_data=true",
+                                "num_pipeline_microbatches=1", "base_num_decoder_layers=4"},
+                               "parts");
+  Config pipe = run_config({"base_num_decoder_layers=4"});
+  pipe.run_name = "parts_pipe";
+  const fs::path dir = fs::path(pipe.run_directory()) / "checkpoints" / "2";
+  const auto files = checkpoint_data_files(dir.string());
+  ASSERT_EQ(files.size(), 8u);  // model and optimizer parts of 4 writers
+  std::uintmax_t model_bytes = 0, largest = 0;
+  for (int k = 0; k < 4; ++k) {
+    const fs::path part = dir / fmt::format("model-{:05}-of-00004.safetensors", k + 1);
+    ASSERT_TRUE(fs::exists(part)) << part;
+    model_bytes += fs::file_size(part);
+    largest = std::max(largest, fs::file_size(part));
+    EXPECT_TRUE(fs::exists(dir / fmt::format("optimizer-{:05}-of-00004.safetensors", k + 1)));
+  }
+  EXPECT_LT(largest, model_bytes / 2) << "a part holds half the model or more";
+  const auto tensors = testing::checkpoint_tensors(dir);
+  EXPECT_EQ(tensors.size(), 3 * param_table(pipe.model).size());  // parameters and 2 moments
+}
+
 // ZeRO-1 changes where AdamW state lives, not the math: the replicas' gradient sums are the
 // same rank-order sums (reduce-scatter instead of all-reduce) and AdamW is elementwise, so
 // its checkpoints are byte-identical to plain data parallelism's, also when it resumes from
@@ -428,11 +449,8 @@ TEST(Pipeline, ZeroOneEqualsDataParallelAndHoldsLess) {
   zero.steps = 4;
   const TrainResult second = train(zero);
   EXPECT_EQ(second.start_step, 2);
-  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
-    EXPECT_EQ(read_bytes(fs::path(plain.run_directory()) / "checkpoints/4" / f),
-              read_bytes(fs::path(zero.run_directory()) / "checkpoints/4" / f))
-        << f;
-  }
+  EXPECT_EQ(testing::checkpoint_data_bytes(fs::path(plain.run_directory()) / "checkpoints/4"),
+            testing::checkpoint_data_bytes(fs::path(zero.run_directory()) / "checkpoints/4"));
   EXPECT_LT(first.peak_device_bytes, a.peak_device_bytes);
 }
 

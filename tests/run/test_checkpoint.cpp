@@ -150,5 +150,90 @@ TEST(Checkpoint, ShapeMismatchNamesTensorAndShapes) {
             std::string::npos);
 }
 
+// Parts: tensor i of the table goes to writer i % n, as ranks deal a stage's tensors over FSDP.
+CheckpointPart part_of(Fixture& f, int k, int n) {
+  CheckpointPart part;
+  const ParamSet params = f.params, m = f.opt.m, v = f.opt.v;
+  for (std::size_t i = 0; i < params.specs.size(); ++i) {
+    if (int(i % std::size_t(n)) != k) continue;
+    const ParamSpec& spec = params.specs[i];
+    part.params.push_back({spec.name, spec.shape, f.be.to_host<float>(params.tensors[i])});
+    part.moments.push_back({spec.name + ".exp_avg", spec.shape, f.be.to_host<float>(m.tensors[i])});
+    part.moments.push_back(
+        {spec.name + ".exp_avg_sq", spec.shape, f.be.to_host<float>(v.tensors[i])});
+  }
+  return part;
+}
+
+// Three writers write their parts (the last first: order does not matter); the finished
+// directory loads bitwise like one writer's, lists every file in the manifest, and its Hugging
+// Face index maps each tensor to the part that holds it, so the parameters also load as a
+// sharded Hugging Face model.
+TEST(Checkpoint, PartsOfSeveralWritersLoadAsOneCheckpoint) {
+  Fixture f("parts");
+  const std::string tmp = begin_checkpoint(f.cfg, 4, 1234);
+  EXPECT_EQ(tmp, checkpoint_temp_dir(f.cfg, 4, 1234));
+  for (int k : {2, 0, 1}) write_checkpoint_part(tmp, 4, k, 3, part_of(f, k, 3));
+  const std::string dir = finish_checkpoint(f.cfg, tmp, 3, {4, 1}, nullptr, 10.0);
+  EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_EQ(checkpoint_data_files(dir),
+            (std::vector<std::string>{
+                "model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
+                "model-00003-of-00003.safetensors", "optimizer-00001-of-00003.safetensors",
+                "optimizer-00002-of-00003.safetensors", "optimizer-00003-of-00003.safetensors"}));
+  ParamSet p2 = ParamSet::allocate(f.be, f.params.specs, DType::F32);
+  AdamW o2 = AdamW::create(f.be, f.params.specs);
+  const TrainingState st = load_checkpoint(f.be, dir, {&p2, &o2.m, &o2.v});
+  EXPECT_EQ(st.step, 4);
+  EXPECT_EQ(st.skipped_steps, 1);
+  EXPECT_TRUE(testing::bitwise_equal(f.be, p2.flat, f.params.flat));
+  EXPECT_TRUE(testing::bitwise_equal(f.be, o2.m.flat, f.opt.m.flat));
+  EXPECT_TRUE(testing::bitwise_equal(f.be, o2.v.flat, f.opt.v.flat));
+  const nlohmann::json manifest =
+      nlohmann::json::parse(std::ifstream(fs::path(dir) / "manifest.json"));
+  for (const auto& file : checkpoint_data_files(dir)) EXPECT_TRUE(manifest["files"].contains(file));
+  EXPECT_TRUE(manifest["files"].contains("model.safetensors.index.json"));
+  const nlohmann::json index =
+      nlohmann::json::parse(std::ifstream(fs::path(dir) / "model.safetensors.index.json"));
+  ASSERT_EQ(index["weight_map"].size(), f.params.specs.size());
+  for (std::size_t i = 0; i < f.params.specs.size(); ++i) {
+    EXPECT_EQ(index["weight_map"][f.params.specs[i].name],
+              fmt::format("model-{:05}-of-00003.safetensors", i % 3 + 1));
+  }
+  // As a Hugging Face directory (no carousel manifest or state): the index finds each tensor.
+  const fs::path hf = fs::path(f.cfg.run_directory()) / "as_hf";
+  fs::copy(dir, hf);
+  fs::remove(hf / "manifest.json");
+  fs::remove(hf / "state.json");
+  ParamSet p3 = ParamSet::allocate(f.be, f.params.specs, DType::F32);
+  load_parameters(f.be, f.cfg.model, hf.string(), p3);
+  EXPECT_TRUE(testing::bitwise_equal(f.be, p3.flat, f.params.flat));
+}
+
+// A writer that fails leaves part-<k>.failed: the finisher stops with its message at once, and
+// no step directory appears; a part that never comes (a process writing elsewhere) is an error
+// after the timeout that says every process must share the checkpoints directory.
+TEST(Checkpoint, AMissingOrFailedPartStopsTheFinishNamingIt) {
+  Fixture f("failed_part");
+  std::string tmp = begin_checkpoint(f.cfg, 2, 1234);
+  write_checkpoint_part(tmp, 2, 0, 3, part_of(f, 0, 3));
+  fs::create_directory(fs::path(tmp) / "model-00002-of-00003.safetensors");  // cannot be written
+  EXPECT_NE(testing::error_of([&] {
+              write_checkpoint_part(tmp, 2, 1, 3, part_of(f, 1, 3));
+            }).find("cannot create"),
+            std::string::npos);
+  std::string msg =
+      testing::error_of([&] { finish_checkpoint(f.cfg, tmp, 3, {2}, nullptr, 30.0); });
+  EXPECT_NE(msg.find("checkpoint 2: writing part 2 of 3 failed: cannot create"), std::string::npos)
+      << msg;
+  EXPECT_FALSE(fs::exists(fs::path(f.cfg.run_directory()) / "checkpoints" / "2"));
+  tmp = begin_checkpoint(f.cfg, 3, 1234);
+  write_checkpoint_part(tmp, 3, 0, 2, part_of(f, 0, 2));
+  msg = testing::error_of([&] { finish_checkpoint(f.cfg, tmp, 2, {3}, nullptr, 0.2); });
+  EXPECT_NE(msg.find("checkpoint 3: part 2 of 2 did not appear in"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("a file system all nodes share"), std::string::npos) << msg;
+  EXPECT_EQ(latest_checkpoint(f.cfg), std::nullopt);
+}
+
 }  // namespace
 }  // namespace carousel

@@ -137,16 +137,17 @@ TEST(CheckpointFaults, AnotherFormatVersionIsRefusedNotSkipped) {
   r.save(1);
   const fs::path dir = r.save(2);
   std::string manifest = read_text(dir / "manifest.json");
-  const std::string v1 = "\"format_version\": 1";
-  const auto at = manifest.find(v1);
+  const std::string current = "\"format_version\": 2";
+  const auto at = manifest.find(current);
   ASSERT_NE(at, std::string::npos) << manifest;
-  manifest.replace(at, v1.size(), "\"format_version\": 2");
+  manifest.replace(at, current.size(), "\"format_version\": 3");
   std::ofstream(dir / "manifest.json", std::ios::trunc) << manifest;
   std::string msg = r.load_error(dir.string());
-  EXPECT_NE(msg.find("format_version 2 is not one this carousel reads (1)"), std::string::npos)
+  EXPECT_NE(msg.find("format_version 3 is not one this carousel reads (1 to 2)"),
+            std::string::npos)
       << msg;
   msg = testing::error_of([&] { latest_checkpoint(r.cfg); });
-  EXPECT_NE(msg.find("format_version 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("format_version 3"), std::string::npos) << msg;
 }
 
 // A checkpoint whose files verify but whose weights hold a non-finite value (saved from a run

@@ -76,7 +76,7 @@ TEST(Inspect, ReportsStepTensorsAndVerifiedManifest) {
   const Report r = inspect(trained_run() / "checkpoints" / "3");
   EXPECT_EQ(r.code, 0) << r.text;
   EXPECT_NE(r.text.find("step: 3\n"), std::string::npos) << r.text;
-  EXPECT_NE(r.text.find("format_version: 1\n"), std::string::npos) << r.text;
+  EXPECT_NE(r.text.find("format_version: 2\n"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("model.embed_tokens.weight"), std::string::npos) << r.text;
   EXPECT_NE(r.text.find("[256,64]"), std::string::npos) << r.text;  // V x E
   EXPECT_NE(r.text.find(" F32 "), std::string::npos) << r.text;

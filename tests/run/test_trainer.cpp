@@ -10,11 +10,12 @@
 
 #include "collectives/rendezvous.h"
 #include "host/config/config.h"
-#include "host/reliability/fault_injection.h"
 #include "host/io/checkpoint.h"
 #include "host/parallel/launch.h"
+#include "host/reliability/fault_injection.h"
 #include "host/report/logging.h"
 #include "host/run/trainer.h"
+#include "tests/support/checkpoint_files.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/sequential_training.h"
 #include "tests/support/test_util.h"
@@ -28,9 +29,12 @@ namespace fs = std::filesystem;
 Config small_run(const std::string& run, std::int64_t steps,
                  const std::vector<std::string>& more = {}) {
   init_logging({.rank = 0, .level = "warn", .file_dir = {}});
-  std::vector<std::string> keys = {"base_num_decoder_layers=2", "max_target_length=32",
-                                   "per_device_batch_size=4", "num_pipeline_microbatches=2",
-                                   "learning_rate=0.003", "dataset_type=text",
+  std::vector<std::string> keys = {"base_num_decoder_layers=2",
+                                   "max_target_length=32",
+                                   "per_device_batch_size=4",
+                                   "num_pipeline_microbatches=2",
+                                   "learning_rate=0.003",
+                                   "dataset_type=text",
                                    "dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt"};
   keys.insert(keys.end(), more.begin(), more.end());
   Config c = load_config("", keys).config;
@@ -44,11 +48,6 @@ std::vector<double> losses(const TrainResult& r) {
   std::vector<double> out;
   for (const auto& s : r.steps) out.push_back(s.loss);
   return out;
-}
-
-std::vector<char> read_bytes(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
 }
 
 // One device is the trivial mesh of the executor; it must compute what the sequential model
@@ -156,11 +155,8 @@ void expect_exact_resume(const std::string& name, const std::vector<std::string>
   ASSERT_EQ(second.steps.size(), 4u);
   EXPECT_EQ(losses(first), std::vector<double>(full.begin(), full.begin() + 6));
   EXPECT_EQ(losses(second), std::vector<double>(full.begin() + 6, full.end()));
-  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
-    EXPECT_EQ(read_bytes(fs::path(straight.run_directory()) / "checkpoints/10" / file),
-              read_bytes(fs::path(resumed.run_directory()) / "checkpoints/10" / file))
-        << file;
-  }
+  EXPECT_EQ(testing::checkpoint_data_bytes(fs::path(straight.run_directory()) / "checkpoints/10"),
+            testing::checkpoint_data_bytes(fs::path(resumed.run_directory()) / "checkpoints/10"));
 }
 
 TEST(Train, ResumeContinuesExactlyAsTheUninterruptedRun) { expect_exact_resume("plain", {}); }
@@ -184,15 +180,15 @@ TEST(Train, Llama3VocabularyShardsTrainAndResumeExactly) {
     out.write(std::string(1024 - sizeof(header), '\0').data(), 1024 - sizeof(header));
     for (std::int32_t i = 0; i < n; ++i) {
       const std::uint32_t id = std::uint32_t(i % 3 == 0 ? 128255 - i : (i * 31) % 128256);
-      const unsigned char le[4] = {std::uint8_t(id), std::uint8_t(id >> 8),
-                                   std::uint8_t(id >> 16), std::uint8_t(id >> 24)};
+      const unsigned char le[4] = {std::uint8_t(id), std::uint8_t(id >> 8), std::uint8_t(id >> 16),
+                                   std::uint8_t(id >> 24)};
       out.write(reinterpret_cast<const char*>(le), 4);
     }
   }
-  expect_exact_resume("llama3_vocab", {"dataset_type=tokens", "dataset_path=" + path,
-                                       "vocab_size=128256", "base_emb_dim=32", "base_mlp_dim=64",
-                                       "base_num_query_heads=2", "base_num_kv_heads=2",
-                                       "max_target_length=16", "per_device_batch_size=2"});
+  expect_exact_resume("llama3_vocab",
+                      {"dataset_type=tokens", "dataset_path=" + path, "vocab_size=128256",
+                       "base_emb_dim=32", "base_mlp_dim=64", "base_num_query_heads=2",
+                       "base_num_kv_heads=2", "max_target_length=16", "per_device_batch_size=2"});
 }
 
 // async_checkpointing: checkpoint 2's files take 1.5 s longer to write (a slow file system), and
@@ -200,9 +196,9 @@ TEST(Train, Llama3VocabularyShardsTrainAndResumeExactly) {
 // complete when train() returns.
 TEST(Train, AsyncCheckpointsOverlapTheNextSteps) {
   const auto gap_after_first_save = [](bool async) {
-    Config c = small_run(async ? "async_save" : "sync_save", 4,
-                         {"checkpoint_period=2", async ? "async_checkpointing=true"
-                                                       : "async_checkpointing=false"});
+    Config c = small_run(
+        async ? "async_save" : "sync_save", 4,
+        {"checkpoint_period=2", async ? "async_checkpointing=true" : "async_checkpointing=false"});
     fs::remove_all(c.run_directory());
     inject_faults("slowsave:step=2,seconds=1.5");
     train(c);
