@@ -1,0 +1,64 @@
+// moe_router.h — a mixture-of-experts router: which experts each token goes to, with what
+// weight, and the load-balancing terms; forward and backward in double on the host.
+//
+// Per token t with router logits z[t, 0..X) (X experts, k chosen):
+//   scores   s = softmax(z)                       (Mixtral, Qwen-MoE, Switch)
+//            s = sigmoid(z)                       (DeepSeek-V3)
+//   choice   the k experts with the largest s + b (b: the auxiliary-loss-free bias, zero unless
+//            balancing uses it; ties go to the lower expert index), in descending order
+//   weights  w_j = c * s[e_j], or with normalize_top_k c * s[e_j] / sum_l s[e_l]
+//            (c = routed_scaling_factor; DeepSeek-V3 normalizes, Mixtral's softmax over the
+//            top-k logits is the same as normalizing)
+// Load-balancing loss (Switch / DeepSeek-V3's expert-level balance loss), over the N tokens of a
+// batch: L = alpha * sum_i f_i * P_i with f_i = X * (tokens choosing i) / (k * N) (not
+// differentiated) and P_i = mean over tokens of s'[t, i], s' = s normalized over all experts
+// (= s for softmax); uniform routing gives L = alpha.
+// Auxiliary-loss-free balancing (DeepSeek-V3): after each step b_i += rate * sign(mean load -
+// load_i), so overloaded experts are chosen less; it moves the choice only, never the weights.
+//
+// The router runs on the host: the counts per expert size the expert GEMMs (dropless dispatch)
+// and the all-to-all of expert parallelism, as in Megatron, so they are needed there anyway;
+// N x X scores are small next to the activations.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace carousel {
+
+enum class RouterScore { Softmax, Sigmoid };
+
+struct RouterConfig {
+  int experts = 0;  // X
+  int top_k = 1;    // k
+  RouterScore score = RouterScore::Softmax;
+  bool normalize_top_k = false;
+  double routed_scaling_factor = 1.0;  // c
+  double aux_loss_weight = 0.0;        // alpha (0: no load-balancing loss)
+};
+
+// What the router chose for N tokens; slot m = t * k + j is token t's j-th choice.
+struct Routing {
+  std::int64_t tokens = 0;         // N
+  std::vector<int> expert;         // [N*k] e_j, descending by s + b
+  std::vector<double> weight;      // [N*k] w_j
+  std::vector<double> scores;      // [N*X] s
+  std::vector<std::int64_t> load;  // [X] tokens choosing each expert
+  double aux_loss = 0.0;           // L (0 without aux_loss_weight)
+};
+
+// `logits` [N*X] row-major; `bias` [X] or empty (no auxiliary-loss-free balancing).
+Routing route(const RouterConfig& cfg, const std::vector<double>& logits,
+              const std::vector<double>& bias = {});
+
+// d(logits) [N*X] of (sum_m dweight[m] * w_m + daux * L): the gradient of the combine weights
+// (dweight [N*k], from the expert outputs) and of the balancing loss (daux: its weight in the
+// objective, 1 when L is added to the loss as it is).
+std::vector<double> route_backward(const RouterConfig& cfg, const Routing& routing,
+                                   const std::vector<double>& dweight, double daux);
+
+// Auxiliary-loss-free balancing: bias[i] += rate * sign(mean load - load[i]).
+void update_router_bias(std::vector<double>& bias, const std::vector<std::int64_t>& load,
+                        double rate);
+
+}  // namespace carousel
