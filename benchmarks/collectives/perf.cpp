@@ -7,11 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <new>
 #include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -302,22 +302,28 @@ int run_perf_unguarded(const CollectiveTest& test, int argc, char** argv) {
             row.bytes = std::max(send_n, recv_n) * elt;
             buffer_bytes = std::max(buffer_bytes, (send_n + recv_n) * elt);
             row.count = count;
-            // Per rank: [time out, time in, wrong out, wrong in, timed ops] (shared under MPI).
-            std::vector<double> stats(std::size_t(ranks) * 5, 0.0);
+            // Per rank: [time out, time in, wrong out, wrong in, timed ops], then with -I the
+            // time of every iteration out of place and in place (shared under MPI).
+            const std::size_t stride = 5 + (o.per_iter_timing ? 2 * std::size_t(o.iters) : 0);
+            std::vector<double> stats(std::size_t(ranks) * stride, 0.0);
             for_local_ranks([&](int r) {
               Backend& be = *devices[r];
               Communicator& comm = *comms[r];
-              double* mine = &stats[std::size_t(r) * 5];
+              double* mine = &stats[std::size_t(r) * stride];
               for (int mode = 0; mode < 2; ++mode) {
                 const bool in_place = mode == 1;
                 if (in_place && !test.has_in_place) continue;
+                // -u: each buffer starts `unalign` elements into its allocation.
+                const auto buffer = [&](std::int64_t n) {
+                  return be.zeros({n + o.unalign}, type.dtype).view(o.unalign, {n});
+                };
                 Tensor send, recv;
                 if (in_place) {
-                  std::tie(send, recv) = test.in_place_views(
-                      be.zeros({std::max(send_n, recv_n)}, type.dtype), r, count);
+                  std::tie(send, recv) =
+                      test.in_place_views(buffer(std::max(send_n, recv_n)), r, count);
                 } else {
-                  send = be.zeros({send_n}, type.dtype);
-                  recv = be.zeros({recv_n}, type.dtype);
+                  send = buffer(send_n);
+                  recv = buffer(recv_n);
                 }
                 fill_inputs(be, send, op.op, r, ranks);
                 for (int i = 0; i < o.warmup; ++i) test.run(comm, send, recv, root, op.op).wait();
@@ -326,6 +332,7 @@ int run_perf_unguarded(const CollectiveTest& test, int argc, char** argv) {
                 const auto t0 = std::chrono::steady_clock::now();
                 Event last;
                 for (int i = 0; i < o.iters; ++i) {
+                  const auto start = std::chrono::steady_clock::now();
                   for (int a = 0; a < o.agg_iters; ++a) {
                     last = test.run(comm, send, recv, root, op.op);
                     ++issued;
@@ -333,6 +340,13 @@ int run_perf_unguarded(const CollectiveTest& test, int argc, char** argv) {
                       last.wait();
                       comm.barrier().wait();
                     }
+                  }
+                  if (o.per_iter_timing) {  // -I: the iteration ends when its operations have
+                    last.wait();
+                    mine[5 + std::size_t(mode * o.iters + i)] =
+                        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() -
+                                                                  start)
+                            .count();
                   }
                 }
                 last.wait();
@@ -360,8 +374,18 @@ int run_perf_unguarded(const CollectiveTest& test, int argc, char** argv) {
               if (!m.present) continue;
               std::vector<double> times(ranks);
               for (int r = 0; r < ranks; ++r) {
-                times[r] = stats[std::size_t(r) * 5 + mode];
-                m.wrong += std::int64_t(stats[std::size_t(r) * 5 + 2 + mode]);
+                times[r] = stats[std::size_t(r) * stride + mode];
+                m.wrong += std::int64_t(stats[std::size_t(r) * stride + 2 + mode]);
+              }
+              if (o.per_iter_timing) {  // an iteration takes as long as its slowest rank
+                m.iteration_us.assign(std::size_t(o.iters), 0.0);
+                for (int r = 0; r < ranks; ++r) {
+                  for (int i = 0; i < o.iters; ++i) {
+                    double& t = m.iteration_us[std::size_t(i)];
+                    t = std::max(
+                        t, stats[std::size_t(r) * stride + 5 + std::size_t(mode * o.iters + i)]);
+                  }
+                }
               }
               m.time_us = time_over_ranks(times, o.average);
               m.algbw = m.time_us > 0 ? double(row.bytes) / m.time_us / 1e3 : 0;

@@ -112,6 +112,16 @@ std::optional<Options> parse_options(const std::string& program, int argc, char*
   app.add_option("-M,--memory_report", o.memory_report,
                  "1: report the buffer memory each rank allocated")
       ->check(CLI::Range(0, 1));
+  app.add_option("-I,--per_iter_timing", o.per_iter_timing,
+                 "1: time every iteration (waiting for it) and add i_min, i_max, i_p99, i_cv% "
+                 "columns")
+      ->check(CLI::Range(0, 1));
+  app.add_option("-K,--per_iter_skip", o.per_iter_skip,
+                 "leave out the first iterations from the -I statistics (the JSON keeps them)")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("-u,--unalign", o.unalign,
+                 "start the send and receive buffers this many elements past an aligned address")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("-C,--report_cputime", o.report_cputime,
                  "1: label the time column cputime (the same host clock here)")
       ->check(CLI::Range(0, 1));
@@ -134,6 +144,18 @@ std::optional<Options> parse_options(const std::string& program, int argc, char*
     return error(exit_code, "{} (see --help)", e.what());
   }
   o.ranks_flags_given = app.count("-t") > 0 || app.count("-g") > 0;
+  if (o.per_iter_skip > 0 && !o.per_iter_timing) {
+    return error(exit_code,
+                 "-K/--per_iter_skip {} leaves iterations out of -I's statistics, but -I is 0; "
+                 "valid: -I 1 -K {}, or no -K",
+                 o.per_iter_skip, o.per_iter_skip);
+  }
+  if (o.per_iter_skip >= o.iters) {
+    return error(exit_code,
+                 "-K/--per_iter_skip {} leaves no iteration of -n/--iters {} for the statistics; "
+                 "valid: 0 to {}",
+                 o.per_iter_skip, o.iters, o.iters - 1);
+  }
   if (o.ranks() > 1024) {
     return error(exit_code, "-t/--nthreads {} x -g/--ngpus {} = {} ranks; valid: at most 1024",
                  o.threads, o.gpus, o.ranks());
@@ -267,19 +289,22 @@ bool check_device_flags(const Options& o) {
                                   : "has no CUDA stream to choose"));
   }
   if (o.local_register != 0) {
-    return refuse(fmt::format("-R/--local_register {}: {} registers no buffers with NCCL "
-                              "(ncclCommRegister is not used); valid: -R 0",
-                              o.local_register, where));
+    return refuse(
+        fmt::format("-R/--local_register {}: {} registers no buffers with NCCL "
+                    "(ncclCommRegister is not used); valid: -R 0",
+                    o.local_register, where));
   }
   if (o.cta_policy != -1) {
-    return refuse(fmt::format("-x/--cta_policy {}: {} leaves NCCL's CTA policy at its default; "
-                              "valid: leave -x out",
-                              o.cta_policy, where));
+    return refuse(
+        fmt::format("-x/--cta_policy {}: {} leaves NCCL's CTA policy at its default; "
+                    "valid: leave -x out",
+                    o.cta_policy, where));
   }
   if (o.device_implementation != 0 || o.device_cta_count != 16) {
-    return refuse(fmt::format("-D/--device_implementation {} / -V/--device_cta_count {}: {} "
-                              "uses NCCL's host API only; valid: leave -D and -V out",
-                              o.device_implementation, o.device_cta_count, where));
+    return refuse(
+        fmt::format("-D/--device_implementation {} / -V/--device_cta_count {}: {} "
+                    "uses NCCL's host API only; valid: leave -D and -V out",
+                    o.device_implementation, o.device_cta_count, where));
   }
   return true;
 }

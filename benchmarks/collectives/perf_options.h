@@ -25,6 +25,8 @@ struct Options {
   int average = 1;  // -a: 0 rank 0's time, 1 mean over ranks, 2 min, 3 max
   int parallel_init = 0, blocking = 0, cuda_graphs = 0, report_cputime = 0;
   int report_timestamps = 0, memory_report = 0;  // -S, -M
+  int per_iter_timing = 0, per_iter_skip = 0;    // -I, -K: per-iteration times and statistics
+  std::int64_t unalign = 0;                      // -u: buffers start this many elements late
   // NCCL features carousel does not use, accepted at their defaults only (check_device_flags):
   int stream_null = 0, local_register = 0, cta_policy = -1, device_implementation = 0,
       device_cta_count = 16;
@@ -33,7 +35,7 @@ struct Options {
   int root = 0;
   bool all_roots = false;  // -r all
   double timeout = 300;
-  std::string json_file, backend = "auto";  // auto: resolved by choose_backend
+  std::string json_file, backend = "auto";               // auto: resolved by choose_backend
   std::string min_text, max_text, type_text, root_text;  // as typed, for messages
   std::vector<std::string> args;                         // the command line, for the JSON
 

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -61,9 +62,9 @@ void print_preamble(const Options& o, const std::string& program, int ranks,
   const bool per_process = o.backend != "local" && ranks != o.ranks();  // one rank per process
   fmt::print(
       "# nThread {} nGpus {} minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} agg "
-      "iters: {} validation: {} graph: {} unalign: 0\n",
+      "iters: {} validation: {} graph: {} unalign: {}\n",
       per_process ? 1 : o.threads, per_process ? 1 : o.gpus, o.min_bytes, o.max_bytes, step,
-      o.warmup, o.iters, o.agg_iters, o.check, o.cuda_graphs);
+      o.warmup, o.iters, o.agg_iters, o.check, o.cuda_graphs, o.unalign);
   if (o.blocking)
     fmt::print("# Blocking Enabled: wait for completion and barrier after each collective \n");
   if (o.parallel_init)
@@ -77,8 +78,29 @@ void print_preamble(const Options& o, const std::string& program, int ranks,
 
 void print_table_header(const Options& o) {
   const char* time = o.report_cputime ? "cputime" : "time";
-  if (o.report_timestamps) fmt::print("# -S 1: each row ends with the local time it was measured\n");
+  if (o.report_timestamps)
+    fmt::print("# -S 1: each row ends with the local time it was measured\n");
   fmt::print("#\n");
+  if (o.per_iter_timing) {  // nccl-tests 2.19.6's -I layout: 4 more columns per placement
+    fmt::print(
+        "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}              out-of-place (+ per-iteration)      "
+        "                          in-place (+ per-iteration)\n",
+        "", "", "", "", "");
+    const auto line = [](const std::vector<std::string>& c) {
+      fmt::print(
+          "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>7}  "
+          "{:>7}  {:>7}  {:>7}  {:>6}  {:>6}  {:>6}  {:>7}  {:>7}  {:>7}  {:>7} \n",
+          c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13],
+          c[14], c[15], c[16], c[17], c[18], c[19], c[20]);
+    };
+    line({"size",  "count",  "type",   "redop", "root",  time,    "algbw",
+          "busbw", "#wrong", "i_min",  "i_max", "i_p99", "i_cv%", time,
+          "algbw", "busbw",  "#wrong", "i_min", "i_max", "i_p99", "i_cv%"});
+    line({"(B)",    "(elements)", "",     "",     "",     "(us)", "(GB/s)",
+          "(GB/s)", "",           "(us)", "(us)", "(us)", "(%)",  "(us)",
+          "(GB/s)", "(GB/s)",     "",     "(us)", "(us)", "(us)", "(%)"});
+    return;
+  }
   fmt::print(
       "# {:>10}  {:>12}  {:>8}  {:>6}  {:>6}           out-of-place                       "
       "in-place          \n",
@@ -101,14 +123,42 @@ void print_row(const Options& o, const Row& row) {
   for (const Measurement& m : row.placement) {
     if (!m.present) {
       line += fmt::format("  {:>7}  {:>6}  {:>6}    N/A", "N/A", "N/A", "N/A");
+      if (o.per_iter_timing) line += fmt::format("  {0:>7}  {0:>7}  {0:>7}  {0:>7}", "N/A");
       continue;
     }
     line += fmt::format("  {}  {}  {}", fit_number(m.time_us, 7), fit_number(m.algbw, 6),
                         fit_number(m.busbw, 6));
     line += o.check ? fmt::format("  {:>6g}", double(m.wrong)) : std::string("    N/A");
+    if (o.per_iter_timing) {
+      const IterationStats st = iteration_stats(m.iteration_us, o.per_iter_skip);
+      line += fmt::format("  {}  {}  {}  {}", fit_number(st.min, 7), fit_number(st.max, 7),
+                          fit_number(st.p99, 7), fit_number(st.cv_pct, 7));
+    }
   }
   if (o.report_timestamps) line += "  " + now_string();  // -S: when the row was measured
   fmt::print("{}\n", line);
+}
+
+IterationStats iteration_stats(const std::vector<double>& times_us, int skip) {
+  IterationStats s;
+  std::vector<double> t(
+      times_us.begin() + std::min<std::size_t>(std::size_t(skip), times_us.size()), times_us.end());
+  if (t.empty()) return s;
+  std::sort(t.begin(), t.end());
+  const std::size_t n = t.size();
+  const auto rank = [&](std::size_t percent) {  // nearest rank: ceil(n p / 100), 1-based
+    return t[std::min(n - 1, (n * percent + 99) / 100 - 1)];
+  };
+  s.min = t.front();
+  s.max = t.back();
+  s.p50 = t[n / 2];
+  s.p95 = rank(95);
+  s.p99 = rank(99);
+  for (const double v : t) s.mean += v / double(n);
+  for (const double v : t) s.stdev += (v - s.mean) * (v - s.mean) / double(n);
+  s.stdev = std::sqrt(s.stdev);
+  s.cv_pct = s.mean > 0 ? 100 * s.stdev / s.mean : 0;
+  return s;
 }
 
 Summary summarize(const std::vector<Row>& rows) {
@@ -183,6 +233,19 @@ bool write_json(const Options& o, const std::string& program, int ranks,
                      {"alg_bw", m.algbw},
                      {"bus_bw", m.busbw},
                      {"nwrong", o.check ? Json(double(m.wrong)) : Json(nullptr)}};
+      if (o.per_iter_timing) {  // nccl-tests' "<placement>_per_iter" object
+        const IterationStats st = iteration_stats(m.iteration_us, o.per_iter_skip);
+        j[std::string(names[p]) + "_per_iter"] = {{"skipped_iterations", o.per_iter_skip},
+                                                  {"min_us", st.min},
+                                                  {"max_us", st.max},
+                                                  {"avg_us", st.mean},
+                                                  {"p50_us", st.p50},
+                                                  {"p95_us", st.p95},
+                                                  {"p99_us", st.p99},
+                                                  {"stdev_us", st.stdev},
+                                                  {"cv_pct", st.cv_pct},
+                                                  {"times_us", m.iteration_us}};
+      }
     }
     j["actual_iterations"] = r.iterations;
     j["experiment_name"] = program;

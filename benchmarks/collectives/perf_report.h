@@ -16,8 +16,16 @@ namespace carousel::perf {
 struct Measurement {
   bool present = false;  // false: the collective has no such placement (sendrecv in place)
   double time_us = 0, algbw = 0, busbw = 0;
-  std::int64_t wrong = 0;  // wrong elements summed over ranks (when checked)
+  std::int64_t wrong = 0;            // wrong elements summed over ranks (when checked)
+  std::vector<double> iteration_us;  // -I: each iteration's time, the slowest rank's
 };
+
+// -I's statistics of iteration times (the first `skip` left out), as nccl-tests computes them:
+// the p99 is the nearest-rank percentile; cv = stdev / mean (population stdev), in percent.
+struct IterationStats {
+  double min = 0, max = 0, mean = 0, p50 = 0, p95 = 0, p99 = 0, stdev = 0, cv_pct = 0;
+};
+IterationStats iteration_stats(const std::vector<double>& times_us, int skip);
 
 struct Row {
   std::int64_t bytes = 0, count = 0;

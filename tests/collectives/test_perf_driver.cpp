@@ -122,6 +122,26 @@ TEST(PerfReport, NumbersFitTheColumnsAsNcclTestsPrintsThem) {
   EXPECT_EQ(fit_number(12345678, 7), "1.2e+07");
 }
 
+// -I's statistics by hand: (10), 1, 2, 3, 4 with -K 1 leaves 1..4: mean 2.5, population stdev
+// sqrt(1.25), cv 44.72 %; p50 is the upper middle (3), p95 and p99 the nearest rank ceil(4 p)
+// = 4th.
+TEST(PerfReport, IterationStatisticsAsNcclTestsComputesThem) {
+  const IterationStats s = iteration_stats({10, 1, 2, 3, 4}, 1);
+  EXPECT_EQ(s.min, 1);
+  EXPECT_EQ(s.max, 4);
+  EXPECT_EQ(s.mean, 2.5);
+  EXPECT_EQ(s.p50, 3);
+  EXPECT_EQ(s.p95, 4);
+  EXPECT_EQ(s.p99, 4);
+  EXPECT_NEAR(s.stdev, std::sqrt(1.25), 1e-12);
+  EXPECT_NEAR(s.cv_pct, 100 * std::sqrt(1.25) / 2.5, 1e-9);
+  // 200 samples 1..200: the nearest-rank p99 is the 198th, p95 the 190th.
+  std::vector<double> many(200);
+  for (int i = 0; i < 200; ++i) many[std::size_t(i)] = i + 1;
+  EXPECT_EQ(iteration_stats(many, 0).p99, 198);
+  EXPECT_EQ(iteration_stats(many, 0).p95, 190);
+}
+
 TEST(PerfReport, AverageFlagPicksRankZeroMeanMinOrMax) {
   const std::vector<double> times = {4, 1, 7};
   EXPECT_EQ(time_over_ranks(times, 0), 4);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # perf_flags.sh — the collective benchmarks' nccl-tests flags: each one's effect on the table or
 # the JSON file (sizes of -i and -f, -m's operation count, -N's repeated sweeps, -d/-o/-r all,
-# -t x -g ranks, -a, -z, -p, -C, -c 0, -S, -M), the backend chosen under mpirun, and bad values
+# -t x -g ranks, -a, -z, -p, -C, -c 0, -S, -M, -I, -K, -u), the backend chosen under mpirun, and bad values
 # (-y, -R, -x, -D of NCCL features not used here among them): exit status 2 and one line on stderr
 # naming the flag, the value and what is valid; never an abort (134) or an empty table with
 # status 0. Usage: perf_flags.sh <directory with all_reduce_perf, all_gather_perf, broadcast_perf>
@@ -157,6 +157,31 @@ run "$all_reduce" -S 1 -M 1 -b 1K -e 4K -g 2 &&
   { [ "$(awk '!/^#/ && NF && $(NF-1) ~ /^20[0-9][0-9]-[01][0-9]-[0-3][0-9]$/ && $NF ~ /^[0-2][0-9]:[0-5][0-9]:[0-5][0-9]$/' "$out" | wc -l)" -eq 3 ] ||
     fail "-S 1: want 3 rows ending in a date and time"; } &&
   { grep -q "^# Memory: 8192 bytes of send and receive buffers per rank" "$out" || fail "-M 1"; }
+# -I 1 -K 1 (nccl-tests 2.19.6): 4 more columns per placement (i_min i_max i_p99 i_cv%) and
+# "<placement>_per_iter" in the JSON with every iteration's time; min <= p99 <= max over the
+# iterations after the first. -u 3: buffers 3 elements off alignment, results still exact.
+if "$all_reduce" -I 1 -K 1 -n 5 -w 0 -b 1K -e 1K -g 2 -J "$json" >"$out" 2>"$err"; then
+  grep -qE "^# +size +count +type +redop +root +time +algbw +busbw +#wrong +i_min +i_max +i_p99 +i_cv% +time " "$out" ||
+    fail "-I 1: column names"
+  [ "$(awk '!/^#/ && NF' "$out" | awk '{print NF}')" = "21" ] || fail "-I 1: want 21 columns per row"
+  python3 - "$json" <<'PY' || fail "-I 1: JSON per-iteration statistics"
+import json, sys
+row = json.load(open(sys.argv[1]))["results"][0]
+for placement in ("out_of_place", "in_place"):
+    it = row[placement + "_per_iter"]
+    assert it["skipped_iterations"] == 1 and len(it["times_us"]) == 5, it
+    kept = it["times_us"][1:]
+    assert it["min_us"] == min(kept) and it["max_us"] == max(kept), it
+    assert it["min_us"] <= it["p99_us"] <= it["max_us"], it
+PY
+else
+  fail "-I 1 -K 1: rc $?: $(cat "$err")"
+fi
+expect_error "-K/--per_iter_skip 2 leaves iterations out of -I's statistics, but -I is 0" "$all_reduce" -K 2
+expect_error "-K/--per_iter_skip 1 leaves no iteration of -n/--iters 1 for the statistics" "$all_reduce" -I 1 -K 1
+run "$all_reduce" -u 3 -b 1K -e 4K -g 2 -d all &&
+  { grep -q "unalign: 3" "$out" || fail "-u 3: preamble"; } &&
+  { [ "$(awk '!/^#/ && NF && ($9 != 0 || $13 != 0)' "$out" | wc -l)" -eq 0 ] || { fail "-u 3: wrong elements"; cat "$out"; }; }
 # NCCL features carousel's communicators do not use: refused at anything but their defaults.
 expect_error "-y/--stream_null 1: --backend local" "$all_reduce" -y 1
 expect_error "-R/--local_register 2: --backend local" "$all_reduce" -R 2
