@@ -69,8 +69,8 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
   }
   data_microbatches_.assign(with_data.begin(), with_data.end());
   if (cfg.packing) {  // the whole sequence's tables (rope_ holds this rank's positions' rows)
-    const RopeTables whole = make_rope_tables(be, cfg.model.max_target_length,
-                                              cfg.model.head_dim(), cfg.model.rope_max_timescale);
+    const RopeTables whole = make_rope_tables(be, cfg.model.max_target_length, cfg.model.head_dim(),
+                                              cfg.model.rope_max_timescale);
     rope_cos_ = be.to_host<float>(whole.cos);
     rope_sin_ = be.to_host<float>(whole.sin);
   }
@@ -172,7 +172,7 @@ StepOutcome RankExecutor::walk(std::size_t i, StepCapture::Mode mode, std::int64
         break;
       case sch::Kind::REDUCE_SCATTER: {  // the stage's gradients are complete on this rank
         const Event reduced = params_.reduce_scatter(a.stage);
-        if (trace) trace->collective(a, start, reduced);
+        if (trace) trace->collective(a, start, reduced, params_.fsdp_bytes(a.stage, a.kind));
         break;
       }
       case sch::Kind::OPTIMIZER: {
@@ -291,7 +291,7 @@ void RankExecutor::weight_residency(const sch::Action& a, StepTrace::Clock::time
   switch (a.kind) {
     case sch::Kind::AG_ISSUE: {
       const Event gathered = params_.issue_gather(a.stage, a.index);
-      if (trace) trace->collective(a, start, gathered);
+      if (trace) trace->collective(a, start, gathered, params_.fsdp_bytes(a.stage, a.kind));
       break;
     }
     case sch::Kind::AG_WAIT:
@@ -385,8 +385,7 @@ void RankExecutor::backward(int stage, int microbatch, bool defer_weight_grads) 
   std::vector<DeferredWeightGrad>* defer = defer_weight_grads ? &deferred_[key] : nullptr;
   const Tensor dx = stage_backward(be_, cfg_.model, layers(params_.weights(stage)),
                                    layers(params_.gradients(stage)), rope_of(microbatch),
-                                   saved_.at(key),
-                                   take(in_b_, key), defer, parallel_);
+                                   saved_.at(key), take(in_b_, key), defer, parallel_);
   saved_.erase(key);
   if (stage == 0) {
     embed_backward(be_, params_.extras_grads(), batch(microbatch).inputs, dx, parallel_.tensor);

@@ -110,6 +110,12 @@ void ShardedParams::finish_gathers() {
   for (const auto& [slot, gathered] : gathers_) gathered.wait();
 }
 
+std::int64_t ShardedParams::fsdp_bytes(int stage, schedule::Kind kind) const {
+  const StageShard& s = stages_.at(stage);
+  const DType dtype = kind == schedule::Kind::AG_ISSUE ? compute_ : DType::F32;
+  return s.padded * std::int64_t(dtype_size(dtype));
+}
+
 Event ShardedParams::reduce_scatter(int stage) {
   const Tensor full = full_grads_.at(stage);
   const Event done = comms_.fsdp->reduce_scatter(full, stages_.at(stage).grads, ReduceOp::Sum);

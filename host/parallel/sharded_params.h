@@ -116,6 +116,9 @@ class ShardedParams {
   void finish_gathers();
   void release(int stage) { resident_.erase(stage); }
   Event reduce_scatter(int stage);
+  // The whole buffer of a stage's AG_ISSUE (its weights in the compute dtype) or
+  // REDUCE_SCATTER (its float32 gradient), in bytes: what traces report.
+  std::int64_t fsdp_bytes(int stage, schedule::Kind kind) const;
 
   // Completes the gradients (reductions over FSDP, replicas and the tied pair), sums the loss
   // and the squared gradient norm over all ranks, clips and steps AdamW on what this rank owns.

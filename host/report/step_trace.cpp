@@ -64,8 +64,8 @@ std::uint64_t flow_id(const std::string& text) {
 
 nlohmann::json slice_args(const StepTrace::Slice& s) {
   nlohmann::json args = {{"step", s.step + 1}};
-  if (s.action.index >= 0) args[s.action.is_p2p() || s.action.is_compute() ? "microbatch" : "slot"] =
-      s.action.index;
+  if (s.action.index >= 0)
+    args[s.action.is_p2p() || s.action.is_compute() ? "microbatch" : "slot"] = s.action.index;
   if (s.action.stage >= 0) args["stage"] = s.action.stage;
   if (s.action.peer >= 0) args["peer"] = s.action.peer;
   if (s.bytes > 0) args["bytes"] = s.bytes;
@@ -87,7 +87,8 @@ void StepTrace::end_step(Clock::time_point at) {
     if (first.is_p2p()) {
       add_p2p_slice(p.actions, issued, done, p.bytes);
     } else {
-      slices_.push_back({sch::to_string(first), row_of(first), issued, done, first, step_});
+      slices_.push_back(
+          {sch::to_string(first), row_of(first), issued, done, first, step_, p.bytes});
     }
   }
   pending_.clear();
@@ -104,8 +105,8 @@ void StepTrace::p2p_group(const std::vector<sch::Action>& group, Clock::time_poi
   pending_.push_back({group, start, done, bytes});
 }
 
-void StepTrace::add_p2p_slice(const std::vector<sch::Action>& group, double start_us,
-                              double end_us, std::int64_t bytes) {
+void StepTrace::add_p2p_slice(const std::vector<sch::Action>& group, double start_us, double end_us,
+                              std::int64_t bytes) {
   std::vector<std::string> names;
   for (const auto& a : group) names.push_back(sch::to_string(a));
   const std::string name = fmt::format("{}", fmt::join(names, " "));
@@ -122,8 +123,9 @@ void StepTrace::add_p2p_slice(const std::vector<sch::Action>& group, double star
   }
 }
 
-void StepTrace::collective(const sch::Action& action, Clock::time_point issued, const Event& done) {
-  pending_.push_back({{action}, issued, done});
+void StepTrace::collective(const sch::Action& action, Clock::time_point issued, const Event& done,
+                           std::int64_t bytes) {
+  pending_.push_back({{action}, issued, done, bytes});
 }
 
 MeasuredSchedule measure_schedule(const std::vector<const StepTrace*>& ranks) {
@@ -226,15 +228,14 @@ std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sc
   // The origin on the system clock, for merging the traces of several processes (the steady
   // clock's epoch is per machine; the system clock is shared, NTP-close across machines).
   const double steady_to_unix_us =
-      std::chrono::duration<double, std::micro>(
-          std::chrono::system_clock::now().time_since_epoch())
+      std::chrono::duration<double, std::micro>(std::chrono::system_clock::now().time_since_epoch())
           .count() -
       micros(StepTrace::Clock::now());
-  return nlohmann::json{{"traceEvents", events},
-                        {"displayTimeUnit", "ms"},
-                        {"otherData",
-                         {{"origin_unix_us", std::llround(origin + steady_to_unix_us)},
-                          {"ranks", ranks.size()}}}}
+  return nlohmann::json{
+      {"traceEvents", events},
+      {"displayTimeUnit", "ms"},
+      {"otherData",
+       {{"origin_unix_us", std::llround(origin + steady_to_unix_us)}, {"ranks", ranks.size()}}}}
       .dump();
 }
 

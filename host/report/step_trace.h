@@ -8,10 +8,11 @@
 // in flight at once go to lanes of their row ("pipe", "pipe 2", ...): complete ("X") slices
 // that overlap on one row are dropped by Perfetto, and async events cannot carry the flow
 // arrows. Every SEND is joined to its RECV by a flow arrow (ids below 2^53, JavaScript's exact
-// integers), and every slice carries its step, microbatch, stage and peer (p2p groups: bytes). The file records its
+// integers), and every slice carries its step, microbatch, stage and peer, and communication its
+// bytes. The file records its
 // clock origin in Unix microseconds (otherData), so scripts/merge_traces.py can put the
-// per-process traces of an mpirun run on one clock. The predicted rows (processes 1000 + rank) are the
-// cost model's simulation of the same program with costs calibrated from these steps (mean
+// per-process traces of an mpirun run on one clock. The predicted rows (processes 1000 + rank) are
+// the cost model's simulation of the same program with costs calibrated from these steps (mean
 // measured F, B, I, W and gather durations), so measured and predicted bubble can be compared.
 #pragma once
 
@@ -43,8 +44,10 @@ class StepTrace {
   // `bytes`: what the group moves (its sends and receives together).
   void p2p_group(const std::vector<schedule::Action>& group, Clock::time_point start,
                  const Event& done, std::int64_t bytes);
-  // A collective issued at `issued` whose event completes later (read at end_step).
-  void collective(const schedule::Action& action, Clock::time_point issued, const Event& done);
+  // A collective issued at `issued` whose event completes later (read at end_step). `bytes`: its
+  // whole buffer (the gathered stage weights, the gradient reduce-scattered).
+  void collective(const schedule::Action& action, Clock::time_point issued, const Event& done,
+                  std::int64_t bytes);
   // The step's time by op kind on this rank's device (Backend::stop_op_timing).
   void add_op_times(const OpTimes& times) { accumulate(op_times_, times); }
 
@@ -53,7 +56,7 @@ class StepTrace {
     double start_us, end_us;
     schedule::Action action;
     std::int64_t step;       // the step it belongs to
-    std::int64_t bytes = 0;  // a p2p group's sends and receives (0: not recorded)
+    std::int64_t bytes = 0;  // a p2p group's sends and receives, a collective's whole buffer
   };
   struct Flow {
     std::string id;  // step, ring, F|B, the sending stage, microbatch: the same on both ends

@@ -14,6 +14,7 @@
 #include "host/config/schedule_config.h"
 #include "host/report/logging.h"
 #include "host/run/trainer.h"
+#include "models/params.h"
 
 namespace carousel {
 namespace {
@@ -45,6 +46,11 @@ TEST(StepTrace, ProfiledStepsBecomeAChromeTraceWithFlowsAndThePrediction) {
       sends[s] += a.kind == schedule::Kind::SEND_F || a.kind == schedule::Kind::SEND_B;
     }
   }
+  // An FSDP collective moves its stage's whole buffer: 2 layers, padded to F = 2, float32.
+  std::int64_t layer_elements = 0;
+  for (const auto& spec : param_table(c.model))
+    layer_elements += spec.layer == 0 ? numel(spec.shape) : 0;
+  const std::int64_t stage_bytes = (2 * layer_elements + 1) / 2 * 2 * 4;
   std::set<int> processes;
   std::map<int, int> compute_slices;  // pid -> slices on the compute row
   std::multiset<std::uint64_t> flow_starts, flow_ends;
@@ -74,13 +80,16 @@ TEST(StepTrace, ProfiledStepsBecomeAChromeTraceWithFlowsAndThePrediction) {
   std::map<std::pair<int, int>, std::vector<std::pair<double, double>>> rows;
   for (const auto& e : trace) {
     if (e["ph"] != "X" || e["pid"].get<int>() >= 1000) continue;
-    rows[{e["pid"], e["tid"]}].emplace_back(e["ts"], e["ts"].get<double>() + e["dur"].get<double>());
+    rows[{e["pid"], e["tid"]}].emplace_back(e["ts"],
+                                            e["ts"].get<double>() + e["dur"].get<double>());
     EXPECT_GE(e["args"]["step"].get<int>(), 2) << e.dump();
     if (e["cat"] == "pipe") {  // one activation per send or receive: 1 sequence x 16 x 64 float32
       const std::string name = e["name"];
       const auto actions = 1 + std::count(name.begin(), name.end(), ' ');
       EXPECT_EQ(e["args"]["bytes"].get<std::int64_t>(), actions * 1 * 16 * 64 * 4) << e.dump();
     }
+    if (e["cat"] == "fsdp")
+      EXPECT_EQ(e["args"]["bytes"].get<std::int64_t>(), stage_bytes) << e.dump();
   }
   int lanes_used = 0;
   for (auto& [row, spans] : rows) {
