@@ -54,7 +54,7 @@ struct AdamWParams {
   X(attention_backward) X(swiglu_forward) X(swiglu_backward) X(gelu_forward) X(gelu_backward)   \
   X(cross_entropy_forward) X(cross_entropy_backward) X(adamw_update)                            \
   X(embedding_part_forward) X(embedding_part_backward) X(cross_entropy_part_forward)          \
-  X(cross_entropy_combine) X(cross_entropy_part_backward)
+  X(cross_entropy_combine) X(cross_entropy_part_backward) X(scale_rows) X(row_dots)
 // clang-format on
 
 class Backend {
@@ -224,6 +224,14 @@ class Backend {
                                    std::int64_t vocab, const Tensor& lse, double dloss,
                                    const Tensor& dlogits);
 
+  // ---- rows (mixture-of-experts combine: docs/moe.md) --------------------------------------------
+  // out[m,:] = scale[m] * x[m,:]; x, out [M,E] (out may alias x), scale [M] in stats dtype.
+  void scale_rows(const Tensor& x, const Tensor& scale, const Tensor& out);
+  // out[m] = sum over e of a[m,e] * b[m,e], in a fixed order; a, b [M,E], out [M] in stats
+  // dtype. With scale_rows, the backward of scale_rows: dx = scale_rows(dout, scale),
+  // dscale = row_dots(dout, x).
+  void row_dots(const Tensor& a, const Tensor& b, const Tensor& out);
+
   // ---- optimizer --------------------------------------------------------------------------------
   // One AdamW step on param with grad, first moment m and second moment v (all same shape).
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
@@ -290,6 +298,8 @@ class Backend {
                                              const Tensor& target_logits) = 0;
   virtual void do_cross_entropy_combine(const Tensor& lse_parts, const Tensor& target_logit_parts,
                                         const Tensor& lse, const Tensor& losses) = 0;
+  virtual void do_scale_rows(const Tensor& x, const Tensor& scale, const Tensor& out) = 0;
+  virtual void do_row_dots(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   virtual void do_cross_entropy_part_backward(const Tensor& logits, const Tensor& targets,
                                               std::int64_t first, const Tensor& lse, double dloss,
                                               const Tensor& dlogits) = 0;

@@ -71,6 +71,8 @@ class CpuBackend : public Backend {
                                      const Tensor& target_logits) override;
   void do_cross_entropy_combine(const Tensor& lse_parts, const Tensor& target_logit_parts,
                                 const Tensor& lse, const Tensor& losses) override;
+  void do_scale_rows(const Tensor& x, const Tensor& scale, const Tensor& out) override;
+  void do_row_dots(const Tensor& a, const Tensor& b, const Tensor& out) override;
   void do_cross_entropy_part_backward(const Tensor& logits, const Tensor& targets,
                                       std::int64_t first, const Tensor& lse, double dloss,
                                       const Tensor& dlogits) override;

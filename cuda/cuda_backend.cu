@@ -391,6 +391,20 @@ class CudaBackend final : public Backend {
              x.numel());
     });
   }
+  void do_scale_rows(const Tensor& x, const Tensor& s, const Tensor& out) override {
+    dispatch(FloatTypes{}, "scale_rows", x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      launch(gpu::scale_rows_kernel<T>, x.numel(), x.data<T>(), s.data<T>(), out.data<T>(),
+             x.cols(), x.numel());
+    });
+  }
+  void do_row_dots(const Tensor& a, const Tensor& b, const Tensor& out) override {
+    dispatch(FloatTypes{}, "row_dots", a.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      launch(gpu::row_dots_kernel<T>, a.rows(), a.data<T>(), b.data<T>(), out.data<T>(), a.rows(),
+             a.cols());
+    });
+  }
   void do_cross_entropy_forward(const Tensor& logits, const Tensor& targets,
                                 const Tensor& losses) override {
     if (fast_for(logits))

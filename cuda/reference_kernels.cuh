@@ -274,6 +274,26 @@ __global__ void swiglu_backward_kernel(const T* dy, const T* g, const T* u, T* d
   dg[i] = a;
   du[i] = b;
 }
+// out[i] = x[i] * scale[row of i]: one thread per element.
+template <class T>
+__global__ void scale_rows_kernel(const T* x, const T* scale, T* out, std::int64_t cols,
+                                  std::int64_t n) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = x[i] * scale[i / cols];
+}
+
+// out[r] = the dot of rows r of a and b, in double and in order (the CPU's bits): one thread per
+// row.
+template <class T>
+__global__ void row_dots_kernel(const T* a, const T* b, T* out, std::int64_t rows,
+                                std::int64_t cols) {
+  const std::int64_t r = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  double dot = 0.0;
+  for (std::int64_t e = 0; e < cols; ++e) dot += double(a[r * cols + e]) * double(b[r * cols + e]);
+  out[r] = T(dot);
+}
+
 template <class T>
 __global__ void gelu_forward_kernel(const T* x, T* out, std::int64_t n) {
   const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -261,4 +261,36 @@ void CpuBackend::do_gelu_backward(const Tensor& dout, const Tensor& x, const Ten
   });
 }
 
+// Rows scaled by, or reduced to, one value each (the MoE combine); the dot in double, in order.
+void CpuBackend::do_scale_rows(const Tensor& x, const Tensor& scale, const Tensor& out) {
+  const std::int64_t rows = x.rows(), cols = x.cols();
+  dispatch(FloatTypes{}, "scale_rows", x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    const T* ps = scale.data<T>();
+    T* po = out.data<T>();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < rows; ++i) {
+      for (std::int64_t e = 0; e < cols; ++e) po[i * cols + e] = px[i * cols + e] * ps[i];
+    }
+  });
+}
+
+void CpuBackend::do_row_dots(const Tensor& a, const Tensor& b, const Tensor& out) {
+  const std::int64_t rows = a.rows(), cols = a.cols();
+  dispatch(FloatTypes{}, "row_dots", a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* po = out.data<T>();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < rows; ++i) {
+      double dot = 0.0;
+      for (std::int64_t e = 0; e < cols; ++e)
+        dot += double(pa[i * cols + e]) * double(pb[i * cols + e]);
+      po[i] = T(dot);
+    }
+  });
+}
+
 }  // namespace carousel

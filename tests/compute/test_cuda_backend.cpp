@@ -177,6 +177,15 @@ std::vector<GpuCase> cases() {
          be.gelu_backward(dy, g, gd);
          return cat({fetch(be, o), fetch(be, dg), fetch(be, du), fetch(be, ge), fetch(be, gd)});
        }});
+  c.push_back({"scale_rows_row_dots", [](Backend& be, DType dt) {  // the MoE combine
+                 Tensor x = make(be, testing::randn(9 * 33, 40), {9, 33}, dt);
+                 Tensor y = make(be, testing::randn(9 * 33, 41), {9, 33}, dt);
+                 Tensor s = make(be, testing::randn(9, 42), {9}, stats_dtype(dt));
+                 Tensor o = be.empty({9, 33}, dt), d = be.empty({9}, stats_dtype(dt));
+                 be.scale_rows(x, s, o);
+                 be.row_dots(x, y, d);
+                 return cat({fetch(be, o), fetch(be, d)});
+               }});
   c.push_back({"cross_entropy", [](Backend& be, DType dt) {
                  Tensor logits = make(be, testing::randn(11 * 257, 22, 3.0), {11, 257}, dt);
                  Tensor tgt = be.from_host(testing::randint(11, 257, 23), {11});
@@ -365,8 +374,8 @@ TEST(CudaDevice, LogicalDevicesOnOneGpuKeepTheirOwnAccounting) {
 }
 
 // A captured region on the fast tier (cuBLASLt GEMMs, cuDNN attention forward and backward,
-// fused kernels, scratch from the stream-ordered pool; compute/recording/step_graph.h) launched on new
-// inputs gives the bits of the same ops run eagerly, launch after launch.
+// fused kernels, scratch from the stream-ordered pool; compute/recording/step_graph.h) launched on
+// new inputs gives the bits of the same ops run eagerly, launch after launch.
 void expect_launches_equal_eager_ops(Backend& be) {
   const std::int64_t B = 2, T = 128, H = 4, D = 64, E = H * D;
   const DType dt = DType::BF16;
@@ -380,7 +389,8 @@ void expect_launches_equal_eager_ops(Backend& be) {
   const auto region = [&] {
     Tensor out = be.empty({B, T, H, D}, dt), lse = be.empty({B, H, T});
     be.attention_forward(q, k, v, out, lse);
-    Tensor proj = be.empty({B * T, E}, dt), rstd = be.empty({B * T}), act = be.empty({B * T, E}, dt);
+    Tensor proj = be.empty({B * T, E}, dt), rstd = be.empty({B * T}),
+           act = be.empty({B * T, E}, dt);
     be.gemm(false, false, 1.0, out.reshape({B * T, E}), w, 0.0, proj);
     be.rmsnorm_forward(proj, g, 1e-5, y, rstd);
     be.swiglu_forward(proj, y, act);

@@ -212,6 +212,30 @@ OpCase gelu_case() {
   return c;
 }
 
+// scale_rows' backward is scale_rows and row_dots: dx = scale_rows(dout, s), ds = row_dots(dout,
+// x); the finite differences check both ops.
+OpCase scale_rows_case() {
+  const int M = 5, E = 7;
+  auto x = testing::randn(M * E, 14);
+  auto s = testing::randn(M, 15);
+  OpCase c;
+  c.name = "scale_rows";
+  c.inputs = {{x, {M, E}}, {s, {M}}};
+  c.forward = [](Backend& be, const Tensors& in) {
+    Tensor out = empty_like(be, in[0]);
+    be.scale_rows(in[0], in[1], out);
+    return out;
+  };
+  c.backward = [](Backend& be, const Tensors& in, const Tensor& dout) {
+    Tensor dx = empty_like(be, in[0]), ds = empty_like(be, in[1]);
+    be.scale_rows(dout, in[1], dx);
+    be.row_dots(dout, in[0], ds);
+    return Tensors{dx, ds};
+  };
+  c.reference = [=] { return reference::scale_rows(x, s); };
+  return c;
+}
+
 OpCase embedding_case() {
   const int V = 11, E = 7;
   auto table = testing::randn(V * E, 10);
@@ -271,7 +295,7 @@ std::vector<OpCase> all_cases() {
           // diagonal mask and the online softmax across tiles are all checked.
           with_fd_atol(attention_case("attention_tiles", 1, 300, 2, 1, 2), 1e-7),
           with_fd_atol(attention_case("attention_tile_plus_one", 1, 129, 2, 2, 2), 1e-7),
-          swiglu_case(), gelu_case(), embedding_case(), cross_entropy_case()};
+          swiglu_case(), gelu_case(), scale_rows_case(), embedding_case(), cross_entropy_case()};
 }
 
 class LayerOp : public ::testing::TestWithParam<OpCase> {};

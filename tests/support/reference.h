@@ -92,6 +92,14 @@ inline Vec swiglu(const Vec& gate, const Vec& up) {
   return y;
 }
 
+// x [M,E] with row m scaled by s[m].
+inline Vec scale_rows(const Vec& x, const Vec& s) {
+  Vec y(x.size());
+  const std::size_t cols = x.size() / s.size();
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = x[i] * s[i / cols];
+  return y;
+}
+
 inline Vec gelu(const Vec& x) {
   Vec y(x.size());
   const double pi = 3.14159265358979323846;
