@@ -1,0 +1,130 @@
+// moe_mlp.cpp — dropless expert dispatch, per-expert SwiGLU GEMMs and the weighted combine, as
+// Backend ops (moe_mlp.h has the maps).
+#include "models/moe_mlp.h"
+
+#include "compute/error.h"
+
+namespace carousel {
+
+namespace {
+
+// A tensor's values in double on the host (any floating dtype), and back.
+std::vector<double> to_double(Backend& be, const Tensor& t) {
+  if (t.dtype() == DType::F64) return be.to_host<double>(t);
+  Tensor wide = be.empty(t.shape(), DType::F64);
+  be.cast(t, wide);
+  return be.to_host<double>(wide);
+}
+
+Tensor from_double(Backend& be, const std::vector<double>& values, Shape shape, DType dtype) {
+  Tensor wide = be.from_host(values, std::move(shape));
+  if (dtype == DType::F64) return wide;
+  Tensor out = be.empty(wide.shape(), dtype);
+  be.cast(wide, out);
+  return out;
+}
+
+// Rows [first, first + count) of a [rows, cols] tensor; expert e's matrix of an [X, r, c] one.
+Tensor rows_of(const Tensor& t, std::int64_t first, std::int64_t count) {
+  return t.view(first * t.cols(), {count, t.cols()});
+}
+Tensor expert_of(const Tensor& t, std::int64_t e) {
+  return t.view(e * t.dim(1) * t.dim(2), {t.dim(1), t.dim(2)});
+}
+
+}  // namespace
+
+void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& w, const Tensor& x,
+                     const Tensor& y, MoeSaved& s) {
+  const std::int64_t N = x.rows(), E = x.cols(), X = router.experts, k = router.top_k;
+  const std::int64_t M = N * k, Fm = w.gate.dim(1);
+  const DType dt = x.dtype();
+  CAROUSEL_ASSERT(w.router.dim(0) == X && w.gate.dim(0) == X && w.down.dim(0) == X,
+                  "MoE weights for {} experts, router [{}, .], gate [{}, ., .]", X, w.router.dim(0),
+                  w.gate.dim(0));
+  Tensor logits = be.empty({N, X}, dt);
+  be.gemm(false, true, 1.0, x, w.router, 0.0, logits);  // [N,E] x [X,E]^T
+  s.routing = route(router, to_double(be, logits));
+  // Rows sorted by expert, stable: expert e's rows are [first[e], first[e+1]).
+  s.first.assign(std::size_t(X + 1), 0);
+  for (const int e : s.routing.expert) ++s.first[std::size_t(e + 1)];
+  for (std::int64_t e = 0; e < X; ++e) s.first[std::size_t(e + 1)] += s.first[std::size_t(e)];
+  std::vector<std::int64_t> next(s.first.begin(), s.first.end() - 1);
+  s.slot.assign(std::size_t(M), 0);
+  std::vector<std::int32_t> token(static_cast<std::size_t>(M));
+  std::vector<double> weight(static_cast<std::size_t>(M));
+  for (std::int64_t m = 0; m < M; ++m) {
+    const std::int64_t row = next[std::size_t(s.routing.expert[std::size_t(m)])]++;
+    s.slot[std::size_t(row)] = m;
+    token[std::size_t(row)] = std::int32_t(m / k);
+    weight[std::size_t(row)] = s.routing.weight[std::size_t(m)];
+  }
+  s.token_of_row = be.from_host(token, {M});
+  s.weight_of_row = from_double(be, weight, {M}, stats_dtype(dt));
+  s.x = x;
+  s.x_perm = be.empty({M, E}, dt);
+  be.embedding_forward(x, s.token_of_row, s.x_perm);
+  s.gate = be.empty({M, Fm}, dt);
+  s.up = be.empty({M, Fm}, dt);
+  s.act = be.empty({M, Fm}, dt);
+  s.out_perm = be.empty({M, E}, dt);
+  for (std::int64_t e = 0; e < X; ++e) {
+    const std::int64_t first = s.first[std::size_t(e)], count = s.first[std::size_t(e + 1)] - first;
+    if (count == 0) continue;
+    const Tensor xe = rows_of(s.x_perm, first, count), ge = rows_of(s.gate, first, count),
+                 ue = rows_of(s.up, first, count), ae = rows_of(s.act, first, count);
+    be.gemm(false, true, 1.0, xe, expert_of(w.gate, e), 0.0, ge);  // [c,E] x [Fm,E]^T
+    be.gemm(false, true, 1.0, xe, expert_of(w.up, e), 0.0, ue);
+    be.swiglu_forward(ge, ue, ae);
+    be.gemm(false, true, 1.0, ae, expert_of(w.down, e), 0.0,
+            rows_of(s.out_perm, first, count));  // [c,Fm] x [E,Fm]^T
+  }
+  Tensor weighted = be.empty({M, E}, dt);
+  be.scale_rows(s.out_perm, s.weight_of_row, weighted);
+  be.fill(y, 0.0);
+  be.embedding_backward(weighted, s.token_of_row, y);  // y[token] += each of its k rows
+}
+
+void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights& w,
+                      const MoeWeights& grads, const MoeSaved& s, const Tensor& dy, double daux,
+                      const Tensor& dx) {
+  const std::int64_t N = dy.rows(), E = dy.cols(), X = router.experts;
+  const std::int64_t M = s.x_perm.rows(), Fm = s.gate.cols();
+  const DType dt = dy.dtype();
+  // Combine: y[t] += w_row out_perm[row] for the rows of token t.
+  Tensor dy_perm = be.empty({M, E}, dt);
+  be.embedding_forward(dy, s.token_of_row, dy_perm);
+  Tensor dots = be.empty({M}, stats_dtype(dt));
+  be.row_dots(dy_perm, s.out_perm, dots);  // d w_row
+  const std::vector<double> dots_host = to_double(be, dots);
+  std::vector<double> dweight(static_cast<std::size_t>(M));
+  for (std::int64_t row = 0; row < M; ++row)
+    dweight[std::size_t(s.slot[std::size_t(row)])] = dots_host[std::size_t(row)];
+  Tensor dout_perm = be.empty({M, E}, dt);
+  be.scale_rows(dy_perm, s.weight_of_row, dout_perm);
+  // Each expert's SwiGLU.
+  Tensor dact = be.empty({M, Fm}, dt), dgate = be.empty({M, Fm}, dt), dup = be.empty({M, Fm}, dt);
+  Tensor dx_perm = be.empty({M, E}, dt);
+  for (std::int64_t e = 0; e < X; ++e) {
+    const std::int64_t first = s.first[std::size_t(e)], count = s.first[std::size_t(e + 1)] - first;
+    if (count == 0) continue;
+    const auto r = [&](const Tensor& t) { return rows_of(t, first, count); };
+    be.gemm(false, false, 1.0, r(dout_perm), expert_of(w.down, e), 0.0, r(dact));  // [c,E] x [E,Fm]
+    be.gemm(true, false, 1.0, r(dout_perm), r(s.act), 1.0, expert_of(grads.down, e));
+    be.swiglu_backward(r(dact), r(s.gate), r(s.up), r(dgate), r(dup));
+    be.gemm(false, false, 1.0, r(dgate), expert_of(w.gate, e), 0.0, r(dx_perm));  // [c,Fm] x [Fm,E]
+    be.gemm(false, false, 1.0, r(dup), expert_of(w.up, e), 1.0, r(dx_perm));
+    be.gemm(true, false, 1.0, r(dgate), r(s.x_perm), 1.0, expert_of(grads.gate, e));
+    be.gemm(true, false, 1.0, r(dup), r(s.x_perm), 1.0, expert_of(grads.up, e));
+  }
+  // Dispatch: x_perm[row] = x[token of row].
+  be.fill(dx, 0.0);
+  be.embedding_backward(dx_perm, s.token_of_row, dx);
+  // Router: the combine weights and the balancing loss.
+  const Tensor dlogits =
+      from_double(be, route_backward(router, s.routing, dweight, daux), {N, X}, dt);
+  be.gemm(true, false, 1.0, dlogits, s.x, 1.0, grads.router);  // [X,E] += dlogits^T x
+  be.gemm(false, false, 1.0, dlogits, w.router, 1.0, dx);      // [N,X] x [X,E]
+}
+
+}  // namespace carousel

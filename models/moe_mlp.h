@@ -1,0 +1,54 @@
+// moe_mlp.h — the routed mixture-of-experts MLP (dropless), forward and backward on a Backend.
+//
+//   y_t = sum over token t's k chosen experts e of w_{t,e} * down_e(silu(gate_e(x_t)) * up_e(x_t))
+//
+// with the choice and weights from the router (moe_router.h: on the host, in double). The
+// (token, choice) slots are sorted by expert — stable, so token order within an expert and the
+// same bits on every run — which makes each expert's rows contiguous: its three GEMMs run on
+// exactly its tokens, with no capacity, padding or dropped token:
+//   x_perm = x[token of each row]                        embedding_forward (a row gather)
+//   out_perm[rows of e] = SwiGLU_e(x_perm[rows of e])     3 GEMMs per expert
+//   y = sum into each token of w_row * out_perm[row]      scale_rows, embedding_backward
+// The backward runs the same maps the other way; the combine weights' gradient (row_dots) and
+// the balancing loss go through the router's backward into the router weights and x.
+// Shapes: x, y [N,E]; router [X,E]; gate, up [X,Fm,E]; down [X,E,Fm]; M = N * k rows.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "compute/backend.h"
+#include "models/moe_router.h"
+
+namespace carousel {
+
+// Views of one MoE MLP's parameters, or of their gradients.
+struct MoeWeights {
+  Tensor router;          // [X,E]
+  Tensor gate, up, down;  // [X,Fm,E], [X,Fm,E], [X,E,Fm]
+};
+
+// What the forward keeps for the backward.
+struct MoeSaved {
+  Routing routing;                         // the router's choice, weights, scores, load and loss
+  std::vector<std::int64_t> first;         // [X+1] expert e's rows are [first[e], first[e+1])
+  std::vector<std::int64_t> slot;          // [M] row -> slot m = t * k + j
+  Tensor token_of_row;                     // [M] int32
+  Tensor weight_of_row;                    // [M] (stats dtype) the combine weight of each row
+  Tensor x;                                // [N,E] the input (the router's weight gradient)
+  Tensor x_perm, gate, up, act, out_perm;  // [M,E], [M,Fm] x 3, [M,E]
+};
+
+// y = the MoE MLP of x (y overwritten, distinct from x). The balancing loss is in
+// saved.routing.aux_loss: the caller adds it to the training loss.
+void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& w, const Tensor& x,
+                     const Tensor& y, MoeSaved& saved);
+
+// dx = d/dx of (sum dy * y + daux * balancing loss) (overwritten); the weight gradients
+// accumulate into `grads`. daux: the balancing loss's weight in the objective (1 when it is
+// added to the loss as it is).
+void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights& w,
+                      const MoeWeights& grads, const MoeSaved& saved, const Tensor& dy, double daux,
+                      const Tensor& dx);
+
+}  // namespace carousel
