@@ -84,7 +84,8 @@ Checkpointer::Checkpointer(const Config& cfg, int ranks, Communicator* process_w
   check_outputs_writable(cfg);
   if (const auto dir = cfg.enable_checkpointing ? latest_checkpoint(cfg) : std::nullopt) {
     compare_with_checkpoint(cfg, *dir);
-    start_.emplace(open_checkpoint_tensors(*dir, param_table(cfg.model), /*moments=*/true));
+    start_.emplace(open_checkpoint_tensors(*dir, param_table(cfg.model), /*moments=*/true,
+                                           /*verified=*/true));  // by latest_checkpoint
     start_moments_ = true;
     const TrainingState state = read_training_state(*dir);
     result.start_step = state.step;

@@ -128,6 +128,27 @@ TEST(Checkpoint, CorruptionAndIncompleteDirectoriesAreDetected) {
   EXPECT_EQ(latest_checkpoint(f.cfg), std::nullopt);
 }
 
+// A resume verifies the newest checkpoint once (latest_checkpoint reads every file for its
+// CRC32) and then opens it without a second full read: a byte flipped after the verification
+// is not seen by the open that was told the directory is verified, and is by one that was not.
+TEST(Checkpoint, AVerifiedCheckpointOpensWithoutASecondRead) {
+  Fixture f("verified_once");
+  const std::string dir =
+      save_checkpoint(f.be, f.cfg, {&f.params, &f.opt.m, &f.opt.v}, {2}, nullptr);
+  ASSERT_EQ(latest_checkpoint(f.cfg), dir);
+  {
+    std::fstream io(fs::path(dir) / "optimizer.safetensors",
+                    std::ios::in | std::ios::out | std::ios::binary);
+    io.seekp(-3, std::ios::end);
+    io.put('\x3f');
+  }
+  EXPECT_NO_THROW(open_checkpoint_tensors(dir, f.params.specs, true, /*verified=*/true));
+  EXPECT_NE(testing::error_of([&] {
+              open_checkpoint_tensors(dir, f.params.specs, true);
+            }).find("'optimizer.safetensors' fails its CRC32 check"),
+            std::string::npos);
+}
+
 TEST(Checkpoint, ShapeMismatchNamesTensorAndShapes) {
   Fixture f("mismatch");
   const std::string dir = save_checkpoint(f.be, f.cfg, {&f.params, nullptr, nullptr}, {1}, nullptr);
