@@ -57,7 +57,6 @@ struct CheckpointPart {
   std::vector<WholeTensor> params;   // model tensors
   std::vector<WholeTensor> moments;  // "<name>.exp_avg", "<name>.exp_avg_sq"; empty: none
   bool empty() const { return params.empty() && moments.empty(); }
-  std::int64_t bytes() const;  // of the values
 };
 
 // Where a checkpoint of `step` is assembled: checkpoints/.tmp-<step>-<owner_pid>, owner_pid the

@@ -79,14 +79,6 @@ void write_file_atomically(const fs::path& path, const std::string& text) {
 
 }  // namespace
 
-std::int64_t CheckpointPart::bytes() const {
-  std::int64_t total = 0;
-  for (const auto* set : {&params, &moments}) {
-    for (const auto& t : *set) total += std::int64_t(t.values.size() * sizeof(float));
-  }
-  return total;
-}
-
 std::string checkpoint_temp_dir(const Config& cfg, std::int64_t step, long owner_pid) {
   return (checkpoints_dir(cfg) / fmt::format(".tmp-{}-{}", step, owner_pid)).string();
 }

@@ -125,7 +125,6 @@ void Checkpointer::save(std::int64_t step, std::int64_t skipped_steps, int rank,
   world.barrier().wait();
   Writer& w = writers_.at(std::size_t(rank));
   w.part = params.checkpoint_part(/*moments=*/true);
-  w.part_bytes = w.part.bytes();
   // Number the writing ranks: this rank writes part k of n.
   std::vector<std::int32_t> writes(std::size_t(world.size()), 0);
   writes[std::size_t(rank)] = w.part.empty() ? 0 : 1;

@@ -52,10 +52,6 @@ class Checkpointer {
   void save(std::int64_t step, std::int64_t skipped_steps, int rank, ShardedParams& params,
             Communicator& world, Communicator& host_world, FlightRecorder& recorder);
 
-  // The bytes of whole tensors world rank `rank` (of this process) copied to the host for its
-  // part of the last save: measured by the tests that no rank holds the whole model.
-  std::int64_t part_bytes(int rank) const { return writers_.at(std::size_t(rank)).part_bytes; }
-
   // After the ranks stopped: waits for a write still in flight; throws if it failed.
   void finish();
   ~Checkpointer();  // waits too, reporting a failure in the log (never throws)
@@ -65,11 +61,10 @@ class Checkpointer {
  private:
   // One rank's part of the checkpoint in flight.
   struct Writer {
-    CheckpointPart part;          // its tensors, on the host until written
-    std::thread thread;           // the write in flight (async_checkpointing)
-    std::exception_ptr error;     // how it failed, rethrown by the next wait
-    std::int64_t step = 0;        // the 0-based step whose checkpoint it writes
-    std::int64_t part_bytes = 0;  // part.bytes() of the last save
+    CheckpointPart part;       // its tensors, on the host until written
+    std::thread thread;        // the write in flight (async_checkpointing)
+    std::exception_ptr error;  // how it failed, rethrown by the next wait
+    std::int64_t step = 0;     // the 0-based step whose checkpoint it writes
   };
   // Writes rank `rank`'s part k of n; world rank 0 then finishes the checkpoint.
   void write(int rank, int k, int n, std::int64_t step, std::int64_t skipped_steps);
