@@ -2,10 +2,7 @@
 // every read, and the shard writer.
 #include "host/data/token_files.h"
 
-#include <fcntl.h>
 #include <glob.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -62,8 +59,10 @@ TokenFile open_shard(const char* key, const std::string& path) {
                  "not an llm.c shard)",
                  path, file.size());
   std::int32_t header[3];
-  CAROUSEL_CHECK(file.read_at(0, sizeof(header), header), "token shard '{}': reading its header "
-                 "failed: {}", path, std::strerror(errno));
+  CAROUSEL_CHECK(file.read_at(0, sizeof(header), header),
+                 "token shard '{}': reading its header "
+                 "failed: {}",
+                 path, std::strerror(errno));
   const ShardFormat* format = nullptr;
   for (const ShardFormat& f : kShardFormats) {
     if (header[0] == f.magic) format = &f;
@@ -91,39 +90,6 @@ TokenFile open_shard(const char* key, const std::string& path) {
 }
 
 }  // namespace
-
-ReadOnlyFile::ReadOnlyFile(const std::string& key, const std::string& path, const char* what) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  CAROUSEL_CHECK(fd_ >= 0, "{}: cannot open {} '{}': {}", key, what, path, std::strerror(errno));
-  struct stat st{};
-  const int stat_rc = ::fstat(fd_, &st);
-  const int stat_err = errno;
-  if (stat_rc != 0) ::close(fd_);
-  CAROUSEL_CHECK(stat_rc == 0, "{}: cannot stat {} '{}': {}", key, what, path,
-                 std::strerror(stat_err));
-  size_ = std::uint64_t(st.st_size);
-}
-
-ReadOnlyFile::~ReadOnlyFile() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
-ReadOnlyFile::ReadOnlyFile(ReadOnlyFile&& other) noexcept : fd_(other.fd_), size_(other.size_) {
-  other.fd_ = -1;
-}
-
-bool ReadOnlyFile::read_at(std::uint64_t offset, std::size_t n, void* out) const {
-  auto* p = static_cast<char*>(out);
-  while (n > 0) {
-    const ssize_t got = ::pread(fd_, p, n, off_t(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;  // error (errno set) or end of file: the file shrank
-    p += got;
-    offset += std::uint64_t(got);
-    n -= std::size_t(got);
-  }
-  return true;
-}
 
 void TokenFile::read(std::int64_t first, std::int64_t n, std::int64_t vocab,
                      std::int32_t* out) const {
@@ -178,8 +144,8 @@ TokenStream TokenStream::open(const std::string& type, const char* key, const st
 void TokenStream::read(std::int64_t offset, std::int64_t n, std::int32_t* out) const {
   offset %= total_;
   // The file holding `offset`: the last whose start is <= offset.
-  auto f = std::size_t(std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin() -
-                       1);
+  auto f =
+      std::size_t(std::upper_bound(starts_.begin(), starts_.end(), offset) - starts_.begin() - 1);
   std::int64_t i = offset - starts_[f];
   while (n > 0) {  // the part in file f, then the next file, wrapping after the last
     const std::int64_t part = std::min(n, files_[f].count - i);

@@ -16,25 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "host/io/files.h"
+
 namespace carousel {
-
-// A file open for reading (closed on destruction; movable, not copyable).
-class ReadOnlyFile {
- public:
-  ReadOnlyFile(const std::string& key, const std::string& path, const char* what);
-  ~ReadOnlyFile();
-  ReadOnlyFile(ReadOnlyFile&& other) noexcept;
-  ReadOnlyFile(const ReadOnlyFile&) = delete;
-  ReadOnlyFile& operator=(const ReadOnlyFile&) = delete;
-  ReadOnlyFile& operator=(ReadOnlyFile&&) = delete;
-  std::uint64_t size() const { return size_; }
-  // Reads exactly `n` bytes at `offset`, or returns false (the file is shorter now, or EIO).
-  bool read_at(std::uint64_t offset, std::size_t n, void* out) const;
-
- private:
-  int fd_ = -1;
-  std::uint64_t size_ = 0;  // when opened
-};
 
 // Tokens of one file: `count` ids of `token_bytes` (1: text bytes; 2 or 4: llm.c shards) after
 // `header_bytes` in `file`.

@@ -1,6 +1,9 @@
-// files.cpp — the file writing and checksums of files.h.
+// files.cpp — the file writing, checksums and read-only files of files.h.
 #include "host/io/files.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -43,6 +46,40 @@ std::uint32_t file_crc32(const std::filesystem::path& path) {
     crc = crc32_of(buf.data(), std::uint64_t(in.gcount()), crc);
   }
   return crc;
+}
+
+ReadOnlyFile::ReadOnlyFile(const std::string& key, const std::string& path, const char* what) {
+  const std::string prefix = key.empty() ? "" : key + ": ";
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  CAROUSEL_CHECK(fd_ >= 0, "{}cannot open {} '{}': {}", prefix, what, path, std::strerror(errno));
+  struct stat st {};
+  const int stat_rc = ::fstat(fd_, &st);
+  const int stat_err = errno;
+  if (stat_rc != 0) ::close(fd_);
+  CAROUSEL_CHECK(stat_rc == 0, "{}cannot stat {} '{}': {}", prefix, what, path,
+                 std::strerror(stat_err));
+  size_ = std::uint64_t(st.st_size);
+}
+
+ReadOnlyFile::~ReadOnlyFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+ReadOnlyFile::ReadOnlyFile(ReadOnlyFile&& other) noexcept : fd_(other.fd_), size_(other.size_) {
+  other.fd_ = -1;
+}
+
+bool ReadOnlyFile::read_at(std::uint64_t offset, std::size_t n, void* out) const {
+  auto* p = static_cast<char*>(out);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd_, p, n, off_t(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;  // error (errno set) or end of file: the file shrank
+    p += got;
+    offset += std::uint64_t(got);
+    n -= std::size_t(got);
+  }
+  return true;
 }
 
 }  // namespace carousel

@@ -1,10 +1,6 @@
 // safetensors.cpp — writer and validating reader of the safetensors format.
 #include "host/io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -15,6 +11,7 @@
 #include <tuple>
 
 #include "compute/error.h"
+#include "host/io/files.h"
 #include "host/io/json_fields.h"
 
 namespace carousel {
@@ -97,29 +94,13 @@ namespace {
 // never becomes a huge allocation.
 constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 
-// Reads `size` bytes at `offset` of the open file `fd` (pread: thread-safe, no shared cursor).
-void read_at(int fd, std::uint64_t offset, std::size_t size, char* out, const std::string& path) {
-  while (size > 0) {
-    const ssize_t got = ::pread(fd, out, size, off_t(offset));
-    if (got < 0 && errno == EINTR) continue;
-    CAROUSEL_CHECK(got > 0, "reading '{}' at byte {} failed: {}", path, offset,
-                   got == 0 ? "the file is shorter than when it was opened" : std::strerror(errno));
-    out += got;
-    offset += std::uint64_t(got);
-    size -= std::size_t(got);
-  }
+void read_exactly(const ReadOnlyFile& file, std::uint64_t offset, std::size_t size, void* out,
+                  const std::string& path) {
+  errno = 0;  // read_at sets it on an error, not at the end of the file
+  if (file.read_at(offset, size, out)) return;
+  fail("reading '{}' at byte {} failed: {}", path, offset,
+       errno ? std::strerror(errno) : "the file is shorter than when it was opened");
 }
-
-// An open file descriptor, closed on every path out.
-struct OpenFile {
-  int fd;
-  explicit OpenFile(const std::string& path) : fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
-    CAROUSEL_CHECK(fd >= 0, "cannot open '{}': {}", path, std::strerror(errno));
-  }
-  ~OpenFile() { ::close(fd); }
-  OpenFile(const OpenFile&) = delete;
-  OpenFile& operator=(const OpenFile&) = delete;
-};
 
 }  // namespace
 
@@ -132,14 +113,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                  "'{}' is not a regular file (a directory, FIFO or device?); a safetensors file "
                  "is expected",
                  path);
-  const OpenFile file(path);
-  struct stat st {};
-  CAROUSEL_CHECK(::fstat(file.fd, &st) == 0, "cannot stat '{}': {}", path, std::strerror(errno));
-  const std::uint64_t file_size = std::uint64_t(st.st_size);
+  const ReadOnlyFile file("", path, "safetensors file");
+  const std::uint64_t file_size = file.size();
   CAROUSEL_CHECK(file_size >= 8, "'{}' is {} bytes: too short for a safetensors file", path,
                  file_size);
   unsigned char len[8];
-  read_at(file.fd, 0, 8, reinterpret_cast<char*>(len), path);
+  read_exactly(file, 0, 8, len, path);
   std::uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= std::uint64_t(len[i]) << (8 * i);
   CAROUSEL_CHECK(n <= file_size - 8,
@@ -151,7 +130,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                  "a safetensors file)",
                  path, n, kMaxHeaderBytes);
   std::vector<char> header_bytes(n);
-  read_at(file.fd, 8, n, header_bytes.data(), path);
+  read_exactly(file, 8, n, header_bytes.data(), path);
   data_start_ = 8 + n;
   const std::string where = fmt::format("'{}': the safetensors header", path);
   const nlohmann::json header = parse_json_text(header_bytes.begin(), header_bytes.end(), where);
@@ -225,8 +204,9 @@ std::vector<char> SafetensorsFile::read(const std::string& name) const {
   CAROUSEL_CHECK(it != entries_.end(), "'{}' has no tensor '{}'", path_, name);
   const SafetensorsEntry& e = it->second;
   std::vector<char> bytes(e.end - e.begin);
-  const OpenFile file(path_);
-  read_at(file.fd, data_start_ + e.begin, bytes.size(), bytes.data(), path_);
+  // Opened per read: a directory of thousands of parts never holds thousands of descriptors.
+  read_exactly(ReadOnlyFile("", path_, "safetensors file"), data_start_ + e.begin, bytes.size(),
+               bytes.data(), path_);
   return bytes;
 }
 
