@@ -247,7 +247,10 @@ TensorFiles open_hf_tensors(const std::string& directory, const ModelConfig& mod
   // Which file holds each tensor: one file, or the index's weight_map (as transformers does,
   // model.safetensors wins when both exist).
   std::map<std::string, std::string> file_of;  // tensor name -> file name in `dir`
-  if (!one_file) {
+  if (one_file) {
+    const SafetensorsFile single((dir / kSingleFile).string());  // its header only
+    for (const auto& [name, entry] : single.entries()) file_of[name] = kSingleFile;
+  } else {
     const fs::path index_path = dir / kIndexFile;
     const nlohmann::json index = read_json_file(index_path);
     const std::string where = fmt::format("'{}'", index_path.string());
@@ -263,51 +266,37 @@ TensorFiles open_hf_tensors(const std::string& directory, const ModelConfig& mod
     }
   }
   const std::vector<ParamSpec> specs = param_table(model);
-  std::set<std::string> files = {kSingleFile};
-  if (!one_file) {
-    files.clear();
-    std::vector<std::string> missing;
-    for (const auto& spec : specs) {
-      const auto it = file_of.find(spec.name);
-      if (it == file_of.end()) {
-        missing.push_back(spec.name);
-        continue;
-      }
-      CAROUSEL_CHECK(fs::exists(dir / it->second),
-                     "'{}': weight_map puts tensor '{}' in '{}', which does not exist in '{}' (a "
-                     "shard missing from the download?)",
-                     (dir / kIndexFile).string(), spec.name, it->second, directory);
-      files.insert(it->second);
-    }
-    CAROUSEL_CHECK(missing.empty(),
-                   "load_parameters_path='{}' lacks {} tensor(s) the model needs: {} (weights of "
-                   "another model, or a partial save?)",
-                   directory, missing.size(), name_list(missing));
-  }
-  TensorFiles tensors(dir, {files.begin(), files.end()}, /*widen=*/true);
+  std::set<std::string> files;  // those holding a tensor the model needs
   std::vector<std::string> missing, extra;
   for (const auto& spec : specs) {
-    const SafetensorsEntry* e = tensors.find(spec.name);
-    if (!e && one_file) {
+    const auto it = file_of.find(spec.name);
+    if (it == file_of.end()) {
       missing.push_back(spec.name);
       continue;
     }
-    if (!one_file) {
-      CAROUSEL_CHECK(e && tensors.path_of(spec.name) == (dir / file_of[spec.name]).string(),
-                     "'{}': weight_map puts tensor '{}' in '{}', but that file does not hold it",
-                     (dir / kIndexFile).string(), spec.name, file_of[spec.name]);
-    }
+    CAROUSEL_CHECK(fs::exists(dir / it->second),
+                   "'{}': weight_map puts tensor '{}' in '{}', which does not exist in '{}' (a "
+                   "shard missing from the download?)",
+                   (dir / kIndexFile).string(), spec.name, it->second, directory);
+    files.insert(it->second);
+  }
+  CAROUSEL_CHECK(missing.empty(),
+                 "load_parameters_path='{}' lacks {} tensor(s) the model needs: {} (weights of "
+                 "another model, or a partial save?)",
+                 directory, missing.size(), name_list(missing));
+  TensorFiles tensors(dir, {files.begin(), files.end()}, /*widen=*/true);
+  for (const auto& spec : specs) {
+    const SafetensorsEntry* e = tensors.find(spec.name);
+    CAROUSEL_CHECK(e && tensors.path_of(spec.name) == (dir / file_of[spec.name]).string(),
+                   "'{}': weight_map puts tensor '{}' in '{}', but that file does not hold it",
+                   (dir / kIndexFile).string(), spec.name, file_of[spec.name]);
     CAROUSEL_CHECK(e->shape == spec.shape,
                    "'{}': tensor '{}' has shape {} but the model needs {} (config.json and the "
                    "weights disagree?)",
                    tensors.path_of(spec.name), spec.name, shape_str(e->shape),
                    shape_str(spec.shape));
   }
-  CAROUSEL_CHECK(missing.empty(),
-                 "load_parameters_path='{}' lacks {} tensor(s) the model needs: {} (weights of "
-                 "another model, or a partial save?)",
-                 directory, missing.size(), name_list(missing));
-  for (const auto& name : tensors.names()) {
+  for (const auto& [name, file] : file_of) {
     if (std::none_of(specs.begin(), specs.end(),
                      [&](const ParamSpec& p) { return p.name == name; }))
       extra.push_back(name);
