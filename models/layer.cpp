@@ -7,6 +7,7 @@ namespace carousel {
 
 LayerWeights LayerWeights::from(const ParamSet& set, int layer) {
   LayerWeights w;
+  w.layer = layer;
   if (set.has(ParamRole::SimpleW, layer)) {
     w.w = set.at(ParamRole::SimpleW, layer);
     return w;
@@ -17,10 +18,68 @@ LayerWeights LayerWeights::from(const ParamSet& set, int layer) {
   w.wv = set.at(ParamRole::Wv, layer);
   w.wo = set.at(ParamRole::Wo, layer);
   w.mlp_norm = set.at(ParamRole::MlpNorm, layer);
-  w.w_gate = set.at(ParamRole::WGate, layer);
-  w.w_up = set.at(ParamRole::WUp, layer);
-  w.w_down = set.at(ParamRole::WDown, layer);
+  if (set.has(ParamRole::WGate, layer)) {  // dense, or an MoE layer's shared experts
+    w.w_gate = set.at(ParamRole::WGate, layer);
+    w.w_up = set.at(ParamRole::WUp, layer);
+    w.w_down = set.at(ParamRole::WDown, layer);
+  }
+  if (set.has(ParamRole::Router, layer)) {
+    w.moe = {set.at(ParamRole::Router, layer), set.stacked(ParamRole::ExpertGate, layer),
+             set.stacked(ParamRole::ExpertUp, layer), set.stacked(ParamRole::ExpertDown, layer)};
+  }
   return w;
+}
+
+void RouterStats::add(const ModelConfig& cfg, int layer, const Routing& routing,
+                      std::int64_t group_tokens) {
+  const std::int64_t X = cfg.num_experts;
+  CAROUSEL_ASSERT(layer >= 0 && layer < cfg.num_layers && routing.load.size() == std::size_t(X),
+                  "routing of layer {} with {} experts", layer, routing.load.size());
+  if (load.empty()) load.assign(std::size_t(cfg.num_layers * X), 0);
+  for (std::int64_t e = 0; e < X; ++e)
+    load[std::size_t(layer * X + e)] += routing.load[std::size_t(e)];
+  aux_loss_sum += double(group_tokens) * routing.aux_loss;
+}
+
+RouterBias initial_router_bias(const ModelConfig& cfg) {
+  RouterBias bias(cfg.routed_bias ? std::size_t(cfg.num_layers) : 0);
+  for (std::size_t l = 0; l < bias.size(); ++l) {
+    if (cfg.is_moe_layer(std::int64_t(l))) bias[l].assign(std::size_t(cfg.num_experts), 0.0);
+  }
+  return bias;
+}
+
+void update_router_bias(const ModelConfig& cfg, RouterBias& bias,
+                        const std::vector<std::int64_t>& load) {
+  const std::size_t X = std::size_t(cfg.num_experts);
+  for (std::size_t l = 0; l < bias.size(); ++l) {
+    if (bias[l].empty()) continue;
+    CAROUSEL_ASSERT(load.size() >= (l + 1) * X, "{} loads for layer {} of {} experts", load.size(),
+                    l, X);
+    update_router_bias(
+        bias[l], {load.begin() + std::ptrdiff_t(l * X), load.begin() + std::ptrdiff_t((l + 1) * X)},
+        cfg.routed_bias_update_rate);
+  }
+}
+
+void check_router_bias(const ModelConfig& cfg, const RouterBias& bias, const std::string& where) {
+  const RouterBias expected = initial_router_bias(cfg);
+  bool same = bias.size() == expected.size();
+  for (std::size_t l = 0; same && l < bias.size(); ++l) same = bias[l].size() == expected[l].size();
+  CAROUSEL_CHECK(
+      same,
+      "{}: the router biases have {} layers, this model (routed_bias={}, num_experts={}, "
+      "first_num_dense_layers={}) has {} with num_experts each",
+      where, bias.size(), cfg.routed_bias, cfg.num_experts, cfg.first_num_dense_layers,
+      expected.size());
+}
+
+void RouterStats::merge(const RouterStats& other) {
+  aux_loss_sum += other.aux_loss_sum;
+  if (load.empty()) load.assign(other.load.size(), 0);
+  CAROUSEL_ASSERT(other.load.empty() || other.load.size() == load.size(),
+                  "router loads of {} and {} entries", load.size(), other.load.size());
+  for (std::size_t i = 0; i < other.load.size(); ++i) load[i] += other.load[i];
 }
 
 namespace {
@@ -42,7 +101,7 @@ struct Tokens {
 };
 Tokens tokens_of(const Tensor& x, const RopeTables& rope, const TensorGroup& tensor) {
   const std::int64_t E = x.cols(), N = x.numel() / E * tensor.size();
-  const std::int64_t T = x.rank() == 3           ? x.dim(1)
+  const std::int64_t T = x.rank() == 3              ? x.dim(1)
                          : rope.doc_start.defined() ? rope.doc_start.dim(1)
                                                     : rope.cos.dim(0);
   CAROUSEL_ASSERT(N % T == 0, "{} tokens are not whole sequences of {}", N, T);
@@ -56,12 +115,13 @@ Tokens tokens_of(const Tensor& x, const RopeTables& rope, const TensorGroup& ten
 // are skipped) are the same ops in the same order.
 void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                    const RopeTables& rope, const LayerParallel& parallel, const Tensor& x,
-                   const Tensor& y, LayerSaved& s, const RematKeep& kept = {}) {
+                   const Tensor& y, LayerSaved& s, const RematKeep& kept = {},
+                   RouterStats* router = nullptr) {
   const TensorGroup& tensor = parallel.tensor;
   const DType dt = x.dtype();
   const auto [b, T, N, E] = tokens_of(x, rope, tensor);
   const std::int64_t hd = cfg.head_dim(), Hl = w.wq.dim(0) / hd, Hkvl = w.wk.dim(0) / hd;
-  const std::int64_t Fl = w.w_gate.dim(0), n = N / tensor.size();
+  const std::int64_t Fl = w.has_dense_mlp() ? w.w_gate.dim(0) : 0, n = N / tensor.size();
   s.x = x;
   // Attention block.
   Tensor xn1 = be.empty({n, E}, dt);  // mine
@@ -94,39 +154,59 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   s.rstd2 = be.empty({n}, stats_dtype(dt));
   be.rmsnorm_forward(s.h.reshape({n, E}), w.mlp_norm, cfg.norm_eps, hn, s.rstd2);
   s.hn = tensor.gather_rows(be, hn);  // [N,E]
-  if (!kept.mlp_in) {
-    s.gate = be.empty({N, Fl}, dt);
-    s.up = be.empty({N, Fl}, dt);
-    be.gemm(false, true, 1.0, s.hn, w.w_gate, 0.0, s.gate);
-    be.gemm(false, true, 1.0, s.hn, w.w_up, 0.0, s.up);
+  Tensor routed;                      // [N,E] the routed experts' output (MoE layers)
+  if (w.is_moe()) {
+    routed = be.empty({N, E}, dt);
+    moe_mlp_forward(be, cfg.router(), w.moe, s.hn, routed, s.moe, T, w.router_bias);
+    if (router) router->add(cfg, w.layer, s.moe.routing, T);
   }
-  s.act = be.empty({N, Fl}, dt);
-  be.swiglu_forward(s.gate, s.up, s.act);
-  if (y.defined()) row_parallel_residual(be, tensor, s.act, w.w_down, s.h, y);  // y = h + act Wd^T
+  if (w.has_dense_mlp()) {
+    if (!kept.mlp_in) {
+      s.gate = be.empty({N, Fl}, dt);
+      s.up = be.empty({N, Fl}, dt);
+      be.gemm(false, true, 1.0, s.hn, w.w_gate, 0.0, s.gate);
+      be.gemm(false, true, 1.0, s.hn, w.w_up, 0.0, s.up);
+    }
+    s.act = be.empty({N, Fl}, dt);
+    be.swiglu_forward(s.gate, s.up, s.act);
+  }
+  if (!y.defined()) return;
+  if (w.has_dense_mlp()) {
+    row_parallel_residual(be, tensor, s.act, w.w_down, s.h, y);  // y = h + act Wd^T
+  } else {
+    be.copy(s.h, y);
+  }
+  if (routed.defined()) be.axpy(1.0, routed.reshape(y.shape()), y);
 }
 
 void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                     const LayerWeights& g, const RopeTables& rope, const LayerParallel& parallel,
-                    const LayerSaved& s, const Tensor& dy, const Tensor& dx,
+                    const LayerSaved& s, const Tensor& dy, const Tensor& dx, double loss_scale,
                     std::vector<DeferredWeightGrad>* defer) {
   const TensorGroup& tensor = parallel.tensor;
   const DType dt = dy.dtype();
   const auto [b, T, N, E] = tokens_of(dy, rope, tensor);
   const std::int64_t hd = cfg.head_dim(), Hl = w.wq.dim(0) / hd, Hkvl = w.wk.dim(0) / hd;
-  const std::int64_t Fl = w.w_gate.dim(0), n = N / tensor.size();
-  // MLP block: y = h + act Wd^T.
+  const std::int64_t n = N / tensor.size();
+  // MLP block: y = h + act Wd^T (+ the routed experts' output).
   const Tensor dy_all = tensor.gather_rows(be, dy.reshape({n, E}));  // [N,E]
-  Tensor dact = be.empty({N, Fl}, dt);
-  be.gemm(false, false, 1.0, dy_all, w.w_down, 0.0, dact);  // [N,E] x [E,Fl]
-  weight_grad(be, dy_all, s.act, g.w_down, defer);          // dWd += dy^T act
-  Tensor dgate = be.empty({N, Fl}, dt), dup = be.empty({N, Fl}, dt);
-  be.swiglu_backward(dact, s.gate, s.up, dgate, dup);
-  dact = Tensor();
   Tensor dhn = be.empty({N, E}, dt);  // partial over the tensor ranks' columns
-  be.gemm(false, false, 1.0, dgate, w.w_gate, 0.0, dhn);
-  be.gemm(false, false, 1.0, dup, w.w_up, 1.0, dhn);
-  weight_grad(be, dgate, s.hn, g.w_gate, defer);
-  weight_grad(be, dup, s.hn, g.w_up, defer);
+  if (w.is_moe()) {  // the balancing loss enters the objective as T x L per sequence
+    moe_mlp_backward(be, cfg.router(), w.moe, g.moe, s.moe, dy_all, loss_scale * double(T), dhn);
+  }
+  if (w.has_dense_mlp()) {
+    const std::int64_t Fl = w.w_gate.dim(0);
+    Tensor dact = be.empty({N, Fl}, dt);
+    be.gemm(false, false, 1.0, dy_all, w.w_down, 0.0, dact);  // [N,E] x [E,Fl]
+    weight_grad(be, dy_all, s.act, g.w_down, defer);          // dWd += dy^T act
+    Tensor dgate = be.empty({N, Fl}, dt), dup = be.empty({N, Fl}, dt);
+    be.swiglu_backward(dact, s.gate, s.up, dgate, dup);
+    dact = Tensor();
+    be.gemm(false, false, 1.0, dgate, w.w_gate, w.is_moe() ? 1.0 : 0.0, dhn);
+    be.gemm(false, false, 1.0, dup, w.w_up, 1.0, dhn);
+    weight_grad(be, dgate, s.hn, g.w_gate, defer);
+    weight_grad(be, dup, s.hn, g.w_up, defer);
+  }
   Tensor dh = be.empty(dy.shape(), dt);  // mine
   be.rmsnorm_backward(tensor.reduce_scatter_rows(be, dhn), s.h.reshape({n, E}), w.mlp_norm, s.rstd2,
                       dh.reshape({n, E}), g.mlp_norm);
@@ -161,18 +241,19 @@ void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
 
 void layer_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                    const RopeTables& rope, const Tensor& x, const Tensor& y, LayerSaved* saved,
-                   const LayerParallel& parallel) {
+                   const LayerParallel& parallel, RouterStats* router) {
   if (!cfg.is_llama()) {
     be.gemm(false, false, 1.0, x, w.w, 0.0, y);  // y = x W, [N,E] x [E,E]
     if (saved) saved->x = x;
     return;
   }
   LayerSaved local;
-  llama_forward(be, cfg, w, rope, parallel, x, y, saved ? *saved : local);
+  llama_forward(be, cfg, w, rope, parallel, x, y, saved ? *saved : local, {}, router);
 }
 
 void keep_only(LayerSaved& s, const RematKeep& keep) {
   s.xn1 = s.rstd1 = s.hn = s.rstd2 = s.act = Tensor();  // cheap to recompute
+  s.moe = MoeSaved{};  // the routed experts are recomputed (the same routing: same inputs)
   if (!keep.qkv) s.q = s.k = s.v = Tensor();
   if (!keep.context) {
     s.att = s.lse = Tensor();
@@ -185,21 +266,23 @@ void keep_only(LayerSaved& s, const RematKeep& keep) {
 void layer_recompute(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                      const RopeTables& rope, LayerSaved& s, const LayerParallel& parallel) {
   if (!cfg.is_llama()) return;  // the simple block's backward needs its input only
-  const RematKeep kept{.qkv = s.q.defined(), .context = s.att.defined(),
-                       .out_proj = s.h.defined(), .mlp_in = s.gate.defined()};
+  const RematKeep kept{.qkv = s.q.defined(),
+                       .context = s.att.defined(),
+                       .out_proj = s.h.defined(),
+                       .mlp_in = s.gate.defined()};
   llama_forward(be, cfg, w, rope, parallel, s.x, Tensor(), s, kept);
 }
 
 void layer_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                     const LayerWeights& grads, const RopeTables& rope, const LayerSaved& saved,
-                    const Tensor& dy, const Tensor& dx, std::vector<DeferredWeightGrad>* deferred,
-                    const LayerParallel& parallel) {
+                    const Tensor& dy, const Tensor& dx, double loss_scale,
+                    std::vector<DeferredWeightGrad>* deferred, const LayerParallel& parallel) {
   if (!cfg.is_llama()) {
     be.gemm(false, true, 1.0, dy, w.w, 0.0, dx);      // dx = dy W^T
     weight_grad(be, saved.x, dy, grads.w, deferred);  // dW += x^T dy
     return;
   }
-  llama_backward(be, cfg, w, grads, rope, parallel, saved, dy, dx, deferred);
+  llama_backward(be, cfg, w, grads, rope, parallel, saved, dy, dx, loss_scale, deferred);
 }
 
 void apply_weight_grads(Backend& be, const std::vector<DeferredWeightGrad>& deferred) {

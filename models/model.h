@@ -23,8 +23,12 @@ std::vector<LayerWeights> all_layers(const ModelConfig& cfg, const ParamSet& set
 
 // Forward and backward of one microbatch; gradients accumulate into `grads`. Returns the sum of
 // the microbatch's losses (the caller divides by the global count; loss_scale = 1 / that count).
+// The objective differentiated is loss_scale x (that sum + the MoE layers' balancing-loss sum),
+// the latter added into `router` (when set) with the layers' loads. `router_bias`: each MoE
+// layer's auxiliary-loss-free bias by layer index (empty: none).
 double model_forward_backward(Backend& be, const ModelConfig& cfg, const ParamSet& params,
                               const ParamSet& grads, const RopeTables& rope, const Microbatch& mb,
-                              double loss_scale, RematPolicy remat);
+                              double loss_scale, RematPolicy remat, RouterStats* router = nullptr,
+                              const std::vector<std::vector<double>>& router_bias = {});
 
 }  // namespace carousel

@@ -33,7 +33,8 @@ namespace {
 // Fm 53248, V 128256, N 126) and keep every product (V x E, B x H x T x T, ...) inside int64.
 constexpr std::int64_t kMaxVocab = std::int64_t(1) << 24, kMaxEmbDim = std::int64_t(1) << 16,
                        kMaxLayers = 4096, kMaxHeads = 4096, kMaxMlpDim = std::int64_t(1) << 20,
-                       kMaxLength = std::int64_t(1) << 20;
+                       kMaxLength = std::int64_t(1) << 20, kMaxExperts = 4096,
+                       kMaxSharedExperts = 64;
 
 // The most parameters those ranges allow (param_table): per layer q, k, v and o (each at most
 // E x E: the kv heads divide the query heads, H x head_dim = E), gate, up and down (E x Fm each)
@@ -74,12 +75,65 @@ void ModelConfig::validate() const {
                    "base_num_query_heads={} must be a multiple of base_num_kv_heads={}",
                    num_query_heads, num_kv_heads);
   }
-  // The parameter count before anything is allocated (at most kLargestParameterCount here).
+  validate_experts();
+  // The parameter count before anything is allocated (at most kLargestParameterCount here, plus
+  // the experts' parameters, which validate_experts bounds by kMaxParameters).
   const std::int64_t params = parameter_count(*this);
   CAROUSEL_CHECK(params <= kMaxParameters,
                  "the model has {} parameters (vocab_size={}, base_emb_dim={}, base_mlp_dim={}, "
                  "base_num_decoder_layers={}); at most {} are supported",
                  params, vocab_size, emb_dim, mlp_dim, num_layers, kMaxParameters);
+}
+
+void ModelConfig::validate_experts() const {
+  check_range("num_experts", num_experts, 1, kMaxExperts, " (1: a dense model)");
+  if (!is_moe()) return;
+  CAROUSEL_CHECK(is_llama(),
+                 "num_experts={} needs decoder_block=llama (the simple block has no MLP)",
+                 num_experts);
+  check_range("num_experts_per_tok", num_experts_per_tok, 1, num_experts,
+              " (each token goes to k of the num_experts experts)");
+  CAROUSEL_CHECK(moe_mlp_dim == -1 || (moe_mlp_dim >= 1 && moe_mlp_dim <= kMaxMlpDim),
+                 "base_moe_mlp_dim={} is not valid; it must be -1 (base_mlp_dim) or in [1, {}]",
+                 moe_mlp_dim, kMaxMlpDim);
+  check_range("shared_experts", shared_experts, 0, kMaxSharedExperts);
+  check_range("first_num_dense_layers", first_num_dense_layers, 0, num_layers,
+              " (the leading layers that keep a dense MLP)");
+  CAROUSEL_CHECK(routed_score_func == "softmax" || routed_score_func == "sigmoid",
+                 "routed_score_func='{}' is not valid; use softmax (Mixtral, Qwen-MoE) or sigmoid "
+                 "(DeepSeek-V3)",
+                 routed_score_func);
+  CAROUSEL_CHECK(std::isfinite(routed_scaling_factor) && routed_scaling_factor > 0,
+                 "routed_scaling_factor={} is not valid; it must be a finite number > 0",
+                 routed_scaling_factor);
+  CAROUSEL_CHECK(std::isfinite(load_balance_loss_weight) && load_balance_loss_weight >= 0,
+                 "load_balance_loss_weight={} is not valid; it must be a finite number >= 0 "
+                 "(0: no balancing loss)",
+                 load_balance_loss_weight);
+  CAROUSEL_CHECK(capacity_factor <= 0,
+                 "capacity_factor={} would drop the tokens beyond {} x the balanced load of an "
+                 "expert; carousel's experts are dropless (every token reaches its k experts): use "
+                 "capacity_factor=-1",
+                 capacity_factor, capacity_factor);
+  CAROUSEL_CHECK(std::isfinite(routed_bias_update_rate) && routed_bias_update_rate >= 0,
+                 "routed_bias_update_rate={} is not valid; it must be a finite number >= 0",
+                 routed_bias_update_rate);
+  const auto experts =
+      checked_product({num_experts + shared_experts, 3, emb_dim, expert_mlp_dim(), num_layers});
+  CAROUSEL_CHECK(experts && *experts <= kMaxParameters,
+                 "the experts have more than {} parameters ((num_experts={} + shared_experts={}) x "
+                 "3 x base_emb_dim={} x base_moe_mlp_dim={} x base_num_decoder_layers={})",
+                 kMaxParameters, num_experts, shared_experts, emb_dim, expert_mlp_dim(),
+                 num_layers);
+}
+
+RouterConfig ModelConfig::router() const {
+  return {.experts = int(num_experts),
+          .top_k = int(num_experts_per_tok),
+          .score = routed_score_func == "sigmoid" ? RouterScore::Sigmoid : RouterScore::Softmax,
+          .normalize_top_k = norm_topk_prob,
+          .routed_scaling_factor = routed_scaling_factor,
+          .aux_loss_weight = load_balance_loss_weight};
 }
 
 namespace {
@@ -136,7 +190,11 @@ double train_flops_per_token(const ModelConfig& cfg) {
   double matmul_params = 0;
   for (const auto& spec : param_table(cfg)) {
     if (spec.shape.size() == 2 && spec.role != ParamRole::Embedding) {
-      matmul_params += double(numel(spec.shape));
+      // A token passes through k of the X routed experts.
+      const double active = is_routed_expert(spec.role)
+                                ? double(cfg.num_experts_per_tok) / double(cfg.num_experts)
+                                : 1.0;
+      matmul_params += active * double(numel(spec.shape));
     }
   }
   if (cfg.is_llama() && cfg.logits_via_embedding) {

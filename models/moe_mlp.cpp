@@ -35,7 +35,8 @@ Tensor expert_of(const Tensor& t, std::int64_t e) {
 }  // namespace
 
 void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& w, const Tensor& x,
-                     const Tensor& y, MoeSaved& s) {
+                     const Tensor& y, MoeSaved& s, std::int64_t group_tokens,
+                     const std::vector<double>& bias) {
   const std::int64_t N = x.rows(), E = x.cols(), X = router.experts, k = router.top_k;
   const std::int64_t M = N * k, Fm = w.gate.dim(1);
   const DType dt = x.dtype();
@@ -44,7 +45,7 @@ void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& 
                   w.gate.dim(0));
   Tensor logits = be.empty({N, X}, dt);
   be.gemm(false, true, 1.0, x, w.router, 0.0, logits);  // [N,E] x [X,E]^T
-  s.routing = route(router, to_double(be, logits));
+  s.routing = route(router, to_double(be, logits), bias, group_tokens);
   // Rows sorted by expert, stable: expert e's rows are [first[e], first[e+1]).
   s.first.assign(std::size_t(X + 1), 0);
   for (const int e : s.routing.expert) ++s.first[std::size_t(e + 1)];

@@ -40,9 +40,12 @@ struct MoeSaved {
 };
 
 // y = the MoE MLP of x (y overwritten, distinct from x). The balancing loss is in
-// saved.routing.aux_loss: the caller adds it to the training loss.
+// saved.routing.aux_loss: the caller adds it to the training loss. It is summed over groups of
+// `group_tokens` consecutive rows of x (the sequences; 0: one group of all rows), and `bias`
+// ([X] or empty) is the auxiliary-loss-free balancing's bias (moe_router.h).
 void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& w, const Tensor& x,
-                     const Tensor& y, MoeSaved& saved);
+                     const Tensor& y, MoeSaved& saved, std::int64_t group_tokens = 0,
+                     const std::vector<double>& bias = {});
 
 // dx = d/dx of (sum dy * y + daux * balancing loss) (overwritten); the weight gradients
 // accumulate into `grads`. daux: the balancing loss's weight in the objective (1 when it is

@@ -37,19 +37,20 @@ void token_scores_backward(RouterScore score, const double* s, int X, double* ds
   for (int i = 0; i < X; ++i) ds[i] = s[i] * (ds[i] - dot);
 }
 
-// The balancing loss's factor f_i (constant) and the normalizer of s' for one token.
-std::vector<double> load_fractions(const RouterConfig& cfg, const Routing& r) {
+// The balancing loss's factors f_i (constants) of group g.
+std::vector<double> load_fractions(const RouterConfig& cfg, const Routing& r, std::int64_t g) {
   std::vector<double> f(static_cast<std::size_t>(cfg.experts));
+  const std::int64_t* load = r.group_load.data() + g * cfg.experts;
   for (int i = 0; i < cfg.experts; ++i)
-    f[std::size_t(i)] = double(cfg.experts) * double(r.load[std::size_t(i)]) /
-                        (double(cfg.top_k) * double(r.tokens));
+    f[std::size_t(i)] =
+        double(cfg.experts) * double(load[i]) / (double(cfg.top_k) * double(r.group_tokens));
   return f;
 }
 
 }  // namespace
 
 Routing route(const RouterConfig& cfg, const std::vector<double>& logits,
-              const std::vector<double>& bias) {
+              const std::vector<double>& bias, std::int64_t group_tokens) {
   const int X = cfg.experts, k = cfg.top_k;
   CAROUSEL_ASSERT(X > 0 && k >= 1 && k <= X, "router of {} experts choosing {}", X, k);
   CAROUSEL_ASSERT(logits.size() % std::size_t(X) == 0, "{} logits for {} experts", logits.size(),
@@ -58,12 +59,17 @@ Routing route(const RouterConfig& cfg, const std::vector<double>& logits,
                   bias.size(), X);
   Routing r;
   r.tokens = std::int64_t(logits.size() / std::size_t(X));
+  r.group_tokens = group_tokens > 0 ? group_tokens : std::max<std::int64_t>(r.tokens, 1);
+  CAROUSEL_ASSERT(r.tokens % r.group_tokens == 0, "{} tokens in groups of {}", r.tokens,
+                  r.group_tokens);
+  const std::int64_t groups = r.tokens / r.group_tokens;
+  r.group_load.assign(std::size_t(groups * X), 0);
   r.scores.resize(logits.size());
   r.expert.resize(std::size_t(r.tokens * k));
   r.weight.resize(r.expert.size());
   r.load.assign(std::size_t(X), 0);
   std::vector<int> order(static_cast<std::size_t>(X));
-  std::vector<double> mean_normalized(std::size_t(X), 0.0);  // P_i * N
+  std::vector<double> mean_normalized(std::size_t(groups * X), 0.0);  // P_i * G per group
   for (std::int64_t t = 0; t < r.tokens; ++t) {
     double* s = r.scores.data() + t * X;
     token_scores(cfg.score, logits.data() + t * X, X, s);
@@ -79,15 +85,21 @@ Routing route(const RouterConfig& cfg, const std::vector<double>& logits,
       r.weight[std::size_t(t * k + j)] =
           cfg.routed_scaling_factor * (cfg.normalize_top_k ? s[e] / chosen : s[e]);
       ++r.load[std::size_t(e)];
+      ++r.group_load[std::size_t(t / r.group_tokens * X + e)];
     }
     const double all = cfg.score == RouterScore::Sigmoid ? std::accumulate(s, s + X, 0.0) : 1.0;
-    for (int i = 0; i < X; ++i) mean_normalized[std::size_t(i)] += s[i] / all;
+    double* mean = mean_normalized.data() + t / r.group_tokens * X;
+    for (int i = 0; i < X; ++i) mean[i] += s[i] / all;
   }
-  if (cfg.aux_loss_weight != 0.0 && r.tokens > 0) {
-    const std::vector<double> f = load_fractions(cfg, r);
-    for (int i = 0; i < X; ++i)
-      r.aux_loss += f[std::size_t(i)] * mean_normalized[std::size_t(i)] / double(r.tokens);
-    r.aux_loss *= cfg.aux_loss_weight;
+  if (cfg.aux_loss_weight != 0.0) {
+    for (std::int64_t g = 0; g < groups; ++g) {
+      const std::vector<double> f = load_fractions(cfg, r, g);
+      double group_loss = 0;
+      for (int i = 0; i < X; ++i)
+        group_loss +=
+            f[std::size_t(i)] * mean_normalized[std::size_t(g * X + i)] / double(r.group_tokens);
+      r.aux_loss += cfg.aux_loss_weight * group_loss;
+    }
   }
   return r;
 }
@@ -98,9 +110,10 @@ std::vector<double> route_backward(const RouterConfig& cfg, const Routing& r,
   CAROUSEL_ASSERT(dweight.size() == r.weight.size(), "{} weight gradients for {} slots",
                   dweight.size(), r.weight.size());
   std::vector<double> dlogits(r.scores.size(), 0.0);
-  const bool balance = cfg.aux_loss_weight != 0.0 && daux != 0.0 && r.tokens > 0;
-  const std::vector<double> f = balance ? load_fractions(cfg, r) : std::vector<double>{};
+  const bool balance = cfg.aux_loss_weight != 0.0 && daux != 0.0;
+  std::vector<double> f;  // the factors of token t's group
   for (std::int64_t t = 0; t < r.tokens; ++t) {
+    if (balance && t % r.group_tokens == 0) f = load_fractions(cfg, r, t / r.group_tokens);
     const double* s = r.scores.data() + t * X;
     double* ds = dlogits.data() + t * X;  // d scores first, then d logits in place
     // Combine weights: w_j = c * s_j (/ S, S = sum of the chosen s).
@@ -117,12 +130,12 @@ std::vector<double> route_backward(const RouterConfig& cfg, const Routing& r,
                              ? dw / chosen - cfg.routed_scaling_factor * dot / (chosen * chosen)
                              : dw;
     }
-    // Balancing loss: dL/ds'_i = alpha * f_i / N; s' = s / sum(s) for sigmoid scores.
+    // Balancing loss: dL/ds'_i = alpha * f_i / G; s' = s / sum(s) for sigmoid scores.
     if (balance) {
       const double all = cfg.score == RouterScore::Sigmoid ? std::accumulate(s, s + X, 0.0) : 1.0;
       double g_dot = 0;
       for (int i = 0; i < X; ++i) g_dot += f[std::size_t(i)] * s[i] / all;
-      const double scale = daux * cfg.aux_loss_weight / double(r.tokens);
+      const double scale = daux * cfg.aux_loss_weight / double(r.group_tokens);
       for (int i = 0; i < X; ++i) {
         ds[i] += cfg.score == RouterScore::Sigmoid ? scale * (f[std::size_t(i)] - g_dot) / all
                                                    : scale * f[std::size_t(i)];

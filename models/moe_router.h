@@ -9,10 +9,12 @@
 //   weights  w_j = c * s[e_j], or with normalize_top_k c * s[e_j] / sum_l s[e_l]
 //            (c = routed_scaling_factor; DeepSeek-V3 normalizes, Mixtral's softmax over the
 //            top-k logits is the same as normalizing)
-// Load-balancing loss (Switch / DeepSeek-V3's expert-level balance loss), over the N tokens of a
-// batch: L = alpha * sum_i f_i * P_i with f_i = X * (tokens choosing i) / (k * N) (not
-// differentiated) and P_i = mean over tokens of s'[t, i], s' = s normalized over all experts
-// (= s for softmax); uniform routing gives L = alpha.
+// Load-balancing loss (Switch / DeepSeek-V3's balance loss), over each group of G tokens (a
+// sequence: DeepSeek-V3's sequence-wise loss; G = N: one group, Switch's batch-wise loss):
+// L_g = alpha * sum_i f_i * P_i with f_i = X * (tokens of g choosing i) / (k * G) (not
+// differentiated) and P_i = mean over g's tokens of s'[t, i], s' = s normalized over all experts
+// (= s for softmax); uniform routing gives L_g = alpha. L = sum over the groups of L_g. Per
+// sequence, the loss does not depend on how a batch is split into microbatches or ranks.
 // Auxiliary-loss-free balancing (DeepSeek-V3): after each step b_i += rate * sign(mean load -
 // load_i), so overloaded experts are chosen less; it moves the choice only, never the weights.
 //
@@ -39,17 +41,20 @@ struct RouterConfig {
 
 // What the router chose for N tokens; slot m = t * k + j is token t's j-th choice.
 struct Routing {
-  std::int64_t tokens = 0;         // N
-  std::vector<int> expert;         // [N*k] e_j, descending by s + b
-  std::vector<double> weight;      // [N*k] w_j
-  std::vector<double> scores;      // [N*X] s
-  std::vector<std::int64_t> load;  // [X] tokens choosing each expert
-  double aux_loss = 0.0;           // L (0 without aux_loss_weight)
+  std::int64_t tokens = 0;               // N
+  std::int64_t group_tokens = 0;         // G: tokens per balancing group
+  std::vector<int> expert;               // [N*k] e_j, descending by s + b
+  std::vector<double> weight;            // [N*k] w_j
+  std::vector<double> scores;            // [N*X] s
+  std::vector<std::int64_t> load;        // [X] tokens choosing each expert
+  std::vector<std::int64_t> group_load;  // [N/G * X] tokens of each group choosing each expert
+  double aux_loss = 0.0;                 // L (0 without aux_loss_weight)
 };
 
-// `logits` [N*X] row-major; `bias` [X] or empty (no auxiliary-loss-free balancing).
+// `logits` [N*X] row-major; `bias` [X] or empty (no auxiliary-loss-free balancing);
+// `group_tokens` G divides N (0: one group of all N tokens).
 Routing route(const RouterConfig& cfg, const std::vector<double>& logits,
-              const std::vector<double>& bias = {});
+              const std::vector<double>& bias = {}, std::int64_t group_tokens = 0);
 
 // d(logits) [N*X] of (sum_m dweight[m] * w_m + daux * L): the gradient of the combine weights
 // (dweight [N*k], from the expert outputs) and of the balancing loss (daux: its weight in the

@@ -15,6 +15,11 @@ void check_tensor_split(const ModelConfig& cfg, int size) {
                  "ici_tensor_parallelism={} needs decoder_block=llama: tensor parallelism splits "
                  "attention heads and MLP columns, which decoder_block={} does not have",
                  size, cfg.decoder_block);
+  CAROUSEL_CHECK(!cfg.is_moe(),
+                 "ici_tensor_parallelism={} with num_experts={}: tensor parallelism does not split "
+                 "experts yet; shard a mixture-of-experts model with ici_fsdp_parallelism, "
+                 "ici_pipeline_parallelism or ici_data_parallelism, or use num_experts=1",
+                 size, cfg.num_experts);
   auto divisors = [](std::int64_t n) {
     std::string out;
     for (std::int64_t d = 1; d <= n && d <= 1024; ++d) {
@@ -64,6 +69,28 @@ ParamSpec slice(ParamSpec whole, int dim, std::int64_t begin, std::int64_t lengt
   return whole;
 }
 
+// A mixture-of-experts MLP's parameters (params.h): router, shared experts, routed experts by
+// kind (each kind's X matrices consecutive).
+void add_moe_mlp(const ModelConfig& cfg, int layer, std::vector<ParamSpec>& t) {
+  const std::string p = fmt::format("model.layers.{}.mlp.", layer);
+  const std::int64_t E = cfg.emb_dim, X = cfg.num_experts, Fe = cfg.expert_mlp_dim();
+  t.push_back({p + "gate.weight", {X, E}, ParamRole::Router, layer});
+  if (cfg.shared_experts > 0) {
+    const std::int64_t Fs = cfg.shared_experts * Fe;
+    t.push_back({p + "shared_experts.gate_proj.weight", {Fs, E}, ParamRole::WGate, layer});
+    t.push_back({p + "shared_experts.up_proj.weight", {Fs, E}, ParamRole::WUp, layer});
+    t.push_back({p + "shared_experts.down_proj.weight", {E, Fs}, ParamRole::WDown, layer});
+  }
+  const std::pair<const char*, ParamRole> kinds[] = {{"gate_proj", ParamRole::ExpertGate},
+                                                     {"up_proj", ParamRole::ExpertUp},
+                                                     {"down_proj", ParamRole::ExpertDown}};
+  for (const auto& [name, role] : kinds) {
+    const Shape shape = role == ParamRole::ExpertDown ? Shape{E, Fe} : Shape{Fe, E};
+    for (std::int64_t j = 0; j < X; ++j)
+      t.push_back({fmt::format("{}experts.{}.{}.weight", p, j, name), shape, role, layer});
+  }
+}
+
 }  // namespace
 
 std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split) {
@@ -104,6 +131,10 @@ std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split) {
     t.push_back(slice({p + "self_attn.o_proj.weight", {E, H * hd}, ParamRole::Wo, i}, 1,
                       r * Hl * hd, Hl * hd));
     t.push_back(gain("post_attention_layernorm.weight", ParamRole::MlpNorm));
+    if (cfg.is_moe_layer(i)) {
+      add_moe_mlp(cfg, i, t);
+      continue;
+    }
     t.push_back(slice({p + "mlp.gate_proj.weight", {Fm, E}, ParamRole::WGate, i}, 0, r * Fl, Fl));
     t.push_back(slice({p + "mlp.up_proj.weight", {Fm, E}, ParamRole::WUp, i}, 0, r * Fl, Fl));
     t.push_back(slice({p + "mlp.down_proj.weight", {E, Fm}, ParamRole::WDown, i}, 1, r * Fl, Fl));
@@ -176,6 +207,25 @@ const Tensor& ParamSet::at(ParamRole role, int layer) const {
     if (specs[i].role == role && specs[i].layer == layer) return tensors[i];
   }
   fail("parameter with role {} of layer {} is not in this parameter set", int(role), layer);
+}
+
+Tensor ParamSet::stacked(ParamRole role, int layer) const {
+  std::int64_t offset = 0, count = 0;
+  std::size_t first = specs.size();
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].role == role && specs[i].layer == layer) {
+      CAROUSEL_ASSERT(count == 0 || i == first + std::size_t(count),
+                      "parameters with role {} of layer {} are not consecutive", int(role), layer);
+      if (count++ == 0) first = i;
+    } else if (count == 0) {
+      offset += numel(specs[i].shape);
+    }
+  }
+  CAROUSEL_CHECK(count > 0, "no parameter with role {} of layer {} in this parameter set",
+                 int(role), layer);
+  Shape shape = specs[first].shape;
+  shape.insert(shape.begin(), count);
+  return flat.view(offset, shape);
 }
 
 int ParamSet::index_of(const std::string& name) const {

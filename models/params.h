@@ -5,6 +5,12 @@
 // decay applies and how it is initialised. Allocation, initialisation, optimizer state,
 // checkpoints, sharding and tests all derive from this table.
 //
+// Mixture-of-experts layers (cfg.is_moe_layer) hold the DeepSeek-V3 / Qwen-MoE names: the router
+// mlp.gate.weight, each routed expert's mlp.experts.{j}.{gate,up,down}_proj.weight — all gate
+// matrices, then all up, then all down, so each kind is one [X, ., .] block of the flat buffer
+// (ParamSet::stacked) — and the shared experts fused into one MLP mlp.shared_experts.* of width
+// shared_experts x Fe.
+//
 // With tensor parallelism (docs/parallelism.md#tensor-parallelism) param_table(cfg, split) gives
 // one tensor rank's table: the same names, each entry holding its part of the whole tensor —
 // column-parallel weights (q/k/v, gate/up) a block of rows, row-parallel ones (o, down) a block
@@ -24,17 +30,30 @@ namespace carousel {
 
 // What a parameter is for; layer code finds its weights by role.
 enum class ParamRole {
-  Embedding,     // model.embed_tokens.weight [V,E]
-  AttnNorm,      // input_layernorm [E]
-  Wq, Wk, Wv,    // self_attn.{q,k,v}_proj [H*hd,E], [Hkv*hd,E], [Hkv*hd,E]
-  Wo,            // self_attn.o_proj [E,H*hd]
-  MlpNorm,       // post_attention_layernorm [E]
-  WGate, WUp,    // mlp.{gate,up}_proj [Fm,E]
-  WDown,         // mlp.down_proj [E,Fm]
-  FinalNorm,     // model.norm.weight [E]
-  LmHead,        // lm_head.weight [V,E]
-  SimpleW,       // simple block: layers.{i}.w [E,E], y = x W
+  Embedding,  // model.embed_tokens.weight [V,E]
+  AttnNorm,   // input_layernorm [E]
+  Wq,
+  Wk,
+  Wv,       // self_attn.{q,k,v}_proj [H*hd,E], [Hkv*hd,E], [Hkv*hd,E]
+  Wo,       // self_attn.o_proj [E,H*hd]
+  MlpNorm,  // post_attention_layernorm [E]
+  WGate,
+  WUp,         // mlp.{gate,up}_proj [Fm,E]; MoE layers: mlp.shared_experts.* [Fs,E]
+  WDown,       // mlp.down_proj [E,Fm]; MoE layers: mlp.shared_experts.down_proj [E,Fs]
+  Router,      // mlp.gate.weight [X,E]
+  ExpertGate,  // mlp.experts.{j}.gate_proj.weight [Fe,E], j = 0..X-1, consecutive
+  ExpertUp,    // mlp.experts.{j}.up_proj.weight [Fe,E]
+  ExpertDown,  // mlp.experts.{j}.down_proj.weight [E,Fe]
+  FinalNorm,   // model.norm.weight [E]
+  LmHead,      // lm_head.weight [V,E]
+  SimpleW,     // simple block: layers.{i}.w [E,E], y = x W
 };
+
+// The routed experts' matrices: a token uses k of the X of each.
+inline bool is_routed_expert(ParamRole role) {
+  return role == ParamRole::ExpertGate || role == ParamRole::ExpertUp ||
+         role == ParamRole::ExpertDown;
+}
 
 struct ParamSpec {
   std::string name;  // Hugging Face name, e.g. model.layers.3.self_attn.q_proj.weight
@@ -89,6 +108,9 @@ struct ParamSet {
   static std::int64_t total_numel(const std::vector<ParamSpec>& specs);
   const Tensor& at(ParamRole role, int layer = -1) const;  // throws if absent
   bool has(ParamRole role, int layer = -1) const;
+  // The consecutive tensors of one role in a layer (the routed experts' [Fe,E] matrices) as one
+  // view [count, ...shape]; throws if absent or not consecutive.
+  Tensor stacked(ParamRole role, int layer) const;
   int index_of(const std::string& name) const;  // -1 if absent
 };
 

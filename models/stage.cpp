@@ -48,12 +48,12 @@ namespace {
 Tensor forward_keeping_all(Backend& be, const ModelConfig& cfg,
                            const std::vector<LayerWeights>& layers, const RopeTables& rope,
                            const Tensor& x, std::vector<LayerSaved>& layers_saved,
-                           const LayerParallel& parallel) {
+                           const LayerParallel& parallel, RouterStats* router) {
   layers_saved.assign(layers.size(), LayerSaved{});
   Tensor cur = x;
   for (std::size_t i = 0; i < layers.size(); ++i) {
     Tensor next = be.empty(x.shape(), x.dtype());
-    layer_forward(be, cfg, layers[i], rope, cur, next, &layers_saved[i], parallel);
+    layer_forward(be, cfg, layers[i], rope, cur, next, &layers_saved[i], parallel, router);
     cur = next;
   }
   return cur;
@@ -65,8 +65,9 @@ Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<Laye
                      const LayerParallel& parallel) {
   saved.input = x;
   saved.partial = false;
+  saved.router = RouterStats{};
   if (remat == RematPolicy::None)
-    return forward_keeping_all(be, cfg, layers, rope, x, saved.layers, parallel);
+    return forward_keeping_all(be, cfg, layers, rope, x, saved.layers, parallel, &saved.router);
   if (remat != RematPolicy::Full) {  // selective: each layer's input and the policy's tensors
     saved.layers.assign(layers.size(), LayerSaved{});
     saved.partial = true;
@@ -74,7 +75,7 @@ Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<Laye
     Tensor cur = x;
     for (std::size_t i = 0; i < layers.size(); ++i) {
       Tensor next = be.empty(x.shape(), x.dtype());
-      layer_forward(be, cfg, layers[i], rope, cur, next, &saved.layers[i], parallel);
+      layer_forward(be, cfg, layers[i], rope, cur, next, &saved.layers[i], parallel, &saved.router);
       keep_only(saved.layers[i], keep);
       cur = next;
     }
@@ -84,7 +85,7 @@ Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<Laye
   Tensor cur = x;
   for (const auto& w : layers) {
     Tensor next = be.empty(x.shape(), x.dtype());
-    layer_forward(be, cfg, w, rope, cur, next, nullptr, parallel);
+    layer_forward(be, cfg, w, rope, cur, next, nullptr, parallel, &saved.router);
     cur = next;  // the previous activation is released here
   }
   return cur;
@@ -92,18 +93,18 @@ Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<Laye
 
 Tensor stage_backward(Backend& be, const ModelConfig& cfg, const std::vector<LayerWeights>& layers,
                       const std::vector<LayerWeights>& grads, const RopeTables& rope,
-                      StageSaved& saved, const Tensor& dy,
+                      StageSaved& saved, const Tensor& dy, double loss_scale,
                       std::vector<DeferredWeightGrad>* deferred, const LayerParallel& parallel) {
   CAROUSEL_CHECK(saved.input.defined(), "stage_backward called without a stage forward");
   if (saved.layers.size() != layers.size()) {  // remat: recompute from the stage input
-    forward_keeping_all(be, cfg, layers, rope, saved.input, saved.layers, parallel);
+    forward_keeping_all(be, cfg, layers, rope, saved.input, saved.layers, parallel, nullptr);
   }
   Tensor grad = dy;
   for (std::size_t i = layers.size(); i-- > 0;) {
     if (saved.partial) layer_recompute(be, cfg, layers[i], rope, saved.layers[i], parallel);
     Tensor dx = be.empty(dy.shape(), dy.dtype());
-    layer_backward(be, cfg, layers[i], grads[i], rope, saved.layers[i], grad, dx, deferred,
-                   parallel);
+    layer_backward(be, cfg, layers[i], grads[i], rope, saved.layers[i], grad, dx, loss_scale,
+                   deferred, parallel);
     saved.layers[i] = LayerSaved{};  // free this layer's activations as soon as possible
     grad = dx;
   }

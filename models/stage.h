@@ -34,6 +34,7 @@ struct StageSaved {
   Tensor input;                    // [b,T,E] the stage input (all that remat=full keeps)
   std::vector<LayerSaved> layers;  // remat=none: each layer's activations; selective: some
   bool partial = false;            // selective: layers hold what remat_keep() keeps
+  RouterStats router;              // MoE layers' routing in this forward (not its recomputation)
 };
 
 // y = layers[L-1](...layers[0](x)); x [b,T,E] -> y [b,T,E] (a new tensor); with tensor
@@ -44,10 +45,11 @@ Tensor stage_forward(Backend& be, const ModelConfig& cfg, const std::vector<Laye
 
 // dx for dy = d(loss)/d(y); weight gradients accumulate into `grads` (one per layer), or with
 // `deferred` set their GEMMs are collected there for a later apply_weight_grads (the I of an
-// I/W split). Frees what `saved` held.
+// I/W split). loss_scale: the microbatch loss sum's weight in the objective (MoE layers' balancing
+// loss). Frees what `saved` held.
 Tensor stage_backward(Backend& be, const ModelConfig& cfg, const std::vector<LayerWeights>& layers,
                       const std::vector<LayerWeights>& grads, const RopeTables& rope,
-                      StageSaved& saved, const Tensor& dy,
+                      StageSaved& saved, const Tensor& dy, double loss_scale,
                       std::vector<DeferredWeightGrad>* deferred = nullptr,
                       const LayerParallel& parallel = {});
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -357,6 +358,24 @@ TrainingState read_training_state(const std::string& directory) {
   if (st.contains("skipped_steps")) {  // absent in checkpoints from before it existed
     state.skipped_steps = std::int64_t(
         json_unsigned(st["skipped_steps"], where, "skipped_steps", std::uint64_t(state.step)));
+  }
+  if (st.contains("router_bias")) {  // mixture of experts with routed_bias
+    const nlohmann::json& layers = st["router_bias"];
+    const auto bad = [&] {
+      fail(
+          "{}: field 'router_bias' must be a list (one per layer) of lists of finite numbers, "
+          "found {}",
+          where, json_excerpt(layers));
+    };
+    if (!layers.is_array()) bad();
+    for (const auto& layer : layers) {
+      if (!layer.is_array()) bad();
+      auto& bias = state.router_bias.emplace_back();
+      for (const auto& b : layer) {
+        if (!b.is_number() || !std::isfinite(b.get<double>())) bad();
+        bias.push_back(b.get<double>());
+      }
+    }
   }
   return state;
 }

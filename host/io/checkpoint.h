@@ -37,6 +37,9 @@ namespace carousel {
 struct TrainingState {
   std::int64_t step = 0;           // completed steps; the next step to run
   std::int64_t skipped_steps = 0;  // of those, skipped as non-finite (no update applied)
+  // Mixture of experts with routed_bias: each layer's auxiliary-loss-free bias (models/layer.h
+  // RouterBias; empty vectors for dense layers), or empty.
+  std::vector<std::vector<double>> router_bias;
 };
 
 struct CheckpointContents {

@@ -208,6 +208,7 @@ std::string finish_checkpoint(const Config& cfg, const std::string& temp_dir, in
   nlohmann::ordered_json st = {{"format_version", kFormatVersion},
                                {"step", state.step},
                                {"skipped_steps", state.skipped_steps}};
+  if (!state.router_bias.empty()) st["router_bias"] = state.router_bias;  // doubles round-trip
   for (const auto& key : config_keys()) st["config"][key.name] = key.get(cfg);
   write_text_file(tmp / "state.json", st.dump(2));
   for (const auto& f : files) {

@@ -15,12 +15,14 @@ namespace sch = schedule;
 
 namespace {
 
-// The stage's layers in order (its specs are grouped by layer).
-std::vector<LayerWeights> layers(const ParamSet& set) {
+// The stage's layers in order (its specs are grouped by layer), with their router biases.
+std::vector<LayerWeights> layers(const ParamSet& set, const RouterBias& bias) {
   std::vector<LayerWeights> out;
   int last = -1;
   for (const auto& spec : set.specs) {
-    if (spec.layer != last) out.push_back(LayerWeights::from(set, last = spec.layer));
+    if (spec.layer == last) continue;
+    out.push_back(LayerWeights::from(set, last = spec.layer));
+    if (std::size_t(last) < bias.size()) out.back().router_bias = bias[std::size_t(last)];
   }
   return out;
 }
@@ -59,7 +61,8 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
       microbatch_size_(cfg.global_batch() / program.layout.microbatches /
                        (place.mesh.fsdp * place.mesh.data)),
       loss_scale_(1.0 / double(cfg.global_batch() * cfg.model.max_target_length)),
-      capture_(cfg.step_graphs, program, place, be) {
+      router_bias_(initial_router_bias(cfg.model)),
+      capture_(cfg.step_graphs, program, place, be, cfg.model.is_moe()) {
   // The microbatches whose tokens this rank reads: at the first and last stage, and with
   // packing at every stage (attention and RoPE follow the tokens' documents).
   std::set<int> with_data;
@@ -82,6 +85,7 @@ StepOutcome RankExecutor::step(std::int64_t step, std::int64_t update, StepTrace
   const bool replay = mode == StepCapture::Mode::Replay;
   step_ = step;
   loss_sum_ = 0;
+  router_ = RouterStats{};
   if (!replay) losses_.clear();  // a replay writes where the captured step's losses went
   source_ = &data_;
   // A profiled step waits on the host, so that its trace tells waiting apart from compute.
@@ -179,7 +183,13 @@ StepOutcome RankExecutor::walk(std::size_t i, StepCapture::Mode mode, std::int64
         capture_.end(mode);
         drain_p2p();
         for (const DeviceLosses& l : losses_) loss_sum_ += l.sum(be_);  // microbatch order
-        const StepOutcome outcome = params_.optimizer_step(step, update, loss_sum_ * loss_scale_);
+        // Every rank sends the same number of loads: dense stages zeros.
+        std::vector<std::int64_t> load(
+            std::size_t(cfg_.model.is_moe() ? cfg_.model.num_layers * cfg_.model.num_experts : 0));
+        for (std::size_t l = 0; l < router_.load.size(); ++l) load[l] = router_.load[l];
+        const StepOutcome outcome = params_.optimizer_step(
+            step, update, loss_sum_ * loss_scale_, router_.aux_loss_sum * loss_scale_, load);
+        if (!outcome.skipped) update_router_bias(cfg_.model, router_bias_, outcome.expert_load);
         if (trace) {
           trace->add_op_times(be_.stop_op_timing());  // waits for the device's work
           const auto end = Clock::now();
@@ -346,6 +356,11 @@ double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
   return sum;
 }
 
+void RankExecutor::set_router_bias(RouterBias bias) {
+  check_router_bias(cfg_.model, bias, "the checkpoint's training state");
+  router_bias_ = std::move(bias);
+}
+
 void RankExecutor::forward(int stage, int microbatch) {
   const Key key{stage, microbatch};
   // With tensor parallelism every activation here is this rank's rows; the embedding and the head
@@ -353,8 +368,9 @@ void RankExecutor::forward(int stage, int microbatch) {
   const Tensor x = stage == 0 ? embed_forward(be_, params_.extras_weights(),
                                               batch(microbatch).inputs, parallel_.tensor)
                               : take(in_f_, key);
-  const Tensor y = stage_forward(be_, cfg_.model, layers(params_.weights(stage)),
+  const Tensor y = stage_forward(be_, cfg_.model, layers(params_.weights(stage), router_bias_),
                                  rope_of(microbatch), x, remat_, saved_[key], parallel_);
+  if (!evaluating_) router_.merge(saved_[key].router);
   if (stage == layout_.stages() - 1) {
     const bool counts_loss = parallel_.tensor.rank() == 0;  // every tensor rank has the same losses
     if (evaluating_) {                                      // the loss alone: no backward will run
@@ -383,9 +399,9 @@ void RankExecutor::forward(int stage, int microbatch) {
 void RankExecutor::backward(int stage, int microbatch, bool defer_weight_grads) {
   const Key key{stage, microbatch};
   std::vector<DeferredWeightGrad>* defer = defer_weight_grads ? &deferred_[key] : nullptr;
-  const Tensor dx = stage_backward(be_, cfg_.model, layers(params_.weights(stage)),
-                                   layers(params_.gradients(stage)), rope_of(microbatch),
-                                   saved_.at(key), take(in_b_, key), defer, parallel_);
+  const Tensor dx = stage_backward(be_, cfg_.model, layers(params_.weights(stage), router_bias_),
+                                   layers(params_.gradients(stage), {}), rope_of(microbatch),
+                                   saved_.at(key), take(in_b_, key), loss_scale_, defer, parallel_);
   saved_.erase(key);
   if (stage == 0) {
     embed_backward(be_, params_.extras_grads(), batch(microbatch).inputs, dx, parallel_.tensor);

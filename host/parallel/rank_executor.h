@@ -55,6 +55,12 @@ class RankExecutor {
 
   std::int64_t graph_replays() const { return capture_.replays(); }
 
+  // The auxiliary-loss-free balancing's biases (routed_bias; models/layer.h RouterBias): the
+  // same on every rank, moved after each update by the step's global loads; checkpoints keep
+  // them, a resume sets them (throws unless they have the model's shape).
+  const RouterBias& router_bias() const { return router_bias_; }
+  void set_router_bias(RouterBias bias);
+
  private:
   using Key = std::pair<int, int>;  // (virtual stage, microbatch)
 
@@ -107,6 +113,7 @@ class RankExecutor {
   RematPolicy remat_;
   std::int64_t microbatch_size_;  // sequences of a microbatch this rank computes (b / (F x D))
   double loss_scale_;             // 1 / (B x T): a token loss sum to the global mean
+  RouterBias router_bias_;        // by layer; empty without routed_bias
 
   // Per step.
   std::int64_t step_ = 0;
@@ -115,15 +122,16 @@ class RankExecutor {
   // nullptr for the host itself.
   void* device_queue_ = nullptr;
   double loss_sum_ = 0;  // this rank's head losses
+  RouterStats router_;   // this rank's MoE routing in the step's forwards
   // The step's head losses in loss_buffers_, in the order they are summed (a replayed step's
   // are where its captured step put them).
   std::vector<DeviceLosses> losses_;
   // Kept from step to step (a captured step reads and writes these addresses).
-  std::map<int, Microbatch> batches_;     // microbatch -> this rank's part of its tokens
-  std::map<int, Tensor> loss_buffers_;    // microbatch -> its per-token losses
-  std::vector<int> data_microbatches_;    // the microbatches whose tokens this rank reads
+  std::map<int, Microbatch> batches_;      // microbatch -> this rank's part of its tokens
+  std::map<int, Tensor> loss_buffers_;     // microbatch -> its per-token losses
+  std::vector<int> data_microbatches_;     // the microbatches whose tokens this rank reads
   std::map<int, RopeTables> packed_rope_;  // packing: microbatch -> its tokens' RoPE rows
-  std::map<Key, StageSaved> saved_;     // forward state for the backward
+  std::map<Key, StageSaved> saved_;        // forward state for the backward
   std::map<Key, std::vector<DeferredWeightGrad>> deferred_;  // I done, W pending
   std::map<Key, Tensor> in_f_, in_b_;                        // inputs of F and B
   std::map<Key, Tensor> out_f_, out_b_;                      // outputs waiting for their SEND

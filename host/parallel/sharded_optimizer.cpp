@@ -220,23 +220,32 @@ std::vector<std::pair<const ParamSpec*, Tensor>> ShardedParams::held_weights() c
   return out;
 }
 
-StepOutcome ShardedParams::optimizer_step(std::int64_t step, std::int64_t update,
-                                          double local_loss) {
+StepOutcome ShardedParams::optimizer_step(std::int64_t step, std::int64_t update, double local_loss,
+                                          double local_aux_loss,
+                                          const std::vector<std::int64_t>& local_load) {
   reduce_gradients();
   if (should_inject_nonfinite(place_.rank(), step) && !stages_.empty()) {  // a test's fault
     const float nan = std::numeric_limits<float>::quiet_NaN();
     be_.upload(&nan, stages_.begin()->second.grads.view(0, {1}));
   }
-  // Loss, squared norm, and how many ranks apply a non-finite value they do not count.
+  // Loss, squared norm, how many ranks apply a non-finite value they do not count, and the MoE
+  // balancing loss and expert loads (token counts: exact in double below 2^53).
   std::vector<double> sums = {local_loss, owned_sum_of_squares(),
-                              uncounted_gradient_nonfinite() ? 1.0 : 0.0};
-  Tensor t = be_.from_host(sums, {3});
+                              uncounted_gradient_nonfinite() ? 1.0 : 0.0, local_aux_loss};
+  sums.insert(sums.end(), local_load.begin(), local_load.end());
+  Tensor t = be_.from_host(sums, {std::int64_t(sums.size())});
   comms_.world->all_reduce(t, t, ReduceOp::Sum).wait();
   sums = be_.to_host<double>(t);
   const double norm = sums[2] > 0 ? std::numeric_limits<double>::quiet_NaN() : std::sqrt(sums[1]);
+  StepOutcome outcome{.loss = sums[0], .grad_norm = norm, .moe_aux_loss = sums[3]};
+  for (std::size_t i = 4; i < sums.size(); ++i)
+    outcome.expert_load.push_back(std::int64_t(std::llround(sums[i])));
   // The same values on every rank, so every rank takes the same branch.
   if (!std::isfinite(sums[0]) || !std::isfinite(norm)) {
-    if (cfg_.skip_step_on_nonfinite) return {sums[0], norm, /*skipped=*/true, /*lr=*/0.0};
+    if (cfg_.skip_step_on_nonfinite) {
+      outcome.skipped = true;
+      return outcome;
+    }
     fail_nonfinite(step, sums[0], norm);
   }
   const double lr = learning_rate_at(cfg_, update);
@@ -277,7 +286,8 @@ StepOutcome ShardedParams::optimizer_step(std::int64_t step, std::int64_t update
     std::memcpy(value.data(), &bits, sizeof(bits));
     be_.upload(value.data(), first);
   }
-  return {sums[0], norm, /*skipped=*/false, lr};
+  outcome.learning_rate = lr;
+  return outcome;
 }
 
 }  // namespace carousel

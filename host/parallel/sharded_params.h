@@ -84,6 +84,11 @@ struct StepOutcome {
   double grad_norm = 0;      // global L2 norm before clipping
   bool skipped = false;      // non-finite loss or norm with skip_step_on_nonfinite: no update
   double learning_rate = 0;  // the rate applied: the schedule's at this update, 0 when skipped
+  // Mixture of experts: the balancing loss (mean over sequences, summed over layers; not in
+  // `loss`) and the tokens each layer's experts got in the step, [num_layers * X] (dense
+  // layers' entries 0; empty for a dense model).
+  double moe_aux_loss = 0;
+  std::vector<std::int64_t> expert_load;
 };
 
 class ShardedParams {
@@ -122,12 +127,14 @@ class ShardedParams {
 
   // Completes the gradients (reductions over FSDP, replicas and the tied pair), sums the loss
   // and the squared gradient norm over all ranks, clips and steps AdamW on what this rank owns.
-  // `local_loss` is this rank's share of the step's mean loss; `update` counts the updates
+  // `local_loss` is this rank's share of the step's mean loss (and `local_aux_loss`,
+  // `local_load` its share of StepOutcome's MoE values, reduced alike); `update` counts the updates
   // applied before this one (the learning-rate schedule and AdamW's bias correction follow it;
   // it trails `step` by the steps skipped). A non-finite loss or norm skips the update on every
   // rank with skip_step_on_nonfinite, and otherwise throws on every rank naming the step and
   // the first parameter (in model order) whose gradient is not finite. In sharded_optimizer.cpp.
-  StepOutcome optimizer_step(std::int64_t step, std::int64_t update, double local_loss);
+  StepOutcome optimizer_step(std::int64_t step, std::int64_t update, double local_loss,
+                             double local_aux_loss, const std::vector<std::int64_t>& local_load);
 
   // Checkpoints (sharded_checkpoint.cpp). checkpoint_part: the whole tensors this rank writes,
   // in host memory (the AdamW moments too with `moments`). Every tensor of the model has one

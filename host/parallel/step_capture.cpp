@@ -10,7 +10,12 @@ namespace carousel {
 
 namespace sch = schedule;
 
-std::string capture_blocker(const sch::Program& program, const RankPlace& place) {
+std::string capture_blocker(const sch::Program& program, const RankPlace& place,
+                            bool host_routing) {
+  if (host_routing) {
+    return "the mixture-of-experts layers route tokens on the host (each expert's token count "
+           "sizes its GEMMs), which a captured step cannot do";
+  }
   bool p2p = false, fsdp = false;
   for (const sch::Action& a : program.ranks.at(place.stage_rank)) {
     if (a.kind == sch::Kind::OPTIMIZER) break;
@@ -30,12 +35,12 @@ std::string capture_blocker(const sch::Program& program, const RankPlace& place)
 }
 
 StepCapture::StepCapture(const std::string& setting, const sch::Program& program,
-                         const RankPlace& place, Backend& be)
+                         const RankPlace& place, Backend& be, bool host_routing)
     : be_(be), rank_(place.rank()) {
   const bool wanted = setting == "on" || (setting == "auto" && be.kind() == DeviceKind::CUDA);
   if (!wanted) return;
   std::string blocker = be.graph_blocker();
-  if (blocker.empty()) blocker = capture_blocker(program, place);
+  if (blocker.empty()) blocker = capture_blocker(program, place, host_routing);
   enabled_ = blocker.empty();
   if (place.rank() != 0) return;  // one line for the run (ranks block alike, or for one reason)
   if (enabled_) {
@@ -76,7 +81,7 @@ void StepCapture::end(Mode mode) {
   if (mode != Mode::Capture) return;
   graph_ = be_.end_capture();
   be_.allocator().release_cached(true, false);  // the eager steps' pool: the graph has its own
-  graph_->launch();                  // the captured step's own work
+  graph_->launch();                             // the captured step's own work
   graph_last_ = true;
   capturing_ = false;
 }

@@ -32,7 +32,9 @@
 namespace carousel {
 
 // Why the forward and backward of `place`'s stage rank cannot be captured ("" when they can).
-std::string capture_blocker(const schedule::Program& program, const RankPlace& place);
+// `host_routing`: the model's mixture-of-experts layers route tokens on the host.
+std::string capture_blocker(const schedule::Program& program, const RankPlace& place,
+                            bool host_routing = false);
 
 class StepCapture {
  public:
@@ -41,7 +43,7 @@ class StepCapture {
   // `setting`: the step_graphs key — on, off, or auto (on for GPUs, off for the CPU, where a
   // graph only emulates one: the oracle of the GPU's, holding every buffer of the step at once).
   StepCapture(const std::string& setting, const schedule::Program& program, const RankPlace& place,
-              Backend& be);
+              Backend& be, bool host_routing);
 
   Mode mode(bool profiled) const;
   // Starts the step's work in `mode`: a capture begins, or a replay launches the graph.

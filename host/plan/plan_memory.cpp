@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <set>
 #include <tuple>
 
@@ -22,7 +23,8 @@ const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor) {
   thread_local std::map<int, std::vector<ParamSpec>> tables;  // by tensor degree
   const auto shape = [](const ModelConfig& c) {
     return std::tie(c.decoder_block, c.vocab_size, c.emb_dim, c.num_layers, c.num_query_heads,
-                    c.num_kv_heads, c.mlp_dim, c.logits_via_embedding);
+                    c.num_kv_heads, c.mlp_dim, c.logits_via_embedding, c.num_experts, c.moe_mlp_dim,
+                    c.shared_experts, c.first_num_dense_layers);
   };
   if (tables.empty() || shape(cached) != shape(m)) {
     tables.clear();
@@ -40,55 +42,87 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 // Sends (F-1)/F of a buffer of n bytes per device in a ring all-gather or reduce-scatter.
 double ring_share(int group, double n) { return group > 1 ? n * double(group - 1) / group : 0.0; }
 
-// One tensor rank's share of a layer: its query heads x hd, KV heads x hd, MLP columns.
+// One tensor rank's share of a layer: its query heads x hd, KV heads x hd and the columns of its
+// dense MLP (a mixture-of-experts layer's: its shared experts', fused).
 struct LayerShare {
   std::int64_t q, kv, mlp;
 };
-LayerShare layer_share(const ModelConfig& m, int T) {
-  return {m.num_query_heads / T * m.head_dim(), kv_heads_per_rank(m, T) * m.head_dim(),
-          m.mlp_dim / T};
+LayerShare layer_share(const ModelConfig& m, int T, int layer) {
+  const std::int64_t mlp =
+      m.is_moe_layer(layer) ? m.shared_experts * m.expert_mlp_dim() : m.mlp_dim / T;
+  return {m.num_query_heads / T * m.head_dim(), kv_heads_per_rank(m, T) * m.head_dim(), mlp};
+}
+
+// What a layer's MLP keeps per token: gate, up and act of its dense MLP, and in an MoE layer
+// for each of the k routed rows x_perm, out_perm, gate, up, act and its token and weight
+// (models/moe_mlp.h MoeSaved; the int32 and float32 ones counted at one element each).
+std::int64_t mlp_saved_elements(const ModelConfig& m, int T, int layer) {
+  const std::int64_t dense = 3 * layer_share(m, T, layer).mlp;
+  if (!m.is_moe_layer(layer)) return dense;
+  return dense + m.num_experts_per_tok * (2 * m.emb_dim + 3 * m.expert_mlp_dim() + 2);
 }
 
 // A layer's saved activations (models/layer.h LayerSaved) for `Nc` tokens of a context rank on
 // one of T tensor ranks, in elements of the compute dtype; the float32 statistics (rstd, lse)
 // are counted at 2 elements each so the sum is an upper bound in either dtype.
-std::int64_t layer_saved_elements(const ModelConfig& m, std::int64_t Nc, int T, int C) {
+std::int64_t layer_saved_elements(const ModelConfig& m, std::int64_t Nc, int T, int C, int layer) {
   const std::int64_t E = m.emb_dim, n = Nc / T;
-  const LayerShare l = layer_share(m, T);
+  const LayerShare l = layer_share(m, T, layer);
   // x, h, rstd1, rstd2: this rank's rows; xn1, hn: gathered [Nc, E]; q, att: [Nc, q];
-  // k, v: [Nc, kv]; gate, up, act: [Nc, mlp]; lse: [Nc, q / hd]; with C > 1 every context
-  // rank's keys and values [Nc x C, kv] twice.
+  // k, v: [Nc, kv]; the MLP's; lse: [Nc, q / hd]; with C > 1 every context rank's keys and
+  // values [Nc x C, kv] twice.
   const std::int64_t context = C > 1 ? 2 * Nc * C * l.kv : 0;
-  return 2 * n * E + 2 * Nc * E + 2 * Nc * l.q + 2 * Nc * l.kv + 3 * Nc * l.mlp +
-         2 * (2 * n + Nc * (l.q / m.head_dim())) + context;
+  return 2 * n * E + 2 * Nc * E + 2 * Nc * l.q + 2 * Nc * l.kv +
+         Nc * mlp_saved_elements(m, T, layer) + 2 * (2 * n + Nc * (l.q / m.head_dim())) + context;
+}
+
+// The largest layer's saved activations (the backward's temporaries are bounded by it).
+std::int64_t largest_layer_saved_elements(const ModelConfig& m, std::int64_t Nc, int T, int C) {
+  std::int64_t largest = 0;
+  for (int l = 0; l < m.num_layers; ++l)
+    largest = std::max(largest, layer_saved_elements(m, Nc, T, C, l));
+  return largest;
 }
 
 // What a stage's forward keeps per layer for its backward, by remat policy (models/stage.h):
 // none, every activation; full, nothing per layer (the stage input, counted apart); the
 // selective policies, the layer input and the tensors they name (models/layer.h RematKeep).
-std::int64_t remat_kept_elements(const Config& cfg, std::int64_t Nc, int T, int C) {
+std::int64_t remat_kept_elements(const Config& cfg, std::int64_t Nc, int T, int C, int layer) {
   const RematPolicy policy = parse_remat_policy(cfg.remat_policy);
   const ModelConfig& m = cfg.model;
-  if (policy == RematPolicy::None) return layer_saved_elements(m, Nc, T, C);
+  if (policy == RematPolicy::None) return layer_saved_elements(m, Nc, T, C, layer);
   if (policy == RematPolicy::Full) return 0;
   const RematKeep keep = remat_keep(policy);
   const std::int64_t n = Nc / T;
-  const LayerShare l = layer_share(m, T);
-  std::int64_t kept = n * m.emb_dim;                        // x
-  if (keep.qkv) kept += Nc * (l.q + 2 * l.kv);              // q, k, v
-  if (keep.context) {                                       // att, lse (float32: 2 each)
+  const LayerShare l = layer_share(m, T, layer);
+  std::int64_t kept = n * m.emb_dim;            // x
+  if (keep.qkv) kept += Nc * (l.q + 2 * l.kv);  // q, k, v
+  if (keep.context) {                           // att, lse (float32: 2 each)
     kept += Nc * l.q + 2 * Nc * (l.q / m.head_dim()) + (C > 1 ? 2 * Nc * C * l.kv : 0);
   }
-  if (keep.out_proj) kept += n * m.emb_dim;                 // h
-  if (keep.mlp_in) kept += 2 * Nc * l.mlp;                  // gate, up
+  if (keep.out_proj) kept += n * m.emb_dim;  // h
+  if (keep.mlp_in) kept += 2 * Nc * l.mlp;   // gate, up
   return kept;
 }
 
 // What a deferred weight gradient (an I done, its W pending) keeps per layer: the GEMM inputs
 // (xn1, att, hn, act) and the output gradients (dq, dk, dv, d attention out, dgate, dup, dy).
-std::int64_t deferred_elements(const ModelConfig& m, std::int64_t Nc, int T) {
-  const LayerShare l = layer_share(m, T);
+// An MoE layer's routed experts are not deferred (models/layer.h).
+std::int64_t deferred_elements(const ModelConfig& m, std::int64_t Nc, int T, int layer) {
+  const LayerShare l = layer_share(m, T, layer);
   return Nc * (4 * m.emb_dim + 2 * l.q + 2 * l.kv + 3 * l.mlp);
+}
+
+// The most `per_layer(l)` sums to over the layers of one of the rank's stages.
+template <class PerLayer>
+std::int64_t largest_stage_sum(const ParamLayout& p, PerLayer per_layer) {
+  std::int64_t largest = 0;
+  for (const StageElements& s : p.stages) {
+    std::int64_t sum = 0;
+    for (int l = s.first_layer; l < s.first_layer + s.layers; ++l) sum += per_layer(l);
+    largest = std::max(largest, sum);
+  }
+  return largest;
 }
 
 // Peak count of buffers alive in program order between an opening and a closing action of
@@ -138,11 +172,6 @@ std::int64_t ParamLayout::max_padded() const {
   for (const auto& s : stages) n = std::max(n, s.padded);
   return n;
 }
-int ParamLayout::max_layers() const {
-  int n = 0;
-  for (const auto& s : stages) n = std::max(n, s.layers);
-  return n;
-}
 const StageElements& ParamLayout::stage(int v) const {
   for (const auto& s : stages) {
     if (s.stage == v) return s;
@@ -164,13 +193,11 @@ ParamLayout param_layout(const Config& cfg, const sch::Layout& layout, int stage
   const bool first = layout.rank_of(0) == stage_rank;
   const bool last = layout.rank_of(layout.stages() - 1) == stage_rank;
   ParamLayout p;
-  // Every decoder layer has the same parameters: a stage holds its layer count times layer 0's.
-  std::int64_t per_layer = 0;
+  // Each decoder layer's parameters (dense and mixture-of-experts layers differ).
+  std::vector<std::int64_t> layer_elements(std::size_t(cfg.model.num_layers), 0);
   for (const auto& spec : table_of(cfg.model, int(cfg.ici_tensor_parallelism))) {
-    if (spec.layer == 0) {
-      per_layer += numel(spec.shape);
-    } else if (spec.layer >= 0) {
-      continue;
+    if (spec.layer >= 0) {
+      layer_elements[std::size_t(spec.layer)] += numel(spec.shape);
     } else if (spec.role == ParamRole::Embedding ? first || (last && cfg.model.logits_via_embedding)
                                                  : last) {
       if (spec.role == ParamRole::FinalNorm) {
@@ -185,7 +212,10 @@ ParamLayout param_layout(const Config& cfg, const sch::Layout& layout, int stage
     StageElements s;
     s.stage = v;
     s.layers = map.count(v);
-    s.padded = ceil_div(per_layer * map.count(v), F) * F;
+    s.first_layer = map.first(v);
+    const auto first_layer = layer_elements.begin() + map.first(v);
+    s.padded =
+        ceil_div(std::accumulate(first_layer, first_layer + map.count(v), std::int64_t(0)), F) * F;
     s.shard = s.padded / F;
     s.piece = zero1 ? ceil_div(s.shard, D) : s.shard;
     p.stages.push_back(s);
@@ -210,20 +240,26 @@ std::int64_t program_free_working_set(const Config& cfg, const sch::Layout& layo
                                       int stage_rank) {
   const ParamLayout p = param_layout(cfg, layout, stage_rank);
   const ModelConfig& m = cfg.model;
-  const std::int64_t c = compute_bytes(cfg), F = cfg.ici_fsdp_parallelism, L = p.max_layers();
+  const std::int64_t c = compute_bytes(cfg), F = cfg.ici_fsdp_parallelism;
   const int T = int(cfg.ici_tensor_parallelism), C = int(cfg.ici_context_parallelism);
   const std::int64_t Nc = context_tokens(cfg), n = rank_rows(cfg);
   const RematPolicy remat = parse_remat_policy(cfg.remat_policy);
-  // Layers a backward recomputes at once: full, the stage's L; selective, one at a time.
-  const std::int64_t recomputed = remat == RematPolicy::None ? 0 : remat == RematPolicy::Full ? L : 1;
+  // What a backward recomputes at once: full, the stage's layers; selective, one at a time.
+  const std::int64_t layer = largest_layer_saved_elements(m, Nc, T, C);
+  const std::int64_t recomputed =
+      remat == RematPolicy::None ? 0
+      : remat == RematPolicy::Full
+          ? largest_stage_sum(p, [&](int l) { return layer_saved_elements(m, Nc, T, C, l); })
+          : layer;
+  // An MoE layer's router logits, in the compute dtype and twice in double (models/moe_mlp.cpp).
+  const std::int64_t router = m.is_moe() ? Nc * m.num_experts * (2 * c + 16) : 0;
   // Sends in flight, then the largest of one stage's backward (remat recomputes L layers; each
   // layer's backward temporaries as much again), the head's logits and the optimizer's buffers.
   const std::int64_t act = n * m.emb_dim * c;
   // Context parallelism's chunk copies: a chunk's key and value prefixes, their gradients and
   // the gathered gradients of every key, at most 8 times every rank's keys.
-  const std::int64_t context_copies = C > 1 ? 8 * Nc * C * layer_share(m, T).kv * c : 0;
-  const std::int64_t backward =
-      (recomputed + 2) * layer_saved_elements(m, Nc, T, C) * c + context_copies;
+  const std::int64_t context_copies = C > 1 ? 8 * Nc * C * layer_share(m, T, 0).kv * c : 0;
+  const std::int64_t backward = (recomputed + 2 * layer) * c + context_copies + router;
   const bool last = layout.rank_of(layout.stages() - 1) == stage_rank;
   const bool first = layout.rank_of(0) == stage_rank;
   // The head: logits of this rank's vocabulary part and their gradient in place, the normalised
@@ -251,9 +287,6 @@ MemoryBreakdown device_memory(const Config& cfg, const sch::Program& lowered, in
   const ParamLayout p = param_layout(cfg, lowered.layout, stage_rank);
   const ModelConfig& m = cfg.model;
   const std::int64_t c = compute_bytes(cfg), F = cfg.ici_fsdp_parallelism;
-  // Layers of the rank's largest stage: what one stage's stash, recompute and deferred weight
-  // gradients hold at most (every stage's count with even stages).
-  const std::int64_t L = p.max_layers();
   const int T = int(cfg.ici_tensor_parallelism), C = int(cfg.ici_context_parallelism);
   const std::int64_t Nc = context_tokens(cfg), n = rank_rows(cfg);  // tokens, this rank's rows
   const auto& actions = lowered.ranks.at(stage_rank);
@@ -266,10 +299,13 @@ MemoryBreakdown device_memory(const Config& cfg, const sch::Program& lowered, in
     mem.weight_slots = std::int64_t(slots.size()) * p.max_padded() * c;
   }
   // The stage input, then each layer's kept tensors (a selective policy's layer 0 input is the
-  // stage input: not counted twice).
+  // stage input: not counted twice). The simulation holds them from F to W in an I/W split; an
+  // MoE layer's routed rows go at I already, so there this is an upper bound.
   const RematPolicy remat = parse_remat_policy(cfg.remat_policy);
   const bool selective = remat != RematPolicy::None && remat != RematPolicy::Full;
-  const std::int64_t stash = (selective ? 0 : n * m.emb_dim) + L * remat_kept_elements(cfg, Nc, T, C);
+  const std::int64_t stash = (selective ? 0 : n * m.emb_dim) + largest_stage_sum(p, [&](int l) {
+                               return remat_kept_elements(cfg, Nc, T, C, l);
+                             });
   mem.activations = std::int64_t(peak_stashed) * stash * c;
 
   // Working set (a bound): receives posted before their compute, deferred weight gradients, and
@@ -278,7 +314,9 @@ MemoryBreakdown device_memory(const Config& cfg, const sch::Program& lowered, in
   const int receives = peak_open(actions, sch::Kind::RECV_F, {sch::Kind::F}) +
                        peak_open(actions, sch::Kind::RECV_B, {sch::Kind::B, sch::Kind::I});
   const int pending_w = peak_open(actions, sch::Kind::I, {sch::Kind::W});
-  mem.working_set = receives * act + pending_w * L * deferred_elements(m, Nc, T) * c +
+  const std::int64_t deferred =
+      largest_stage_sum(p, [&](int l) { return deferred_elements(m, Nc, T, l); });
+  mem.working_set = receives * act + pending_w * deferred * c +
                     program_free_working_set(cfg, lowered.layout, stage_rank);
   return mem;
 }
@@ -402,7 +440,7 @@ LayerTraffic layer_traffic(const Config& cfg) {
   const int T = int(cfg.ici_tensor_parallelism), C = int(cfg.ici_context_parallelism);
   const double c = compute_bytes(cfg);
   const double rows = double(rank_rows(cfg) * cfg.model.emb_dim) * c;
-  const double keys = double(context_tokens(cfg) * layer_share(cfg.model, T).kv) * c;
+  const double keys = double(context_tokens(cfg) * layer_share(cfg.model, T, 0).kv) * c;
   return {4.0 * (T - 1) * rows, 2.0 * (C - 1) * keys};
 }
 
@@ -424,8 +462,8 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
   const RematKeep keep = remat_keep(policy);
   const bool selective = policy != RematPolicy::None && policy != RematPolicy::Full;
   const double tensor_replay = policy == RematPolicy::None ? 0
-                               : selective ? (2.0 + (keep.out_proj ? 0 : 1)) / 4
-                                           : 1.0;
+                               : selective                 ? (2.0 + (keep.out_proj ? 0 : 1)) / 4
+                                                           : 1.0;
   const double context_replay = policy == RematPolicy::None ? 0 : keep.context ? 0 : 1.0;
   const sch::StageLayers map = stage_layers(cfg);
   const int last = lowered.layout.stages() - 1;

@@ -67,6 +67,7 @@ MeshLinks mesh_links(int stages, int fsdp, int data, int devices_per_node, int t
 struct StageElements {
   int stage = 0;            // virtual stage
   int layers = 0;           // its decoder layers (uneven stages differ)
+  int first_layer = 0;      // the first of them (dense and MoE layers differ)
   std::int64_t padded = 0;  // its layer parameters rounded up to a multiple of F
   std::int64_t shard = 0;   // padded / F
   std::int64_t piece = 0;   // ZeRO-1: ceil(shard / D); else the shard
@@ -79,11 +80,10 @@ struct ParamLayout {
   // Where the extras' final norm gain (held whole by every tensor rank, its partial gradients
   // summed over them) lies in the extras' flat buffer; length 0 when not on this rank.
   std::int64_t final_norm_begin = 0, final_norm_length = 0;
-  std::int64_t shards() const;                // sum over the stages
+  std::int64_t shards() const;  // sum over the stages
   std::int64_t pieces() const;
   std::int64_t padded() const;
   std::int64_t max_padded() const;  // a weight slot holds the largest stage
-  int max_layers() const;
   const StageElements& stage(int v) const;  // a stage of this rank (asserts it is)
 };
 ParamLayout param_layout(const Config& cfg, const schedule::Layout& layout, int stage_rank);

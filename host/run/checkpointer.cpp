@@ -12,6 +12,7 @@
 
 #include "compute/cpu_backend.h"
 #include "host/run/train_result.h"
+#include "models/layer.h"
 
 namespace carousel {
 
@@ -90,6 +91,11 @@ Checkpointer::Checkpointer(const Config& cfg, int ranks, Communicator* process_w
     const TrainingState state = read_training_state(*dir);
     result.start_step = state.step;
     result.skipped_steps = state.skipped_steps;
+    if (cfg.model.routed_bias) {
+      check_router_bias(cfg.model, state.router_bias,
+                        fmt::format("checkpoint state '{}/state.json'", *dir));
+    }
+    start_router_bias_ = state.router_bias;
     spdlog::info("resuming from {} at step {}", *dir, result.start_step);
   } else if (!cfg.load_parameters_path.empty()) {
     start_.emplace(open_parameters(cfg.load_parameters_path, cfg.model));
@@ -110,7 +116,8 @@ bool Checkpointer::due(std::int64_t step, bool stopping) const {
   return cfg_.enable_checkpointing && (periodic || step + 1 == cfg_.steps || stopping);
 }
 
-void Checkpointer::save(std::int64_t step, std::int64_t skipped_steps, int rank,
+void Checkpointer::save(std::int64_t step, std::int64_t skipped_steps,
+                        const std::vector<std::vector<double>>& router_bias, int rank,
                         ShardedParams& params, Communicator& world, Communicator& host_world,
                         FlightRecorder& recorder) {
   recorder.note(step, "checkpoint");
@@ -135,10 +142,11 @@ void Checkpointer::save(std::int64_t step, std::int64_t skipped_steps, int rank,
   const int k = int(std::accumulate(writes.begin(), writes.begin() + rank, 0));
   const int n = int(std::accumulate(writes.begin(), writes.end(), 0));
   w.step = step;
+  w.state = {step + 1, skipped_steps, router_bias};
   if (cfg_.async_checkpointing) {
-    w.thread = std::thread([this, &w, rank, k, n, step, skipped_steps] {
+    w.thread = std::thread([this, &w, rank, k, n, step] {
       try {
-        write(rank, k, n, step, skipped_steps);
+        write(rank, k, n);
       } catch (const std::exception& e) {  // said now; the run stops at the next wait
         spdlog::error("checkpoint {}: the background write failed: {}", step + 1, e.what());
         w.error = std::current_exception();
@@ -147,22 +155,23 @@ void Checkpointer::save(std::int64_t step, std::int64_t skipped_steps, int rank,
       }
     });
   } else {
-    write(rank, k, n, step, skipped_steps);
+    write(rank, k, n);
   }
   world.barrier().wait();
   recorder.complete();
 }
 
-void Checkpointer::write(int rank, int k, int n, std::int64_t step, std::int64_t skipped_steps) {
+void Checkpointer::write(int rank, int k, int n) {
   Writer& w = writers_.at(std::size_t(rank));
+  const std::int64_t step = w.step;
   const std::string tmp = checkpoint_temp_dir(cfg_, step + 1, owner_pid_);
   if (!w.part.empty()) write_checkpoint_part(tmp, step + 1, k, n, w.part);
   w.part = {};  // the host copy is gone once on disk
   if (rank != 0) return;
-  spdlog::info("checkpoint saved: {} ({} part{})",
-               finish_checkpoint(cfg_, tmp, n, {step + 1, skipped_steps}, tokenizer_,
-                                 cfg_.collective_timeout_seconds),
-               n, n == 1 ? "" : "s");
+  spdlog::info(
+      "checkpoint saved: {} ({} part{})",
+      finish_checkpoint(cfg_, tmp, n, w.state, tokenizer_, cfg_.collective_timeout_seconds), n,
+      n == 1 ? "" : "s");
   prune_checkpoints(cfg_, step + 1);
 }
 

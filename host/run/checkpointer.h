@@ -41,15 +41,19 @@ class Checkpointer {
   // Puts the starting weights (and moments, when resuming) into this rank's shards; nothing
   // when the run starts from the initial values.
   void restore(ShardedParams& params);
+  // Resuming: the checkpoint's router biases (TrainingState::router_bias); empty otherwise.
+  const std::vector<std::vector<double>>& start_router_bias() const { return start_router_bias_; }
 
   // Whether a checkpoint is written after 0-based `step`: every checkpoint_period steps, at the
   // end, and when the ranks agreed to stop — only with enable_checkpointing.
   bool due(std::int64_t step, bool stopping) const;
 
   // After 0-based `step` when due(): every writing rank writes its part, world rank 0 finishes
-  // the checkpoint with the training state. Collective over the ranks (`host_world`: the same
-  // ranks over host memory, which numbers the writing ranks).
-  void save(std::int64_t step, std::int64_t skipped_steps, int rank, ShardedParams& params,
+  // the checkpoint with the training state (`router_bias`: RankExecutor::router_bias()).
+  // Collective over the ranks (`host_world`: the same ranks over host memory, which numbers the
+  // writing ranks).
+  void save(std::int64_t step, std::int64_t skipped_steps,
+            const std::vector<std::vector<double>>& router_bias, int rank, ShardedParams& params,
             Communicator& world, Communicator& host_world, FlightRecorder& recorder);
 
   // After the ranks stopped: waits for a write still in flight; throws if it failed.
@@ -65,9 +69,10 @@ class Checkpointer {
     std::thread thread;        // the write in flight (async_checkpointing)
     std::exception_ptr error;  // how it failed, rethrown by the next wait
     std::int64_t step = 0;     // the 0-based step whose checkpoint it writes
+    TrainingState state;       // after that step (world rank 0 writes it)
   };
   // Writes rank `rank`'s part k of n; world rank 0 then finishes the checkpoint.
-  void write(int rank, int k, int n, std::int64_t step, std::int64_t skipped_steps);
+  void write(int rank, int k, int n);
   void wait_for_write(int rank);
 
   const Config& cfg_;
@@ -75,7 +80,8 @@ class Checkpointer {
   long owner_pid_;  // world rank 0's process: names the directory every part is written into
   std::optional<TensorFiles> start_;  // what restore() reads into the shards
   bool start_moments_ = false;        // resuming: the AdamW moments too
-  std::vector<Writer> writers_;       // by world rank (this process's ranks only are used)
+  std::vector<std::vector<double>> start_router_bias_;
+  std::vector<Writer> writers_;  // by world rank (this process's ranks only are used)
 };
 
 }  // namespace carousel

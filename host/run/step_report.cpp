@@ -5,11 +5,13 @@
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "compute/error.h"
 #include "host/parallel/optimizer.h"
@@ -32,7 +34,8 @@ StepReporter::StepReporter(const Config& cfg, std::int64_t start_step)
   struct stat st {};
   if (::stat(path_.c_str(), &st) == 0)
     file_id_ = {std::uint64_t(st.st_dev), std::uint64_t(st.st_ino)};
-  if (cfg.enable_tensorboard) tensorboard_.emplace(cfg.run_directory() + "/tensorboard", start_step);
+  if (cfg.enable_tensorboard)
+    tensorboard_.emplace(cfg.run_directory() + "/tensorboard", start_step);
 }
 
 std::string StepReporter::lost_output() const {
@@ -58,9 +61,30 @@ nlohmann::json json_number(double x) {
   return x;
 }
 
+std::optional<ExpertLoadSummary> summarize_expert_load(const ModelConfig& model,
+                                                       const StepOutcome& outcome) {
+  if (!model.is_moe() || outcome.expert_load.empty()) return std::nullopt;
+  const std::int64_t X = model.num_experts;
+  ExpertLoadSummary s{
+      .aux_loss = outcome.moe_aux_loss, .min = std::numeric_limits<std::int64_t>::max(), .max = 0};
+  std::int64_t total = 0, layers = 0;
+  for (std::int64_t l = model.first_num_dense_layers; l < model.num_layers; ++l, ++layers) {
+    for (std::int64_t e = 0; e < X; ++e) {
+      const std::int64_t n = outcome.expert_load[std::size_t(l * X + e)];
+      s.min = std::min(s.min, n);
+      s.max = std::max(s.max, n);
+      total += n;
+    }
+  }
+  if (layers == 0) return std::nullopt;  // every layer dense
+  s.mean = double(total) / double(layers * X);
+  return s;
+}
+
 StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_norm,
                                  double learning_rate, double seconds,
-                                 std::optional<double> eval_loss, std::size_t peak_bytes) {
+                                 std::optional<double> eval_loss, std::size_t peak_bytes,
+                                 const std::optional<ExpertLoadSummary>& moe) {
   StepMetrics s;
   s.step = step;
   s.loss = loss;
@@ -83,6 +107,13 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
   const double mfu = peak_flops_ > 0 ? s.flops_per_second / peak_flops_ : 0;
   if (mfu > 0) record["mfu"] = json_number(mfu);
   if (peak_bytes > 0) record["peak_mem_bytes"] = peak_bytes;
+  if (moe) {
+    s.moe_lb_loss = moe->aux_loss;
+    s.expert_load_min = moe->min;
+    s.expert_load_max = moe->max;
+    record["moe_lb_loss"] = json_number(moe->aux_loss);
+    record["expert_load"] = {{"min", moe->min}, {"mean", moe->mean}, {"max", moe->max}};
+  }
   // Wall-clock time of the record (Unix seconds, as TensorBoard and W&B take it), so runs and
   // resumes line up on one time axis.
   const double now =
@@ -103,6 +134,10 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
     if (eval_loss) scalars.emplace_back("eval/avg_loss", *eval_loss);
     if (mfu > 0) scalars.emplace_back("perf/mfu", mfu);
     if (peak_bytes > 0) scalars.emplace_back("perf/peak_memory_bytes", double(peak_bytes));
+    if (moe) {
+      scalars.emplace_back("learning/moe_lb_loss", moe->aux_loss);
+      scalars.emplace_back("moe/expert_load_max_over_mean", double(moe->max) / moe->mean);
+    }
     tensorboard_->scalars(step, now, scalars);
   }
   const double mean = mean_step_seconds(seconds);
@@ -120,11 +155,14 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
   if (step % cfg_.log_period == 0 || step + 1 == cfg_.steps) {
     // Under a progress bar the step lines go to the log file only (debug), except the last.
     spdlog::log(bar && step + 1 != cfg_.steps ? spdlog::level::debug : spdlog::level::info,
-                "step {:>5}/{} | loss {:.4f} | grad norm {:.3f} | lr {:.2e} | {:.1f} ms | "
+                "step {:>5}/{} | loss {:.4f}{} | grad norm {:.3f} | lr {:.2e} | {:.1f} ms | "
                 "{:.0f} tok/s | {:.2f} GFLOP/s{}{} | ETA {}",
-                step + 1, cfg_.steps, s.loss, s.grad_norm, s.learning_rate, s.step_ms,
-                s.tokens_per_second, s.flops_per_second / 1e9,
-                mfu > 0 ? fmt::format(" | MFU {:.1f}%", 100 * mfu) : "",
+                step + 1, cfg_.steps, s.loss,
+                moe ? fmt::format(" | moe lb loss {:.4f} | tokens/expert min {} mean {:.1f} max {}",
+                                  moe->aux_loss, moe->min, moe->mean, moe->max)
+                    : "",
+                s.grad_norm, s.learning_rate, s.step_ms, s.tokens_per_second,
+                s.flops_per_second / 1e9, mfu > 0 ? fmt::format(" | MFU {:.1f}%", 100 * mfu) : "",
                 peak_bytes > 0 ? " | mem " + format_bytes(peak_bytes) : "", format_duration(eta));
   }
   return s;
@@ -133,8 +171,9 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
 StepMetrics StepReporter::report(std::int64_t step, const StepOutcome& outcome, double seconds,
                                  std::optional<double> eval_loss, std::size_t peak_bytes,
                                  std::int64_t skipped) {
-  StepMetrics metrics = report(step, outcome.loss, outcome.grad_norm, outcome.learning_rate,
-                               seconds, eval_loss, peak_bytes);
+  StepMetrics metrics =
+      report(step, outcome.loss, outcome.grad_norm, outcome.learning_rate, seconds, eval_loss,
+             peak_bytes, summarize_expert_load(cfg_.model, outcome));
   if (outcome.skipped) {
     spdlog::warn(
         "step {}: loss {} / gradient norm {} is not finite; update skipped "

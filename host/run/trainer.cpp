@@ -49,6 +49,8 @@ void train_rank(const Run& run, int rank, Backend& be, Communicator& world,
   ShardedParams params(cfg, run.plan.program.layout, place, be, comms);
   RankExecutor executor(cfg, run.plan.program, place, be, comms, params, *run.plan.data, recorder);
   run.checkpointer.restore(params);
+  if (cfg.model.routed_bias && !run.checkpointer.start_router_bias().empty())
+    executor.set_router_bias(run.checkpointer.start_router_bias());
   std::int64_t skipped = run.skipped_before;
   for (std::int64_t step = run.start_step; step < cfg.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();
@@ -71,7 +73,8 @@ void train_rank(const Run& run, int rank, Backend& be, Communicator& world,
                                                       be.allocator().stats().peak_bytes, skipped));
     }
     if (run.checkpointer.due(step, stop)) {
-      run.checkpointer.save(step, skipped, rank, params, world, host_world, recorder);
+      run.checkpointer.save(step, skipped, executor.router_bias(), rank, params, world, host_world,
+                            recorder);
     }
     if (stop) break;
   }

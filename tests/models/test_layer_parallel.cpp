@@ -133,7 +133,7 @@ LayerRun run_layer(Backend& be, const ModelConfig& cfg, const std::vector<ParamS
   LayerSaved saved;
   layer_forward(be, cfg, lw, rope, xt, yt, &saved, parallel);
   const Tensor dyt = make(be, dy, act, DType::F64), dxt = be.empty(act, DType::F64);
-  layer_backward(be, cfg, lw, lg, rope, saved, dyt, dxt, nullptr, parallel);
+  layer_backward(be, cfg, lw, lg, rope, saved, dyt, dxt, 1.0, nullptr, parallel);
   LayerRun out{fetch(be, yt), fetch(be, dxt), {}};
   for (std::size_t i = 0; i < specs.size(); ++i) out.grads[specs[i].name] = fetch(be, g.tensors[i]);
   return out;

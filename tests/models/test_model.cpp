@@ -107,8 +107,11 @@ void check_model_gradient(const ModelConfig& cfg, RematPolicy remat) {
   model_forward_backward(be, cfg, params, grads, rope, mb, 1.0 / count, remat);
   const auto analytic = fetch(be, grads.flat);
 
-  auto loss = [&] {
-    return model_forward_backward(be, cfg, params, scratch, rope, mb, 1.0 / count, remat) / count;
+  auto loss = [&] {  // the objective: the mean loss plus the MoE layers' balancing loss
+    RouterStats router;
+    const double sum =
+        model_forward_backward(be, cfg, params, scratch, rope, mb, 1.0 / count, remat, &router);
+    return (sum + router.aux_loss_sum) / count;
   };
   std::vector<double> values = fetch(be, params.flat), numeric(values.size());
   const double h = 1e-6;
@@ -133,6 +136,35 @@ TEST(ModelGradient, LlamaMatchesFiniteDifferences) {
 
 TEST(ModelGradient, LlamaTiedEmbeddingMatchesFiniteDifferences) {
   check_model_gradient(small_llama(true), RematPolicy::None);
+}
+
+// A mixture-of-experts model (docs/moe.md): a dense first layer, then routed experts beside a
+// shared one, with the balancing loss, for both routers; every parameter (router and experts
+// included) against central differences of the mean loss plus the balancing loss.
+ModelConfig small_moe(const std::string& score) {
+  ModelConfig c = small_llama(false);
+  c.num_layers = 3;
+  c.num_experts = 3;
+  c.num_experts_per_tok = 2;
+  c.moe_mlp_dim = 5;
+  c.shared_experts = 1;
+  c.first_num_dense_layers = 1;
+  c.routed_score_func = score;
+  c.norm_topk_prob = score == "sigmoid";
+  c.routed_scaling_factor = score == "sigmoid" ? 2.5 : 1.0;
+  c.load_balance_loss_weight = 0.3;
+  c.validate();
+  return c;
+}
+
+TEST(ModelGradient, MoeSoftmaxRouterMatchesFiniteDifferences) {
+  check_model_gradient(small_moe("softmax"), RematPolicy::Full);
+}
+
+TEST(ModelGradient, MoeSigmoidRouterWithoutSharedExpertsMatchesFiniteDifferences) {
+  ModelConfig c = small_moe("sigmoid");
+  c.shared_experts = 0;
+  check_model_gradient(c, RematPolicy::None);
 }
 
 TEST(ModelGradient, SimpleMatchesFiniteDifferences) {
@@ -272,7 +304,7 @@ TEST(IWSplit, DeferredWeightGradientsEqualTheFusedBackward) {
     StageSaved saved;
     stage_forward(be, m.cfg, layers, m.rope, x, RematPolicy::Full, saved);
     std::vector<DeferredWeightGrad> deferred;
-    Tensor dx = stage_backward(be, m.cfg, layers, all_layers(m.cfg, *g), m.rope, saved, dy,
+    Tensor dx = stage_backward(be, m.cfg, layers, all_layers(m.cfg, *g), m.rope, saved, dy, 1.0,
                                g == &split ? &deferred : nullptr);
     if (g == &split) {
       EXPECT_EQ(deferred.size(), 2u * 7u);  // q, k, v, o, gate, up, down per layer
@@ -320,6 +352,93 @@ TEST(ParamTable, LlamaNamesShapesAndFlags) {
   ModelConfig tied = cfg;
   tied.logits_via_embedding = true;
   EXPECT_EQ(param_table(tied).back().name, "model.norm.weight");
+}
+
+// MoE layers hold the DeepSeek-V3 / Qwen-MoE names; each kind of routed-expert matrix is one
+// consecutive block that ParamSet::stacked views as [X, ., .]; the FLOPs count k of X experts.
+TEST(ParamTable, MoeLayersHoldRouterSharedAndStackedExperts) {
+  ModelConfig cfg = model_preset("tiny");  // E 64, N 8, Fm 172
+  cfg.num_experts = 4;
+  cfg.num_experts_per_tok = 2;
+  cfg.moe_mlp_dim = 32;
+  cfg.shared_experts = 2;
+  cfg.first_num_dense_layers = 1;
+  cfg.validate();
+  const auto specs = param_table(cfg);
+  const auto index = [&](const std::string& name) {
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      if (specs[i].name == name) return int(i);
+    return -1;
+  };
+  EXPECT_GE(index("model.layers.0.mlp.gate_proj.weight"), 0);  // the dense first layer
+  EXPECT_EQ(index("model.layers.0.mlp.gate.weight"), -1);
+  const int router = index("model.layers.1.mlp.gate.weight");
+  ASSERT_GE(router, 0);
+  EXPECT_EQ(specs[std::size_t(router)].shape, (Shape{4, 64}));
+  EXPECT_EQ(specs[std::size_t(index("model.layers.1.mlp.shared_experts.down_proj.weight"))].shape,
+            (Shape{64, 64}));  // 2 shared experts x 32 fused
+  const int up0 = index("model.layers.1.mlp.experts.0.up_proj.weight");
+  EXPECT_EQ(index("model.layers.1.mlp.experts.3.up_proj.weight"), up0 + 3);  // consecutive
+  EXPECT_EQ(specs[std::size_t(index("model.layers.7.mlp.experts.2.down_proj.weight"))].shape,
+            (Shape{64, 32}));
+  // Per MoE layer: router 4x64, shared 3 x 64x64, experts 4 x 3 x 32x64.
+  const std::int64_t dense = parameter_count(model_preset("tiny"));
+  const std::int64_t moe_mlp = 4 * 64 + 3 * 64 * 64 + 4 * 3 * 32 * 64, dense_mlp = 3 * 172 * 64;
+  EXPECT_EQ(parameter_count(cfg), dense + 7 * (moe_mlp - dense_mlp));
+  // Active: 2 of the 4 experts per token.
+  const double active_mlp = 4 * 64 + 3 * 64 * 64 + 2 * 3 * 32 * 64;
+  EXPECT_DOUBLE_EQ(train_flops_per_token(cfg), train_flops_per_token(model_preset("tiny")) +
+                                                   6.0 * 7 * (active_mlp - dense_mlp));
+  CpuBackend be;
+  const ParamSet set = ParamSet::allocate(be, specs, DType::F32);
+  init_params(be, set, 3);
+  const Tensor up = set.stacked(ParamRole::ExpertUp, 1);
+  EXPECT_EQ(up.shape(), (Shape{4, 32, 64}));
+  const auto whole = be.to_host<float>(up);
+  const auto third = be.to_host<float>(set.tensors[std::size_t(up0 + 2)]);
+  EXPECT_TRUE(std::equal(third.begin(), third.end(), whole.begin() + 2 * 32 * 64));
+}
+
+// Each MoE key's bad value is refused naming the key and what would be valid.
+TEST(ModelConfig, MoeKeysAreCheckedByName) {
+  const auto error = [](auto&& change) {
+    ModelConfig c = model_preset("tiny");
+    c.num_experts = 4;
+    change(c);
+    return testing::error_of([&] { c.validate(); });
+  };
+  EXPECT_NE(error([](ModelConfig& c) {
+              c.num_experts_per_tok = 5;
+            }).find("num_experts_per_tok=5 is not valid; it must be in [1, 4]"),
+            std::string::npos);
+  EXPECT_NE(error([](ModelConfig& c) { c.capacity_factor = 1.25; }).find("use capacity_factor=-1"),
+            std::string::npos);
+  EXPECT_NE(error([](ModelConfig& c) {
+              c.routed_score_func = "relu";
+            }).find("routed_score_func='relu' is not valid; use softmax"),
+            std::string::npos);
+  EXPECT_NE(error([](ModelConfig& c) {
+              c.first_num_dense_layers = 9;
+            }).find("first_num_dense_layers=9 is not valid; it must be in [0, 8]"),
+            std::string::npos);
+  EXPECT_NE(error([](ModelConfig& c) {
+              c.load_balance_loss_weight = -1;
+            }).find("load_balance_loss_weight=-1 is not valid"),
+            std::string::npos);
+  EXPECT_NE(error([](ModelConfig& c) {
+              c.decoder_block = "simple";
+            }).find("num_experts=4 needs decoder_block=llama"),
+            std::string::npos);
+  EXPECT_NE(error([](ModelConfig& c) {
+              c.moe_mlp_dim = 1 << 20, c.num_experts = 4096;
+            }).find("the experts have more than"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([] {
+              ModelConfig c = model_preset("tiny");
+              c.num_experts = 4;
+              check_tensor_split(c, 2);
+            }).find("tensor parallelism does not split experts yet"),
+            std::string::npos);
 }
 
 TEST(Init, DependsOnSeedAndNameNotOnOrder) {

@@ -56,6 +56,29 @@ TEST(MoeRouter, BalancingLossIsAlphaWhenBalancedAndMoreWhenNot) {
   EXPECT_NEAR(r.aux_loss, 0.015, 1e-15);
 }
 
+// Per-sequence balancing (groups of G tokens): the loss and its gradient are the sums of each
+// group routed on its own — here one balanced sequence (alpha) and one unbalanced (1.5 alpha);
+// one group of all four tokens (loads 3 and 1, mean scores 0.625 and 0.375) gives 1.125 alpha.
+TEST(MoeRouter, BalancingLossIsSummedOverTheSequences) {
+  const RouterConfig cfg{.experts = 2, .top_k = 1, .aux_loss_weight = 0.01};
+  const double l3 = std::log(3.0);
+  const std::vector<double> first = {l3, 0.0, 0.0, l3}, second = {l3, 0.0, l3, 0.0};
+  std::vector<double> both = first;
+  both.insert(both.end(), second.begin(), second.end());
+  EXPECT_NEAR(route(cfg, both).aux_loss, 0.01125, 1e-15);
+
+  const Routing grouped = route(cfg, both, {}, /*group_tokens=*/2);
+  EXPECT_NEAR(grouped.aux_loss, 0.01 + 0.015, 1e-15);
+  EXPECT_EQ(grouped.load, (std::vector<std::int64_t>{3, 1}));
+  const std::vector<double> dweight = {0.3, -0.2, 0.7, 0.1};
+  const auto d = route_backward(cfg, grouped, dweight, 2.0);
+  auto expected = route_backward(cfg, route(cfg, first), {0.3, -0.2}, 2.0);
+  const auto d2 = route_backward(cfg, route(cfg, second), {0.7, 0.1}, 2.0);
+  expected.insert(expected.end(), d2.begin(), d2.end());
+  ASSERT_EQ(d.size(), expected.size());
+  for (std::size_t i = 0; i < d.size(); ++i) EXPECT_NEAR(d[i], expected[i], 1e-15) << i;
+}
+
 // Loads (3, 1, 2, 2), mean 2: the overloaded expert's bias falls, the underloaded one's rises.
 TEST(MoeRouter, BiasUpdateFollowsTheLoadGap) {
   std::vector<double> bias = {0.0, 0.0, 0.5, 0.0};

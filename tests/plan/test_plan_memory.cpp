@@ -194,14 +194,14 @@ INSTANTIATE_TEST_SUITE_P(
                   "pipeline_schedule=zb_h1", "num_pipeline_microbatches=4", "remat_policy=none"}},
         // Selective remat: each layer's input and the policy's tensors kept; the backward's
         // recompute of one layer at a time, its tensor and context collectives.
-        MeshCase{"T2_C2_S2_remat_minimal",
-                 {"ici_tensor_parallelism=2", "ici_context_parallelism=2",
-                  "ici_pipeline_parallelism=2", "num_pipeline_microbatches=2",
-                  "remat_policy=minimal"}},
-        MeshCase{"T2_C2_S2_remat_save_dot_with_context_except_mlp",
-                 {"ici_tensor_parallelism=2", "ici_context_parallelism=2",
-                  "ici_pipeline_parallelism=2", "num_pipeline_microbatches=2",
-                  "remat_policy=save_dot_with_context_except_mlp"}},
+        MeshCase{
+            "T2_C2_S2_remat_minimal",
+            {"ici_tensor_parallelism=2", "ici_context_parallelism=2", "ici_pipeline_parallelism=2",
+             "num_pipeline_microbatches=2", "remat_policy=minimal"}},
+        MeshCase{
+            "T2_C2_S2_remat_save_dot_with_context_except_mlp",
+            {"ici_tensor_parallelism=2", "ici_context_parallelism=2", "ici_pipeline_parallelism=2",
+             "num_pipeline_microbatches=2", "remat_policy=save_dot_with_context_except_mlp"}},
         MeshCase{"S2_F2_remat_save_qkv_proj",
                  {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
                   "num_pipeline_microbatches=4", "remat_policy=save_qkv_proj"}},
@@ -214,6 +214,24 @@ INSTANTIATE_TEST_SUITE_P(
                  {"ici_context_parallelism=4", "ici_pipeline_parallelism=2",
                   "num_pipeline_microbatches=4", "dtype=bfloat16"}},
         MeshCase{"one_device", {}},
+        // Mixture of experts: a dense first layer makes stages of different sizes; routed
+        // experts' activations and the router's buffers.
+        MeshCase{
+            "moe_S2_F2_bsw",
+            {"num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=32", "shared_experts=1",
+             "first_num_dense_layers=1", "ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+             "num_pipeline_microbatches=4", "pipeline_fsdp_ag_per_repeat=true"}},
+        MeshCase{"moe_1f1b_remat_none_top1",
+                 {"num_experts=8", "num_experts_per_tok=1", "first_num_dense_layers=3",
+                  "ici_pipeline_parallelism=2", "num_layers_per_pipeline_stage=4",
+                  "pipeline_schedule=1f1b", "num_pipeline_microbatches=4", "remat_policy=none"}},
+        // With an I/W split the planner holds each microbatch's activations until its W, while
+        // an MoE layer's routed rows go at I (only the dense GEMMs wait): an upper bound.
+        MeshCase{"moe_zb_h1_sigmoid_shared",
+                 {"num_experts=4", "num_experts_per_tok=2", "routed_score_func=sigmoid",
+                  "shared_experts=2", "base_moe_mlp_dim=48", "ici_pipeline_parallelism=2",
+                  "num_layers_per_pipeline_stage=4", "pipeline_schedule=zb_h1",
+                  "num_pipeline_microbatches=4"}},
         MeshCase{"S2_F2_circular",
                  {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
                   "num_pipeline_microbatches=4"}},

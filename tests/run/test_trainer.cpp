@@ -161,6 +161,22 @@ void expect_exact_resume(const std::string& name, const std::vector<std::string>
 
 TEST(Train, ResumeContinuesExactlyAsTheUninterruptedRun) { expect_exact_resume("plain", {}); }
 
+// Mixture of experts with the auxiliary-loss-free bias: the bias, moved by every step's loads,
+// is saved in the checkpoint's training state and restored, so the resumed run routes as the
+// uninterrupted one (a bias restarting at zero would route the later steps otherwise).
+TEST(Train, MoeWithRoutedBiasResumesExactly) {
+  expect_exact_resume("moe_bias", {"num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=16",
+                                   "routed_score_func=sigmoid", "routed_bias=true",
+                                   "routed_bias_update_rate=0.02"});
+  const nlohmann::json state = nlohmann::json::parse(
+      std::ifstream(fs::temp_directory_path() /
+                    "carousel_trainer_tests/moe_bias_resumed/checkpoints/10/state.json"));
+  ASSERT_EQ(state["router_bias"].size(), 2u);  // both layers are MoE
+  double moved = 0;
+  for (const auto& b : state["router_bias"][1]) moved += std::abs(b.get<double>());
+  EXPECT_GT(moved, 0.0);  // the loads moved it
+}
+
 // Shuffled windows of two datasets mixed 3:1: the data position is still the step.
 TEST(Train, ShuffledMixedDataResumesExactly) {
   const std::string corpus = CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt";

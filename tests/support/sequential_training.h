@@ -14,6 +14,7 @@
 #include "host/config/config.h"
 #include "host/data/data.h"
 #include "host/parallel/optimizer.h"
+#include "host/run/step_report.h"
 #include "host/run/trainer.h"
 #include "models/model.h"
 #include "models/packing.h"
@@ -51,21 +52,32 @@ inline std::vector<StepMetrics> train_sequentially(const Config& cfg) {
   const auto eval = cfg.eval_interval > 0 ? make_eval_data_loader(cfg) : nullptr;
   const ParamSet scratch = ParamSet::allocate(be, specs, DType::F32);  // eval's unused gradients
   std::vector<StepMetrics> out;
+  RouterBias bias = initial_router_bias(cfg.model);  // routed_bias: moved by each step's loads
   for (std::int64_t step = 0; step < cfg.steps; ++step) {
     if (bf16) be.cast(params.flat, compute.flat);
     be.fill(grads.flat, 0.0);
     double loss_sum = 0;
+    RouterStats router;  // mixture of experts: the balancing loss
     for (std::int64_t m = 0; m < M; ++m) {
       const TokenBatch tokens = data->batch(step, B, m * b, b);
       const Microbatch mb{be.from_host(tokens.inputs, {b, T}),
                           be.from_host(tokens.targets, {b, T})};
       loss_sum += model_forward_backward(be, cfg.model, compute, grads, rope_for(tokens), mb,
-                                         1.0 / double(B * T), parse_remat_policy(cfg.remat_policy));
+                                         1.0 / double(B * T), parse_remat_policy(cfg.remat_policy),
+                                         &router, bias);
     }
     const double norm = global_l2_norm(be, {grads.flat});
     opt.update(be, cfg, params, grads, step, learning_rate_at(cfg, step),
                clip_scale(norm, cfg.gradient_clipping_threshold));
-    out.push_back({.step = step, .loss = loss_sum / double(B * T), .grad_norm = norm});
+    update_router_bias(cfg.model, bias, router.load);
+    out.push_back({.step = step,
+                   .loss = loss_sum / double(B * T),
+                   .grad_norm = norm,
+                   .moe_lb_loss = router.aux_loss_sum / double(B * T)});
+    if (const auto load = summarize_expert_load(cfg.model, {.expert_load = router.load})) {
+      out.back().expert_load_min = load->min;
+      out.back().expert_load_max = load->max;
+    }
     if (eval && ((step + 1) % cfg.eval_interval == 0 || step + 1 == cfg.steps)) {
       if (bf16) be.cast(params.flat, compute.flat);
       const std::int64_t batches = eval_batches(cfg, *eval);
@@ -89,7 +101,10 @@ inline std::vector<StepMetrics> train_sequentially(const Config& cfg) {
 // A distributed run `pipe` equals the sequential run `single` of the same config: step 0's loss
 // bitwise (first_rtol = 0, where the summation order allows) or within first_rtol, its gradient
 // norm within max(first_rtol, 1e-6), every later loss (and with later_norms every later
-// gradient norm) within 1e-4 relative; and the run trains (its last loss below its first).
+// gradient norm) within 1e-4 relative; and the run trains (its last loss below its first). A
+// mixture-of-experts model's balancing loss agrees like the loss (step 0 to 1e-9: the same
+// routing, its per-sequence terms summed in another order), and its fewest and most tokens per
+// expert exactly (in float32: a routing choice would flip only on a near-tie).
 inline void expect_equal_training(const std::vector<StepMetrics>& pipe,
                                   const std::vector<StepMetrics>& single, double first_rtol,
                                   bool later_norms, double later_rtol = 1e-4) {
@@ -101,6 +116,14 @@ inline void expect_equal_training(const std::vector<StepMetrics>& pipe,
   }
   const double norm_rtol = std::max(first_rtol, 1e-6);
   EXPECT_NEAR(pipe[0].grad_norm, single[0].grad_norm, norm_rtol * single[0].grad_norm);
+  EXPECT_NEAR(pipe[0].moe_lb_loss, single[0].moe_lb_loss,
+              std::max(first_rtol, 1e-9) * single[0].moe_lb_loss);
+  for (std::size_t s = 1; s < pipe.size(); ++s)
+    EXPECT_NEAR(pipe[s].moe_lb_loss, single[s].moe_lb_loss, later_rtol * single[s].moe_lb_loss);
+  for (std::size_t s = 0; s < pipe.size() && later_rtol < 1e-3; ++s) {
+    EXPECT_EQ(pipe[s].expert_load_min, single[s].expert_load_min) << "step " << s;
+    EXPECT_EQ(pipe[s].expert_load_max, single[s].expert_load_max) << "step " << s;
+  }
   for (std::size_t s = 1; s < pipe.size(); ++s) {
     EXPECT_NEAR(pipe[s].loss, single[s].loss, later_rtol * single[s].loss) << "step " << s;
     if (later_norms) {

@@ -1,0 +1,98 @@
+// test_pipeline_moe.cpp — mixture-of-experts models (docs/moe.md) on simulated devices train like
+// the single-device model (PipelineEquivalence, tests/support/pipeline_equivalence.h): the loss,
+// the gradient norm at step 0 and the per-sequence balancing loss, for every schedule, FSDP's
+// weight modes, data parallelism, ZeRO-1, uneven stages, remat policies, bfloat16 and context
+// parallelism; top-1 and top-2, softmax and sigmoid routers, shared experts on and off, the
+// auxiliary-loss-free bias instead of the loss. The
+// tiny model's first layer stays dense, so stages mix dense and MoE layers.
+#include <string>
+#include <vector>
+
+#include "tests/support/pipeline_equivalence.h"
+
+namespace carousel {
+namespace {
+
+using testing::PipelineCase;
+using testing::PipelineEquivalence;
+
+// Four experts of width 32, a dense first layer, the balancing loss on; `routing` picks top-k,
+// the router and the shared experts.
+std::vector<std::string> moe(const std::string& routing, std::vector<std::string> keys) {
+  std::vector<std::string> all = {"num_experts=4", "base_moe_mlp_dim=32",
+                                  "first_num_dense_layers=1", "load_balance_loss_weight=0.01"};
+  if (routing == "top2_shared") {
+    all.insert(all.end(), {"num_experts_per_tok=2", "shared_experts=1"});
+  } else if (routing == "top1") {
+    all.insert(all.end(), {"num_experts_per_tok=1"});
+  } else if (routing == "bias") {  // DeepSeek-V3's auxiliary-loss-free balancing instead
+    all.insert(all.end(),
+               {"num_experts_per_tok=2", "routed_score_func=sigmoid", "norm_topk_prob=true",
+                "routed_bias=true", "routed_bias_update_rate=0.02", "load_balance_loss_weight=0"});
+  } else {  // sigmoid: DeepSeek-V3's router
+    all.insert(all.end(), {"num_experts_per_tok=2", "routed_score_func=sigmoid",
+                           "norm_topk_prob=true", "routed_scaling_factor=2.5", "shared_experts=1"});
+  }
+  all.insert(all.end(), keys.begin(), keys.end());
+  return all;
+}
+
+const std::string S2 = "ici_pipeline_parallelism=2", S4 = "ici_pipeline_parallelism=4",
+                  M4 = "num_pipeline_microbatches=4", M8 = "num_pipeline_microbatches=8",
+                  F2 = "ici_fsdp_parallelism=2", D2 = "ici_data_parallelism=2",
+                  L2 = "num_layers_per_pipeline_stage=2", bsw = "pipeline_fsdp_ag_per_repeat=true";
+
+INSTANTIATE_TEST_SUITE_P(
+    Moe, PipelineEquivalence,
+    ::testing::Values(
+        PipelineCase{"moe_circular_S2_R2", moe("top2_shared", {S2, L2, M4})},
+        PipelineCase{"moe_circular_S4_R2_top1", moe("top1", {S4, M4})},
+        PipelineCase{
+            "moe_gpipe_S4_sigmoid",
+            moe("sigmoid", {S4, "pipeline_schedule=gpipe", "num_layers_per_pipeline_stage=2", M4})},
+        PipelineCase{"moe_1f1b_S2", moe("top2_shared", {S2, "pipeline_schedule=1f1b",
+                                                        "num_layers_per_pipeline_stage=4", M4})},
+        PipelineCase{"moe_interleaved_1f1b_S2_top1",
+                     moe("top1", {S2, L2, "pipeline_schedule=interleaved_1f1b", M4})},
+        PipelineCase{"moe_zb_h1_S2_sigmoid", moe("sigmoid", {S2, "num_layers_per_pipeline_stage=4",
+                                                             "pipeline_schedule=zb_h1", M4})},
+        PipelineCase{"moe_interleaved_zb_S2",
+                     moe("top2_shared", {S2, L2, "pipeline_schedule=interleaved_zb", M4})},
+        PipelineCase{"moe_zbv_S2_top1", moe("top1", {S2, L2, "pipeline_schedule=zbv", M4})},
+        PipelineCase{"moe_dualpipev_S2",
+                     moe("top2_shared", {S2, L2, "pipeline_schedule=dualpipev", M4})},
+        PipelineCase{"moe_dualpipev_S4_sigmoid",
+                     moe("sigmoid", {S4, "pipeline_schedule=dualpipev", M8})},
+        PipelineCase{"moe_looped_bfs_S4_R2", moe("top1", {S4, "pipeline_schedule=looped_bfs", M4})},
+        PipelineCase{"moe_fsdp_S2_F2_gather_every_use", moe("top2_shared", {S2, F2, L2, M4}), 1e-6},
+        PipelineCase{"moe_fsdp_S2_F2_bsw", moe("sigmoid", {S2, F2, L2, M4, bsw}), 1e-6},
+        PipelineCase{"moe_fsdp_S2_F2_ag_once_top1",
+                     moe("top1", {S2, F2, L2, M4, "pipeline_fsdp_ag_once=true"}), 1e-6},
+        PipelineCase{"moe_fsdp_F4",
+                     moe("top2_shared", {"ici_fsdp_parallelism=4", "num_pipeline_microbatches=2"}),
+                     1e-6},
+        PipelineCase{"moe_D2_S2", moe("top2_shared", {D2, S2, L2, M4}), 1e-6},
+        PipelineCase{"moe_zero1_D2_S2_sigmoid",
+                     moe("sigmoid", {D2, S2, L2, M4, "shard_optimizer_over_data=true"}), 1e-6},
+        PipelineCase{"moe_uneven_S2_1331",
+                     moe("top2_shared", {S2, "pipeline_stage_layers=[1,3,3,1]", M4})},
+        PipelineCase{"moe_uneven_1f1b_S2_3_5", moe("top1", {S2, "pipeline_stage_layers=[3,5]",
+                                                            "pipeline_schedule=1f1b", M4})},
+        PipelineCase{"moe_remat_none_S2", moe("top2_shared", {S2, L2, M4, "remat_policy=none"})},
+        PipelineCase{"moe_remat_minimal_S2_sigmoid",
+                     moe("sigmoid", {S2, L2, M4, "remat_policy=minimal"})},
+        PipelineCase{"moe_bf16_S2_F2", moe("top2_shared", {S2, F2, L2, M4, "dtype=bfloat16"}), 1e-4,
+                     1e-2},
+        // The auxiliary-loss-free bias: every rank moves it by the step's global loads.
+        PipelineCase{"moe_routed_bias_S2_F2_bsw", moe("bias", {S2, F2, L2, M4, bsw}), 1e-6},
+        PipelineCase{"moe_routed_bias_dualpipev_D2_S2",
+                     moe("bias", {D2, S2, L2, "pipeline_schedule=dualpipev", M4}), 1e-6},
+        // The balancing loss is per sequence, which context parallelism splits: off here.
+        PipelineCase{"moe_context_C2_S2",
+                     moe("top2_shared",
+                         {S2, L2, M4, "ici_context_parallelism=2", "load_balance_loss_weight=0"}),
+                     1e-6}),
+    [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace carousel
