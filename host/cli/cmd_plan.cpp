@@ -15,7 +15,7 @@
 
 #include "compute/error.h"
 #include "host/cli/commands.h"
-#include "host/io/hf_import.h"
+#include "host/io/huggingface/hf_import.h"
 #include "host/plan/plan_gpus.h"
 #include "host/plan/plan_search.h"
 #include "host/plan/plan_units.h"

@@ -23,7 +23,7 @@
 #include "compute/error.h"
 #include "host/io/checkpoint_layout.h"
 #include "host/io/files.h"
-#include "host/io/hf_import.h"
+#include "host/io/huggingface/hf_import.h"
 #include "host/io/json_fields.h"
 #include "host/io/safetensors.h"
 #include "host/reliability/fault_injection.h"

@@ -39,7 +39,7 @@ struct TrainingState {
   std::int64_t skipped_steps = 0;  // of those, skipped as non-finite (no update applied)
   // Mixture of experts with routed_bias: each layer's auxiliary-loss-free bias (models/layer.h
   // RouterBias; empty vectors for dense layers), or empty.
-  std::vector<std::vector<double>> router_bias;
+  std::vector<std::vector<double>> router_bias = {};
 };
 
 struct CheckpointContents {
@@ -165,7 +165,7 @@ TrainingState load_checkpoint(Backend& be, const std::string& directory,
 // `load_parameters_path`: the parameters of a new run, from a carousel checkpoint directory
 // (manifest.json or state.json present: open_checkpoint_tensors, parameters only) or a Hugging
 // Face model directory (config.json + model.safetensors or sharded with
-// model.safetensors.index.json: host/io/hf_import.h, which checks config.json against `model`).
+// model.safetensors.index.json: host/io/huggingface/hf_import.h, which checks config.json against `model`).
 // Opened (headers only) and checked; tensors are read from the result one at a time.
 TensorFiles open_parameters(const std::string& directory, const ModelConfig& model);
 

@@ -14,6 +14,7 @@
 #include "host/io/checkpoint.h"
 #include "host/io/checkpoint_layout.h"
 #include "host/io/files.h"
+#include "host/io/huggingface/hf_architectures.h"
 #include "host/io/json_fields.h"
 #include "host/io/safetensors.h"
 #include "host/reliability/fault_injection.h"
@@ -26,9 +27,10 @@ using namespace checkpoint_layout;
 namespace {
 
 std::string hf_config_json(const ModelConfig& m, const TokenizerInfo* tokenizer) {
+  const HfArchitecture& row = hf_architecture_of(m);
   nlohmann::ordered_json j = {
-      {"architectures", {"LlamaForCausalLM"}},
-      {"model_type", "llama"},
+      {"architectures", {row.class_name}},
+      {"model_type", row.model_type},
       {"vocab_size", m.vocab_size},
       {"hidden_size", m.emb_dim},
       {"intermediate_size", m.mlp_dim},
@@ -45,6 +47,12 @@ std::string hf_config_json(const ModelConfig& m, const TokenizerInfo* tokenizer)
       {"mlp_bias", false},
       {"torch_dtype", "float32"},
   };
+  for (const HfField& f : row.fields) j[f.hf_key] = f.get(m);
+  if (m.is_moe()) {  // DeepSeekMoE's balancing fields: carousel's loss is per sequence
+    j["moe_layer_freq"] = 1;
+    j["aux_loss_alpha"] = m.load_balance_loss_weight;
+    j["seq_aux"] = true;
+  }
   if (tokenizer && tokenizer->bos_id) j["bos_token_id"] = *tokenizer->bos_id;
   if (tokenizer && tokenizer->eos_id) j["eos_token_id"] = *tokenizer->eos_id;
   return j.dump(2);

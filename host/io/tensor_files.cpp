@@ -68,12 +68,13 @@ TensorFiles::TensorFiles(const std::filesystem::path& dir, const std::vector<std
 }
 
 const SafetensorsEntry* TensorFiles::find(const std::string& name) const {
-  const auto it = file_of_.find(name);
-  return it == file_of_.end() ? nullptr : &it->second->entries().at(name);
+  const std::string theirs = file_name_(name);
+  const auto it = file_of_.find(theirs);
+  return it == file_of_.end() ? nullptr : &it->second->entries().at(theirs);
 }
 
 const std::string& TensorFiles::path_of(const std::string& name) const {
-  const auto it = file_of_.find(name);
+  const auto it = file_of_.find(file_name_(name));
   CAROUSEL_CHECK(it != file_of_.end(), "no file holds tensor '{}'", name);
   return it->second->path();
 }
@@ -95,7 +96,8 @@ std::vector<float> TensorFiles::read_f32(const std::string& name, const Shape& s
       e->dtype_name == "F32" || (widen_ && sixteen), "'{}': tensor '{}' is {}; {}", path, name,
       e->dtype_name,
       widen_ ? "Hugging Face weights are read from F32, BF16 or F16" : "carousel stores float32");
-  const std::vector<char> bytes = file_of_.at(name)->read(name);
+  const std::string theirs = file_name_(name);
+  const std::vector<char> bytes = file_of_.at(theirs)->read(theirs);
   std::vector<float> values;
   if (sixteen) {
     values = widen16(bytes, e->dtype_name == "BF16");

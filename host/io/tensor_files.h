@@ -8,6 +8,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,6 +25,12 @@ class TensorFiles {
   // tensor read must be F32 (carousel's checkpoints).
   TensorFiles(const std::filesystem::path& dir, const std::vector<std::string>& files, bool widen);
 
+  // Tensors are asked for by carousel's names from here on; `file_name` gives a tensor's name in
+  // the files (a Hugging Face architecture that names them otherwise: hf_architectures.h).
+  void use_file_names(std::function<std::string(const std::string&)> file_name) {
+    file_name_ = std::move(file_name);
+  }
+
   const SafetensorsEntry* find(const std::string& name) const;  // nullptr when absent
   const std::string& path_of(const std::string& name) const;    // the file holding `name`
   std::vector<std::string> names() const;                       // sorted
@@ -35,7 +42,10 @@ class TensorFiles {
  private:
   bool widen_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  std::map<std::string, const SafetensorsFile*> file_of_;
+  std::map<std::string, const SafetensorsFile*> file_of_;  // by the name in the files
+  std::function<std::string(const std::string&)> file_name_ = [](const std::string& n) {
+    return n;
+  };
 };
 
 }  // namespace carousel

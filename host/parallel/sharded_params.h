@@ -88,7 +88,7 @@ struct StepOutcome {
   // `loss`) and the tokens each layer's experts got in the step, [num_layers * X] (dense
   // layers' entries 0; empty for a dense model).
   double moe_aux_loss = 0;
-  std::vector<std::int64_t> expert_load;
+  std::vector<std::int64_t> expert_load = {};
 };
 
 class ShardedParams {

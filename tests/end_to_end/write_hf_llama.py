@@ -13,7 +13,12 @@ the tensor bytes back to back), the directory as transformers' save_pretrained l
 
 usage: write_hf_llama.py CHECKPOINT_DIR OUT_DIR [--dtype f32|bf16|f16] [--rounded-f32]
          [--shards N] [--drop NAME]... [--set KEY=JSON]... [--unset KEY]...
-         [--remove-shard I] [--no-extras]
+         [--remove-shard I] [--no-extras] [--arch llama|deepseek|mixtral]
+
+--arch writes a mixture-of-experts checkpoint (whose config.json has DeepSeekMoE's fields) as
+DeepseekForCausalLM (the same tensor names) or as MixtralForCausalLM, whose files name the router
+block_sparse_moe.gate and expert j's gate, up and down projections block_sparse_moe.experts.j.w1,
+w3 and w2.
 
 --dtype bf16 rounds float32 to nearest-even by its bits; f16 uses struct's 'e' (IEEE half,
 round-half-even). --rounded-f32 stores those rounded values as F32 (the exact reference).
@@ -26,6 +31,7 @@ import array
 import json
 import math
 import os
+import re
 import struct
 import sys
 
@@ -92,10 +98,38 @@ def write_safetensors(path, tensors):
     return offset
 
 
-def hf_config(ours, dtype):
-    """A config.json as transformers writes it for LlamaForCausalLM."""
+def mixtral_name(name):
+    """Mixtral's name of a tensor DeepSeekMoE names `name`."""
+    m = re.match(r"(model\.layers\.\d+\.)mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$", name)
+    if m:
+        w = {"gate": "w1", "up": "w3", "down": "w2"}[m.group(3)]
+        return f"{m.group(1)}block_sparse_moe.experts.{m.group(2)}.{w}.weight"
+    m = re.match(r"(model\.layers\.\d+\.)mlp\.gate\.weight$", name)
+    return f"{m.group(1)}block_sparse_moe.gate.weight" if m else name
+
+
+def moe_fields(ours, arch):
+    """The expert fields of a DeepseekConfig or MixtralConfig for our MoE config.json."""
+    if arch == "deepseek":
+        keys = ["n_routed_experts", "n_shared_experts", "num_experts_per_tok",
+                "moe_intermediate_size", "first_k_dense_replace", "norm_topk_prob",
+                "scoring_func", "routed_scaling_factor", "aux_loss_alpha", "seq_aux"]
+        fields = {k: ours[k] for k in keys}
+        fields.update({"architectures": ["DeepseekForCausalLM"], "model_type": "deepseek",
+                       "moe_layer_freq": 1, "topk_method": "greedy"})
+        return fields
+    return {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral",
+            "num_local_experts": ours["n_routed_experts"],
+            "num_experts_per_tok": ours["num_experts_per_tok"],
+            "intermediate_size": ours["moe_intermediate_size"],
+            "router_aux_loss_coef": ours["aux_loss_alpha"], "sliding_window": None,
+            "output_router_logits": False}
+
+
+def hf_config(ours, dtype, arch="llama"):
+    """A config.json as transformers writes it for LlamaForCausalLM (or the MoE `arch`)."""
     heads = ours["num_attention_heads"]
-    return {
+    config = {
         "architectures": ["LlamaForCausalLM"],
         "attention_bias": False,
         "attention_dropout": 0.0,
@@ -122,6 +156,9 @@ def hf_config(ours, dtype):
         "use_cache": True,
         "vocab_size": ours["vocab_size"],
     }
+    if arch != "llama":
+        config.update(moe_fields(ours, arch))
+    return config
 
 
 def main():
@@ -136,6 +173,7 @@ def main():
     p.add_argument("--unset", action="append", default=[])
     p.add_argument("--remove-shard", type=int, default=0)
     p.add_argument("--no-extras", action="store_true")
+    p.add_argument("--arch", choices=["llama", "deepseek", "mixtral"], default="llama")
     # NAME=INDEX=VALUE: element INDEX (flat) of tensor NAME becomes VALUE (nan, inf, -inf, ...).
     p.add_argument("--poke", action="append", default=[])
     a = p.parse_args()
@@ -153,7 +191,7 @@ def main():
             if target == name:
                 values[int(index)] = float(value)
         dtype, raw = encode(values, a.dtype, a.rounded_f32)
-        tensors.append((name, dtype, shape, raw))
+        tensors.append((mixtral_name(name) if a.arch == "mixtral" else name, dtype, shape, raw))
     if not a.no_extras:
         hd = ours["hidden_size"] // ours["num_attention_heads"]
         inv_freq = [1.0 / ours["rope_theta"] ** (2 * j / hd) for j in range(hd // 2)]
@@ -162,7 +200,7 @@ def main():
             tensors.append((name, "F32", [hd // 2], struct.pack(f"<{hd // 2}f", *inv_freq)))
 
     os.makedirs(a.out, exist_ok=True)
-    config = hf_config(ours, a.dtype)
+    config = hf_config(ours, a.dtype, a.arch)
     for kv in a.set:
         key, value = kv.split("=", 1)
         config[key] = json.loads(value)

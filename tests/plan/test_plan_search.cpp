@@ -18,7 +18,7 @@
 #include "compute/error.h"
 #include "host/config/config.h"
 #include "host/config/schedule_config.h"
-#include "host/io/hf_import.h"
+#include "host/io/huggingface/hf_import.h"
 #include "host/plan/plan_search.h"
 #include "host/plan/plan_units.h"
 #include "host/schedule/simulate.h"

@@ -14,6 +14,7 @@
 #include "compute/cpu_backend.h"
 #include "host/config/config.h"
 #include "host/io/checkpoint.h"
+#include "host/io/huggingface/hf_import.h"
 #include "host/report/logging.h"
 #include "host/run/trainer.h"
 
@@ -228,9 +229,9 @@ TEST(HfImport, NonFiniteWeightsAreRefusedNamingTheTensor) {
   const std::string name = "model.layers.1.mlp.up_proj.weight";
   for (const char* dtype : {"f32", "bf16", "f16"}) {
     // Element 70 of a [mlp, emb] tensor: row 70 / emb, column 70 % emb.
-    const std::string dir = write_hf(std::string("nan_") + dtype,
-                                     std::string("--dtype ") + dtype + " --poke " + name +
-                                         "=70=nan --poke " + name + "=71=inf");
+    const std::string dir =
+        write_hf(std::string("nan_") + dtype, std::string("--dtype ") + dtype + " --poke " + name +
+                                                  "=70=nan --poke " + name + "=71=inf");
     const std::string msg = load_error(dir);
     const ModelConfig m = run_model();
     const std::string at = fmt::format("holds nan at [{}, {}] (2 non-finite values of {})",
@@ -280,6 +281,83 @@ TEST(HfImport, OurIncompleteCheckpointKeepsItsError) {
   fs::remove(dir / "manifest.json");
   const std::string msg = load_error(dir.string());
   EXPECT_TRUE(contains(msg, "manifest.json is missing")) << msg;
+}
+
+// A mixture-of-experts run: 4 experts of base_mlp_dim, top-2 renormalised, in every layer — a
+// model Mixtral's config can describe as well as DeepSeekMoE's.
+Config moe_run(const std::string& run, std::int64_t steps) {
+  Config c = small_run(run, steps);
+  c.model.num_experts = 4;
+  c.model.num_experts_per_tok = 2;
+  c.model.norm_topk_prob = true;
+  c.validate();
+  return c;
+}
+
+// Our MoE checkpoint's config.json is DeepSeekMoE's; the writer re-writes the checkpoint as a
+// DeepseekForCausalLM directory (the same names) and as a MixtralForCausalLM one (every router and
+// expert renamed block_sparse_moe.*): both load the checkpoint's weights bitwise and train from
+// them to the same first loss. Its config alone gives the model (carousel plan --model).
+TEST(HfImport, MixtureOfExpertsLoadAsDeepSeekMoeAndAsMixtral) {
+  const Config base = moe_run("moe_base", 2);
+  train(base);
+  const std::string checkpoint = (fs::path(base.run_directory()) / "checkpoints/2").string();
+  std::ifstream config_file(fs::path(checkpoint) / "config.json");
+  const std::string config((std::istreambuf_iterator<char>(config_file)), {});
+  EXPECT_TRUE(contains(config, "\"model_type\": \"deepseek\"")) << config;
+  EXPECT_TRUE(contains(config, "\"n_routed_experts\": 4")) << config;
+  const std::vector<float> ours = loaded(checkpoint, base.model);
+  Config start = moe_run("moe_from_checkpoint", 1);
+  start.enable_checkpointing = false;
+  start.load_parameters_path = checkpoint;
+  const double loss = train(start).steps.at(0).loss;
+  for (const char* arch : {"deepseek", "mixtral"}) {
+    SCOPED_TRACE(arch);
+    const std::string dir =
+        write_hf(std::string("moe_") + arch, std::string("--arch ") + arch, checkpoint);
+    EXPECT_EQ(loaded(dir, base.model), ours);
+    start.run_name = std::string("moe_from_") + arch;
+    start.load_parameters_path = dir;
+    EXPECT_EQ(train(start).steps.at(0).loss, loss);
+    const ModelConfig m = model_from_hf_config(dir);
+    EXPECT_EQ(m.num_experts, 4);
+    EXPECT_EQ(m.num_experts_per_tok, 2);
+    EXPECT_EQ(m.expert_mlp_dim(), base.model.mlp_dim);
+    EXPECT_TRUE(m.norm_topk_prob);
+  }
+  std::ifstream index(kRoot / "hf/moe_mixtral/model.safetensors", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(index)), {});
+  EXPECT_TRUE(contains(bytes, "model.layers.1.block_sparse_moe.experts.3.w2.weight"));
+  EXPECT_FALSE(contains(bytes, "mlp.experts"));
+}
+
+// What does not match is named with the key to set; what carousel does not implement of an MoE
+// architecture is named as such.
+TEST(HfImport, MixtureOfExpertsMismatchesAndArchitecturesAreNamed) {
+  const Config base = moe_run("moe_errors", 1);
+  train(base);
+  const std::string checkpoint = (fs::path(base.run_directory()) / "checkpoints/1").string();
+  const auto error = [&](const std::string& name, const std::string& args,
+                         const ModelConfig& model) {
+    return load_error(write_hf(name, args, checkpoint), model);
+  };
+  std::string msg = error("moe_8", "--arch deepseek --set n_routed_experts=8", base.model);
+  EXPECT_TRUE(contains(msg, "n_routed_experts=8 but num_experts=4: set num_experts=8")) << msg;
+  ModelConfig no_renorm = base.model;
+  no_renorm.norm_topk_prob = false;
+  msg = error("moe_mixtral", "--arch mixtral", no_renorm);
+  EXPECT_TRUE(contains(msg, "model_type=mixtral has norm_topk_prob=true but norm_topk_prob=false"))
+      << msg;
+  msg = error("moe_window", "--arch mixtral --set sliding_window=4096", base.model);
+  EXPECT_TRUE(contains(msg, "not supported: sliding_window=4096")) << msg;
+  msg = error("moe_qwen3", "--arch deepseek --set model_type='\"qwen3_moe\"'", base.model);
+  EXPECT_TRUE(contains(msg, "does not implement RMSNorm of queries and keys")) << msg;
+  msg = error("moe_v3", "--arch deepseek --set model_type='\"deepseek_v3\"'", base.model);
+  EXPECT_TRUE(contains(msg, "multi-head latent attention")) << msg;
+  msg = load_error(
+      write_hf("moe_as_llama", "--arch deepseek --set model_type='\"llama\"'", checkpoint),
+      base.model);
+  EXPECT_TRUE(contains(msg, "model_type=llama has num_experts=1 but num_experts=4")) << msg;
 }
 
 }  // namespace

@@ -1,9 +1,9 @@
-// hf_import.h — starting a run from a Hugging Face Llama directory
+// hf_import.h — starting a run from a Hugging Face model directory
 // (docs/training.md#starting-from-a-hugging-face-model).
 //
 // `load_parameters_path` accepts what transformers' save_pretrained writes for a
-// LlamaForCausalLM: config.json plus either model.safetensors or model.safetensors.index.json
-// with its shards (model-0000i-of-0000n.safetensors), tensors in F32, BF16 or F16. No
+// LlamaForCausalLM, or a DeepSeekMoE or Mixtral model (hf_architectures.h): config.json plus
+// either model.safetensors or model.safetensors.index.json with its shards (model-0000i-of-0000n.safetensors), tensors in F32, BF16 or F16. No
 // manifest.json is needed. The HF config is checked against the run's model keys (every
 // difference in one error naming the carousel key to set); the tensors are looked up by their
 // Hugging Face names (carousel's own names, models/params.h), shapes checked, widened to

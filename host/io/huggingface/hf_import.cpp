@@ -1,6 +1,6 @@
 // hf_import.cpp — reading a Hugging Face Llama directory (config.json + safetensors, single
 // file or sharded) into the parameter table; see hf_import.h.
-#include "host/io/hf_import.h"
+#include "host/io/huggingface/hf_import.h"
 
 #include <spdlog/spdlog.h>
 
@@ -14,6 +14,7 @@
 #include <set>
 
 #include "compute/error.h"
+#include "host/io/huggingface/hf_architectures.h"
 #include "host/io/json_fields.h"
 #include "host/io/safetensors.h"
 
@@ -104,9 +105,15 @@ std::vector<std::string> unsupported_features(const HfConfig& c) {
     unsupported.push_back(
         "model_type is missing (carousel trains \"llama\"; add \"model_type\": \"llama\" if this "
         "is a Llama)");
-  } else if (c.j["model_type"] != "llama") {
-    unsupported.push_back(
-        fmt::format("model_type={} (carousel trains \"llama\")", c.j["model_type"].dump()));
+  } else if (!c.j["model_type"].is_string()) {
+    unsupported.push_back(fmt::format("model_type={} (a string)", c.j["model_type"].dump()));
+  } else {
+    try {
+      const auto more = hf_architecture(c.j["model_type"].get<std::string>()).unsupported(c.j);
+      unsupported.insert(unsupported.end(), more.begin(), more.end());
+    } catch (const Error& e) {
+      unsupported.push_back(e.what());
+    }
   }
   if (c.has("hidden_act") && c.j["hidden_act"] != "silu") {
     unsupported.push_back(
@@ -136,6 +143,27 @@ std::vector<std::string> unsupported_features(const HfConfig& c) {
     }
   }
   return unsupported;
+}
+
+// The config's architecture row, or nullptr when carousel does not read it (unsupported_features
+// says why).
+const HfArchitecture* architecture_of(const HfConfig& c) {
+  if (!c.has("model_type") || !c.j["model_type"].is_string()) return nullptr;
+  try {
+    return &hf_architecture(c.j["model_type"].get<std::string>());
+  } catch (const Error&) {
+    return nullptr;
+  }
+}
+
+// A config value as a key=value setting takes it (strings unquoted).
+std::string setting_text(const nlohmann::json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+// The value of a row's field in the config (its default when absent; null when it has none).
+nlohmann::json field_value(const HfConfig& c, const HfField& f) {
+  return c.has(f.hf_key.c_str()) ? c.j[f.hf_key] : f.absent;
 }
 
 // One error listing every key that differs (`differ`, with the `settings` that fix them) and
@@ -171,7 +199,7 @@ void check_hf_config(const std::string& directory, const ModelConfig& model) {
                  "decoder_block={} cannot start from the Hugging Face Llama model in '{}' "
                  "(set decoder_block=llama)",
                  model.decoder_block, directory);
-  const std::vector<std::string> unsupported = unsupported_features(c);
+  std::vector<std::string> unsupported = unsupported_features(c);
 
   // Keys that must equal the run's: (HF key, HF value, carousel key, carousel value).
   std::vector<std::string> differ, settings;
@@ -204,6 +232,29 @@ void check_hf_config(const std::string& directory, const ModelConfig& model) {
   const bool tied = c.boolean("tie_word_embeddings", false);
   compare("tie_word_embeddings", tied ? "true" : "false", "logits_via_embedding",
           model.logits_via_embedding ? "true" : "false", tied == model.logits_via_embedding);
+  // The architecture's own fields (experts) and what it implies.
+  if (const HfArchitecture* row = architecture_of(c)) {
+    const auto fixed = [&](const std::string& key, const nlohmann::json& value,
+                           const nlohmann::json& ours) {
+      if (same_hf_value(value, ours)) return;
+      differ.push_back(fmt::format("model_type={} has {}={} but {}={}: set {}={}", row->model_type,
+                                   key, setting_text(value), key, setting_text(ours), key,
+                                   setting_text(value)));
+      settings.push_back(fmt::format("{}={}", key, setting_text(value)));
+    };
+    if (row->fields.empty()) fixed("num_experts", 1, model.num_experts);  // a dense model
+    for (const HfField& f : row->fields) {
+      const nlohmann::json hf = field_value(c, f);
+      if (hf.is_null()) {
+        unsupported.push_back(
+            fmt::format("{} is missing (a {} config.json has it)", f.hf_key, row->model_type));
+        continue;
+      }
+      compare(f.hf_key.c_str(), setting_text(hf), f.key.c_str(), setting_text(f.get(model)),
+              same_hf_value(hf, f.get(model)));
+    }
+    for (const HfField& f : row->implied) fixed(f.key, f.absent, f.get(model));
+  }
   fail_on_mismatch(directory, differ, settings, unsupported);
   const std::int64_t max_positions = c.integer("max_position_embeddings", 2048);
   if (model.max_target_length > max_positions) {
@@ -230,6 +281,19 @@ ModelConfig model_from_hf_config(const std::string& path) {
   m.norm_eps = c.number(c.j, "rms_norm_eps", 1e-6);
   m.rope_max_timescale = rope_theta(c);
   m.logits_via_embedding = c.boolean("tie_word_embeddings", false);
+  if (const HfArchitecture* row = architecture_of(c)) {
+    for (const HfField& f : row->fields) {
+      const nlohmann::json v = field_value(c, f);
+      CAROUSEL_CHECK(!v.is_null(), "{}: field '{}' is missing (a {} config.json has it)", c.where,
+                     f.hf_key, row->model_type);
+      try {
+        f.set(m, v);
+      } catch (const nlohmann::json::exception&) {
+        fail("{}: field '{}' = {} is not a value of {}", c.where, f.hf_key, v.dump(), f.key);
+      }
+    }
+    for (const HfField& f : row->implied) f.set(m, f.absent);
+  }
   m.validate();
   // The model is this file's, so only what carousel does not implement can differ.
   fail_on_mismatch(file.parent_path().string(), {}, {}, unsupported_features(c));
@@ -244,6 +308,8 @@ TensorFiles open_hf_tensors(const std::string& directory, const ModelConfig& mod
                  "pytorch_model.bin are not read: save them with safe_serialization=True)",
                  directory, kSingleFile, kIndexFile);
   check_hf_config(directory, model);  // before reading gigabytes of weights
+  // The architecture's names for carousel's tensors (checked above: it is one carousel reads).
+  const HfArchitecture& row = *architecture_of(read_hf_config(dir / "config.json"));
   // Which file holds each tensor: one file, or the index's weight_map (as transformers does,
   // model.safetensors wins when both exist).
   std::map<std::string, std::string> file_of;  // tensor name -> file name in `dir`
@@ -269,15 +335,15 @@ TensorFiles open_hf_tensors(const std::string& directory, const ModelConfig& mod
   std::set<std::string> files;  // those holding a tensor the model needs
   std::vector<std::string> missing, extra;
   for (const auto& spec : specs) {
-    const auto it = file_of.find(spec.name);
+    const auto it = file_of.find(row.file_name(spec.name));
     if (it == file_of.end()) {
-      missing.push_back(spec.name);
+      missing.push_back(row.file_name(spec.name));
       continue;
     }
     CAROUSEL_CHECK(fs::exists(dir / it->second),
                    "'{}': weight_map puts tensor '{}' in '{}', which does not exist in '{}' (a "
                    "shard missing from the download?)",
-                   (dir / kIndexFile).string(), spec.name, it->second, directory);
+                   (dir / kIndexFile).string(), it->first, it->second, directory);
     files.insert(it->second);
   }
   CAROUSEL_CHECK(missing.empty(),
@@ -285,11 +351,13 @@ TensorFiles open_hf_tensors(const std::string& directory, const ModelConfig& mod
                  "another model, or a partial save?)",
                  directory, missing.size(), name_list(missing));
   TensorFiles tensors(dir, {files.begin(), files.end()}, /*widen=*/true);
+  tensors.use_file_names(row.file_name);
   for (const auto& spec : specs) {
     const SafetensorsEntry* e = tensors.find(spec.name);
-    CAROUSEL_CHECK(e && tensors.path_of(spec.name) == (dir / file_of[spec.name]).string(),
+    const std::string& file = file_of[row.file_name(spec.name)];
+    CAROUSEL_CHECK(e && tensors.path_of(spec.name) == (dir / file).string(),
                    "'{}': weight_map puts tensor '{}' in '{}', but that file does not hold it",
-                   (dir / kIndexFile).string(), spec.name, file_of[spec.name]);
+                   (dir / kIndexFile).string(), row.file_name(spec.name), file);
     CAROUSEL_CHECK(e->shape == spec.shape,
                    "'{}': tensor '{}' has shape {} but the model needs {} (config.json and the "
                    "weights disagree?)",
@@ -298,7 +366,7 @@ TensorFiles open_hf_tensors(const std::string& directory, const ModelConfig& mod
   }
   for (const auto& [name, file] : file_of) {
     if (std::none_of(specs.begin(), specs.end(),
-                     [&](const ParamSpec& p) { return p.name == name; }))
+                     [&](const ParamSpec& p) { return row.file_name(p.name) == name; }))
       extra.push_back(name);
   }
   if (!extra.empty()) {
