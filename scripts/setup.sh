@@ -50,6 +50,7 @@ PY_PACKAGES=(
   tokenizers==0.23.3    # scripts/prepare_data.py: train / apply a Hugging Face tokenizer.json
   pyarrow==26.0.1       # scripts/prepare_data.py: Parquet input (read by record batches)
   tensorboard==2.21.0   # read back the trainer's TensorBoard event files (tests); the viewer
+  autograd==1.9.1       # tests/end_to_end/moe_oracle.py: the independent MoE model's gradients
 )
 # Installed without their dependencies: carousel uses only the headers they ship.
 PY_HEADER_PACKAGES=(
