@@ -157,7 +157,8 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   Tensor routed;                      // [N,E] the routed experts' output (MoE layers)
   if (w.is_moe()) {
     routed = be.empty({N, E}, dt);
-    moe_mlp_forward(be, cfg.router(), w.moe, s.hn, routed, s.moe, T, w.router_bias);
+    moe_mlp_forward(be, cfg.router(), w.moe, s.hn, routed, s.moe, T, w.router_bias,
+                    parallel.expert);
     if (router) router->add(cfg, w.layer, s.moe.routing, T);
   }
   if (w.has_dense_mlp()) {
@@ -192,7 +193,8 @@ void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   const Tensor dy_all = tensor.gather_rows(be, dy.reshape({n, E}));  // [N,E]
   Tensor dhn = be.empty({N, E}, dt);  // partial over the tensor ranks' columns
   if (w.is_moe()) {  // the balancing loss enters the objective as T x L per sequence
-    moe_mlp_backward(be, cfg.router(), w.moe, g.moe, s.moe, dy_all, loss_scale * double(T), dhn);
+    moe_mlp_backward(be, cfg.router(), w.moe, g.moe, s.moe, dy_all, loss_scale * double(T), dhn,
+                     parallel.expert);
   }
   if (w.has_dense_mlp()) {
     const std::int64_t Fl = w.w_gate.dim(0);

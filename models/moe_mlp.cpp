@@ -36,13 +36,13 @@ Tensor expert_of(const Tensor& t, std::int64_t e) {
 
 void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& w, const Tensor& x,
                      const Tensor& y, MoeSaved& s, std::int64_t group_tokens,
-                     const std::vector<double>& bias) {
+                     const std::vector<double>& bias, const ExpertGroup& experts) {
   const std::int64_t N = x.rows(), E = x.cols(), X = router.experts, k = router.top_k;
-  const std::int64_t M = N * k, Fm = w.gate.dim(1);
+  const std::int64_t M = N * k, Fm = w.gate.dim(1), local = X / experts.size();
   const DType dt = x.dtype();
-  CAROUSEL_ASSERT(w.router.dim(0) == X && w.gate.dim(0) == X && w.down.dim(0) == X,
-                  "MoE weights for {} experts, router [{}, .], gate [{}, ., .]", X, w.router.dim(0),
-                  w.gate.dim(0));
+  CAROUSEL_ASSERT(w.router.dim(0) == X && w.gate.dim(0) == local && w.down.dim(0) == local,
+                  "MoE weights for {} of {} experts, router [{}, .], gate [{}, ., .]", local, X,
+                  w.router.dim(0), w.gate.dim(0));
   Tensor logits = be.empty({N, X}, dt);
   be.gemm(false, true, 1.0, x, w.router, 0.0, logits);  // [N,E] x [X,E]^T
   s.routing = route(router, to_double(be, logits), bias, group_tokens);
@@ -65,21 +65,27 @@ void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& 
   s.x = x;
   s.x_perm = be.empty({M, E}, dt);
   be.embedding_forward(x, s.token_of_row, s.x_perm);
-  s.gate = be.empty({M, Fm}, dt);
-  s.up = be.empty({M, Fm}, dt);
-  s.act = be.empty({M, Fm}, dt);
-  s.out_perm = be.empty({M, E}, dt);
-  for (std::int64_t e = 0; e < X; ++e) {
-    const std::int64_t first = s.first[std::size_t(e)], count = s.first[std::size_t(e + 1)] - first;
+  // This rank's experts on their rows (every rank's, with expert parallelism).
+  s.dispatch = plan_dispatch(be, experts, s.first);
+  s.x_local = to_experts(be, experts, s.dispatch, s.x_perm);
+  const std::int64_t R = s.x_local.rows();
+  s.gate = be.empty({R, Fm}, dt);
+  s.up = be.empty({R, Fm}, dt);
+  s.act = be.empty({R, Fm}, dt);
+  Tensor out_local = be.empty({R, E}, dt);
+  for (std::int64_t e = 0; e < local; ++e) {
+    const std::int64_t first = s.dispatch.first[std::size_t(e)],
+                       count = s.dispatch.first[std::size_t(e + 1)] - first;
     if (count == 0) continue;
-    const Tensor xe = rows_of(s.x_perm, first, count), ge = rows_of(s.gate, first, count),
+    const Tensor xe = rows_of(s.x_local, first, count), ge = rows_of(s.gate, first, count),
                  ue = rows_of(s.up, first, count), ae = rows_of(s.act, first, count);
     be.gemm(false, true, 1.0, xe, expert_of(w.gate, e), 0.0, ge);  // [c,E] x [Fm,E]^T
     be.gemm(false, true, 1.0, xe, expert_of(w.up, e), 0.0, ue);
     be.swiglu_forward(ge, ue, ae);
     be.gemm(false, true, 1.0, ae, expert_of(w.down, e), 0.0,
-            rows_of(s.out_perm, first, count));  // [c,Fm] x [E,Fm]^T
+            rows_of(out_local, first, count));  // [c,Fm] x [E,Fm]^T
   }
+  s.out_perm = from_experts(be, experts, s.dispatch, out_local);
   Tensor weighted = be.empty({M, E}, dt);
   be.scale_rows(s.out_perm, s.weight_of_row, weighted);
   be.fill(y, 0.0);
@@ -88,9 +94,9 @@ void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& 
 
 void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights& w,
                       const MoeWeights& grads, const MoeSaved& s, const Tensor& dy, double daux,
-                      const Tensor& dx) {
-  const std::int64_t N = dy.rows(), E = dy.cols(), X = router.experts;
-  const std::int64_t M = s.x_perm.rows(), Fm = s.gate.cols();
+                      const Tensor& dx, const ExpertGroup& experts) {
+  const std::int64_t N = dy.rows(), E = dy.cols(), X = router.experts, local = X / experts.size();
+  const std::int64_t M = s.x_perm.rows(), R = s.x_local.rows(), Fm = s.gate.cols();
   const DType dt = dy.dtype();
   // Combine: y[t] += w_row out_perm[row] for the rows of token t.
   Tensor dy_perm = be.empty({M, E}, dt);
@@ -103,21 +109,26 @@ void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights&
     dweight[std::size_t(s.slot[std::size_t(row)])] = dots_host[std::size_t(row)];
   Tensor dout_perm = be.empty({M, E}, dt);
   be.scale_rows(dy_perm, s.weight_of_row, dout_perm);
-  // Each expert's SwiGLU.
-  Tensor dact = be.empty({M, Fm}, dt), dgate = be.empty({M, Fm}, dt), dup = be.empty({M, Fm}, dt);
-  Tensor dx_perm = be.empty({M, E}, dt);
-  for (std::int64_t e = 0; e < X; ++e) {
-    const std::int64_t first = s.first[std::size_t(e)], count = s.first[std::size_t(e + 1)] - first;
+  // Each of this rank's experts' SwiGLU, on the rows sent to it.
+  const Tensor dout_local = to_experts(be, experts, s.dispatch, dout_perm);
+  Tensor dact = be.empty({R, Fm}, dt), dgate = be.empty({R, Fm}, dt), dup = be.empty({R, Fm}, dt);
+  Tensor dx_local = be.empty({R, E}, dt);
+  for (std::int64_t e = 0; e < local; ++e) {
+    const std::int64_t first = s.dispatch.first[std::size_t(e)],
+                       count = s.dispatch.first[std::size_t(e + 1)] - first;
     if (count == 0) continue;
     const auto r = [&](const Tensor& t) { return rows_of(t, first, count); };
-    be.gemm(false, false, 1.0, r(dout_perm), expert_of(w.down, e), 0.0, r(dact));  // [c,E] x [E,Fm]
-    be.gemm(true, false, 1.0, r(dout_perm), r(s.act), 1.0, expert_of(grads.down, e));
+    be.gemm(false, false, 1.0, r(dout_local), expert_of(w.down, e), 0.0,
+            r(dact));  // [c,E] x [E,Fm]
+    be.gemm(true, false, 1.0, r(dout_local), r(s.act), 1.0, expert_of(grads.down, e));
     be.swiglu_backward(r(dact), r(s.gate), r(s.up), r(dgate), r(dup));
-    be.gemm(false, false, 1.0, r(dgate), expert_of(w.gate, e), 0.0, r(dx_perm));  // [c,Fm] x [Fm,E]
-    be.gemm(false, false, 1.0, r(dup), expert_of(w.up, e), 1.0, r(dx_perm));
-    be.gemm(true, false, 1.0, r(dgate), r(s.x_perm), 1.0, expert_of(grads.gate, e));
-    be.gemm(true, false, 1.0, r(dup), r(s.x_perm), 1.0, expert_of(grads.up, e));
+    be.gemm(false, false, 1.0, r(dgate), expert_of(w.gate, e), 0.0,
+            r(dx_local));  // [c,Fm] x [Fm,E]
+    be.gemm(false, false, 1.0, r(dup), expert_of(w.up, e), 1.0, r(dx_local));
+    be.gemm(true, false, 1.0, r(dgate), r(s.x_local), 1.0, expert_of(grads.gate, e));
+    be.gemm(true, false, 1.0, r(dup), r(s.x_local), 1.0, expert_of(grads.up, e));
   }
+  const Tensor dx_perm = from_experts(be, experts, s.dispatch, dx_local);
   // Dispatch: x_perm[row] = x[token of row].
   be.fill(dx, 0.0);
   be.embedding_backward(dx_perm, s.token_of_row, dx);

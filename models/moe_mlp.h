@@ -12,6 +12,10 @@
 // The backward runs the same maps the other way; the combine weights' gradient (row_dots) and
 // the balancing loss go through the router's backward into the router weights and x.
 // Shapes: x, y [N,E]; router [X,E]; gate, up [X,Fm,E]; down [X,E,Fm]; M = N * k rows.
+// With expert parallelism over E ranks (models/parallel/expert_parallel.h) the rank holds experts
+// [r X/E, (r + 1) X/E) (gate, up [X/E,Fm,E], down [X/E,E,Fm]): its rows go to their experts'
+// ranks after the gather and come back before the combine; the GEMMs run on the R rows every
+// rank sent to this rank's experts.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +23,7 @@
 
 #include "compute/backend.h"
 #include "models/moe_router.h"
+#include "models/parallel/expert_parallel.h"
 
 namespace carousel {
 
@@ -30,13 +35,15 @@ struct MoeWeights {
 
 // What the forward keeps for the backward.
 struct MoeSaved {
-  Routing routing;                         // the router's choice, weights, scores, load and loss
-  std::vector<std::int64_t> first;         // [X+1] expert e's rows are [first[e], first[e+1])
-  std::vector<std::int64_t> slot;          // [M] row -> slot m = t * k + j
-  Tensor token_of_row;                     // [M] int32
-  Tensor weight_of_row;                    // [M] (stats dtype) the combine weight of each row
-  Tensor x;                                // [N,E] the input (the router's weight gradient)
-  Tensor x_perm, gate, up, act, out_perm;  // [M,E], [M,Fm] x 3, [M,E]
+  Routing routing;                  // the router's choice, weights, scores, load and loss
+  std::vector<std::int64_t> first;  // [X+1] expert e's rows are [first[e], first[e+1])
+  std::vector<std::int64_t> slot;   // [M] row -> slot m = t * k + j
+  Tensor token_of_row;              // [M] int32
+  Tensor weight_of_row;             // [M] (stats dtype) the combine weight of each row
+  Tensor x;                         // [N,E] the input (the router's weight gradient)
+  Tensor x_perm, out_perm;          // [M,E] this rank's rows, by expert
+  ExpertDispatch dispatch;          // where the rows go (expert parallelism)
+  Tensor x_local, gate, up, act;    // [R,E], [R,Fm] x 3: the rows of this rank's experts
 };
 
 // y = the MoE MLP of x (y overwritten, distinct from x). The balancing loss is in
@@ -45,13 +52,13 @@ struct MoeSaved {
 // ([X] or empty) is the auxiliary-loss-free balancing's bias (moe_router.h).
 void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& w, const Tensor& x,
                      const Tensor& y, MoeSaved& saved, std::int64_t group_tokens = 0,
-                     const std::vector<double>& bias = {});
+                     const std::vector<double>& bias = {}, const ExpertGroup& experts = {});
 
 // dx = d/dx of (sum dy * y + daux * balancing loss) (overwritten); the weight gradients
 // accumulate into `grads`. daux: the balancing loss's weight in the objective (1 when it is
 // added to the loss as it is).
 void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights& w,
                       const MoeWeights& grads, const MoeSaved& saved, const Tensor& dy, double daux,
-                      const Tensor& dx);
+                      const Tensor& dx, const ExpertGroup& experts = {});
 
 }  // namespace carousel

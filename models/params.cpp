@@ -71,7 +71,8 @@ ParamSpec slice(ParamSpec whole, int dim, std::int64_t begin, std::int64_t lengt
 
 // A mixture-of-experts MLP's parameters (params.h): router, shared experts, routed experts by
 // kind (each kind's X matrices consecutive).
-void add_moe_mlp(const ModelConfig& cfg, int layer, std::vector<ParamSpec>& t) {
+void add_moe_mlp(const ModelConfig& cfg, int layer, ExpertSplit experts,
+                 std::vector<ParamSpec>& t) {
   const std::string p = fmt::format("model.layers.{}.mlp.", layer);
   const std::int64_t E = cfg.emb_dim, X = cfg.num_experts, Fe = cfg.expert_mlp_dim();
   t.push_back({p + "gate.weight", {X, E}, ParamRole::Router, layer});
@@ -86,14 +87,15 @@ void add_moe_mlp(const ModelConfig& cfg, int layer, std::vector<ParamSpec>& t) {
                                                      {"down_proj", ParamRole::ExpertDown}};
   for (const auto& [name, role] : kinds) {
     const Shape shape = role == ParamRole::ExpertDown ? Shape{E, Fe} : Shape{Fe, E};
-    for (std::int64_t j = 0; j < X; ++j)
+    const std::int64_t mine = X / experts.size;  // this expert rank's
+    for (std::int64_t j = experts.rank * mine; j < (experts.rank + 1) * mine; ++j)
       t.push_back({fmt::format("{}experts.{}.{}.weight", p, j, name), shape, role, layer});
   }
 }
 
 }  // namespace
 
-std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split) {
+std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split, ExpertSplit experts) {
   const std::int64_t E = cfg.emb_dim;
   std::vector<ParamSpec> t;
   if (!cfg.is_llama()) {
@@ -132,7 +134,7 @@ std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split) {
                       r * Hl * hd, Hl * hd));
     t.push_back(gain("post_attention_layernorm.weight", ParamRole::MlpNorm));
     if (cfg.is_moe_layer(i)) {
-      add_moe_mlp(cfg, i, t);
+      add_moe_mlp(cfg, i, experts, t);
       continue;
     }
     t.push_back(slice({p + "mlp.gate_proj.weight", {Fm, E}, ParamRole::WGate, i}, 0, r * Fl, Fl));

@@ -83,6 +83,11 @@ struct ParamSpec {
 struct TensorSplit {
   int rank = 0, size = 1;
 };
+// One rank's place in its expert group (size 1: no expert parallelism): it holds routed experts
+// [rank X / size, (rank + 1) X / size) of each MoE layer, under their global names.
+struct ExpertSplit {
+  int rank = 0, size = 1;
+};
 
 // Throws carousel::Error naming the keys when `size` cannot split cfg's heads, KV heads, MLP
 // columns (or the block is not llama); the valid sizes are named.
@@ -92,7 +97,8 @@ void check_tensor_split(const ModelConfig& cfg, int size);
 int kv_replicas(const ModelConfig& cfg, int size);
 // The KV heads one of `size` tensor ranks holds: num_kv_heads / size, or the one it shares.
 std::int64_t kv_heads_per_rank(const ModelConfig& cfg, int size);
-std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split = {});
+std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split = {},
+                                   ExpertSplit experts = {});
 
 // One tensor per entry of a parameter table (weights, gradients, or an optimizer moment), all
 // in one flat buffer so whole-model operations (zero, norm, AdamW) are single calls.

@@ -124,8 +124,6 @@ bool is_unsupported_maxtext_key(const std::string& name) {
       "enable_dropout",
       "dropout_rate",
       "z_loss_multiplier",
-      "num_experts",
-      "num_experts_per_tok",
       "sparse_matmul",
       "megablox",
       "sliding_window_size",

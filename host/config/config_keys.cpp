@@ -290,6 +290,10 @@ const std::vector<ConfigKey>& config_keys() {
       key("ici_context_parallelism", &Config::ici_context_parallelism, ResumeClass::Layout,
           "C: context parallelism: each sequence split into 2C chunks over C ranks (rank i holds "
           "chunks i and 2C-1-i), keys and values all-gathered for attention (llama only)"),
+      key("ici_expert_parallelism", &Config::ici_expert_parallelism, ResumeClass::Layout,
+          "E: expert parallelism: each MoE layer's routed experts split over E ranks, tokens "
+          "sent to their experts' ranks and back (all-to-all); the E ranks also split the "
+          "batch like data replicas"),
       key("dcn_data_parallelism", &Config::dcn_data_parallelism, ResumeClass::Layout,
           "MaxText's factor of D across nodes: D = ici x dcn (folded into ici_data_parallelism)"),
       key("dcn_pipeline_parallelism", &Config::dcn_pipeline_parallelism, ResumeClass::Layout,

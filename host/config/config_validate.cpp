@@ -164,6 +164,21 @@ void Config::validate() const {
   check_range("ici_tensor_parallelism", ici_tensor_parallelism, 1, kMaxMeshAxis);
   check_tensor_split(model, int(ici_tensor_parallelism));
   check_range("ici_context_parallelism", ici_context_parallelism, 1, kMaxMeshAxis);
+  check_range("ici_expert_parallelism", ici_expert_parallelism, 1, kMaxMeshAxis);
+  if (ici_expert_parallelism > 1) {
+    CAROUSEL_CHECK(model.is_moe(),
+                   "ici_expert_parallelism={} splits routed experts, and this model has none "
+                   "(num_experts={}); set num_experts > 1 or ici_expert_parallelism=1",
+                   ici_expert_parallelism, model.num_experts);
+    CAROUSEL_CHECK(model.num_experts % ici_expert_parallelism == 0,
+                   "ici_expert_parallelism={} does not divide num_experts={}: each expert rank "
+                   "holds num_experts / E whole experts",
+                   ici_expert_parallelism, model.num_experts);
+    CAROUSEL_CHECK(!shard_optimizer_over_data,
+                   "shard_optimizer_over_data=true with ici_expert_parallelism={}: ZeRO-1 over "
+                   "expert ranks, which hold different experts, is not built yet; use one of them",
+                   ici_expert_parallelism);
+  }
   CAROUSEL_CHECK(ici_context_parallelism == 1 || model.is_llama(),
                  "ici_context_parallelism={} needs decoder_block=llama: context parallelism splits "
                  "the sequence that attention runs over, which decoder_block={} does not have",
@@ -194,11 +209,12 @@ void Config::validate() const {
                  per_device_batch_size, kMaxPerDeviceBatch);
   check_schedule_costs(*this);
   CAROUSEL_CHECK(num_devices() <= kMaxDevices,
-                 "ici_data_parallelism x ici_pipeline_parallelism x ici_fsdp_parallelism x "
-                 "ici_tensor_parallelism x ici_context_parallelism = {} x {} x {} x {} x {} = {} "
-                 "devices; at most {} are supported",
-                 ici_data_parallelism, ici_pipeline_parallelism, ici_fsdp_parallelism,
-                 ici_tensor_parallelism, ici_context_parallelism, num_devices(), kMaxDevices);
+                 "ici_data_parallelism x ici_expert_parallelism x ici_pipeline_parallelism x "
+                 "ici_fsdp_parallelism x ici_tensor_parallelism x ici_context_parallelism = {} x "
+                 "{} x {} x {} x {} x {} = {} devices; at most {} are supported",
+                 ici_data_parallelism, ici_expert_parallelism, ici_pipeline_parallelism,
+                 ici_fsdp_parallelism, ici_tensor_parallelism, ici_context_parallelism,
+                 num_devices(), kMaxDevices);
   // Rules between keys.
   const double batch = per_device_batch_size * double(num_devices());
   CAROUSEL_CHECK(batch >= 1 - 1e-9 && std::abs(batch - double(global_batch())) < 1e-9,
@@ -424,13 +440,14 @@ std::int64_t Config::check_microbatch_split() const {
                  "num_pipeline_microbatches={} must divide the global batch {}", microbatches(),
                  global_batch());
   const std::int64_t sequences = global_batch() / microbatches();
-  CAROUSEL_CHECK(sequences % (ici_fsdp_parallelism * ici_data_parallelism) == 0,
+  CAROUSEL_CHECK(sequences % (ici_fsdp_parallelism * data_ranks()) == 0,
                  "each microbatch has {} sequences (global batch {} / {} microbatches), which "
-                 "ici_fsdp_parallelism x ici_data_parallelism = {} x {} ranks cannot split "
-                 "evenly; choose a batch or microbatch count that makes it a multiple of {}",
+                 "ici_fsdp_parallelism x ici_data_parallelism x ici_expert_parallelism = {} x {} "
+                 "x {} ranks cannot split evenly; choose a batch or microbatch count that makes "
+                 "it a multiple of {}",
                  sequences, global_batch(), microbatches(), ici_fsdp_parallelism,
-                 ici_data_parallelism, ici_fsdp_parallelism * ici_data_parallelism);
-  const std::int64_t per_rank = sequences / (ici_fsdp_parallelism * ici_data_parallelism);
+                 ici_data_parallelism, ici_expert_parallelism, ici_fsdp_parallelism * data_ranks());
+  const std::int64_t per_rank = sequences / (ici_fsdp_parallelism * data_ranks());
   // Sequence parallelism: the T ranks of a tensor group each hold 1/T of the microbatch tokens
   // of their context rank.
   const std::int64_t tokens = per_rank * model.max_target_length / ici_context_parallelism;

@@ -24,9 +24,12 @@
 namespace carousel {
 
 MeshShape MeshShape::of(const Config& cfg) {
-  return {int(cfg.ici_data_parallelism), int(cfg.ici_pipeline_parallelism),
-          int(cfg.ici_fsdp_parallelism), int(cfg.ici_tensor_parallelism),
-          int(cfg.ici_context_parallelism)};
+  return {int(cfg.data_ranks()),
+          int(cfg.ici_pipeline_parallelism),
+          int(cfg.ici_fsdp_parallelism),
+          int(cfg.ici_tensor_parallelism),
+          int(cfg.ici_context_parallelism),
+          int(cfg.ici_expert_parallelism)};
 }
 
 RankPlace RankPlace::of(int rank, const MeshShape& mesh) {
@@ -57,6 +60,12 @@ RankCommunicators split_communicators(Communicator& world, const RankPlace& plac
   comms.data = world.split((stage * fsdp_size + fsdp) * tensor_size + tensor, place.replica_rank());
   comms.tensor = world.split(position * context_size + context, tensor);
   comms.context = world.split(position * tensor_size + tensor, context);
+  const int experts = place.mesh.expert, expert = place.expert_rank();
+  comms.expert =
+      world.split(per_inner(((data / experts) * stages + stage) * fsdp_size + fsdp), expert);
+  comms.expert_data =
+      world.split((expert * stages + stage) * fsdp_size * tensor_size + fsdp * tensor_size + tensor,
+                  place.expert_replica_rank());
   const int kv = kv_replicas(model, tensor_size);  // ranks sharing one KV head
   comms.kv_share = comms.tensor->split(kv > 1 ? tensor / kv : -1, tensor);
   const int first = layout.rank_of(0), last = layout.rank_of(layout.stages() - 1);

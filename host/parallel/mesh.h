@@ -10,6 +10,10 @@
 // the D data replicas x C context ranks, which hold the same weights and sum their gradients —
 // the tensor and context groups that compute its layers together and, with tied embeddings on
 // two stages, the pair of first and last stage. Tensor and context ranks run the same program.
+// Expert parallelism (docs/moe.md): the data axis holds D x E ranks, each E consecutive ones an
+// expert group that splits the batch like replicas and the routed experts between them (they
+// exchange tokens in every MoE layer); the replicas of one expert rank's experts are the D x C
+// ranks of the same expert index.
 //
 // Ranks are threads of this process (in-process communicator), or this process is one rank of
 // an mpirun job (MPI communicator).
@@ -29,7 +33,8 @@
 namespace carousel {
 
 struct MeshShape {
-  int data = 1, stages = 1, fsdp = 1, tensor = 1, context = 1;  // D, S, F, T, C
+  int data = 1, stages = 1, fsdp = 1, tensor = 1, context = 1;  // D (x E), S, F, T, C
+  int expert = 1;  // E: each E consecutive data ranks split the routed experts
   int ranks() const { return data * stages * fsdp * context * tensor; }
   int replicas() const { return data * context; }  // ranks holding the same weights
   static MeshShape of(const Config& cfg);
@@ -54,6 +59,10 @@ struct RankPlace {
   int replica_rank() const { return data_rank * mesh.context + context_rank; }
   // Among the replicas, the one whose ranks write checkpoints (each tensor once).
   bool writes_shards() const { return replica_rank() == 0; }
+  // Expert parallelism: this rank's index in its expert group (which experts it holds), and
+  // among the D x C ranks holding those experts (gradients summed, the checkpoint's writer).
+  int expert_rank() const { return data_rank % mesh.expert; }
+  int expert_replica_rank() const { return data_rank / mesh.expert * mesh.context + context_rank; }
 };
 
 // A rank's communicators, split from the world of all ranks. Communicators of size one are
@@ -70,6 +79,10 @@ struct RankCommunicators {
   std::unique_ptr<Communicator> tensor;
   std::unique_ptr<Communicator> kv_share;
   std::unique_ptr<Communicator> context;  // the C ranks splitting this rank's sequences
+  // Expert parallelism: the E ranks exchanging tokens with this one, and the D x C ranks holding
+  // the same experts (of size one without expert parallelism).
+  std::unique_ptr<Communicator> expert;
+  std::unique_ptr<Communicator> expert_data;
   // With logits_via_embedding, the first and the last stage's ranks (same data and FSDP
   // index), which both hold the embedding; nullptr when one rank holds both, or untied.
   std::unique_ptr<Communicator> tie;

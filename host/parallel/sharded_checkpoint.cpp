@@ -89,6 +89,8 @@ CheckpointPart ShardedParams::checkpoint_part(bool moments) {
   const auto dealt_here = [&](std::size_t i) {
     return int(i % std::size_t(fsdp)) == place_.fsdp_rank;
   };
+  // With expert parallelism a routed expert's writer is the first replica of its expert rank.
+  const bool writes_experts = place_.mesh.expert > 1 && place_.expert_replica_rank() == 0;
   const auto keep = [&](const ParamSpec& spec, const Kind& kind, std::vector<float>&& values) {
     (kind.moment() ? part.moments : part.params)
         .push_back({spec.name + kind.suffix, spec.whole(), std::move(values)});
@@ -99,13 +101,16 @@ CheckpointPart ShardedParams::checkpoint_part(bool moments) {
       const Tensor& mine = s.*kind.member;  // [shard], or a ZeRO-1 piece [piece] of a moment
       const Tensor shard =
           zero1_ && kind.moment() ? gather_pieces(stage_pieces(s), mine) : mine;  // all replicas
-      if (!place_.writes_shards()) continue;
+      if (!place_.writes_shards() && !writes_experts) continue;
+      const auto written_here = [&](std::size_t i) {
+        return dealt_here(i) && first_replica(s.specs[i]);
+      };
       Tensor gathered = be_.empty({s.padded});
       comms_.fsdp->all_gather(shard, gathered).wait();
-      auto whole = whole_tensors(s.specs, s.padded, gathered, dealt_here);
+      auto whole = whole_tensors(s.specs, s.padded, gathered, written_here);
       if (place_.tensor_rank != 0) continue;
       for (std::size_t i = 0; i < s.specs.size(); ++i) {
-        if (dealt_here(i)) keep(s.specs[i], kind, std::move(whole[i]));
+        if (written_here(i)) keep(s.specs[i], kind, std::move(whole[i]));
       }
     }
   }

@@ -50,7 +50,7 @@ void ShardedParams::reduce_gradients() {
       if (zero1_) {
         reduce_into_owned(stage_pieces(s), s.grads);  // only the owned piece's sum
       } else {
-        comms_.data->all_reduce(s.grads, s.grads, ReduceOp::Sum).wait();
+        reduce_over_replicas(s);
       }
     }
   }
@@ -66,6 +66,27 @@ void ShardedParams::reduce_gradients() {
                       place_.mesh.replicas() > 1 ? comms_.data.get() : nullptr);
   }
   reduce_tensor_replicas();
+}
+
+void ShardedParams::reduce_over_replicas(const StageShard& s) {
+  if (place_.mesh.expert == 1) {
+    comms_.data->all_reduce(s.grads, s.grads, ReduceOp::Sum).wait();
+    return;
+  }
+  // Every rank of a group has the same layout (expert ranks hold as many experts), so the runs
+  // and their order are the same on all of them.
+  const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
+  const auto segments = segments_in(s.specs, shard_lo, shard_lo + s.shard);
+  for (std::size_t i = 0; i < segments.size();) {
+    Communicator& group = replica_group(*segments[i].spec);
+    std::size_t j = i + 1;
+    while (j < segments.size() && &replica_group(*segments[j].spec) == &group) ++j;
+    const std::int64_t begin = segments[i].begin - shard_lo;
+    const std::int64_t end = segments[j - 1].begin + segments[j - 1].length - shard_lo;
+    const Tensor run = s.grads.view(begin, {end - begin});
+    group.all_reduce(run, run, ReduceOp::Sum).wait();
+    i = j;
+  }
 }
 
 Communicator* ShardedParams::tensor_replica_group(const ParamSpec& spec) const {
@@ -130,7 +151,15 @@ bool ShardedParams::uncounted_gradient_nonfinite() {
     if (place_.replica_rank() != 0 || !counts_tensor_part(*seg.spec))
       bad |= !std::isfinite(be_.sum_squares(extras_grads_.flat.view(seg.begin, {seg.length})));
   }
-  if (!(zero1_ || place_.writes_shards())) {
+  if (place_.mesh.expert > 1) {  // the tensors another replica of them counts
+    for (const auto& [stage, s] : stages_) {
+      const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
+      for (const Segment& seg : segments_in(s.specs, shard_lo, shard_lo + s.shard)) {
+        if (!first_replica(*seg.spec))
+          bad |= !std::isfinite(be_.sum_squares(s.grads.view(seg.begin - shard_lo, {seg.length})));
+      }
+    }
+  } else if (!(zero1_ || place_.writes_shards())) {
     for (const auto& [stage, s] : stages_) {
       const Pieces p = stage_pieces(s);
       if (p.length() > 0)
@@ -161,7 +190,15 @@ double ShardedParams::owned_sum_of_squares() {
       }
     }
   }
-  if (zero1_ || place_.writes_shards()) {
+  if (place_.mesh.expert > 1) {  // each tensor on the first of the replicas holding it
+    for (const auto& [stage, s] : stages_) {
+      const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
+      for (const Segment& seg : segments_in(s.specs, shard_lo, shard_lo + s.shard)) {
+        if (first_replica(*seg.spec))
+          squares += be_.sum_squares(s.grads.view(seg.begin - shard_lo, {seg.length}));
+      }
+    }
+  } else if (zero1_ || place_.writes_shards()) {
     for (const auto& [stage, s] : stages_) {
       const Pieces p = stage_pieces(s);
       if (place_.mesh.tensor == 1) {

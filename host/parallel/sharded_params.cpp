@@ -25,7 +25,8 @@ ShardedParams::ShardedParams(const Config& cfg, const schedule::Layout& layout,
   const int fsdp = place.mesh.fsdp, data = place.mesh.replicas();
   std::vector<ParamSpec> extras;
   // This tensor rank's parts of every weight (whole tensors without tensor parallelism).
-  for (const auto& spec : param_table(cfg.model, tensor_split())) {
+  for (const auto& spec :
+       param_table(cfg.model, tensor_split(), {place.expert_rank(), place.mesh.expert})) {
     if (spec.layer >= 0) {
       const int stage = map.stage_of(spec.layer);
       if (layout_.rank_of(stage) == place_.stage_rank) stages_[stage].specs.push_back(spec);

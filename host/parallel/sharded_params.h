@@ -154,6 +154,19 @@ class ShardedParams {
  private:
   bool holds_extra(ParamRole role) const;
   TensorSplit tensor_split() const { return {place_.tensor_rank, place_.mesh.tensor}; }
+  // Expert parallelism: the group that holds the same `spec` as this rank — the replicas, or
+  // for a routed expert the replicas of this expert rank — and whether this rank is its first
+  // (the one that counts it in the norm and writes it).
+  Communicator& replica_group(const ParamSpec& spec) const {
+    return is_routed_expert(spec.role) ? *comms_.expert_data : *comms_.data;
+  }
+  bool first_replica(const ParamSpec& spec) const {
+    return (is_routed_expert(spec.role) ? place_.expert_replica_rank() : place_.replica_rank()) ==
+           0;
+  }
+  // Sums a stage's gradient shard over the replicas: one all-reduce, or with expert parallelism
+  // one per run of dense or of routed-expert tensors, each over its replica group.
+  void reduce_over_replicas(const StageShard& s);
   // The tensor ranks holding the same part of a layer parameter as this one, whose partial
   // gradients are summed (nullptr: this rank's part is its own); and whether this rank counts
   // that part in the norm (the first of them).

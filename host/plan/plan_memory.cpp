@@ -18,9 +18,10 @@ namespace carousel::plan {
 
 namespace sch = schedule;
 
-const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor) {
+const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor, int experts) {
   thread_local ModelConfig cached;
-  thread_local std::map<int, std::vector<ParamSpec>> tables;  // by tensor degree
+  // By (tensor degree, expert degree): every tensor and expert rank holds as many elements.
+  thread_local std::map<std::pair<int, int>, std::vector<ParamSpec>> tables;
   const auto shape = [](const ModelConfig& c) {
     return std::tie(c.decoder_block, c.vocab_size, c.emb_dim, c.num_layers, c.num_query_heads,
                     c.num_kv_heads, c.mlp_dim, c.logits_via_embedding, c.num_experts, c.moe_mlp_dim,
@@ -30,8 +31,10 @@ const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor) {
     tables.clear();
     cached = m;
   }
-  auto it = tables.find(tensor);
-  if (it == tables.end()) it = tables.emplace(tensor, param_table(m, {0, tensor})).first;
+  const std::pair<int, int> degrees{tensor, experts};
+  auto it = tables.find(degrees);
+  if (it == tables.end())
+    it = tables.emplace(degrees, param_table(m, {0, tensor}, {0, experts})).first;
   return it->second;
 }
 
@@ -195,7 +198,8 @@ ParamLayout param_layout(const Config& cfg, const sch::Layout& layout, int stage
   ParamLayout p;
   // Each decoder layer's parameters (dense and mixture-of-experts layers differ).
   std::vector<std::int64_t> layer_elements(std::size_t(cfg.model.num_layers), 0);
-  for (const auto& spec : table_of(cfg.model, int(cfg.ici_tensor_parallelism))) {
+  for (const auto& spec :
+       table_of(cfg.model, int(cfg.ici_tensor_parallelism), int(cfg.ici_expert_parallelism))) {
     if (spec.layer >= 0) {
       layer_elements[std::size_t(spec.layer)] += numel(spec.shape);
     } else if (spec.role == ParamRole::Embedding ? first || (last && cfg.model.logits_via_embedding)

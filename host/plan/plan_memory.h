@@ -83,7 +83,7 @@ struct ParamLayout {
   std::int64_t shards() const;  // sum over the stages
   std::int64_t pieces() const;
   std::int64_t padded() const;
-  std::int64_t max_padded() const;  // a weight slot holds the largest stage
+  std::int64_t max_padded() const;          // a weight slot holds the largest stage
   const StageElements& stage(int v) const;  // a stage of this rank (asserts it is)
 };
 ParamLayout param_layout(const Config& cfg, const schedule::Layout& layout, int stage_rank);
@@ -133,10 +133,10 @@ LinkBytes optimizer_link_bytes(const Config& cfg, const schedule::Layout& layout
 LinkBytes device_link_bytes(const Config& cfg, const schedule::Program& lowered, int stage_rank,
                             const MeshLinks& links, int fsdp_rank = 0, int replica_rank = 0);
 
-// param_table(m, {0, tensor}), kept for the last model and tensor degree asked about (the search
-// asks for the same model's table for every candidate): every tensor rank's parts have these
-// sizes.
-const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor = 1);
+// param_table(m, {0, tensor}, {0, experts}), kept for the last model and degrees asked about
+// (the search asks for the same model's table for every candidate): every tensor rank's parts
+// and every expert rank's experts have these sizes.
+const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor = 1, int experts = 1);
 
 // Bytes of one element in the compute dtype (bfloat16: 2, float32: 4).
 int compute_bytes(const Config& cfg);

@@ -3,8 +3,8 @@
 # exactly as 4 threads do: the same losses and gradient norms at every step, and byte-identical
 # model and optimizer checkpoints (every process writing its own part); without a run_name they share one new run directory. The
 # process run stops after 3 steps and resumes (checkpoint load with ranks in processes), the
-# threaded run goes straight through. Uneven stages and tensor parallelism are compared the same
-# way. Then a job of the wrong size must fail with the error that names both sizes.
+# threaded run goes straight through. Uneven stages, tensor, context and expert parallelism are
+# compared the same way. Then a job of the wrong size must fail with the error that names both sizes.
 set -euo pipefail
 carousel=$1 src=$2 work=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -105,6 +105,18 @@ for mesh in "ici_fsdp_parallelism=1 ici_tensor_parallelism=2" \
             "ici_fsdp_parallelism=1 ici_context_parallelism=2"; do
   read -ra keys <<<"$mesh"
   threads_equal_processes "$mesh" "t_${mesh//[ =]/_}" "model optimizer" "${keys[@]}"
+done
+
+# Expert parallelism (E = 2 with F = 2; E = 2 with S = 2): each MoE layer's rows travel to their
+# experts' process and back over MPI; the processes train exactly as the threads, the loss-free
+# bias and the checkpoint parts of the experts each process holds included.
+moe=(num_experts=4 num_experts_per_tok=2 base_moe_mlp_dim=32 shared_experts=1
+     first_num_dense_layers=1 load_balance_loss_weight=0.01 routed_bias=true
+     routed_bias_update_rate=0.01)
+for mesh in "ici_pipeline_parallelism=1 ici_expert_parallelism=2 num_pipeline_microbatches=2" \
+            "ici_fsdp_parallelism=1 ici_expert_parallelism=2 num_pipeline_microbatches=2"; do
+  read -ra keys <<<"$mesh"
+  threads_equal_processes "moe $mesh" "e_${mesh//[ =]/_}" "model optimizer" "${moe[@]}" "${keys[@]}"
 done
 
 # Profiled under mpirun: each process writes trace-rank<P>.json on its own clock origin;

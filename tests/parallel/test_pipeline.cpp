@@ -318,8 +318,8 @@ TEST(Pipeline, AMeshThatCannotSplitTheBatchIsAClearError) {
   EXPECT_NE(error_of({"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=3",
                       "num_pipeline_microbatches=4"})
                 .find("each microbatch has 2 sequences (global batch 8 / 4 microbatches), which "
-                      "ici_fsdp_parallelism x ici_data_parallelism = 3 x 1 ranks cannot split "
-                      "evenly"),
+                      "ici_fsdp_parallelism x ici_data_parallelism x ici_expert_parallelism = 3 "
+                      "x 1 x 1 ranks cannot split evenly"),
             std::string::npos);
 }
 

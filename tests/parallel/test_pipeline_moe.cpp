@@ -38,9 +38,10 @@ std::vector<std::string> moe(const std::string& routing, std::vector<std::string
 }
 
 const std::string S2 = "ici_pipeline_parallelism=2", S4 = "ici_pipeline_parallelism=4",
-                  M4 = "num_pipeline_microbatches=4", M8 = "num_pipeline_microbatches=8",
-                  F2 = "ici_fsdp_parallelism=2", D2 = "ici_data_parallelism=2",
-                  L2 = "num_layers_per_pipeline_stage=2", bsw = "pipeline_fsdp_ag_per_repeat=true";
+                  M2 = "num_pipeline_microbatches=2", M4 = "num_pipeline_microbatches=4",
+                  M8 = "num_pipeline_microbatches=8", F2 = "ici_fsdp_parallelism=2",
+                  D2 = "ici_data_parallelism=2", L2 = "num_layers_per_pipeline_stage=2",
+                  bsw = "pipeline_fsdp_ag_per_repeat=true";
 
 INSTANTIATE_TEST_SUITE_P(
     Moe, PipelineEquivalence,
@@ -87,12 +88,95 @@ INSTANTIATE_TEST_SUITE_P(
         PipelineCase{"moe_routed_bias_S2_F2_bsw", moe("bias", {S2, F2, L2, M4, bsw}), 1e-6},
         PipelineCase{"moe_routed_bias_dualpipev_D2_S2",
                      moe("bias", {D2, S2, L2, "pipeline_schedule=dualpipev", M4}), 1e-6},
+        // Expert parallelism: E ranks split the experts (and the batch), rows exchanged both
+        // ways in every MoE layer, forward and backward.
+        PipelineCase{"moe_expert_E2", moe("top2_shared", {"ici_expert_parallelism=2", M4}), 1e-6},
+        PipelineCase{"moe_expert_E4_top1", moe("top1", {"ici_expert_parallelism=4", M2}), 1e-6},
+        PipelineCase{"moe_expert_E2_S2_circular",
+                     moe("sigmoid", {"ici_expert_parallelism=2", S2, L2, M4}), 1e-6},
+        PipelineCase{"moe_expert_E2_S2_F2_bsw",
+                     moe("top2_shared", {"ici_expert_parallelism=2", S2, F2, L2, M2, bsw}), 1e-6},
+        PipelineCase{
+            "moe_expert_E2_S2_dualpipev",
+            moe("top1", {"ici_expert_parallelism=2", S2, L2, "pipeline_schedule=dualpipev", M4}),
+            1e-6},
+        PipelineCase{"moe_expert_E2_D2_S2",
+                     moe("sigmoid", {"ici_expert_parallelism=2", D2, S2, L2, M2}), 1e-6},
+        PipelineCase{"moe_expert_E2_gpipe_S2",
+                     moe("top1", {"ici_expert_parallelism=2", S2, "num_layers_per_pipeline_stage=4",
+                                  "pipeline_schedule=gpipe", M2}),
+                     1e-6},
+        PipelineCase{"moe_expert_E2_interleaved_1f1b",
+                     moe("top2_shared", {"ici_expert_parallelism=2", S2, L2,
+                                         "pipeline_schedule=interleaved_1f1b", M4}),
+                     1e-6},
+        PipelineCase{
+            "moe_expert_E2_zb_h1",
+            moe("sigmoid", {"ici_expert_parallelism=2", S2, "num_layers_per_pipeline_stage=4",
+                            "pipeline_schedule=zb_h1", M4}),
+            1e-6},
+        PipelineCase{"moe_expert_E2_interleaved_zb",
+                     moe("top1", {"ici_expert_parallelism=2", S2, L2,
+                                  "pipeline_schedule=interleaved_zb", M4}),
+                     1e-6},
+        PipelineCase{"moe_expert_E2_looped_bfs",
+                     moe("top2_shared",
+                         {"ici_expert_parallelism=2", S2, "pipeline_schedule=looped_bfs", M4}),
+                     1e-6},
+        PipelineCase{
+            "moe_expert_E2_F2_ag_once",
+            moe("sigmoid", {"ici_expert_parallelism=2", F2, M2, "pipeline_fsdp_ag_once=true"}),
+            1e-6},
+        PipelineCase{"moe_expert_E4_remat_none",
+                     moe("top2_shared", {"ici_expert_parallelism=4", M2, "remat_policy=none"}),
+                     1e-6},
+        PipelineCase{"moe_expert_E2_remat_minimal",
+                     moe("top1", {"ici_expert_parallelism=2", S2, L2, M4, "remat_policy=minimal"}),
+                     1e-6},
+        PipelineCase{"moe_expert_E2_zbv_bias",
+                     moe("bias", {"ici_expert_parallelism=2", S2, L2, "pipeline_schedule=zbv", M4}),
+                     1e-6},
+        PipelineCase{
+            "moe_expert_E4_S2_1f1b_uneven",
+            moe("top2_shared", {"ici_expert_parallelism=4", S2, "pipeline_stage_layers=[3,5]",
+                                "pipeline_schedule=1f1b", M2}),
+            1e-6},
+        PipelineCase{"moe_expert_E2_C2",
+                     moe("top2_shared", {"ici_expert_parallelism=2", "ici_context_parallelism=2",
+                                         M4, "load_balance_loss_weight=0"}),
+                     1e-6},
+        PipelineCase{"moe_expert_E2_bf16",
+                     moe("top2_shared", {"ici_expert_parallelism=2", S2, L2, M4, "dtype=bfloat16"}),
+                     1e-4, 1e-2},
         // The balancing loss is per sequence, which context parallelism splits: off here.
         PipelineCase{"moe_context_C2_S2",
                      moe("top2_shared",
                          {S2, L2, M4, "ici_context_parallelism=2", "load_balance_loss_weight=0"}),
                      1e-6}),
     [](const auto& info) { return info.param.name; });
+
+// Experts are checkpointed as whole tensors under their global names, whoever holds them: a run
+// on E expert ranks resumes on another E (or none) and continues like the straight run (1e-5:
+// gradients summed in another order), the loss-free bias included.
+TEST(MoeCheckpoint, ResumesAcrossExpertDegrees) {
+  const std::vector<std::vector<std::string>> meshes = {
+      moe("bias", {"ici_expert_parallelism=2"}), moe("bias", {"ici_expert_parallelism=4"}),
+      moe("bias", {"ici_expert_parallelism=2", "ici_pipeline_parallelism=2",
+                   "ici_fsdp_parallelism=2", "num_layers_per_pipeline_stage=2"}),
+      moe("bias", {})};
+  for (std::size_t i = 0; i < meshes.size(); ++i) {  // each mesh resumes the previous one's
+    const auto& from = meshes[(i + meshes.size() - 1) % meshes.size()];
+    const auto [straight, resumed] =
+        testing::resume_across(from, meshes[i], "moe_across_" + std::to_string(i));
+    ASSERT_EQ(resumed.size(), 2u);
+    for (std::size_t s = 0; s < 2; ++s)
+      EXPECT_NEAR(resumed[s], straight[s], 1e-5 * straight[s]) << i;
+  }
+  // The same layout resumes bitwise.
+  const auto mesh = moe("top2_shared", {"ici_expert_parallelism=2", "ici_data_parallelism=2"});
+  const auto [straight, resumed] = testing::resume_across(mesh, mesh, "moe_same");
+  EXPECT_EQ(resumed, straight);
+}
 
 }  // namespace
 }  // namespace carousel

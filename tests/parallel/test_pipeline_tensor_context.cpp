@@ -19,6 +19,7 @@ namespace {
 
 using testing::PipelineCase;
 using testing::PipelineEquivalence;
+using testing::resume_across;
 
 // The layouts each tensor degree is combined with: name, keys, step-0 tolerance.
 std::vector<PipelineCase> layouts() {
@@ -71,35 +72,6 @@ std::vector<PipelineCase> tensor_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Tensor, PipelineEquivalence, ::testing::ValuesIn(tensor_cases()),
                          [](const auto& info) { return info.param.name; });
-
-// Trains `from` for 4 steps (checkpoints every 2), then resumes its step-2 checkpoint with the
-// mesh of `to` (the same model, batch and microbatches) and returns both runs' losses of steps
-// 3 and 4.
-std::pair<std::vector<double>, std::vector<double>> resume_across(std::vector<std::string> from,
-                                                                  std::vector<std::string> to,
-                                                                  const std::string& name) {
-  namespace fs = std::filesystem;
-  for (auto* keys : {&from, &to}) {
-    keys->insert(keys->end(), {"enable_checkpointing=true", "learning_rate_schedule_steps=4",
-                               "steps=4", "checkpoint_period=2", "num_pipeline_microbatches=2"});
-  }
-  Config first = testing::run_config(from), second = testing::run_config(to);
-  first.run_name = name + "_from";
-  second.run_name = name + "_to";
-  fs::remove_all(first.run_directory());
-  fs::remove_all(second.run_directory());
-  const TrainResult straight = train(first);
-  fs::create_directories(fs::path(second.run_directory()) / "checkpoints");
-  fs::copy(fs::path(first.run_directory()) / "checkpoints/2",
-           fs::path(second.run_directory()) / "checkpoints/2", fs::copy_options::recursive);
-  const TrainResult resumed = train(second);
-  EXPECT_EQ(resumed.start_step, 2);
-  std::pair<std::vector<double>, std::vector<double>> out;
-  for (std::size_t s = 2; s < straight.steps.size(); ++s)
-    out.first.push_back(straight.steps[s].loss);
-  for (const auto& m : resumed.steps) out.second.push_back(m.loss);
-  return out;
-}
 
 // A checkpoint holds whole Hugging Face tensors: the same tensor and context layout resumes it
 // bitwise (each rank cuts the same parts out again, moments included), and any other tensor or

@@ -139,6 +139,35 @@ TEST(Config, InvalidValuesSayWhatIsValid) {
             std::string::npos);
 }
 
+// Expert parallelism's keys: each refusal names the keys and what would be valid.
+TEST(Config, ExpertParallelismNeedsExpertsItDivides) {
+  const auto error = [](std::vector<std::string> keys) {
+    return testing::error_of([&] { load_config("", keys); });
+  };
+  EXPECT_NE(error({"ici_expert_parallelism=2"})
+                .find("ici_expert_parallelism=2 splits routed experts, and this model has none "
+                      "(num_experts=1)"),
+            std::string::npos);
+  EXPECT_NE(error({"num_experts=4", "ici_expert_parallelism=3", "per_device_batch_size=1"})
+                .find("ici_expert_parallelism=3 does not divide num_experts=4"),
+            std::string::npos);
+  EXPECT_NE(error({"num_experts=4", "ici_expert_parallelism=2", "ici_data_parallelism=2",
+                   "per_device_batch_size=2", "shard_optimizer_over_data=true"})
+                .find("ZeRO-1 over expert ranks"),
+            std::string::npos);
+  EXPECT_NE(error({"num_experts=4", "ici_expert_parallelism=2", "num_pipeline_microbatches=8",
+                   "per_device_batch_size=4"})
+                .find("ici_fsdp_parallelism x ici_data_parallelism x ici_expert_parallelism = 1 "
+                      "x 1 x 2 ranks cannot split evenly"),
+            std::string::npos);
+  // E multiplies the devices like the other axes: 2 x 2 devices, a global batch of 8.
+  const Config ok = load_config("", {"num_experts=4", "ici_expert_parallelism=2",
+                                     "ici_data_parallelism=2", "per_device_batch_size=2"})
+                        .config;
+  EXPECT_EQ(ok.num_devices(), 4);
+  EXPECT_EQ(ok.global_batch(), 8);
+}
+
 // The pipeline_schedule key's help (and so docs/config.md) comes from the schedule registry.
 TEST(Config, ScheduleKeyHelpListsEveryRegisteredSchedule) {
   for (const auto& k : config_keys()) {

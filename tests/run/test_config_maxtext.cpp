@@ -123,8 +123,8 @@ TEST(Config, HeadDimMustBeTheDerivedOne) {
 }
 
 TEST(Config, MaxTextKeysCarouselLacksAreNamedAsSuch) {
-  for (const char* key : {"attention", "quantization", "scan_layers", "ici_expert_parallelism",
-                          "dcn_expert_parallelism", "tokenizer_type", "eval_dataset_name"}) {
+  for (const char* key : {"attention", "quantization", "scan_layers", "dcn_expert_parallelism",
+                          "tokenizer_type", "eval_dataset_name"}) {
     const std::string msg = testing::error_of([&] { load_config("", {std::string(key) + "=1"}); });
     EXPECT_NE(msg.find(fmt::format("MaxText key '{}' is not supported by carousel", key)),
               std::string::npos)
@@ -136,7 +136,8 @@ TEST(Config, MaxTextKeysCarouselLacksAreNamedAsSuch) {
   EXPECT_FALSE(is_unsupported_maxtext_key("ici_pipeline_parallelism"));
   EXPECT_FALSE(is_unsupported_maxtext_key("ici_tensor_parallelism"));
   EXPECT_FALSE(is_unsupported_maxtext_key("ici_context_parallelism"));
-  EXPECT_TRUE(is_unsupported_maxtext_key("ici_expert_parallelism"));
+  EXPECT_FALSE(is_unsupported_maxtext_key("ici_expert_parallelism"));
+  EXPECT_TRUE(is_unsupported_maxtext_key("ici_autoregressive_parallelism"));
   EXPECT_FALSE(is_unsupported_maxtext_key("dcn_data_parallelism"));
 }
 

@@ -10,12 +10,15 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "host/config/config.h"
 #include "host/report/logging.h"
+#include "host/run/trainer.h"
 
 namespace carousel::testing {
 
@@ -39,6 +42,34 @@ inline Config run_config(std::vector<std::string> overrides) {
                                    "run_name=pipeline"};
   base.insert(base.end(), overrides.begin(), overrides.end());
   return with_global_batch_8(load_config("", base).config);
+}
+
+// Trains `from` for 4 steps (checkpoints every 2), then resumes its step-2 checkpoint with the
+// mesh of `to` (the same model, batch and microbatches) and returns both runs' losses of steps
+// 3 and 4.
+inline std::pair<std::vector<double>, std::vector<double>> resume_across(
+    std::vector<std::string> from, std::vector<std::string> to, const std::string& name) {
+  namespace fs = std::filesystem;
+  for (auto* keys : {&from, &to}) {
+    keys->insert(keys->end(), {"enable_checkpointing=true", "learning_rate_schedule_steps=4",
+                               "steps=4", "checkpoint_period=2", "num_pipeline_microbatches=2"});
+  }
+  Config first = run_config(from), second = run_config(to);
+  first.run_name = name + "_from";
+  second.run_name = name + "_to";
+  fs::remove_all(first.run_directory());
+  fs::remove_all(second.run_directory());
+  const TrainResult straight = train(first);
+  fs::create_directories(fs::path(second.run_directory()) / "checkpoints");
+  fs::copy(fs::path(first.run_directory()) / "checkpoints/2",
+           fs::path(second.run_directory()) / "checkpoints/2", fs::copy_options::recursive);
+  const TrainResult resumed = train(second);
+  EXPECT_EQ(resumed.start_step, 2);
+  std::pair<std::vector<double>, std::vector<double>> out;
+  for (std::size_t s = 2; s < straight.steps.size(); ++s)
+    out.first.push_back(straight.steps[s].loss);
+  for (const auto& m : resumed.steps) out.second.push_back(m.loss);
+  return out;
 }
 
 struct PipelineCase {

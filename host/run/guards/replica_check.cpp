@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "models/params.h"
@@ -26,8 +27,7 @@ std::uint64_t hash_words(const void* bytes, std::size_t n) {
 
 bool ReplicaCheck::due(std::int64_t step, bool checkpoint_due) const {
   // The replica group: D data replicas x C context ranks hold the same weights.
-  if (cfg_.ici_data_parallelism * cfg_.ici_context_parallelism <= 1 ||
-      cfg_.replica_check_interval <= 0) {
+  if (cfg_.data_ranks() * cfg_.ici_context_parallelism <= 1 || cfg_.replica_check_interval <= 0) {
     return false;
   }
   return checkpoint_due || (step + 1) % cfg_.replica_check_interval == 0;
@@ -59,43 +59,38 @@ std::vector<std::int64_t> gather(Communicator& group, Backend& be,
   return be.to_host<std::int64_t>(all);
 }
 
-}  // namespace
-
-void ReplicaCheck::verify(std::int64_t step, const ShardedParams& params,
-                          const RankCommunicators& comms, const RankPlace& place,
-                          Backend& be) const {
-  const auto held = params.held_weights();
+// Compares the weights `held` (the same parameters, in the same order, on every member of
+// `group`) over the group; every rank of the world learns every group's verdict, and all throw
+// the same error when one differs. `rank_of(j)`: the world rank of the group's member j.
+void compare_over(std::int64_t step, const std::vector<std::pair<const ParamSpec*, Tensor>>& held,
+                  Communicator& group, const std::function<int(int)>& rank_of,
+                  const ModelConfig& model, const RankCommunicators& comms, Backend& be) {
   const std::vector<std::int64_t> hashes = weight_hashes(held, be);
   const std::int64_t combined = std::int64_t(hash_words(hashes.data(), 8 * hashes.size()));
-  Communicator& data = *comms.data;
-  const std::vector<std::int64_t> combined_all = gather(data, be, {combined});
-  // This group's report: the first replica that differs from replica 0 and the first parameter
-  // (held_weights() order) where it does; -1 when the group agrees. Every member computes the
-  // same report, from the same gathered values.
+  const std::vector<std::int64_t> combined_all = gather(group, be, {combined});
+  // This group's report: the first member that differs from member 0 and the first parameter
+  // (`held` order) where it does; -1 when the group agrees. Every member computes the same
+  // report, from the same gathered values.
   std::int64_t replica = -1, parameter = -1;
   for (std::size_t j = 1; j < combined_all.size() && replica < 0; ++j) {
     if (combined_all[j] != combined_all[0]) replica = std::int64_t(j);
   }
   if (replica >= 0) {  // the whole group is here: find the parameter
-    const std::vector<std::int64_t> all = gather(data, be, hashes);
+    const std::vector<std::int64_t> all = gather(group, be, hashes);
     const std::size_t n = hashes.size();
     for (std::size_t i = 0; i < n && parameter < 0; ++i) {
       if (all[std::size_t(replica) * n + i] != all[i]) parameter = std::int64_t(i);
     }
   }
-  // Every rank of the world learns every group's report (the parameter as its index in the
-  // model's parameter table, which every rank has): all stop together, with the same message.
-  const auto table = param_table(cfg_.model);
+  // The parameter as its index in the model's parameter table, which every rank has.
+  const auto table = param_table(model);
   std::int64_t table_index = -1;
   for (std::size_t i = 0; parameter >= 0 && i < table.size(); ++i) {
     if (table[i].name == held[std::size_t(parameter)].first->name) table_index = std::int64_t(i);
   }
-  RankPlace differing = place;  // the rank of the replica that differs, in this group
-  const int j = int(std::max<std::int64_t>(replica, 0));  // in replica_rank() order
-  differing.data_rank = j / place.mesh.context;
-  differing.context_rank = j % place.mesh.context;
+  const int differing = rank_of(int(std::max<std::int64_t>(replica, 0)));
   const std::vector<std::int64_t> reports =
-      gather(*comms.world, be, {replica, table_index, differing.rank()});
+      gather(*comms.world, be, {replica, table_index, differing});
   for (std::size_t r = 0; r < reports.size(); r += 3) {
     if (reports[r] < 0) continue;
     const std::int64_t index = reports[r + 1];
@@ -107,6 +102,39 @@ void ReplicaCheck::verify(std::int64_t step, const ShardedParams& params,
         step + 1, reports[r], reports[r + 2],
         index >= 0 ? fmt::format(", first in '{}'", table[std::size_t(index)].name) : ""));
   }
+}
+
+}  // namespace
+
+void ReplicaCheck::verify(std::int64_t step, const ShardedParams& params,
+                          const RankCommunicators& comms, const RankPlace& place,
+                          Backend& be) const {
+  // With expert parallelism the routed experts are compared among the replicas of their expert
+  // rank, everything else among all the replicas.
+  const bool experts = place.mesh.expert > 1;
+  std::vector<std::pair<const ParamSpec*, Tensor>> replicated, routed;
+  for (const auto& held : params.held_weights())
+    (experts && is_routed_expert(held.first->role) ? routed : replicated).push_back(held);
+  const int C = place.mesh.context, E = place.mesh.expert;
+  compare_over(
+      step, replicated, *comms.data,
+      [&](int j) {  // in replica_rank() order
+        RankPlace p = place;
+        p.data_rank = j / C;
+        p.context_rank = j % C;
+        return p.rank();
+      },
+      cfg_.model, comms, be);
+  if (!experts) return;
+  compare_over(
+      step, routed, *comms.expert_data,
+      [&](int j) {  // in expert_replica_rank() order
+        RankPlace p = place;
+        p.data_rank = j / C * E + place.expert_rank();
+        p.context_rank = j % C;
+        return p.rank();
+      },
+      cfg_.model, comms, be);
 }
 
 }  // namespace carousel
