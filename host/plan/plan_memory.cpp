@@ -1,6 +1,7 @@
-// plan_memory.cpp — bytes held and bytes sent by one device of a candidate mesh. The exact parts
-// follow ShardedParams' layout (host/parallel/sharded_params.cpp, stage by stage) and the
-// executor's stash; the working set is a bound (see plan_memory.h).
+// plan_memory.cpp — bytes held by one device of a candidate mesh (the bytes it sends are in
+// plan_traffic.cpp). The exact parts follow ShardedParams' layout
+// (host/parallel/sharded_params.cpp, stage by stage) and the executor's stash; the working set
+// is a bound (see plan_memory.h).
 #include "host/plan/plan_memory.h"
 
 #include <algorithm>
@@ -38,37 +39,35 @@ const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor, int exp
   return it->second;
 }
 
-namespace {
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
-
-// Sends (F-1)/F of a buffer of n bytes per device in a ring all-gather or reduce-scatter.
 double ring_share(int group, double n) { return group > 1 ? n * double(group - 1) / group : 0.0; }
 
-// One tensor rank's share of a layer: its query heads x hd, KV heads x hd and the columns of its
-// dense MLP (a mixture-of-experts layer's: its shared experts', fused).
-struct LayerShare {
-  std::int64_t q, kv, mlp;
-};
 LayerShare layer_share(const ModelConfig& m, int T, int layer) {
   const std::int64_t mlp =
       m.is_moe_layer(layer) ? m.shared_experts * m.expert_mlp_dim() : m.mlp_dim / T;
   return {m.num_query_heads / T * m.head_dim(), kv_heads_per_rank(m, T) * m.head_dim(), mlp};
 }
 
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
 // What a layer's MLP keeps per token: gate, up and act of its dense MLP, and in an MoE layer
 // for each of the k routed rows x_perm, out_perm, gate, up, act and its token and weight
 // (models/moe_mlp.h MoeSaved; the int32 and float32 ones counted at one element each).
-std::int64_t mlp_saved_elements(const ModelConfig& m, int T, int layer) {
+std::int64_t mlp_saved_elements(const ModelConfig& m, int T, int E, int layer) {
   const std::int64_t dense = 3 * layer_share(m, T, layer).mlp;
   if (!m.is_moe_layer(layer)) return dense;
-  return dense + m.num_experts_per_tok * (2 * m.emb_dim + 3 * m.expert_mlp_dim() + 2);
+  // With E > 1 expert ranks the rows this rank's experts received (as many as it sent, with
+  // balanced routing) are a tensor of their own, with their regrouping order and its inverse.
+  const std::int64_t received = E > 1 ? m.emb_dim + 2 : 0;
+  return dense + m.num_experts_per_tok * (2 * m.emb_dim + 3 * m.expert_mlp_dim() + 2 + received);
 }
 
 // A layer's saved activations (models/layer.h LayerSaved) for `Nc` tokens of a context rank on
-// one of T tensor ranks, in elements of the compute dtype; the float32 statistics (rstd, lse)
+// one of T tensor ranks (and of `experts` expert ranks), in elements of the compute dtype; the float32 statistics (rstd, lse)
 // are counted at 2 elements each so the sum is an upper bound in either dtype.
-std::int64_t layer_saved_elements(const ModelConfig& m, std::int64_t Nc, int T, int C, int layer) {
+std::int64_t layer_saved_elements(const ModelConfig& m, std::int64_t Nc, int T, int C,
+                                  int experts, int layer) {
   const std::int64_t E = m.emb_dim, n = Nc / T;
   const LayerShare l = layer_share(m, T, layer);
   // x, h, rstd1, rstd2: this rank's rows; xn1, hn: gathered [Nc, E]; q, att: [Nc, q];
@@ -76,14 +75,16 @@ std::int64_t layer_saved_elements(const ModelConfig& m, std::int64_t Nc, int T, 
   // values [Nc x C, kv] twice.
   const std::int64_t context = C > 1 ? 2 * Nc * C * l.kv : 0;
   return 2 * n * E + 2 * Nc * E + 2 * Nc * l.q + 2 * Nc * l.kv +
-         Nc * mlp_saved_elements(m, T, layer) + 2 * (2 * n + Nc * (l.q / m.head_dim())) + context;
+         Nc * mlp_saved_elements(m, T, experts, layer) + 2 * (2 * n + Nc * (l.q / m.head_dim())) +
+         context;
 }
 
 // The largest layer's saved activations (the backward's temporaries are bounded by it).
-std::int64_t largest_layer_saved_elements(const ModelConfig& m, std::int64_t Nc, int T, int C) {
+std::int64_t largest_layer_saved_elements(const ModelConfig& m, std::int64_t Nc, int T, int C,
+                                          int E) {
   std::int64_t largest = 0;
   for (int l = 0; l < m.num_layers; ++l)
-    largest = std::max(largest, layer_saved_elements(m, Nc, T, C, l));
+    largest = std::max(largest, layer_saved_elements(m, Nc, T, C, E, l));
   return largest;
 }
 
@@ -93,7 +94,8 @@ std::int64_t largest_layer_saved_elements(const ModelConfig& m, std::int64_t Nc,
 std::int64_t remat_kept_elements(const Config& cfg, std::int64_t Nc, int T, int C, int layer) {
   const RematPolicy policy = parse_remat_policy(cfg.remat_policy);
   const ModelConfig& m = cfg.model;
-  if (policy == RematPolicy::None) return layer_saved_elements(m, Nc, T, C, layer);
+  if (policy == RematPolicy::None)
+    return layer_saved_elements(m, Nc, T, C, int(cfg.ici_expert_parallelism), layer);
   if (policy == RematPolicy::Full) return 0;
   const RematKeep keep = remat_keep(policy);
   const std::int64_t n = Nc / T;
@@ -249,11 +251,12 @@ std::int64_t program_free_working_set(const Config& cfg, const sch::Layout& layo
   const std::int64_t Nc = context_tokens(cfg), n = rank_rows(cfg);
   const RematPolicy remat = parse_remat_policy(cfg.remat_policy);
   // What a backward recomputes at once: full, the stage's layers; selective, one at a time.
-  const std::int64_t layer = largest_layer_saved_elements(m, Nc, T, C);
+  const int E = int(cfg.ici_expert_parallelism);
+  const std::int64_t layer = largest_layer_saved_elements(m, Nc, T, C, E);
   const std::int64_t recomputed =
       remat == RematPolicy::None ? 0
       : remat == RematPolicy::Full
-          ? largest_stage_sum(p, [&](int l) { return layer_saved_elements(m, Nc, T, C, l); })
+          ? largest_stage_sum(p, [&](int l) { return layer_saved_elements(m, Nc, T, C, E, l); })
           : layer;
   // An MoE layer's router logits, in the compute dtype and twice in double (models/moe_mlp.cpp).
   const std::int64_t router = m.is_moe() ? Nc * m.num_experts * (2 * c + 16) : 0;
@@ -323,188 +326,6 @@ MemoryBreakdown device_memory(const Config& cfg, const sch::Program& lowered, in
   mem.working_set = receives * act + pending_w * deferred * c +
                     program_free_working_set(cfg, lowered.layout, stage_rank);
   return mem;
-}
-
-MeshLinks mesh_links(int stages, int fsdp, int data, int devices_per_node, int tensor,
-                     int context) {
-  CAROUSEL_ASSERT(
-      stages >= 1 && fsdp >= 1 && data >= 1 && devices_per_node >= 1 && tensor >= 1 && context >= 1,
-      "mesh {} x {} x {} x {} x {} on nodes of {}", stages, fsdp, data, tensor, context,
-      devices_per_node);
-  const int S = stages, F = fsdp, D = data, T = tensor, C = context, G = devices_per_node;
-  // host/parallel/mesh.h's rank numbers, node by node.
-  auto node = [&](int d, int s, int f, int c, int t) {
-    return ((((d * S + s) * F + f) * C + c) * T + t) / G;
-  };
-  MeshLinks links;
-  links.hop_inter.assign(S, std::vector<bool>(S, false));
-  for (int d = 0; d < D; ++d) {
-    for (int s = 0; s < S; ++s) {
-      for (int f = 0; f < F; ++f) {
-        for (int c = 0; c < C; ++c) {
-          for (int t = 0; t < T; ++t) {
-            const int here = node(d, s, f, c, t);
-            links.fsdp_inter = links.fsdp_inter || here != node(d, s, 0, c, t);
-            links.data_inter = links.data_inter || here != node(0, s, f, 0, t);
-            links.tensor_inter = links.tensor_inter || here != node(d, s, f, c, 0);
-            links.context_inter = links.context_inter || here != node(d, s, f, 0, t);
-            for (int u = 0; u < S; ++u) {
-              if (here != node(d, u, f, c, t)) links.hop_inter[s][u] = true;
-            }
-          }
-        }
-      }
-    }
-  }
-  return links;
-}
-
-bool MeshLinks::any_hop_inter() const {
-  for (const auto& row : hop_inter) {
-    for (const bool inter : row) {
-      if (inter) return true;
-    }
-  }
-  return false;
-}
-
-namespace {
-
-// Bytes of the gradient sums over the tensor ranks that hold the same part of a parameter
-// (ShardedParams::reduce_tensor_replicas: layer norm gains, shared KV heads, the final norm): an
-// all-reduce of each such part within the elements FSDP rank `fsdp_rank` and replica `replica_rank`
-// apply.
-double tensor_replica_bytes(const Config& cfg, const sch::Layout& layout, int stage_rank,
-                            int fsdp_rank, int replica_rank) {
-  const int T = int(cfg.ici_tensor_parallelism);
-  if (T == 1) return 0;
-  const ParamLayout p = param_layout(cfg, layout, stage_rank);
-  const sch::StageLayers map = stage_layers(cfg);
-  const bool zero1 =
-      cfg.shard_optimizer_over_data && cfg.ici_data_parallelism * cfg.ici_context_parallelism > 1;
-  // The parts of one layer, in its flat order (every layer alike).
-  std::vector<const ParamSpec*> layer;
-  std::int64_t per_layer = 0;
-  for (const auto& spec : table_of(cfg.model, T)) {
-    if (spec.layer != 0) continue;
-    layer.push_back(&spec);
-    per_layer += numel(spec.shape);
-  }
-  double bytes = 0;
-  // The final norm's elements in this FSDP rank's piece of the extras.
-  const std::int64_t extras_lo = fsdp_rank * p.extras_piece,
-                     extras_hi = std::min(extras_lo + p.extras_piece, p.extras);
-  const std::int64_t norm_lo = std::max(extras_lo, p.final_norm_begin),
-                     norm_hi = std::min(extras_hi, p.final_norm_begin + p.final_norm_length);
-  if (norm_lo < norm_hi) bytes += 2 * ring_share(T, double(norm_hi - norm_lo) * 4);
-  for (const StageElements& s : p.stages) {
-    const std::int64_t piece_begin = zero1 ? std::min(s.shard, replica_rank * s.piece) : 0;
-    const std::int64_t lo = fsdp_rank * s.shard + piece_begin,
-                       hi = lo + std::min(s.piece, s.shard - piece_begin);
-    for (std::int64_t l = 0; l < map.count(s.stage); ++l) {
-      std::int64_t offset = l * per_layer;  // in the stage's flat buffer
-      for (const ParamSpec* spec : layer) {
-        const std::int64_t a = std::max(offset, lo), b = std::min(offset + numel(spec->shape), hi);
-        if (a < b && spec->tensor_replicas > 1)
-          bytes += 2 * ring_share(spec->tensor_replicas, double(b - a) * 4);
-        offset += numel(spec->shape);
-      }
-    }
-  }
-  return bytes;
-}
-
-}  // namespace
-
-LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int stage_rank,
-                               const MeshLinks& links, int fsdp_rank, int replica_rank) {
-  const ParamLayout p = param_layout(cfg, layout, stage_rank);
-  const int F = int(cfg.ici_fsdp_parallelism),
-            D = int(cfg.ici_data_parallelism * cfg.ici_context_parallelism);
-  const bool zero1 = cfg.shard_optimizer_over_data && D > 1;
-  // Replicas: all-reduce of the float32 shards (2 (D-1)/D), or with ZeRO-1 a reduce-scatter of
-  // the gradient and an all-gather of the updated weights (the same bytes). Extras: a
-  // reduce-scatter and an all-gather over FSDP of the float32 table, and an all-reduce over the
-  // replicas of this rank's piece.
-  const double shards = double(zero1 ? p.pieces() * D : p.shards()) * 4;
-  const double replicas = 2 * ring_share(D, shards);
-  const double extras_fsdp = p.extras > 0 ? 2 * ring_share(F, double(p.extras_piece * F) * 4) : 0;
-  const double extras_data = 2 * ring_share(D, double(p.extras_piece) * 4);
-  LinkBytes b;
-  b.data = replicas + extras_data;
-  b.extras = extras_fsdp;
-  b.tensor = tensor_replica_bytes(cfg, layout, stage_rank, fsdp_rank, replica_rank);
-  b.inter = (links.fsdp_inter ? b.extras : 0) + (links.data_inter ? b.data : 0) +
-            (links.tensor_inter ? b.tensor : 0);
-  b.intra = b.data + b.extras + b.tensor - b.inter;
-  return b;
-}
-
-LayerTraffic layer_traffic(const Config& cfg) {
-  const int T = int(cfg.ici_tensor_parallelism), C = int(cfg.ici_context_parallelism);
-  const double c = compute_bytes(cfg);
-  const double rows = double(rank_rows(cfg) * cfg.model.emb_dim) * c;
-  const double keys = double(context_tokens(cfg) * layer_share(cfg.model, T, 0).kv) * c;
-  return {4.0 * (T - 1) * rows, 2.0 * (C - 1) * keys};
-}
-
-LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int stage_rank,
-                            const MeshLinks& links, int fsdp_rank, int replica_rank) {
-  const ParamLayout p = param_layout(cfg, lowered.layout, stage_rank);
-  const int F = int(cfg.ici_fsdp_parallelism), T = int(cfg.ici_tensor_parallelism);
-  const double c = compute_bytes(cfg);
-  const double act = double(rank_rows(cfg) * cfg.model.emb_dim) * c;
-  LinkBytes b =
-      optimizer_link_bytes(cfg, lowered.layout, stage_rank, links, fsdp_rank, replica_rank);
-  const double optimizer_tensor = b.tensor;
-  const LayerTraffic layer = layer_traffic(cfg);
-  // A backward first recomputes (part of) the forward: full, all four of a layer's tensor
-  // collectives (gathers of xn1 and hn, reduce-scatters after out_proj and down_proj) and the
-  // context gathers; a selective policy, the two gathers, out_proj's unless kept, and the
-  // context gathers unless the attention output is kept (the down_proj is not recomputed).
-  const RematPolicy policy = parse_remat_policy(cfg.remat_policy);
-  const RematKeep keep = remat_keep(policy);
-  const bool selective = policy != RematPolicy::None && policy != RematPolicy::Full;
-  const double tensor_replay = policy == RematPolicy::None ? 0
-                               : selective                 ? (2.0 + (keep.out_proj ? 0 : 1)) / 4
-                                                           : 1.0;
-  const double context_replay = policy == RematPolicy::None ? 0 : keep.context ? 0 : 1.0;
-  const sch::StageLayers map = stage_layers(cfg);
-  const int last = lowered.layout.stages() - 1;
-  double pipe_inter = 0;
-  for (const auto& a : lowered.ranks.at(stage_rank)) {
-    const double layers = a.is_compute() ? double(map.count(a.stage)) : 0.0;
-    if (a.kind == sch::Kind::F) {
-      b.tensor += layers * layer.tensor;
-      b.context += layers * layer.context;
-      // Vocabulary parallelism: the embedding reduce-scatters its looked-up rows; the head
-      // gathers the normalised rows, two float32 statistics per token, and reduce-scatters its
-      // input gradient (the head's backward runs with its forward).
-      if (a.stage == 0) b.tensor += (T - 1) * act;
-      if (a.stage == last)
-        b.tensor += 2 * (T - 1) * act + 2.0 * (T - 1) * double(context_tokens(cfg)) * 4;
-    } else if (a.kind == sch::Kind::B || a.kind == sch::Kind::I) {
-      b.tensor += layers * layer.tensor * (1 + tensor_replay);
-      b.context += layers * layer.context * (1 + context_replay);
-      if (a.stage == 0) b.tensor += (T - 1) * act;  // the embedding's gradient, every row
-    }
-    if (a.kind == sch::Kind::SEND_F || a.kind == sch::Kind::SEND_B) {
-      b.pipeline += act;
-      pipe_inter += links.hop_inter[stage_rank].at(a.peer) ? act : 0.0;
-    } else if (a.kind == sch::Kind::AG_ISSUE) {
-      b.fsdp_gather += ring_share(F, double(p.stage(a.stage).padded) * c);
-    } else if (a.kind == sch::Kind::REDUCE_SCATTER) {
-      b.fsdp_scatter += ring_share(F, double(p.stage(a.stage).padded) * 4);
-    }
-  }
-  const double fsdp = b.fsdp_gather + b.fsdp_scatter;
-  const double layers_tensor = b.tensor - optimizer_tensor;
-  const double inter = pipe_inter + (links.fsdp_inter ? fsdp : 0) +
-                       (links.tensor_inter ? layers_tensor : 0) +
-                       (links.context_inter ? b.context : 0);
-  b.inter += inter;
-  b.intra += b.pipeline + fsdp + layers_tensor + b.context - inter;
-  return b;
 }
 
 }  // namespace carousel::plan

@@ -6,7 +6,8 @@
 // rank_executor.cpp) and are tested equal to the device allocator's byte counts
 // (tests/plan/test_plan_memory.cpp): weights, gradients, optimizer, weight slots, gradient buffers,
 // stashed stage inputs. The working set (one stage's recomputed activations, backward temporaries,
-// the head's logits) is an upper bound, not a count of the executor's temporaries. Uneven stages
+// the head's logits) is an upper bound, not a count of the executor's temporaries (memory in
+// plan_memory.cpp, bytes sent in plan_traffic.cpp). Uneven stages
 // (pipeline_stage_layers) are laid out stage by stage as ShardedParams does: each virtual stage
 // padded to F on its own, a weight slot the size of the rank's largest stage.
 // docs/performance.md#planning-a-mesh.
@@ -46,6 +47,8 @@ struct LinkBytes {
   double tensor = 0;   // tensor parallelism: the layers' row gathers and scatters, the head's and
                        // embedding's gathers, the shared parts' gradient sums
   double context = 0;  // context parallelism: key/value gathers and their gradients' scatters
+  double expert = 0;   // expert parallelism: each MoE layer's counts all-gather and routed rows
+                       // to and from the other expert ranks (balanced routing: (E-1)/E of them)
   double intra = 0, inter = 0;  // the same bytes split by the link they cross
 };
 
@@ -137,6 +140,15 @@ LinkBytes device_link_bytes(const Config& cfg, const schedule::Program& lowered,
 // (the search asks for the same model's table for every candidate): every tensor rank's parts
 // and every expert rank's experts have these sizes.
 const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor = 1, int experts = 1);
+
+// Sends (G-1)/G of a buffer of n bytes per device in a ring all-gather or reduce-scatter over G.
+double ring_share(int group, double n);
+// One tensor rank's share of layer `layer`: its query heads x hd, KV heads x hd and the columns
+// of its dense MLP (a mixture-of-experts layer's: its shared experts', fused).
+struct LayerShare {
+  std::int64_t q, kv, mlp;
+};
+LayerShare layer_share(const ModelConfig& m, int T, int layer);
 
 // Bytes of one element in the compute dtype (bfloat16: 2, float32: 4).
 int compute_bytes(const Config& cfg);

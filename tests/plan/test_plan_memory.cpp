@@ -69,7 +69,7 @@ struct RankMeasure {
   std::int64_t kept = 0;              // held after the step beyond what was held before it
   std::int64_t gradient_buffers = 0;  // allocated by asking for every local stage's gradients
   std::int64_t peak = 0;
-  double pipe = 0, fsdp = 0, data = 0, tensor = 0, context = 0;
+  double pipe = 0, fsdp = 0, data = 0, tensor = 0, context = 0, expert = 0;
 };
 
 Config mesh_config(std::vector<std::string> keys, int global_batch) {
@@ -94,6 +94,8 @@ std::vector<RankMeasure> run_one_step(const Config& cfg, const schedule::Program
     auto* replicas = testing::decorate<CountingCommunicator>(comms.data);
     auto* tensor = testing::decorate<CountingCommunicator>(comms.tensor);
     auto* context = testing::decorate<CountingCommunicator>(comms.context);
+    auto* expert = testing::decorate<CountingCommunicator>(comms.expert);
+    auto* expert_data = testing::decorate<CountingCommunicator>(comms.expert_data);
     CountingCommunicator* kv_share =
         comms.kv_share ? testing::decorate<CountingCommunicator>(comms.kv_share) : nullptr;
     auto held = [&] { return std::int64_t(be.allocator().stats().current_bytes); };
@@ -119,7 +121,8 @@ std::vector<RankMeasure> run_one_step(const Config& cfg, const schedule::Program
     m.gradient_buffers = held() - before_buffers;
     m.pipe = pipe->sent;
     m.fsdp = fsdp->sent;
-    m.data = replicas->sent;
+    m.data = replicas->sent + expert_data->sent;  // each expert's replicas: replica traffic too
+    m.expert = expert->sent;
     m.tensor = tensor->sent + (kv_share ? kv_share->sent : 0.0);
     m.context = context->sent;
   };
@@ -176,6 +179,7 @@ TEST_P(PlanMemory, EqualsTheExecutorsAllocationsAndTraffic) {
     EXPECT_DOUBLE_EQ(m.data, b.data);
     EXPECT_DOUBLE_EQ(m.tensor, b.tensor);
     EXPECT_DOUBLE_EQ(m.context, b.context);
+    EXPECT_DOUBLE_EQ(m.expert, b.expert);
   }
 }
 
@@ -221,6 +225,17 @@ INSTANTIATE_TEST_SUITE_P(
             {"num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=32", "shared_experts=1",
              "first_num_dense_layers=1", "ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
              "num_pipeline_microbatches=4", "pipeline_fsdp_ag_per_repeat=true"}},
+        // Expert parallelism: each rank's experts, the per-kind gradient sums, and with top-k = X
+        // (every token to every expert: balanced by construction) the exchange exactly.
+        MeshCase{"moe_E2_S2_F2_bsw_all_experts",
+                 {"num_experts=4", "num_experts_per_tok=4", "base_moe_mlp_dim=32",
+                  "first_num_dense_layers=1", "ici_expert_parallelism=2",
+                  "ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
+                  "num_pipeline_microbatches=2", "pipeline_fsdp_ag_per_repeat=true"}},
+        MeshCase{"moe_E4_D2_remat_none",
+                 {"num_experts=8", "num_experts_per_tok=8", "shared_experts=1",
+                  "base_moe_mlp_dim=16", "ici_expert_parallelism=4", "ici_data_parallelism=2",
+                  "num_pipeline_microbatches=1", "remat_policy=none"}},
         MeshCase{"moe_1f1b_remat_none_top1",
                  {"num_experts=8", "num_experts_per_tok=1", "first_num_dense_layers=3",
                   "ici_pipeline_parallelism=2", "num_layers_per_pipeline_stage=4",

@@ -1,0 +1,246 @@
+// plan_traffic.cpp — the bytes one device of a candidate mesh sends per step over each link
+// (plan_memory.h): pipeline hand-offs, FSDP gathers and reduce-scatters, the replicas' gradient
+// sums, the tensor, context and expert groups' traffic, and where each group sits on nodes.
+#include <algorithm>
+#include <utility>
+
+#include "compute/error.h"
+#include "host/config/schedule_config.h"
+#include "host/plan/plan_memory.h"
+#include "models/stage.h"
+
+namespace carousel::plan {
+
+namespace sch = schedule;
+
+MeshLinks mesh_links(int stages, int fsdp, int data, int devices_per_node, int tensor,
+                     int context) {
+  CAROUSEL_ASSERT(
+      stages >= 1 && fsdp >= 1 && data >= 1 && devices_per_node >= 1 && tensor >= 1 && context >= 1,
+      "mesh {} x {} x {} x {} x {} on nodes of {}", stages, fsdp, data, tensor, context,
+      devices_per_node);
+  const int S = stages, F = fsdp, D = data, T = tensor, C = context, G = devices_per_node;
+  // host/parallel/mesh.h's rank numbers, node by node.
+  auto node = [&](int d, int s, int f, int c, int t) {
+    return ((((d * S + s) * F + f) * C + c) * T + t) / G;
+  };
+  MeshLinks links;
+  links.hop_inter.assign(S, std::vector<bool>(S, false));
+  for (int d = 0; d < D; ++d) {
+    for (int s = 0; s < S; ++s) {
+      for (int f = 0; f < F; ++f) {
+        for (int c = 0; c < C; ++c) {
+          for (int t = 0; t < T; ++t) {
+            const int here = node(d, s, f, c, t);
+            links.fsdp_inter = links.fsdp_inter || here != node(d, s, 0, c, t);
+            links.data_inter = links.data_inter || here != node(0, s, f, 0, t);
+            links.tensor_inter = links.tensor_inter || here != node(d, s, f, c, 0);
+            links.context_inter = links.context_inter || here != node(d, s, f, 0, t);
+            for (int u = 0; u < S; ++u) {
+              if (here != node(d, u, f, c, t)) links.hop_inter[s][u] = true;
+            }
+          }
+        }
+      }
+    }
+  }
+  return links;
+}
+
+bool MeshLinks::any_hop_inter() const {
+  for (const auto& row : hop_inter) {
+    for (const bool inter : row) {
+      if (inter) return true;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+// Bytes of the gradient sums over the tensor ranks that hold the same part of a parameter
+// (ShardedParams::reduce_tensor_replicas: layer norm gains, shared KV heads, the final norm): an
+// all-reduce of each such part within the elements FSDP rank `fsdp_rank` and replica `replica_rank`
+// apply.
+double tensor_replica_bytes(const Config& cfg, const sch::Layout& layout, int stage_rank,
+                            int fsdp_rank, int replica_rank) {
+  const int T = int(cfg.ici_tensor_parallelism);
+  if (T == 1) return 0;
+  const ParamLayout p = param_layout(cfg, layout, stage_rank);
+  const sch::StageLayers map = stage_layers(cfg);
+  const bool zero1 =
+      cfg.shard_optimizer_over_data && cfg.ici_data_parallelism * cfg.ici_context_parallelism > 1;
+  // The parts of one layer, in its flat order (every layer alike).
+  std::vector<const ParamSpec*> layer;
+  std::int64_t per_layer = 0;
+  for (const auto& spec : table_of(cfg.model, T)) {
+    if (spec.layer != 0) continue;
+    layer.push_back(&spec);
+    per_layer += numel(spec.shape);
+  }
+  double bytes = 0;
+  // The final norm's elements in this FSDP rank's piece of the extras.
+  const std::int64_t extras_lo = fsdp_rank * p.extras_piece,
+                     extras_hi = std::min(extras_lo + p.extras_piece, p.extras);
+  const std::int64_t norm_lo = std::max(extras_lo, p.final_norm_begin),
+                     norm_hi = std::min(extras_hi, p.final_norm_begin + p.final_norm_length);
+  if (norm_lo < norm_hi) bytes += 2 * ring_share(T, double(norm_hi - norm_lo) * 4);
+  for (const StageElements& s : p.stages) {
+    const std::int64_t piece_begin = zero1 ? std::min(s.shard, replica_rank * s.piece) : 0;
+    const std::int64_t lo = fsdp_rank * s.shard + piece_begin,
+                       hi = lo + std::min(s.piece, s.shard - piece_begin);
+    for (std::int64_t l = 0; l < map.count(s.stage); ++l) {
+      std::int64_t offset = l * per_layer;  // in the stage's flat buffer
+      for (const ParamSpec* spec : layer) {
+        const std::int64_t a = std::max(offset, lo), b = std::min(offset + numel(spec->shape), hi);
+        if (a < b && spec->tensor_replicas > 1)
+          bytes += 2 * ring_share(spec->tensor_replicas, double(b - a) * 4);
+        offset += numel(spec->shape);
+      }
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+// Expert parallelism: the elements of this FSDP rank's shards that are dense tensors and that are
+// routed experts, summed over the rank's stages (the shards' padding is neither: the executor
+// sums tensor runs only, ShardedParams::reduce_over_replicas).
+std::pair<std::int64_t, std::int64_t> shard_elements_by_kind(const Config& cfg,
+                                                             const ParamLayout& p, int fsdp_rank) {
+  const auto& table =
+      table_of(cfg.model, int(cfg.ici_tensor_parallelism), int(cfg.ici_expert_parallelism));
+  std::int64_t dense = 0, experts = 0;
+  for (const StageElements& s : p.stages) {
+    const std::int64_t lo = fsdp_rank * s.shard, hi = lo + s.shard;
+    std::int64_t offset = 0;  // in the stage's flat buffer: its layers' tensors in table order
+    for (const ParamSpec& spec : table) {
+      if (spec.layer < s.first_layer || spec.layer >= s.first_layer + s.layers) continue;
+      const std::int64_t n = numel(spec.shape);
+      const std::int64_t here =
+          std::max<std::int64_t>(0, std::min(offset + n, hi) - std::max(offset, lo));
+      (is_routed_expert(spec.role) ? experts : dense) += here;
+      offset += n;
+    }
+  }
+  return {dense, experts};
+}
+
+LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int stage_rank,
+                               const MeshLinks& links, int fsdp_rank, int replica_rank) {
+  const ParamLayout p = param_layout(cfg, layout, stage_rank);
+  const int F = int(cfg.ici_fsdp_parallelism),
+            D = int(cfg.data_ranks() * cfg.ici_context_parallelism);
+  const bool zero1 = cfg.shard_optimizer_over_data && D > 1;
+  // Replicas: all-reduce of the float32 shards (2 (D-1)/D), or with ZeRO-1 a reduce-scatter of
+  // the gradient and an all-gather of the updated weights (the same bytes); with expert
+  // parallelism the routed experts only over the D / E x C replicas holding them. Extras: a
+  // reduce-scatter and an all-gather over FSDP of the float32 table, and an all-reduce over the
+  // replicas of this rank's piece.
+  double replicas = 2 * ring_share(D, double(zero1 ? p.pieces() * D : p.shards()) * 4);
+  if (cfg.ici_expert_parallelism > 1) {
+    const auto [dense, experts] = shard_elements_by_kind(cfg, p, fsdp_rank);
+    replicas = 2 * ring_share(D, double(dense) * 4) +
+               2 * ring_share(D / int(cfg.ici_expert_parallelism), double(experts) * 4);
+  }
+  const double extras_fsdp = p.extras > 0 ? 2 * ring_share(F, double(p.extras_piece * F) * 4) : 0;
+  const double extras_data = 2 * ring_share(D, double(p.extras_piece) * 4);
+  LinkBytes b;
+  b.data = replicas + extras_data;
+  b.extras = extras_fsdp;
+  b.tensor = tensor_replica_bytes(cfg, layout, stage_rank, fsdp_rank, replica_rank);
+  b.inter = (links.fsdp_inter ? b.extras : 0) + (links.data_inter ? b.data : 0) +
+            (links.tensor_inter ? b.tensor : 0);
+  b.intra = b.data + b.extras + b.tensor - b.inter;
+  return b;
+}
+
+LayerTraffic layer_traffic(const Config& cfg) {
+  const int T = int(cfg.ici_tensor_parallelism), C = int(cfg.ici_context_parallelism);
+  const double c = compute_bytes(cfg);
+  const double rows = double(rank_rows(cfg) * cfg.model.emb_dim) * c;
+  const double keys = double(context_tokens(cfg) * layer_share(cfg.model, T, 0).kv) * c;
+  return {4.0 * (T - 1) * rows, 2.0 * (C - 1) * keys};
+}
+
+LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int stage_rank,
+                            const MeshLinks& links, int fsdp_rank, int replica_rank) {
+  const ParamLayout p = param_layout(cfg, lowered.layout, stage_rank);
+  const int F = int(cfg.ici_fsdp_parallelism), T = int(cfg.ici_tensor_parallelism);
+  const double c = compute_bytes(cfg);
+  const double act = double(rank_rows(cfg) * cfg.model.emb_dim) * c;
+  LinkBytes b =
+      optimizer_link_bytes(cfg, lowered.layout, stage_rank, links, fsdp_rank, replica_rank);
+  const double optimizer_tensor = b.tensor;
+  const LayerTraffic layer = layer_traffic(cfg);
+  // A backward first recomputes (part of) the forward: full, all four of a layer's tensor
+  // collectives (gathers of xn1 and hn, reduce-scatters after out_proj and down_proj) and the
+  // context gathers; a selective policy, the two gathers, out_proj's unless kept, and the
+  // context gathers unless the attention output is kept (the down_proj is not recomputed).
+  const RematPolicy policy = parse_remat_policy(cfg.remat_policy);
+  const RematKeep keep = remat_keep(policy);
+  const bool selective = policy != RematPolicy::None && policy != RematPolicy::Full;
+  const double tensor_replay = policy == RematPolicy::None ? 0
+                               : selective                 ? (2.0 + (keep.out_proj ? 0 : 1)) / 4
+                                                           : 1.0;
+  const double context_replay = policy == RematPolicy::None ? 0 : keep.context ? 0 : 1.0;
+  const sch::StageLayers map = stage_layers(cfg);
+  // Expert parallelism, per MoE layer: a forward all-gathers the [X] row counts and sends its
+  // rows to their experts and the results back; a backward sends the row gradients both ways,
+  // after recomputing the forward (every remat policy but none recomputes the routed experts).
+  const ModelConfig& m = cfg.model;
+  const int E = int(cfg.ici_expert_parallelism);
+  const double rows =
+      double(rank_rows(cfg) * m.num_experts_per_tok) * double(E - 1) / E * double(m.emb_dim) * c;
+  const double exchange_forward = double(E - 1) * double(m.num_experts) * 8 + 2 * rows;
+  const double exchange_backward =
+      2 * rows + (policy == RematPolicy::None ? 0.0 : exchange_forward);
+  const auto moe_layers = [&](int stage) {
+    int n = 0;
+    for (int l = map.first(stage); l < map.first(stage) + map.count(stage); ++l)
+      n += m.is_moe_layer(l) ? 1 : 0;
+    return double(n);
+  };
+  const int last = lowered.layout.stages() - 1;
+  double pipe_inter = 0;
+  for (const auto& a : lowered.ranks.at(stage_rank)) {
+    const double layers = a.is_compute() ? double(map.count(a.stage)) : 0.0;
+    if (E > 1 && a.kind == sch::Kind::F) b.expert += moe_layers(a.stage) * exchange_forward;
+    if (E > 1 && (a.kind == sch::Kind::B || a.kind == sch::Kind::I))
+      b.expert += moe_layers(a.stage) * exchange_backward;
+    if (a.kind == sch::Kind::F) {
+      b.tensor += layers * layer.tensor;
+      b.context += layers * layer.context;
+      // Vocabulary parallelism: the embedding reduce-scatters its looked-up rows; the head
+      // gathers the normalised rows, two float32 statistics per token, and reduce-scatters its
+      // input gradient (the head's backward runs with its forward).
+      if (a.stage == 0) b.tensor += (T - 1) * act;
+      if (a.stage == last)
+        b.tensor += 2 * (T - 1) * act + 2.0 * (T - 1) * double(context_tokens(cfg)) * 4;
+    } else if (a.kind == sch::Kind::B || a.kind == sch::Kind::I) {
+      b.tensor += layers * layer.tensor * (1 + tensor_replay);
+      b.context += layers * layer.context * (1 + context_replay);
+      if (a.stage == 0) b.tensor += (T - 1) * act;  // the embedding's gradient, every row
+    }
+    if (a.kind == sch::Kind::SEND_F || a.kind == sch::Kind::SEND_B) {
+      b.pipeline += act;
+      pipe_inter += links.hop_inter[stage_rank].at(a.peer) ? act : 0.0;
+    } else if (a.kind == sch::Kind::AG_ISSUE) {
+      b.fsdp_gather += ring_share(F, double(p.stage(a.stage).padded) * c);
+    } else if (a.kind == sch::Kind::REDUCE_SCATTER) {
+      b.fsdp_scatter += ring_share(F, double(p.stage(a.stage).padded) * 4);
+    }
+  }
+  const double fsdp = b.fsdp_gather + b.fsdp_scatter;
+  const double layers_tensor = b.tensor - optimizer_tensor;
+  // An expert group sits on the data axis: its exchange crosses the replicas' links.
+  const double inter = pipe_inter + (links.fsdp_inter ? fsdp : 0) +
+                       (links.tensor_inter ? layers_tensor : 0) +
+                       (links.context_inter ? b.context : 0) + (links.data_inter ? b.expert : 0);
+  b.inter += inter;
+  b.intra += b.pipeline + fsdp + layers_tensor + b.context + b.expert - inter;
+  return b;
+}
+
+}  // namespace carousel::plan
