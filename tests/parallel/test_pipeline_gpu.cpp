@@ -92,5 +92,29 @@ TEST(PipelineGpu, TensorAndContextGroupsTrainLikeCpuDevices) {
   }
 }
 
+// Mixture-of-experts layers (host-side routing, per-expert cuBLAS GEMMs, the row gathers, scale
+// and dot ops) with and without expert parallelism (the rows' exchange between logical devices'
+// ranks) train like CPU devices. A routing choice could flip on a near-tie between backends:
+// float32 1e-4, bfloat16 2e-2 as above.
+TEST(PipelineGpu, MixtureOfExpertsTrainLikeCpuDevices) {
+  const CudaDevices gpus = list_cuda_devices();
+  if (gpus.devices.empty()) GTEST_SKIP() << "no GPU to test on: " << gpus.why_none;
+  const std::vector<std::string> moe = {"num_experts=4", "num_experts_per_tok=2",
+                                        "base_moe_mlp_dim=32", "shared_experts=1",
+                                        "first_num_dense_layers=1",
+                                        "load_balance_loss_weight=0.01"};
+  for (const char* experts : {"ici_expert_parallelism=1", "ici_expert_parallelism=2"}) {
+    for (const auto& [dtype, rtol] : {std::pair{"float32", 1e-4}, std::pair{"bfloat16", 2e-2}}) {
+      std::vector<std::string> keys = moe;
+      keys.insert(keys.end(), {"ici_fsdp_parallelism=1", "num_pipeline_microbatches=2", experts});
+      const auto gpu = losses("cuda", dtype, keys), cpu = losses("cpu", dtype, keys);
+      ASSERT_EQ(gpu.size(), cpu.size());
+      for (std::size_t i = 0; i < gpu.size(); ++i) {
+        EXPECT_NEAR(gpu[i], cpu[i], rtol * cpu[i]) << experts << " " << dtype << " step " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace carousel
