@@ -25,12 +25,12 @@ void check_mesh(const Config& cfg, const MeshShape& mesh, const Communicator* pr
   cfg.check_microbatch_split();
   const int ranks = mesh.ranks();
   CAROUSEL_CHECK(!process_world || process_world->size() == ranks,
-                 "mpirun started {} processes but the config has D x S x F x T x C = {} x {} x {} "
-                 "x {} x {} = {} devices (ici_data_parallelism x ici_pipeline_parallelism x "
-                 "ici_fsdp_parallelism x ici_tensor_parallelism x ici_context_parallelism); start "
-                 "{} processes (mpirun -np {}) or change the mesh",
-                 process_world ? process_world->size() : 0, mesh.data, mesh.stages, mesh.fsdp,
-                 mesh.tensor, mesh.context, ranks, ranks, ranks);
+                 "mpirun started {} processes but the config has D x E x S x F x T x C = {} x {} x "
+                 "{} x {} x {} x {} = {} devices (ici_data_parallelism x ici_expert_parallelism x "
+                 "ici_pipeline_parallelism x ici_fsdp_parallelism x ici_tensor_parallelism x "
+                 "ici_context_parallelism); start {} processes (mpirun -np {}) or change the mesh",
+                 process_world ? process_world->size() : 0, mesh.data / mesh.expert, mesh.expert,
+                 mesh.stages, mesh.fsdp, mesh.tensor, mesh.context, ranks, ranks, ranks);
 }
 
 // The address-space limit (ulimit -v) against what this process's ranks will map on CPUs: an
@@ -78,12 +78,14 @@ void log_plan(const Config& cfg, const RunPlan& plan, const Communicator* proces
                  layout.microbatches);
   } else {
     spdlog::info(
-        "pipeline: {} schedule, D={} replicas x S={} stages x F={} FSDP x T={} tensor x C={} "
+        "pipeline: {} schedule, D={} replicas{} x S={} stages x F={} FSDP x T={} tensor x C={} "
         "context = {} logical {} devices ({}), R={} repeats, M={} microbatches{}; program "
         "validated and deadlock-free",
-        cfg.pipeline_schedule, mesh.data, mesh.stages, mesh.fsdp, mesh.tensor, mesh.context,
-        mesh.ranks(), devices, process_world ? "one process each" : "threads of this process",
-        layout.repeats, layout.microbatches,
+        cfg.pipeline_schedule, mesh.data / mesh.expert,
+        mesh.expert > 1 ? fmt::format(" x E={} expert ranks", mesh.expert) : std::string(),
+        mesh.stages, mesh.fsdp, mesh.tensor, mesh.context, mesh.ranks(), devices,
+        process_world ? "one process each" : "threads of this process", layout.repeats,
+        layout.microbatches,
         mesh.fsdp > 1 ? fmt::format(", weight slots {}", cfg.weight_slots()) : std::string());
   }
   spdlog::info("model: {} parameters; data: {}; batch {} x {} tokens", parameter_count(cfg.model),

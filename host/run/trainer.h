@@ -22,8 +22,8 @@
 namespace carousel {
 
 // An empty cfg.run_name gets a new run directory (host/config/run_name.h); TrainResult says which.
-// process_world: nullptr runs the D x S x F x T x C ranks as threads of this process; otherwise
-// this process is rank process_world->rank() of a job of exactly D x S x F x T x C processes
+// process_world: nullptr runs the D x E x S x F x T x C ranks as threads of this process; otherwise
+// this process is rank process_world->rank() of a job of exactly D x E x S x F x T x C processes
 // (mpirun).
 TrainResult train(const Config& cfg, Communicator* process_world = nullptr);
 

@@ -155,7 +155,7 @@ PY
 if out=$("$here/mpirun.sh" 2 "$carousel" train "${common[@]}" steps=1 run_name=wrong 2>&1); then
   echo "FAIL: 2 processes for a 4-device mesh did not fail"
   status=1
-elif ! grep -q "mpirun started 2 processes but the config has D x S x F x T x C = 1 x 2 x 2 x 1 x 1 = 4" <<<"$out"; then
+elif ! grep -q "mpirun started 2 processes but the config has D x E x S x F x T x C = 1 x 1 x 2 x 2 x 1 x 1 = 4" <<<"$out"; then
   echo "FAIL: unexpected error for 2 processes on a 4-device mesh:"
   echo "$out"
   status=1
