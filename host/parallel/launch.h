@@ -1,8 +1,8 @@
 // launch.h — how this process takes part in a run: alone, with every device a thread of it (the
 // default), or as one rank of a job that mpirun started, one device per process.
 //
-//   carousel train cfg.yml                      D x E x S x F x T x C threads
-//   mpirun -np 4 carousel train cfg.yml         4 processes, one rank each (D x E x S x F x T x C = 4)
+//   carousel train cfg.yml                 D x E x S x F x T x C threads
+//   mpirun -np 4 carousel train cfg.yml    4 processes, one rank each (D x E x S x F x T x C = 4)
 //
 // In a job, errors on any rank end every process (MPI_Abort) instead of leaving the others
 // waiting for a rank that is gone.
