@@ -43,8 +43,8 @@ struct HeadResult {
 };
 
 // The loss of one microbatch and its gradient in one pass (the logits are not kept):
-//   llama:  loss_i = cross_entropy(lm_head(rms(x, g_final)), targets) per token, targets int32
-//   [b,T] simple: loss_i = (x - targets)^2 per element, targets [b,T,E]
+//   llama:  loss_i = cross_entropy(lm_head(rms(x, g_final)), targets) per token, targets int32 [b,T]
+//   simple: loss_i = (x - targets)^2 per element, targets [b,T,E]
 // loss_scale turns the sum into the global mean (1 / tokens or elements of the global batch).
 // Gradients of the final norm and lm_head (or tied embedding) accumulate into `grads`.
 // Vocabulary-parallel: x is this rank's rows [n,E], the losses every token's (the same on each

@@ -156,7 +156,7 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   s.hn = tensor.gather_rows(be, hn);  // [N,E]
   Tensor routed;                      // [N,E] the routed experts' output (MoE layers)
   if (w.is_moe()) {
-    routed = be.empty({N, E}, dt);
+    if (y.defined()) routed = be.empty({N, E}, dt);  // a recomputation needs only `s.moe`
     moe_mlp_forward(be, cfg.router(), w.moe, s.hn, routed, s.moe, T, w.router_bias,
                     parallel.expert);
     if (router) router->add(cfg, w.layer, s.moe.routing, T);

@@ -86,6 +86,7 @@ void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& 
             rows_of(out_local, first, count));  // [c,Fm] x [E,Fm]^T
   }
   s.out_perm = from_experts(be, experts, s.dispatch, out_local);
+  if (!y.defined()) return;  // a recomputation: only what the backward reads
   Tensor weighted = be.empty({M, E}, dt);
   be.scale_rows(s.out_perm, s.weight_of_row, weighted);
   be.fill(y, 0.0);

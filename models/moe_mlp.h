@@ -12,8 +12,8 @@
 // The backward runs the same maps the other way; the combine weights' gradient (row_dots) and
 // the balancing loss go through the router's backward into the router weights and x.
 // Shapes: x, y [N,E]; router [X,E]; gate, up [X,Fm,E]; down [X,E,Fm]; M = N * k rows.
-// With expert parallelism over E ranks (models/parallel/expert_parallel.h) the rank holds experts
-// [r X/E, (r + 1) X/E) (gate, up [X/E,Fm,E], down [X/E,E,Fm]): its rows go to their experts'
+// With expert parallelism over P ranks (models/parallel/expert_parallel.h) rank r holds experts
+// [r X/P, (r + 1) X/P) (gate, up [X/P,Fm,E], down [X/P,E,Fm]): its rows go to their experts'
 // ranks after the gather and come back before the combine; the GEMMs run on the R rows every
 // rank sent to this rank's experts.
 #pragma once
@@ -46,7 +46,8 @@ struct MoeSaved {
   Tensor x_local, gate, up, act;    // [R,E], [R,Fm] x 3: the rows of this rank's experts
 };
 
-// y = the MoE MLP of x (y overwritten, distinct from x). The balancing loss is in
+// y = the MoE MLP of x (y overwritten, distinct from x; undefined: a recomputation for the
+// backward, which fills `saved` only). The balancing loss is in
 // saved.routing.aux_loss: the caller adds it to the training loss. It is summed over groups of
 // `group_tokens` consecutive rows of x (the sequences; 0: one group of all rows), and `bias`
 // ([X] or empty) is the auxiliary-loss-free balancing's bias (moe_router.h).

@@ -29,25 +29,24 @@
 namespace carousel {
 
 // What a parameter is for; layer code finds its weights by role.
+// clang-format off
 enum class ParamRole {
-  Embedding,  // model.embed_tokens.weight [V,E]
-  AttnNorm,   // input_layernorm [E]
-  Wq,
-  Wk,
-  Wv,       // self_attn.{q,k,v}_proj [H*hd,E], [Hkv*hd,E], [Hkv*hd,E]
-  Wo,       // self_attn.o_proj [E,H*hd]
-  MlpNorm,  // post_attention_layernorm [E]
-  WGate,
-  WUp,         // mlp.{gate,up}_proj [Fm,E]; MoE layers: mlp.shared_experts.* [Fs,E]
-  WDown,       // mlp.down_proj [E,Fm]; MoE layers: mlp.shared_experts.down_proj [E,Fs]
-  Router,      // mlp.gate.weight [X,E]
-  ExpertGate,  // mlp.experts.{j}.gate_proj.weight [Fe,E], j = 0..X-1, consecutive
-  ExpertUp,    // mlp.experts.{j}.up_proj.weight [Fe,E]
-  ExpertDown,  // mlp.experts.{j}.down_proj.weight [E,Fe]
-  FinalNorm,   // model.norm.weight [E]
-  LmHead,      // lm_head.weight [V,E]
-  SimpleW,     // simple block: layers.{i}.w [E,E], y = x W
+  Embedding,     // model.embed_tokens.weight [V,E]
+  AttnNorm,      // input_layernorm [E]
+  Wq, Wk, Wv,    // self_attn.{q,k,v}_proj [H*hd,E], [Hkv*hd,E], [Hkv*hd,E]
+  Wo,            // self_attn.o_proj [E,H*hd]
+  MlpNorm,       // post_attention_layernorm [E]
+  WGate, WUp,    // mlp.{gate,up}_proj [Fm,E]; MoE layers: mlp.shared_experts.* [Fs,E]
+  WDown,         // mlp.down_proj [E,Fm]; MoE layers: mlp.shared_experts.down_proj [E,Fs]
+  Router,        // mlp.gate.weight [X,E]
+  ExpertGate,    // mlp.experts.{j}.gate_proj.weight [Fe,E], j = 0..X-1, consecutive
+  ExpertUp,      // mlp.experts.{j}.up_proj.weight [Fe,E]
+  ExpertDown,    // mlp.experts.{j}.down_proj.weight [E,Fe]
+  FinalNorm,     // model.norm.weight [E]
+  LmHead,        // lm_head.weight [V,E]
+  SimpleW,       // simple block: layers.{i}.w [E,E], y = x W
 };
+// clang-format on
 
 // The routed experts' matrices: a token uses k of the X of each.
 inline bool is_routed_expert(ParamRole role) {

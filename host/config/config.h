@@ -28,7 +28,7 @@ struct Config {
   std::string base_output_directory = "out";
   std::int64_t steps = 200;
   std::int64_t log_period = 1;
-  std::string metrics_file;        // default <base_output_directory>/<run_name>/metrics.jsonl
+  std::string metrics_file;  // default <base_output_directory>/<run_name>/metrics.jsonl
   bool enable_tensorboard = true;  // event files in <run directory>/tensorboard/
   std::string log_level = "info";
   std::string progress_bar = "auto";  // auto | always | never (host/report/progress_bar.h)
@@ -60,12 +60,12 @@ struct Config {
   // order puts every node's ici factors innermost (docs/config.md#mesh-axes-across-nodes).
   std::int64_t dcn_data_parallelism = 1, dcn_pipeline_parallelism = 1, dcn_fsdp_parallelism = 1,
                dcn_context_parallelism = 1, dcn_tensor_parallelism = 1;
-  bool shard_optimizer_over_data = false;        // ZeRO-1 over the D replicas
-  std::int64_t replica_check_interval = 100;     // compare replicas' bits (0 = off)
-  bool pipeline_fsdp_ag_per_repeat = false;      // Buffer Sliding Window: 2 weight slots
-  bool pipeline_fsdp_ag_once = false;            // every local stage resident for the step
-  std::int64_t pipeline_prefetch_lookahead = 0;  // 0 = as soon as a weight slot is free
-  double collective_timeout_seconds = 300;       // a collective waiting longer is an error
+  bool shard_optimizer_over_data = false;           // ZeRO-1 over the D replicas
+  std::int64_t replica_check_interval = 100;        // compare replicas' bits (0 = off)
+  bool pipeline_fsdp_ag_per_repeat = false;         // Buffer Sliding Window: 2 weight slots
+  bool pipeline_fsdp_ag_once = false;               // every local stage resident for the step
+  std::int64_t pipeline_prefetch_lookahead = 0;     // 0 = as soon as a weight slot is free
+  double collective_timeout_seconds = 300;          // a collective waiting longer is an error
   // Cost model of `carousel schedule`, per layer (a stage costs L times these).
   double schedule_cost_f = 1, schedule_cost_b = 2, schedule_cost_w = 1;
   double schedule_cost_p2p = 0, schedule_cost_all_gather = 0, schedule_cost_reduce_scatter = 0;
@@ -102,7 +102,7 @@ struct Config {
 
   // Data.
   std::string dataset_type = "synthetic";  // synthetic | tokens | text
-  std::string dataset_path;            // a file or glob, or PATH[,WEIGHT] entries separated by ';'
+  std::string dataset_path;          // a file or glob, or PATH[,WEIGHT] entries separated by ';'
   bool enable_data_shuffling = false;  // each dataset's windows in a permutation per epoch
   bool packing = false;      // documents end with eos_id: attention and RoPE positions per document
   std::int64_t eos_id = -1;  // -1: tokenizer_path's eos token (resolve_eos_id)
@@ -116,15 +116,15 @@ struct Config {
 
   // Checkpoints.
   bool enable_checkpointing = true;
-  std::int64_t checkpoint_period = 0;            // 0 = only at the end
+  std::int64_t checkpoint_period = 0;  // 0 = only at the end
   std::int64_t max_num_checkpoints_to_keep = 0;  // 0 = all; else the newest N complete ones
-  bool async_checkpointing = true;   // rank 0 writes while the ranks train on (one in flight)
-  std::string load_parameters_path;  // a checkpoint step directory to start from
+  bool async_checkpointing = true;  // rank 0 writes while the ranks train on (one in flight)
+  std::string load_parameters_path;    // a checkpoint step directory to start from
 
   // Derived values.
   std::int64_t num_devices() const {
-    return data_ranks() * ici_pipeline_parallelism * ici_fsdp_parallelism * ici_tensor_parallelism *
-           ici_context_parallelism;
+    return data_ranks() * ici_pipeline_parallelism * ici_fsdp_parallelism *
+           ici_tensor_parallelism * ici_context_parallelism;
   }
   // The ranks a stage's batch is split over besides FSDP: the D data replicas, each of E expert
   // ranks, which hold the same dense weights and different routed experts (docs/moe.md).

@@ -310,7 +310,9 @@ void fold_dcn_axes(Config& cfg, std::map<std::string, std::string>& source) {
     std::int64_t* ici;
     std::int64_t* dcn;
   };
+  std::int64_t no_dcn = 1;  // expert ranks sit inside the data axis; no dcn_expert factor
   const Axis axes[] = {{"data", &cfg.ici_data_parallelism, &cfg.dcn_data_parallelism},
+                       {"expert", &cfg.ici_expert_parallelism, &no_dcn},
                        {"pipeline", &cfg.ici_pipeline_parallelism, &cfg.dcn_pipeline_parallelism},
                        {"fsdp", &cfg.ici_fsdp_parallelism, &cfg.dcn_fsdp_parallelism},
                        {"context", &cfg.ici_context_parallelism, &cfg.dcn_context_parallelism},
@@ -330,12 +332,12 @@ void fold_dcn_axes(Config& cfg, std::map<std::string, std::string>& source) {
     CAROUSEL_CHECK(*axis.dcn == 1 || *axis.ici >= 1,
                    "ici_{}_parallelism={} is not valid with dcn_{}_parallelism={}; it must be >= 1",
                    axis.name, *axis.ici, axis.name, *axis.dcn);
-    if (outer_ici.empty() && std::string(axis.name) != "tensor")
+    if (outer_ici.empty() && std::string(axis.name) != "tensor" && axis.dcn != &no_dcn)
       allowed += (allowed.empty() ? "" : ", ") + std::string(axis.name);
     if (*axis.dcn > 1 && !outer_ici.empty() && outer_ici != axis.name) {
       fail(
           "dcn_{}_parallelism={} with ici_{}_parallelism > 1: carousel orders ranks data, "
-          "pipeline, fsdp, context, tensor (outermost first) with each node's ranks "
+          "expert, pipeline, fsdp, context, tensor (outermost first) with each node's ranks "
           "consecutive, so a {} axis across nodes cannot sit inside a {} axis within a node; "
           "valid: dcn_* on {} only (or move the {} factor across nodes too)",
           axis.name, *axis.dcn, outer_ici, axis.name, outer_ici, allowed, outer_ici);

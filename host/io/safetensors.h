@@ -31,7 +31,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsInp
 
 struct SafetensorsEntry {
   // The header's dtype. F16 is a file-only dtype (no DType: carousel never computes in it;
-  // host/io/huggingface/hf_import.cpp widens it to float32), so `dtype` is empty for it.
+  // host/io/hf_import.cpp widens it to float32), so `dtype` is empty for it.
   std::optional<DType> dtype;
   std::string dtype_name;  // "F32", "F64", "BF16", "I32" or "F16"
   std::size_t element_size = 0;

@@ -60,12 +60,15 @@ RankCommunicators split_communicators(Communicator& world, const RankPlace& plac
   comms.data = world.split((stage * fsdp_size + fsdp) * tensor_size + tensor, place.replica_rank());
   comms.tensor = world.split(position * context_size + context, tensor);
   comms.context = world.split(position * tensor_size + tensor, context);
+  // Expert parallelism's groups (none without it: every use is guarded by mesh.expert > 1).
   const int experts = place.mesh.expert, expert = place.expert_rank();
-  comms.expert =
-      world.split(per_inner(((data / experts) * stages + stage) * fsdp_size + fsdp), expert);
-  comms.expert_data =
-      world.split((expert * stages + stage) * fsdp_size * tensor_size + fsdp * tensor_size + tensor,
-                  place.expert_replica_rank());
+  const bool with_experts = experts > 1;
+  comms.expert = world.split(
+      with_experts ? per_inner(((data / experts) * stages + stage) * fsdp_size + fsdp) : -1,
+      expert);
+  comms.expert_data = world.split(
+      with_experts ? ((expert * stages + stage) * fsdp_size + fsdp) * tensor_size + tensor : -1,
+      place.expert_replica_rank());
   const int kv = kv_replicas(model, tensor_size);  // ranks sharing one KV head
   comms.kv_share = comms.tensor->split(kv > 1 ? tensor / kv : -1, tensor);
   const int first = layout.rank_of(0), last = layout.rank_of(layout.stages() - 1);

@@ -36,7 +36,9 @@ struct MeshShape {
   int data = 1, stages = 1, fsdp = 1, tensor = 1, context = 1;  // D (x E), S, F, T, C
   int expert = 1;  // E: each E consecutive data ranks split the routed experts
   int ranks() const { return data * stages * fsdp * context * tensor; }
-  int replicas() const { return data * context; }  // ranks holding the same weights
+  // Ranks holding the same weights (with expert parallelism: the same dense weights; each
+  // expert's holders are data / expert x context of them).
+  int replicas() const { return data * context; }
   static MeshShape of(const Config& cfg);
 };
 
@@ -57,7 +59,8 @@ struct RankPlace {
   int batch_part() const { return data_rank * mesh.fsdp + fsdp_rank; }
   // Among the D x C ranks holding the same weights (gradients summed, ZeRO-1 pieces).
   int replica_rank() const { return data_rank * mesh.context + context_rank; }
-  // Among the replicas, the one whose ranks write checkpoints (each tensor once).
+  // Among the replicas, the one whose ranks write checkpoints (each dense tensor once; each
+  // routed expert is written by expert_replica_rank() 0).
   bool writes_shards() const { return replica_rank() == 0; }
   // Expert parallelism: this rank's index in its expert group (which experts it holds), and
   // among the D x C ranks holding those experts (gradients summed, the checkpoint's writer).
@@ -80,7 +83,7 @@ struct RankCommunicators {
   std::unique_ptr<Communicator> kv_share;
   std::unique_ptr<Communicator> context;  // the C ranks splitting this rank's sequences
   // Expert parallelism: the E ranks exchanging tokens with this one, and the D x C ranks holding
-  // the same experts (of size one without expert parallelism).
+  // the same experts (nullptr without expert parallelism).
   std::unique_ptr<Communicator> expert;
   std::unique_ptr<Communicator> expert_data;
   // With logits_via_embedding, the first and the last stage's ranks (same data and FSDP

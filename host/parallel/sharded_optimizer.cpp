@@ -151,14 +151,10 @@ bool ShardedParams::uncounted_gradient_nonfinite() {
     if (place_.replica_rank() != 0 || !counts_tensor_part(*seg.spec))
       bad |= !std::isfinite(be_.sum_squares(extras_grads_.flat.view(seg.begin, {seg.length})));
   }
-  if (place_.mesh.expert > 1) {  // the tensors another replica of them counts
-    for (const auto& [stage, s] : stages_) {
-      const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
-      for (const Segment& seg : segments_in(s.specs, shard_lo, shard_lo + s.shard)) {
-        if (!first_replica(*seg.spec))
-          bad |= !std::isfinite(be_.sum_squares(s.grads.view(seg.begin - shard_lo, {seg.length})));
-      }
-    }
+  if (place_.mesh.expert > 1) {  // the tensors another replica of them counts (no ZeRO-1)
+    for_each_applied_gradient([&](const ParamSpec& spec, const Tensor& grad) {
+      if (spec.layer >= 0 && !first_replica(spec)) bad |= !std::isfinite(be_.sum_squares(grad));
+    });
   } else if (!(zero1_ || place_.writes_shards())) {
     for (const auto& [stage, s] : stages_) {
       const Pieces p = stage_pieces(s);
@@ -191,13 +187,9 @@ double ShardedParams::owned_sum_of_squares() {
     }
   }
   if (place_.mesh.expert > 1) {  // each tensor on the first of the replicas holding it
-    for (const auto& [stage, s] : stages_) {
-      const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
-      for (const Segment& seg : segments_in(s.specs, shard_lo, shard_lo + s.shard)) {
-        if (first_replica(*seg.spec))
-          squares += be_.sum_squares(s.grads.view(seg.begin - shard_lo, {seg.length}));
-      }
-    }
+    for_each_applied_gradient([&](const ParamSpec& spec, const Tensor& grad) {
+      if (spec.layer >= 0 && first_replica(spec)) squares += be_.sum_squares(grad);
+    });
   } else if (zero1_ || place_.writes_shards()) {
     for (const auto& [stage, s] : stages_) {
       const Pieces p = stage_pieces(s);

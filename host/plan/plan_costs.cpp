@@ -70,8 +70,8 @@ double layer_elements(const ModelConfig& m, int tensor) {
 // reduce-scatters around attention and the MLP), 2 for C > 1 (the keys' and values' gathers).
 double layer_collective_seconds(const Config& cfg, const Cluster& cluster, const MeshLinks& links) {
   const LayerTraffic t = layer_traffic(cfg);
-  const double messages =
-      (cfg.ici_tensor_parallelism > 1 ? 4 : 0) + (cfg.ici_context_parallelism > 1 ? 2 : 0);
+  const double messages = (cfg.ici_tensor_parallelism > 1 ? 4 : 0) +
+                          (cfg.ici_context_parallelism > 1 ? 2 : 0);
   return t.tensor / link(cluster, links.tensor_inter) +
          t.context / link(cluster, links.context_inter) + messages * cluster.message_seconds;
 }
@@ -85,8 +85,7 @@ double recomputed_share(const ModelConfig& m, const std::string& policy) {
   const RematKeep keep = remat_keep(p);
   const double E = double(m.emb_dim), hd = double(m.head_dim());
   const double qkv = 2 * E * hd * double(m.num_query_heads + 2 * m.num_kv_heads);
-  const double out = 2 * E * hd * double(m.num_query_heads),
-               attention = 2.0 * double(m.max_target_length) * E;
+  const double out = 2 * E * hd * double(m.num_query_heads), attention = 2.0 * double(m.max_target_length) * E;
   const double mlp_in = 4 * E * double(m.mlp_dim);
   const double redone = (keep.qkv ? 0 : qkv) + (keep.context ? 0 : attention) +
                         (keep.out_proj ? 0 : out) + (keep.mlp_in ? 0 : mlp_in);

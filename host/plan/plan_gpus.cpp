@@ -31,10 +31,9 @@ const GpuPreset& gpu_preset(const std::string& name) {
   for (const GpuPreset& g : gpu_presets()) {
     if (name == g.name) return g;
   }
-  fail(
-      "--gpu={} is not a preset; use one of {} (or give --device-memory, --peak-tflops and the "
-      "bandwidths yourself)",
-      name, fmt::join(gpu_preset_names(), ", "));
+  fail("--gpu={} is not a preset; use one of {} (or give --device-memory, --peak-tflops and the "
+       "bandwidths yourself)",
+       name, fmt::join(gpu_preset_names(), ", "));
 }
 
 }  // namespace carousel::plan

@@ -9,11 +9,11 @@ namespace carousel::plan {
 
 struct GpuPreset {
   const char* name;
-  const char* memory;   // per GPU, as --device-memory takes it
-  double bf16_tflops;   // dense peak, tensor cores
-  double fp32_tflops;   // dense peak without TF32 (carousel's float32 GEMMs)
-  const char* nvlink;   // per GPU and direction, as --intra-node-bandwidth takes it
-  const char* network;  // per GPU and direction (one NIC per GPU), --inter-node-bandwidth
+  const char* memory;          // per GPU, as --device-memory takes it
+  double bf16_tflops;          // dense peak, tensor cores
+  double fp32_tflops;          // dense peak without TF32 (carousel's float32 GEMMs)
+  const char* nvlink;          // per GPU and direction, as --intra-node-bandwidth takes it
+  const char* network;         // per GPU and direction (one NIC per GPU), --inter-node-bandwidth
 };
 
 const std::vector<GpuPreset>& gpu_presets();

@@ -64,10 +64,11 @@ std::int64_t mlp_saved_elements(const ModelConfig& m, int T, int E, int layer) {
 }
 
 // A layer's saved activations (models/layer.h LayerSaved) for `Nc` tokens of a context rank on
-// one of T tensor ranks (and of `experts` expert ranks), in elements of the compute dtype; the float32 statistics (rstd, lse)
-// are counted at 2 elements each so the sum is an upper bound in either dtype.
-std::int64_t layer_saved_elements(const ModelConfig& m, std::int64_t Nc, int T, int C,
-                                  int experts, int layer) {
+// one of T tensor ranks (and of `experts` expert ranks), in elements of the compute dtype; the
+// float32 statistics (rstd, lse) are counted at 2 elements each so the sum is an upper bound in
+// either dtype.
+std::int64_t layer_saved_elements(const ModelConfig& m, std::int64_t Nc, int T, int C, int experts,
+                                  int layer) {
   const std::int64_t E = m.emb_dim, n = Nc / T;
   const LayerShare l = layer_share(m, T, layer);
   // x, h, rstd1, rstd2: this rank's rows; xn1, hn: gathered [Nc, E]; q, att: [Nc, q];
@@ -188,7 +189,7 @@ const StageElements& ParamLayout::stage(int v) const {
 ParamLayout param_layout(const Config& cfg, const sch::Layout& layout, int stage_rank) {
   // ZeRO-1 shards over the replica group: D data replicas x C context ranks.
   const std::int64_t F = cfg.ici_fsdp_parallelism,
-                     D = cfg.ici_data_parallelism * cfg.ici_context_parallelism;
+                     D = cfg.data_ranks() * cfg.ici_context_parallelism;
   const bool zero1 = cfg.shard_optimizer_over_data && D > 1;
   // The stage map ShardedParams uses: even stages, uneven ones (pipeline_stage_layers), or the
   // whole model as one stage on one device.

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compute/cpu_backend.h"
+#include "host/io/huggingface/hf_architectures.h"
 #include "host/run/train_result.h"
 #include "models/layer.h"
 
@@ -83,6 +84,10 @@ Checkpointer::Checkpointer(const Config& cfg, int ranks, Communicator* process_w
   // file would otherwise surface only after the first steps' work); leftover partial saves are
   // cleaned first, so the checkpoint to resume from is chosen among complete ones.
   check_outputs_writable(cfg);
+  if (cfg.enable_checkpointing && !hf_export_caveats(cfg.model).empty() &&
+      (!process_world || process_world->rank() == 0)) {
+    spdlog::warn("{}", hf_export_caveats(cfg.model));
+  }
   if (const auto dir = cfg.enable_checkpointing ? latest_checkpoint(cfg) : std::nullopt) {
     compare_with_checkpoint(cfg, *dir);
     start_.emplace(open_checkpoint_tensors(*dir, param_table(cfg.model), /*moments=*/true,

@@ -158,7 +158,8 @@ void context_attention_backward(Backend& be, const ContextGroup& context, const 
     Tensor dqc = be.empty(qc.shape(), q.dtype()), dkp = be.empty(kp.shape(), k.dtype()),
            dvp = be.empty(vp.shape(), v.dtype());
     be.attention_backward(chunk_of(be, dout, half), qc, kp, vp, chunk_of(be, out, half), l, dqc,
-                          dkp, dvp, doc_start.defined() ? chunk_of(be, doc_start, half) : Tensor());
+                          dkp, dvp,
+                          doc_start.defined() ? chunk_of(be, doc_start, half) : Tensor());
     copy_rows(be, dqc, 0, dq, half * c, c);
     copy_rows(be, dkp, 0, dk_all, 0, end, /*add=*/true);
     copy_rows(be, dvp, 0, dv_all, 0, end, /*add=*/true);

@@ -12,8 +12,8 @@ the initial weights come from this script (a Hugging Face DeepSeekMoE directory 
 hand), and the tokens are windows of a byte file it writes.
 
 For each case carousel trains 5 steps from those weights (`load_parameters_path`), and every
-step's loss and balancing loss in its metrics.jsonl must equal the oracle's within 1e-4
-relative (float32 against float64 over five updates).
+step's loss, balancing loss and gradient norm in its metrics.jsonl must equal the oracle's
+within 1e-4 relative (float32 against float64 over five updates).
 
 usage: moe_oracle.py CAROUSEL_BINARY WORK_DIR     (exit 0: equal; 1: a difference; 77: no
 autograd here nor in the project's .venv, where scripts/setup.sh installs it)
@@ -325,8 +325,10 @@ def main():
         if len(ours) != STEPS:
             sys.exit(f"FAIL: {name}: carousel reported {len(ours)} steps, not {STEPS}")
         for step, (a, b) in enumerate(zip(ours, oracle)):
-            for field in ("loss", "moe_lb_loss"):
-                got, want = float(a.get(field, 0.0)), b[field]
+            for field in ("loss", "moe_lb_loss", "grad_norm"):
+                if field not in a:
+                    sys.exit(f"FAIL: {name}: carousel's metrics.jsonl has no {field}: {a}")
+                got, want = float(a[field]), b[field]
                 ok = abs(got - want) <= 1e-4 * max(abs(want), 1e-12)
                 failures += not ok
                 print(f"{name} step {step + 1} {field}: carousel {got:.9g} oracle {want:.9g}"
@@ -339,7 +341,7 @@ def main():
             moved = max(abs(a["loss"] - b["loss"]) / b["loss"] for a, b in zip(fixed, oracle))
             print(f"{name}: without the bias's updates the losses differ by up to {moved:.1e}")
             failures += moved < 1e-3
-    checks = sum(2 * STEPS + 1 + (m["bias_rate"] > 0) for m in CASES.values())
+    checks = sum(3 * STEPS + 1 + (m["bias_rate"] > 0) for m in CASES.values())
     print(f"{checks - failures} passed, {failures} failed")
     sys.exit(1 if failures else 0)
 

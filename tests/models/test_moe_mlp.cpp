@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "collectives/local_communicator.h"
 #include "compute/cpu_backend.h"
 #include "models/moe_mlp.h"
 #include "tests/support/test_util.h"
@@ -134,6 +135,65 @@ TEST(MoeMlp, BackwardMatchesFiniteDifferences) {
         const double numeric = (objective(plus) - objective(minus)) / 2e-6;
         EXPECT_NEAR((*analytic[a])[i], numeric, 1e-8 + 1e-6 * std::abs(numeric))
             << "input " << a << " element " << i << " score " << int(rc.score);
+      }
+    }
+  }
+}
+
+// Expert parallelism's exchange (models/parallel/expert_parallel.h) on P ranks of 4 experts:
+// each rank's rows, sorted by expert, arrive at their experts' rank expert by expert and source
+// by source, each row intact, and come back to where they were. Counts with zeros, and every row
+// to expert 0 (ranks that receive nothing, a rank that sends only to itself).
+TEST(ExpertParallel, RowsReachTheirExpertsAndComeBack) {
+  constexpr int X = 4;
+  constexpr std::int64_t C = 3;  // row width
+  const auto value = [](int source, std::int64_t row, std::int64_t col) {
+    return 1000.0 * source + 10.0 * double(row) + double(col);
+  };
+  for (const int P : {2, 4}) {
+    for (const bool all_to_zero : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "P " << P << (all_to_zero ? " all rows to expert 0" : ""));
+      // counts[s][g]: rows rank s routes to expert g.
+      std::vector<std::vector<std::int64_t>> counts(static_cast<std::size_t>(P),
+                                                    std::vector<std::int64_t>(X));
+      for (int src = 0; src < P; ++src)
+        for (int g = 0; g < X; ++g)
+          counts[std::size_t(src)][std::size_t(g)] =
+              all_to_zero ? (g == 0 ? 3 : 0) : (src * 7 + g * 3) % 4;  // zeros included
+      LocalWorld world(P, 30.0);
+      std::vector<std::vector<double>> received(static_cast<std::size_t>(P)),
+          back(static_cast<std::size_t>(P)), sent(static_cast<std::size_t>(P));
+      run_ranks(
+          P,
+          [&](int r) {
+            CpuBackend be;
+            auto comm = world.communicator(r);
+            const ExpertGroup group{comm.get()};
+            std::vector<std::int64_t> first{0};
+            for (int g = 0; g < X; ++g)
+              first.push_back(first.back() + counts[std::size_t(r)][std::size_t(g)]);
+            std::vector<double>& rows = sent[std::size_t(r)];
+            for (std::int64_t i = 0; i < first.back(); ++i)
+              for (std::int64_t c = 0; c < C; ++c) rows.push_back(value(r, i, c));
+            const ExpertDispatch d = plan_dispatch(be, group, first);
+            const Tensor local = to_experts(be, group, d, be.from_host(rows, {first.back(), C}));
+            received[std::size_t(r)] = be.to_host<double>(local);
+            back[std::size_t(r)] = be.to_host<double>(from_experts(be, group, d, local));
+          },
+          &world);
+      for (int p = 0; p < P; ++p) {
+        std::vector<double> expected;  // local expert by expert, each source's rows in order
+        for (int g = p * X / P; g < (p + 1) * X / P; ++g) {
+          for (int src = 0; src < P; ++src) {
+            std::int64_t row = 0;  // source's first row for expert g
+            for (int e = 0; e < g; ++e) row += counts[std::size_t(src)][std::size_t(e)];
+            for (std::int64_t i = 0; i < counts[std::size_t(src)][std::size_t(g)]; ++i)
+              for (std::int64_t c = 0; c < C; ++c) expected.push_back(value(src, row + i, c));
+          }
+        }
+        EXPECT_EQ(received[std::size_t(p)], expected) << "rank " << p << " received";
+        EXPECT_EQ(back[std::size_t(p)], sent[std::size_t(p)]) << "rank " << p << " back";
       }
     }
   }

@@ -94,8 +94,10 @@ std::vector<RankMeasure> run_one_step(const Config& cfg, const schedule::Program
     auto* replicas = testing::decorate<CountingCommunicator>(comms.data);
     auto* tensor = testing::decorate<CountingCommunicator>(comms.tensor);
     auto* context = testing::decorate<CountingCommunicator>(comms.context);
-    auto* expert = testing::decorate<CountingCommunicator>(comms.expert);
-    auto* expert_data = testing::decorate<CountingCommunicator>(comms.expert_data);
+    CountingCommunicator* expert =
+        comms.expert ? testing::decorate<CountingCommunicator>(comms.expert) : nullptr;
+    CountingCommunicator* expert_data =
+        comms.expert_data ? testing::decorate<CountingCommunicator>(comms.expert_data) : nullptr;
     CountingCommunicator* kv_share =
         comms.kv_share ? testing::decorate<CountingCommunicator>(comms.kv_share) : nullptr;
     auto held = [&] { return std::int64_t(be.allocator().stats().current_bytes); };
@@ -121,8 +123,9 @@ std::vector<RankMeasure> run_one_step(const Config& cfg, const schedule::Program
     m.gradient_buffers = held() - before_buffers;
     m.pipe = pipe->sent;
     m.fsdp = fsdp->sent;
-    m.data = replicas->sent + expert_data->sent;  // each expert's replicas: replica traffic too
-    m.expert = expert->sent;
+    // Each expert's replicas sum its gradients: replica traffic too.
+    m.data = replicas->sent + (expert_data ? expert_data->sent : 0.0);
+    m.expert = expert ? expert->sent : 0.0;
     m.tensor = tensor->sent + (kv_share ? kv_share->sent : 0.0);
     m.context = context->sent;
   };

@@ -162,8 +162,9 @@ TEST(Config, DcnFactorsMultiplyTheirAxisWhereNodesStayContiguous) {
     if (row.key == "ici_data_parallelism") named = row.source == "1 x dcn_data_parallelism=4";
   }
   EXPECT_TRUE(named) << "the config table says where ici_data_parallelism=4 came from";
-  std::string msg = testing::error_of(
-      [] { load_config("", {"ici_data_parallelism=2", "dcn_fsdp_parallelism=2"}); });
+  std::string msg = testing::error_of([] {
+    load_config("", {"ici_data_parallelism=2", "dcn_fsdp_parallelism=2"});
+  });
   EXPECT_NE(msg.find("dcn_fsdp_parallelism=2 with ici_data_parallelism > 1"), std::string::npos)
       << msg;
   EXPECT_NE(msg.find("valid: dcn_* on data only"), std::string::npos) << msg;
@@ -171,6 +172,15 @@ TEST(Config, DcnFactorsMultiplyTheirAxisWhereNodesStayContiguous) {
     load_config("", {"ici_fsdp_parallelism=2", "dcn_context_parallelism=2"});
   });
   EXPECT_NE(msg.find("valid: dcn_* on data, pipeline, fsdp only"), std::string::npos) << msg;
+  // Expert ranks sit inside the data axis: no other axis may cross nodes around them.
+  msg = testing::error_of([] {
+    load_config("", {"num_experts=4", "ici_expert_parallelism=2", "dcn_pipeline_parallelism=2",
+                     "num_pipeline_microbatches=2"});
+  });
+  EXPECT_NE(msg.find("dcn_pipeline_parallelism=2 with ici_expert_parallelism > 1"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("valid: dcn_* on data only"), std::string::npos) << msg;
   msg = testing::error_of([] { load_config("", {"dcn_tensor_parallelism=2"}); });
   EXPECT_NE(msg.find("carousel keeps a tensor group within a node"), std::string::npos) << msg;
   msg = testing::error_of([] { load_config("", {"dcn_context_parallelism=0"}); });

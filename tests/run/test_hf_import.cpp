@@ -14,6 +14,7 @@
 #include "compute/cpu_backend.h"
 #include "host/config/config.h"
 #include "host/io/checkpoint.h"
+#include "host/io/huggingface/hf_architectures.h"
 #include "host/io/huggingface/hf_import.h"
 #include "host/report/logging.h"
 #include "host/run/trainer.h"
@@ -354,10 +355,28 @@ TEST(HfImport, MixtureOfExpertsMismatchesAndArchitecturesAreNamed) {
   EXPECT_TRUE(contains(msg, "does not implement RMSNorm of queries and keys")) << msg;
   msg = error("moe_v3", "--arch deepseek --set model_type='\"deepseek_v3\"'", base.model);
   EXPECT_TRUE(contains(msg, "multi-head latent attention")) << msg;
+  ModelConfig top1 = base.model;
+  top1.num_experts_per_tok = 1;
+  msg = error("moe_top1", "--arch deepseek --set num_experts_per_tok=1", top1);
+  EXPECT_TRUE(contains(msg, "not supported: norm_topk_prob=true with num_experts_per_tok=1"))
+      << msg;
   msg = load_error(
       write_hf("moe_as_llama", "--arch deepseek --set model_type='\"llama\"'", checkpoint),
       base.model);
   EXPECT_TRUE(contains(msg, "model_type=llama has num_experts=1 but num_experts=4")) << msg;
+}
+
+// What a DeepSeekMoE config.json cannot tell other tools is said when checkpoints will be written.
+TEST(HfImport, ExportCaveatsNameWhatOtherToolsWouldRouteOtherwise) {
+  ModelConfig m = moe_run("caveats", 1).model;
+  EXPECT_EQ(hf_export_caveats(m), "");  // softmax, unscaled, top-2: DeepSeekMoE's routing
+  m.routed_score_func = "sigmoid";
+  m.routed_scaling_factor = 2.5;
+  m.routed_bias = true;
+  const std::string msg = hf_export_caveats(m);
+  for (const char* what : {"sigmoid scores", "routed_scaling_factor != 1", "the loss-free bias"})
+    EXPECT_TRUE(contains(msg, what)) << msg;
+  EXPECT_EQ(hf_export_caveats(small_run("dense", 1).model), "");
 }
 
 }  // namespace

@@ -71,6 +71,10 @@ const std::vector<HfArchitecture>& rows() {
              unless(c, "moe_layer_freq", 1, "carousel's layers after the first k are all MoE");
          const auto per_batch = unless(c, "seq_aux", true, "carousel balances per sequence");
          out.insert(out.end(), per_batch.begin(), per_batch.end());
+         if (c.value("norm_topk_prob", false) == true && c.value("num_experts_per_tok", 0) == 1)
+           out.push_back(
+               "norm_topk_prob=true with num_experts_per_tok=1 (DeepSeekMoE leaves a "
+               "single weight as its score, carousel normalises it to 1)");
          return out;
        }},
       {"mixtral",
@@ -119,6 +123,23 @@ const HfArchitecture& hf_architecture(const std::string& model_type) {
 
 const HfArchitecture& hf_architecture_of(const ModelConfig& model) {
   return hf_architecture(model.is_moe() ? "deepseek" : "llama");
+}
+
+std::string hf_export_caveats(const ModelConfig& model) {
+  if (!model.is_moe()) return "";
+  std::vector<std::string> what;
+  if (model.routed_score_func != "softmax") what.push_back("sigmoid scores");
+  if (model.routed_scaling_factor != 1.0) what.push_back("routed_scaling_factor != 1");
+  if (model.routed_bias) what.push_back("the loss-free bias (kept in state.json only)");
+  if (model.norm_topk_prob && model.num_experts_per_tok == 1)
+    what.push_back("norm_topk_prob with top-1");
+  if (what.empty()) return "";
+  std::string list;
+  for (const auto& w : what) list += (list.empty() ? "" : ", ") + w;
+  return fmt::format(
+      "checkpoints describe this model as DeepSeekMoE (config.json), whose reference routing "
+      "has no {}: carousel reads them back exactly, other tools would route differently",
+      list);
 }
 
 bool same_hf_value(const nlohmann::json& a, const nlohmann::json& b) {

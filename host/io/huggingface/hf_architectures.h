@@ -47,6 +47,9 @@ const HfArchitecture& hf_architecture(const std::string& model_type);
 
 // The row a checkpoint of `model` is written as: llama, or deepseek for experts.
 const HfArchitecture& hf_architecture_of(const ModelConfig& model);
+// What of `model` its checkpoints' config.json cannot say to other tools ("" when nothing):
+// DeepSeekMoE's reference routing is softmax, unscaled, without the loss-free bias.
+std::string hf_export_caveats(const ModelConfig& model);
 
 // Whether two config values agree (numbers within 1e-9 relative).
 bool same_hf_value(const nlohmann::json& a, const nlohmann::json& b);

@@ -66,10 +66,6 @@ struct HfConfig {
   }
 };
 
-bool same_number(double a, double b) {
-  return a == b || std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b));
-}
-
 // A rope_scaling / rope_parameters object other than plain RoPE, or "".
 std::string rope_variant(const HfConfig& c, const char* key) {
   if (!c.has(key)) return "";
@@ -224,11 +220,11 @@ void check_hf_config(const std::string& directory, const ModelConfig& model) {
   compare_int("vocab_size", c.integer("vocab_size"), "vocab_size", model.vocab_size);
   const double eps = c.number(c.j, "rms_norm_eps", 1e-6);
   compare("rms_norm_eps", fmt::format("{}", eps), "normalization_layer_epsilon",
-          fmt::format("{}", model.norm_eps), same_number(eps, model.norm_eps));
+          fmt::format("{}", model.norm_eps), same_hf_value(eps, model.norm_eps));
   const double theta = rope_theta(c);
   compare("rope_theta", fmt::format("{}", theta), "rope_max_timescale",
           fmt::format("{}", model.rope_max_timescale),
-          same_number(theta, model.rope_max_timescale));
+          same_hf_value(theta, model.rope_max_timescale));
   const bool tied = c.boolean("tie_word_embeddings", false);
   compare("tie_word_embeddings", tied ? "true" : "false", "logits_via_embedding",
           model.logits_via_embedding ? "true" : "false", tied == model.logits_via_embedding);

@@ -3,13 +3,14 @@
 //
 // `load_parameters_path` accepts what transformers' save_pretrained writes for a
 // LlamaForCausalLM, or a DeepSeekMoE or Mixtral model (hf_architectures.h): config.json plus
-// either model.safetensors or model.safetensors.index.json with its shards (model-0000i-of-0000n.safetensors), tensors in F32, BF16 or F16. No
-// manifest.json is needed. The HF config is checked against the run's model keys (every
-// difference in one error naming the carousel key to set); the tensors are looked up by their
-// Hugging Face names (carousel's own names, models/params.h), shapes checked, widened to
-// float32 exactly (bf16 and f16 are subsets of float32), and tensors the model does not use
-// (rotary_emb.inv_freq, a tied lm_head.weight) ignored with a debug line. Every file goes
-// through the validating reader of host/io/safetensors.h, so a corrupt file is a clear error.
+// either model.safetensors or model.safetensors.index.json with its shards
+// (model-0000i-of-0000n.safetensors), tensors in F32, BF16 or F16. No manifest.json is needed. The
+// HF config is checked against the run's model keys (every difference in one error naming the
+// carousel key to set); the tensors are looked up by their Hugging Face names (carousel's own
+// names, models/params.h), shapes checked, widened to float32 exactly (bf16 and f16 are subsets of
+// float32), and tensors the model does not use (rotary_emb.inv_freq, a tied lm_head.weight) ignored
+// with a debug line. Every file goes through the validating reader of host/io/safetensors.h, so a
+// corrupt file is a clear error.
 #pragma once
 
 #include <string>
