@@ -56,6 +56,7 @@ nlohmann::json to_json(const plan::Prediction& p) {
           {"D", c.data},
           {"T", c.tensor},
           {"C", c.context},
+          {"E", c.expert},
           {"M", c.microbatches},
           {"R", c.repeats},
           {"L", c.stage_layers.empty() ? nlohmann::json(c.layers_per_stage) : nlohmann::json()},
@@ -109,12 +110,13 @@ void print_table(const plan::SearchResult& r) {
         "{:>2}  {:>3} {:>3} {:>3} {:>2} {:>2}  {:>4} {:>2} {:<9}  {:<16} {:<7} {:>8.4g} "
         "{:>5.1f}% {:>4.1f}% {:>9.0f}  {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>8.1f} "
         "{:>6.1f}  {:>7.2f} {:>7.2f}\n",
-        i + 1, c.stages, c.fsdp, c.data, c.tensor, c.context, c.microbatches, c.repeats,
-        layers_column(c), c.stages == 1 ? "grad-accum" : c.schedule, weight_mode(c),
-        p.step_seconds, 100 * p.bubble, 100 * p.mfu,
-        p.tokens_per_second, gib(m.total()), gib(m.weights), gib(m.gradients), gib(m.optimizer),
-        gib(m.activations), gib(m.weight_slots + m.gradient_buffers), gib(m.working_set),
-        p.bytes.intra / 1e9, p.bytes.inter / 1e9);
+        i + 1, c.stages, c.fsdp,
+        c.expert > 1 ? fmt::format("{}x{}", c.data, c.expert) : std::to_string(c.data), c.tensor,
+        c.context, c.microbatches, c.repeats, layers_column(c),
+        c.stages == 1 ? "grad-accum" : c.schedule, weight_mode(c), p.step_seconds, 100 * p.bubble,
+        100 * p.mfu, p.tokens_per_second, gib(m.total()), gib(m.weights), gib(m.gradients),
+        gib(m.optimizer), gib(m.activations), gib(m.weight_slots + m.gradient_buffers),
+        gib(m.working_set), p.bytes.intra / 1e9, p.bytes.inter / 1e9);
   }
 }
 
@@ -160,8 +162,7 @@ void print_launch(const plan::Prediction& p, const plan::Cluster& cluster) {
   fmt::print(
       "\nlaunch ({} processes, {} per node, one GPU each; add your hostfile or scheduler's "
       "options):\n  mpirun -np {} --map-by ppr:{}:node build/bin/carousel train device=cuda {}\n",
-      cluster.devices, cluster.devices_per_node, cluster.devices, cluster.devices_per_node,
-      p.keys);
+      cluster.devices, cluster.devices_per_node, cluster.devices, cluster.devices_per_node, p.keys);
 }
 
 }  // namespace
@@ -224,6 +225,10 @@ void add_plan_options(CLI::App& cmd, PlanOptions& o) {
                  "only this context-parallel degree C (default: every C within a node that cuts "
                  "the sequence into 2C chunks)")
       ->check(CLI::Range(1, 4096));
+  cmd.add_option("--expert", o.expert,
+                 "only this expert-parallel degree E of an MoE model, carved from the data ranks "
+                 "(default: every E dividing the experts and the data ranks)")
+      ->check(CLI::Range(1, 4096));
   cmd.add_flag("--json", o.json, "print JSON instead of the table");
 }
 
@@ -275,6 +280,17 @@ int run_plan(const PlanOptions& given) {
                 m.vocab_size, m.emb_dim, m.num_layers, m.num_query_heads, m.num_kv_heads, m.mlp_dim,
                 m.rope_max_timescale, m.norm_eps, m.logits_via_embedding, m.max_target_length)
           : fmt::format("model_name={} max_target_length={}", o.model, m.max_target_length);
+  if (file) {  // every other model key the file sets (the experts of an MoE model, ...)
+    Config with_model, defaults;
+    with_model.model = m;
+    for (const ConfigKey& key : config_keys()) {
+      if (key.resume != ResumeClass::Model || key.name == "model_name" ||
+          w.model_keys.find(key.name + "=") != std::string::npos)
+        continue;
+      if (key.get(with_model) != key.get(defaults))
+        w.model_keys += fmt::format(" {}={}", key.name, key.get(with_model));
+    }
+  }
   CAROUSEL_CHECK(o.dtype == "bfloat16" || o.dtype == "float32",
                  "--dtype={} is not valid; use bfloat16 or float32", o.dtype);
   try {
@@ -330,7 +346,8 @@ int run_plan(const PlanOptions& given) {
                               .schedules = o.schedules,
                               .max_microbatches = o.max_microbatches,
                               .tensor = o.tensor,
-                              .context = o.context};
+                              .context = o.context,
+                              .expert = o.expert};
   const plan::SearchResult r = plan::search(w, cluster, options);
   if (r.best.empty()) {
     const plan::Candidate& c = r.smallest_candidate;
@@ -366,8 +383,9 @@ int run_plan(const PlanOptions& given) {
   fmt::print(
       "{}{} on {} devices ({} per node), {:.0f} GiB, {}; global batch {} x {} tokens, {}, "
       "remat {}\n",
-      o.model, o.gpu.empty() ? std::string() : fmt::format(" ({} preset)", o.gpu), cluster.devices, cluster.devices_per_node, cluster.memory_bytes / double(1 << 30),
-      speed, w.global_batch, w.model.max_target_length, w.dtype, w.remat_policy);
+      o.model, o.gpu.empty() ? std::string() : fmt::format(" ({} preset)", o.gpu), cluster.devices,
+      cluster.devices_per_node, cluster.memory_bytes / double(1 << 30), speed, w.global_batch,
+      w.model.max_target_length, w.dtype, w.remat_policy);
   fmt::print(
       "{} candidates: {} refused without simulating (their state and working set do not fit), {} "
       "simulated ({} of them refused: do not fit with activations), {} pruned by their time "

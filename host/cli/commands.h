@@ -59,7 +59,7 @@ struct PlanOptions {
   std::string costs_file;              // a schedule_costs.yml a profiled run wrote
   std::vector<std::string> schedules;  // empty: all
   std::int64_t max_microbatches = 0;
-  std::int64_t tensor = 0, context = 0;  // 0: search them
+  std::int64_t tensor = 0, context = 0, expert = 0;  // 0: search them
   double kernel_latency_us = 5, message_latency_us = 10;  // the FLOP model's latency floor
   int top = 5;
   bool json = false;

@@ -57,23 +57,28 @@ double link(const Cluster& c, bool inter) {
 // reduce-scatter: (G-1)/G.
 double ring_fraction(std::int64_t group) { return double(group - 1) / double(group); }
 
-double layer_elements(const ModelConfig& m, int tensor) {
+// A layer's parameters on one tensor and expert rank, averaged over the layers (dense and MoE
+// layers differ).
+double layer_elements(const ModelConfig& m, int tensor, int experts) {
   double n = 0;
-  for (const auto& spec : table_of(m, tensor))
-    n += spec.layer == 0 ? double(numel(spec.shape)) : 0.0;
-  return n;
+  for (const auto& spec : table_of(m, tensor, experts))
+    n += spec.layer >= 0 ? double(numel(spec.shape)) : 0.0;
+  return n / double(m.num_layers);
 }
 
-// The seconds a layer's forward waits for its tensor and context groups (their collectives sit
-// between its GEMMs: nothing overlaps them), from the bytes plan_memory counts, plus each
-// collective's latency floor: 4 per layer for T > 1 (the sequence-parallel gathers and
-// reduce-scatters around attention and the MLP), 2 for C > 1 (the keys' and values' gathers).
+// The seconds a layer's forward waits for its tensor, context and expert groups (their
+// collectives sit between its GEMMs: nothing overlaps them yet), from the bytes plan_traffic
+// counts, plus each collective's latency floor: 4 per layer for T > 1 (the sequence-parallel
+// gathers and reduce-scatters around attention and the MLP), 2 for C > 1 (the keys' and values'
+// gathers), 3 for E > 1 (the counts, the rows out and back; an expert group is on the data axis).
 double layer_collective_seconds(const Config& cfg, const Cluster& cluster, const MeshLinks& links) {
   const LayerTraffic t = layer_traffic(cfg);
   const double messages = (cfg.ici_tensor_parallelism > 1 ? 4 : 0) +
-                          (cfg.ici_context_parallelism > 1 ? 2 : 0);
+                          (cfg.ici_context_parallelism > 1 ? 2 : 0) +
+                          (cfg.ici_expert_parallelism > 1 ? 3 : 0);
   return t.tensor / link(cluster, links.tensor_inter) +
-         t.context / link(cluster, links.context_inter) + messages * cluster.message_seconds;
+         t.context / link(cluster, links.context_inter) +
+         t.expert / link(cluster, links.data_inter) + messages * cluster.message_seconds;
 }
 
 // The share of a layer's forward FLOPs a backward under `policy` recomputes: 0 for none, 1 for
@@ -85,7 +90,8 @@ double recomputed_share(const ModelConfig& m, const std::string& policy) {
   const RematKeep keep = remat_keep(p);
   const double E = double(m.emb_dim), hd = double(m.head_dim());
   const double qkv = 2 * E * hd * double(m.num_query_heads + 2 * m.num_kv_heads);
-  const double out = 2 * E * hd * double(m.num_query_heads), attention = 2.0 * double(m.max_target_length) * E;
+  const double out = 2 * E * hd * double(m.num_query_heads),
+               attention = 2.0 * double(m.max_target_length) * E;
   const double mlp_in = 4 * E * double(m.mlp_dim);
   const double redone = (keep.qkv ? 0 : qkv) + (keep.context ? 0 : attention) +
                         (keep.out_proj ? 0 : out) + (keep.mlp_in ? 0 : mlp_in);
@@ -120,9 +126,10 @@ void set_flop_model_costs(Config& cfg, const Cluster& cluster, const MeshLinks& 
           ? double(rank_rows(cfg) * m.emb_dim) * c / link(cluster, links.any_hop_inter()) +
                 cluster.message_seconds
           : 0.0;
-  const double share = ring_fraction(cfg.ici_fsdp_parallelism) *
-                       layer_elements(m, int(cfg.ici_tensor_parallelism)) /
-                       link(cluster, links.fsdp_inter);
+  const double share =
+      ring_fraction(cfg.ici_fsdp_parallelism) *
+      layer_elements(m, int(cfg.ici_tensor_parallelism), int(cfg.ici_expert_parallelism)) /
+      link(cluster, links.fsdp_inter);
   const double message = cfg.ici_fsdp_parallelism > 1 ? cluster.message_seconds : 0.0;
   cfg.schedule_cost_all_gather = share * c + message;
   cfg.schedule_cost_reduce_scatter = share * 4 + message;  // float32 gradients

@@ -51,6 +51,7 @@ Config candidate_config(const Workload& w, const Candidate& c) {
   cfg.ici_data_parallelism = c.data;
   cfg.ici_tensor_parallelism = c.tensor;
   cfg.ici_context_parallelism = c.context;
+  cfg.ici_expert_parallelism = c.expert;
   cfg.num_pipeline_microbatches = c.microbatches;
   cfg.num_pipeline_repeats = c.repeats;
   if (c.stage_layers.empty()) {
@@ -72,6 +73,11 @@ Config candidate_config(const Workload& w, const Candidate& c) {
                  "on {} devices",
                  w.global_batch, cfg.num_devices());
   check_tensor_split(cfg.model, c.tensor);  // heads, KV heads, MLP columns, vocabulary: T ways
+  CAROUSEL_CHECK(
+      c.expert == 1 || (cfg.model.is_moe() && cfg.model.num_experts % c.expert == 0 && !c.zero1),
+      "{} expert ranks need a model whose experts they divide (num_experts={}) and "
+      "no ZeRO-1",
+      c.expert, cfg.model.num_experts);
   CAROUSEL_CHECK(c.context == 1 || cfg.model.max_target_length % (2 * c.context) == 0,
                  "max_target_length={} does not split into 2 x {} chunks",
                  cfg.model.max_target_length, c.context);
@@ -99,6 +105,8 @@ std::string candidate_keys(const Config& cfg) {
     keys += fmt::format(" ici_tensor_parallelism={}", cfg.ici_tensor_parallelism);
   if (cfg.ici_context_parallelism > 1)
     keys += fmt::format(" ici_context_parallelism={}", cfg.ici_context_parallelism);
+  if (cfg.ici_expert_parallelism > 1)
+    keys += fmt::format(" ici_expert_parallelism={}", cfg.ici_expert_parallelism);
   return keys;
 }
 

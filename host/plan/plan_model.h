@@ -41,6 +41,7 @@ struct Candidate {
   int weight_slots = 0;         // FSDP weight mode: 0 gather per use, 2 BSW, -1 once per step
   bool zero1 = false;           // shard_optimizer_over_data
   int tensor = 1, context = 1;  // T, C
+  int expert = 1;  // E: expert ranks per data replica (MoE models; the mesh has D x E data ranks)
 };
 
 // The carousel config that runs `c` (validated: throws carousel::Error naming what is invalid).

@@ -24,6 +24,17 @@ std::vector<std::int64_t> divisors(std::int64_t n) {
   return out;
 }
 
+// Expert-parallel degrees of a mesh with D data ranks: those dividing both D and the experts
+// (1 for a dense model), or the one `fixed` (when it divides them).
+std::vector<std::int64_t> expert_degrees(const ModelConfig& m, std::int64_t D, std::int64_t fixed) {
+  std::vector<std::int64_t> out;
+  for (const std::int64_t E : divisors(D)) {
+    if ((fixed > 0 && E != fixed) || (E > 1 && (!m.is_moe() || m.num_experts % E != 0))) continue;
+    out.push_back(E);
+  }
+  return out;
+}
+
 // Step times are compared in steps of 0.2% (a cost model is not more exact than that); within
 // one step, fewer bytes sent is better (communication is where the model assumes most: full
 // overlap with compute), then less memory.
@@ -120,40 +131,42 @@ std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
               if (one_device && name != names.front()) continue;
               for (const std::int64_t M : divisors(B / (F * D))) {
                 if (options.max_microbatches > 0 && M > options.max_microbatches) continue;
-                for (const int slots : F > 1 ? std::vector<int>{0, 2, -1} : std::vector<int>{0}) {
-                  const Candidate c{
-                      int(S),
-                      int(F),
-                      int(D),
-                      int(M),
-                      layout.repeats,
-                      layout.layers_per_stage,
-                      layout.counts,
-                      one_device ? std::string(schedule::one_device_schedule().name) : name,
-                      slots,
-                      D * C > 1,
-                      int(T),
-                      int(C)};
-                  Config cfg;
-                  try {
-                    cfg = candidate_config(w, c);
-                  } catch (const Error&) {
-                    continue;  // the schedule's own constraints (R, M, groups) exclude it
+                for (const std::int64_t E : expert_degrees(w.model, D, options.expert))
+                  for (const int slots : F > 1 ? std::vector<int>{0, 2, -1} : std::vector<int>{0}) {
+                    const Candidate c{
+                        int(S),
+                        int(F),
+                        int(D / E),
+                        int(M),
+                        layout.repeats,
+                        layout.layers_per_stage,
+                        layout.counts,
+                        one_device ? std::string(schedule::one_device_schedule().name) : name,
+                        slots,
+                        D * C > 1 && E == 1,  // ZeRO-1 with expert ranks is not built
+                        int(T),
+                        int(C),
+                        int(E)};
+                    Config cfg;
+                    try {
+                      cfg = candidate_config(w, c);
+                    } catch (const Error&) {
+                      continue;  // the schedule's own constraints (R, M, groups) exclude it
+                    }
+                    ++result.candidates;
+                    const std::int64_t lower = memory_lower_bound(cfg);
+                    if (lower < result.smallest_memory) {
+                      result.smallest_memory = lower;
+                      result.smallest_candidate = c;
+                    }
+                    if (double(lower) > cluster.memory_bytes) {
+                      ++result.refused_memory;
+                      continue;
+                    }
+                    CostedCandidate costed = cost_candidate(cluster, c, std::move(cfg), &links);
+                    const double bound = step_time_lower_bound(costed, cluster);
+                    pending.push_back({std::move(costed), bound});
                   }
-                  ++result.candidates;
-                  const std::int64_t lower = memory_lower_bound(cfg);
-                  if (lower < result.smallest_memory) {
-                    result.smallest_memory = lower;
-                    result.smallest_candidate = c;
-                  }
-                  if (double(lower) > cluster.memory_bytes) {
-                    ++result.refused_memory;
-                    continue;
-                  }
-                  CostedCandidate costed = cost_candidate(cluster, c, std::move(cfg), &links);
-                  const double bound = step_time_lower_bound(costed, cluster);
-                  pending.push_back({std::move(costed), bound});
-                }
               }
             }
           }

@@ -32,6 +32,9 @@ struct SearchOptions {
   // Tensor and context degrees: 0 searches every degree within a node that the model allows; a
   // number fixes it (1: none).
   std::int64_t tensor = 0, context = 0;
+  // Expert ranks of an MoE model (carved from the data ranks): 0 searches every E dividing the
+  // experts and the data ranks; a number fixes it (1: none).
+  std::int64_t expert = 0;
 };
 
 struct SearchResult {

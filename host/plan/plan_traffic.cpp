@@ -156,12 +156,29 @@ LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int
   return b;
 }
 
+// One way of the rows' exchange: (E-1)/E of the k x tokens rows, balanced routing.
+double expert_rows_bytes(const Config& cfg) {
+  const ModelConfig& m = cfg.model;
+  const int E = int(cfg.ici_expert_parallelism);
+  return double(rank_rows(cfg) * m.num_experts_per_tok) * double(E - 1) / E * double(m.emb_dim) *
+         compute_bytes(cfg);
+}
+
+double expert_exchange_bytes(const Config& cfg) {
+  const int E = int(cfg.ici_expert_parallelism);
+  if (E == 1) return 0;
+  return double(E - 1) * double(cfg.model.num_experts) * 8 + 2 * expert_rows_bytes(cfg);
+}
+
 LayerTraffic layer_traffic(const Config& cfg) {
   const int T = int(cfg.ici_tensor_parallelism), C = int(cfg.ici_context_parallelism);
   const double c = compute_bytes(cfg);
   const double rows = double(rank_rows(cfg) * cfg.model.emb_dim) * c;
   const double keys = double(context_tokens(cfg) * layer_share(cfg.model, T, 0).kv) * c;
-  return {4.0 * (T - 1) * rows, 2.0 * (C - 1) * keys};
+  const ModelConfig& m = cfg.model;
+  const double moe_share =
+      m.is_moe() ? double(m.num_layers - m.first_num_dense_layers) / double(m.num_layers) : 0.0;
+  return {4.0 * (T - 1) * rows, 2.0 * (C - 1) * keys, moe_share * expert_exchange_bytes(cfg)};
 }
 
 LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int stage_rank,
@@ -191,11 +208,9 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
   // after recomputing the forward (every remat policy but none recomputes the routed experts).
   const ModelConfig& m = cfg.model;
   const int E = int(cfg.ici_expert_parallelism);
-  const double rows =
-      double(rank_rows(cfg) * m.num_experts_per_tok) * double(E - 1) / E * double(m.emb_dim) * c;
-  const double exchange_forward = double(E - 1) * double(m.num_experts) * 8 + 2 * rows;
+  const double exchange_forward = expert_exchange_bytes(cfg);
   const double exchange_backward =
-      2 * rows + (policy == RematPolicy::None ? 0.0 : exchange_forward);
+      2 * expert_rows_bytes(cfg) + (policy == RematPolicy::None ? 0.0 : exchange_forward);
   const auto moe_layers = [&](int stage) {
     int n = 0;
     for (int l = map.first(stage); l < map.first(stage) + map.count(stage); ++l)

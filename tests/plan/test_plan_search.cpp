@@ -189,6 +189,42 @@ TEST(PlanSearch, ALongContextIsPlannedWithContextOrTensorParallelism) {
   }
 }
 
+// An MoE model: the search also tries expert ranks carved from the data ranks. With E = 2 each
+// device holds half the routed experts — on 4 devices as 2 replicas x 2 expert ranks, exactly
+// half of 8 x 3 x 172 x 64 x 8 float32 parameters fewer than as 4 replicas — and sends each MoE
+// layer's rows (the exchange's bytes); the keys name E. A dense model is never given experts.
+TEST(PlanSearch, MixtureOfExpertsCandidatesSplitTheExpertsOverExpertRanks) {
+  plan::Workload w = testing::tiny_plan_workload(16);
+  w.model.num_experts = 8;
+  w.model.num_experts_per_tok = 2;
+  plan::Cluster node = two_nodes(1e12);
+  node.devices = 4;
+  node.devices_per_node = 4;
+  const plan::Candidate replicas{
+      .data = 4, .microbatches = 1, .layers_per_stage = 8, .schedule = "1f1b"};
+  plan::Candidate experts = replicas;
+  experts.data = 2;
+  experts.expert = 2;
+  const Config a = plan::candidate_config(w, replicas), b = plan::candidate_config(w, experts);
+  const double saved = double(plan::state_memory(a, lowered_program(a).layout, 0).weights -
+                              plan::state_memory(b, lowered_program(b).layout, 0).weights);
+  EXPECT_EQ(saved, 8.0 / 2 * 3 * 172 * 64 * 8 * 4);
+  EXPECT_NE(plan::candidate_keys(b).find("ici_expert_parallelism=2"), std::string::npos);
+
+  plan::SearchOptions fixed{.top = 1, .schedules = {}};
+  fixed.expert = 2;
+  const plan::Prediction two = plan::search(w, node, fixed).best.at(0);
+  EXPECT_EQ(two.candidate.expert, 2);
+  EXPECT_GT(two.bytes.expert, 0.0);
+  bool tried = false;
+  const plan::SearchOptions open{.top = 1000, .schedules = {}};
+  for (const plan::Prediction& p : plan::search(w, node, open).best)
+    tried |= p.candidate.expert > 1;
+  EXPECT_TRUE(tried) << "the open search considers expert ranks";
+  for (const plan::Prediction& p : plan::search(testing::tiny_plan_workload(16), node, open).best)
+    EXPECT_EQ(p.candidate.expert, 1);
+}
+
 TEST(PlanSearch, InconsistentInputsAreOneClearError) {
   const plan::Workload w = testing::tiny_plan_workload(16);
   EXPECT_NE(testing::error_of([&] {
