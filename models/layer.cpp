@@ -157,8 +157,7 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   Tensor routed;                      // [N,E] the routed experts' output (MoE layers)
   if (w.is_moe()) {
     if (y.defined()) routed = be.empty({N, E}, dt);  // a recomputation needs only `s.moe`
-    moe_mlp_forward(be, cfg.router(), w.moe, s.hn, routed, s.moe, T, w.router_bias,
-                    parallel.expert);
+    moe_mlp_forward(be, cfg.router(), w.moe, s.hn, routed, s.moe, T, w.router_bias, parallel);
     if (router) router->add(cfg, w.layer, s.moe.routing, T);
   }
   if (w.has_dense_mlp()) {
@@ -192,9 +191,11 @@ void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   // MLP block: y = h + act Wd^T (+ the routed experts' output).
   const Tensor dy_all = tensor.gather_rows(be, dy.reshape({n, E}));  // [N,E]
   Tensor dhn = be.empty({N, E}, dt);  // partial over the tensor ranks' columns
-  if (w.is_moe()) {  // the balancing loss enters the objective as T x L per sequence
-    moe_mlp_backward(be, cfg.router(), w.moe, g.moe, s.moe, dy_all, loss_scale * double(T), dhn,
-                     parallel.expert);
+  if (w.is_moe()) {
+    // The balancing loss enters the objective as the whole sequence's tokens x L (with context
+    // parallelism every rank's share of the sequence adds T x L, and L depends on all of them).
+    moe_mlp_backward(be, cfg.router(), w.moe, g.moe, s.moe, dy_all,
+                     loss_scale * double(s.moe.routing.group_total), dhn, parallel);
   }
   if (w.has_dense_mlp()) {
     const std::int64_t Fl = w.w_gate.dim(0);

@@ -32,11 +32,29 @@ Tensor expert_of(const Tensor& t, std::int64_t e) {
   return t.view(e * t.dim(1) * t.dim(2), {t.dim(1), t.dim(2)});
 }
 
+// Context parallelism: each sequence's tokens are on the C ranks of `context`, so its balancing
+// counts and score sums are summed over them (the same sequences in the same order on each) and
+// the loss and its gradient follow the whole sequence's.
+void pool_balance(Backend& be, const RouterConfig& router, const ContextGroup& context,
+                  Routing& r) {
+  std::vector<double> stats(r.group_load.begin(), r.group_load.end());
+  stats.insert(stats.end(), r.group_scores.begin(), r.group_scores.end());
+  Tensor t = be.from_host(stats, {std::int64_t(stats.size())});
+  context.comm->all_reduce(t, t, ReduceOp::Sum).wait();
+  stats = be.to_host<double>(t);
+  const std::size_t n = r.group_load.size();
+  for (std::size_t i = 0; i < n; ++i) r.group_load[i] = std::llround(stats[i]);
+  std::copy(stats.begin() + std::ptrdiff_t(n), stats.end(), r.group_scores.begin());
+  r.group_total = r.group_tokens * context.size();
+  score_balance(router, r);
+}
+
 }  // namespace
 
 void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& w, const Tensor& x,
                      const Tensor& y, MoeSaved& s, std::int64_t group_tokens,
-                     const std::vector<double>& bias, const ExpertGroup& experts) {
+                     const std::vector<double>& bias, const LayerParallel& parallel) {
+  const ExpertGroup& experts = parallel.expert;
   const std::int64_t N = x.rows(), E = x.cols(), X = router.experts, k = router.top_k;
   const std::int64_t M = N * k, Fm = w.gate.dim(1), local = X / experts.size();
   const DType dt = x.dtype();
@@ -46,6 +64,8 @@ void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& 
   Tensor logits = be.empty({N, X}, dt);
   be.gemm(false, true, 1.0, x, w.router, 0.0, logits);  // [N,E] x [X,E]^T
   s.routing = route(router, to_double(be, logits), bias, group_tokens);
+  if (parallel.context.size() > 1 && router.aux_loss_weight != 0.0)
+    pool_balance(be, router, parallel.context, s.routing);
   // Rows sorted by expert, stable: expert e's rows are [first[e], first[e+1]).
   s.first.assign(std::size_t(X + 1), 0);
   for (const int e : s.routing.expert) ++s.first[std::size_t(e + 1)];
@@ -95,7 +115,8 @@ void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& 
 
 void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights& w,
                       const MoeWeights& grads, const MoeSaved& s, const Tensor& dy, double daux,
-                      const Tensor& dx, const ExpertGroup& experts) {
+                      const Tensor& dx, const LayerParallel& parallel) {
+  const ExpertGroup& experts = parallel.expert;
   const std::int64_t N = dy.rows(), E = dy.cols(), X = router.experts, local = X / experts.size();
   const std::int64_t M = s.x_perm.rows(), R = s.x_local.rows(), Fm = s.gate.cols();
   const DType dt = dy.dtype();

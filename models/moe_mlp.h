@@ -23,7 +23,7 @@
 
 #include "compute/backend.h"
 #include "models/moe_router.h"
-#include "models/parallel/expert_parallel.h"
+#include "models/parallel/layer_parallel.h"
 
 namespace carousel {
 
@@ -50,16 +50,18 @@ struct MoeSaved {
 // backward, which fills `saved` only). The balancing loss is in
 // saved.routing.aux_loss: the caller adds it to the training loss. It is summed over groups of
 // `group_tokens` consecutive rows of x (the sequences; 0: one group of all rows), and `bias`
-// ([X] or empty) is the auxiliary-loss-free balancing's bias (moe_router.h).
+// ([X] or empty) is the auxiliary-loss-free balancing's bias (moe_router.h). `parallel`: the
+// expert group the rows are exchanged with, and the context group holding the rest of each
+// sequence, over which the balancing loss's per-sequence counts and sums are pooled.
 void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& w, const Tensor& x,
                      const Tensor& y, MoeSaved& saved, std::int64_t group_tokens = 0,
-                     const std::vector<double>& bias = {}, const ExpertGroup& experts = {});
+                     const std::vector<double>& bias = {}, const LayerParallel& parallel = {});
 
 // dx = d/dx of (sum dy * y + daux * balancing loss) (overwritten); the weight gradients
 // accumulate into `grads`. daux: the balancing loss's weight in the objective (1 when it is
 // added to the loss as it is).
 void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights& w,
                       const MoeWeights& grads, const MoeSaved& saved, const Tensor& dy, double daux,
-                      const Tensor& dx, const ExpertGroup& experts = {});
+                      const Tensor& dx, const LayerParallel& parallel = {});
 
 }  // namespace carousel

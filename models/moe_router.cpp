@@ -43,7 +43,7 @@ std::vector<double> load_fractions(const RouterConfig& cfg, const Routing& r, st
   const std::int64_t* load = r.group_load.data() + g * cfg.experts;
   for (int i = 0; i < cfg.experts; ++i)
     f[std::size_t(i)] =
-        double(cfg.experts) * double(load[i]) / (double(cfg.top_k) * double(r.group_tokens));
+        double(cfg.experts) * double(load[i]) / (double(cfg.top_k) * double(r.group_total));
   return f;
 }
 
@@ -62,6 +62,7 @@ Routing route(const RouterConfig& cfg, const std::vector<double>& logits,
   r.group_tokens = group_tokens > 0 ? group_tokens : std::max<std::int64_t>(r.tokens, 1);
   CAROUSEL_ASSERT(r.tokens % r.group_tokens == 0, "{} tokens in groups of {}", r.tokens,
                   r.group_tokens);
+  r.group_total = r.group_tokens;
   const std::int64_t groups = r.tokens / r.group_tokens;
   r.group_load.assign(std::size_t(groups * X), 0);
   r.scores.resize(logits.size());
@@ -69,7 +70,7 @@ Routing route(const RouterConfig& cfg, const std::vector<double>& logits,
   r.weight.resize(r.expert.size());
   r.load.assign(std::size_t(X), 0);
   std::vector<int> order(static_cast<std::size_t>(X));
-  std::vector<double> mean_normalized(std::size_t(groups * X), 0.0);  // P_i * G per group
+  r.group_scores.assign(std::size_t(groups * X), 0.0);  // P_i * G per group
   for (std::int64_t t = 0; t < r.tokens; ++t) {
     double* s = r.scores.data() + t * X;
     token_scores(cfg.score, logits.data() + t * X, X, s);
@@ -88,20 +89,26 @@ Routing route(const RouterConfig& cfg, const std::vector<double>& logits,
       ++r.group_load[std::size_t(t / r.group_tokens * X + e)];
     }
     const double all = cfg.score == RouterScore::Sigmoid ? std::accumulate(s, s + X, 0.0) : 1.0;
-    double* mean = mean_normalized.data() + t / r.group_tokens * X;
-    for (int i = 0; i < X; ++i) mean[i] += s[i] / all;
+    double* sums = r.group_scores.data() + t / r.group_tokens * X;
+    for (int i = 0; i < X; ++i) sums[i] += s[i] / all;
   }
-  if (cfg.aux_loss_weight != 0.0) {
-    for (std::int64_t g = 0; g < groups; ++g) {
-      const std::vector<double> f = load_fractions(cfg, r, g);
-      double group_loss = 0;
-      for (int i = 0; i < X; ++i)
-        group_loss +=
-            f[std::size_t(i)] * mean_normalized[std::size_t(g * X + i)] / double(r.group_tokens);
-      r.aux_loss += cfg.aux_loss_weight * group_loss;
-    }
-  }
+  score_balance(cfg, r);
   return r;
+}
+
+void score_balance(const RouterConfig& cfg, Routing& r) {
+  r.aux_loss = 0;
+  if (cfg.aux_loss_weight == 0.0) return;
+  const int X = cfg.experts;
+  const std::int64_t groups = std::int64_t(r.group_load.size()) / X;
+  for (std::int64_t g = 0; g < groups; ++g) {
+    const std::vector<double> f = load_fractions(cfg, r, g);
+    double group_loss = 0;
+    for (int i = 0; i < X; ++i)
+      group_loss +=
+          f[std::size_t(i)] * r.group_scores[std::size_t(g * X + i)] / double(r.group_total);
+    r.aux_loss += cfg.aux_loss_weight * group_loss;
+  }
 }
 
 std::vector<double> route_backward(const RouterConfig& cfg, const Routing& r,
@@ -135,7 +142,7 @@ std::vector<double> route_backward(const RouterConfig& cfg, const Routing& r,
       const double all = cfg.score == RouterScore::Sigmoid ? std::accumulate(s, s + X, 0.0) : 1.0;
       double g_dot = 0;
       for (int i = 0; i < X; ++i) g_dot += f[std::size_t(i)] * s[i] / all;
-      const double scale = daux * cfg.aux_loss_weight / double(r.group_tokens);
+      const double scale = daux * cfg.aux_loss_weight / double(r.group_total);
       for (int i = 0; i < X; ++i) {
         ds[i] += cfg.score == RouterScore::Sigmoid ? scale * (f[std::size_t(i)] - g_dot) / all
                                                    : scale * f[std::size_t(i)];

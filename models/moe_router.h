@@ -42,12 +42,14 @@ struct RouterConfig {
 // What the router chose for N tokens; slot m = t * k + j is token t's j-th choice.
 struct Routing {
   std::int64_t tokens = 0;               // N
-  std::int64_t group_tokens = 0;         // G: tokens per balancing group
+  std::int64_t group_tokens = 0;         // G: this routing's tokens per balancing group
+  std::int64_t group_total = 0;          // each group's tokens over every rank holding some
   std::vector<int> expert;               // [N*k] e_j, descending by s + b
   std::vector<double> weight;            // [N*k] w_j
   std::vector<double> scores;            // [N*X] s
   std::vector<std::int64_t> load;        // [X] tokens choosing each expert
   std::vector<std::int64_t> group_load;  // [N/G * X] tokens of each group choosing each expert
+  std::vector<double> group_scores;      // [N/G * X] sum over each group's tokens of s'
   double aux_loss = 0.0;                 // L (0 without aux_loss_weight)
 };
 
@@ -55,6 +57,12 @@ struct Routing {
 // `group_tokens` G divides N (0: one group of all N tokens).
 Routing route(const RouterConfig& cfg, const std::vector<double>& logits,
               const std::vector<double>& bias = {}, std::int64_t group_tokens = 0);
+
+// L from the routing's group_load, group_scores and group_total: route() ends with it, and
+// context parallelism calls it again once each sequence's counts and sums are pooled over the
+// ranks holding its tokens (group_total then the whole sequence's; the backward's balancing
+// term follows the pooled values too).
+void score_balance(const RouterConfig& cfg, Routing& routing);
 
 // d(logits) [N*X] of (sum_m dweight[m] * w_m + daux * L): the gradient of the combine weights
 // (dweight [N*k], from the expert outputs) and of the balancing loss (daux: its weight in the

@@ -190,12 +190,6 @@ void Config::validate() const {
       "multiple of {}",
       ici_context_parallelism, ici_context_parallelism, 2 * ici_context_parallelism,
       2 * ici_context_parallelism - 1, model.max_target_length, 2 * ici_context_parallelism);
-  CAROUSEL_CHECK(
-      ici_context_parallelism == 1 || !model.is_moe() || model.load_balance_loss_weight == 0,
-      "ici_context_parallelism={} with load_balance_loss_weight={}: the balancing loss "
-      "is computed per sequence, and context parallelism splits each sequence over "
-      "ranks; use load_balance_loss_weight=0 or ici_context_parallelism=1",
-      ici_context_parallelism, model.load_balance_loss_weight);
   check_range("num_layers_per_pipeline_stage", num_layers_per_pipeline_stage, 1, 4096);
   check_auto_or_range("num_pipeline_microbatches", num_pipeline_microbatches, 1, kMaxMicrobatches,
                       "= S, or 2S with the forwarding delay");

@@ -141,17 +141,17 @@ INSTANTIATE_TEST_SUITE_P(
             moe("top2_shared", {"ici_expert_parallelism=4", S2, "pipeline_stage_layers=[3,5]",
                                 "pipeline_schedule=1f1b", M2}),
             1e-6},
-        PipelineCase{"moe_expert_E2_C2",
-                     moe("top2_shared", {"ici_expert_parallelism=2", "ici_context_parallelism=2",
-                                         M4, "load_balance_loss_weight=0"}),
-                     1e-6},
+        PipelineCase{
+            "moe_expert_E2_C2",
+            moe("top2_shared", {"ici_expert_parallelism=2", "ici_context_parallelism=2", M4}),
+            1e-6},
         PipelineCase{"moe_expert_E2_bf16",
                      moe("top2_shared", {"ici_expert_parallelism=2", S2, L2, M4, "dtype=bfloat16"}),
                      1e-4, 1e-2},
-        // The balancing loss is per sequence, which context parallelism splits: off here.
+        // Context parallelism: each sequence's balancing counts and sums pooled over its ranks.
         PipelineCase{"moe_context_C2_S2",
-                     moe("top2_shared",
-                         {S2, L2, M4, "ici_context_parallelism=2", "load_balance_loss_weight=0"}),
+                     moe("top2_shared", {S2, L2, M4, "ici_context_parallelism=2"}), 1e-6},
+        PipelineCase{"moe_context_C4_sigmoid", moe("sigmoid", {"ici_context_parallelism=4", M2}),
                      1e-6}),
     [](const auto& info) { return info.param.name; });
 
