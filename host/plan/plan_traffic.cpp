@@ -211,6 +211,13 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
   const double exchange_forward = expert_exchange_bytes(cfg);
   const double exchange_backward =
       2 * expert_rows_bytes(cfg) + (policy == RematPolicy::None ? 0.0 : exchange_forward);
+  // Context parallelism with the balancing loss: each MoE layer's forward (and recomputation)
+  // all-reduces its sequences' [X] counts and score sums over the context group, in double.
+  const int C = int(cfg.ici_context_parallelism);
+  const double pool = m.is_moe() && m.load_balance_loss_weight != 0 && C > 1
+                          ? 2 * ring_share(C, double(microbatch_rows(cfg) * m.num_experts * 2 * 8))
+                          : 0.0;
+  const double pool_backward = policy == RematPolicy::None ? 0.0 : pool;
   const auto moe_layers = [&](int stage) {
     int n = 0;
     for (int l = map.first(stage); l < map.first(stage) + map.count(stage); ++l)
@@ -221,9 +228,14 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
   double pipe_inter = 0;
   for (const auto& a : lowered.ranks.at(stage_rank)) {
     const double layers = a.is_compute() ? double(map.count(a.stage)) : 0.0;
-    if (E > 1 && a.kind == sch::Kind::F) b.expert += moe_layers(a.stage) * exchange_forward;
-    if (E > 1 && (a.kind == sch::Kind::B || a.kind == sch::Kind::I))
+    if (a.kind == sch::Kind::F) {
+      b.expert += moe_layers(a.stage) * exchange_forward;
+      b.context += moe_layers(a.stage) * pool;
+    }
+    if (a.kind == sch::Kind::B || a.kind == sch::Kind::I) {
       b.expert += moe_layers(a.stage) * exchange_backward;
+      b.context += moe_layers(a.stage) * pool_backward;
+    }
     if (a.kind == sch::Kind::F) {
       b.tensor += layers * layer.tensor;
       b.context += layers * layer.context;

@@ -239,6 +239,12 @@ INSTANTIATE_TEST_SUITE_P(
                  {"num_experts=8", "num_experts_per_tok=8", "shared_experts=1",
                   "base_moe_mlp_dim=16", "ici_expert_parallelism=4", "ici_data_parallelism=2",
                   "num_pipeline_microbatches=1", "remat_policy=none"}},
+        // Context parallelism with the balancing loss: each MoE layer pools its sequences'
+        // counts and score sums over the context group.
+        MeshCase{"moe_C2_S2_balancing",
+                 {"num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=32",
+                  "load_balance_loss_weight=0.01", "ici_context_parallelism=2",
+                  "ici_pipeline_parallelism=2", "num_pipeline_microbatches=2"}},
         MeshCase{"moe_1f1b_remat_none_top1",
                  {"num_experts=8", "num_experts_per_tok=1", "first_num_dense_layers=3",
                   "ici_pipeline_parallelism=2", "num_layers_per_pipeline_stage=4",
