@@ -30,15 +30,16 @@ LayerWeights LayerWeights::from(const ParamSet& set, int layer) {
   return w;
 }
 
-void RouterStats::add(const ModelConfig& cfg, int layer, const Routing& routing,
-                      std::int64_t group_tokens) {
+void RouterStats::add(const ModelConfig& cfg, int layer, const Routing& routing) {
   const std::int64_t X = cfg.num_experts;
   CAROUSEL_ASSERT(layer >= 0 && layer < cfg.num_layers && routing.load.size() == std::size_t(X),
                   "routing of layer {} with {} experts", layer, routing.load.size());
   if (load.empty()) load.assign(std::size_t(cfg.num_layers * X), 0);
   for (std::int64_t e = 0; e < X; ++e)
     load[std::size_t(layer * X + e)] += routing.load[std::size_t(e)];
-  aux_loss_sum += double(group_tokens) * routing.aux_loss;
+  // Each sequence's loss weighs like this rank's tokens of it (with context parallelism the ranks
+  // holding a sequence add up to its whole length).
+  aux_loss_sum += double(routing.group_tokens) * routing.aux_loss;
 }
 
 RouterBias initial_router_bias(const ModelConfig& cfg) {
@@ -158,7 +159,7 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   if (w.is_moe()) {
     if (y.defined()) routed = be.empty({N, E}, dt);  // a recomputation needs only `s.moe`
     moe_mlp_forward(be, cfg.router(), w.moe, s.hn, routed, s.moe, T, w.router_bias, parallel);
-    if (router) router->add(cfg, w.layer, s.moe.routing, T);
+    if (router) router->add(cfg, w.layer, s.moe.routing);
   }
   if (w.has_dense_mlp()) {
     if (!kept.mlp_in) {

@@ -42,7 +42,7 @@ struct LayerWeights {
 struct RouterStats {
   double aux_loss_sum = 0;
   std::vector<std::int64_t> load;  // [num_layers * X]: layer l's counts at l * X
-  void add(const ModelConfig& cfg, int layer, const Routing& routing, std::int64_t group_tokens);
+  void add(const ModelConfig& cfg, int layer, const Routing& routing);
   void merge(const RouterStats& other);
 };
 

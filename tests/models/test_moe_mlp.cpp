@@ -1,13 +1,16 @@
 // test_moe_mlp.cpp — the dropless MoE MLP: its forward against a loop over each token's chosen
 // experts in double (no dispatch, no sorting: tests/support formulas only), its backward against
-// central finite differences in double, both router kinds.
+// central finite differences in double, both router kinds; the expert-parallel exchange; the MoE
+// layers' parameter table and config checks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "collectives/local_communicator.h"
 #include "compute/cpu_backend.h"
 #include "models/moe_mlp.h"
+#include "models/params.h"
 #include "tests/support/test_util.h"
 
 namespace carousel {
@@ -197,6 +200,93 @@ TEST(ExpertParallel, RowsReachTheirExpertsAndComeBack) {
       }
     }
   }
+}
+
+// MoE layers hold the DeepSeek-V3 / Qwen-MoE names; each kind of routed-expert matrix is one
+// consecutive block that ParamSet::stacked views as [X, ., .]; the FLOPs count k of X experts.
+TEST(ParamTable, MoeLayersHoldRouterSharedAndStackedExperts) {
+  ModelConfig cfg = model_preset("tiny");  // E 64, N 8, Fm 172
+  cfg.num_experts = 4;
+  cfg.num_experts_per_tok = 2;
+  cfg.moe_mlp_dim = 32;
+  cfg.shared_experts = 2;
+  cfg.first_num_dense_layers = 1;
+  cfg.validate();
+  const auto specs = param_table(cfg);
+  const auto index = [&](const std::string& name) {
+    for (std::size_t i = 0; i < specs.size(); ++i)
+      if (specs[i].name == name) return int(i);
+    return -1;
+  };
+  EXPECT_GE(index("model.layers.0.mlp.gate_proj.weight"), 0);  // the dense first layer
+  EXPECT_EQ(index("model.layers.0.mlp.gate.weight"), -1);
+  const int router = index("model.layers.1.mlp.gate.weight");
+  ASSERT_GE(router, 0);
+  EXPECT_EQ(specs[std::size_t(router)].shape, (Shape{4, 64}));
+  EXPECT_EQ(specs[std::size_t(index("model.layers.1.mlp.shared_experts.down_proj.weight"))].shape,
+            (Shape{64, 64}));  // 2 shared experts x 32 fused
+  const int up0 = index("model.layers.1.mlp.experts.0.up_proj.weight");
+  EXPECT_EQ(index("model.layers.1.mlp.experts.3.up_proj.weight"), up0 + 3);  // consecutive
+  EXPECT_EQ(specs[std::size_t(index("model.layers.7.mlp.experts.2.down_proj.weight"))].shape,
+            (Shape{64, 32}));
+  // Per MoE layer: router 4x64, shared 3 x 64x64, experts 4 x 3 x 32x64.
+  const std::int64_t dense = parameter_count(model_preset("tiny"));
+  const std::int64_t moe_mlp = 4 * 64 + 3 * 64 * 64 + 4 * 3 * 32 * 64, dense_mlp = 3 * 172 * 64;
+  EXPECT_EQ(parameter_count(cfg), dense + 7 * (moe_mlp - dense_mlp));
+  // Active: 2 of the 4 experts per token.
+  const double active_mlp = 4 * 64 + 3 * 64 * 64 + 2 * 3 * 32 * 64;
+  EXPECT_DOUBLE_EQ(train_flops_per_token(cfg), train_flops_per_token(model_preset("tiny")) +
+                                                   6.0 * 7 * (active_mlp - dense_mlp));
+  CpuBackend be;
+  const ParamSet set = ParamSet::allocate(be, specs, DType::F32);
+  init_params(be, set, 3);
+  const Tensor up = set.stacked(ParamRole::ExpertUp, 1);
+  EXPECT_EQ(up.shape(), (Shape{4, 32, 64}));
+  const auto whole = be.to_host<float>(up);
+  const auto third = be.to_host<float>(set.tensors[std::size_t(up0 + 2)]);
+  EXPECT_TRUE(std::equal(third.begin(), third.end(), whole.begin() + 2 * 32 * 64));
+}
+
+// Each MoE key's bad value is refused naming the key and what would be valid.
+TEST(ModelConfig, MoeKeysAreCheckedByName) {
+  const auto error = [](auto&& change) {
+    ModelConfig c = model_preset("tiny");
+    c.num_experts = 4;
+    change(c);
+    return testing::error_of([&] { c.validate(); });
+  };
+  EXPECT_NE(error([](ModelConfig& c) {
+              c.num_experts_per_tok = 5;
+            }).find("num_experts_per_tok=5 is not valid; it must be in [1, 4]"),
+            std::string::npos);
+  EXPECT_NE(error([](ModelConfig& c) { c.capacity_factor = 1.25; }).find("use capacity_factor=-1"),
+            std::string::npos);
+  EXPECT_NE(error([](ModelConfig& c) {
+              c.routed_score_func = "relu";
+            }).find("routed_score_func='relu' is not valid; use softmax"),
+            std::string::npos);
+  EXPECT_NE(error([](ModelConfig& c) {
+              c.first_num_dense_layers = 9;
+            }).find("first_num_dense_layers=9 is not valid; it must be in [0, 8]"),
+            std::string::npos);
+  EXPECT_NE(error([](ModelConfig& c) {
+              c.load_balance_loss_weight = -1;
+            }).find("load_balance_loss_weight=-1 is not valid"),
+            std::string::npos);
+  EXPECT_NE(error([](ModelConfig& c) {
+              c.decoder_block = "simple";
+            }).find("num_experts=4 needs decoder_block=llama"),
+            std::string::npos);
+  EXPECT_NE(error([](ModelConfig& c) {
+              c.moe_mlp_dim = 1 << 20, c.num_experts = 4096;
+            }).find("the experts have more than"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([] {
+              ModelConfig c = model_preset("tiny");
+              c.num_experts = 4;
+              check_tensor_split(c, 2);
+            }).find("tensor parallelism does not split experts yet"),
+            std::string::npos);
 }
 
 }  // namespace
