@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/bench_args.h"
 #include "compute/error.h"
 #include "host/config/config.h"
 #include "host/io/files.h"
@@ -173,16 +174,7 @@ nlohmann::json to_json(const Row& r) {
           {"all_gather_mib_per_step", r.gather_mib_per_step}};
 }
 
-std::vector<std::string> split(const std::string& list) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    const std::size_t comma = std::min(list.find(',', start), list.size());
-    if (comma > start) out.push_back(list.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return out;
-}
+using bench::split;
 
 // --schedules all: the registry's rows, in table order.
 std::vector<std::string> registered_schedules() {

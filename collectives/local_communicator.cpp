@@ -64,6 +64,7 @@ struct LocalGroup {
   std::string name;
   int size;
   double timeout_seconds;
+  double link_bytes_per_second = 0;  // LocalWorld's simulated link; 0: memory speed
   std::shared_ptr<WorldAbort> world_abort;
   std::mutex mutex;
   std::condition_variable cv;
@@ -337,6 +338,7 @@ class LocalCommunicator final : public Communicator {
         std::sort(list.begin(), list.end());
         s.children[c] = make_group(fmt::format("{}/split({})", g.name, c), int(list.size()),
                                    g.timeout_seconds, g.world_abort);
+        s.children[c]->link_bytes_per_second = g.link_bytes_per_second;
       }
       s.children[-1] = nullptr;  // marks "built" even when every color is negative
     }
@@ -430,6 +432,13 @@ class LocalCommunicator final : public Communicator {
     for (const auto& op : ops) {
       if (!op->error.empty()) throw Error(op->error);  // the group fails with its first error
     }
+    if (g.link_bytes_per_second > 0) {  // the simulated link: the group's larger direction
+      lock.unlock();
+      double sent = 0, received = 0;
+      for (const auto& op : ops) (op->is_send ? sent : received) += double(op->data.nbytes());
+      std::this_thread::sleep_for(
+          std::chrono::duration<double>(std::max(sent, received) / g.link_bytes_per_second));
+    }
   }
 
   std::shared_ptr<LocalGroup> group_;
@@ -445,11 +454,14 @@ class LocalCommunicator final : public Communicator {
 
 }  // namespace
 
-LocalWorld::LocalWorld(int size, double timeout_seconds)
+LocalWorld::LocalWorld(int size, double timeout_seconds, double link_bytes_per_second)
     : world_(make_group("world", size, timeout_seconds, std::make_shared<detail::WorldAbort>())) {
   CAROUSEL_CHECK(size >= 1, "a local world needs at least one rank, got {}", size);
   CAROUSEL_CHECK(timeout_seconds > 0, "collective_timeout_seconds must be > 0, got {}",
                  timeout_seconds);
+  CAROUSEL_CHECK(link_bytes_per_second >= 0, "a simulated link of {} bytes/s: use 0 (memory "
+                 "speed) or a positive speed", link_bytes_per_second);
+  world_->link_bytes_per_second = link_bytes_per_second;
 }
 
 int LocalWorld::size() const { return world_->size; }

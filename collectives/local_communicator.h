@@ -27,9 +27,13 @@ struct LocalGroup;
 }
 
 // The shared state of `size` simulated ranks; hand communicator(r) to the thread of rank r.
+// `link_bytes_per_second` > 0 simulates a link between the ranks: a group of sends and receives
+// completes max(bytes sent, bytes received) / that speed after it matched (the rank's worker is
+// busy meanwhile, its compute is not), so communication costs time against compute as between
+// GPUs; collectives keep memory speed. 0: memory speed.
 class LocalWorld {
  public:
-  explicit LocalWorld(int size, double timeout_seconds = 300.0);
+  explicit LocalWorld(int size, double timeout_seconds = 300.0, double link_bytes_per_second = 0);
   int size() const;
   std::unique_ptr<Communicator> communicator(int rank) const;
   // A rank failed: operations waiting for ranks to arrive, now and later, fail at once with

@@ -38,10 +38,11 @@ int run_schedule(const ConfigArgs& options) {
   const bool fsdp = cfg.ici_fsdp_parallelism > 1;
   const sch::Program compute = sch::generate(spec);
   sch::validate(compute);
-  const sch::Program lowered =
-      sch::lower(compute, {cfg.weight_slots(), int(cfg.pipeline_prefetch_lookahead), fsdp});
-  sch::replay(lowered);
   const sch::StageLayers layers(cfg.stage_layer_counts());
+  const sch::Program lowered = sch::place_exchanges(
+      sch::lower(compute, {cfg.weight_slots(), int(cfg.pipeline_prefetch_lookahead), fsdp}),
+      exchanging_layers(cfg, layers));
+  sch::replay(lowered);
   const sch::Costs costs = schedule_costs(cfg, layers);
   const sch::SimResult sim = sch::simulate(lowered, costs);
 
@@ -91,8 +92,9 @@ int run_schedule(const ConfigArgs& options) {
   }
   if (!pairs.empty()) {
     fmt::print(
-        "overlapped F&B pairs (0F4& runs with the rank's next compute action; back to back "
-        "on CPU, both inputs received first): {}\n\n",
+        "overlapped F&B pairs (0F4& runs with the rank's next compute action, both inputs "
+        "received first; with expert exchanges (A2A) the halves take turns at them, else back "
+        "to back): {}\n\n",
         pairs);
   }
   if (sch::find_schedule(spec.kind).maxtext_table) {

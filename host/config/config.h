@@ -66,11 +66,13 @@ struct Config {
   bool pipeline_fsdp_ag_once = false;               // every local stage resident for the step
   std::int64_t pipeline_prefetch_lookahead = 0;     // 0 = as soon as a weight slot is free
   double collective_timeout_seconds = 300;          // a collective waiting longer is an error
+  double cpu_link_gigabytes_per_second = 0;         // simulated link between thread ranks; 0: none
   // Cost model of `carousel schedule`, per layer (a stage costs L times these).
   double schedule_cost_f = 1, schedule_cost_b = 2, schedule_cost_w = 1;
   double schedule_cost_p2p = 0, schedule_cost_all_gather = 0, schedule_cost_reduce_scatter = 0;
   std::string schedule_costs_file;  // schedule_cost_* keys measured by a run (schedule_costs.yml)
   double schedule_cost_head = 0;    // the head's compute in layers, added to the last stage
+  double schedule_cost_exchange = 0;  // one expert exchange (MoE rows all-to-all; E > 1)
 
   // Batch and precision.
   double per_device_batch_size = 8;

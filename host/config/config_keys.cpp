@@ -324,6 +324,11 @@ const std::vector<ConfigKey>& config_keys() {
       key("collective_timeout_seconds", &Config::collective_timeout_seconds,
           ResumeClass::RunControl,
           "a communication waiting longer than this fails, naming the rank and operation"),
+      key("cpu_link_gigabytes_per_second", &Config::cpu_link_gigabytes_per_second,
+          ResumeClass::RunControl,
+          "ranks as threads: sends and receives between them take bytes / this (10^9 bytes/s), "
+          "as over a link between GPUs, so communication costs time against compute (benchmarks "
+          "of overlap on CPUs); 0 = memory speed"),
       key("schedule_costs_file", &Config::schedule_costs_file, ResumeClass::RunControl,
           "schedule_costs.yml a profiled run wrote (profiler_steps): its measured schedule_cost_* "
           "values replace the defaults"),
@@ -342,6 +347,9 @@ const std::vector<ConfigKey>& config_keys() {
       key("schedule_cost_head", &Config::schedule_cost_head, ResumeClass::RunControl,
           "forward/backward cost of the final norm, logits and loss in layers, added to the last "
           "stage (why uneven stages pay; `carousel schedule` prints this model's estimate)"),
+      key("schedule_cost_exchange", &Config::schedule_cost_exchange, ResumeClass::RunControl,
+          "one all-to-all of an MoE layer's routed rows with its expert ranks (E > 1): two per "
+          "MoE layer in a forward, two or four (remat) in a backward"),
       key("per_device_batch_size", &Config::per_device_batch_size, ResumeClass::Layout,
           "sequences per device per step; global batch B = this x devices"),
       key("dtype", &Config::dtype, ResumeClass::Training,

@@ -39,7 +39,8 @@ std::vector<std::pair<const char*, double>> schedule_cost_keys(const Config& c) 
           {"schedule_cost_p2p", c.schedule_cost_p2p},
           {"schedule_cost_all_gather", c.schedule_cost_all_gather},
           {"schedule_cost_reduce_scatter", c.schedule_cost_reduce_scatter},
-          {"schedule_cost_head", c.schedule_cost_head}};
+          {"schedule_cost_head", c.schedule_cost_head},
+          {"schedule_cost_exchange", c.schedule_cost_exchange}};
 }
 
 // Each float key must be finite; validate() also runs on configs built in code, not parsed.
@@ -56,6 +57,7 @@ void check_finite(const Config& c) {
       {"learning_rate_final_fraction", c.learning_rate_final_fraction},
       {"wsd_decay_steps_fraction", c.wsd_decay_steps_fraction},
       {"collective_timeout_seconds", c.collective_timeout_seconds},
+      {"cpu_link_gigabytes_per_second", c.cpu_link_gigabytes_per_second},
       {"peak_flops", c.peak_flops},
   };
   for (const auto& [key, v] : schedule_cost_keys(c)) floats.emplace_back(key, v);
@@ -296,6 +298,10 @@ void Config::validate() const {
       "collective_timeout_seconds={} is not valid; it must be a number of seconds in "
       "(0, {}] (30 days)",
       collective_timeout_seconds, kMaxCollectiveTimeoutSeconds);
+  CAROUSEL_CHECK(cpu_link_gigabytes_per_second >= 0,
+                 "cpu_link_gigabytes_per_second={} is not valid; use 0 (memory speed) or a "
+                 "positive speed in 10^9 bytes/s",
+                 cpu_link_gigabytes_per_second);
   CAROUSEL_CHECK(run_name.find('/') == std::string::npos && run_name != "." && run_name != "..",
                  "run_name='{}' must be a name without '/' (and not . or ..), or empty for a new "
                  "run directory named after the model and the time",

@@ -3,6 +3,7 @@
 
 #include "host/schedule/passes.h"
 #include "host/schedule/registry.h"
+#include "models/stage.h"
 
 namespace carousel {
 
@@ -39,7 +40,27 @@ sch::Costs schedule_costs(const Config& cfg, const sch::StageLayers& layers) {
   c.all_gather = cfg.schedule_cost_all_gather * L;
   c.reduce_scatter = cfg.schedule_cost_reduce_scatter * L;
   c.forward_delay = schedule_spec(cfg).forward_delay;
+  // Expert exchanges: a dispatch and a combine per MoE layer in a forward; the backward sends
+  // the gradients both ways, after recomputing the forward's unless remat keeps everything.
+  c.exchange = cfg.schedule_cost_exchange;
+  const int backward_factor = parse_remat_policy(cfg.remat_policy) == RematPolicy::None ? 1 : 2;
+  for (const int n : exchanging_layers(cfg, layers)) {
+    c.exchanges_f.push_back(2 * n);
+    c.exchanges_b.push_back(2 * n * backward_factor);
+  }
   return c;
+}
+
+std::vector<int> exchanging_layers(const Config& cfg, const sch::StageLayers& layers) {
+  std::vector<int> out;
+  if (cfg.ici_expert_parallelism <= 1) return out;
+  for (int v = 0; v < layers.stages(); ++v) {
+    int n = 0;
+    for (int l = layers.first(v); l < layers.first(v) + layers.count(v); ++l)
+      n += cfg.model.is_moe_layer(l) ? 1 : 0;
+    out.push_back(n);
+  }
+  return out;
 }
 
 sch::StageLayers stage_layers(const Config& cfg) {
@@ -52,9 +73,10 @@ sch::Program lowered_program(const Config& cfg) {
   if (cfg.num_devices() == 1)
     spec = {.kind = std::string(sch::one_device_schedule().name),
             .layout = {1, 1, int(cfg.microbatches())}};
-  const sch::Program program =
+  const sch::Program program = sch::place_exchanges(
       sch::lower(sch::generate(spec), {cfg.weight_slots(), int(cfg.pipeline_prefetch_lookahead),
-                                       /*fsdp=*/cfg.ici_fsdp_parallelism > 1});
+                                       /*fsdp=*/cfg.ici_fsdp_parallelism > 1}),
+      exchanging_layers(cfg, stage_layers(cfg)));
   sch::replay(program);
   return program;
 }

@@ -282,7 +282,8 @@ void launch_ranks(const Config& cfg, int ranks, Transport transport, Communicato
     rank_main(rank, *device, *process_world, *process_world);
     return;
   }
-  const LocalWorld host_world(ranks, cfg.collective_timeout_seconds);
+  const LocalWorld host_world(ranks, cfg.collective_timeout_seconds,
+                              cfg.cpu_link_gigabytes_per_second * 1e9);
 #ifdef CAROUSEL_HAVE_NCCL
   std::unique_ptr<NcclWorld> nccl;
   if (transport == Transport::Nccl)

@@ -6,6 +6,7 @@
 #include <set>
 #include <utility>
 
+#include "host/parallel/overlapped_pair.h"
 #include "host/reliability/fault_injection.h"
 #include "models/packing.h"
 
@@ -138,31 +139,23 @@ StepOutcome RankExecutor::walk(std::size_t i, StepCapture::Mode mode, std::int64
     if (a.is_compute()) await_input(a, i);  // before the clock: a wait is idle time, not compute
     const auto start = Clock::now();
     if (a.is_p2p()) {
-      const std::size_t first = i;
-      const Event done = post_p2p_group(i);  // the group's first action stands for it
-      if (trace) {
-        // Every send and receive moves one activation: [b_local, T / C, E] of the compute dtype
-        // (with tensor parallelism this rank's rows of it).
-        const std::int64_t activation_bytes =
-            microbatch_size_ * cfg_.model.max_target_length / parallel_.context.size() *
-            cfg_.model.emb_dim / parallel_.tensor.size() * std::int64_t(dtype_size(compute_));
-        const std::int64_t bytes = std::int64_t(i - first) * activation_bytes;
-        trace->p2p_group(
-            {actions_.begin() + std::ptrdiff_t(first), actions_.begin() + std::ptrdiff_t(i)}, start,
-            done, bytes);
-      }
+      post_p2p_group(i, trace);
+      recorder_.complete();
+      continue;
+    }
+    if (a.is_compute() && (sch::takes_turns(actions_, i) || sch::exchanges_at(actions_, i))) {
+      i = compute_with_exchanges(i, trace);
       recorder_.complete();
       continue;
     }
     switch (a.kind) {
       case sch::Kind::F:
-        forward(a.stage, a.index);
-        break;
       case sch::Kind::B:
-        backward(a.stage, a.index, /*defer_weight_grads=*/false);
+      case sch::Kind::I:
+        compute(a, parallel_);
         break;
-      case sch::Kind::I:  // the input gradient now, the weight gradients at W
-        backward(a.stage, a.index, /*defer_weight_grads=*/true);
+      case sch::Kind::A2A_F:  // a marker: the compute action after it runs the exchanges
+      case sch::Kind::A2A_B:
         break;
       case sch::Kind::W: {
         const Key key{a.stage, a.index};
@@ -211,6 +204,53 @@ StepOutcome RankExecutor::walk(std::size_t i, StepCapture::Mode mode, std::int64
     ++i;
   }
   fail("pipeline executor: stage rank {}'s program has no OPTIMIZER action", place_.stage_rank);
+}
+
+void RankExecutor::post_p2p_group(std::size_t& i, StepTrace* trace) {
+  const std::size_t first = i;
+  const auto start = StepTrace::Clock::now();
+  const Event done = post_p2p_group(i);  // the group's first action stands for it
+  if (!trace) return;
+  // Every send and receive moves one activation: [b_local, T / C, E] of the compute dtype
+  // (with tensor parallelism this rank's rows of it).
+  const std::int64_t activation_bytes =
+      microbatch_size_ * cfg_.model.max_target_length / parallel_.context.size() *
+      cfg_.model.emb_dim / parallel_.tensor.size() * std::int64_t(dtype_size(compute_));
+  trace->p2p_group(
+      {actions_.begin() + std::ptrdiff_t(first), actions_.begin() + std::ptrdiff_t(i)}, start,
+      done, std::int64_t(i - first) * activation_bytes);
+}
+
+std::size_t RankExecutor::compute_with_exchanges(std::size_t i, StepTrace* trace) {
+  std::vector<std::size_t> run = {i};
+  if (sch::takes_turns(actions_, i)) {
+    const std::size_t j = sch::overlap_partner(actions_, i);
+    await_input(actions_[j], j);  // lowering posted its receive before the pair
+    run.push_back(j);
+  }
+  std::vector<TurnHalf> halves;
+  for (const std::size_t k : run) {
+    halves.push_back({actions_[k], [this, &a = actions_[k]](ExchangeWaiter& waiter) {
+                        LayerParallel parallel = parallel_;
+                        parallel.expert.waiter = &waiter;
+                        compute(a, parallel);
+                      }});
+  }
+  take_turns(halves, trace, [this] { be_.synchronize(); });
+  if (run.size() == 1) return i + 1;
+  for (std::size_t k = i + 1; k < run[1];) {  // between the halves: p2p groups and the B's A2A
+    if (actions_[k].is_p2p()) post_p2p_group(k, trace);
+    else ++k;
+  }
+  return run[1] + 1;
+}
+
+void RankExecutor::compute(const sch::Action& a, const LayerParallel& parallel) {
+  CAROUSEL_ASSERT(a.kind == sch::Kind::F || a.kind == sch::Kind::B || a.kind == sch::Kind::I,
+                  "{} is not a forward or backward", sch::to_string(a));
+  // An I computes the input gradient now, the weight gradients at its W.
+  if (a.kind == sch::Kind::F) forward(a.stage, a.index, parallel);
+  else backward(a.stage, a.index, /*defer_weight_grads=*/a.kind == sch::Kind::I, parallel);
 }
 
 Event RankExecutor::post_p2p_group(std::size_t& i, bool forward_only) {
@@ -338,7 +378,7 @@ double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
       }
       if (a.kind == sch::Kind::F) {
         await_input(a, i);
-        forward(a.stage, a.index);
+        forward(a.stage, a.index, parallel_);
       }
       if (a.kind == sch::Kind::AG_ISSUE || a.kind == sch::Kind::AG_WAIT ||
           a.kind == sch::Kind::RELEASE) {
@@ -362,7 +402,7 @@ void RankExecutor::set_router_bias(RouterBias bias) {
   router_bias_ = std::move(bias);
 }
 
-void RankExecutor::forward(int stage, int microbatch) {
+void RankExecutor::forward(int stage, int microbatch, const LayerParallel& parallel) {
   const Key key{stage, microbatch};
   // With tensor parallelism every activation here is this rank's rows; the embedding and the head
   // hold this rank's part of the vocabulary (models/embed_head.h).
@@ -370,7 +410,7 @@ void RankExecutor::forward(int stage, int microbatch) {
                                               batch(microbatch).inputs, parallel_.tensor)
                               : take(in_f_, key);
   const Tensor y = stage_forward(be_, cfg_.model, layers(params_.weights(stage), router_bias_),
-                                 rope_of(microbatch), x, remat_, saved_[key], parallel_);
+                                 rope_of(microbatch), x, remat_, saved_[key], parallel);
   if (!evaluating_) router_.merge(saved_[key].router);
   if (stage == layout_.stages() - 1) {
     const bool counts_loss = parallel_.tensor.rank() == 0;  // every tensor rank has the same losses
@@ -397,12 +437,13 @@ void RankExecutor::forward(int stage, int microbatch) {
   }
 }
 
-void RankExecutor::backward(int stage, int microbatch, bool defer_weight_grads) {
+void RankExecutor::backward(int stage, int microbatch, bool defer_weight_grads,
+                            const LayerParallel& parallel) {
   const Key key{stage, microbatch};
   std::vector<DeferredWeightGrad>* defer = defer_weight_grads ? &deferred_[key] : nullptr;
   const Tensor dx = stage_backward(be_, cfg_.model, layers(params_.weights(stage), router_bias_),
                                    layers(params_.gradients(stage), {}), rope_of(microbatch),
-                                   saved_.at(key), take(in_b_, key), loss_scale_, defer, parallel_);
+                                   saved_.at(key), take(in_b_, key), loss_scale_, defer, parallel);
   saved_.erase(key);
   if (stage == 0) {
     embed_backward(be_, params_.extras_grads(), batch(microbatch).inputs, dx, parallel_.tensor);

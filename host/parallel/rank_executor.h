@@ -10,8 +10,11 @@
 // AG_WAIT, RELEASE and REDUCE_SCATTER move weights and gradients through the rank's ShardedParams;
 // OPTIMIZER ends the step. Activations travel between actions in maps keyed by (stage, microbatch).
 // An overlapped F&B pair (schedule::Action::overlap, dualpipev) runs as its two actions, back
-// to back: lowering has received both inputs before the pair, the halves share no tensor, so
-// the numerics are those of the unpaired order. A second compute stream on GPUs would go there.
+// to back, or, when they exchange MoE rows with their expert ranks (A2A actions), taking turns
+// at those exchanges so each one's all-to-all is in flight while the other computes
+// (overlapped_pair.h): lowering has received both inputs before the pair, the halves share no
+// tensor, so the numerics are those of the unpaired order. A second compute stream on GPUs
+// would go there.
 // Everything before OPTIMIZER may run from a captured graph (step_capture.h): the step's tokens
 // and head losses live in buffers kept from step to step, so a replay reads and writes them.
 #pragma once
@@ -71,6 +74,14 @@ class RankExecutor {
   // Posts actions i.. while p2p as one group (only the forward ones with forward_only); leaves i
   // past the group. Returns the group's completion (a completed Event when nothing was posted).
   Event post_p2p_group(std::size_t& i, bool forward_only = false);
+  // The same for a step, noting the group in `trace` (when profiled).
+  void post_p2p_group(std::size_t& i, StepTrace* trace);
+  // The compute action at i with expert exchanges (an A2A before it), alone or with its partner
+  // when an overlapped pair takes turns (schedule::takes_turns; overlapped_pair.h), then the
+  // p2p groups between the halves. Returns the index after what it ran.
+  std::size_t compute_with_exchanges(std::size_t i, StepTrace* trace);
+  // F, B or I with the layers' groups `parallel` (the expert group's waiter: its pair's turns).
+  void compute(const schedule::Action& a, const LayerParallel& parallel);
   // Waits for the group that receives `action`'s input, if that input comes by a receive not yet
   // waited for (F: its activation, B and I: its gradient).
   // A wait is noted in the flight recorder; `index` is the action's place in the program.
@@ -82,8 +93,8 @@ class RankExecutor {
   void free_sent(bool wait);
   void weight_residency(const schedule::Action& a, StepTrace::Clock::time_point start,
                         StepTrace* trace);
-  void forward(int stage, int microbatch);
-  void backward(int stage, int microbatch, bool defer_weight_grads);
+  void forward(int stage, int microbatch, const LayerParallel& parallel);
+  void backward(int stage, int microbatch, bool defer_weight_grads, const LayerParallel& parallel);
   // This rank's part of every microbatch it reads, of step_ (or evaluation batch step_) from
   // source_, into the token buffers batch() returns.
   void upload_batches();

@@ -67,18 +67,19 @@ double layer_elements(const ModelConfig& m, int tensor, int experts) {
 }
 
 // The seconds a layer's forward waits for its tensor, context and expert groups (their
-// collectives sit between its GEMMs: nothing overlaps them yet), from the bytes plan_traffic
-// counts, plus each collective's latency floor: 4 per layer for T > 1 (the sequence-parallel
-// gathers and reduce-scatters around attention and the MLP), 2 for C > 1 (the keys' and values'
-// gathers), 3 for E > 1 (the counts, the rows out and back; an expert group is on the data axis).
+// collectives sit between its GEMMs), from the bytes plan_traffic counts, plus each
+// collective's latency floor: 4 per layer for T > 1 (the sequence-parallel gathers and
+// reduce-scatters around attention and the MLP), 2 for C > 1 (the keys' and values' gathers), 1
+// for E > 1 (the row counts' all-gather; an expert group is on the data axis). The rows'
+// exchanges are actions of the schedule (schedule_cost_exchange), which DualPipeV's pairs hide.
 double layer_collective_seconds(const Config& cfg, const Cluster& cluster, const MeshLinks& links) {
   const LayerTraffic t = layer_traffic(cfg);
   const double messages = (cfg.ici_tensor_parallelism > 1 ? 4 : 0) +
                           (cfg.ici_context_parallelism > 1 ? 2 : 0) +
-                          (cfg.ici_expert_parallelism > 1 ? 3 : 0);
+                          (cfg.ici_expert_parallelism > 1 ? 1 : 0);
   return t.tensor / link(cluster, links.tensor_inter) +
          t.context / link(cluster, links.context_inter) +
-         t.expert / link(cluster, links.data_inter) + messages * cluster.message_seconds;
+         t.expert_counts / link(cluster, links.data_inter) + messages * cluster.message_seconds;
 }
 
 // The share of a layer's forward FLOPs a backward under `policy` recomputes: 0 for none, 1 for
@@ -133,6 +134,10 @@ void set_flop_model_costs(Config& cfg, const Cluster& cluster, const MeshLinks& 
   const double message = cfg.ici_fsdp_parallelism > 1 ? cluster.message_seconds : 0.0;
   cfg.schedule_cost_all_gather = share * c + message;
   cfg.schedule_cost_reduce_scatter = share * 4 + message;  // float32 gradients
+  cfg.schedule_cost_exchange =
+      cfg.ici_expert_parallelism > 1
+          ? expert_rows_bytes(cfg) / link(cluster, links.data_inter) + cluster.message_seconds
+          : 0.0;
 }
 
 // The measured costs, scaled from the measuring run's microbatch, FSDP degree and links to the

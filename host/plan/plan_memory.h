@@ -120,12 +120,15 @@ MemoryBreakdown device_memory(const Config& cfg, const schedule::Program& lowere
 // value gradients reduce-scattered). Nothing overlaps them: they sit between the GEMMs.
 struct LayerTraffic {
   double tensor = 0, context = 0;
-  double expert = 0;  // an MoE layer's exchange, averaged over all layers
+  double expert = 0;         // an MoE layer's exchange, averaged over all layers
+  double expert_counts = 0;  // of which the row counts' all-gather
 };
 // Expert parallelism: what a rank sends in one MoE layer's forward for a microbatch, with
 // balanced routing: the [X] row counts to every other expert rank and its rows to the others'
-// experts and back ((E-1)/E of its k x tokens rows, each way). 0 without expert parallelism.
+// experts and back ((E-1)/E of its k x tokens rows, each way: expert_rows_bytes). 0 without
+// expert parallelism.
 double expert_exchange_bytes(const Config& cfg);
+double expert_rows_bytes(const Config& cfg);
 LayerTraffic layer_traffic(const Config& cfg);
 
 // Bytes a device of stage rank `stage_rank` sends in the optimizer step (the replicas' gradient

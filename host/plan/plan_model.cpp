@@ -199,6 +199,8 @@ Prediction predict(const Workload& w, const Cluster& cluster, const CostedCandid
           "schedule_cost_reduce_scatter={:.6g} schedule_cost_head={:.6g}",
           cfg.schedule_cost_f, cfg.schedule_cost_b, cfg.schedule_cost_w, cfg.schedule_cost_p2p,
           cfg.schedule_cost_all_gather, cfg.schedule_cost_reduce_scatter, cfg.schedule_cost_head);
+  if (cfg.ici_expert_parallelism > 1)
+    p.keys += fmt::format(" schedule_cost_exchange={:.6g}", cfg.schedule_cost_exchange);
   return p;
 }
 

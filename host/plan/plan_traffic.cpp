@@ -164,10 +164,15 @@ double expert_rows_bytes(const Config& cfg) {
          compute_bytes(cfg);
 }
 
+namespace {
+double expert_counts_bytes(const Config& cfg) {
+  return double(cfg.ici_expert_parallelism - 1) * double(cfg.model.num_experts) * 8;
+}
+}  // namespace
+
 double expert_exchange_bytes(const Config& cfg) {
-  const int E = int(cfg.ici_expert_parallelism);
-  if (E == 1) return 0;
-  return double(E - 1) * double(cfg.model.num_experts) * 8 + 2 * expert_rows_bytes(cfg);
+  if (cfg.ici_expert_parallelism == 1) return 0;
+  return expert_counts_bytes(cfg) + 2 * expert_rows_bytes(cfg);
 }
 
 LayerTraffic layer_traffic(const Config& cfg) {
@@ -178,7 +183,8 @@ LayerTraffic layer_traffic(const Config& cfg) {
   const ModelConfig& m = cfg.model;
   const double moe_share =
       m.is_moe() ? double(m.num_layers - m.first_num_dense_layers) / double(m.num_layers) : 0.0;
-  return {4.0 * (T - 1) * rows, 2.0 * (C - 1) * keys, moe_share * expert_exchange_bytes(cfg)};
+  return {4.0 * (T - 1) * rows, 2.0 * (C - 1) * keys, moe_share * expert_exchange_bytes(cfg),
+          moe_share * expert_counts_bytes(cfg)};
 }
 
 LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int stage_rank,

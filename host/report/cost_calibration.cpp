@@ -46,18 +46,16 @@ std::vector<double> handoffs_of(const std::vector<const StepTrace*>& ranks, int 
   // replicas (data or FSDP ranks of one process) a key has one slice per replica.
   using Key = std::tuple<std::int64_t, sch::Kind, int, int>;
   std::map<Key, std::vector<std::pair<double, const StepTrace*>>> ended;
+  std::map<const StepTrace*, std::vector<ComputeTime>> computes;
   for (const StepTrace* rank : ranks) {
-    for (const auto& s : rank->slices()) {
-      if (s.action.is_compute()) {
-        ended[{s.step, s.action.kind, s.action.stage, s.action.index}].push_back({s.end_us, rank});
-      }
-    }
+    computes[rank] = compute_times(*rank);
+    for (const ComputeTime& s : computes[rank])
+      ended[{s.step, s.action.kind, s.action.stage, s.action.index}].push_back({s.end_us, rank});
   }
   std::vector<double> handoffs;
   for (const StepTrace* consumer_rank : ranks) {
     double rank_free = -1e300;  // when this rank's previous compute action ended
-    for (const auto& s : consumer_rank->slices()) {
-      if (!s.action.is_compute()) continue;
+    for (const ComputeTime& s : computes[consumer_rank]) {
       // The latest producer on another rank that ended before this action started.
       double produced = -1e300;
       for (const auto& [kind, stage] : producers_of(s.action, last_stage)) {
@@ -80,24 +78,46 @@ std::vector<double> handoffs_of(const std::vector<const StepTrace*>& ranks, int 
 
 }  // namespace
 
+std::vector<double> exchange_times(std::vector<std::pair<double, double>> posted_completed) {
+  std::sort(posted_completed.begin(), posted_completed.end());
+  std::vector<double> out;
+  double free = -1e300;  // when the exchange before completed
+  for (const auto& [posted, completed] : posted_completed) {
+    out.push_back(completed - std::max(posted, std::min(free, completed)));
+    free = std::max(free, completed);
+  }
+  return out;
+}
+
 CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
                                 const sch::StageLayers& layers, double configured_head) {
   const int last = layers.stages() - 1;
   std::map<sch::Kind, Sum> body, last_stage, collectives;
+  Sum exchanges, turns;
   for (const StepTrace* rank : ranks) {
+    std::vector<std::pair<double, double>> exchange_slices;  // (posted, completed)
     for (const auto& s : rank->slices()) {
       const sch::Action& a = s.action;
-      if (a.stage < 0) continue;  // the optimizer
       const double duration = s.end_us - s.start_us;
-      const double n = layers.count(a.stage);
       if (a.kind == sch::Kind::AG_ISSUE || a.kind == sch::Kind::REDUCE_SCATTER) {
         auto& sum = collectives[a.kind];
-        sum.micros += duration, sum.layers += n, ++sum.slices;
-      } else if (a.is_compute()) {
-        // With one stage, its slices are the only measure of the layers (head included).
-        auto& sum = (a.stage == last && last > 0) ? last_stage[a.kind] : body[a.kind];
-        sum.micros += duration, sum.layers += n, ++sum.slices;
+        sum.micros += duration, sum.layers += layers.count(a.stage), ++sum.slices;
+      } else if (a.is_exchange() && s.row == "expert") {
+        exchange_slices.push_back({s.start_us, s.end_us});
+      } else if (s.hand_over) {
+        turns.micros += duration, ++turns.slices;
       }
+    }
+    for (const double t : exchange_times(std::move(exchange_slices))) {
+      exchanges.micros += t;
+      ++exchanges.slices;
+    }
+    for (const ComputeTime& s : compute_times(*rank)) {
+      const sch::Action& a = s.action;
+      if (a.stage < 0) continue;  // the optimizer
+      // With one stage, its slices are the only measure of the layers (head included).
+      auto& sum = (a.stage == last && last > 0) ? last_stage[a.kind] : body[a.kind];
+      sum.micros += s.busy_us, sum.layers += layers.count(a.stage), ++sum.slices;
     }
   }
   auto per_layer = [](const std::map<sch::Kind, Sum>& sums, sch::Kind kind) {
@@ -116,6 +136,8 @@ CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
   }
   c.all_gather = per_layer(collectives, sch::Kind::AG_ISSUE);
   c.reduce_scatter = per_layer(collectives, sch::Kind::REDUCE_SCATTER);
+  c.exchange = exchanges.mean();
+  c.turn = turns.mean();
   c.head = configured_head;
   if (last > 0 && !last_stage.empty()) {
     double beyond = 0, layer_total = 0;
@@ -144,6 +166,8 @@ sch::Costs calibrated_schedule_costs(const CalibratedCosts& measured,
   base.all_gather = measured.all_gather;
   base.reduce_scatter = measured.reduce_scatter;
   base.p2p = measured.p2p;
+  base.exchange = measured.exchange;
+  base.turn = measured.turn;
   base.stage_scale.clear();
   for (const int n : layers.counts()) base.stage_scale.push_back(double(n));
   base.stage_scale.back() += measured.head;
@@ -181,9 +205,8 @@ struct TracedDurations {
 TracedDurations traced_durations(const std::vector<const StepTrace*>& ranks) {
   TracedDurations traced;
   for (const StepTrace* rank : ranks) {
-    for (const auto& s : rank->slices()) {
-      if (!s.action.is_compute()) continue;
-      const double duration = s.end_us - s.start_us;
+    for (const ComputeTime& s : compute_times(*rank)) {
+      const double duration = s.busy_us;
       Sum& sum = traced.by_step[s.step][{s.action.kind, s.action.stage, s.action.index}];
       sum.micros += duration;
       ++sum.slices;
@@ -262,9 +285,10 @@ std::string schedule_costs_yaml(const CalibratedCosts& m, const std::string& des
       "schedule_cost_all_gather: {:.9g}\n"
       "schedule_cost_reduce_scatter: {:.9g}\n"
       "schedule_cost_head: {:.9g}\n"
-      "schedule_cost_p2p: {:.9g}\n",
+      "schedule_cost_p2p: {:.9g}\n"
+      "schedule_cost_exchange: {:.9g}\n",
       description, m.measured_head ? "" : "; not measured with one stage: the configured value",
-      m.f, m.b, m.w, m.all_gather, m.reduce_scatter, m.head, m.p2p);
+      m.f, m.b, m.w, m.all_gather, m.reduce_scatter, m.head, m.p2p, m.exchange);
 }
 
 }  // namespace carousel

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "host/report/step_trace.h"
@@ -33,7 +34,11 @@ struct CalibratedCosts {
   // share) so a zero-bubble schedule simulated with these costs has one.
   double f = 0, b = 0, i = 0, w = 0;
   double all_gather = 0, reduce_scatter = 0;  // microseconds per layer's weights
-  double head = 0;                            // in layers, added to the last stage
+  // Microseconds per expert exchange, their mean: from posting (or, when it queued behind the
+  // rank's exchange before it, that one's completion) to completion.
+  double exchange = 0;
+  double turn = 0;  // microseconds from an F&B pair's half passing the turn to the other's waking
+  double head = 0;  // in layers, added to the last stage
   bool measured_head = false;                 // false: `head` is the configured value
   // Microseconds from a producer's end on one rank to the start of its consumer on another, when
   // the consumer's rank was idle waiting for it: every such hand-off, and their median (0 if
@@ -41,6 +46,11 @@ struct CalibratedCosts {
   std::vector<double> handoffs;
   double p2p = 0;
 };
+
+// Each of one rank's exchanges' own time, from their (posted, completed) times in any order: one
+// expert communicator runs them one at a time, so an exchange posted while the one before was in
+// flight starts when that one completes (as the simulator's expert stream). In posting order.
+std::vector<double> exchange_times(std::vector<std::pair<double, double>> posted_completed);
 
 CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
                                 const schedule::StageLayers& layers, double configured_head);

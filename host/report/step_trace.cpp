@@ -9,6 +9,7 @@
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 namespace carousel {
 
@@ -26,7 +27,14 @@ const char* row_of(const sch::Action& a) {
   return "compute";
 }
 
-int thread_of(const std::string& row) { return row == "compute" ? 0 : row == "pipe" ? 1 : 2; }
+constexpr const char* kRows[] = {"compute", "pipe", "fsdp", "expert"};  // tid = index
+
+int thread_of(const std::string& row) {
+  for (int t = 0; t < 4; ++t) {
+    if (row == kRows[t]) return t;
+  }
+  return 0;
+}
 
 // Rows' lanes: the tid of lane l of a row. Lane 0 keeps the row's own tid (0, 1, 2).
 int lane_tid(const std::string& row, int lane) {
@@ -65,7 +73,8 @@ std::uint64_t flow_id(const std::string& text) {
 nlohmann::json slice_args(const StepTrace::Slice& s) {
   nlohmann::json args = {{"step", s.step + 1}};
   if (s.action.index >= 0)
-    args[s.action.is_p2p() || s.action.is_compute() ? "microbatch" : "slot"] = s.action.index;
+    args[s.action.is_p2p() || s.action.is_compute() || s.action.is_exchange() ? "microbatch"
+                                                                                 : "slot"] = s.action.index;
   if (s.action.stage >= 0) args["stage"] = s.action.stage;
   if (s.action.peer >= 0) args["peer"] = s.action.peer;
   if (s.bytes > 0) args["bytes"] = s.bytes;
@@ -86,6 +95,8 @@ void StepTrace::end_step(Clock::time_point at) {
     const sch::Action& first = p.actions.front();
     if (first.is_p2p()) {
       add_p2p_slice(p.actions, issued, done, p.bytes);
+    } else if (first.is_exchange()) {
+      slices_.push_back({sch::to_string(first), "expert", issued, done, first, step_, p.bytes});
     } else {
       slices_.push_back(
           {sch::to_string(first), row_of(first), issued, done, first, step_, p.bytes});
@@ -98,6 +109,24 @@ void StepTrace::end_step(Clock::time_point at) {
 void StepTrace::compute(const sch::Action& action, Clock::time_point start, Clock::time_point end) {
   slices_.push_back({sch::to_string(action), "compute", micros(start), micros(end), action, step_});
   if (action.kind == sch::Kind::OPTIMIZER) steps_.back().optimizer_us = micros(start);
+}
+
+void StepTrace::compute_part(const sch::Action& action, Clock::time_point start,
+                             Clock::time_point end, int part) {
+  slices_.push_back({fmt::format("{} ({})", sch::to_string(action), part + 1), "compute",
+                     micros(start), micros(end), action, step_, 0, part});
+}
+
+void StepTrace::exchange(const sch::Action& action, Clock::time_point posted, const Event& done,
+                         std::int64_t bytes) {
+  pending_.push_back({{action}, posted, done, bytes});
+}
+
+void StepTrace::hand_over(const sch::Action& exchange, Clock::time_point from,
+                          Clock::time_point woke) {
+  Slice s{"hand-over", "compute", micros(from), micros(woke), exchange, step_};
+  s.hand_over = true;
+  slices_.push_back(std::move(s));
 }
 
 void StepTrace::p2p_group(const std::vector<sch::Action>& group, Clock::time_point start,
@@ -129,12 +158,14 @@ void StepTrace::collective(const sch::Action& action, Clock::time_point issued, 
 }
 
 MeasuredSchedule measure_schedule(const std::vector<const StepTrace*>& ranks) {
-  double busy = 0, span = 0, gather_waits = 0;
+  double busy = 0, span = 0, gather_waits = 0, exchange_waits = 0, exchanges = 0;
   std::map<std::int64_t, std::pair<double, double>> steps;  // step -> (first start, last optimizer)
   for (const StepTrace* r : ranks) {
     for (const auto& s : r->slices()) {
-      if (s.action.is_compute()) busy += s.end_us - s.start_us;
-      if (s.action.kind == sch::Kind::AG_WAIT) gather_waits += s.end_us - s.start_us;
+      const double duration = s.end_us - s.start_us;
+      if (s.action.is_compute()) busy += duration;
+      if (s.action.kind == sch::Kind::AG_WAIT) gather_waits += duration;
+      if (s.action.is_exchange()) (s.row == "expert" ? exchanges : exchange_waits) += duration;
     }
     for (const auto& step : r->steps()) {
       auto [it, fresh] = steps.try_emplace(step.step, step.start_us, step.optimizer_us);
@@ -147,7 +178,29 @@ MeasuredSchedule measure_schedule(const std::vector<const StepTrace*>& ranks) {
   const double rank_steps = double(ranks.size()) * double(steps.size());
   return {.bubble = 1 - busy / (double(ranks.size()) * span),
           .span_us = span / double(steps.size()),
-          .exposed_gather_us = gather_waits / rank_steps};
+          .exposed_gather_us = gather_waits / rank_steps,
+          .exposed_exchange_us = exchange_waits / rank_steps,
+          .exchange_us = exchanges / rank_steps};
+}
+
+std::vector<ComputeTime> compute_times(const StepTrace& rank) {
+  std::vector<ComputeTime> out;
+  std::map<std::tuple<std::int64_t, sch::Kind, int, int>, std::size_t> at;  // -> index in out
+  for (const auto& s : rank.slices()) {
+    if (!s.action.is_compute()) continue;
+    const auto key = std::make_tuple(s.step, s.action.kind, s.action.stage, s.action.index);
+    const auto it = at.find(key);
+    const double busy = s.end_us - s.start_us;
+    if (s.part == 0 || it == at.end()) {  // (the optimizer has no stage: never in parts)
+      at[key] = out.size();
+      out.push_back({s.action, s.step, s.start_us, s.end_us, busy});
+    } else {
+      ComputeTime& whole = out[it->second];
+      whole.end_us = std::max(whole.end_us, s.end_us);
+      whole.busy_us += busy;
+    }
+  }
+  return out;
 }
 
 std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sch::Program& program,
@@ -162,7 +215,7 @@ std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sc
   auto name_process = [&](int pid, const std::string& name) {
     events.push_back(
         {{"ph", "M"}, {"name", "process_name"}, {"pid", pid}, {"args", {{"name", name}}}});
-    for (const char* row : {"compute", "pipe", "fsdp"}) {
+    for (const char* row : kRows) {
       events.push_back({{"ph", "M"},
                         {"name", "thread_name"},
                         {"pid", pid},
@@ -221,7 +274,7 @@ std::string step_trace_json(const std::vector<const StepTrace*>& ranks, const sc
                       {"name", sch::to_string(iv.action)},
                       {"cat", "predicted"},
                       {"pid", 1000 + iv.rank},
-                      {"tid", iv.action.is_compute() ? 0 : 2},
+                      {"tid", iv.action.is_compute() ? 0 : iv.action.is_exchange() ? 3 : 2},
                       {"ts", iv.start},
                       {"dur", iv.end - iv.start}});
   }

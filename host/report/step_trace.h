@@ -2,9 +2,11 @@
 // format that chrome://tracing and Perfetto open, with the predicted schedule of the same
 // steps beside it.
 //
-// One process per rank with three rows: compute (F, B, I, W, the optimizer, and the waits for
-// weight gathers, so exposed communication shows), pipe (each p2p group, from posting to
-// completion) and fsdp (each all-gather and reduce-scatter, from issue to completion). Transfers
+// One process per rank with four rows: compute (F, B, I, W — in parts when split by expert
+// exchanges —, the optimizer, and the waits for weight gathers and exchanges, so exposed
+// communication shows), pipe (each p2p group, from posting to completion), fsdp (each
+// all-gather and reduce-scatter, from issue to completion) and expert (each MoE rows exchange,
+// from posting to completion). Transfers
 // in flight at once go to lanes of their row ("pipe", "pipe 2", ...): complete ("X") slices
 // that overlap on one row are dropped by Perfetto, and async events cannot carry the flow
 // arrows. Every SEND is joined to its RECV by a flow arrow (ids below 2^53, JavaScript's exact
@@ -48,15 +50,29 @@ class StepTrace {
   // whole buffer (the gathered stage weights, the gradient reduce-scattered).
   void collective(const schedule::Action& action, Clock::time_point issued, const Event& done,
                   std::int64_t bytes);
+  // Part `part` of a compute action that runs in parts, its expert exchanges between them
+  // (host/parallel/overlapped_pair.h); the wait for an exchange's unfinished rest is a
+  // compute() of its A2A action.
+  void compute_part(const schedule::Action& action, Clock::time_point start, Clock::time_point end,
+                    int part);
+  // An expert exchange (an A2A_F / A2A_B action) posted at `posted`, on the expert row until
+  // `done` completes (read at end_step). `bytes`: the rows it sends and receives.
+  void exchange(const schedule::Action& action, Clock::time_point posted, const Event& done,
+                std::int64_t bytes);
+  // An F&B pair's half that got the turn at `woke`, handed over at `from` (`exchange`: the A2A
+  // of the half's exchanges): idle time between the halves' parts, on the compute row.
+  void hand_over(const schedule::Action& exchange, Clock::time_point from, Clock::time_point woke);
   // The step's time by op kind on this rank's device (Backend::stop_op_timing).
   void add_op_times(const OpTimes& times) { accumulate(op_times_, times); }
 
   struct Slice {
-    std::string name, row;  // row: compute | pipe | fsdp
+    std::string name, row;  // row: compute | pipe | fsdp | expert
     double start_us, end_us;
     schedule::Action action;
     std::int64_t step;       // the step it belongs to
     std::int64_t bytes = 0;  // a p2p group's sends and receives, a collective's whole buffer
+    int part = 0;            // a compute action run in parts (compute_part): which one
+    bool hand_over = false;  // an F&B pair's turn passing between its halves
   };
   struct Flow {
     std::string id;  // step, ring, F|B, the sending stage, microbatch: the same on both ends
@@ -98,11 +114,22 @@ class StepTrace {
 // for weight gathers count as idle. `span_us` is that span's mean over the traced steps, the
 // measured counterpart of the simulator's step_time.
 // `exposed_gather_us`: time a rank's compute waited for weight gathers (AG_WAIT), per rank and
-// step: the all-gather time the schedule did not hide.
+// step: the all-gather time the schedule did not hide; `exposed_exchange_us` likewise for expert
+// exchanges (A2A waits and a pair's hand-overs), and `exchange_us` their whole time from
+// posting to completion.
 struct MeasuredSchedule {
-  double bubble = 0, span_us = 0, exposed_gather_us = 0;
+  double bubble = 0, span_us = 0, exposed_gather_us = 0, exposed_exchange_us = 0, exchange_us = 0;
 };
 MeasuredSchedule measure_schedule(const std::vector<const StepTrace*>& ranks);
+
+// A traced compute action as a whole: from its first part's start to its last part's end,
+// busy for the sum of its parts (one part unless it ran with expert exchanges). In trace order.
+struct ComputeTime {
+  schedule::Action action;
+  std::int64_t step;
+  double start_us, end_us, busy_us;
+};
+std::vector<ComputeTime> compute_times(const StepTrace& rank);
 
 // The Chrome trace JSON of `ranks` (this process's ranks), with `predicted`, the simulation of
 // `program` with costs calibrated from these traces (host/report/cost_calibration.h,

@@ -86,6 +86,9 @@ void Profiler::finish(const schedule::Program& program, const Communicator* proc
   result.measured_bubble = measured.bubble;
   result.measured_span_ms = measured.span_us / 1e3;
   result.exposed_gather_ms = measured.exposed_gather_us / 1e3;
+  result.exchange_ms = measured.exchange_us / 1e3;
+  result.exposed_exchange_ms = measured.exposed_exchange_us / 1e3;
+  result.calibrated_exchange_ms = measured_costs.exchange / 1e3;
   result.predicted_bubble = predicted.mean_cost.bubble_fraction;
   result.predicted_span_ms = predicted.mean_cost.step_time / 1e3;
   result.spread_span_ms = predicted.spread.span_us / 1e3;
@@ -111,6 +114,13 @@ void Profiler::finish(const schedule::Program& program, const Communicator* proc
       "schedule)",
       steps.front().step + 1, steps.back().step + 1, path, 100 * result.measured_bubble,
       100 * result.predicted_bubble, 100 * result.spread_bubble, 100 * result.replayed_bubble);
+  if (measured.exchange_us > 0) {
+    spdlog::info(
+        "expert exchanges: {:.2f} ms per rank and step in flight, {:.2f} ms of it waited for "
+        "(the rest hidden behind compute); span {:.1f} ms measured, {:.1f} ms predicted",
+        result.exchange_ms, result.exposed_exchange_ms, result.measured_span_ms,
+        result.predicted_span_ms);
+  }
   log_op_times(ranks, per_process("op_times", "json"));
 }
 

@@ -28,6 +28,9 @@ struct TrainResult {
   double spread_span_ms = -1, spread_bubble = -1;
   double replayed_span_ms = -1, replayed_bubble = -1;
   double exposed_gather_ms = -1;      // per rank and step: compute waiting for weight gathers
+  // Per rank and step: expert exchanges from posting to completion, and compute waiting for them.
+  double exchange_ms = -1, exposed_exchange_ms = -1;
+  double calibrated_exchange_ms = -1;  // one exchange, as the prediction took it
   std::size_t peak_device_bytes = 0;  // the largest over the ranks
   std::vector<std::int64_t> all_gathers_per_device;  // FSDP weight gathers done, per rank
   std::vector<std::int64_t> graph_replays_per_device;  // steps launched from a captured graph

@@ -29,6 +29,8 @@ constexpr KindInfo kKinds[] = {
     {Kind::AG_WAIT, "AG_WAIT", true, true},
     {Kind::RELEASE, "RELEASE", true, true},
     {Kind::REDUCE_SCATTER, "REDUCE_SCATTER", true, false},
+    {Kind::A2A_F, "A2A_F", true, true},
+    {Kind::A2A_B, "A2A_B", true, true},
     {Kind::OPTIMIZER, "OPTIMIZER", false, false},
 };
 const KindInfo& info(Kind k) { return kKinds[static_cast<int>(k)]; }
@@ -52,6 +54,21 @@ std::size_t overlap_partner(const std::vector<Action>& list, std::size_t i) {
   return j;
 }
 
+bool exchanges_at(const std::vector<Action>& list, std::size_t i) {
+  return i > 0 && list[i - 1].is_exchange();
+}
+
+bool takes_turns(const std::vector<Action>& list, std::size_t i) {
+  if (!list[i].overlap) return false;
+  const std::size_t j = overlap_partner(list, i);
+  if (j == list.size()) return false;
+  if (!exchanges_at(list, i) && !exchanges_at(list, j)) return false;
+  for (std::size_t k = i + 1; k < j; ++k) {
+    if (!list[k].is_p2p() && !list[k].is_exchange()) return false;
+  }
+  return true;
+}
+
 Action parse_action(std::string_view text) {
   std::size_t p = 0;
   auto number = [&](std::size_t& pos) {
@@ -69,7 +86,7 @@ Action parse_action(std::string_view text) {
     }
   }
   CAROUSEL_CHECK(best, "schedule action '{}' is not valid: expected e.g. 0F1, 2B0, 1SEND_F0, "
-                 "4AG_ISSUE1, 3REDUCE_SCATTER or OPTIMIZER",
+                 "4AG_ISSUE1, 3REDUCE_SCATTER, 3A2A_F1 or OPTIMIZER",
                  text);
   a.kind = best->kind;
   p += best->name.size();

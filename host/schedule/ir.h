@@ -25,7 +25,16 @@
 //   4AG_ISSUE1  4AG_WAIT1     gather stage 4's weights into slot 1 / wait for it
 //   2RELEASE0                 free slot 0, which held stage 2's weights
 //   3REDUCE_SCATTER           reduce-scatter stage 3's gradients
+//   3A2A_F1  3A2A_B1          the expert all-to-alls of the F (B or I) of stage 3, microbatch 1
 //   OPTIMIZER
+//
+// Expert exchanges (LoweringOptions::exchanges): an MoE layer with experts split over ranks
+// (expert parallelism) sends its routed rows to their experts' ranks and back, twice per MoE
+// layer in a forward, twice (four times when remat recomputes the forward) in a backward. Lowering
+// puts an A2A_F / A2A_B right before each compute action that exchanges: the rank's expert
+// communicator runs that action's all-to-alls while it computes. Alone, the action waits for each
+// at once; in an overlapped F&B pair each half's exchanges run while the other half computes
+// (DualPipe), which simulate() models and the executor does (host/parallel/overlapped_pair.h).
 #pragma once
 
 #include <cstdint>
@@ -40,7 +49,9 @@ enum class Kind : std::uint8_t {
   F, B, I, W,                          // compute
   SEND_F, RECV_F, SEND_B, RECV_B,      // point-to-point between pipeline ranks
   AG_ISSUE, AG_WAIT, RELEASE,          // weight residency (FSDP all-gather into slots)
-  REDUCE_SCATTER, OPTIMIZER,
+  REDUCE_SCATTER,
+  A2A_F, A2A_B,                        // expert exchanges of the next F / of the next B or I
+  OPTIMIZER,
 };
 // clang-format on
 
@@ -58,6 +69,7 @@ struct Action {
 
   bool is_compute() const { return kind <= Kind::W; }
   bool is_p2p() const { return kind >= Kind::SEND_F && kind <= Kind::RECV_B; }
+  bool is_exchange() const { return kind == Kind::A2A_F || kind == Kind::A2A_B; }
   bool operator==(const Action& o) const {
     return kind == o.kind && stage == o.stage && index == o.index;
   }
@@ -90,6 +102,18 @@ struct Layout {
 // The partner of an overlapped F at list[i]: the index of the next compute action after i
 // (lowering may put p2p and weight actions between the two), or list.size() if there is none.
 std::size_t overlap_partner(const std::vector<Action>& list, std::size_t i);
+
+// Whether the compute action at list[i] exchanges rows with its expert ranks: an A2A right
+// before it (place_exchanges in passes.h puts them there).
+bool exchanges_at(const std::vector<Action>& list, std::size_t i);
+
+// Whether the overlapped F at list[i] and its partner take turns on the rank's compute, each
+// half's expert exchanges in flight while the other computes (simulate(), and the executor:
+// host/parallel/overlapped_pair.h): when either half exchanges (an A2A right before it) and only
+// p2p and A2A actions lie between them (a weight gather, wait or release between the halves
+// must happen between them, so such a pair runs its halves one after the other). The sends
+// and receives between the halves are posted after both.
+bool takes_turns(const std::vector<Action>& list, std::size_t i);
 
 struct Program {
   Layout layout;

@@ -118,6 +118,25 @@ Residency place_weights(const std::vector<Action>& computes, int slots, int look
 
 }  // namespace
 
+// W runs no layer (only weight-gradient GEMMs, dense or of experts already done in I): no A2A.
+Program place_exchanges(Program p, const std::vector<int>& exchanging_layers) {
+  if (exchanging_layers.empty()) return p;
+  CAROUSEL_CHECK(int(exchanging_layers.size()) == p.layout.stages(),
+                 "lowering: exchanging layers for {} stages, the program has {}",
+                 exchanging_layers.size(), p.layout.stages());
+  for (auto& list : p.ranks) {
+    std::vector<Action> with;
+    for (const Action& a : list) {
+      const bool exchanges = (a.kind == Kind::F || a.kind == Kind::B || a.kind == Kind::I) &&
+                             exchanging_layers[std::size_t(a.stage)] > 0;
+      if (exchanges) with.push_back({a.kind == Kind::F ? Kind::A2A_F : Kind::A2A_B, a.stage, a.index});
+      with.push_back(a);
+    }
+    list = std::move(with);
+  }
+  return p;
+}
+
 Program lower(const Program& compute, const LoweringOptions& options) {
   validate(compute);
   const Layout& l = compute.layout;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "host/schedule/ir.h"
 
@@ -31,6 +32,11 @@ struct LoweringOptions {
 // lock-step), so receives are posted early and a full ring never blocks. Consecutive p2p
 // actions of a rank form one group (ncclGroupStart/End).
 Program lower(const Program& compute, const LoweringOptions& options);
+
+// Puts an A2A_F / A2A_B (ir.h) right before each F / B or I of a lowered program's stages
+// that exchange rows with expert ranks: `exchanging_layers[v]`, stage v's MoE layers whose
+// routed experts are split over ranks (expert parallelism). Empty: the program as it is.
+Program place_exchanges(Program lowered, const std::vector<int>& exchanging_layers);
 
 // Replays all ranks of a lowered program with NCCL's blocking semantics: a rank's group of
 // consecutive p2p actions completes only when every peer has posted the matching action in its

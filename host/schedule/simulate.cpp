@@ -41,6 +41,73 @@ double Costs::duration(const Action& a) const {
   return 0;
 }
 
+int Costs::exchanges(const Action& a) const {
+  const std::vector<int>& per_stage = a.kind == Kind::F ? exchanges_f : exchanges_b;
+  if (per_stage.empty() || a.kind == Kind::W) return 0;
+  CAROUSEL_ASSERT(a.stage >= 0 && std::size_t(a.stage) < per_stage.size(),
+                  "cost model: stage {} has no exchange count ({} given)", a.stage,
+                  per_stage.size());
+  return per_stage[std::size_t(a.stage)];
+}
+
+namespace {
+
+// One compute action of a turn-taking unit: how long it computes, how many exchanges it runs.
+struct Half {
+  Action action;
+  double compute = 0;
+  int exchanges = 0;
+  double end = 0;  // filled by take_turns
+};
+
+// Runs an F&B pair's halves (or one action alone) from `start` as the executor does: a half
+// computes one part, posts its next exchange (on the rank's expert stream, after the exchanges
+// before it) and hands the compute to the other half, which first waits for its own exchange in
+// flight. Appends every part and exchange to `timeline`; returns when the last half ends.
+double take_turns(int rank, std::vector<Half>& halves, double start, const Costs& c,
+                  double& expert_free, std::vector<Interval>& timeline) {
+  struct State {
+    int done = 0;             // parts computed
+    double in_flight = -1;    // when its posted exchange completes; -1: none
+  };
+  std::vector<State> state(halves.size());
+  double t = start;
+  std::size_t turn = 0, finished = 0;
+  while (finished < halves.size()) {
+    Half& h = halves[turn];
+    State& s = state[turn];
+    const int parts = h.exchanges + 1;
+    if (s.in_flight >= 0) t = std::max(t, s.in_flight);  // the exposed rest of its exchange
+    const double part = h.compute / parts;
+    timeline.push_back({rank, h.action, t, t + part, s.done, parts});
+    t += part;
+    const bool last = ++s.done == parts;
+    if (last) {
+      h.end = t;
+      ++finished;
+    } else {
+      const Kind kind = h.action.kind == Kind::F ? Kind::A2A_F : Kind::A2A_B;
+      const double from = std::max(t, expert_free);
+      expert_free = s.in_flight = from + c.exchange;
+      timeline.push_back({rank, {kind, h.action.stage, h.action.index}, from, expert_free});
+    }
+    // The other half's turn, unless it has finished (this one then goes on alone).
+    const std::size_t other = (turn + 1) % halves.size();
+    if (other != turn && state[other].done < halves[other].exchanges + 1) {
+      turn = other;
+      t += c.turn;
+    }
+  }
+  return t;
+}
+
+// How many expert exchanges the compute action at list[i] runs.
+int exchange_count(const std::vector<Action>& list, std::size_t i, const Costs& c) {
+  return exchanges_at(list, i) ? c.exchanges(list[i]) : 0;
+}
+
+}  // namespace
+
 SimResult simulate(const Program& p, const Costs& c) {
   const Layout& l = p.layout;
   const int R = l.ranks, V = l.stages();
@@ -102,27 +169,38 @@ SimResult simulate(const Program& p, const Costs& c) {
   std::vector<double> compute_free(R, 0), comm_free(R, 0);
   std::vector<std::map<int, double>> gather_done(R);  // slot -> when its gather completes
   std::vector<double> pending(R, 0);                  // waits collected before the next compute
+  std::vector<double> expert_free(R, 0);              // when the rank's expert stream is free
+  std::vector<std::size_t> partner_done(R, SIZE_MAX);  // a pair's B, run with its F
   for (bool progress = true; progress;) {
     progress = false;
     for (int r = 0; r < R; ++r) {
-      while (pos[r] < p.ranks[r].size()) {
-        const Action& a = p.ranks[r][pos[r]];
-        if (a.is_compute()) {
+      const std::vector<Action>& list = p.ranks[r];
+      while (pos[r] < list.size()) {
+        const Action& a = list[pos[r]];
+        if (a.is_compute() && pos[r] == partner_done[r]) {
+          // run with its F
+        } else if (a.is_compute()) {
           double ready = input_ready(r, a);
+          std::vector<Half> halves = {{a, c.duration(a), exchange_count(list, pos[r], c)}};
+          const std::size_t j = a.overlap ? overlap_partner(list, pos[r]) : list.size();
           if (a.overlap && ready >= 0) {  // an F&B pair starts when both inputs are there
-            const std::size_t j = overlap_partner(p.ranks[r], pos[r]);
-            CAROUSEL_ASSERT(j < p.ranks[r].size(), "simulate: {} on rank {} has no partner",
+            CAROUSEL_ASSERT(j < list.size(), "simulate: {} on rank {} has no partner",
                             to_string(a), r);
-            const double partner = input_ready(r, p.ranks[r][j]);
+            const double partner = input_ready(r, list[j]);
             ready = partner < 0 ? kUnknown : std::max(ready, partner);
           }
           if (ready < 0) break;  // the producer has not been simulated yet
+          const bool turns = takes_turns(list, pos[r]);
+          if (turns) halves.push_back({list[j], c.duration(list[j]), exchange_count(list, j, c)});
           const double start = std::max({compute_free[r], ready, pending[r]});
-          const double end = start + c.duration(a);
-          end_of[{a.kind, a.stage, a.index}] = end;
-          res.timeline.push_back({r, a, start, end});
-          res.busy[r] += end - start;
-          compute_free[r] = end;
+          compute_free[r] = take_turns(r, halves, start, c, expert_free[r], res.timeline);
+          for (const Half& h : halves) {
+            // Taking turns, what the halves send leaves when the pair ends (the executor posts
+            // the sends between them after both).
+            end_of[{h.action.kind, h.action.stage, h.action.index}] = turns ? compute_free[r] : h.end;
+            res.busy[r] += h.compute;
+          }
+          if (turns) partner_done[r] = j;
           pending[r] = 0;
         } else if (a.kind == Kind::AG_ISSUE) {
           const double start = std::max(compute_free[r], comm_free[r]);
@@ -165,9 +243,11 @@ SimResult simulate(const Program& p, const Costs& c) {
   std::vector<std::vector<std::pair<double, int>>> events(R);
   for (const auto& iv : res.timeline) {
     const Action& a = iv.action;
-    if (a.kind == Kind::F) events[iv.rank].push_back({iv.start, +1});
+    if (a.kind == Kind::F && iv.part == 0) events[iv.rank].push_back({iv.start, +1});
     const bool split = finished(Kind::W, a.stage, a.index) >= 0;
-    if (a.kind == Kind::B || (a.kind == Kind::W && split)) events[iv.rank].push_back({iv.end, -1});
+    const bool last_part = iv.part == iv.parts - 1;
+    if ((a.kind == Kind::B || (a.kind == Kind::W && split)) && last_part)
+      events[iv.rank].push_back({iv.end, -1});
   }
   for (int r = 0; r < R; ++r) {
     std::sort(events[r].begin(), events[r].end());  // frees (-1) sort before allocations at ties

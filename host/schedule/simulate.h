@@ -31,6 +31,16 @@ struct Costs {
   // per consuming action). The delayed forwarding of forward_delay > 1 still counts forwards at
   // their kind's cost.
   std::function<double()> measured_p2p;
+  // Expert exchanges (ir.h A2A_F / A2A_B): the time of one all-to-all of an MoE layer's routed
+  // rows on the rank's expert communicator (one at a time), and per virtual stage how many its
+  // F and its B or I run (empty: none). A compute action of n exchanges runs in n + 1 equal
+  // parts, each exchange between two parts.
+  double exchange = 0;
+  std::vector<int> exchanges_f, exchanges_b;
+  int exchanges(const Action& compute) const;
+  // An F&B pair passing the turn between its halves (the CPU executor's threads waking up; 0 on
+  // a GPU's streams): a cost of the executor measured by the trace, not a config key.
+  double turn = 0;
   // How long `a` runs: a compute action on its stream, an AG_ISSUE / REDUCE_SCATTER on the
   // comm stream (the stage's weights), 0 for markers, p2p and the optimizer.
   double duration(const Action& a) const;
@@ -40,6 +50,7 @@ struct Interval {
   int rank;
   Action action;
   double start, end;
+  int part = 0, parts = 1;  // a compute action with expert exchanges runs in parts
 };
 
 struct SimResult {
@@ -56,8 +67,13 @@ struct SimResult {
 // action starts when its rank is free, its input is ready (the producing action's end + p2p, or
 // + (d-1) forwards for a delayed forward), and its weights are gathered (AG_WAIT). An overlapped
 // F&B pair (Action::overlap) starts when the inputs of both halves are ready, and its halves run
-// one after the other (F + B, as the CPU executor runs them): what DualPipe's overlap hides is
-// communication, and compute-bound halves sharing one device do not finish sooner together.
+// one after the other: what DualPipe's overlap hides is communication, and compute-bound halves
+// sharing one device do not finish sooner together. A compute action after an A2A_F / A2A_B
+// runs in parts with its expert exchanges between them (Costs::exchanges) and waits for each
+// before its next part; in an F&B pair the halves take turns as the executor runs them
+// (host/parallel/overlapped_pair.h): the F's first part, then while its exchange is in flight
+// the B's first part, then the F's next part once its exchange is done, and so on, so each
+// half's exchanges hide behind the other's parts.
 // Activations of (stage, microbatch) live from the start of F to the end of B (or of W when split).
 // Throws carousel::Error if the dependencies can never be satisfied.
 SimResult simulate(const Program& program, const Costs& costs);

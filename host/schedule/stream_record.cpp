@@ -98,6 +98,9 @@ std::vector<Access> data_accesses(const Program& lowered, int rank) {
       case Kind::RELEASE:
         resident.erase(v);
         break;
+      case Kind::A2A_F:  // the rows exchanged are the compute action's own temporaries
+      case Kind::A2A_B:
+        break;
       case Kind::REDUCE_SCATTER:
         read(i, {K::weight_grad, v});
         write(i, {K::grad_shard, v});

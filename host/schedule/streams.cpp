@@ -53,6 +53,8 @@ Stream stream_of(Kind k) {
     case Kind::W:
     case Kind::AG_WAIT:
     case Kind::RELEASE:
+    case Kind::A2A_F:  // the exchanges run inside the compute action that follows (ir.h)
+    case Kind::A2A_B:
       return Stream::compute;
     case Kind::SEND_F:
     case Kind::RECV_F:
@@ -200,6 +202,9 @@ StreamPlan plan_streams(const Program& lowered, int rank) {
                        "before any backward of it",
                        rank, v);
         wait(i, last_grad[v], WaitReason::gradient_ready);
+        break;
+      case Kind::A2A_F:  // a marker: its compute action orders its own exchanges
+      case Kind::A2A_B:
         break;
       case Kind::OPTIMIZER: {
         HostBlock block{i,

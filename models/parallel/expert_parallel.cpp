@@ -12,14 +12,16 @@ namespace {
 
 // recv [sum recv_counts, C] = from each rank s, its block for this rank, in rank order; this
 // rank's block of `send` [sum send_counts, C] goes to each rank d (its own block: a copy).
-Tensor exchange(Backend& be, Communicator& comm, const Tensor& send,
+Tensor exchange(Backend& be, const ExpertGroup& group, const Tensor& send,
                 const std::vector<std::int64_t>& send_counts,
                 const std::vector<std::int64_t>& recv_counts) {
   const std::int64_t C = send.cols();
   const std::int64_t total =
       std::accumulate(recv_counts.begin(), recv_counts.end(), std::int64_t(0));
   Tensor recv = be.empty({total, C}, send.dtype());
+  Communicator& comm = *group.comm;
   const int me = comm.rank();
+  std::int64_t moved = 0;  // rows sent and received
   std::int64_t send_at = 0, recv_at = 0;
   std::vector<std::int64_t> send_first, recv_first;
   for (int r = 0; r < comm.size(); ++r) {
@@ -45,8 +47,9 @@ Tensor exchange(Backend& be, Communicator& comm, const Tensor& send,
     }
     if (out > 0) comm.send(rows(send, send_first[std::size_t(r)], out), r);
     if (in > 0) comm.recv(rows(recv, recv_first[std::size_t(r)], in), r);
+    moved += out + in;
   }
-  comm.group_end().wait();
+  group.wait(comm.group_end(), moved * C * std::int64_t(dtype_size(send.dtype())));
   return recv;
 }
 
@@ -119,13 +122,13 @@ ExpertDispatch plan_dispatch(Backend& be, const ExpertGroup& group,
 Tensor to_experts(Backend& be, const ExpertGroup& group, const ExpertDispatch& d,
                   const Tensor& rows) {
   if (group.size() == 1) return rows;
-  return pick_rows(be, exchange(be, *group.comm, rows, d.send, d.recv), d.order);
+  return pick_rows(be, exchange(be, group, rows, d.send, d.recv), d.order);
 }
 
 Tensor from_experts(Backend& be, const ExpertGroup& group, const ExpertDispatch& d,
                     const Tensor& rows) {
   if (group.size() == 1) return rows;
-  return exchange(be, *group.comm, pick_rows(be, rows, d.inverse), d.recv, d.send);
+  return exchange(be, group, pick_rows(be, rows, d.inverse), d.recv, d.send);
 }
 
 }  // namespace carousel

@@ -9,7 +9,9 @@
 // ncclSend / ncclRecv in one group, as nccl-tests' alltoall does). The rows a rank receives
 // come source by source; it regroups them expert by expert for its GEMMs and back again, and
 // the results return by the same exchange the other way. The backward sends the row gradients
-// the same two ways. With E = 1 every piece is the identity: no copy, no collective.
+// the same two ways. With E = 1 every piece is the identity: no copy, no collective. The counts'
+// all-gather is waited for at once (the exchange needs them); each rows exchange is waited for
+// through the group's waiter, where an overlapped F&B pair hands the compute to its other half.
 #pragma once
 
 #include <cstdint>
@@ -20,11 +22,26 @@
 
 namespace carousel {
 
+// How the rank waits for a rows exchange it has posted. Without one it waits at once; the
+// executor's (host/parallel/overlapped_pair.h) lets the paired microbatch compute first and
+// traces each exchange from posting to completion.
+class ExchangeWaiter {
+ public:
+  virtual ~ExchangeWaiter() = default;
+  // `bytes`: the rows this rank sends and receives (its own block excluded).
+  virtual void wait(const Event& done, std::int64_t bytes) = 0;
+};
+
 struct ExpertGroup {
-  Communicator* comm = nullptr;  // the expert group; nullptr: one rank
+  Communicator* comm = nullptr;      // the expert group; nullptr: one rank
+  ExchangeWaiter* waiter = nullptr;  // nullptr: wait for each exchange at once
 
   int size() const { return comm ? comm->size() : 1; }
   int rank() const { return comm ? comm->rank() : 0; }
+  void wait(const Event& done, std::int64_t bytes) const {
+    if (waiter) waiter->wait(done, bytes);
+    else done.wait();
+  }
 };
 
 // How one microbatch's routed rows travel between the expert ranks and back (kept for the

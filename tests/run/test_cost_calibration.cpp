@@ -104,6 +104,45 @@ StepTrace timed_trace(int rank, const TimedSlices& slices) { return traced_steps
 // producer ended, rank 1 idle each time: median 40. A consumer whose rank was still busy when
 // its input came (rank 1's F of microbatch 3: its input ended at 900, the rank at 950) is not a
 // hand-off measurement.
+// An F&B pair that took turns (one stage of 2 layers): the F in two parts of 100 and 300 us, the
+// B in two of 180 and 20, with a wait for the F's exchange and hand-overs of 20 and 40 us
+// between them. Per layer: F 200, B 100 (the parts summed; the wait and the hand-overs are not
+// compute); a turn 30.
+TEST(CostCalibration, PartsAreSummedAndHandOversAreTheTurn) {
+  const auto at = [](double micros) {
+    return Clock::time_point{} + std::chrono::duration_cast<Clock::duration>(
+                                     std::chrono::duration<double, std::micro>(micros));
+  };
+  StepTrace trace(0, 0);
+  trace.begin_step(0, at(0));
+  const sch::Action f{sch::Kind::F, 0, 1}, b{sch::Kind::B, 0, 0};
+  const sch::Action f_exchange{sch::Kind::A2A_F, 0, 1}, b_exchange{sch::Kind::A2A_B, 0, 0};
+  trace.compute_part(f, at(0), at(100), 0);
+  trace.hand_over(b_exchange, at(100), at(120));
+  trace.compute_part(b, at(120), at(300), 0);
+  trace.hand_over(f_exchange, at(300), at(340));
+  trace.compute(f_exchange, at(340), at(400));  // the rest of the F's exchange
+  trace.compute_part(f, at(400), at(700), 1);
+  trace.compute_part(b, at(700), at(720), 1);
+  trace.end_step(at(800));
+  const CalibratedCosts c = calibrate_costs({&trace}, sch::StageLayers({2}), 0);
+  EXPECT_NEAR(c.f, 200, 1e-6);
+  EXPECT_NEAR(c.b, 100, 1e-6);
+  EXPECT_NEAR(c.turn, 30, 1e-6);
+  const std::vector<ComputeTime> whole = compute_times(trace);
+  ASSERT_EQ(whole.size(), 2u);
+  EXPECT_NEAR(whole[0].end_us - whole[0].start_us, 700, 1e-6);  // F: first part to last
+  EXPECT_NEAR(whole[0].busy_us, 400, 1e-6);
+}
+
+// One expert communicator runs a rank's exchanges one at a time: posted at 100 and done at 400,
+// posted at 300 (queued behind it) and done at 600, posted at 700 and done at 750 take 300, 200
+// and 50.
+TEST(CostCalibration, AnExchangeQueuedBehindAnotherStartsWhenItEnds) {
+  EXPECT_EQ(exchange_times({{300, 600}, {100, 400}, {700, 750}}),
+            (std::vector<double>{300, 200, 50}));
+}
+
 TEST(CostCalibration, HandOffIsTheMedianWaitOfIdleConsumers) {
   using K = sch::Kind;
   const StepTrace first = timed_trace(0, {{K::F, 0, 0, 0, 100},
