@@ -172,6 +172,12 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
     be.swiglu_forward(s.gate, s.up, s.act);
   }
   if (!y.defined()) return;
+  if (routed.defined() && tensor.size() > 1) {
+    // The routed experts' output, like act Wd^T, is a partial sum over the ranks' columns.
+    if (w.has_dense_mlp()) be.gemm(false, true, 1.0, s.act, w.w_down, 1.0, routed);
+    be.add(s.h, tensor.reduce_scatter_rows(be, routed).reshape(s.h.shape()), y);
+    return;
+  }
   if (w.has_dense_mlp()) {
     row_parallel_residual(be, tensor, s.act, w.w_down, s.h, y);  // y = h + act Wd^T
   } else {

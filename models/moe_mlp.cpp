@@ -125,6 +125,8 @@ void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights&
   be.embedding_forward(dy, s.token_of_row, dy_perm);
   Tensor dots = be.empty({M}, stats_dtype(dt));
   be.row_dots(dy_perm, s.out_perm, dots);  // d w_row
+  // With tensor parallelism out_perm is this rank's experts' columns' part: dots are partial sums.
+  if (parallel.tensor.size() > 1) parallel.tensor.comm->all_reduce(dots, dots, ReduceOp::Sum).wait();
   const std::vector<double> dots_host = to_double(be, dots);
   std::vector<double> dweight(static_cast<std::size_t>(M));
   for (std::int64_t row = 0; row < M; ++row)
@@ -154,11 +156,15 @@ void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights&
   // Dispatch: x_perm[row] = x[token of row].
   be.fill(dx, 0.0);
   be.embedding_backward(dx_perm, s.token_of_row, dx);
-  // Router: the combine weights and the balancing loss.
+  // Router: the combine weights and the balancing loss. Every tensor rank has the same dlogits;
+  // each takes its own rows [r n, (r + 1) n), so the router's gradient and its share of dx are
+  // summed once over the group (the optimizer sums the router's, the caller's reduce-scatter dx).
   const Tensor dlogits =
       from_double(be, route_backward(router, s.routing, dweight, daux), {N, X}, dt);
-  be.gemm(true, false, 1.0, dlogits, s.x, 1.0, grads.router);  // [X,E] += dlogits^T x
-  be.gemm(false, false, 1.0, dlogits, w.router, 1.0, dx);      // [N,X] x [X,E]
+  const std::int64_t n = N / parallel.tensor.size(), first = parallel.tensor.rank() * n;
+  const Tensor my_dlogits = rows_of(dlogits, first, n), my_x = rows_of(s.x, first, n);
+  be.gemm(true, false, 1.0, my_dlogits, my_x, 1.0, grads.router);        // [X,E] += dlogits^T x
+  be.gemm(false, false, 1.0, my_dlogits, w.router, 1.0, rows_of(dx, first, n));  // [n,X] x [X,E]
 }
 
 }  // namespace carousel

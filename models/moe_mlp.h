@@ -15,7 +15,9 @@
 // With expert parallelism over P ranks (models/parallel/expert_parallel.h) rank r holds experts
 // [r X/P, (r + 1) X/P) (gate, up [X/P,Fm,E], down [X/P,E,Fm]): its rows go to their experts'
 // ranks after the gather and come back before the combine; the GEMMs run on the R rows every
-// rank sent to this rank's experts.
+// rank sent to this rank's experts. With tensor parallelism (parallel.tensor) x holds every
+// token (the gathered rows, routed alike on each rank) and each rank holds Fm/T columns of every
+// expert: y and dx are partial sums over the tensor ranks, which the layer reduce-scatters.
 #pragma once
 
 #include <cstdint>

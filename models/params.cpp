@@ -15,11 +15,6 @@ void check_tensor_split(const ModelConfig& cfg, int size) {
                  "ici_tensor_parallelism={} needs decoder_block=llama: tensor parallelism splits "
                  "attention heads and MLP columns, which decoder_block={} does not have",
                  size, cfg.decoder_block);
-  CAROUSEL_CHECK(!cfg.is_moe(),
-                 "ici_tensor_parallelism={} with num_experts={}: tensor parallelism does not split "
-                 "experts yet; shard a mixture-of-experts model with ici_fsdp_parallelism, "
-                 "ici_pipeline_parallelism or ici_data_parallelism, or use num_experts=1",
-                 size, cfg.num_experts);
   auto divisors = [](std::int64_t n) {
     std::string out;
     for (std::int64_t d = 1; d <= n && d <= 1024; ++d) {
@@ -45,6 +40,10 @@ void check_tensor_split(const ModelConfig& cfg, int size) {
                  "ici_tensor_parallelism={} does not divide base_mlp_dim={}: each tensor rank "
                  "holds mlp_dim / T MLP columns; valid values: {}",
                  size, cfg.mlp_dim, divisors(cfg.mlp_dim));
+  CAROUSEL_CHECK(!cfg.is_moe() || cfg.expert_mlp_dim() % size == 0,
+                 "ici_tensor_parallelism={} does not divide base_moe_mlp_dim={}: each tensor rank "
+                 "holds expert_mlp_dim / T columns of every expert; valid values: {}",
+                 size, cfg.expert_mlp_dim(), divisors(cfg.expert_mlp_dim()));
 }
 
 int kv_replicas(const ModelConfig& cfg, int size) {
@@ -70,26 +69,38 @@ ParamSpec slice(ParamSpec whole, int dim, std::int64_t begin, std::int64_t lengt
 }
 
 // A mixture-of-experts MLP's parameters (params.h): router, shared experts, routed experts by
-// kind (each kind's X matrices consecutive).
-void add_moe_mlp(const ModelConfig& cfg, int layer, ExpertSplit experts,
+// kind (each kind's X matrices consecutive). With tensor parallelism every expert (and the
+// shared ones) is split by columns like the dense MLP; the router is whole on every rank, each
+// computing its gradient from its own rows.
+void add_moe_mlp(const ModelConfig& cfg, int layer, TensorSplit split, ExpertSplit experts,
                  std::vector<ParamSpec>& t) {
   const std::string p = fmt::format("model.layers.{}.mlp.", layer);
   const std::int64_t E = cfg.emb_dim, X = cfg.num_experts, Fe = cfg.expert_mlp_dim();
-  t.push_back({p + "gate.weight", {X, E}, ParamRole::Router, layer});
+  const int T = split.size, r = split.rank;
+  ParamSpec router{p + "gate.weight", {X, E}, ParamRole::Router, layer};
+  router.tensor_replicas = T;
+  t.push_back(router);
+  // Columns [r F / T, (r + 1) F / T) of a gate or up [F, E] (dim 0) or a down [E, F] (dim 1).
+  const auto columns = [&](ParamSpec whole, int dim) {
+    const std::int64_t F = whole.shape[std::size_t(dim)];
+    return slice(std::move(whole), dim, r * F / T, F / T);
+  };
   if (cfg.shared_experts > 0) {
     const std::int64_t Fs = cfg.shared_experts * Fe;
-    t.push_back({p + "shared_experts.gate_proj.weight", {Fs, E}, ParamRole::WGate, layer});
-    t.push_back({p + "shared_experts.up_proj.weight", {Fs, E}, ParamRole::WUp, layer});
-    t.push_back({p + "shared_experts.down_proj.weight", {E, Fs}, ParamRole::WDown, layer});
+    t.push_back(columns({p + "shared_experts.gate_proj.weight", {Fs, E}, ParamRole::WGate, layer}, 0));
+    t.push_back(columns({p + "shared_experts.up_proj.weight", {Fs, E}, ParamRole::WUp, layer}, 0));
+    t.push_back(columns({p + "shared_experts.down_proj.weight", {E, Fs}, ParamRole::WDown, layer}, 1));
   }
   const std::pair<const char*, ParamRole> kinds[] = {{"gate_proj", ParamRole::ExpertGate},
                                                      {"up_proj", ParamRole::ExpertUp},
                                                      {"down_proj", ParamRole::ExpertDown}};
   for (const auto& [name, role] : kinds) {
-    const Shape shape = role == ParamRole::ExpertDown ? Shape{E, Fe} : Shape{Fe, E};
+    const bool down = role == ParamRole::ExpertDown;
+    const Shape shape = down ? Shape{E, Fe} : Shape{Fe, E};
     const std::int64_t mine = X / experts.size;  // this expert rank's
     for (std::int64_t j = experts.rank * mine; j < (experts.rank + 1) * mine; ++j)
-      t.push_back({fmt::format("{}experts.{}.{}.weight", p, j, name), shape, role, layer});
+      t.push_back(columns({fmt::format("{}experts.{}.{}.weight", p, j, name), shape, role, layer},
+                          down ? 1 : 0));
   }
 }
 
@@ -134,7 +145,7 @@ std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split, Ex
                       r * Hl * hd, Hl * hd));
     t.push_back(gain("post_attention_layernorm.weight", ParamRole::MlpNorm));
     if (cfg.is_moe_layer(i)) {
-      add_moe_mlp(cfg, i, experts, t);
+      add_moe_mlp(cfg, i, split, experts, t);
       continue;
     }
     t.push_back(slice({p + "mlp.gate_proj.weight", {Fm, E}, ParamRole::WGate, i}, 0, r * Fl, Fl));

@@ -176,10 +176,6 @@ void Config::validate() const {
                    "ici_expert_parallelism={} does not divide num_experts={}: each expert rank "
                    "holds num_experts / E whole experts",
                    ici_expert_parallelism, model.num_experts);
-    CAROUSEL_CHECK(!shard_optimizer_over_data,
-                   "shard_optimizer_over_data=true with ici_expert_parallelism={}: ZeRO-1 over "
-                   "expert ranks, which hold different experts, is not built yet; use one of them",
-                   ici_expert_parallelism);
   }
   CAROUSEL_CHECK(ici_context_parallelism == 1 || model.is_llama(),
                  "ici_context_parallelism={} needs decoder_block=llama: context parallelism splits "

@@ -411,7 +411,8 @@ void RankExecutor::forward(int stage, int microbatch, const LayerParallel& paral
                               : take(in_f_, key);
   const Tensor y = stage_forward(be_, cfg_.model, layers(params_.weights(stage), router_bias_),
                                  rope_of(microbatch), x, remat_, saved_[key], parallel);
-  if (!evaluating_) router_.merge(saved_[key].router);
+  // Every tensor rank routes the same tokens alike: the step's balancing loss and loads once.
+  if (!evaluating_ && parallel.tensor.rank() == 0) router_.merge(saved_[key].router);
   if (stage == layout_.stages() - 1) {
     const bool counts_loss = parallel_.tensor.rank() == 0;  // every tensor rank has the same losses
     if (evaluating_) {                                      // the loss alone: no backward will run

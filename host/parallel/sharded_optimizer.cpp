@@ -48,6 +48,9 @@ void ShardedParams::reduce_gradients() {
   if (place_.mesh.replicas() > 1) {
     for (auto& [stage, s] : stages_) {
       if (zero1_) {
+        // With expert parallelism the dense tensors' sums over the expert ranks first, then the
+        // owned piece's sum over this expert rank's replicas.
+        if (place_.mesh.expert > 1) reduce_dense_over_expert_ranks(s);
         reduce_into_owned(stage_pieces(s), s.grads);  // only the owned piece's sum
       } else {
         reduce_over_replicas(s);
@@ -73,18 +76,30 @@ void ShardedParams::reduce_over_replicas(const StageShard& s) {
     comms_.data->all_reduce(s.grads, s.grads, ReduceOp::Sum).wait();
     return;
   }
-  // Every rank of a group has the same layout (expert ranks hold as many experts), so the runs
-  // and their order are the same on all of them.
+  for_each_run(s, [&](bool expert, const Tensor& run) {
+    (expert ? comms_.expert_data : comms_.data)->all_reduce(run, run, ReduceOp::Sum).wait();
+  });
+}
+
+void ShardedParams::reduce_dense_over_expert_ranks(const StageShard& s) {
+  for_each_run(s, [&](bool expert, const Tensor& run) {
+    if (!expert) comms_.expert->all_reduce(run, run, ReduceOp::Sum).wait();
+  });
+}
+
+// Every rank of a group has the same layout (expert ranks hold as many experts), so the runs
+// and their order are the same on all of them.
+template <class Visit>
+void ShardedParams::for_each_run(const StageShard& s, Visit&& visit) {
   const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
   const auto segments = segments_in(s.specs, shard_lo, shard_lo + s.shard);
   for (std::size_t i = 0; i < segments.size();) {
-    Communicator& group = replica_group(*segments[i].spec);
+    const bool expert = is_routed_expert(segments[i].spec->role);
     std::size_t j = i + 1;
-    while (j < segments.size() && &replica_group(*segments[j].spec) == &group) ++j;
+    while (j < segments.size() && is_routed_expert(segments[j].spec->role) == expert) ++j;
     const std::int64_t begin = segments[i].begin - shard_lo;
     const std::int64_t end = segments[j - 1].begin + segments[j - 1].length - shard_lo;
-    const Tensor run = s.grads.view(begin, {end - begin});
-    group.all_reduce(run, run, ReduceOp::Sum).wait();
+    visit(expert, s.grads.view(begin, {end - begin}));
     i = j;
   }
 }
@@ -151,9 +166,10 @@ bool ShardedParams::uncounted_gradient_nonfinite() {
     if (place_.replica_rank() != 0 || !counts_tensor_part(*seg.spec))
       bad |= !std::isfinite(be_.sum_squares(extras_grads_.flat.view(seg.begin, {seg.length})));
   }
-  if (place_.mesh.expert > 1) {  // the tensors another replica of them counts (no ZeRO-1)
+  if (place_.mesh.expert > 1) {  // the tensors another replica of them counts
     for_each_applied_gradient([&](const ParamSpec& spec, const Tensor& grad) {
-      if (spec.layer >= 0 && !first_replica(spec)) bad |= !std::isfinite(be_.sum_squares(grad));
+      if (spec.layer >= 0 && !(counts_owned(spec) && counts_tensor_part(spec)))
+        bad |= !std::isfinite(be_.sum_squares(grad));
     });
   } else if (!(zero1_ || place_.writes_shards())) {
     for (const auto& [stage, s] : stages_) {
@@ -186,9 +202,11 @@ double ShardedParams::owned_sum_of_squares() {
       }
     }
   }
-  if (place_.mesh.expert > 1) {  // each tensor on the first of the replicas holding it
+  if (place_.mesh.expert > 1) {  // each tensor on the first of the replicas holding it (a part
+                                 // several tensor ranks hold: on the first of them)
     for_each_applied_gradient([&](const ParamSpec& spec, const Tensor& grad) {
-      if (spec.layer >= 0 && first_replica(spec)) squares += be_.sum_squares(grad);
+      if (spec.layer >= 0 && counts_owned(spec) && counts_tensor_part(spec))
+        squares += be_.sum_squares(grad);
     });
   } else if (zero1_ || place_.writes_shards()) {
     for (const auto& [stage, s] : stages_) {

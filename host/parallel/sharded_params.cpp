@@ -16,13 +16,15 @@ ShardedParams::ShardedParams(const Config& cfg, const schedule::Layout& layout,
       place_(place),
       be_(be),
       comms_(comms),
-      zero1_(cfg.shard_optimizer_over_data && place.mesh.replicas() > 1),
+      zero1_(cfg.shard_optimizer_over_data && place.mesh.replicas() / place.mesh.expert > 1),
       compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32) {
   const schedule::StageLayers map = stage_layers(cfg);  // uneven stages hold other counts
   CAROUSEL_ASSERT(map.stages() == layout.stages() && map.layers() == cfg.model.num_layers,
                   "the stage layout {} does not fit the program's {} virtual stages",
                   map.to_string(), layout.stages());
-  const int fsdp = place.mesh.fsdp, data = place.mesh.replicas();
+  // ZeRO-1 splits a shard's moments over the ranks holding the same parameters: the replicas,
+  // or with expert parallelism those of one expert rank (each holds its own experts).
+  const int fsdp = place.mesh.fsdp, data = place.mesh.replicas() / place.mesh.expert;
   std::vector<ParamSpec> extras;
   // This tensor rank's parts of every weight (whole tensors without tensor parallelism).
   for (const auto& spec :
@@ -152,9 +154,11 @@ void ShardedParams::upload_shard(const StageShard& s, const Tensor& t,
   be_.upload(part.data(), t);
 }
 
-// Stage shards are split over the data replicas with ZeRO-1, and not at all without it.
+// Stage shards are split over the data replicas with ZeRO-1 (those of this expert rank with
+// expert parallelism), and not at all without it.
 Pieces ShardedParams::stage_pieces(const StageShard& s) const {
-  return zero1_ ? Pieces{comms_.data.get(), s.shard, s.piece} : Pieces{nullptr, s.shard, s.shard};
+  if (!zero1_) return Pieces{nullptr, s.shard, s.shard};
+  return {place_.mesh.expert > 1 ? comms_.expert_data.get() : comms_.data.get(), s.shard, s.piece};
 }
 
 // buffer [n]: its owned range becomes the group's sum over that range (a reduce-scatter), then

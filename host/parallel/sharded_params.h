@@ -154,19 +154,28 @@ class ShardedParams {
  private:
   bool holds_extra(ParamRole role) const;
   TensorSplit tensor_split() const { return {place_.tensor_rank, place_.mesh.tensor}; }
-  // Expert parallelism: the group that holds the same `spec` as this rank — the replicas, or
-  // for a routed expert the replicas of this expert rank — and whether this rank is its first
-  // (the one that counts it in the norm and writes it).
-  Communicator& replica_group(const ParamSpec& spec) const {
-    return is_routed_expert(spec.role) ? *comms_.expert_data : *comms_.data;
-  }
+  // Expert parallelism: whether this rank is the first of those holding the same `spec` — the
+  // replicas, or for a routed expert the replicas of this expert rank (the one that writes it).
   bool first_replica(const ParamSpec& spec) const {
     return (is_routed_expert(spec.role) ? place_.expert_replica_rank() : place_.replica_rank()) ==
            0;
   }
+  // Whether this rank counts `spec`'s elements it applies in the global norm: the first replica
+  // holding them, or with ZeRO-1 (each replica of an expert rank owning its own piece) every
+  // owner of a routed expert's and expert rank 0's owners of the dense tensors.
+  bool counts_owned(const ParamSpec& spec) const {
+    if (!zero1_) return first_replica(spec);
+    return is_routed_expert(spec.role) || place_.expert_rank() == 0;
+  }
   // Sums a stage's gradient shard over the replicas: one all-reduce, or with expert parallelism
   // one per run of dense or of routed-expert tensors, each over its replica group.
   void reduce_over_replicas(const StageShard& s);
+  // ZeRO-1 with expert parallelism: the dense runs of the shard summed over the expert ranks
+  // (the routed experts' are each rank's own), before the pieces' sum over the replicas.
+  void reduce_dense_over_expert_ranks(const StageShard& s);
+  // visit(routed expert?, view) for each run of dense or of routed-expert tensors of the shard.
+  template <class Visit>
+  void for_each_run(const StageShard& s, Visit&& visit);
   // The tensor ranks holding the same part of a layer parameter as this one, whose partial
   // gradients are summed (nullptr: this rank's part is its own); and whether this rank counts
   // that part in the norm (the first of them).
@@ -198,7 +207,7 @@ class ShardedParams {
   RankPlace place_;
   Backend& be_;
   RankCommunicators& comms_;
-  bool zero1_;     // shard_optimizer_over_data with D > 1
+  bool zero1_;     // shard_optimizer_over_data with replicas holding the same experts
   DType compute_;  // float32, or bfloat16 (mixed precision)
   std::map<int, StageShard> stages_;
   ParamSet extras_, extras_grads_;

@@ -43,7 +43,7 @@ double ring_share(int group, double n) { return group > 1 ? n * double(group - 1
 
 LayerShare layer_share(const ModelConfig& m, int T, int layer) {
   const std::int64_t mlp =
-      m.is_moe_layer(layer) ? m.shared_experts * m.expert_mlp_dim() : m.mlp_dim / T;
+      (m.is_moe_layer(layer) ? m.shared_experts * m.expert_mlp_dim() : m.mlp_dim) / T;
   return {m.num_query_heads / T * m.head_dim(), kv_heads_per_rank(m, T) * m.head_dim(), mlp};
 }
 
@@ -60,7 +60,9 @@ std::int64_t mlp_saved_elements(const ModelConfig& m, int T, int E, int layer) {
   // With E > 1 expert ranks the rows this rank's experts received (as many as it sent, with
   // balanced routing) are a tensor of their own, with their regrouping order and its inverse.
   const std::int64_t received = E > 1 ? m.emb_dim + 2 : 0;
-  return dense + m.num_experts_per_tok * (2 * m.emb_dim + 3 * m.expert_mlp_dim() + 2 + received);
+  // With T tensor ranks each computes Fe / T columns of every expert on all the rows.
+  return dense +
+         m.num_experts_per_tok * (2 * m.emb_dim + 3 * m.expert_mlp_dim() / T + 2 + received);
 }
 
 // A layer's saved activations (models/layer.h LayerSaved) for `Nc` tokens of a context rank on
@@ -187,9 +189,10 @@ const StageElements& ParamLayout::stage(int v) const {
 }
 
 ParamLayout param_layout(const Config& cfg, const sch::Layout& layout, int stage_rank) {
-  // ZeRO-1 shards over the replica group: D data replicas x C context ranks.
+  // ZeRO-1 shards over the ranks holding the same parameters: D data replicas x C context ranks
+  // (of one expert rank with expert parallelism).
   const std::int64_t F = cfg.ici_fsdp_parallelism,
-                     D = cfg.data_ranks() * cfg.ici_context_parallelism;
+                     D = cfg.ici_data_parallelism * cfg.ici_context_parallelism;
   const bool zero1 = cfg.shard_optimizer_over_data && D > 1;
   // The stage map ShardedParams uses: even stages, uneven ones (pipeline_stage_layers), or the
   // whole model as one stage on one device.

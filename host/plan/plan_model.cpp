@@ -73,11 +73,9 @@ Config candidate_config(const Workload& w, const Candidate& c) {
                  "on {} devices",
                  w.global_batch, cfg.num_devices());
   check_tensor_split(cfg.model, c.tensor);  // heads, KV heads, MLP columns, vocabulary: T ways
-  CAROUSEL_CHECK(
-      c.expert == 1 || (cfg.model.is_moe() && cfg.model.num_experts % c.expert == 0 && !c.zero1),
-      "{} expert ranks need a model whose experts they divide (num_experts={}) and "
-      "no ZeRO-1",
-      c.expert, cfg.model.num_experts);
+  CAROUSEL_CHECK(c.expert == 1 || (cfg.model.is_moe() && cfg.model.num_experts % c.expert == 0),
+                 "{} expert ranks need a model whose experts they divide (num_experts={})",
+                 c.expert, cfg.model.num_experts);
   CAROUSEL_CHECK(c.context == 1 || cfg.model.max_target_length % (2 * c.context) == 0,
                  "max_target_length={} does not split into 2 x {} chunks",
                  cfg.model.max_target_length, c.context);

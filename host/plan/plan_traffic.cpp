@@ -85,8 +85,11 @@ double tensor_replica_bytes(const Config& cfg, const sch::Layout& layout, int st
   const std::int64_t norm_lo = std::max(extras_lo, p.final_norm_begin),
                      norm_hi = std::min(extras_hi, p.final_norm_begin + p.final_norm_length);
   if (norm_lo < norm_hi) bytes += 2 * ring_share(T, double(norm_hi - norm_lo) * 4);
+  // The piece ZeRO-1 gives this replica: its index among the ranks holding its experts.
+  const int C = int(cfg.ici_context_parallelism), E = int(cfg.ici_expert_parallelism);
+  const int piece_rank = replica_rank / C / E * C + replica_rank % C;
   for (const StageElements& s : p.stages) {
-    const std::int64_t piece_begin = zero1 ? std::min(s.shard, replica_rank * s.piece) : 0;
+    const std::int64_t piece_begin = zero1 ? std::min(s.shard, piece_rank * s.piece) : 0;
     const std::int64_t lo = fsdp_rank * s.shard + piece_begin,
                        hi = lo + std::min(s.piece, s.shard - piece_begin);
     for (std::int64_t l = 0; l < map.count(s.stage); ++l) {
@@ -132,27 +135,38 @@ LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int
   const ParamLayout p = param_layout(cfg, layout, stage_rank);
   const int F = int(cfg.ici_fsdp_parallelism),
             D = int(cfg.data_ranks() * cfg.ici_context_parallelism);
-  const bool zero1 = cfg.shard_optimizer_over_data && D > 1;
+  const bool zero1 =
+      cfg.shard_optimizer_over_data && cfg.ici_data_parallelism * cfg.ici_context_parallelism > 1;
   // Replicas: all-reduce of the float32 shards (2 (D-1)/D), or with ZeRO-1 a reduce-scatter of
   // the gradient and an all-gather of the updated weights (the same bytes); with expert
   // parallelism the routed experts only over the D / E x C replicas holding them. Extras: a
   // reduce-scatter and an all-gather over FSDP of the float32 table, and an all-reduce over the
   // replicas of this rank's piece.
   double replicas = 2 * ring_share(D, double(zero1 ? p.pieces() * D : p.shards()) * 4);
-  if (cfg.ici_expert_parallelism > 1) {
+  double over_expert_ranks = 0;
+  if (const int E = int(cfg.ici_expert_parallelism); E > 1) {
+    // ZeRO-1: the dense tensors all-reduced over the E expert ranks (the expert group), then the
+    // whole shard's pieces reduce-scattered and gathered over the D / E x C replicas of this
+    // expert rank.
     const auto [dense, experts] = shard_elements_by_kind(cfg, p, fsdp_rank);
-    replicas = 2 * ring_share(D, double(dense) * 4) +
-               2 * ring_share(D / int(cfg.ici_expert_parallelism), double(experts) * 4);
+    if (zero1) {
+      over_expert_ranks = 2 * ring_share(E, double(dense) * 4);
+      replicas = 2 * ring_share(D / E, double(p.pieces() * (D / E)) * 4);
+    } else {
+      replicas =
+          2 * ring_share(D, double(dense) * 4) + 2 * ring_share(D / E, double(experts) * 4);
+    }
   }
   const double extras_fsdp = p.extras > 0 ? 2 * ring_share(F, double(p.extras_piece * F) * 4) : 0;
   const double extras_data = 2 * ring_share(D, double(p.extras_piece) * 4);
   LinkBytes b;
   b.data = replicas + extras_data;
+  b.expert = over_expert_ranks;
   b.extras = extras_fsdp;
   b.tensor = tensor_replica_bytes(cfg, layout, stage_rank, fsdp_rank, replica_rank);
-  b.inter = (links.fsdp_inter ? b.extras : 0) + (links.data_inter ? b.data : 0) +
+  b.inter = (links.fsdp_inter ? b.extras : 0) + (links.data_inter ? b.data + b.expert : 0) +
             (links.tensor_inter ? b.tensor : 0);
-  b.intra = b.data + b.extras + b.tensor - b.inter;
+  b.intra = b.data + b.extras + b.tensor + b.expert - b.inter;
   return b;
 }
 
@@ -195,7 +209,7 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
   const double act = double(rank_rows(cfg) * cfg.model.emb_dim) * c;
   LinkBytes b =
       optimizer_link_bytes(cfg, lowered.layout, stage_rank, links, fsdp_rank, replica_rank);
-  const double optimizer_tensor = b.tensor;
+  const double optimizer_tensor = b.tensor, optimizer_expert = b.expert;
   const LayerTraffic layer = layer_traffic(cfg);
   // A backward first recomputes (part of) the forward: full, all four of a layer's tensor
   // collectives (gathers of xn1 and hn, reduce-scatters after out_proj and down_proj) and the
@@ -224,6 +238,12 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
                           ? 2 * ring_share(C, double(microbatch_rows(cfg) * m.num_experts * 2 * 8))
                           : 0.0;
   const double pool_backward = policy == RematPolicy::None ? 0.0 : pool;
+  // Tensor parallelism: an MoE layer's backward all-reduces the combine weights' gradients (one
+  // float32 per routed row: each tensor rank's experts' columns contribute a part).
+  const double combine_dots =
+      m.is_moe() && T > 1
+          ? 2 * ring_share(T, double(context_tokens(cfg) * m.num_experts_per_tok) * 4)
+          : 0.0;
   const auto moe_layers = [&](int stage) {
     int n = 0;
     for (int l = map.first(stage); l < map.first(stage) + map.count(stage); ++l)
@@ -241,6 +261,7 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
     if (a.kind == sch::Kind::B || a.kind == sch::Kind::I) {
       b.expert += moe_layers(a.stage) * exchange_backward;
       b.context += moe_layers(a.stage) * pool_backward;
+      b.tensor += moe_layers(a.stage) * combine_dots;
     }
     if (a.kind == sch::Kind::F) {
       b.tensor += layers * layer.tensor;
@@ -267,12 +288,14 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
   }
   const double fsdp = b.fsdp_gather + b.fsdp_scatter;
   const double layers_tensor = b.tensor - optimizer_tensor;
+  const double layers_expert = b.expert - optimizer_expert;
   // An expert group sits on the data axis: its exchange crosses the replicas' links.
   const double inter = pipe_inter + (links.fsdp_inter ? fsdp : 0) +
                        (links.tensor_inter ? layers_tensor : 0) +
-                       (links.context_inter ? b.context : 0) + (links.data_inter ? b.expert : 0);
+                       (links.context_inter ? b.context : 0) +
+                       (links.data_inter ? layers_expert : 0);
   b.inter += inter;
-  b.intra += b.pipeline + fsdp + layers_tensor + b.context + b.expert - inter;
+  b.intra += b.pipeline + fsdp + layers_tensor + b.context + layers_expert - inter;
   return b;
 }
 

@@ -283,9 +283,9 @@ TEST(ModelConfig, MoeKeysAreCheckedByName) {
             std::string::npos);
   EXPECT_NE(testing::error_of([] {
               ModelConfig c = model_preset("tiny");
-              c.num_experts = 4;
+              c.num_experts = 4, c.moe_mlp_dim = 33;  // T ranks hold Fe / T columns each
               check_tensor_split(c, 2);
-            }).find("tensor parallelism does not split experts yet"),
+            }).find("ici_tensor_parallelism=2 does not divide base_moe_mlp_dim=33"),
             std::string::npos);
 }
 

@@ -2,7 +2,7 @@
 // the single-device model (PipelineEquivalence, tests/support/pipeline_equivalence.h): the loss,
 // the gradient norm at step 0 and the per-sequence balancing loss, for every schedule, FSDP's
 // weight modes, data parallelism, ZeRO-1, uneven stages, remat policies, bfloat16 and context
-// parallelism; top-1 and top-2, softmax and sigmoid routers, shared experts on and off, the
+// and tensor parallelism; top-1 and top-2, softmax and sigmoid routers, shared experts on and off, the
 // auxiliary-loss-free bias instead of the loss. The
 // tiny model's first layer stays dense, so stages mix dense and MoE layers.
 #include <string>
@@ -148,6 +148,32 @@ INSTANTIATE_TEST_SUITE_P(
         PipelineCase{"moe_expert_E2_bf16",
                      moe("top2_shared", {"ici_expert_parallelism=2", S2, L2, M4, "dtype=bfloat16"}),
                      1e-4, 1e-2},
+        // ZeRO-1 over the replicas of each expert rank (the dense tensors summed over the expert
+        // ranks first).
+        PipelineCase{"moe_expert_E2_D2_S2_zero1",
+                     moe("top2_shared", {"ici_expert_parallelism=2", D2, S2, L2, M2,
+                                         "shard_optimizer_over_data=true"}),
+                     1e-6},
+        PipelineCase{"moe_expert_E2_D2_F2_zero1_bias",
+                     moe("bias", {"ici_expert_parallelism=2", D2, F2,
+                                  "num_pipeline_microbatches=1", "shard_optimizer_over_data=true"}),
+                     1e-6},
+        // Tensor parallelism: every expert split by columns, the router whole on each rank.
+        PipelineCase{"moe_tensor_T2", moe("top2_shared", {"ici_tensor_parallelism=2", M2}),
+                     1e-6},
+        PipelineCase{"moe_tensor_T2_S2_sigmoid",
+                     moe("sigmoid", {"ici_tensor_parallelism=2", S2, L2, M4}), 1e-6},
+        PipelineCase{"moe_tensor_T2_E2_top1",
+                     moe("top1", {"ici_tensor_parallelism=2", "ici_expert_parallelism=2", M2}),
+                     1e-6},
+        PipelineCase{"moe_tensor_T2_E2_dualpipev_bias",
+                     moe("bias", {"ici_tensor_parallelism=2", "ici_expert_parallelism=2", S2, L2,
+                                  "pipeline_schedule=dualpipev", M4}),
+                     1e-6},
+        PipelineCase{"moe_tensor_T2_C2",
+                     moe("top2_shared",
+                         {"ici_tensor_parallelism=2", "ici_context_parallelism=2", M2}),
+                     1e-6},
         // Context parallelism: each sequence's balancing counts and sums pooled over its ranks.
         PipelineCase{"moe_context_C2_S2",
                      moe("top2_shared", {S2, L2, M4, "ici_context_parallelism=2"}), 1e-6},
@@ -156,13 +182,17 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return info.param.name; });
 
 // Experts are checkpointed as whole tensors under their global names, whoever holds them: a run
-// on E expert ranks resumes on another E (or none) and continues like the straight run (1e-5:
+// on E expert ranks (and T tensor ranks, each with its columns; with ZeRO-1, the moments in
+// pieces) resumes on another E (or none) and continues like the straight run (1e-5:
 // gradients summed in another order), the loss-free bias included.
 TEST(MoeCheckpoint, ResumesAcrossExpertDegrees) {
   const std::vector<std::vector<std::string>> meshes = {
       moe("bias", {"ici_expert_parallelism=2"}), moe("bias", {"ici_expert_parallelism=4"}),
       moe("bias", {"ici_expert_parallelism=2", "ici_pipeline_parallelism=2",
                    "ici_fsdp_parallelism=2", "num_layers_per_pipeline_stage=2"}),
+      moe("bias", {"ici_tensor_parallelism=2", "ici_expert_parallelism=2"}),
+      moe("bias", {"ici_expert_parallelism=2", "ici_data_parallelism=2",
+                   "shard_optimizer_over_data=true"}),
       moe("bias", {})};
   for (std::size_t i = 0; i < meshes.size(); ++i) {  // each mesh resumes the previous one's
     const auto& from = meshes[(i + meshes.size() - 1) % meshes.size()];
