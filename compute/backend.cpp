@@ -383,24 +383,6 @@ void Backend::swiglu_backward(const Tensor& dout, const Tensor& gate, const Tens
   issue(&Backend::do_swiglu_backward, dout, gate, up, dgate, dup);
 }
 
-void Backend::scale_rows(const Tensor& x, const Tensor& scale, const Tensor& out) {
-  const OpScope timed(*this, Op::scale_rows);
-  if (stage_bf16(*this, Op::scale_rows, &Backend::scale_rows, In{x}, In{scale}, Out{out})) return;
-  OpCheck check(Op::scale_rows, *this);
-  check.floating("x", x).like("out", out, "x", x).stats("scale", scale, "x", x);
-  check.shape("scale", scale, {x.rows()}, from("one per row", "x", x));
-  issue(&Backend::do_scale_rows, x, scale, out);
-}
-
-void Backend::row_dots(const Tensor& a, const Tensor& b, const Tensor& out) {
-  const OpScope timed(*this, Op::row_dots);
-  if (stage_bf16(*this, Op::row_dots, &Backend::row_dots, In{a}, In{b}, Out{out})) return;
-  OpCheck check(Op::row_dots, *this);
-  check.floating("a", a).like("b", b, "a", a).stats("out", out, "a", a);
-  check.shape("out", out, {a.rows()}, from("one per row", "a", a));
-  issue(&Backend::do_row_dots, a, b, out);
-}
-
 void Backend::gelu_forward(const Tensor& x, const Tensor& out) {
   const OpScope timed(*this, Op::gelu_forward);
   if (stage_bf16(*this, Op::gelu_forward, &Backend::gelu_forward, In{x}, Out{out})) return;

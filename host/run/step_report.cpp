@@ -158,8 +158,11 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
                 "step {:>5}/{} | loss {:.4f}{} | grad norm {:.3f} | lr {:.2e} | {:.1f} ms | "
                 "{:.0f} tok/s | {:.2f} GFLOP/s{}{} | ETA {}",
                 step + 1, cfg_.steps, s.loss,
-                moe ? fmt::format(" | moe lb loss {:.4f} | tokens/expert min {} mean {:.1f} max {}",
-                                  moe->aux_loss, moe->min, moe->mean, moe->max)
+                moe ? fmt::format("{} | tokens/expert min {} mean {:.1f} max {}",
+                                  cfg_.model.load_balance_loss_weight != 0
+                                      ? fmt::format(" | moe lb loss {:.4f}", moe->aux_loss)
+                                      : "",  // no balancing loss (the loss-free bias, or none)
+                                  moe->min, moe->mean, moe->max)
                     : "",
                 s.grad_norm, s.learning_rate, s.step_ms, s.tokens_per_second,
                 s.flops_per_second / 1e9, mfu > 0 ? fmt::format(" | MFU {:.1f}%", 100 * mfu) : "",

@@ -63,11 +63,19 @@ TEST(ExpertExchange, PlacedRightBeforeEachExchangingComputeAction) {
 }
 
 // The halves of a pair can take turns only when nothing between them must happen between
-// them: without FSDP every pair of dualpipev does; gathering weights per use, a pair's B waits
-// for its own stage's gather after the F's release, so none does.
+// them: without FSDP every pair of dualpipev does, and with the Buffer Sliding Window or
+// gathering once (dualpipev's two stages per rank stay in their two slots); gathering weights
+// per use, a pair's B waits for its own stage's gather after the F's release, so none does.
 TEST(ExpertExchange, PairsTakeTurnsUnlessWeightsMoveBetweenTheirHalves) {
-  for (const bool fsdp : {false, true}) {
-    const Program p = place_exchanges(dualpipev(2, 8, {0, 0, fsdp}), {1, 1, 1, 1});
+  struct Mode {
+    const char* name;
+    LoweringOptions options;
+    bool turns;
+  };
+  for (const Mode& mode : {Mode{"no FSDP", {0, 0, false}, true}, Mode{"BSW", {2, 0, true}, true},
+                           Mode{"once", {-1, 0, true}, true},
+                           Mode{"per use", {0, 0, true}, false}}) {
+    const Program p = place_exchanges(dualpipev(2, 8, mode.options), {1, 1, 1, 1});
     int pairs = 0, turns = 0;
     for (const auto& list : p.ranks) {
       for (std::size_t i = 0; i < list.size(); ++i) {
@@ -76,7 +84,7 @@ TEST(ExpertExchange, PairsTakeTurnsUnlessWeightsMoveBetweenTheirHalves) {
       }
     }
     EXPECT_GT(pairs, 0);
-    EXPECT_EQ(turns, fsdp ? 0 : pairs) << (fsdp ? "per-use gathers" : "no FSDP");
+    EXPECT_EQ(turns, mode.turns ? pairs : 0) << mode.name;
   }
   // A pair without exchanges has nothing to overlap: its halves run one after the other.
   const Program dense = dualpipev(2, 8, {0, 0, false});
