@@ -116,6 +116,42 @@ Residency place_weights(const std::vector<Action>& computes, int slots, int look
   return out;
 }
 
+// FSDP gathering per use puts a pair's residency between its halves (the F's release, the B's
+// gather into the same slot): for a pair that would take turns, the B's gather moves before the
+// pair into a slot of its own and the F's release after it, so both stages' weights are there
+// while the halves take turns (one more slot). Other layouts are left as they are.
+void hoist_pair_gathers(std::vector<Action>& list) {
+  int fresh = 0;  // a slot no gather of this rank uses
+  for (const Action& a : list) fresh = std::max(fresh, a.kind == Kind::AG_ISSUE ? a.index + 1 : 0);
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    if (!list[i].overlap) continue;
+    const std::size_t j = overlap_partner(list, i);
+    if (j + 1 >= list.size() || (!exchanges_at(list, i) && !exchanges_at(list, j))) continue;
+    const int f = list[i].stage, b = list[j].stage;
+    std::vector<Action> between, moved;  // p2p and A2A; the B's gather and wait, the F's release
+    for (std::size_t k = i + 1; k < j; ++k) {
+      const Action& a = list[k];
+      const bool gather = (a.kind == Kind::AG_ISSUE || a.kind == Kind::AG_WAIT) && a.stage == b;
+      ((gather || (a.kind == Kind::RELEASE && a.stage == f)) ? moved : between).push_back(a);
+    }
+    const bool per_use = moved.size() == 3 && moved[0].kind == Kind::RELEASE &&
+                         moved[1].kind == Kind::AG_ISSUE && moved[2].kind == Kind::AG_WAIT &&
+                         list[j + 1].kind == Kind::RELEASE && list[j + 1].stage == b;
+    const bool transfers_only = std::all_of(between.begin(), between.end(), [](const Action& a) {
+      return a.is_p2p() || a.is_exchange();
+    });
+    if (!per_use || !transfers_only) continue;
+    const std::size_t start = exchanges_at(list, i) ? i - 1 : i;  // the F's A2A stays before it
+    std::vector<Action> unit = {{Kind::AG_ISSUE, b, fresh}, {Kind::AG_WAIT, b, fresh}};
+    unit.insert(unit.end(), list.begin() + std::ptrdiff_t(start), list.begin() + std::ptrdiff_t(i + 1));
+    unit.insert(unit.end(), between.begin(), between.end());
+    unit.insert(unit.end(), {list[j], moved[0], {Kind::RELEASE, b, fresh}});
+    list.erase(list.begin() + std::ptrdiff_t(start), list.begin() + std::ptrdiff_t(j + 2));
+    list.insert(list.begin() + std::ptrdiff_t(start), unit.begin(), unit.end());
+    i = start + unit.size() - 1;
+  }
+}
+
 }  // namespace
 
 // W runs no layer (only weight-gradient GEMMs, dense or of experts already done in I): no A2A.
@@ -133,6 +169,7 @@ Program place_exchanges(Program p, const std::vector<int>& exchanging_layers) {
       with.push_back(a);
     }
     list = std::move(with);
+    hoist_pair_gathers(list);
   }
   return p;
 }

@@ -100,6 +100,12 @@ INSTANTIATE_TEST_SUITE_P(
             "moe_expert_E2_S2_dualpipev",
             moe("top1", {"ici_expert_parallelism=2", S2, L2, "pipeline_schedule=dualpipev", M4}),
             1e-6},
+        // FSDP gathering per use: each pair's two stages gathered before it, so it takes turns.
+        PipelineCase{"moe_expert_E2_F2_dualpipev_per_use",
+                     moe("top2_shared", {"ici_expert_parallelism=2", F2, "num_pipeline_repeats=2",
+                                         "num_layers_per_pipeline_stage=4",
+                                         "pipeline_schedule=dualpipev", M2}),
+                     1e-6},
         PipelineCase{"moe_expert_E2_D2_S2",
                      moe("sigmoid", {"ici_expert_parallelism=2", D2, S2, L2, M2}), 1e-6},
         PipelineCase{"moe_expert_E2_gpipe_S2",

@@ -16,6 +16,10 @@
 namespace carousel::schedule {
 namespace {
 
+// plan_streams throws for a compute reading weights no slot holds, an AG_WAIT without its
+// AG_ISSUE and a slot refilled before its RELEASE.
+void validate_residency(const Program& p) { EXPECT_NO_THROW(plan_streams(p)); }
+
 Program dualpipev(int S, int M, const LoweringOptions& options) {
   return lower(generate(ScheduleSpec{.kind = "dualpipev", .layout = Layout{S, 2, M}}), options);
 }
@@ -65,16 +69,15 @@ TEST(ExpertExchange, PlacedRightBeforeEachExchangingComputeAction) {
 // The halves of a pair can take turns only when nothing between them must happen between
 // them: without FSDP every pair of dualpipev does, and with the Buffer Sliding Window or
 // gathering once (dualpipev's two stages per rank stay in their two slots); gathering weights
-// per use, a pair's B waits for its own stage's gather after the F's release, so none does.
-TEST(ExpertExchange, PairsTakeTurnsUnlessWeightsMoveBetweenTheirHalves) {
+// per use, place_exchanges moves the B's gather before the pair (into slot 1) and the F's
+// release after it, so every pair does too.
+TEST(ExpertExchange, PairsTakeTurnsWhateverTheWeightMode) {
   struct Mode {
     const char* name;
     LoweringOptions options;
-    bool turns;
   };
-  for (const Mode& mode : {Mode{"no FSDP", {0, 0, false}, true}, Mode{"BSW", {2, 0, true}, true},
-                           Mode{"once", {-1, 0, true}, true},
-                           Mode{"per use", {0, 0, true}, false}}) {
+  for (const Mode& mode : {Mode{"no FSDP", {0, 0, false}}, Mode{"BSW", {2, 0, true}},
+                           Mode{"once", {-1, 0, true}}, Mode{"per use", {0, 0, true}}}) {
     const Program p = place_exchanges(dualpipev(2, 8, mode.options), {1, 1, 1, 1});
     int pairs = 0, turns = 0;
     for (const auto& list : p.ranks) {
@@ -84,7 +87,23 @@ TEST(ExpertExchange, PairsTakeTurnsUnlessWeightsMoveBetweenTheirHalves) {
       }
     }
     EXPECT_GT(pairs, 0);
-    EXPECT_EQ(turns, mode.turns ? pairs : 0) << mode.name;
+    EXPECT_EQ(turns, pairs) << mode.name;
+    validate_residency(p);  // every compute reads weights a slot holds, no slot refilled early
+  }
+  // Gathering per use, each pair now reads like "2AG_ISSUE1 2AG_WAIT1 1A2A_F3 1F3& 2A2A_B1 2B1
+  // 1RELEASE0 2RELEASE1": both stages' weights before it, in slots 0 and 1, released after it.
+  const Program per_use = place_exchanges(dualpipev(2, 8, {0, 0, true}), {1, 1, 1, 1});
+  for (const auto& list : per_use.ranks) {
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].overlap) continue;
+      const std::size_t j = overlap_partner(list, i);
+      const int f = list[i].stage, b = list[j].stage;
+      EXPECT_EQ(list[i - 2], (Action{Kind::AG_WAIT, b, 1})) << to_string(list[i]);
+      EXPECT_EQ(list[i - 3], (Action{Kind::AG_ISSUE, b, 1}));
+      EXPECT_EQ(list[i - 4], (Action{Kind::AG_WAIT, f, 0}));
+      EXPECT_EQ(list[j + 1], (Action{Kind::RELEASE, f, 0}));
+      EXPECT_EQ(list[j + 2], (Action{Kind::RELEASE, b, 1}));
+    }
   }
   // A pair without exchanges has nothing to overlap: its halves run one after the other.
   const Program dense = dualpipev(2, 8, {0, 0, false});
@@ -127,7 +146,8 @@ TEST(ExpertExchange, PairTakesTurnsAsWorkedByHand) {
 // The stream plan treats A2A as a marker of the compute stream: the recording of a program with
 // exchanges is as hazard-free as without them.
 TEST(ExpertExchange, StreamPlanOfAProgramWithExchangesIsHazardFree) {
-  const Program p = place_exchanges(dualpipev(2, 4, {2, 0, true}), {1, 1, 1, 1});
+  for (const int slots : {2, 0}) {  // BSW; per use with the pairs' gathers moved before them
+  const Program p = place_exchanges(dualpipev(2, 4, {slots, 0, true}), {1, 1, 1, 1});
   const std::vector<StreamPlan> plans = plan_streams(p);
   for (std::size_t r = 0; r < p.ranks.size(); ++r) {
     for (std::size_t i = 0; i < p.ranks[r].size(); ++i) {
@@ -137,6 +157,8 @@ TEST(ExpertExchange, StreamPlanOfAProgramWithExchangesIsHazardFree) {
   Costs c;
   c.all_gather = 0.5, c.reduce_scatter = 0.5, c.p2p = 0.1;
   EXPECT_EQ(check_recording(p, record_streams(p, plans, c)), std::vector<std::string>{});
+  replay(p);  // and deadlock-free
+  }
 }
 
 }  // namespace
