@@ -103,14 +103,23 @@ TEST(PipelineGpu, MixtureOfExpertsTrainLikeCpuDevices) {
                                         "base_moe_mlp_dim=32", "shared_experts=1",
                                         "first_num_dense_layers=1",
                                         "load_balance_loss_weight=0.01"};
-  for (const char* experts : {"ici_expert_parallelism=1", "ici_expert_parallelism=2"}) {
+  // Without and with expert parallelism, and on dualpipev, whose F&B pairs take turns at their
+  // exchanges on two host threads driving the same GPU.
+  const std::vector<std::vector<std::string>> meshes = {
+      {"ici_expert_parallelism=1", "num_pipeline_microbatches=2"},
+      {"ici_expert_parallelism=2", "num_pipeline_microbatches=2"},
+      {"ici_expert_parallelism=2", "pipeline_schedule=dualpipev", "num_pipeline_repeats=2",
+       "num_layers_per_pipeline_stage=2", "num_pipeline_microbatches=4"}};
+  for (const auto& mesh : meshes) {
     for (const auto& [dtype, rtol] : {std::pair{"float32", 1e-4}, std::pair{"bfloat16", 2e-2}}) {
       std::vector<std::string> keys = moe;
-      keys.insert(keys.end(), {"ici_fsdp_parallelism=1", "num_pipeline_microbatches=2", experts});
+      keys.push_back("ici_fsdp_parallelism=1");
+      keys.insert(keys.end(), mesh.begin(), mesh.end());
       const auto gpu = losses("cuda", dtype, keys), cpu = losses("cpu", dtype, keys);
       ASSERT_EQ(gpu.size(), cpu.size());
       for (std::size_t i = 0; i < gpu.size(); ++i) {
-        EXPECT_NEAR(gpu[i], cpu[i], rtol * cpu[i]) << experts << " " << dtype << " step " << i;
+        EXPECT_NEAR(gpu[i], cpu[i], rtol * cpu[i])
+            << mesh.front() << " " << mesh[1] << " " << dtype << " step " << i;
       }
     }
   }
