@@ -21,6 +21,11 @@ using Clock = StepTrace::Clock;
 // gets it back when the other passes or finishes) and gives it up for good when it finishes.
 // take() and pass() return when the turn was handed to the caller by the other half (to trace
 // the hand-over's latency: a thread waking up), or nullopt when the caller kept it.
+//
+// A half that fails must stop its partner too: the other ranks of the expert group are still
+// taking turns, so a partner going on alone would post its exchanges out of their order (a
+// mismatch, or a hang on NCCL). Once one half has failed, take() throws, and so does
+// check_partner(), which a half calls after each pass once its own exchange has completed.
 class Baton {
  public:
   using Handed = std::optional<Clock::time_point>;
@@ -28,6 +33,7 @@ class Baton {
   Handed take(int me) {
     std::unique_lock lock(mutex_);
     changed_.wait(lock, [&] { return turn_ == me; });
+    check_partner_locked();
     return handed_;
   }
   Handed pass(int me) {
@@ -37,13 +43,28 @@ class Baton {
     changed_.wait(lock, [&] { return turn_ == me; });
     return handed_;
   }
-  void finish(int me) {
+  // Throws if the other half failed (after a pass, once the caller's exchange in flight is done).
+  void check_partner() {
+    std::lock_guard lock(mutex_);
+    check_partner_locked();
+  }
+  // `error`: the half failed with it (the first failure of the pair is the one rethrown).
+  void finish(int me, std::exception_ptr error = nullptr) {
     std::lock_guard lock(mutex_);
     finished_[std::size_t(me)] = true;
+    if (error && !first_error_) first_error_ = error;
     if (finished_.size() == 2) hand_to(1 - me);
+  }
+  std::exception_ptr first_error() {
+    std::lock_guard lock(mutex_);
+    return first_error_;
   }
 
  private:
+  void check_partner_locked() const {
+    CAROUSEL_CHECK(!first_error_, "the other half of this overlapped F&B pair failed; its error "
+                   "is reported instead");
+  }
   void hand_to(int other) {  // with the mutex held
     turn_ = other;
     handed_ = Clock::now();
@@ -54,6 +75,7 @@ class Baton {
   int turn_ = 0;
   Handed handed_;
   std::vector<bool> finished_;
+  std::exception_ptr first_error_;
 };
 
 // A half's waiter: passes the turn at each exchange, then waits for the exchange's rest.
@@ -81,6 +103,7 @@ class HalfWaiter : public ExchangeWaiter {
     const auto resumed = Clock::now();
     note_hand_over(handed, resumed);
     done.wait();
+    baton_.check_partner();
     part_start_ = Clock::now();
     if (trace_ && !done_before(resumed, done)) trace_->compute(exchange_, resumed, part_start_);
   }
@@ -117,18 +140,17 @@ void take_turns(const std::vector<TurnHalf>& halves, StepTrace* trace,
   CAROUSEL_ASSERT(halves.size() == 1 || halves.size() == 2, "{} halves take turns",
                   halves.size());
   Baton baton(int(halves.size()));
-  std::vector<std::exception_ptr> errors(halves.size());
   const auto run = [&](int me) {
     HalfWaiter waiter(me, halves[std::size_t(me)].action, baton, trace, synchronize);
-    const Baton::Handed handed = baton.take(me);
+    std::exception_ptr error;
     try {
-      waiter.begin(handed);
+      waiter.begin(baton.take(me));
       halves[std::size_t(me)].compute(waiter);
       waiter.end();
     } catch (...) {
-      errors[std::size_t(me)] = std::current_exception();
+      error = std::current_exception();
     }
-    baton.finish(me);
+    baton.finish(me, error);
   };
   if (halves.size() == 1) {
     run(0);
@@ -141,9 +163,7 @@ void take_turns(const std::vector<TurnHalf>& halves, StepTrace* trace,
     run(0);
     second.join();
   }
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  if (const std::exception_ptr error = baton.first_error()) std::rethrow_exception(error);
 }
 
 }  // namespace carousel

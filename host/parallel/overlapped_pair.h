@@ -32,7 +32,7 @@ struct TurnHalf {
 };
 
 // Runs one or two halves as above and returns when all have finished; rethrows the first error
-// (a half that fails hands over for good, so the other still finishes or fails on its own).
+// (a half that fails stops its partner at the partner's next exchange, before it posts another).
 // `trace`: nullptr, or the profiled step's; `synchronize` then makes the device finish its
 // queued work before each time is taken.
 void take_turns(const std::vector<TurnHalf>& halves, StepTrace* trace,

@@ -139,7 +139,7 @@ StepOutcome RankExecutor::walk(std::size_t i, StepCapture::Mode mode, std::int64
     if (a.is_compute()) await_input(a, i);  // before the clock: a wait is idle time, not compute
     const auto start = Clock::now();
     if (a.is_p2p()) {
-      post_p2p_group(i, trace);
+      post_traced_p2p_group(i, trace);
       recorder_.complete();
       continue;
     }
@@ -206,7 +206,7 @@ StepOutcome RankExecutor::walk(std::size_t i, StepCapture::Mode mode, std::int64
   fail("pipeline executor: stage rank {}'s program has no OPTIMIZER action", place_.stage_rank);
 }
 
-void RankExecutor::post_p2p_group(std::size_t& i, StepTrace* trace) {
+void RankExecutor::post_traced_p2p_group(std::size_t& i, StepTrace* trace) {
   const std::size_t first = i;
   const auto start = StepTrace::Clock::now();
   const Event done = post_p2p_group(i);  // the group's first action stands for it
@@ -239,7 +239,7 @@ std::size_t RankExecutor::compute_with_exchanges(std::size_t i, StepTrace* trace
   take_turns(halves, trace, [this] { be_.synchronize(); });
   if (run.size() == 1) return i + 1;
   for (std::size_t k = i + 1; k < run[1];) {  // between the halves: p2p groups and the B's A2A
-    if (actions_[k].is_p2p()) post_p2p_group(k, trace);
+    if (actions_[k].is_p2p()) post_traced_p2p_group(k, trace);
     else ++k;
   }
   return run[1] + 1;

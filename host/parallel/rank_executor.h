@@ -75,7 +75,7 @@ class RankExecutor {
   // past the group. Returns the group's completion (a completed Event when nothing was posted).
   Event post_p2p_group(std::size_t& i, bool forward_only = false);
   // The same for a step, noting the group in `trace` (when profiled).
-  void post_p2p_group(std::size_t& i, StepTrace* trace);
+  void post_traced_p2p_group(std::size_t& i, StepTrace* trace);
   // The compute action at i with expert exchanges (an A2A before it), alone or with its partner
   // when an overlapped pair takes turns (schedule::takes_turns; overlapped_pair.h), then the
   // p2p groups between the halves. Returns the index after what it ran.

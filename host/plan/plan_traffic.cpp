@@ -70,14 +70,11 @@ double tensor_replica_bytes(const Config& cfg, const sch::Layout& layout, int st
   const sch::StageLayers map = stage_layers(cfg);
   const bool zero1 =
       cfg.shard_optimizer_over_data && cfg.ici_data_parallelism * cfg.ici_context_parallelism > 1;
-  // The parts of one layer, in its flat order (every layer alike).
-  std::vector<const ParamSpec*> layer;
-  std::int64_t per_layer = 0;
-  for (const auto& spec : table_of(cfg.model, T)) {
-    if (spec.layer != 0) continue;
-    layer.push_back(&spec);
-    per_layer += numel(spec.shape);
-  }
+  // Each layer's parts in their flat order (dense and MoE layers differ; E expert ranks hold
+  // their own experts).
+  std::vector<std::vector<const ParamSpec*>> layer(std::size_t(cfg.model.num_layers));
+  for (const auto& spec : table_of(cfg.model, T, int(cfg.ici_expert_parallelism)))
+    if (spec.layer >= 0) layer[std::size_t(spec.layer)].push_back(&spec);
   double bytes = 0;
   // The final norm's elements in this FSDP rank's piece of the extras.
   const std::int64_t extras_lo = fsdp_rank * p.extras_piece,
@@ -92,9 +89,9 @@ double tensor_replica_bytes(const Config& cfg, const sch::Layout& layout, int st
     const std::int64_t piece_begin = zero1 ? std::min(s.shard, piece_rank * s.piece) : 0;
     const std::int64_t lo = fsdp_rank * s.shard + piece_begin,
                        hi = lo + std::min(s.piece, s.shard - piece_begin);
-    for (std::int64_t l = 0; l < map.count(s.stage); ++l) {
-      std::int64_t offset = l * per_layer;  // in the stage's flat buffer
-      for (const ParamSpec* spec : layer) {
+    std::int64_t offset = 0;  // in the stage's flat buffer
+    for (int l = map.first(s.stage); l < map.first(s.stage) + map.count(s.stage); ++l) {
+      for (const ParamSpec* spec : layer[std::size_t(l)]) {
         const std::int64_t a = std::max(offset, lo), b = std::min(offset + numel(spec->shape), hi);
         if (a < b && spec->tensor_replicas > 1)
           bytes += 2 * ring_share(spec->tensor_replicas, double(b - a) * 4);
@@ -170,12 +167,13 @@ LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int
   return b;
 }
 
-// One way of the rows' exchange: (E-1)/E of the k x tokens rows, balanced routing.
+// One way of the rows' exchange: (E-1)/E of the k x tokens rows, balanced routing. The MoE block
+// routes every token of the context rank's microbatch on each tensor rank (the gathered rows).
 double expert_rows_bytes(const Config& cfg) {
   const ModelConfig& m = cfg.model;
   const int E = int(cfg.ici_expert_parallelism);
-  return double(rank_rows(cfg) * m.num_experts_per_tok) * double(E - 1) / E * double(m.emb_dim) *
-         compute_bytes(cfg);
+  return double(context_tokens(cfg) * m.num_experts_per_tok) * double(E - 1) / E *
+         double(m.emb_dim) * compute_bytes(cfg);
 }
 
 namespace {

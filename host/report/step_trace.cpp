@@ -36,7 +36,7 @@ int thread_of(const std::string& row) {
   return 0;
 }
 
-// Rows' lanes: the tid of lane l of a row. Lane 0 keeps the row's own tid (0, 1, 2).
+// Rows' lanes: the tid of lane l of a row. Lane 0 keeps the row's own tid (0 to 3).
 int lane_tid(const std::string& row, int lane) {
   return lane == 0 ? thread_of(row) : 100 * thread_of(row) + lane;
 }

@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 namespace carousel::schedule {
@@ -28,9 +30,11 @@ std::string chrome_trace_json(const SimResult& sim, int ranks, double time_unit_
   for (const auto& iv : sim.timeline) {
     events.push_back({{"ph", "X"},
                       {"name", to_string(iv.action)},
-                      {"cat", iv.action.is_compute() ? "compute" : "collective"},
+                      {"cat", iv.action.is_compute()    ? "compute"
+                              : iv.action.is_exchange() ? "expert exchange"
+                                                        : "collective"},
                       {"pid", iv.rank},
-                      {"tid", iv.action.is_compute() ? 0 : 1},
+                      {"tid", iv.action.is_compute() ? 0 : iv.action.is_exchange() ? 2 : 1},
                       {"ts", iv.start * time_unit_us},
                       {"dur", (iv.end - iv.start) * time_unit_us},
                       {"args", {{"stage", iv.action.stage}, {"index", iv.action.index}}}});
@@ -73,22 +77,38 @@ std::string timeline_svg(const SimResult& sim, int ranks, const std::string& tit
     }
   }
   // Overlapped F&B pairs (Action::overlap), as DeepSeek draws them: one black border around
-  // the forward and the rank's next compute action, its partner.
-  std::vector<const Interval*> open(std::size_t(ranks), nullptr);  // a pair's forward, per rank
+  // the forward and the rank's next compute action, its partner — from the forward's first part
+  // to the last part of either (halves taking turns run in parts, interleaved).
+  struct Pair {
+    const Interval* forward = nullptr;
+    std::optional<Action> partner;
+    bool forward_done = false, partner_done = false;
+    double end = 0;
+  };
+  std::vector<Pair> open(static_cast<std::size_t>(ranks));  // per rank
   for (const auto& iv : sim.timeline) {
     if (!iv.action.is_compute()) continue;
-    const Interval*& first = open[std::size_t(iv.rank)];
-    if (first) {
-      const double x = left + first->start * scale;
-      out += fmt::format(
-          "<rect class=\"pair\" x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" "
-          "fill=\"none\" stroke=\"black\" stroke-width=\"2\"><title>{} {} "
-          "overlapped</title></rect>\n",
-          x, top + iv.rank * row, (iv.end - first->start) * scale, row - 4, svg_text(first->action),
-          svg_text(iv.action));
-      first = nullptr;
+    Pair& p = open[std::size_t(iv.rank)];
+    const bool last_part = iv.part == iv.parts - 1;
+    if (!p.forward) {
+      if (iv.action.overlap && iv.part == 0) p = {&iv, std::nullopt, last_part, false, iv.end};
+      continue;
     }
-    if (iv.action.overlap) first = &iv;
+    if (iv.action == p.forward->action) {
+      p.forward_done = p.forward_done || last_part;
+    } else {
+      if (!p.partner) p.partner = iv.action;
+      p.partner_done = p.partner_done || (iv.action == *p.partner && last_part);
+    }
+    p.end = std::max(p.end, iv.end);
+    if (!p.forward_done || !p.partner_done) continue;
+    out += fmt::format(
+        "<rect class=\"pair\" x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\" "
+        "fill=\"none\" stroke=\"black\" stroke-width=\"2\"><title>{} {} "
+        "overlapped</title></rect>\n",
+        left + p.forward->start * scale, top + iv.rank * row, (p.end - p.forward->start) * scale,
+        row - 4, svg_text(p.forward->action), svg_text(*p.partner));
+    p = {};
   }
   return out + "</svg>\n";
 }

@@ -63,7 +63,8 @@ struct Action {
   // F only: this forward and the rank's next compute action (a B or I of another microbatch,
   // so neither reads what the other writes) form one overlapped F&B pair, DualPipe's "F&B
   // chunk". The pair starts when both inputs are there (lower() and simulate() treat it as one
-  // unit); the CPU executor then runs the two back to back, a GPU may run them on two streams.
+  // unit); the executor runs the two back to back, or, when they exchange rows with expert ranks,
+  // taking turns at those exchanges (takes_turns below).
   // A scheduling hint, not part of the action's identity (operator== ignores it).
   bool overlap = false;
 

@@ -81,8 +81,9 @@ double idle_zbv(const Layout& l, const Costs& c) { return (l.ranks - 1) * c.f; }
 
 // dualpipev: DeepSeek's table: DualPipe on PP ranks idles (PP/2 - 1)(F&B + B - 3W) per rank;
 // DualPipeV folds DualPipe on PP = 2S ranks onto S, so (S - 1)(F&B + B - 3W) in chunk costs. The
-// cost model runs a pair's halves one after the other (F&B = f + b): the overlap hides
-// communication, which a comm-free model has none of. Exact at f = i = w (docs/schedules.md).
+// cost model runs a pair's halves one after the other (F&B = f + b) unless they take turns at
+// expert exchanges (simulate.h), which this communication-free form leaves out. Exact at
+// f = i = w (docs/schedules.md).
 double idle_dualpipev(const Layout& l, const Costs& c) {
   return (l.ranks - 1) * (c.f + c.b + c.b - 3 * c.w);
 }

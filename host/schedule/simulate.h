@@ -38,8 +38,8 @@ struct Costs {
   double exchange = 0;
   std::vector<int> exchanges_f, exchanges_b;
   int exchanges(const Action& compute) const;
-  // An F&B pair passing the turn between its halves (the CPU executor's threads waking up; 0 on
-  // a GPU's streams): a cost of the executor measured by the trace, not a config key.
+  // An F&B pair passing the turn between its halves (the executor's two host threads waking
+  // up): a cost of the executor measured by the trace, not a config key.
   double turn = 0;
   // How long `a` runs: a compute action on its stream, an AG_ISSUE / REDUCE_SCATTER on the
   // comm stream (the stage's weights), 0 for markers, p2p and the optimizer.
