@@ -54,7 +54,8 @@ struct AdamWParams {
   X(attention_backward) X(swiglu_forward) X(swiglu_backward) X(gelu_forward) X(gelu_backward)   \
   X(cross_entropy_forward) X(cross_entropy_backward) X(adamw_update)                            \
   X(embedding_part_forward) X(embedding_part_backward) X(cross_entropy_part_forward)          \
-  X(cross_entropy_combine) X(cross_entropy_part_backward) X(scale_rows) X(row_dots)
+  X(cross_entropy_combine) X(cross_entropy_part_backward) X(scale_rows) X(row_dots)          \
+  X(grouped_gemm)
 // clang-format on
 
 class Backend {
@@ -231,6 +232,13 @@ class Backend {
   // dtype. With scale_rows, the backward of scale_rows: dx = scale_rows(dout, scale),
   // dscale = row_dots(dout, x).
   void row_dots(const Tensor& a, const Tensor& b, const Tensor& out);
+  // An MoE layer's experts on their rows: for each group g (expert) with rows
+  // [first[g], first[g + 1]) of a [R,k] and c [R,n],
+  //   c[rows] = alpha a[rows] op(b[g]) + beta c[rows],  b [G,n,k] with trans_b (op = ^T), else [G,k,n].
+  // `first` [G + 1] is on the host (the router's counts are). Dtypes as gemm. One grouped call
+  // where the backend has one (cuBLAS on GPUs), else one GEMM per non-empty group.
+  void grouped_gemm(bool trans_b, double alpha, const Tensor& a, const Tensor& b,
+                    const std::vector<std::int64_t>& first, double beta, const Tensor& c);
 
   // ---- optimizer --------------------------------------------------------------------------------
   // One AdamW step on param with grad, first moment m and second moment v (all same shape).
@@ -300,6 +308,9 @@ class Backend {
                                         const Tensor& lse, const Tensor& losses) = 0;
   virtual void do_scale_rows(const Tensor& x, const Tensor& scale, const Tensor& out) = 0;
   virtual void do_row_dots(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
+  // Default: do_gemm on each non-empty group's rows (the CPU backend, the GPU's reference tier).
+  virtual void do_grouped_gemm(bool trans_b, double alpha, const Tensor& a, const Tensor& b,
+                               const std::vector<std::int64_t>& first, double beta, const Tensor& c);
   virtual void do_cross_entropy_part_backward(const Tensor& logits, const Tensor& targets,
                                               std::int64_t first, const Tensor& lse, double dloss,
                                               const Tensor& dlogits) = 0;

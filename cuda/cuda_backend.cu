@@ -24,6 +24,7 @@
 #include "cuda/event_stopwatch.h"
 #include "cuda/fast/cudnn_attention.h"
 #include "cuda/fast/fast_ops.h"
+#include "cuda/fast/grouped_gemm.h"
 #include "cuda/fast/lt_gemm.h"
 #include "cuda/reference_kernels.cuh"
 #include "cuda/vocab_parts.h"
@@ -341,6 +342,16 @@ class CudaBackend final : public Backend {
       launch(gpu::scale_rows_kernel<T>, x.numel(), x.data<T>(), s.data<T>(), out.data<T>(),
              x.cols(), x.numel());
     });
+  }
+  // The fast tier: the experts in one cuBLAS grouped GEMM; else one GEMM per expert.
+  void do_grouped_gemm(bool tb, double alpha, const Tensor& a, const Tensor& b,
+                       const std::vector<std::int64_t>& first, double beta,
+                       const Tensor& c) override {
+    if (fast_for(a)) {
+      CUDA_CHECK(cudaSetDevice(gpu_));
+      if (gpu::fast::grouped_gemm(*this, blas_, tb, alpha, a, b, first, beta, c)) return;
+    }
+    Backend::do_grouped_gemm(tb, alpha, a, b, first, beta, c);
   }
   void do_row_dots(const Tensor& a, const Tensor& b, const Tensor& out) override {
     dispatch(FloatTypes{}, "row_dots", a.dtype(), [&](auto tag) {

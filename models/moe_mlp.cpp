@@ -93,18 +93,11 @@ void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& 
   s.up = be.empty({R, Fm}, dt);
   s.act = be.empty({R, Fm}, dt);
   Tensor out_local = be.empty({R, E}, dt);
-  for (std::int64_t e = 0; e < local; ++e) {
-    const std::int64_t first = s.dispatch.first[std::size_t(e)],
-                       count = s.dispatch.first[std::size_t(e + 1)] - first;
-    if (count == 0) continue;
-    const Tensor xe = rows_of(s.x_local, first, count), ge = rows_of(s.gate, first, count),
-                 ue = rows_of(s.up, first, count), ae = rows_of(s.act, first, count);
-    be.gemm(false, true, 1.0, xe, expert_of(w.gate, e), 0.0, ge);  // [c,E] x [Fm,E]^T
-    be.gemm(false, true, 1.0, xe, expert_of(w.up, e), 0.0, ue);
-    be.swiglu_forward(ge, ue, ae);
-    be.gemm(false, true, 1.0, ae, expert_of(w.down, e), 0.0,
-            rows_of(out_local, first, count));  // [c,Fm] x [E,Fm]^T
-  }
+  const std::vector<std::int64_t>& rows = s.dispatch.first;  // expert e's rows [rows[e], rows[e+1])
+  be.grouped_gemm(true, 1.0, s.x_local, w.gate, rows, 0.0, s.gate);  // [c,E] x [Fm,E]^T each
+  be.grouped_gemm(true, 1.0, s.x_local, w.up, rows, 0.0, s.up);
+  be.swiglu_forward(s.gate, s.up, s.act);
+  be.grouped_gemm(true, 1.0, s.act, w.down, rows, 0.0, out_local);  // [c,Fm] x [E,Fm]^T
   s.out_perm = from_experts(be, experts, s.dispatch, out_local);
   if (!y.defined()) return;  // a recomputation: only what the backward reads
   Tensor weighted = be.empty({M, E}, dt);
@@ -137,18 +130,17 @@ void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights&
   const Tensor dout_local = to_experts(be, experts, s.dispatch, dout_perm);
   Tensor dact = be.empty({R, Fm}, dt), dgate = be.empty({R, Fm}, dt), dup = be.empty({R, Fm}, dt);
   Tensor dx_local = be.empty({R, E}, dt);
+  const std::vector<std::int64_t>& rows = s.dispatch.first;  // expert e's rows [rows[e], rows[e+1])
+  be.grouped_gemm(false, 1.0, dout_local, w.down, rows, 0.0, dact);  // [c,E] x [E,Fm] each
+  be.swiglu_backward(dact, s.gate, s.up, dgate, dup);
+  be.grouped_gemm(false, 1.0, dgate, w.gate, rows, 0.0, dx_local);  // [c,Fm] x [Fm,E]
+  be.grouped_gemm(false, 1.0, dup, w.up, rows, 1.0, dx_local);
+  // Each expert's weight gradients from its own rows.
   for (std::int64_t e = 0; e < local; ++e) {
-    const std::int64_t first = s.dispatch.first[std::size_t(e)],
-                       count = s.dispatch.first[std::size_t(e + 1)] - first;
+    const std::int64_t first = rows[std::size_t(e)], count = rows[std::size_t(e + 1)] - first;
     if (count == 0) continue;
     const auto r = [&](const Tensor& t) { return rows_of(t, first, count); };
-    be.gemm(false, false, 1.0, r(dout_local), expert_of(w.down, e), 0.0,
-            r(dact));  // [c,E] x [E,Fm]
     be.gemm(true, false, 1.0, r(dout_local), r(s.act), 1.0, expert_of(grads.down, e));
-    be.swiglu_backward(r(dact), r(s.gate), r(s.up), r(dgate), r(dup));
-    be.gemm(false, false, 1.0, r(dgate), expert_of(w.gate, e), 0.0,
-            r(dx_local));  // [c,Fm] x [Fm,E]
-    be.gemm(false, false, 1.0, r(dup), expert_of(w.up, e), 1.0, r(dx_local));
     be.gemm(true, false, 1.0, r(dgate), r(s.x_local), 1.0, expert_of(grads.gate, e));
     be.gemm(true, false, 1.0, r(dup), r(s.x_local), 1.0, expert_of(grads.up, e));
   }

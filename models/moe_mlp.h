@@ -7,7 +7,7 @@
 // same bits on every run — which makes each expert's rows contiguous: its three GEMMs run on
 // exactly its tokens, with no capacity, padding or dropped token:
 //   x_perm = x[token of each row]                        embedding_forward (a row gather)
-//   out_perm[rows of e] = SwiGLU_e(x_perm[rows of e])     3 GEMMs per expert
+//   out_perm[rows of e] = SwiGLU_e(x_perm[rows of e])     3 grouped GEMMs over the experts
 //   y = sum into each token of w_row * out_perm[row]      scale_rows, embedding_backward
 // The backward runs the same maps the other way; the combine weights' gradient (row_dots) and
 // the balancing loss go through the router's backward into the router weights and x.

@@ -186,6 +186,17 @@ std::vector<GpuCase> cases() {
                  be.row_dots(x, y, d);
                  return cat({fetch(be, o), fetch(be, d)});
                }});
+  c.push_back({"grouped_gemm", [](Backend& be, DType dt) {  // an MoE layer's experts
+                 const std::vector<std::int64_t> first = {0, 13, 13, 40, 41};  // one empty
+                 Tensor a = make(be, testing::randn(41 * 24, 43, 0.25), {41, 24}, dt);
+                 Tensor w = make(be, testing::randn(4 * 40 * 24, 44), {4, 40, 24}, dt);
+                 Tensor v = make(be, testing::randn(4 * 40 * 24, 45), {4, 24, 40}, dt);
+                 Tensor c1 = be.empty({41, 40}, dt), c2 = be.zeros({41, 40}, dt);
+                 be.grouped_gemm(true, 1.0, a, w, first, 0.0, c1);  // [c,24] x [40,24]^T each
+                 be.grouped_gemm(false, 0.5, a, v, first, 1.0, c2);
+                 be.grouped_gemm(false, 1.0, a, v, first, 1.0, c2);  // accumulating
+                 return cat({fetch(be, c1), fetch(be, c2)});
+               }});
   c.push_back({"cross_entropy", [](Backend& be, DType dt) {
                  Tensor logits = make(be, testing::randn(11 * 257, 22, 3.0), {11, 257}, dt);
                  Tensor tgt = be.from_host(testing::randint(11, 257, 23), {11});

@@ -120,6 +120,40 @@ TEST(Gemm, StridedBatchedMatchesPerBatchReference) {
   }
 }
 
+// An MoE layer's experts: groups of rows of a and c, each times its own matrix of b (an empty
+// group among them), against the naive product of each group's rows; small integers, so exact.
+TEST(Gemm, GroupedMatchesEachGroupsReference) {
+  CpuBackend be;
+  const int rows = 7, n = 4, k = 3, groups = 3;
+  const std::vector<std::int64_t> first = {0, 2, 2, 7};  // group 1 has no rows
+  for (bool tb : {false, true}) {
+    const auto a = small_ints(rows * k, 21), b = small_ints(groups * n * k, 22),
+               c0 = small_ints(rows * n, 23);
+    const Tensor ta = make(be, a, {rows, k}, DType::F32);
+    const Tensor tb_ = make(be, b, tb ? Shape{groups, n, k} : Shape{groups, k, n}, DType::F32);
+    const Tensor tc = make(be, c0, {rows, n}, DType::F32);
+    be.grouped_gemm(tb, 2.0, ta, tb_, first, 1.0, tc);
+    std::vector<double> expected;
+    for (int g = 0; g < groups; ++g) {
+      const int r0 = int(first[g]), count = int(first[g + 1] - first[g]);
+      const std::vector<double> ag(a.begin() + r0 * k, a.begin() + (r0 + count) * k);
+      const std::vector<double> bg(b.begin() + g * n * k, b.begin() + (g + 1) * n * k);
+      const std::vector<double> cg(c0.begin() + r0 * n, c0.begin() + (r0 + count) * n);
+      const auto out = reference::gemm(false, tb, count, n, k, 2.0, ag, bg, 1.0, cg);
+      expected.insert(expected.end(), out.begin(), out.end());
+    }
+    EXPECT_EQ(fetch(be, tc), expected) << "tb=" << tb;
+  }
+  // Offsets that do not cover a's rows are one error naming them.
+  const Tensor a = be.zeros({7, k}), b = be.zeros({groups, k, n}), c = be.zeros({7, n});
+  EXPECT_NE(testing::error_of([&] { be.grouped_gemm(false, 1.0, a, b, {0, 2, 5, 6}, 0.0, c); })
+                .find("the group offsets must rise from 0 to a's 7 rows"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { be.grouped_gemm(false, 1.0, a, b, {0, 7}, 0.0, c); })
+                .find("'first' has 2 offsets for 3 groups"),
+            std::string::npos);
+}
+
 TEST(Gemm, RepeatedCallsAreBitwiseIdentical) {
   CpuBackend be;
   auto a = testing::randn(257 * 129, 10), b = testing::randn(129 * 131, 11);
