@@ -135,8 +135,45 @@ class HalfWaiter : public ExchangeWaiter {
 
 }  // namespace
 
+PairThread::PairThread()
+    : thread_([this] {
+        std::unique_lock lock(mutex_);
+        for (;;) {
+          changed_.wait(lock, [&] { return job_ || stopping_; });
+          if (!job_) return;  // stopping, nothing queued
+          lock.unlock();
+          job_();  // never throws: a half's errors go to its baton
+          lock.lock();
+          job_ = nullptr;
+          changed_.notify_all();
+        }
+      }) {}
+
+PairThread::~PairThread() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void PairThread::run(std::function<void()> job) {
+  {
+    std::lock_guard lock(mutex_);
+    CAROUSEL_ASSERT(!job_, "the pair thread already runs a half");
+    job_ = std::move(job);
+  }
+  changed_.notify_all();
+}
+
+void PairThread::wait() {
+  std::unique_lock lock(mutex_);
+  changed_.wait(lock, [&] { return !job_; });
+}
+
 void take_turns(const std::vector<TurnHalf>& halves, StepTrace* trace,
-                const std::function<void()>& synchronize) {
+                const std::function<void()>& synchronize, PairThread* second) {
   CAROUSEL_ASSERT(halves.size() == 1 || halves.size() == 2, "{} halves take turns",
                   halves.size());
   Baton baton(int(halves.size()));
@@ -155,13 +192,14 @@ void take_turns(const std::vector<TurnHalf>& halves, StepTrace* trace,
   if (halves.size() == 1) {
     run(0);
   } else {
+    CAROUSEL_ASSERT(second, "a pair's second half needs a thread");
     const int threads = omp_get_max_threads();  // the rank's share of the cores, as on this thread
-    std::thread second([&] {
+    second->run([&] {
       omp_set_num_threads(threads);
       run(1);
     });
     run(0);
-    second.join();
+    second->wait();
   }
   if (const std::exception_ptr error = baton.first_error()) std::rethrow_exception(error);
 }

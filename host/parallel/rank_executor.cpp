@@ -6,7 +6,6 @@
 #include <set>
 #include <utility>
 
-#include "host/parallel/overlapped_pair.h"
 #include "host/reliability/fault_injection.h"
 #include "models/packing.h"
 
@@ -227,6 +226,8 @@ std::size_t RankExecutor::compute_with_exchanges(std::size_t i, StepTrace* trace
     const std::size_t j = sch::overlap_partner(actions_, i);
     await_input(actions_[j], j);  // lowering posted its receive before the pair
     run.push_back(j);
+    recorder_.note(step_, fmt::format("{} taking turns with {}",  // a failure report names both
+                                      sch::to_string(actions_[i]), sch::to_string(actions_[j])));
   }
   std::vector<TurnHalf> halves;
   for (const std::size_t k : run) {
@@ -236,7 +237,8 @@ std::size_t RankExecutor::compute_with_exchanges(std::size_t i, StepTrace* trace
                         compute(a, parallel);
                       }});
   }
-  take_turns(halves, trace, [this] { be_.synchronize(); });
+  if (run.size() == 2 && !pair_thread_) pair_thread_ = std::make_unique<PairThread>();
+  take_turns(halves, trace, [this] { be_.synchronize(); }, pair_thread_.get());
   if (run.size() == 1) return i + 1;
   for (std::size_t k = i + 1; k < run[1];) {  // between the halves: p2p groups and the B's A2A
     if (actions_[k].is_p2p()) post_traced_p2p_group(k, trace);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "host/data/data.h"
+#include "host/parallel/overlapped_pair.h"
 #include "host/parallel/sharded_params.h"
 #include "host/parallel/step_capture.h"
 #include "host/reliability/flight_recorder.h"
@@ -152,6 +153,7 @@ class RankExecutor {
     std::vector<Key> sent_f, sent_b;  // out_f_ / out_b_ entries that live until `done`
   };
   std::deque<PostedGroup> posted_;  // in posting order
+  std::unique_ptr<PairThread> pair_thread_;  // runs a pair's second half (made at the first pair)
   StepCapture capture_;             // last: its graph uses the buffers above
 };
 
