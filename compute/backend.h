@@ -55,7 +55,7 @@ struct AdamWParams {
   X(cross_entropy_forward) X(cross_entropy_backward) X(adamw_update)                            \
   X(embedding_part_forward) X(embedding_part_backward) X(cross_entropy_part_forward)          \
   X(cross_entropy_combine) X(cross_entropy_part_backward) X(scale_rows) X(row_dots)          \
-  X(grouped_gemm)
+  X(grouped_gemm) X(grouped_weight_gemm)
 // clang-format on
 
 class Backend {
@@ -239,6 +239,10 @@ class Backend {
   // where the backend has one (cuBLAS on GPUs), else one GEMM per non-empty group.
   void grouped_gemm(bool trans_b, double alpha, const Tensor& a, const Tensor& b,
                     const std::vector<std::int64_t>& first, double beta, const Tensor& c);
+  // The experts' weight gradients: for each group g, c[g] = alpha a[rows]^T b[rows] + beta c[g]
+  // with a [R,m], b [R,n], c [G,m,n] (an empty group: c[g] = beta c[g]). As grouped_gemm.
+  void grouped_weight_gemm(double alpha, const Tensor& a, const Tensor& b,
+                           const std::vector<std::int64_t>& first, double beta, const Tensor& c);
 
   // ---- optimizer --------------------------------------------------------------------------------
   // One AdamW step on param with grad, first moment m and second moment v (all same shape).
@@ -311,6 +315,9 @@ class Backend {
   // Default: do_gemm on each non-empty group's rows (the CPU backend, the GPU's reference tier).
   virtual void do_grouped_gemm(bool trans_b, double alpha, const Tensor& a, const Tensor& b,
                                const std::vector<std::int64_t>& first, double beta, const Tensor& c);
+  virtual void do_grouped_weight_gemm(double alpha, const Tensor& a, const Tensor& b,
+                                      const std::vector<std::int64_t>& first, double beta,
+                                      const Tensor& c);
   virtual void do_cross_entropy_part_backward(const Tensor& logits, const Tensor& targets,
                                               std::int64_t first, const Tensor& lse, double dloss,
                                               const Tensor& dlogits) = 0;

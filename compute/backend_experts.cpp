@@ -34,6 +34,15 @@ void Backend::row_dots(const Tensor& a, const Tensor& b, const Tensor& out) {
   issue(&Backend::do_row_dots, a, b, out);
 }
 
+namespace {
+// Group offsets rise from 0 to the rows.
+void check_offsets(const OpCheck& check, const std::vector<std::int64_t>& first, std::int64_t rows) {
+  bool ordered = !first.empty() && first.front() == 0 && first.back() == rows;
+  for (std::size_t g = 1; g < first.size(); ++g) ordered = ordered && first[g - 1] <= first[g];
+  check.that(ordered, fmt::format("the group offsets must rise from 0 to a's {} rows", rows));
+}
+}  // namespace
+
 void Backend::grouped_gemm(bool trans_b, double alpha, const Tensor& a, const Tensor& b,
                            const std::vector<std::int64_t>& first, double beta, const Tensor& c) {
   const OpScope timed(*this, Op::grouped_gemm);
@@ -52,10 +61,28 @@ void Backend::grouped_gemm(bool trans_b, double alpha, const Tensor& a, const Te
                          trans_b ? " (transposed)" : ""));
   check.that(c.rows() == a.rows(), fmt::format("c {} and a {} have different rows",
                                                shape_str(c.shape()), shape_str(a.shape())));
-  bool ordered = !first.empty() && first.front() == 0 && first.back() == a.rows();
-  for (std::size_t g = 1; g < first.size(); ++g) ordered = ordered && first[g - 1] <= first[g];
-  check.that(ordered, fmt::format("the group offsets must rise from 0 to a's {} rows", a.rows()));
+  check_offsets(check, first, a.rows());
   issue(&Backend::do_grouped_gemm, trans_b, alpha, a, b, first, beta, c);
+}
+
+void Backend::grouped_weight_gemm(double alpha, const Tensor& a, const Tensor& b,
+                                  const std::vector<std::int64_t>& first, double beta,
+                                  const Tensor& c) {
+  const OpScope timed(*this, Op::grouped_weight_gemm);
+  OpCheck check(Op::grouped_weight_gemm, *this);
+  check_gemm_dtypes(check, a, b, c);
+  check.rank("a", a, 2, "[rows, m]").rank("b", b, 2, "[rows, n]");
+  check.rank("c", c, 3, "[groups, m, n]");
+  check.that(b.rows() == a.rows(), fmt::format("a {} and b {} have different rows",
+                                               shape_str(a.shape()), shape_str(b.shape())));
+  check.that(c.dim(1) == a.cols() && c.dim(2) == b.cols(),
+             fmt::format("c {} is not [groups, {}, {}] for a {} and b {}", shape_str(c.shape()),
+                         a.cols(), b.cols(), shape_str(a.shape()), shape_str(b.shape())));
+  check.that(std::int64_t(first.size()) == c.dim(0) + 1,
+             fmt::format("'first' has {} offsets for {} groups (c {}): one more than the groups",
+                         first.size(), c.dim(0), shape_str(c.shape())));
+  check_offsets(check, first, a.rows());
+  issue(&Backend::do_grouped_weight_gemm, alpha, a, b, first, beta, c);
 }
 
 void Backend::do_grouped_gemm(bool trans_b, double alpha, const Tensor& a, const Tensor& b,
@@ -68,6 +95,18 @@ void Backend::do_grouped_gemm(bool trans_b, double alpha, const Tensor& a, const
     const Tensor bg = b.view(std::int64_t(g) * n * k, trans_b ? Shape{n, k} : Shape{k, n});
     do_gemm(false, trans_b, GemmDims{1, rows, n, k}, alpha, a.view(first[g] * k, {rows, k}), bg,
             beta, c.view(first[g] * n, {rows, n}));
+  }
+}
+
+void Backend::do_grouped_weight_gemm(double alpha, const Tensor& a, const Tensor& b,
+                                     const std::vector<std::int64_t>& first, double beta,
+                                     const Tensor& c) {
+  const std::int64_t m = a.cols(), n = b.cols();
+  for (std::size_t g = 0; g + 1 < first.size(); ++g) {
+    const std::int64_t rows = first[g + 1] - first[g];
+    if (rows == 0 && beta == 1.0) continue;  // nothing to add
+    do_gemm(true, false, GemmDims{1, m, n, rows}, alpha, a.view(first[g] * m, {rows, m}),
+            b.view(first[g] * n, {rows, n}), beta, c.view(std::int64_t(g) * m * n, {m, n}));
   }
 }
 

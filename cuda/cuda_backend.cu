@@ -353,6 +353,15 @@ class CudaBackend final : public Backend {
     }
     Backend::do_grouped_gemm(tb, alpha, a, b, first, beta, c);
   }
+  void do_grouped_weight_gemm(double alpha, const Tensor& a, const Tensor& b,
+                              const std::vector<std::int64_t>& first, double beta,
+                              const Tensor& c) override {
+    if (fast_for(a)) {
+      CUDA_CHECK(cudaSetDevice(gpu_));
+      if (gpu::fast::grouped_weight_gemm(*this, blas_, alpha, a, b, first, beta, c)) return;
+    }
+    Backend::do_grouped_weight_gemm(alpha, a, b, first, beta, c);
+  }
   void do_row_dots(const Tensor& a, const Tensor& b, const Tensor& out) override {
     dispatch(FloatTypes{}, "row_dots", a.dtype(), [&](auto tag) {
       using T = decltype(tag);

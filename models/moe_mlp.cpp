@@ -24,12 +24,9 @@ Tensor from_double(Backend& be, const std::vector<double>& values, Shape shape, 
   return out;
 }
 
-// Rows [first, first + count) of a [rows, cols] tensor; expert e's matrix of an [X, r, c] one.
+// Rows [first, first + count) of a [rows, cols] tensor.
 Tensor rows_of(const Tensor& t, std::int64_t first, std::int64_t count) {
   return t.view(first * t.cols(), {count, t.cols()});
-}
-Tensor expert_of(const Tensor& t, std::int64_t e) {
-  return t.view(e * t.dim(1) * t.dim(2), {t.dim(1), t.dim(2)});
 }
 
 // Context parallelism: each sequence's tokens are on the C ranks of `context`, so its balancing
@@ -110,7 +107,7 @@ void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights&
                       const MoeWeights& grads, const MoeSaved& s, const Tensor& dy, double daux,
                       const Tensor& dx, const LayerParallel& parallel) {
   const ExpertGroup& experts = parallel.expert;
-  const std::int64_t N = dy.rows(), E = dy.cols(), X = router.experts, local = X / experts.size();
+  const std::int64_t N = dy.rows(), E = dy.cols(), X = router.experts;
   const std::int64_t M = s.x_perm.rows(), R = s.x_local.rows(), Fm = s.gate.cols();
   const DType dt = dy.dtype();
   // Combine: y[t] += w_row out_perm[row] for the rows of token t.
@@ -136,14 +133,9 @@ void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights&
   be.grouped_gemm(false, 1.0, dgate, w.gate, rows, 0.0, dx_local);  // [c,Fm] x [Fm,E]
   be.grouped_gemm(false, 1.0, dup, w.up, rows, 1.0, dx_local);
   // Each expert's weight gradients from its own rows.
-  for (std::int64_t e = 0; e < local; ++e) {
-    const std::int64_t first = rows[std::size_t(e)], count = rows[std::size_t(e + 1)] - first;
-    if (count == 0) continue;
-    const auto r = [&](const Tensor& t) { return rows_of(t, first, count); };
-    be.gemm(true, false, 1.0, r(dout_local), r(s.act), 1.0, expert_of(grads.down, e));
-    be.gemm(true, false, 1.0, r(dgate), r(s.x_local), 1.0, expert_of(grads.gate, e));
-    be.gemm(true, false, 1.0, r(dup), r(s.x_local), 1.0, expert_of(grads.up, e));
-  }
+  be.grouped_weight_gemm(1.0, dout_local, s.act, rows, 1.0, grads.down);  // [E,Fm] += dout^T act
+  be.grouped_weight_gemm(1.0, dgate, s.x_local, rows, 1.0, grads.gate);   // [Fm,E] += dgate^T x
+  be.grouped_weight_gemm(1.0, dup, s.x_local, rows, 1.0, grads.up);
   const Tensor dx_perm = from_experts(be, experts, s.dispatch, dx_local);
   // Dispatch: x_perm[row] = x[token of row].
   be.fill(dx, 0.0);

@@ -1,8 +1,8 @@
 // grouped_gemm.cu — an MoE layer's experts in one cuBLAS grouped GEMM (grouped_gemm.h).
 //
-// Row-major c[rows of g] = a[rows of g] op(b[g]) is column-major c^T = op(b[g])^T a^T, as in the
-// backend's do_gemm: cuBLAS' A is our b[g] (n x k, transposed when trans_b), its B our rows of a.
-// Every cuBLAS status is checked.
+// Row-major products become column-major ones with the operands swapped, as in the backend's
+// do_gemm (C^T = B^T A^T); each function says which of its tensors is cuBLAS' A and B. Every
+// cuBLAS status is checked.
 #include "cuda/fast/grouped_gemm.h"
 
 #include <limits>
@@ -17,6 +17,42 @@ cudaDataType_t cuda_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA
 
 bool fits_int(std::int64_t v) { return v <= std::numeric_limits<int>::max(); }
 
+// One cuBLAS grouped call, a group per entry (column-major operands as cuBLAS takes them).
+struct Groups {
+  std::vector<cublasOperation_t> op_a, op_b;
+  std::vector<int> m, n, k, lda, ldb, ldc, one;
+  std::vector<float> alpha, beta;
+  std::vector<std::uint64_t> a, b, c;  // device addresses
+  void add(cublasOperation_t opa, cublasOperation_t opb, std::int64_t rows_m, std::int64_t cols_n,
+           std::int64_t inner, std::int64_t ld_a, std::int64_t ld_b, std::int64_t ld_c,
+           const void* pa, const void* pb, const void* pc, double al, double be) {
+    op_a.push_back(opa), op_b.push_back(opb);
+    m.push_back(int(rows_m)), n.push_back(int(cols_n)), k.push_back(int(inner));
+    lda.push_back(int(ld_a)), ldb.push_back(int(ld_b)), ldc.push_back(int(ld_c)), one.push_back(1);
+    alpha.push_back(float(al)), beta.push_back(float(be));
+    a.push_back(std::uint64_t(pa)), b.push_back(std::uint64_t(pb)), c.push_back(std::uint64_t(pc));
+  }
+  void run(Backend& backend, cublasHandle_t blas, DType ab, DType out) {
+    const int groups = int(one.size());
+    if (groups == 0) return;
+    std::vector<std::uint64_t> pointers = a;
+    pointers.insert(pointers.end(), b.begin(), b.end());
+    pointers.insert(pointers.end(), c.begin(), c.end());
+    static_assert(sizeof(void*) == sizeof(std::uint64_t), "device pointers are 64-bit");
+    const Tensor table = backend.empty({std::int64_t(pointers.size())}, DType::I64);
+    backend.upload(pointers.data(), table);  // ordered before the GEMM on the backend's stream
+    const auto* at = static_cast<void* const*>(table.raw());
+    CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
+        blas, op_a.data(), op_b.data(), m.data(), n.data(), k.data(), alpha.data(), at,
+        cuda_type(ab), lda.data(), at + groups, cuda_type(ab), ldb.data(), beta.data(),
+        at + 2 * groups, cuda_type(out), ldc.data(), groups, one.data(), CUBLAS_COMPUTE_32F));
+  }
+};
+
+char* at(const Tensor& t, std::int64_t elements) {
+  return static_cast<char*>(t.raw()) + elements * std::int64_t(dtype_size(t.dtype()));
+}
+
 }  // namespace
 
 bool grouped_gemm(Backend& backend, cublasHandle_t blas, bool trans_b, double alpha,
@@ -25,43 +61,38 @@ bool grouped_gemm(Backend& backend, cublasHandle_t blas, bool trans_b, double al
   if (a.dtype() == DType::F64) return false;
   const std::int64_t n = c.cols(), k = a.cols();
   if (!fits_int(n) || !fits_int(k) || !fits_int(a.rows())) return false;
-  const std::size_t in_size = dtype_size(a.dtype()), out_size = dtype_size(c.dtype());
-  std::vector<cublasOperation_t> op_b_cols, op_a_rows;
-  std::vector<int> m_of, n_of, k_of, ld_b, ld_a, ld_c, one;
-  std::vector<float> alphas, betas;
-  std::vector<std::uint64_t> pointers;  // the groups' b, then a, then c (device addresses)
-  std::vector<std::uint64_t> a_at, c_at;
+  // Row-major c[rows] = a[rows] op(b[g]): cuBLAS' A is b[g] (op as trans_b), its B the rows of a.
+  Groups groups;
   for (std::size_t g = 0; g + 1 < first.size(); ++g) {
     const std::int64_t rows = first[g + 1] - first[g];
     if (rows == 0) continue;
-    op_b_cols.push_back(trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
-    op_a_rows.push_back(CUBLAS_OP_N);
-    m_of.push_back(int(n));
-    n_of.push_back(int(rows));
-    k_of.push_back(int(k));
-    ld_b.push_back(int(trans_b ? k : n));
-    ld_a.push_back(int(k));
-    ld_c.push_back(int(n));
-    one.push_back(1);
-    alphas.push_back(float(alpha));
-    betas.push_back(float(beta));
-    pointers.push_back(std::uint64_t(b.raw()) + std::uint64_t(g) * std::uint64_t(n * k) * in_size);
-    a_at.push_back(std::uint64_t(a.raw()) + std::uint64_t(first[g] * k) * in_size);
-    c_at.push_back(std::uint64_t(c.raw()) + std::uint64_t(first[g] * n) * out_size);
+    groups.add(trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, n, rows, k, trans_b ? k : n, k, n,
+               at(b, std::int64_t(g) * n * k), at(a, first[g] * k), at(c, first[g] * n), alpha,
+               beta);
   }
-  const int groups = int(one.size());
-  if (groups == 0) return true;
-  pointers.insert(pointers.end(), a_at.begin(), a_at.end());
-  pointers.insert(pointers.end(), c_at.begin(), c_at.end());
-  static_assert(sizeof(void*) == sizeof(std::uint64_t), "device pointers are 64-bit");
-  const Tensor on_device = backend.empty({std::int64_t(pointers.size())}, DType::I64);
-  backend.upload(pointers.data(), on_device);  // ordered before the GEMM on the backend's stream
-  const auto* table = static_cast<void* const*>(on_device.raw());
-  CUBLAS_CHECK(cublasGemmGroupedBatchedEx(
-      blas, op_b_cols.data(), op_a_rows.data(), m_of.data(), n_of.data(), k_of.data(),
-      alphas.data(), table, cuda_type(b.dtype()), ld_b.data(), table + groups,
-      cuda_type(a.dtype()), ld_a.data(), betas.data(), table + 2 * groups,
-      cuda_type(c.dtype()), ld_c.data(), groups, one.data(), CUBLAS_COMPUTE_32F));
+  groups.run(backend, blas, a.dtype(), c.dtype());
+  return true;
+}
+
+bool grouped_weight_gemm(Backend& backend, cublasHandle_t blas, double alpha, const Tensor& a,
+                         const Tensor& b, const std::vector<std::int64_t>& first, double beta,
+                         const Tensor& c) {
+  if (a.dtype() == DType::F64) return false;
+  const std::int64_t m = a.cols(), n = b.cols();
+  if (!fits_int(m) || !fits_int(n) || !fits_int(a.rows())) return false;
+  // Row-major c[g] = a[rows]^T b[rows]: column-major c^T = b[rows]^T a[rows], so cuBLAS' A is
+  // the rows of b (column-major n x rows as they are), its B the rows of a (transposed).
+  Groups groups;
+  for (std::size_t g = 0; g + 1 < first.size(); ++g) {
+    const std::int64_t rows = first[g + 1] - first[g];
+    if (rows == 0) {
+      if (beta != 1.0) return false;  // c[g] = beta c[g]: one GEMM per group does that
+      continue;
+    }
+    groups.add(CUBLAS_OP_N, CUBLAS_OP_T, n, m, rows, n, m, n, at(b, first[g] * n),
+               at(a, first[g] * m), at(c, std::int64_t(g) * m * n), alpha, beta);
+  }
+  groups.run(backend, blas, a.dtype(), c.dtype());
   return true;
 }
 

@@ -225,7 +225,6 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
   // rows to their experts and the results back; a backward sends the row gradients both ways,
   // after recomputing the forward (every remat policy but none recomputes the routed experts).
   const ModelConfig& m = cfg.model;
-  const int E = int(cfg.ici_expert_parallelism);
   const double exchange_forward = expert_exchange_bytes(cfg);
   const double exchange_backward =
       2 * expert_rows_bytes(cfg) + (policy == RematPolicy::None ? 0.0 : exchange_forward);

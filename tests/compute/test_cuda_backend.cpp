@@ -195,7 +195,10 @@ std::vector<GpuCase> cases() {
                  be.grouped_gemm(true, 1.0, a, w, first, 0.0, c1);  // [c,24] x [40,24]^T each
                  be.grouped_gemm(false, 0.5, a, v, first, 1.0, c2);
                  be.grouped_gemm(false, 1.0, a, v, first, 1.0, c2);  // accumulating
-                 return cat({fetch(be, c1), fetch(be, c2)});
+                 Tensor dy = make(be, testing::randn(41 * 40, 46, 0.25), {41, 40}, dt);
+                 Tensor dw = be.zeros({4, 24, 40}, dt);
+                 be.grouped_weight_gemm(1.0, a, dy, first, 1.0, dw);  // each [24,40] += a^T dy
+                 return cat({fetch(be, c1), fetch(be, c2), fetch(be, dw)});
                }});
   c.push_back({"cross_entropy", [](Backend& be, DType dt) {
                  Tensor logits = make(be, testing::randn(11 * 257, 22, 3.0), {11, 257}, dt);

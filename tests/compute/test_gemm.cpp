@@ -122,7 +122,7 @@ TEST(Gemm, StridedBatchedMatchesPerBatchReference) {
 
 // An MoE layer's experts: groups of rows of a and c, each times its own matrix of b (an empty
 // group among them), against the naive product of each group's rows; small integers, so exact.
-TEST(Gemm, GroupedMatchesEachGroupsReference) {
+TEST(Gemm, GroupedMatchesEachGroupsReference) {  // and the grouped weight GEMM
   CpuBackend be;
   const int rows = 7, n = 4, k = 3, groups = 3;
   const std::vector<std::int64_t> first = {0, 2, 2, 7};  // group 1 has no rows
@@ -144,6 +144,23 @@ TEST(Gemm, GroupedMatchesEachGroupsReference) {
     }
     EXPECT_EQ(fetch(be, tc), expected) << "tb=" << tb;
   }
+  // The weight gradients: c[g] = a[rows]^T b[rows] + c[g] for each group (the empty one kept).
+  const int m = 3;
+  const auto wa = small_ints(rows * m, 24), wb = small_ints(rows * n, 25),
+             wc = small_ints(groups * m * n, 26);
+  const Tensor tw = make(be, wc, {groups, m, n}, DType::F32);
+  be.grouped_weight_gemm(1.0, make(be, wa, {rows, m}, DType::F32),
+                         make(be, wb, {rows, n}, DType::F32), first, 1.0, tw);
+  std::vector<double> expected_w;
+  for (int g = 0; g < groups; ++g) {
+    const int r0 = int(first[g]), count = int(first[g + 1] - first[g]);
+    const std::vector<double> ag(wa.begin() + r0 * m, wa.begin() + (r0 + count) * m);
+    const std::vector<double> bg(wb.begin() + r0 * n, wb.begin() + (r0 + count) * n);
+    const std::vector<double> cg(wc.begin() + g * m * n, wc.begin() + (g + 1) * m * n);
+    const auto out = reference::gemm(true, false, m, n, count, 1.0, ag, bg, 1.0, cg);
+    expected_w.insert(expected_w.end(), out.begin(), out.end());
+  }
+  EXPECT_EQ(fetch(be, tw), expected_w);
   // Offsets that do not cover a's rows are one error naming them.
   const Tensor a = be.zeros({7, k}), b = be.zeros({groups, k, n}), c = be.zeros({7, n});
   EXPECT_NE(testing::error_of([&] { be.grouped_gemm(false, 1.0, a, b, {0, 2, 5, 6}, 0.0, c); })
