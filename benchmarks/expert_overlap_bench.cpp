@@ -37,9 +37,10 @@ int main(int argc, char** argv) {
   CLI::App app{"expert_overlap_bench — MoE exchanges hidden by DualPipeV's pairs, measured"};
   std::string schedules = "dualpipev,zbv", links = "0,0.01";
   int stages = 1, experts = 2, microbatches = 8, steps = 8;
-  std::vector<std::string> model = {"base_num_decoder_layers=4", "max_target_length=64",
-                                    "base_emb_dim=128", "base_mlp_dim=256", "num_experts=4",
-                                    "num_experts_per_tok=2", "dataset_type=synthetic"};
+  std::vector<std::string> model = {
+      "base_num_decoder_layers=4", "max_target_length=64", "base_emb_dim=128",
+      "base_mlp_dim=256",          "num_experts=4",        "num_experts_per_tok=2",
+      "dataset_type=synthetic"};
   std::vector<std::string> extra;
   app.add_option("--schedules", schedules, "comma-separated pipeline_schedule values");
   app.add_option("--links", links, "comma-separated cpu_link_gigabytes_per_second (0: memory)");
@@ -64,7 +65,8 @@ int main(int argc, char** argv) {
     const std::int64_t layers = load_config("", model).config.model.num_layers;
     CAROUSEL_CHECK(layers % (2 * stages) == 0,
                    "{} layers do not split into S x 2 = {} stages: give base_num_decoder_layers a "
-                   "multiple of it", layers, 2 * stages);
+                   "multiple of it",
+                   layers, 2 * stages);
     const int devices = stages * experts;
     fmt::print("S={} E={} M={}, {} ranks on {} cores{}\n", stages, experts, microbatches, devices,
                omp_get_num_procs(), devices > omp_get_num_procs() ? " (oversubscribed)" : "");
@@ -74,14 +76,15 @@ int main(int argc, char** argv) {
       for (const auto& link : split(links)) {
         std::vector<std::string> keys = model;
         for (const std::string& k : std::vector<std::string>{
-                 "pipeline_schedule=" + schedule, fmt::format("ici_pipeline_parallelism={}", stages),
-              fmt::format("ici_expert_parallelism={}", experts), "num_pipeline_repeats=2",
-              fmt::format("num_layers_per_pipeline_stage={}", layers / (2 * stages)),
-              fmt::format("num_pipeline_microbatches={}", microbatches),
-              "cpu_link_gigabytes_per_second=" + link, fmt::format("steps={}", steps),
-              fmt::format("profiler_steps={}", steps - 2), "skip_first_n_steps_for_profiler=2",
-              "enable_checkpointing=false", "log_level=warn", "base_output_directory=" + out_dir,
-              fmt::format("run_name={}_{}", schedule, link)})
+                 "pipeline_schedule=" + schedule,
+                 fmt::format("ici_pipeline_parallelism={}", stages),
+                 fmt::format("ici_expert_parallelism={}", experts), "num_pipeline_repeats=2",
+                 fmt::format("num_layers_per_pipeline_stage={}", layers / (2 * stages)),
+                 fmt::format("num_pipeline_microbatches={}", microbatches),
+                 "cpu_link_gigabytes_per_second=" + link, fmt::format("steps={}", steps),
+                 fmt::format("profiler_steps={}", steps - 2), "skip_first_n_steps_for_profiler=2",
+                 "enable_checkpointing=false", "log_level=warn", "base_output_directory=" + out_dir,
+                 fmt::format("run_name={}_{}", schedule, link)})
           keys.push_back(k);
         Config cfg = load_config("", keys).config;
         const TrainResult r = train(cfg);
@@ -89,10 +92,11 @@ int main(int argc, char** argv) {
         for (std::size_t i = 2; i < r.steps.size(); ++i) timed.push_back(r.steps[i].step_ms);
         std::sort(timed.begin(), timed.end());
         const double step = timed.empty() ? 0 : timed[timed.size() / 2];
-        fmt::print("{:<10} {:>8} {:>9.1f} {:>9.1f} {:>9.1f} {:>5.1f}% {:>11.2f} {:>11.2f} {:>9.3f}\n",
-                   schedule, link, step, r.measured_span_ms, r.predicted_span_ms,
-                   100 * (r.predicted_span_ms / r.measured_span_ms - 1), r.exchange_ms,
-                   r.exposed_exchange_ms, r.calibrated_exchange_ms);
+        fmt::print(
+            "{:<10} {:>8} {:>9.1f} {:>9.1f} {:>9.1f} {:>5.1f}% {:>11.2f} {:>11.2f} {:>9.3f}\n",
+            schedule, link, step, r.measured_span_ms, r.predicted_span_ms,
+            100 * (r.predicted_span_ms / r.measured_span_ms - 1), r.exchange_ms,
+            r.exposed_exchange_ms, r.calibrated_exchange_ms);
         std::fflush(stdout);
       }
     }

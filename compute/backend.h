@@ -225,7 +225,7 @@ class Backend {
                                    std::int64_t vocab, const Tensor& lse, double dloss,
                                    const Tensor& dlogits);
 
-  // ---- rows (mixture-of-experts combine: docs/moe.md) --------------------------------------------
+  // ---- mixture of experts (docs/moe.md): the combine's rows, the experts' GEMMs ---------------
   // out[m,:] = scale[m] * x[m,:]; x, out [M,E] (out may alias x), scale [M] in stats dtype.
   void scale_rows(const Tensor& x, const Tensor& scale, const Tensor& out);
   // out[m] = sum over e of a[m,e] * b[m,e], in a fixed order; a, b [M,E], out [M] in stats
@@ -234,7 +234,8 @@ class Backend {
   void row_dots(const Tensor& a, const Tensor& b, const Tensor& out);
   // An MoE layer's experts on their rows: for each group g (expert) with rows
   // [first[g], first[g + 1]) of a [R,k] and c [R,n],
-  //   c[rows] = alpha a[rows] op(b[g]) + beta c[rows],  b [G,n,k] with trans_b (op = ^T), else [G,k,n].
+  //   c[rows] = alpha a[rows] op(b[g]) + beta c[rows],
+  // b [G,n,k] with trans_b (op = ^T), else [G,k,n].
   // `first` [G + 1] is on the host (the router's counts are). Dtypes as gemm. One grouped call
   // where the backend has one (cuBLAS on GPUs), else one GEMM per non-empty group.
   void grouped_gemm(bool trans_b, double alpha, const Tensor& a, const Tensor& b,
@@ -314,7 +315,8 @@ class Backend {
   virtual void do_row_dots(const Tensor& a, const Tensor& b, const Tensor& out) = 0;
   // Default: do_gemm on each non-empty group's rows (the CPU backend, the GPU's reference tier).
   virtual void do_grouped_gemm(bool trans_b, double alpha, const Tensor& a, const Tensor& b,
-                               const std::vector<std::int64_t>& first, double beta, const Tensor& c);
+                               const std::vector<std::int64_t>& first, double beta,
+                               const Tensor& c);
   virtual void do_grouped_weight_gemm(double alpha, const Tensor& a, const Tensor& b,
                                       const std::vector<std::int64_t>& first, double beta,
                                       const Tensor& c);

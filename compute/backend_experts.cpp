@@ -36,7 +36,8 @@ void Backend::row_dots(const Tensor& a, const Tensor& b, const Tensor& out) {
 
 namespace {
 // Group offsets rise from 0 to the rows.
-void check_offsets(const OpCheck& check, const std::vector<std::int64_t>& first, std::int64_t rows) {
+void check_offsets(const OpCheck& check, const std::vector<std::int64_t>& first,
+                   std::int64_t rows) {
   bool ordered = !first.empty() && first.front() == 0 && first.back() == rows;
   for (std::size_t g = 1; g < first.size(); ++g) ordered = ordered && first[g - 1] <= first[g];
   check.that(ordered, fmt::format("the group offsets must rise from 0 to a's {} rows", rows));
@@ -54,11 +55,11 @@ void Backend::grouped_gemm(bool trans_b, double alpha, const Tensor& a, const Te
   check.that(std::int64_t(first.size()) == groups + 1,
              fmt::format("'first' has {} offsets for {} groups (b {}): one more than the groups",
                          first.size(), groups, shape_str(b.shape())));
-  check.that(b.dim(trans_b ? 2 : 1) == k && b.dim(trans_b ? 1 : 2) == n,
-             fmt::format("b {} is not [groups, {}] for a {} and c {}{}", shape_str(b.shape()),
-                         trans_b ? fmt::format("{}, {}", n, k) : fmt::format("{}, {}", k, n),
-                         shape_str(a.shape()), shape_str(c.shape()),
-                         trans_b ? " (transposed)" : ""));
+  check.that(
+      b.dim(trans_b ? 2 : 1) == k && b.dim(trans_b ? 1 : 2) == n,
+      fmt::format("b {} is not [groups, {}] for a {} and c {}{}", shape_str(b.shape()),
+                  trans_b ? fmt::format("{}, {}", n, k) : fmt::format("{}, {}", k, n),
+                  shape_str(a.shape()), shape_str(c.shape()), trans_b ? " (transposed)" : ""));
   check.that(c.rows() == a.rows(), fmt::format("c {} and a {} have different rows",
                                                shape_str(c.shape()), shape_str(a.shape())));
   check_offsets(check, first, a.rows());

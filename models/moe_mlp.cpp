@@ -116,7 +116,8 @@ void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights&
   Tensor dots = be.empty({M}, stats_dtype(dt));
   be.row_dots(dy_perm, s.out_perm, dots);  // d w_row
   // With tensor parallelism out_perm is this rank's experts' columns' part: dots are partial sums.
-  if (parallel.tensor.size() > 1) parallel.tensor.comm->all_reduce(dots, dots, ReduceOp::Sum).wait();
+  if (parallel.tensor.size() > 1)
+    parallel.tensor.comm->all_reduce(dots, dots, ReduceOp::Sum).wait();
   const std::vector<double> dots_host = to_double(be, dots);
   std::vector<double> dweight(static_cast<std::size_t>(M));
   for (std::int64_t row = 0; row < M; ++row)

@@ -87,9 +87,10 @@ void add_moe_mlp(const ModelConfig& cfg, int layer, TensorSplit split, ExpertSpl
   };
   if (cfg.shared_experts > 0) {
     const std::int64_t Fs = cfg.shared_experts * Fe;
-    t.push_back(columns({p + "shared_experts.gate_proj.weight", {Fs, E}, ParamRole::WGate, layer}, 0));
-    t.push_back(columns({p + "shared_experts.up_proj.weight", {Fs, E}, ParamRole::WUp, layer}, 0));
-    t.push_back(columns({p + "shared_experts.down_proj.weight", {E, Fs}, ParamRole::WDown, layer}, 1));
+    const std::string shared = p + "shared_experts.";
+    t.push_back(columns({shared + "gate_proj.weight", {Fs, E}, ParamRole::WGate, layer}, 0));
+    t.push_back(columns({shared + "up_proj.weight", {Fs, E}, ParamRole::WUp, layer}, 0));
+    t.push_back(columns({shared + "down_proj.weight", {E, Fs}, ParamRole::WDown, layer}, 1));
   }
   const std::pair<const char*, ParamRole> kinds[] = {{"gate_proj", ParamRole::ExpertGate},
                                                      {"up_proj", ParamRole::ExpertUp},

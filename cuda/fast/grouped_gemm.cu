@@ -3,11 +3,10 @@
 // Row-major products become column-major ones with the operands swapped, as in the backend's
 // do_gemm (C^T = B^T A^T); each function says which of its tensors is cuBLAS' A and B. Every
 // cuBLAS status is checked.
-#include "cuda/fast/grouped_gemm.h"
-
 #include <limits>
 
 #include "compute/error.h"
+#include "cuda/fast/grouped_gemm.h"
 
 namespace carousel::gpu::fast {
 

@@ -39,6 +39,8 @@ struct MeshShape {
   // Ranks holding the same weights (with expert parallelism: the same dense weights; each
   // expert's holders are data / expert x context of them).
   int replicas() const { return data * context; }
+  // The replicas holding one expert rank's experts (all of them without expert parallelism).
+  int expert_replicas() const { return replicas() / expert; }
   static MeshShape of(const Config& cfg);
 };
 

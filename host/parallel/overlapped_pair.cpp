@@ -62,7 +62,8 @@ class Baton {
 
  private:
   void check_partner_locked() const {
-    CAROUSEL_CHECK(!first_error_, "the other half of this overlapped F&B pair failed; its error "
+    CAROUSEL_CHECK(!first_error_,
+                   "the other half of this overlapped F&B pair failed; its error "
                    "is reported instead");
   }
   void hand_to(int other) {  // with the mutex held
@@ -85,8 +86,7 @@ class HalfWaiter : public ExchangeWaiter {
              const std::function<void()>& synchronize)
       : me_(me),
         action_(action),
-        exchange_{action.kind == schedule::Kind::F ? schedule::Kind::A2A_F : schedule::Kind::A2A_B,
-                  action.stage, action.index},
+        exchange_(schedule::exchange_of(action)),
         baton_(baton),
         trace_(trace),
         synchronize_(synchronize) {}
@@ -174,8 +174,7 @@ void PairThread::wait() {
 
 void take_turns(const std::vector<TurnHalf>& halves, StepTrace* trace,
                 const std::function<void()>& synchronize, PairThread* second) {
-  CAROUSEL_ASSERT(halves.size() == 1 || halves.size() == 2, "{} halves take turns",
-                  halves.size());
+  CAROUSEL_ASSERT(halves.size() == 1 || halves.size() == 2, "{} halves take turns", halves.size());
   Baton baton(int(halves.size()));
   const auto run = [&](int me) {
     HalfWaiter waiter(me, halves[std::size_t(me)].action, baton, trace, synchronize);

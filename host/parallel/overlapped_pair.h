@@ -3,14 +3,14 @@
 // rows' all-to-alls, models/parallel/expert_parallel.h) are in flight while the other computes.
 //
 // The halves run on two threads, only one at a time (a baton): the calling thread runs the
-// first (the F), the executor's pair thread (PairThread) the second (the B or I). A half computes until it has posted
-// an exchange, then hands the compute to the other half; when its turn comes back it waits for
-// what is left of its exchange and goes on. A half that finishes hands over for good. Where the
-// halves switch is fixed by the program (at their exchanges, the same on every rank of an expert
-// group), so every communicator sees the same order of operations on every rank and the numbers
-// are bitwise those of running the halves one after the other. One action alone (no pair) runs
-// the same way on the calling thread, waiting for each exchange at once. The cost model takes
-// the same turns (host/schedule/simulate.h); schedule::takes_turns says which pairs do.
+// first (the F), the executor's pair thread (PairThread) the second (the B or I). A half computes
+// until it has posted an exchange, then hands the compute to the other half; when its turn comes
+// back it waits for what is left of its exchange and goes on. A half that finishes hands over for
+// good. Where the halves switch is fixed by the program (at their exchanges, the same on every rank
+// of an expert group), so every communicator sees the same order of operations on every rank and
+// the numbers are bitwise those of running the halves one after the other. One action alone (no
+// pair) runs the same way on the calling thread, waiting for each exchange at once. The cost model
+// takes the same turns (host/schedule/simulate.h); schedule::takes_turns says which pairs do.
 //
 // The second half runs on the executor's PairThread, started at its first pair and kept (a
 // thread, and its OpenMP pool, made once).

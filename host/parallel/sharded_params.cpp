@@ -16,7 +16,7 @@ ShardedParams::ShardedParams(const Config& cfg, const schedule::Layout& layout,
       place_(place),
       be_(be),
       comms_(comms),
-      zero1_(cfg.shard_optimizer_over_data && place.mesh.replicas() / place.mesh.expert > 1),
+      zero1_(cfg.shard_optimizer_over_data && place.mesh.expert_replicas() > 1),
       compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32) {
   const schedule::StageLayers map = stage_layers(cfg);  // uneven stages hold other counts
   CAROUSEL_ASSERT(map.stages() == layout.stages() && map.layers() == cfg.model.num_layers,
@@ -24,7 +24,7 @@ ShardedParams::ShardedParams(const Config& cfg, const schedule::Layout& layout,
                   map.to_string(), layout.stages());
   // ZeRO-1 splits a shard's moments over the ranks holding the same parameters: the replicas,
   // or with expert parallelism those of one expert rank (each holds its own experts).
-  const int fsdp = place.mesh.fsdp, data = place.mesh.replicas() / place.mesh.expert;
+  const int fsdp = place.mesh.fsdp, data = place.mesh.expert_replicas();
   std::vector<ParamSpec> extras;
   // This tensor rank's parts of every weight (whole tensors without tensor parallelism).
   for (const auto& spec :

@@ -40,22 +40,24 @@ double median(std::vector<double> values) {  // the upper middle one; 0 when emp
   return *middle;
 }
 
+// Each traced rank's compute actions as wholes (compute_times).
+using RankComputes = std::map<const StepTrace*, std::vector<ComputeTime>>;
+
 // Every hand-off: a consumer's start minus its producer's end, when the consumer's rank was idle.
-std::vector<double> handoffs_of(const std::vector<const StepTrace*>& ranks, int last_stage) {
-  // Every compute slice by (step, kind, stage, microbatch): when it ended, on which rank. With
-  // replicas (data or FSDP ranks of one process) a key has one slice per replica.
+std::vector<double> handoffs_of(const std::vector<const StepTrace*>& ranks,
+                                const RankComputes& computes, int last_stage) {
+  // Every compute action by (step, kind, stage, microbatch): when it ended, on which rank. With
+  // replicas (data or FSDP ranks of one process) a key has one entry per replica.
   using Key = std::tuple<std::int64_t, sch::Kind, int, int>;
   std::map<Key, std::vector<std::pair<double, const StepTrace*>>> ended;
-  std::map<const StepTrace*, std::vector<ComputeTime>> computes;
   for (const StepTrace* rank : ranks) {
-    computes[rank] = compute_times(*rank);
-    for (const ComputeTime& s : computes[rank])
+    for (const ComputeTime& s : computes.at(rank))
       ended[{s.step, s.action.kind, s.action.stage, s.action.index}].push_back({s.end_us, rank});
   }
   std::vector<double> handoffs;
   for (const StepTrace* consumer_rank : ranks) {
     double rank_free = -1e300;  // when this rank's previous compute action ended
-    for (const ComputeTime& s : computes[consumer_rank]) {
+    for (const ComputeTime& s : computes.at(consumer_rank)) {
       // The latest producer on another rank that ended before this action started.
       double produced = -1e300;
       for (const auto& [kind, stage] : producers_of(s.action, last_stage)) {
@@ -94,7 +96,9 @@ CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
   const int last = layers.stages() - 1;
   std::map<sch::Kind, Sum> body, last_stage, collectives;
   Sum exchanges, turns;
+  RankComputes computes;
   for (const StepTrace* rank : ranks) {
+    computes[rank] = compute_times(*rank);
     std::vector<std::pair<double, double>> exchange_slices;  // (posted, completed)
     for (const auto& s : rank->slices()) {
       const sch::Action& a = s.action;
@@ -112,7 +116,7 @@ CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
       exchanges.micros += t;
       ++exchanges.slices;
     }
-    for (const ComputeTime& s : compute_times(*rank)) {
+    for (const ComputeTime& s : computes[rank]) {
       const sch::Action& a = s.action;
       if (a.stage < 0) continue;  // the optimizer
       // With one stage, its slices are the only measure of the layers (head included).
@@ -152,7 +156,7 @@ CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
       c.measured_head = true;
     }
   }
-  c.handoffs = handoffs_of(ranks, last);
+  c.handoffs = handoffs_of(ranks, computes, last);
   c.p2p = median(c.handoffs);
   return c;
 }

@@ -72,9 +72,9 @@ std::uint64_t flow_id(const std::string& text) {
 
 nlohmann::json slice_args(const StepTrace::Slice& s) {
   nlohmann::json args = {{"step", s.step + 1}};
-  if (s.action.index >= 0)
-    args[s.action.is_p2p() || s.action.is_compute() || s.action.is_exchange() ? "microbatch"
-                                                                                 : "slot"] = s.action.index;
+  const bool of_microbatch =
+      s.action.is_p2p() || s.action.is_compute() || s.action.is_exchange();
+  if (s.action.index >= 0) args[of_microbatch ? "microbatch" : "slot"] = s.action.index;
   if (s.action.stage >= 0) args["stage"] = s.action.stage;
   if (s.action.peer >= 0) args["peer"] = s.action.peer;
   if (s.bytes > 0) args["bytes"] = s.bytes;

@@ -54,6 +54,10 @@ std::size_t overlap_partner(const std::vector<Action>& list, std::size_t i) {
   return j;
 }
 
+Action exchange_of(const Action& compute) {
+  return {compute.kind == Kind::F ? Kind::A2A_F : Kind::A2A_B, compute.stage, compute.index};
+}
+
 bool exchanges_at(const std::vector<Action>& list, std::size_t i) {
   return i > 0 && list[i - 1].is_exchange();
 }

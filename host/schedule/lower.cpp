@@ -122,7 +122,8 @@ Residency place_weights(const std::vector<Action>& computes, int slots, int look
 // while the halves take turns (one more slot). Other layouts are left as they are.
 void hoist_pair_gathers(std::vector<Action>& list) {
   int fresh = 0;  // a slot no gather of this rank uses
-  for (const Action& a : list) fresh = std::max(fresh, a.kind == Kind::AG_ISSUE ? a.index + 1 : 0);
+  for (const Action& a : list)
+    if (a.kind == Kind::AG_ISSUE) fresh = std::max(fresh, a.index + 1);
   for (std::size_t i = 0; i < list.size(); ++i) {
     if (!list[i].overlap) continue;
     const std::size_t j = overlap_partner(list, i);
@@ -143,7 +144,8 @@ void hoist_pair_gathers(std::vector<Action>& list) {
     if (!per_use || !transfers_only) continue;
     const std::size_t start = exchanges_at(list, i) ? i - 1 : i;  // the F's A2A stays before it
     std::vector<Action> unit = {{Kind::AG_ISSUE, b, fresh}, {Kind::AG_WAIT, b, fresh}};
-    unit.insert(unit.end(), list.begin() + std::ptrdiff_t(start), list.begin() + std::ptrdiff_t(i + 1));
+    unit.insert(unit.end(), list.begin() + std::ptrdiff_t(start),
+                list.begin() + std::ptrdiff_t(i + 1));
     unit.insert(unit.end(), between.begin(), between.end());
     unit.insert(unit.end(), {list[j], moved[0], {Kind::RELEASE, b, fresh}});
     list.erase(list.begin() + std::ptrdiff_t(start), list.begin() + std::ptrdiff_t(j + 2));
@@ -165,7 +167,7 @@ Program place_exchanges(Program p, const std::vector<int>& exchanging_layers) {
     for (const Action& a : list) {
       const bool exchanges = (a.kind == Kind::F || a.kind == Kind::B || a.kind == Kind::I) &&
                              exchanging_layers[std::size_t(a.stage)] > 0;
-      if (exchanges) with.push_back({a.kind == Kind::F ? Kind::A2A_F : Kind::A2A_B, a.stage, a.index});
+      if (exchanges) with.push_back(exchange_of(a));
       with.push_back(a);
     }
     list = std::move(with);

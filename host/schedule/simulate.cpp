@@ -86,10 +86,9 @@ double take_turns(int rank, std::vector<Half>& halves, double start, const Costs
       h.end = t;
       ++finished;
     } else {
-      const Kind kind = h.action.kind == Kind::F ? Kind::A2A_F : Kind::A2A_B;
       const double from = std::max(t, expert_free);
       expert_free = s.in_flight = from + c.exchange;
-      timeline.push_back({rank, {kind, h.action.stage, h.action.index}, from, expert_free});
+      timeline.push_back({rank, exchange_of(h.action), from, expert_free});
     }
     // The other half's turn, unless it has finished (this one then goes on alone).
     const std::size_t other = (turn + 1) % halves.size();
@@ -197,7 +196,8 @@ SimResult simulate(const Program& p, const Costs& c) {
           for (const Half& h : halves) {
             // Taking turns, what the halves send leaves when the pair ends (the executor posts
             // the sends between them after both).
-            end_of[{h.action.kind, h.action.stage, h.action.index}] = turns ? compute_free[r] : h.end;
+            const double end = turns ? compute_free[r] : h.end;
+            end_of[{h.action.kind, h.action.stage, h.action.index}] = end;
             res.busy[r] += h.compute;
           }
           if (turns) partner_done[r] = j;

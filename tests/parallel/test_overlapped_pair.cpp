@@ -1,5 +1,6 @@
-// test_overlapped_pair.cpp — the halves of an F&B pair taking turns (host/parallel/overlapped_pair.h):
-// where they switch, and what a failing half does to its partner.
+// test_overlapped_pair.cpp — the halves of an F&B pair taking turns
+// (host/parallel/overlapped_pair.h): where they switch, and what a failing half does to its
+// partner.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -33,13 +34,15 @@ TEST(OverlappedPair, HalvesAlternateAtTheirExchanges) {
     };
   };
   PairThread second;
-  take_turns({{{schedule::Kind::F, 0, 1}, half("F", 3)}, {{schedule::Kind::B, 1, 0}, half("B", 1)}},
-             nullptr, [] {}, &second);
+  take_turns(
+      {{{schedule::Kind::F, 0, 1}, half("F", 3)}, {{schedule::Kind::B, 1, 0}, half("B", 1)}},
+      nullptr, [] {}, &second);
   EXPECT_EQ(order, (std::vector<std::string>{"F0", "B0", "F1", "B1", "F2", "F3"}));
   // The same thread runs the next pair's second half.
   order.clear();
-  take_turns({{{schedule::Kind::F, 0, 2}, half("F", 1)}, {{schedule::Kind::B, 1, 1}, half("B", 1)}},
-             nullptr, [] {}, &second);
+  take_turns(
+      {{{schedule::Kind::F, 0, 2}, half("F", 1)}, {{schedule::Kind::B, 1, 1}, half("B", 1)}},
+      nullptr, [] {}, &second);
   EXPECT_EQ(order, (std::vector<std::string>{"F0", "B0", "F1", "B1"}));
   ASSERT_EQ(b_threads.size(), 2u);
   EXPECT_EQ(b_threads[0], b_threads[1]);
@@ -60,8 +63,9 @@ TEST(OverlappedPair, AFailingHalfStopsItsPartnerAndItsErrorIsReported) {
   const std::string error = [&] {
     try {
       PairThread second;
-      take_turns({{{schedule::Kind::F, 0, 1}, f}, {{schedule::Kind::B, 1, 0}, b}}, nullptr, [] {},
-                 &second);
+      take_turns(
+          {{{schedule::Kind::F, 0, 1}, f}, {{schedule::Kind::B, 1, 0}, b}}, nullptr, [] {},
+          &second);
     } catch (const Error& e) {
       return std::string(e.what());
     }

@@ -49,8 +49,8 @@ TEST(ExpertExchange, PlacedRightBeforeEachExchangingComputeAction) {
         EXPECT_EQ(next.kind == Kind::F, a.kind == Kind::A2A_F) << to_string(next);
         continue;
       }
-      const bool exchanges = a.stage != 1 && (a.kind == Kind::F || a.kind == Kind::B ||
-                                              a.kind == Kind::I);
+      const bool exchanges =
+          a.stage != 1 && (a.kind == Kind::F || a.kind == Kind::B || a.kind == Kind::I);
       exchanging += exchanges;
       EXPECT_EQ(i > 0 && list[i - 1].is_exchange(), exchanges) << to_string(a) << " on rank " << r;
     }
@@ -120,8 +120,7 @@ TEST(ExpertExchange, PairsTakeTurnsWhateverTheWeightMode) {
 // Step 27; without the pair (F1, then B0) 32: the turns hide 5 of the pair's 6 exchange units.
 TEST(ExpertExchange, PairTakesTurnsAsWorkedByHand) {
   const Layout layout{1, 1, 2};
-  const std::string paired =
-      "rank 0: 0A2A_F0 0F0 0A2A_F1 0F1& 0A2A_B0 0B0 0A2A_B1 0B1 OPTIMIZER";
+  const std::string paired = "rank 0: 0A2A_F0 0F0 0A2A_F1 0F1& 0A2A_B0 0B0 0A2A_B1 0B1 OPTIMIZER";
   Costs c;
   c.f = 4, c.b = 6, c.exchange = 3;
   c.exchanges_f = {1};
@@ -133,8 +132,8 @@ TEST(ExpertExchange, PairTakesTurnsAsWorkedByHand) {
   for (const Interval& iv : sim.timeline)
     got.push_back(fmt::format("{} {}-{}", to_string(iv.action), iv.start, iv.end));
   const std::vector<std::string> expected = {
-      "0F0 0-2",   "0A2A_F0 2-5",   "0F0 5-7",   "0F1& 7-9",  "0A2A_F1 9-12", "0B0 9-12",
-      "0A2A_B0 12-15", "0F1& 12-14", "0B0 15-18", "0B1 18-21", "0A2A_B1 21-24", "0B1 24-27"};
+      "0F0 0-2",       "0A2A_F0 2-5", "0F0 5-7",   "0F1& 7-9",  "0A2A_F1 9-12",  "0B0 9-12",
+      "0A2A_B0 12-15", "0F1& 12-14",  "0B0 15-18", "0B1 18-21", "0A2A_B1 21-24", "0B1 24-27"};
   EXPECT_EQ(got, expected);
   std::string unpaired = paired;
   unpaired.erase(unpaired.find('&'), 1);
@@ -147,17 +146,17 @@ TEST(ExpertExchange, PairTakesTurnsAsWorkedByHand) {
 // exchanges is as hazard-free as without them.
 TEST(ExpertExchange, StreamPlanOfAProgramWithExchangesIsHazardFree) {
   for (const int slots : {2, 0}) {  // BSW; per use with the pairs' gathers moved before them
-  const Program p = place_exchanges(dualpipev(2, 4, {slots, 0, true}), {1, 1, 1, 1});
-  const std::vector<StreamPlan> plans = plan_streams(p);
-  for (std::size_t r = 0; r < p.ranks.size(); ++r) {
-    for (std::size_t i = 0; i < p.ranks[r].size(); ++i) {
-      if (p.ranks[r][i].is_exchange()) EXPECT_EQ(plans[r].stream[i], Stream::compute);
+    const Program p = place_exchanges(dualpipev(2, 4, {slots, 0, true}), {1, 1, 1, 1});
+    const std::vector<StreamPlan> plans = plan_streams(p);
+    for (std::size_t r = 0; r < p.ranks.size(); ++r) {
+      for (std::size_t i = 0; i < p.ranks[r].size(); ++i) {
+        if (p.ranks[r][i].is_exchange()) EXPECT_EQ(plans[r].stream[i], Stream::compute);
+      }
     }
-  }
-  Costs c;
-  c.all_gather = 0.5, c.reduce_scatter = 0.5, c.p2p = 0.1;
-  EXPECT_EQ(check_recording(p, record_streams(p, plans, c)), std::vector<std::string>{});
-  replay(p);  // and deadlock-free
+    Costs c;
+    c.all_gather = 0.5, c.reduce_scatter = 0.5, c.p2p = 0.1;
+    EXPECT_EQ(check_recording(p, record_streams(p, plans, c)), std::vector<std::string>{});
+    replay(p);  // and deadlock-free
   }
 }
 
