@@ -66,8 +66,16 @@ int run_schedule(const ConfigArgs& options) {
         double(cfg.model.vocab_size) * double(cfg.model.emb_dim) / double(layer_params);
     fmt::print(
         "head (logits + loss) costs about {:.2f} layers of this model; the cost model "
-        "charges schedule_cost_head={} layers to the last stage\n",
-        head_layers, cfg.schedule_cost_head);
+        "charges schedule_cost_head={} layers to {}\n",
+        head_layers, cfg.schedule_cost_head, l.outside ? "each OUTSIDE action" : "the last stage");
+  }
+  const std::int64_t outside_layers = cfg.model.num_layers - layers.layers();
+  if (l.outside) {
+    fmt::print(
+        "layers {}-{} run outside the pipeline (pipeline_parallel_layers={}): after the last "
+        "stage, on every rank, microbatch m on rank m % S, with the final norm and the head "
+        "(the OUTSIDE actions, stage {})\n",
+        layers.layers(), cfg.model.num_layers - 1, cfg.pipeline_parallel_layers, l.stages());
   }
   if (!layers.is_even()) {
     fmt::print("stage layout (costs scale with each stage's layers):\n");
@@ -77,9 +85,9 @@ int run_schedule(const ConfigArgs& options) {
           layers.count(v) == 1
               ? fmt::format("L{}", layers.first(v))
               : fmt::format("L{}-{}", layers.first(v), layers.first(v) + layers.count(v) - 1),
-          v == 0                     ? " + embedding"
-          : v == layers.stages() - 1 ? " + final norm, head"
-                                     : "");
+          v == 0                                            ? " + embedding"
+          : v == layers.stages() - 1 && outside_layers == 0 ? " + final norm, head"
+                                                            : "");
     }
   }
   fmt::print("validated; deadlock replay passed\n\nper-rank instructions:\n{}\n",
@@ -105,7 +113,7 @@ int run_schedule(const ConfigArgs& options) {
                    sch::circular_table(l.ranks, l.microbatches, l.repeats, d, layers),
                    cfg.pipeline_fsdp_ag_per_repeat));
   }
-  if (costs.stage_scale.empty()) {
+  if (costs.stage_scale.empty() && !l.outside) {
     const double closed = sch::closed_form_bubble(spec.kind, l, costs);
     fmt::print("step time {:.3f} (cost units); bubble predicted {:.1f}%, closed form {:.1f}%{}\n",
                sim.step_time, 100 * sim.bubble_fraction, 100 * closed,
@@ -115,8 +123,9 @@ int run_schedule(const ConfigArgs& options) {
   } else {  // the closed forms assume stages of equal cost
     fmt::print(
         "step time {:.3f} (cost units); bubble predicted {:.1f}% (no closed form for "
-        "stages of unequal cost)\n",
-        sim.step_time, 100 * sim.bubble_fraction);
+        "{})\n",
+        sim.step_time, 100 * sim.bubble_fraction,
+        l.outside ? "layers outside the pipeline" : "stages of unequal cost");
   }
   // Bytes: a stage's weights in fp32 (its layers' worth); a gather moves (F-1)/F of them into
   // each rank.

@@ -30,7 +30,11 @@ std::int64_t Config::repeats() const {
   if (!pipeline_stage_layers.empty())
     return std::max<std::int64_t>(1, std::int64_t(pipeline_stage_layers.size()) / S);
   if (uneven_stages()) return 1;
-  return model.num_layers / (S * std::max<std::int64_t>(num_layers_per_pipeline_stage, 1));
+  return pipelined_layers() / (S * std::max<std::int64_t>(num_layers_per_pipeline_stage, 1));
+}
+
+std::int64_t Config::pipelined_layers() const {
+  return pipeline_parallel_layers == -1 ? model.num_layers : pipeline_parallel_layers;
 }
 
 bool Config::uneven_stages() const {
@@ -50,7 +54,7 @@ std::vector<int> Config::stage_layer_counts() const {
   const std::int64_t fixed = (first ? decoder_first_pipeline_num_layers : 0) +
                              (last ? decoder_last_pipeline_num_layers : 0);
   const std::int64_t others = V - first - last;
-  const int each = others > 0 ? int((model.num_layers - fixed) / others) : 0;
+  const int each = others > 0 ? int((pipelined_layers() - fixed) / others) : 0;
   std::vector<int> counts(std::size_t(V), each);
   if (first) counts.front() = int(decoder_first_pipeline_num_layers);
   if (last) counts.back() = int(decoder_last_pipeline_num_layers);

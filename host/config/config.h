@@ -47,6 +47,10 @@ struct Config {
   std::vector<std::int64_t> pipeline_stage_layers;
   std::int64_t decoder_first_pipeline_num_layers = -1;
   std::int64_t decoder_last_pipeline_num_layers = -1;
+  // MaxText's pipeline_parallel_layers: the pipeline runs decoder layers [0, P), the rest run after
+  // it on every stage rank, the stage axis then splitting the microbatches like data parallelism
+  // (docs/parallelism.md#layers-outside-the-pipeline); -1 = every layer pipelined.
+  std::int64_t pipeline_parallel_layers = -1;
   std::string pipeline_schedule = "circular";
   bool pipeline_delay_activation_forwarding = false;
   std::int64_t pipeline_microbatch_group_size = 0;  // interleaved_1f1b g; 0 = S
@@ -134,6 +138,8 @@ struct Config {
   std::int64_t microbatches() const;  // M after MaxText's defaulting
   std::int64_t repeats() const;       // R after defaulting
   bool uneven_stages() const;         // pipeline_stage_layers or the Megatron keys are set
+  // The decoder layers the pipeline's stages split: pipeline_parallel_layers, or all of them.
+  std::int64_t pipelined_layers() const;
   // Layers of each of the S x R virtual stages in stage order (valid after validate_pipeline).
   std::vector<int> stage_layer_counts() const;
   int weight_slots() const;           // 0 default, 2 with ag_per_repeat, -1 with ag_once

@@ -271,6 +271,10 @@ const std::vector<ConfigKey>& config_keys() {
       key("decoder_last_pipeline_num_layers", &Config::decoder_last_pipeline_num_layers,
           ResumeClass::Layout,
           "Megatron's uneven stages: layers of the last virtual stage (-1 = unset)"),
+      key("pipeline_parallel_layers", &Config::pipeline_parallel_layers, ResumeClass::Layout,
+          "MaxText: the pipeline's stages split layers [0, P); the layers after them, the final "
+          "norm and the head run after the pipeline on every stage rank, microbatch m on rank "
+          "m % S (gpipe, circular, looped_bfs); -1 = every layer pipelined"),
       key("pipeline_schedule", &Config::pipeline_schedule, ResumeClass::Layout,
           schedule::schedule_names(" | ")),
       key("pipeline_delay_activation_forwarding", &Config::pipeline_delay_activation_forwarding,

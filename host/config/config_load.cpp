@@ -361,8 +361,9 @@ void fold_dcn_axes(Config& cfg, std::map<std::string, std::string>& source) {
 // implies. Layouts the user gave (L, R, uneven stages) are kept and checked as they are.
 void derive_layers_per_stage(Config& cfg, std::map<std::string, std::string>& source) {
   if (source.count("num_layers_per_pipeline_stage") || source.count("num_pipeline_repeats") ||
-      cfg.uneven_stages() || cfg.ici_pipeline_parallelism < 1 ||
-      cfg.model.num_layers % cfg.ici_pipeline_parallelism != 0) {
+      cfg.uneven_stages() || cfg.ici_pipeline_parallelism < 1 || cfg.pipelined_layers() < 1 ||
+      cfg.pipelined_layers() > cfg.model.num_layers ||
+      cfg.pipelined_layers() % cfg.ici_pipeline_parallelism != 0) {
     return;
   }
   const schedule::ScheduleInfo* row = nullptr;
@@ -372,10 +373,10 @@ void derive_layers_per_stage(Config& cfg, std::map<std::string, std::string>& so
     return;  // validation names the unknown schedule
   }
   if (row->repeats) return;
-  cfg.num_layers_per_pipeline_stage = cfg.model.num_layers / cfg.ici_pipeline_parallelism;
+  cfg.num_layers_per_pipeline_stage = cfg.pipelined_layers() / cfg.ici_pipeline_parallelism;
   source["num_layers_per_pipeline_stage"] =
       fmt::format("derived: {} layers / S={} (pipeline_schedule={} runs one stage per rank)",
-                  cfg.model.num_layers, cfg.ici_pipeline_parallelism, cfg.pipeline_schedule);
+                  cfg.pipelined_layers(), cfg.ici_pipeline_parallelism, cfg.pipeline_schedule);
 }
 
 void apply_schedule_costs_file(Config& cfg, std::map<std::string, std::string>& source) {

@@ -314,20 +314,50 @@ void Config::validate() const {
 
 namespace {
 
-// Even stages: S x R x L = the decoder layers.
+// "base_num_decoder_layers=8", or "pipeline_parallel_layers=6" when the pipeline runs only those:
+// the layers the stages split, named by the key that sets them.
+std::string pipelined_text(const Config& c) {
+  return c.pipeline_parallel_layers == -1
+             ? fmt::format("base_num_decoder_layers={}", c.model.num_layers)
+             : fmt::format("pipeline_parallel_layers={}", c.pipeline_parallel_layers);
+}
+
+// pipeline_parallel_layers: how many layers the stages split; the layers after them run outside
+// the pipeline (the schedule's fit is the registry's check).
+void check_layers_outside(const Config& c) {
+  const std::int64_t N = c.model.num_layers, P = c.pipeline_parallel_layers;
+  CAROUSEL_CHECK(P == -1 || (P >= 1 && P <= N),
+                 "pipeline_parallel_layers={} is not valid; give how many of the "
+                 "base_num_decoder_layers={} layers the pipeline runs (1 to {}; the layers after "
+                 "them run outside it, on every stage rank), or -1 for all of them",
+                 P, N, N);
+  if (P == -1 || c.ici_expert_parallelism == 1) return;
+  for (std::int64_t l = P; l < N; ++l) {
+    CAROUSEL_CHECK(!c.model.is_moe_layer(int(l)),
+                   "pipeline_parallel_layers={} leaves layer {}, a mixture-of-experts layer, "
+                   "outside the pipeline, but its experts are split over "
+                   "ici_expert_parallelism={} ranks, and exchanging rows there is not built; "
+                   "pipeline every MoE layer (the dense ones may stay outside) or use "
+                   "ici_expert_parallelism=1",
+                   P, l, c.ici_expert_parallelism);
+  }
+}
+
+// Even stages: S x R x L = the pipelined decoder layers.
 void check_even_stages(const Config& c) {
   const std::int64_t S = c.ici_pipeline_parallelism, L = c.num_layers_per_pipeline_stage;
-  const std::int64_t N = c.model.num_layers;
+  const std::int64_t N = c.pipelined_layers();
+  const std::string layers = pipelined_text(c);
   CAROUSEL_CHECK(c.num_pipeline_repeats != -1 || N % (S * L) == 0,
-                 "base_num_decoder_layers={} is not divisible by ici_pipeline_parallelism x "
+                 "{} is not divisible by ici_pipeline_parallelism x "
                  "num_layers_per_pipeline_stage = {} x {}; choose S and L so that S x L divides "
                  "the layers (or give uneven stages with pipeline_stage_layers)",
-                 N, S, L);
+                 layers, S, L);
   CAROUSEL_CHECK(S * c.repeats() * L == N,
                  "ici_pipeline_parallelism x num_pipeline_repeats x "
                  "num_layers_per_pipeline_stage = {} x {} x {} must equal "
-                 "base_num_decoder_layers={}",
-                 S, c.repeats(), L, N);
+                 "{}",
+                 S, c.repeats(), L, layers);
 }
 
 // Uneven stages: pipeline_stage_layers (S x R counts, each >= 1, summing to the layers) or
@@ -335,7 +365,8 @@ void check_even_stages(const Config& c) {
 // together with num_layers_per_pipeline_stage.
 void check_uneven_stages(const Config& c) {
   const std::int64_t S = c.ici_pipeline_parallelism, R = c.repeats(), V = S * R;
-  const std::int64_t N = c.model.num_layers;
+  const std::int64_t N = c.pipelined_layers();
+  const std::string layers = pipelined_text(c);
   const std::int64_t first = c.decoder_first_pipeline_num_layers;
   const std::int64_t last = c.decoder_last_pipeline_num_layers;
   CAROUSEL_CHECK(c.num_layers_per_pipeline_stage == 1,
@@ -363,22 +394,22 @@ void check_uneven_stages(const Config& c) {
     for (std::size_t v = 0; v < counts.size(); ++v) {
       CAROUSEL_CHECK(counts[v] >= 1 && counts[v] <= N,
                      "pipeline_stage_layers={} gives virtual stage {} {} layers; every stage "
-                     "needs between 1 and base_num_decoder_layers={} layers",
-                     text, v, counts[v], N);
+                     "needs between 1 and {} layers",
+                     text, v, counts[v], layers);
       sum += counts[v];
     }
     CAROUSEL_CHECK(sum == N,
-                   "pipeline_stage_layers={} sums to {} layers, but base_num_decoder_layers={}; "
+                   "pipeline_stage_layers={} sums to {} layers, but {}; "
                    "the counts must add up to the decoder layers",
-                   text, sum, N);
+                   text, sum, layers);
     return;
   }
   for (const auto& [key, value] : {std::pair{"decoder_first_pipeline_num_layers", first},
                                    std::pair{"decoder_last_pipeline_num_layers", last}}) {
     CAROUSEL_CHECK(value == -1 || (value >= 1 && value <= N),
-                   "{}={} is not valid; give between 1 and base_num_decoder_layers={} layers, or "
+                   "{}={} is not valid; give between 1 and {} layers, or "
                    "-1 for unset",
-                   key, value, N);
+                   key, value, layers);
   }
   const std::int64_t fixed_stages = (first != -1) + (last != -1);
   const std::int64_t fixed_layers =
@@ -393,11 +424,11 @@ void check_uneven_stages(const Config& c) {
   const std::int64_t rest = N - fixed_layers, others = V - fixed_stages;
   CAROUSEL_CHECK(rest >= others && rest % others == 0,
                  "{}={}: with decoder_first_pipeline_num_layers={} and "
-                 "decoder_last_pipeline_num_layers={}, {} of base_num_decoder_layers={} layers "
+                 "decoder_last_pipeline_num_layers={}, {} of {} layers "
                  "are left for the {} other virtual stages, which cannot split them evenly (at "
                  "least 1 each); choose counts that leave a multiple of {}, or give every stage's "
                  "count with pipeline_stage_layers",
-                 key, value, first, last, rest, N, others, others);
+                 key, value, first, last, rest, layers, others, others);
 }
 
 }  // namespace
@@ -410,6 +441,7 @@ void Config::validate_pipeline() const {
   check_auto_or_range("num_pipeline_microbatches", num_pipeline_microbatches, 1, kMaxMicrobatches,
                       "= S, or 2S with the forwarding delay");
   check_auto_or_range("num_pipeline_repeats", num_pipeline_repeats, 1, 4096, "= layers / (S x L)");
+  check_layers_outside(*this);
   if (uneven_stages()) {
     check_uneven_stages(*this);
   } else {

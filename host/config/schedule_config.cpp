@@ -13,6 +13,7 @@ sch::ScheduleSpec schedule_spec(const Config& cfg) {
   sch::ScheduleSpec spec;
   spec.kind = cfg.pipeline_schedule;
   spec.layout = {int(cfg.ici_pipeline_parallelism), int(cfg.repeats()), int(cfg.microbatches())};
+  spec.layout.outside = cfg.pipelined_layers() < cfg.model.num_layers;
   spec.group_size = int(cfg.pipeline_microbatch_group_size);
   spec.forward_delay = cfg.pipeline_delay_activation_forwarding ? 2 : 1;
   return spec;
@@ -24,13 +25,19 @@ sch::Costs schedule_costs(const Config& cfg) {
 
 sch::Costs schedule_costs(const Config& cfg, const sch::StageLayers& layers) {
   // Per stage scales when the given stages differ: unequal layer counts, or the head's cost on
-  // the last stage; otherwise each stage's L layers are in the costs.
-  const bool scaled = !layers.is_even() || cfg.schedule_cost_head > 0;
+  // the last stage; otherwise each stage's L layers are in the costs. With layers outside the
+  // pipeline the head is theirs: an OUTSIDE action runs them and the head, forward and backward.
+  const std::int64_t outside = cfg.model.num_layers - layers.layers();
+  const bool scaled = !layers.is_even() || (cfg.schedule_cost_head > 0 && outside == 0);
   const double L = scaled ? 1.0 : double(layers.count(0));
   sch::Costs c;
   if (scaled) {
     for (const int n : layers.counts()) c.stage_scale.push_back(double(n));
-    c.stage_scale.back() += cfg.schedule_cost_head;
+    if (outside == 0) c.stage_scale.back() += cfg.schedule_cost_head;
+  }
+  if (outside > 0) {
+    c.outside =
+        (cfg.schedule_cost_f + cfg.schedule_cost_b) * (double(outside) + cfg.schedule_cost_head);
   }
   c.f = cfg.schedule_cost_f * L;
   c.b = cfg.schedule_cost_b * L;

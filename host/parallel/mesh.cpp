@@ -71,11 +71,14 @@ RankCommunicators split_communicators(Communicator& world, const RankPlace& plac
       place.expert_replica_rank());
   const int kv = kv_replicas(model, tensor_size);  // ranks sharing one KV head
   comms.kv_share = comms.tensor->split(kv > 1 ? tensor / kv : -1, tensor);
+  // The tied embedding's holders: the first stage's rank and where the head runs, the last
+  // stage's or, with layers outside the pipeline, every stage rank.
   const int first = layout.rank_of(0), last = layout.rank_of(layout.stages() - 1);
-  const bool in_pair =
-      model.logits_via_embedding && first != last && (stage == first || stage == last);
+  const bool tied = model.logits_via_embedding && layout.ranks > 1;
+  const bool holds = layout.outside || stage == first || stage == last;
+  const bool in_group = tied && (layout.outside || first != last) && holds;
   comms.tie =
-      world.split(in_pair ? per_inner(data * fsdp_size + fsdp) : -1, stage == first ? 0 : 1);
+      world.split(in_group ? per_inner(data * fsdp_size + fsdp) : -1, stage == first ? 0 : 1);
   return comms;
 }
 

@@ -89,7 +89,8 @@ struct RankCommunicators {
   std::unique_ptr<Communicator> expert;
   std::unique_ptr<Communicator> expert_data;
   // With logits_via_embedding, the first and the last stage's ranks (same data and FSDP
-  // index), which both hold the embedding; nullptr when one rank holds both, or untied.
+  // index), which both hold the embedding, or every stage rank with layers outside the pipeline
+  // (each runs the head); nullptr when one rank holds both, or untied.
   std::unique_ptr<Communicator> tie;
 };
 RankCommunicators split_communicators(Communicator& world, const RankPlace& place,

@@ -13,21 +13,20 @@ namespace carousel {
 
 namespace sch = schedule;
 
-namespace {
-
-// The stage's layers in order (its specs are grouped by layer), with their router biases.
-std::vector<LayerWeights> layers(const ParamSet& set, const RouterBias& bias) {
+// The set's decoder layers in order (its specs are grouped by layer; the embedding, final norm
+// and head of the extras are none), with their router biases.
+std::vector<LayerWeights> RankExecutor::layers(const ParamSet& set, const RouterBias& bias) {
   std::vector<LayerWeights> out;
   int last = -1;
   for (const auto& spec : set.specs) {
-    if (spec.layer == last) continue;
+    if (spec.layer < 0 || spec.layer == last) continue;
     out.push_back(LayerWeights::from(set, last = spec.layer));
     if (std::size_t(last) < bias.size()) out.back().router_bias = bias[std::size_t(last)];
   }
   return out;
 }
 
-Tensor take(std::map<std::pair<int, int>, Tensor>& map, const std::pair<int, int>& key) {
+Tensor RankExecutor::take(TensorMap& map, const Key& key) {
   auto it = map.find(key);
   CAROUSEL_CHECK(it != map.end(), "pipeline executor: no tensor for stage {} microbatch {}",
                  key.first, key.second);
@@ -35,8 +34,6 @@ Tensor take(std::map<std::pair<int, int>, Tensor>& map, const std::pair<int, int
   map.erase(it);
   return t;
 }
-
-}  // namespace
 
 RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const RankPlace& place,
                            Backend& be, RankCommunicators& comms, ShardedParams& params,
@@ -64,11 +61,11 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
       loss_scale_(1.0 / double(cfg.global_batch() * cfg.model.max_target_length)),
       router_bias_(initial_router_bias(cfg.model)),
       capture_(cfg.step_graphs, program, place, be, cfg.model.is_moe()) {
-  // The microbatches whose tokens this rank reads: at the first and last stage, and with
-  // packing at every stage (attention and RoPE follow the tokens' documents).
+  // The microbatches whose tokens this rank reads: at the first and last stage and outside the
+  // pipeline, and with packing at every stage (attention and RoPE follow the tokens' documents).
   std::set<int> with_data;
   for (const sch::Action& a : actions_) {
-    if (a.is_compute() && (cfg.packing || a.stage == 0 || a.stage == layout_.stages() - 1))
+    if (a.is_compute() && (cfg.packing || a.stage == 0 || a.stage >= layout_.stages() - 1))
       with_data.insert(a.index);
   }
   data_microbatches_.assign(with_data.begin(), with_data.end());
@@ -151,6 +148,7 @@ StepOutcome RankExecutor::walk(std::size_t i, StepCapture::Mode mode, std::int64
       case sch::Kind::F:
       case sch::Kind::B:
       case sch::Kind::I:
+      case sch::Kind::OUTSIDE:
         compute(a, parallel_);
         break;
       case sch::Kind::A2A_F:  // a marker: the compute action after it runs the exchanges
@@ -248,11 +246,17 @@ std::size_t RankExecutor::compute_with_exchanges(std::size_t i, StepTrace* trace
 }
 
 void RankExecutor::compute(const sch::Action& a, const LayerParallel& parallel) {
-  CAROUSEL_ASSERT(a.kind == sch::Kind::F || a.kind == sch::Kind::B || a.kind == sch::Kind::I,
+  CAROUSEL_ASSERT(a.kind == sch::Kind::F || a.kind == sch::Kind::B || a.kind == sch::Kind::I ||
+                      a.kind == sch::Kind::OUTSIDE,
                   "{} is not a forward or backward", sch::to_string(a));
   // An I computes the input gradient now, the weight gradients at its W.
-  if (a.kind == sch::Kind::F) forward(a.stage, a.index, parallel);
-  else backward(a.stage, a.index, /*defer_weight_grads=*/a.kind == sch::Kind::I, parallel);
+  if (a.kind == sch::Kind::F) {
+    forward(a.stage, a.index, parallel);
+  } else if (a.kind == sch::Kind::OUTSIDE) {
+    outside(a.index, parallel);
+  } else {
+    backward(a.stage, a.index, /*defer_weight_grads=*/a.kind == sch::Kind::I, parallel);
+  }
 }
 
 Event RankExecutor::post_p2p_group(std::size_t& i, bool forward_only) {
@@ -313,14 +317,15 @@ void RankExecutor::free_sent(bool wait) {
 }
 
 void RankExecutor::await_input(const sch::Action& action, std::size_t index) {
-  std::map<Key, Event>& pending = action.kind == sch::Kind::F ? recv_f_ : recv_b_;
+  // F and OUTSIDE take an activation, B and I a gradient.
+  const bool forward = action.kind == sch::Kind::F || action.kind == sch::Kind::OUTSIDE;
+  std::map<Key, Event>& pending = forward ? recv_f_ : recv_b_;
   if (action.kind == sch::Kind::W) return;  // W's input is this rank's own I
   const auto it = pending.find({action.stage, action.index});
   if (it == pending.end()) return;
   // A failure report then shows what this rank waits for (evaluation notes itself as a whole).
   const bool noted = !it->second.ready() && !evaluating_;
   if (noted) {
-    const bool forward = action.kind == sch::Kind::F;
     recorder_.note(step_,
                    fmt::format("{} waiting for its input ({}RECV_{}{})", sch::to_string(action),
                                action.stage, forward ? 'F' : 'B', action.index));
@@ -378,9 +383,9 @@ double RankExecutor::evaluate(const DataLoader& data, std::int64_t batches) {
         post_p2p_group(i, /*forward_only=*/true);
         continue;
       }
-      if (a.kind == sch::Kind::F) {
+      if (a.kind == sch::Kind::F || a.kind == sch::Kind::OUTSIDE) {
         await_input(a, i);
-        forward(a.stage, a.index, parallel_);
+        compute(a, parallel_);  // the head computes the loss only while evaluating
       }
       if (a.kind == sch::Kind::AG_ISSUE || a.kind == sch::Kind::AG_WAIT ||
           a.kind == sch::Kind::RELEASE) {
@@ -415,28 +420,27 @@ void RankExecutor::forward(int stage, int microbatch, const LayerParallel& paral
                                  rope_of(microbatch), x, remat_, saved_[key], parallel);
   // Every tensor rank routes the same tokens alike: the step's balancing loss and loads once.
   if (!evaluating_ && parallel.tensor.rank() == 0) router_.merge(saved_[key].router);
-  if (stage == layout_.stages() - 1) {
-    const bool counts_loss = parallel_.tensor.rank() == 0;  // every tensor rank has the same losses
-    if (evaluating_) {                                      // the loss alone: no backward will run
-      const double sum = head_loss_sum(be_, cfg_.model, params_.extras_weights(), y,
-                                       batch(microbatch).targets, parallel_.tensor);
-      if (counts_loss) loss_sum_ += sum;
-    } else {
-      HeadResult head = head_loss(be_, cfg_.model, params_.extras_weights(), params_.extras_grads(),
-                                  y, batch(microbatch).targets, loss_scale_, parallel_.tensor);
-      if (counts_loss) {  // summed at the step's end: no wait here
-        Tensor& kept = loss_buffers_[microbatch];
-        if (!kept.defined())
-          kept = be_.empty(head.losses.values.shape(), head.losses.values.dtype());
-        be_.copy(head.losses.values, kept);
-        losses_.push_back({kept, head.losses.squared});
-      }
-      in_b_[key] = head.dx;
-    }
-  } else if (layout_.rank_of(stage + 1) == place_.stage_rank) {
+  if (stage == layout_.stages() - 1 && !layout_.outside) {
+    const Tensor dy = head(microbatch, y);
+    if (!evaluating_) in_b_[key] = dy;
+  } else {
+    pass_on(stage, microbatch, y);
+  }
+}
+
+void RankExecutor::pass_on(int stage, int microbatch, const Tensor& y) {
+  if (layout_.rank_of(stage + 1, microbatch) == place_.stage_rank) {
     in_f_[{stage + 1, microbatch}] = y;  // the next stage is local: no send
   } else {
-    out_f_[key] = y;
+    out_f_[{stage, microbatch}] = y;
+  }
+}
+
+void RankExecutor::pass_back(int stage, int microbatch, const Tensor& dx) {
+  if (layout_.rank_of(stage - 1) == place_.stage_rank) {
+    in_b_[{stage - 1, microbatch}] = dx;
+  } else {
+    out_b_[{stage, microbatch}] = dx;
   }
 }
 
@@ -450,10 +454,8 @@ void RankExecutor::backward(int stage, int microbatch, bool defer_weight_grads,
   saved_.erase(key);
   if (stage == 0) {
     embed_backward(be_, params_.extras_grads(), batch(microbatch).inputs, dx, parallel_.tensor);
-  } else if (layout_.rank_of(stage - 1) == place_.stage_rank) {
-    in_b_[{stage - 1, microbatch}] = dx;
   } else {
-    out_b_[key] = dx;
+    pass_back(stage, microbatch, dx);
   }
 }
 

@@ -9,6 +9,8 @@
 // Event::order_before), and a sent buffer lives until its group completes; AG_ISSUE,
 // AG_WAIT, RELEASE and REDUCE_SCATTER move weights and gradients through the rank's ShardedParams;
 // OPTIMIZER ends the step. Activations travel between actions in maps keyed by (stage, microbatch).
+// OUTSIDE (layers after the pipeline, pipeline_parallel_layers) runs those layers, the head and
+// their backward on the microbatches the stage axis gives this rank (executor_head.cpp).
 // An overlapped F&B pair (schedule::Action::overlap, dualpipev) runs as its two actions, back
 // to back, or, when they exchange MoE rows with their expert ranks (A2A actions), taking turns
 // at those exchanges so each one's all-to-all is in flight while the other computes
@@ -96,6 +98,22 @@ class RankExecutor {
                         StepTrace* trace);
   void forward(int stage, int microbatch, const LayerParallel& parallel);
   void backward(int stage, int microbatch, bool defer_weight_grads, const LayerParallel& parallel);
+  // A stage's output to the next stage's input (here, or its SEND_F); an input gradient to the
+  // stage before (here, or its SEND_B).
+  void pass_on(int stage, int microbatch, const Tensor& y);
+  void pass_back(int stage, int microbatch, const Tensor& dx);
+  // The fused head + loss on the decoder's output y of `microbatch`: the losses kept for the
+  // step's sum and d(loss)/dy returned, or evaluating, the loss sum only (an undefined tensor
+  // returned). In executor_head.cpp.
+  Tensor head(int microbatch, const Tensor& y);
+  // OUTSIDE of `microbatch`: the layers after the pipeline (the extras' layers, every rank's
+  // whole), the head, and their backward at once (remat none: nothing waits between them); the
+  // input gradient to the last stage. Evaluating, the forward and the loss only.
+  void outside(int microbatch, const LayerParallel& parallel);
+  // The set's decoder layers, in order, with their router biases.
+  static std::vector<LayerWeights> layers(const ParamSet& set, const RouterBias& bias);
+  using TensorMap = std::map<Key, Tensor>;
+  static Tensor take(TensorMap& map, const Key& key);  // removes and returns map[key]
   // This rank's part of every microbatch it reads, of step_ (or evaluation batch step_) from
   // source_, into the token buffers batch() returns.
   void upload_batches();

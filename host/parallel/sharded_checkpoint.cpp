@@ -119,7 +119,7 @@ CheckpointPart ShardedParams::checkpoint_part(bool moments) {
   // last stage is not written (the first stage's is the same).
   if (extras_.flat.numel() == 0) return part;
   const auto extras_dealt_here = [&](std::size_t i) {
-    return dealt_here(i) && !tied_copy(extras_.specs[i].role);
+    return dealt_here(i) && !stage_copy(extras_.specs[i].role);
   };
   for (const Kind& kind : kKinds) {
     if (kind.moment() && !moments) continue;

@@ -63,6 +63,14 @@ void ShardedParams::reduce_gradients() {
     const Tensor& g = extras_grads_.at(ParamRole::Embedding);
     comms_.tie->all_reduce(g, g, ReduceOp::Sum).wait();
   }
+  // Layers outside the pipeline, the final norm and lm_head (the extras after the embedding, in
+  // table order): every stage rank ran some microbatches through them.
+  if (layout_.outside && place_.mesh.stages > 1) {
+    const std::int64_t begin =
+        extras_.has(ParamRole::Embedding) ? extras_.at(ParamRole::Embedding).numel() : 0;
+    const Tensor g = extras_grads_.flat.view(begin, {extras_grads_.flat.numel() - begin});
+    comms_.pipe->all_reduce(g, g, ReduceOp::Sum).wait();
+  }
   const Pieces extras = extras_pieces();
   if (extras.n > 0) {
     reduce_into_owned(extras, extras_grads_.flat,
@@ -197,7 +205,7 @@ double ShardedParams::owned_sum_of_squares() {
   if (place_.replica_rank() == 0) {
     for (const Segment& seg :
          segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
-      if (!tied_copy(seg.spec->role) && counts_tensor_part(*seg.spec)) {
+      if (!stage_copy(seg.spec->role) && counts_tensor_part(*seg.spec)) {
         squares += be_.sum_squares(extras_grads_.flat.view(seg.begin, {seg.length}));
       }
     }

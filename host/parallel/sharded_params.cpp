@@ -19,9 +19,10 @@ ShardedParams::ShardedParams(const Config& cfg, const schedule::Layout& layout,
       zero1_(cfg.shard_optimizer_over_data && place.mesh.expert_replicas() > 1),
       compute_(cfg.dtype == "bfloat16" ? DType::BF16 : DType::F32) {
   const schedule::StageLayers map = stage_layers(cfg);  // uneven stages hold other counts
-  CAROUSEL_ASSERT(map.stages() == layout.stages() && map.layers() == cfg.model.num_layers,
-                  "the stage layout {} does not fit the program's {} virtual stages",
-                  map.to_string(), layout.stages());
+  CAROUSEL_ASSERT(
+      map.stages() == layout.stages() && (map.layers() < cfg.model.num_layers) == layout.outside,
+      "the stage layout {} does not fit the program's {} virtual stages{}", map.to_string(),
+      layout.stages(), layout.outside ? " and layers outside the pipeline" : "");
   // ZeRO-1 splits a shard's moments over the ranks holding the same parameters: the replicas,
   // or with expert parallelism those of one expert rank (each holds its own experts).
   const int fsdp = place.mesh.fsdp, data = place.mesh.expert_replicas();
@@ -29,10 +30,10 @@ ShardedParams::ShardedParams(const Config& cfg, const schedule::Layout& layout,
   // This tensor rank's parts of every weight (whole tensors without tensor parallelism).
   for (const auto& spec :
        param_table(cfg.model, tensor_split(), {place.expert_rank(), place.mesh.expert})) {
-    if (spec.layer >= 0) {
+    if (spec.layer >= 0 && spec.layer < map.layers()) {
       const int stage = map.stage_of(spec.layer);
       if (layout_.rank_of(stage) == place_.stage_rank) stages_[stage].specs.push_back(spec);
-    } else if (holds_extra(spec.role)) {
+    } else if (holds_extra(spec.role)) {  // a layer after the pipeline is an extra
       extras.push_back(spec);
     }
   }
@@ -127,20 +128,24 @@ Event ShardedParams::reduce_scatter(int stage) {
   return done;
 }
 
-// The embedding on the first stage's rank (and, with logits_via_embedding, on the last stage's,
-// which multiplies by it); the final norm and lm_head on the last stage's.
+// The embedding on the first stage's rank (and, with logits_via_embedding, where the head runs,
+// which multiplies by it); the final norm and lm_head where the head runs: the last stage's
+// rank, or with layers outside the pipeline every stage rank, which holds those layers too.
 bool ShardedParams::holds_extra(ParamRole role) const {
   const bool first = layout_.rank_of(0) == place_.stage_rank;
-  const bool last = layout_.rank_of(layout_.stages() - 1) == place_.stage_rank;
-  if (role == ParamRole::Embedding) return first || (last && cfg_.model.logits_via_embedding);
-  return last;
+  const bool head = layout_.outside || layout_.rank_of(layout_.stages() - 1) == place_.stage_rank;
+  if (role == ParamRole::Embedding) return first || (head && cfg_.model.logits_via_embedding);
+  return head;
 }
 
-// Tied embeddings on two ranks: the last stage's replica is a copy (not counted in the norm,
-// not written to checkpoints); the first stage's is the original.
-bool ShardedParams::tied_copy(ParamRole role) const {
-  return role == ParamRole::Embedding && comms_.tie != nullptr &&
-         layout_.rank_of(0) != place_.stage_rank;
+// Extras several stage ranks hold: the first stage's embedding is the original of a tied table
+// (the others multiply by copies), the last stage's rank holds the originals of what every rank
+// holds with layers outside the pipeline. A copy is not counted in the norm nor written to
+// checkpoints; its gradient is summed with the original's, so it stays equal to it.
+bool ShardedParams::stage_copy(ParamRole role) const {
+  if (role == ParamRole::Embedding)
+    return comms_.tie != nullptr && layout_.rank_of(0) != place_.stage_rank;
+  return layout_.outside && layout_.rank_of(layout_.stages() - 1) != place_.stage_rank;
 }
 
 // t = this rank's part of the stage's whole flat `values` [padded]: shard elements

@@ -24,7 +24,9 @@
 //
 // Extras (embedding, final norm, lm_head): on the ranks that use them (the first stage's and the
 // last stage's), not FSDP-sharded, since every microbatch part needs them; their AdamW moments
-// are split over the FSDP group like a ZeRO-1 piece.
+// are split over the FSDP group like a ZeRO-1 piece. With layers outside the pipeline
+// (pipeline_parallel_layers) those layers, the final norm and lm_head are extras of every stage
+// rank, each computing other microbatches: their gradients are summed over the stage group too.
 //
 // Tensor parallelism (T > 1): each tensor rank holds its part of every weight
 // (param_table(cfg, split); the embedding and lm_head by vocabulary rows); FSDP, ZeRO-1 and the
@@ -184,7 +186,7 @@ class ShardedParams {
     return place_.tensor_rank % spec.tensor_replicas == 0;
   }
   void reduce_tensor_replicas();
-  bool tied_copy(ParamRole role) const;
+  bool stage_copy(ParamRole role) const;
   void upload_shard(const StageShard& s, const Tensor& t, const std::vector<double>& values,
                     std::int64_t begin = 0);
   Pieces stage_pieces(const StageShard& s) const;

@@ -200,21 +200,21 @@ ParamLayout param_layout(const Config& cfg, const sch::Layout& layout, int stage
   CAROUSEL_ASSERT(map.stages() == layout.stages(), "the stage layout {} does not fit {} stages",
                   map.to_string(), layout.stages());
   const bool first = layout.rank_of(0) == stage_rank;
-  const bool last = layout.rank_of(layout.stages() - 1) == stage_rank;
+  // Where the head runs: the last stage's rank, or every rank with layers outside the pipeline.
+  const bool head = layout.outside || layout.rank_of(layout.stages() - 1) == stage_rank;
   ParamLayout p;
-  // Each decoder layer's parameters (dense and mixture-of-experts layers differ).
+  // Each pipelined decoder layer's parameters (dense and mixture-of-experts layers differ); the
+  // layers after the pipeline are extras.
   std::vector<std::int64_t> layer_elements(std::size_t(cfg.model.num_layers), 0);
   for (const auto& spec :
        table_of(cfg.model, int(cfg.ici_tensor_parallelism), int(cfg.ici_expert_parallelism))) {
-    if (spec.layer >= 0) {
+    if (spec.layer >= 0 && spec.layer < map.layers()) {
       layer_elements[std::size_t(spec.layer)] += numel(spec.shape);
-    } else if (spec.role == ParamRole::Embedding ? first || (last && cfg.model.logits_via_embedding)
-                                                 : last) {
-      if (spec.role == ParamRole::FinalNorm) {
-        p.final_norm_begin = p.extras;
-        p.final_norm_length = numel(spec.shape);
-      }
+    } else if (spec.role == ParamRole::Embedding ? first || (head && cfg.model.logits_via_embedding)
+                                                 : head) {
+      p.extras_specs.push_back(spec);
       p.extras += numel(spec.shape);
+      if (layout.outside && spec.role != ParamRole::Embedding) p.stage_summed += numel(spec.shape);
     }
   }
   for (int v = 0; v < layout.stages(); ++v) {
@@ -273,22 +273,36 @@ std::int64_t program_free_working_set(const Config& cfg, const sch::Layout& layo
   const std::int64_t backward = (recomputed + 2 * layer) * c + context_copies + router;
   const bool last = layout.rank_of(layout.stages() - 1) == stage_rank;
   const bool first = layout.rank_of(0) == stage_rank;
+  // Layers outside the pipeline: this rank runs microbatches m = stage_rank mod S of them, and
+  // the head on those instead of the last stage on all.
+  const std::int64_t M = cfg.microbatches(), S = layout.ranks;
+  const std::int64_t outside_runs = layout.outside ? (M - stage_rank + S - 1) / S : 0;
+  const std::int64_t heads = layout.outside ? outside_runs : last ? M : 0;
   // The head: logits of this rank's vocabulary part and their gradient in place, the normalised
   // rows gathered and their gradient; vocabulary-parallel, each part's two statistics per token
   // gathered from every rank and combined (float32).
-  const std::int64_t head = last ? 2 * Nc * (m.vocab_size / T) * c + 4 * Nc * m.emb_dim * c +
-                                       (T > 1 ? (2 * T + 4) * Nc * 4 : 0)
-                                 : 0;
+  const std::int64_t head = heads > 0 ? 2 * Nc * (m.vocab_size / T) * c + 4 * Nc * m.emb_dim * c +
+                                            (T > 1 ? (2 * T + 4) * Nc * 4 : 0)
+                                      : 0;
+  // An OUTSIDE keeps every activation of its layers (remat none: its backward follows at once)
+  // while the head or one of their backwards runs.
+  std::int64_t outside_saved = 0;
+  for (int l = int(stage_layers(cfg).layers()); outside_runs > 0 && l < m.num_layers; ++l)
+    outside_saved += layer_saved_elements(m, Nc, T, C, E, l);
+  const std::int64_t outside =
+      outside_runs > 0 ? outside_saved * c + std::max(head, 2 * layer * c + context_copies + router)
+                       : 0;
   std::int64_t largest_shard = 0;
   for (const auto& s : p.stages) largest_shard = std::max(largest_shard, s.shard);
   const std::int64_t optimizer =
       4 * (2 * std::max(p.extras, largest_shard) + 2 * F * p.extras_piece);
   // Kept from step to step (a captured step's fixed addresses): every microbatch's input and
-  // target ids on the first and last stages, and its per-token float32 losses on the last.
-  const std::int64_t tokens = ((first || last) ? 2 * cfg.microbatches() * Nc * 4 : 0) +
-                              (last ? cfg.microbatches() * Nc * 4 : 0);
+  // target ids on the first and last stages (or those of its OUTSIDE actions), and the per-token
+  // float32 losses of the heads it runs.
+  const std::int64_t token_batches = (first || last) ? M : outside_runs;
+  const std::int64_t tokens = 2 * token_batches * Nc * 4 + heads * Nc * 4;
   const std::int64_t rope = (C > 1 ? 2 : 1) * 2 * m.max_target_length * m.head_dim() * 8;
-  return 2 * act + std::max({backward, head, optimizer}) + tokens + rope;
+  return 2 * act + std::max({backward, head, optimizer, outside}) + tokens + rope;
 }
 
 MemoryBreakdown device_memory(const Config& cfg, const sch::Program& lowered, int stage_rank,
@@ -322,7 +336,7 @@ MemoryBreakdown device_memory(const Config& cfg, const sch::Program& lowered, in
   // Working set (a bound): receives posted before their compute, deferred weight gradients, and
   // what every program holds (program_free_working_set).
   const std::int64_t act = n * m.emb_dim * c;
-  const int receives = peak_open(actions, sch::Kind::RECV_F, {sch::Kind::F}) +
+  const int receives = peak_open(actions, sch::Kind::RECV_F, {sch::Kind::F, sch::Kind::OUTSIDE}) +
                        peak_open(actions, sch::Kind::RECV_B, {sch::Kind::B, sch::Kind::I});
   const int pending_w = peak_open(actions, sch::Kind::I, {sch::Kind::W});
   const std::int64_t deferred =

@@ -49,6 +49,7 @@ struct LinkBytes {
   double context = 0;  // context parallelism: key/value gathers and their gradients' scatters
   double expert = 0;   // expert parallelism: each MoE layer's counts all-gather and routed rows
                        // to and from the other expert ranks (balanced routing: (E-1)/E of them)
+  double stage_sum = 0;  // layers outside the pipeline: their gradients' sum over the stage ranks
   double intra = 0, inter = 0;  // the same bytes split by the link they cross
 };
 
@@ -79,10 +80,13 @@ struct StageElements {
 // Element counts of one candidate's parameter layout on one pipeline rank.
 struct ParamLayout {
   std::vector<StageElements> stages;          // the rank's virtual stages, in stage order
-  std::int64_t extras = 0, extras_piece = 0;  // embedding / final norm / head on this rank
-  // Where the extras' final norm gain (held whole by every tensor rank, its partial gradients
-  // summed over them) lies in the extras' flat buffer; length 0 when not on this rank.
-  std::int64_t final_norm_begin = 0, final_norm_length = 0;
+  // Embedding / final norm / head on this rank, and the layers after the pipeline (every stage
+  // rank's with pipeline_parallel_layers), in the extras' flat order.
+  std::vector<ParamSpec> extras_specs;
+  std::int64_t extras = 0, extras_piece = 0;
+  // Of those, what every stage rank holds with layers outside the pipeline (all but the
+  // embedding), whose gradients the optimizer sums over the stage ranks; 0 without.
+  std::int64_t stage_summed = 0;
   std::int64_t shards() const;  // sum over the stages
   std::int64_t pieces() const;
   std::int64_t padded() const;

@@ -27,9 +27,9 @@ double link(const Cluster& c, bool inter) {
 // Replica and extras reductions of the optimizer step: nothing else runs meanwhile. Each costs
 // the latency floor too (the replicas': a reduce-scatter and an all-gather).
 double exposed_seconds(const LinkBytes& b, const Cluster& cluster, const MeshLinks& links) {
-  const double messages = (b.data > 0 ? 2 : 0) + (b.extras > 0 ? 1 : 0);
+  const double messages = (b.data > 0 ? 2 : 0) + (b.extras > 0 ? 1 : 0) + (b.stage_sum > 0 ? 1 : 0);
   return b.data / link(cluster, links.data_inter) + b.extras / link(cluster, links.fsdp_inter) +
-         messages * cluster.message_seconds;
+         b.stage_sum / link(cluster, links.any_hop_inter()) + messages * cluster.message_seconds;
 }
 
 // The layout lowered_program(cfg) runs: one device runs the whole model as one stage.
@@ -137,15 +137,20 @@ double step_time_lower_bound(const CostedCandidate& c, const Cluster& cluster) {
   const sch::Layout layout = program_layout(cfg);
   const sch::StageLayers layers = stage_layers(cfg);
   // The busiest rank: its stages' layers (and the head on the last stage's rank) for every
-  // microbatch, forward and backward.
+  // microbatch, forward and backward; with layers outside the pipeline, those and the head for
+  // the microbatches m = rank mod S.
+  const double M = double(cfg.microbatches());
+  const double outside = double(cfg.model.num_layers - layers.layers()) + cfg.schedule_cost_head;
   std::vector<double> load(std::size_t(layout.ranks), 0.0);
   for (int v = 0; v < layers.stages(); ++v) {
+    const bool head = v == layers.stages() - 1 && !layout.outside;
     load[std::size_t(layout.rank_of(v))] +=
-        layers.count(v) + (v == layers.stages() - 1 ? cfg.schedule_cost_head : 0.0);
+        M * (layers.count(v) + (head ? cfg.schedule_cost_head : 0.0));
   }
+  for (int m = 0; layout.outside && m < int(M); ++m)
+    load[std::size_t(layout.rank_of(layout.stages(), m))] += outside;
   const double busiest = *std::max_element(load.begin(), load.end());
-  const double compute =
-      double(cfg.microbatches()) * busiest * (cfg.schedule_cost_f + cfg.schedule_cost_b);
+  const double compute = busiest * (cfg.schedule_cost_f + cfg.schedule_cost_b);
   double exposed = 0;
   for (int s = 0; s < layout.ranks; ++s) {
     exposed = std::max(

@@ -76,12 +76,17 @@ double tensor_replica_bytes(const Config& cfg, const sch::Layout& layout, int st
   for (const auto& spec : table_of(cfg.model, T, int(cfg.ici_expert_parallelism)))
     if (spec.layer >= 0) layer[std::size_t(spec.layer)].push_back(&spec);
   double bytes = 0;
-  // The final norm's elements in this FSDP rank's piece of the extras.
+  // The shared parts in this FSDP rank's piece of the extras: the final norm's gain, and those of
+  // the layers after the pipeline.
   const std::int64_t extras_lo = fsdp_rank * p.extras_piece,
                      extras_hi = std::min(extras_lo + p.extras_piece, p.extras);
-  const std::int64_t norm_lo = std::max(extras_lo, p.final_norm_begin),
-                     norm_hi = std::min(extras_hi, p.final_norm_begin + p.final_norm_length);
-  if (norm_lo < norm_hi) bytes += 2 * ring_share(T, double(norm_hi - norm_lo) * 4);
+  std::int64_t at = 0;  // in the extras' flat buffer
+  for (const ParamSpec& spec : p.extras_specs) {
+    const std::int64_t a = std::max(at, extras_lo), b = std::min(at + numel(spec.shape), extras_hi);
+    if (a < b && spec.tensor_replicas > 1)
+      bytes += 2 * ring_share(spec.tensor_replicas, double(b - a) * 4);
+    at += numel(spec.shape);
+  }
   // The piece ZeRO-1 gives this replica: its index among the ranks holding its experts.
   const int C = int(cfg.ici_context_parallelism), E = int(cfg.ici_expert_parallelism);
   const int piece_rank = replica_rank / C / E * C + replica_rank % C;
@@ -161,9 +166,11 @@ LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int
   b.expert = over_expert_ranks;
   b.extras = extras_fsdp;
   b.tensor = tensor_replica_bytes(cfg, layout, stage_rank, fsdp_rank, replica_rank);
+  // Layers outside the pipeline, the final norm and lm_head: all-reduced over the stage ranks.
+  b.stage_sum = 2 * ring_share(layout.ranks, double(p.stage_summed) * 4);
   b.inter = (links.fsdp_inter ? b.extras : 0) + (links.data_inter ? b.data + b.expert : 0) +
-            (links.tensor_inter ? b.tensor : 0);
-  b.intra = b.data + b.extras + b.tensor + b.expert - b.inter;
+            (links.tensor_inter ? b.tensor : 0) + (links.any_hop_inter() ? b.stage_sum : 0);
+  b.intra = b.data + b.extras + b.tensor + b.expert + b.stage_sum - b.inter;
   return b;
 }
 
@@ -248,8 +255,23 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
     return double(n);
   };
   const int last = lowered.layout.stages() - 1;
+  const bool outside = lowered.layout.outside;
+  // The head's vocabulary parallelism: it gathers the normalised rows, two float32 statistics
+  // per token, and reduce-scatters its input gradient (its backward runs with its forward).
+  const double head_tensor = 2 * (T - 1) * act + 2.0 * (T - 1) * double(context_tokens(cfg)) * 4;
   double pipe_inter = 0;
   for (const auto& a : lowered.ranks.at(stage_rank)) {
+    if (a.kind == sch::Kind::OUTSIDE) {  // the layers after the pipeline: forward and backward,
+                                         // nothing recomputed; the head; no expert exchange
+      double n = 0, moe = 0;
+      for (int l = map.layers(); l < m.num_layers; ++l) {
+        n += 1;
+        moe += m.is_moe_layer(l) ? 1 : 0;
+      }
+      b.tensor += 2 * n * layer.tensor + head_tensor + moe * combine_dots;
+      b.context += 2 * n * layer.context + moe * pool;
+      continue;
+    }
     const double layers = a.is_compute() ? double(map.count(a.stage)) : 0.0;
     if (a.kind == sch::Kind::F) {
       b.expert += moe_layers(a.stage) * exchange_forward;
@@ -263,12 +285,10 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
     if (a.kind == sch::Kind::F) {
       b.tensor += layers * layer.tensor;
       b.context += layers * layer.context;
-      // Vocabulary parallelism: the embedding reduce-scatters its looked-up rows; the head
-      // gathers the normalised rows, two float32 statistics per token, and reduce-scatters its
-      // input gradient (the head's backward runs with its forward).
+      // Vocabulary parallelism: the embedding reduce-scatters its looked-up rows; the head (on
+      // the last stage unless layers run outside the pipeline) as above.
       if (a.stage == 0) b.tensor += (T - 1) * act;
-      if (a.stage == last)
-        b.tensor += 2 * (T - 1) * act + 2.0 * (T - 1) * double(context_tokens(cfg)) * 4;
+      if (a.stage == last && !outside) b.tensor += head_tensor;
     } else if (a.kind == sch::Kind::B || a.kind == sch::Kind::I) {
       b.tensor += layers * layer.tensor * (1 + tensor_replay);
       b.context += layers * layer.context * (1 + context_replay);

@@ -23,12 +23,16 @@ struct Sum {
 };
 
 // The actions whose output of the same microbatch is `a`'s input: (kind, stage) of the F of
-// the stage before, or of the backward (B or I) of the stage after. None for stage 0's F, the
-// last stage's B and I, and W.
+// the stage before, or of the backward (B or I) of the stage after, or for the last stage's the
+// OUTSIDE after it when the layers after the pipeline run there. None for stage 0's F, the last
+// stage's B and I without layers outside, and W.
 std::vector<std::pair<sch::Kind, int>> producers_of(const sch::Action& a, int last_stage) {
-  if (a.kind == sch::Kind::F && a.stage > 0) return {{sch::Kind::F, a.stage - 1}};
-  if ((a.kind == sch::Kind::B || a.kind == sch::Kind::I) && a.stage < last_stage) {
-    return {{sch::Kind::B, a.stage + 1}, {sch::Kind::I, a.stage + 1}};
+  if ((a.kind == sch::Kind::F || a.kind == sch::Kind::OUTSIDE) && a.stage > 0)
+    return {{sch::Kind::F, a.stage - 1}};
+  if ((a.kind == sch::Kind::B || a.kind == sch::Kind::I) && a.stage <= last_stage) {
+    return {{sch::Kind::B, a.stage + 1},
+            {sch::Kind::I, a.stage + 1},
+            {sch::Kind::OUTSIDE, a.stage + 1}};
   }
   return {};
 }
@@ -92,10 +96,11 @@ std::vector<double> exchange_times(std::vector<std::pair<double, double>> posted
 }
 
 CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
-                                const sch::StageLayers& layers, double configured_head) {
+                                const sch::StageLayers& layers, double configured_head,
+                                int outside_layers) {
   const int last = layers.stages() - 1;
   std::map<sch::Kind, Sum> body, last_stage, collectives;
-  Sum exchanges, turns;
+  Sum exchanges, turns, outside;  // outside: the OUTSIDE actions, whole
   RankComputes computes;
   for (const StepTrace* rank : ranks) {
     computes[rank] = compute_times(*rank);
@@ -119,8 +124,14 @@ CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
     for (const ComputeTime& s : computes[rank]) {
       const sch::Action& a = s.action;
       if (a.stage < 0) continue;  // the optimizer
-      // With one stage, its slices are the only measure of the layers (head included).
-      auto& sum = (a.stage == last && last > 0) ? last_stage[a.kind] : body[a.kind];
+      if (a.kind == sch::Kind::OUTSIDE) {
+        outside.micros += s.busy_us, ++outside.slices;
+        continue;
+      }
+      // With one stage, its slices are the only measure of the layers (head included); with
+      // layers outside the pipeline the head runs there, and the last stage is like the others.
+      const bool with_head = a.stage == last && last > 0 && outside_layers == 0;
+      auto& sum = with_head ? last_stage[a.kind] : body[a.kind];
       sum.micros += s.busy_us, sum.layers += layers.count(a.stage), ++sum.slices;
     }
   }
@@ -143,7 +154,11 @@ CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
   c.exchange = exchanges.mean();
   c.turn = turns.mean();
   c.head = configured_head;
-  if (last > 0 && !last_stage.empty()) {
+  c.outside_layers = outside_layers;
+  if (outside.slices > 0 && c.f + c.b > 0) {  // an OUTSIDE: (f + b) x (its layers + the head)
+    c.head = std::max(0.0, outside.mean() / (c.f + c.b) - outside_layers);
+    c.measured_head = true;
+  } else if (last > 0 && !last_stage.empty()) {
     double beyond = 0, layer_total = 0;
     for (const auto& [kind, sum] : last_stage) {
       const double layer_cost = per_layer(body, kind);
@@ -174,7 +189,11 @@ sch::Costs calibrated_schedule_costs(const CalibratedCosts& measured,
   base.turn = measured.turn;
   base.stage_scale.clear();
   for (const int n : layers.counts()) base.stage_scale.push_back(double(n));
-  base.stage_scale.back() += measured.head;
+  if (measured.outside_layers > 0) {
+    base.outside = (measured.f + measured.b) * (measured.outside_layers + measured.head);
+  } else {
+    base.stage_scale.back() += measured.head;
+  }
   return base;
 }
 
@@ -227,7 +246,7 @@ Replay replay(const TracedDurations& traced, const sch::Program& program,
     sch::Costs costs = calibrated;
     costs.measured_compute = [&, &durations = durations](const sch::Action& a) {
       const auto it = durations.find({a.kind, a.stage, a.index});
-      return it == durations.end() ? calibrated.cost(a.kind, a.stage) : it->second.mean();
+      return it == durations.end() ? calibrated.compute_cost(a) : it->second.mean();
     };
     pooled.add(sch::simulate(program, costs));
   }
@@ -247,7 +266,7 @@ Replay spread(const TracedDurations& traced, const sch::Program& program,
     sch::Costs costs = calibrated;
     costs.measured_compute = [&](const sch::Action& a) {
       const auto it = measured.find({a.kind, a.stage});
-      return it == measured.end() ? calibrated.cost(a.kind, a.stage) : draw(it->second);
+      return it == measured.end() ? calibrated.compute_cost(a) : draw(it->second);
     };
     if (!handoffs.empty()) costs.measured_p2p = [&] { return draw(handoffs); };
     pooled.add(sch::simulate(program, costs));

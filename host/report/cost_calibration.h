@@ -38,8 +38,9 @@ struct CalibratedCosts {
   // rank's exchange before it, that one's completion) to completion.
   double exchange = 0;
   double turn = 0;  // microseconds from an F&B pair's half passing the turn to the other's waking
-  double head = 0;  // in layers, added to the last stage
+  double head = 0;  // in layers, added to the last stage (or to each OUTSIDE action)
   bool measured_head = false;                 // false: `head` is the configured value
+  int outside_layers = 0;  // layers after the pipeline (pipeline_parallel_layers): OUTSIDE runs
   // Microseconds from a producer's end on one rank to the start of its consumer on another, when
   // the consumer's rank was idle waiting for it: every such hand-off, and their median (0 if
   // none), which the simulator adds to every cross-rank input.
@@ -53,7 +54,8 @@ struct CalibratedCosts {
 std::vector<double> exchange_times(std::vector<std::pair<double, double>> posted_completed);
 
 CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
-                                const schedule::StageLayers& layers, double configured_head);
+                                const schedule::StageLayers& layers, double configured_head,
+                                int outside_layers = 0);
 
 // `base` (forward delay) with the calibrated durations and hand-off: per-layer costs scaled by each
 // stage's layer count, the head added to the last stage.

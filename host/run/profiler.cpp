@@ -76,7 +76,8 @@ void Profiler::finish(const schedule::Program& program, const Communicator* proc
   };
   const std::string path = per_process("trace", "json");
   const schedule::StageLayers layers = stage_layers(cfg_);
-  const CalibratedCosts measured_costs = calibrate_costs(ranks, layers, cfg_.schedule_cost_head);
+  const CalibratedCosts measured_costs = calibrate_costs(
+      ranks, layers, cfg_.schedule_cost_head, int(cfg_.model.num_layers - layers.layers()));
   const schedule::Costs calibrated =
       calibrated_schedule_costs(measured_costs, layers, schedule_costs(cfg_, layers));
   const TracedPredictions predicted =

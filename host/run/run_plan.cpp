@@ -79,14 +79,17 @@ void log_plan(const Config& cfg, const RunPlan& plan, const Communicator* proces
   } else {
     spdlog::info(
         "pipeline: {} schedule, D={} replicas{} x S={} stages x F={} FSDP x T={} tensor x C={} "
-        "context = {} logical {} devices ({}), R={} repeats, M={} microbatches{}; program "
+        "context = {} logical {} devices ({}), R={} repeats, M={} microbatches{}{}; program "
         "validated and deadlock-free",
         cfg.pipeline_schedule, mesh.data / mesh.expert,
         mesh.expert > 1 ? fmt::format(" x E={} expert ranks", mesh.expert) : std::string(),
         mesh.stages, mesh.fsdp, mesh.tensor, mesh.context, mesh.ranks(), devices,
         process_world ? "one process each" : "threads of this process", layout.repeats,
         layout.microbatches,
-        mesh.fsdp > 1 ? fmt::format(", weight slots {}", cfg.weight_slots()) : std::string());
+        mesh.fsdp > 1 ? fmt::format(", weight slots {}", cfg.weight_slots()) : std::string(),
+        layout.outside ? fmt::format(", layers {}-{} after the pipeline on every stage rank",
+                                     cfg.pipelined_layers(), cfg.model.num_layers - 1)
+                       : std::string());
   }
   spdlog::info("model: {} parameters; data: {}; batch {} x {} tokens", parameter_count(cfg.model),
                plan.data->describe(), cfg.global_batch(), cfg.model.max_target_length);

@@ -49,7 +49,8 @@ std::string timeline_svg(const SimResult& sim, int ranks, const std::string& tit
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
       "font-family=\"monospace\" font-size=\"10\">\n<rect width=\"100%\" height=\"100%\" "
       "fill=\"white\"/>\n<text x=\"4\" y=\"16\" font-size=\"12\">{}   (F blue, B/I green, "
-      "W olive, collectives grey; numbers are microbatches; a black border: an overlapped F&amp;B "
+      "W olive, layers outside the pipeline purple, collectives grey; numbers are microbatches; a "
+      "black border: an overlapped F&amp;B "
       "pair)</text>\n",
       left + 1010, top + ranks * row + 10, title);
   for (int r = 0; r < ranks; ++r) {
@@ -62,6 +63,9 @@ std::string timeline_svg(const SimResult& sim, int ranks, const std::string& tit
       case Kind::B:
       case Kind::I: color = "#59a14f"; break;
       case Kind::W: color = "#b6992d"; break;
+      case Kind::OUTSIDE:
+        color = "#af7aa1";
+        break;
       default: break;
     }
     const double x = left + iv.start * scale, w = (iv.end - iv.start) * scale;

@@ -21,6 +21,7 @@ constexpr KindInfo kKinds[] = {
     {Kind::B, "B", true, true},
     {Kind::I, "I", true, true},
     {Kind::W, "W", true, true},
+    {Kind::OUTSIDE, "OUTSIDE", true, true},
     {Kind::SEND_F, "SEND_F", true, true},
     {Kind::RECV_F, "RECV_F", true, true},
     {Kind::SEND_B, "SEND_B", true, true},
@@ -89,8 +90,9 @@ Action parse_action(std::string_view text) {
       best = &k;
     }
   }
-  CAROUSEL_CHECK(best, "schedule action '{}' is not valid: expected e.g. 0F1, 2B0, 1SEND_F0, "
-                 "4AG_ISSUE1, 3REDUCE_SCATTER, 3A2A_F1 or OPTIMIZER",
+  CAROUSEL_CHECK(best,
+                 "schedule action '{}' is not valid: expected e.g. 0F1, 2B0, 1SEND_F0, "
+                 "4AG_ISSUE1, 3REDUCE_SCATTER, 3A2A_F1, 4OUTSIDE1 or OPTIMIZER",
                  text);
   a.kind = best->kind;
   p += best->name.size();
@@ -143,9 +145,10 @@ Program parse_program(const Layout& layout, std::string_view text) {
       if (a.is_p2p()) {  // the peer follows from the layout
         const bool to_next = a.kind == Kind::SEND_F || a.kind == Kind::RECV_B;
         const int other = to_next ? a.stage + 1 : a.stage - 1;
-        CAROUSEL_CHECK(other >= 0 && other < layout.stages(),
+        const int stages = layout.stages() + (layout.outside ? 1 : 0);
+        CAROUSEL_CHECK(other >= 0 && other < stages,
                        "schedule action '{}' on rank {} has no peer stage {}", word, rank, other);
-        a.peer = layout.rank_of(other);
+        a.peer = layout.rank_of(other, a.index);
       }
       p.ranks[rank].push_back(a);
     }

@@ -26,7 +26,20 @@
 //   2RELEASE0                 free slot 0, which held stage 2's weights
 //   3REDUCE_SCATTER           reduce-scatter stage 3's gradients
 //   3A2A_F1  3A2A_B1          the expert all-to-alls of the F (B or I) of stage 3, microbatch 1
+//   4OUTSIDE1                 the layers outside the pipeline, forward and backward, of
+//                             microbatch 1 (stage 4 = S x R: one past the last virtual stage)
 //   OPTIMIZER
+//
+// Layers outside the pipeline (MaxText's pipeline_parallel_layers; Layout::outside): the virtual
+// stages run the first P decoder layers, and the layers after them, the final norm and the head
+// run as one more stage, stage V = S x R, whose microbatch m runs on rank m % S: the stage axis
+// splits the microbatches like data parallelism. Its OUTSIDE action is the forward, the loss and
+// the backward of those layers at once, so it sits between the last stage's F and B of the
+// microbatch: the last stage sends its output to the OUTSIDE's rank (SEND_F of stage V - 1, RECV_F
+// into stage V) and receives the input gradient back (SEND_B of stage V, RECV_B into V - 1).
+// Only schedules that run every forward before any backward place it (registry.h
+// forwards_first): each rank runs its OUTSIDE actions after its last F, in the bubble before its
+// first backward.
 //
 // Expert exchanges (LoweringOptions::exchanges): an MoE layer with experts split over ranks
 // (expert parallelism) sends its routed rows to their experts' ranks and back, twice per MoE
@@ -47,6 +60,7 @@ namespace carousel::schedule {
 // clang-format off
 enum class Kind : std::uint8_t {
   F, B, I, W,                          // compute
+  OUTSIDE,                             // compute: the layers after the pipeline (Layout::outside)
   SEND_F, RECV_F, SEND_B, RECV_B,      // point-to-point between pipeline ranks
   AG_ISSUE, AG_WAIT, RELEASE,          // weight residency (FSDP all-gather into slots)
   REDUCE_SCATTER,
@@ -68,7 +82,7 @@ struct Action {
   // A scheduling hint, not part of the action's identity (operator== ignores it).
   bool overlap = false;
 
-  bool is_compute() const { return kind <= Kind::W; }
+  bool is_compute() const { return kind <= Kind::OUTSIDE; }
   bool is_p2p() const { return kind >= Kind::SEND_F && kind <= Kind::RECV_B; }
   bool is_exchange() const { return kind == Kind::A2A_F || kind == Kind::A2A_B; }
   bool operator==(const Action& o) const {
@@ -92,7 +106,14 @@ struct Layout {
   int repeats = 1;       // R, stages per rank (circular repeats / interleaved chunks)
   int microbatches = 1;  // M
   Placement placement = Placement::Loop;  // set by the generator (zbv: V)
+  bool outside = false;  // layers after the pipeline: stage stages() of OUTSIDE actions (above)
   int stages() const { return ranks * repeats; }
+  // The rank running `stage`'s work on `microbatch`: rank_of(stage), or for the outside stage
+  // (stage == stages()) the microbatch's rank, m % S.
+  int rank_of(int stage, int microbatch) const {
+    return stage == stages() ? microbatch % ranks : rank_of(stage);
+  }
+
   int rank_of(int stage) const {
     if (placement == Placement::Loop) return stage % ranks;
     const int k = stage % (2 * ranks);

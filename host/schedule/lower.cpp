@@ -92,12 +92,13 @@ Residency place_on_uses(const std::vector<int>& stages, int slots, int lookahead
 }
 
 // Residency of one rank's compute actions. W (the weight-gradient GEMMs of a zero-bubble split)
-// reads activations and output gradients only, never the weights, so it is not a use.
+// reads activations and output gradients only, never the weights, so it is not a use; nor is
+// OUTSIDE, whose layers every rank holds whole (no stage's weights).
 Residency place_weights(const std::vector<Action>& computes, int slots, int lookahead) {
   std::vector<std::size_t> uses;
   std::vector<int> stages;
   for (std::size_t j = 0; j < computes.size(); ++j) {
-    if (computes[j].kind == Kind::W) continue;
+    if (computes[j].kind == Kind::W || computes[j].kind == Kind::OUTSIDE) continue;
     uses.push_back(j);
     stages.push_back(computes[j].stage);
   }
@@ -211,9 +212,11 @@ Program lower(const Program& compute, const LoweringOptions& options) {
         return l.rank_of(v - 1) == r ? has(Kind::F, v - 1, m) : received.count({true, v, m}) > 0;
       case Kind::B:
       case Kind::I:
-        if (v == V - 1) return has(Kind::F, v, m);
-        if (l.rank_of(v + 1) != r) return received.count({false, v, m}) > 0;
-        return has(Kind::B, v + 1, m) || has(Kind::I, v + 1, m);
+        if (v == V - 1 && !l.outside) return has(Kind::F, v, m);
+        if (l.rank_of(v + 1, m) != r) return received.count({false, v, m}) > 0;
+        return has(Kind::B, v + 1, m) || has(Kind::I, v + 1, m) || has(Kind::OUTSIDE, v + 1, m);
+      case Kind::OUTSIDE:
+        return l.rank_of(v - 1) == r ? has(Kind::F, v - 1, m) : received.count({true, v, m}) > 0;
       default:  // W
         return has(Kind::I, v, m);
     }
@@ -241,13 +244,16 @@ Program lower(const Program& compute, const LoweringOptions& options) {
         if (options.fsdp) list.insert(list.end(), res[r].after[j].begin(), res[r].after[j].end());
         done.insert({a.kind, a.stage, a.index});
         const int v = a.stage, m = a.index;
-        if (a.kind == Kind::F && v < V - 1 && l.rank_of(v + 1) != r) {
-          const int q = l.rank_of(v + 1);
+        // The last stage's output goes on to the outside stage's rank, if there is one.
+        const bool has_next = v < V - 1 || l.outside;
+        if (a.kind == Kind::F && has_next && l.rank_of(v + 1, m) != r) {
+          const int q = l.rank_of(v + 1, m);
           list.push_back({Kind::SEND_F, v, m, q});
           out.ranks[q].push_back({Kind::RECV_F, v + 1, m, r});
           received.insert({true, v + 1, m});
         }
-        if ((a.kind == Kind::B || a.kind == Kind::I) && v > 0 && l.rank_of(v - 1) != r) {
+        const bool backward = a.kind == Kind::B || a.kind == Kind::I || a.kind == Kind::OUTSIDE;
+        if (backward && v > 0 && l.rank_of(v - 1) != r) {
           const int q = l.rank_of(v - 1);
           list.push_back({Kind::SEND_B, v, m, q});
           out.ranks[q].push_back({Kind::RECV_B, v - 1, m, r});

@@ -26,6 +26,12 @@ struct LoweringOptions {
   bool fsdp = true;    // insert AG_*/RELEASE/REDUCE_SCATTER at all
 };
 
+// The layers after the pipeline (ir.h, Layout::outside): sets the layout's flag and puts the
+// OUTSIDE action of microbatch m on rank m % S, in microbatch order, after the rank's last F.
+// Throws carousel::Error when a rank runs a forward after a backward (only schedules whose
+// registry row has forwards_first get here).
+Program place_outside(Program compute);
+
 // Adds SEND/RECV, weight residency, REDUCE_SCATTER after the last backward of each stage, and
 // OPTIMIZER at the end. The SEND goes right after the producing action; the matching RECV is
 // placed on the consumer at the moment the data is produced (found by walking all ranks in

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "compute/error.h"
+#include "host/schedule/passes.h"
 
 namespace carousel::schedule {
 
@@ -92,33 +93,37 @@ double idle_dualpipev(const Layout& l, const Costs& c) {
 
 constexpr ScheduleInfo kSchedules[] = {
     // name, help, generator, check, idle, repeats (R > 1), forward_delay (d = 2),
-    // maxtext_table, one_device
+    // microbatch_groups, maxtext_table, one_device, forwards_first
     {"circular", "MaxText: forwards breadth-first over (repeat, microbatch), backwards reversed",
-     generate_circular, no_more_constraints, idle_fill_drain, true, true, false, true, false},
+     generate_circular, no_more_constraints, idle_fill_drain, true, true, false, true, false, true},
     {"gpipe", "all forwards, then all backwards in reverse order; R = 1", generate_gpipe,
-     no_more_constraints, idle_fill_drain, false, false, false, true, false},
+     no_more_constraints, idle_fill_drain, false, false, false, true, false, true},
     {"1f1b", "PipeDream-flush: S-s-1 warmup forwards, then one forward / one backward; R = 1",
-     generate_1f1b, no_more_constraints, idle_fill_drain, false, false, false, false, true},
+     generate_1f1b, no_more_constraints, idle_fill_drain, false, false, false, false, true, false},
     {"interleaved_1f1b", "Megatron: R chunks per rank, microbatch groups of g; S <= g <= M, g | M",
-     generate_interleaved_1f1b, check_interleaved_1f1b, idle_interleaved, true, false, true, false, false},
+     generate_interleaved_1f1b, check_interleaved_1f1b, idle_interleaved, true, false, true, false,
+     false, false},
     {"zb_h1", "Zero Bubble H1: 1f1b with B split into I and W, Ws deferred to the cooldown; R = 1",
-     generate_zb_h1, no_more_constraints, idle_zero_bubble, false, false, false, false, false},
+     generate_zb_h1, no_more_constraints, idle_zero_bubble, false, false, false, false, false,
+     false},
     {"looped_bfs",
      "PyTorch LoopedBFS: all microbatches of each local stage in turn, backward "
      "reversed",
-     generate_looped_bfs, no_more_constraints, idle_looped_bfs, true, false, false, false, false},
+     generate_looped_bfs, no_more_constraints, idle_looped_bfs, true, false, false, false, false,
+     true},
     {"interleaved_zb",
      "interleaved_1f1b with B split into I and W, W deferred like zb_h1; "
      "S <= g <= M, g | M",
-     generate_interleaved_zb, check_interleaved_1f1b, idle_zero_bubble, true, false, true, false, false},
+     generate_interleaved_zb, check_interleaved_1f1b, idle_zero_bubble, true, false, true, false,
+     false, false},
     {"zbv",
      "Zero Bubble V: 2 chunks per rank, down the ranks and back up, I/W split; R = 2, "
      "M >= 2S",
-     generate_zbv, check_zbv, idle_zbv, true, false, false, false, false},
+     generate_zbv, check_zbv, idle_zbv, true, false, false, false, false, false},
     {"dualpipev",
      "DeepSeek DualPipeV: zbv's V, overlapped F&B pairs of different microbatches; R = 2, "
      "M >= 2S",
-     generate_dualpipev, check_dualpipev, idle_dualpipev, true, false, false, false, false},
+     generate_dualpipev, check_dualpipev, idle_dualpipev, true, false, false, false, false, false},
 };
 
 // The names of the rows with `flag` set (every row when null): "a", "a or b", "a, b or c".
@@ -179,12 +184,18 @@ void check_schedule(const ScheduleSpec& spec) {
                  "num_layers_per_pipeline_stage = layers / S, or leave it and "
                  "num_pipeline_repeats unset to have it derived); for repeats use {}",
                  spec.kind, l.repeats, names_or(&ScheduleInfo::repeats));
+  CAROUSEL_CHECK(!l.outside || row.forwards_first,
+                 "pipeline_parallel_layers runs the layers after the pipeline between the last "
+                 "forward and the first backward, which pipeline_schedule={} interleaves; use {} "
+                 "(every forward first), or pipeline every layer (pipeline_parallel_layers=-1)",
+                 spec.kind, names_or(&ScheduleInfo::forwards_first));
   row.check(spec);
 }
 
 Program generate(const ScheduleSpec& spec) {
   check_schedule(spec);
-  return find_schedule(spec.kind).generate(spec);
+  const Program program = find_schedule(spec.kind).generate(spec);
+  return spec.layout.outside ? place_outside(program) : program;
 }
 
 const ScheduleInfo& one_device_schedule() {

@@ -1,7 +1,8 @@
 // registry.h — the pipeline schedules, one row each: everything about a schedule that is not its
 // generator's order of work lives in its row — name, one-line help, generator, constraint check,
 // closed-form idle time, and flags (runs repeats, accepts the forwarding delay, accepts a
-// microbatch group size, has MaxText's iteration table, runs the one-device program). The table is the only list of schedules:
+// microbatch group size, has MaxText's iteration table, runs the one-device program, runs every
+// forward first). The table is the only list of schedules:
 // generate(), the config validation of pipeline_schedule and its knobs
 // (pipeline_delay_activation_forwarding, pipeline_microbatch_group_size), the key's help text (so
 // docs/config.md), `carousel schedule` and its --help all read it; no code outside the table
@@ -34,6 +35,8 @@ struct ScheduleInfo {
   bool microbatch_groups;  // accepts pipeline_microbatch_group_size (Megatron's g)
   bool maxtext_table;  // its order is MaxText's iteration table (t, stage) -> microbatch
   bool one_device;     // the program of a one-device run: the whole model, microbatches in turn
+  bool forwards_first;  // every rank runs all its forwards before any backward, so the layers
+                        // outside the pipeline (Layout::outside) fit between them
 };
 
 // Every registered schedule, in table order (the first is the default, circular).

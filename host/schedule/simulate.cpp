@@ -34,8 +34,12 @@ double Costs::scale(int stage) const {
   return stage_scale[std::size_t(stage)];
 }
 
+double Costs::compute_cost(const Action& a) const {
+  return a.kind == Kind::OUTSIDE ? outside : cost(a.kind, a.stage);
+}
+
 double Costs::duration(const Action& a) const {
-  if (a.is_compute()) return measured_compute ? measured_compute(a) : cost(a.kind, a.stage);
+  if (a.is_compute()) return measured_compute ? measured_compute(a) : compute_cost(a);
   if (a.kind == Kind::AG_ISSUE) return all_gather * scale(a.stage);
   if (a.kind == Kind::REDUCE_SCATTER) return reduce_scatter * scale(a.stage);
   return 0;
@@ -127,7 +131,7 @@ SimResult simulate(const Program& p, const Costs& c) {
   auto input_ready = [&](int rank, const Action& a) -> double {
     const int v = a.stage, m = a.index;
     auto cross = [&](int other) {
-      if (l.rank_of(other) == rank) return 0.0;
+      if (l.rank_of(other, m) == rank) return 0.0;
       if (!c.measured_p2p) return c.p2p;
       const auto [it, fresh] = drawn_p2p.try_emplace({a.kind, v, m}, 0.0);
       if (fresh) it->second = c.measured_p2p();
@@ -146,10 +150,15 @@ SimResult simulate(const Program& p, const Costs& c) {
       case Kind::I: {
         double own = finished(Kind::F, v, m);
         if (own < 0) return kUnknown;
-        if (v == V - 1) return own;
+        if (v == V - 1 && !l.outside) return own;
         double e = finished(Kind::B, v + 1, m);
         if (e < 0) e = finished(Kind::I, v + 1, m);
+        if (e < 0) e = finished(Kind::OUTSIDE, v + 1, m);
         return e < 0 ? kUnknown : std::max(own, e + cross(v + 1));
+      }
+      case Kind::OUTSIDE: {
+        const double e = finished(Kind::F, v - 1, m);
+        return e < 0 ? kUnknown : e + cross(v - 1);
       }
       case Kind::W:
         return finished(Kind::I, v, m);

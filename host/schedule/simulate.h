@@ -17,12 +17,17 @@ namespace carousel::schedule {
 struct Costs {
   double f = 1, b = 2, i = 1, w = 1;  // forward, full backward, input grad, weight grad
   double p2p = 0;                     // latency of a cross-rank activation / gradient hand-off
+  // An OUTSIDE action (ir.h): the forward, loss and backward of the layers after the pipeline
+  // and the head, for one microbatch; not scaled by stage_scale.
+  double outside = 0;
   double all_gather = 0, reduce_scatter = 0;  // per stage's weights, on the rank's comm stream
   int forward_delay = 1;  // MaxText's d: a forward output reaches the next rank d-1 forwards later
   std::vector<double> stage_scale;  // per virtual stage; empty = 1 for every stage
   double cost(Kind k) const;        // of a stage of scale 1
   double scale(int stage) const;    // stage_scale[stage], or 1 when stage_scale is empty
   double cost(Kind k, int stage) const { return cost(k) * scale(stage); }
+  // A compute action's time in the model (F, B, I, W of its stage; OUTSIDE), measured or not.
+  double compute_cost(const Action& a) const;
   // Replay of a measured step: when set, the duration of each compute action (F, B, I, W of a
   // stage and microbatch, unique within a step) instead of its kind's cost. Gathers and
   // reduce-scatters keep theirs (host/report/cost_calibration.h, replay_traced_steps).

@@ -68,7 +68,7 @@ std::vector<Access> data_accesses(const Program& lowered, int rank) {
       case Kind::B:
       case Kind::I:
         read(i, {K::stash, v, m});
-        if (v < V - 1) read(i, {K::input_grad, v + 1, m});
+        if (v < V - 1 || lowered.layout.outside) read(i, {K::input_grad, v + 1, m});
         weights();
         if (v > 0) write(i, {K::input_grad, v, m});
         write(i, a.kind == Kind::B ? Buffer{K::weight_grad, v} : Buffer{K::deferred, v, m});
@@ -76,6 +76,10 @@ std::vector<Access> data_accesses(const Program& lowered, int rank) {
       case Kind::W:
         read(i, {K::deferred, v, m});
         write(i, {K::weight_grad, v});
+        break;
+      case Kind::OUTSIDE:  // the last stage's output in, its gradient out
+        read(i, {K::activation, v - 1, m});
+        write(i, {K::input_grad, v, m});
         break;
       case Kind::SEND_F:
         read(i, {K::activation, v, m});

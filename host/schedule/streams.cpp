@@ -51,6 +51,7 @@ Stream stream_of(Kind k) {
     case Kind::B:
     case Kind::I:
     case Kind::W:
+    case Kind::OUTSIDE:
     case Kind::AG_WAIT:
     case Kind::RELEASE:
     case Kind::A2A_F:  // the exchanges run inside the compute action that follows (ir.h)
@@ -149,7 +150,8 @@ StreamPlan plan_streams(const Program& lowered, int rank) {
         if (a.kind == Kind::F && v > 0 && l.rank_of(v - 1) != rank) {
           wait(i, find_before(i, Kind::RECV_F, v, m), WaitReason::received);
         }
-        if ((a.kind == Kind::B || a.kind == Kind::I) && v < V - 1 && l.rank_of(v + 1) != rank) {
+        const bool after = v < V - 1 || l.outside;  // a stage (or the outside one) after v
+        if ((a.kind == Kind::B || a.kind == Kind::I) && after && l.rank_of(v + 1, m) != rank) {
           wait(i, find_before(i, Kind::RECV_B, v, m), WaitReason::received);
         }
         CAROUSEL_CHECK(!fsdp || a.kind == Kind::W || resident.count(v),
@@ -159,12 +161,18 @@ StreamPlan plan_streams(const Program& lowered, int rank) {
         if (a.kind == Kind::B || a.kind == Kind::W) last_grad[v] = i;
         break;
       }
+      case Kind::OUTSIDE:  // its layers are every rank's own: no slot
+        if (l.rank_of(v - 1) != rank) {
+          wait(i, find_before(i, Kind::RECV_F, v, m), WaitReason::received);
+        }
+        break;
       case Kind::SEND_F:
         wait(i, find_before(i, Kind::F, v, m), WaitReason::activation_ready);
         break;
       case Kind::SEND_B: {
         const bool split = at.count({Kind::I, v, m}) > 0;
-        wait(i, find_before(i, split ? Kind::I : Kind::B, v, m), WaitReason::activation_ready);
+        const Kind producer = v == V ? Kind::OUTSIDE : split ? Kind::I : Kind::B;
+        wait(i, find_before(i, producer, v, m), WaitReason::activation_ready);
         break;
       }
       case Kind::RECV_F:

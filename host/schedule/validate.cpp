@@ -62,14 +62,23 @@ void validate(const Program& p) {
     for (std::size_t i = 0; i < p.ranks[r].size(); ++i) {
       const Action& a = p.ranks[r][i];
       if (!a.is_compute()) fault(p, r, i, to_string(a) + " is not a compute action");
-      if (a.stage < 0 || a.stage >= l.stages()) {
-        fault(p, r, i, fmt::format("stage {} is outside [0, {})", a.stage, l.stages()));
+      const bool outside = a.kind == Kind::OUTSIDE;
+      if (outside && (!l.outside || a.stage != l.stages())) {
+        fault(p, r, i,
+              fmt::format("{} is not the outside stage{}", to_string(a),
+                          l.outside ? fmt::format(" ({})", l.stages()) : " (the layout has none)"));
       }
-      if (l.rank_of(a.stage) != r) {
-        fault(p, r, i, fmt::format("stage {} runs on rank {}", a.stage, l.rank_of(a.stage)));
+      if (!outside && (a.stage < 0 || a.stage >= l.stages())) {
+        fault(p, r, i, fmt::format("stage {} is outside [0, {})", a.stage, l.stages()));
       }
       if (a.index < 0 || a.index >= l.microbatches) {
         fault(p, r, i, fmt::format("microbatch {} is outside [0, {})", a.index, l.microbatches));
+      }
+      if (l.rank_of(a.stage, a.index) != r) {
+        fault(p, r, i,
+              fmt::format("{} runs on rank {}",
+                          outside ? to_string(a) : fmt::format("stage {}", a.stage),
+                          l.rank_of(a.stage, a.index)));
       }
       if (!seen.emplace(std::tuple{a.kind, a.stage, a.index}, std::pair{r, i}).second) {
         fault(p, r, i, to_string(a) + " appears twice");
@@ -98,6 +107,26 @@ void validate(const Program& p) {
       const auto* back = b ? b : i;
       if (back->second < f->second) fault(p, r, back->second, "backward before its forward " + fm);
       if (w && w->second < i->second) fault(p, r, w->second, fmt::format("{}W{} before {}I{}", v, m, v, m));
+    }
+  }
+  if (!l.outside) return;
+  // The outside stage: one OUTSIDE per microbatch, between the last stage's F and backward when
+  // they share its rank (across ranks lowering orders them by the transfers).
+  const int V = l.stages();
+  for (int m = 0; m < l.microbatches; ++m) {
+    const int r = l.rank_of(V, m);
+    const auto* o = where(Kind::OUTSIDE, V, m);
+    if (!o) fault(p, r, p.ranks[r].size(), fmt::format("{}OUTSIDE{} is missing", V, m));
+    if (l.rank_of(V - 1) != r) continue;
+    const auto* f = where(Kind::F, V - 1, m);
+    const auto* b = where(Kind::B, V - 1, m);
+    const auto* back = b ? b : where(Kind::I, V - 1, m);
+    if (o->second < f->second)
+      fault(p, r, o->second, fmt::format("{}OUTSIDE{} before {}F{}", V, m, V - 1, m));
+    if (back->second < o->second) {
+      fault(p, r, back->second,
+            fmt::format("{} before {}OUTSIDE{}, which computes its gradient",
+                        to_string(p.ranks[r][back->second]), V, m));
     }
   }
 }

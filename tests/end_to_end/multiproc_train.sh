@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # multiproc_train.sh CAROUSEL SOURCE_DIR WORK_DIR — `carousel train` as 4 MPI processes must train
 # exactly as 4 threads do: the same losses and gradient norms at every step, and byte-identical
-# model and optimizer checkpoints (every process writing its own part); without a run_name they share one new run directory. The
-# process run stops after 3 steps and resumes (checkpoint load with ranks in processes), the
-# threaded run goes straight through. Uneven stages, tensor, context and expert parallelism are
-# compared the same way. Then a job of the wrong size must fail with the error that names both sizes.
+# model and optimizer checkpoints (every process writing its own part); without a run_name they
+# share one new run directory. The process run stops after 3 steps and resumes (checkpoint load
+# with ranks in processes), the threaded run goes straight through. Uneven stages, layers outside
+# the pipeline, tensor, context and expert parallelism are compared the same way. Then a job of
+# the wrong size must fail with the error that names both sizes.
 set -euo pipefail
 carousel=$1 src=$2 work=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -95,6 +96,12 @@ PY
 # Uneven stages ([1, 3, 3, 1]: S = 2, R = 2, FSDP slots shared by a 1- and a 3-layer stage): the
 # processes hold and train the same stages as the threads, bitwise, checkpoints included.
 threads_equal_processes "uneven stages" uneven model "pipeline_stage_layers=[1,3,3,1]"
+
+# Layers outside the pipeline (layers 4-7 after a gpipe of 2 stages, FSDP 2): the last stage
+# sends each microbatch's output to another process and gets its gradient back, and the stage
+# ranks sum the outside layers' gradients over MPI, exactly as the threads.
+threads_equal_processes "layers outside the pipeline" outside "model optimizer" \
+  pipeline_schedule=gpipe pipeline_parallel_layers=4
 
 # Tensor and context parallelism (T = 2 with S = 2; T = 4 with KV heads shared by two ranks;
 # T = 2 x C = 2; C = 2 with S = 2): the processes' tensor and context groups exchange

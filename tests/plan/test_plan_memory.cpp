@@ -6,8 +6,9 @@
 //   - the bytes the device allocator gained while ShardedParams was built equal the planner's
 //     weights + gradients + optimizer (exact);
 //   - the bytes still held after the step, beyond what was held before it, equal the planner's
-//     weight slots plus the step's token batches on the first and last stages' ranks
-//     (2 x M x b x T int32 each), counted here by hand (exact);
+//     weight slots plus the step's token batches on the first and last stages' ranks and of
+//     the microbatches a rank runs outside the pipeline (2 x b x T int32 each), and the losses
+//     of the heads it runs, counted here from the program (exact);
 //   - asking ShardedParams for every local stage's gradients, as the backwards do, allocates
 //     the planner's FSDP gradient buffers (exact; nothing without FSDP);
 //   - the allocator's peak lies between what is provably alive at once (state + slots + the
@@ -18,6 +19,7 @@
 #include <gtest/gtest.h>
 
 #include <mutex>
+#include <set>
 
 #include "collectives/communicator.h"
 #include "host/config/config.h"
@@ -159,13 +161,21 @@ TEST_P(PlanMemory, EqualsTheExecutorsAllocationsAndTraffic) {
     const plan::MemoryBreakdown p = plan::device_memory(cfg, program, s, sim.peak_activations[s]);
     SCOPED_TRACE(fmt::format("rank {} (stage rank {})", rank, s));
     EXPECT_EQ(m.state, p.weights + p.gradients + p.optimizer);
-    const bool edge =
-        program.layout.rank_of(0) == s || program.layout.rank_of(program.layout.stages() - 1) == s;
-    const std::int64_t token_batches = edge ? 2 * cfg.microbatches() * rows * T * 4 : 0;
-    // The last stage's per-token losses, kept on the tensor rank that counts them.
-    const bool last = program.layout.rank_of(program.layout.stages() - 1) == s;
+    // The microbatches whose tokens the rank reads (at the first and last stage, and outside
+    // the pipeline) and whose heads it runs (the last stage's, or its OUTSIDE actions').
+    const int V = program.layout.stages();
+    std::set<int> read, heads;
+    for (const schedule::Action& a : program.ranks[std::size_t(s)]) {
+      if (!a.is_compute()) continue;
+      if (a.stage == 0 || a.stage >= V - 1) read.insert(a.index);
+      const bool last_forward = a.kind == schedule::Kind::F && a.stage == V - 1;
+      if (a.kind == schedule::Kind::OUTSIDE || (last_forward && !program.layout.outside))
+        heads.insert(a.index);
+    }
+    const std::int64_t token_batches = 2 * std::int64_t(read.size()) * rows * T * 4;
+    // The heads' per-token losses, kept on the tensor rank that counts them.
     const std::int64_t losses =
-        last && place.tensor_rank == 0 ? cfg.microbatches() * rows * T * 4 : 0;
+        place.tensor_rank == 0 ? std::int64_t(heads.size()) * rows * T * 4 : 0;
     EXPECT_EQ(m.kept, p.weight_slots + token_batches + losses);
     EXPECT_EQ(m.gradient_buffers, p.gradient_buffers);
     const std::int64_t alive_together = p.weights + p.gradients + p.optimizer + p.weight_slots +
@@ -177,7 +187,7 @@ TEST_P(PlanMemory, EqualsTheExecutorsAllocationsAndTraffic) {
                                  << p.working_set << " state " << m.state;
     const plan::LinkBytes b =
         plan::device_link_bytes(cfg, program, s, links, place.fsdp_rank, place.replica_rank());
-    EXPECT_DOUBLE_EQ(m.pipe, b.pipeline);
+    EXPECT_DOUBLE_EQ(m.pipe, b.pipeline + b.stage_sum);
     EXPECT_DOUBLE_EQ(m.fsdp, b.fsdp_gather + b.fsdp_scatter + b.extras);
     EXPECT_DOUBLE_EQ(m.data, b.data);
     EXPECT_DOUBLE_EQ(m.tensor, b.tensor);
@@ -255,11 +265,11 @@ INSTANTIATE_TEST_SUITE_P(
                  {"num_experts=4", "num_experts_per_tok=2", "base_moe_mlp_dim=32",
                   "shared_experts=1", "ici_tensor_parallelism=2", "ici_pipeline_parallelism=2",
                   "num_pipeline_microbatches=2"}},
-        MeshCase{"moe_T2_E2_dense_first_F2",
-                 {"num_experts=4", "num_experts_per_tok=4", "base_moe_mlp_dim=32",
-                  "first_num_dense_layers=1", "ici_tensor_parallelism=2",
-                  "ici_expert_parallelism=2", "ici_fsdp_parallelism=2",
-                  "num_pipeline_microbatches=1"}},
+        MeshCase{
+            "moe_T2_E2_dense_first_F2",
+            {"num_experts=4", "num_experts_per_tok=4", "base_moe_mlp_dim=32",
+             "first_num_dense_layers=1", "ici_tensor_parallelism=2", "ici_expert_parallelism=2",
+             "ici_fsdp_parallelism=2", "num_pipeline_microbatches=1"}},
         MeshCase{"moe_1f1b_remat_none_top1",
                  {"num_experts=8", "num_experts_per_tok=1", "first_num_dense_layers=3",
                   "ici_pipeline_parallelism=2", "num_layers_per_pipeline_stage=4",
@@ -314,6 +324,22 @@ INSTANTIATE_TEST_SUITE_P(
             {"ici_data_parallelism=2", "ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2",
              "num_pipeline_microbatches=2", "pipeline_schedule=1f1b", "pipeline_stage_layers=3,5",
              "shard_optimizer_over_data=true", "pipeline_fsdp_ag_per_repeat=true"}},
+        // Layers outside the pipeline: every stage rank holds them with the final norm and the
+        // head, reads the tokens and keeps the losses of its microbatches, and sums their
+        // gradients over the stage ranks.
+        MeshCase{"outside_S2_F2_gpipe",
+                 {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=2", "pipeline_schedule=gpipe",
+                  "pipeline_parallel_layers=4", "num_pipeline_microbatches=4"}},
+        MeshCase{
+            "outside_S4_T2_M2_tied",
+            {"ici_pipeline_parallelism=4", "ici_tensor_parallelism=2", "pipeline_parallel_layers=4",
+             "num_pipeline_microbatches=2", "logits_via_embedding=true"}},
+        MeshCase{"outside_S2_C2_D2_moe_zero1",
+                 {"ici_pipeline_parallelism=2", "ici_context_parallelism=2",
+                  "ici_data_parallelism=2", "pipeline_parallel_layers=6",
+                  "num_pipeline_microbatches=2", "shard_optimizer_over_data=true", "num_experts=4",
+                  "num_experts_per_tok=2", "base_moe_mlp_dim=32", "first_num_dense_layers=1"},
+                 16},
         // F = 3 pads stages of 5 and 3 layers differently.
         MeshCase{"S2_F3_uneven_zb_remat_none",
                  {"ici_pipeline_parallelism=2", "ici_fsdp_parallelism=3", "pipeline_schedule=zb_h1",

@@ -77,6 +77,25 @@ TEST(CostCalibration, PerLayerMeansAndTheHeadFromHandBuiltTraces) {
   EXPECT_FALSE(one.measured_head);
 }
 
+// Layers outside the pipeline: two stages of 2 layers at 100 / 200 us per layer (the last one
+// now without the head), and OUTSIDE actions of 3 layers + the head taking 1050 us = (100 + 200)
+// x 3.5: the head is 0.5 layer, and the calibrated model charges each OUTSIDE that whole time.
+TEST(CostCalibration, TheHeadFromTheOutsideActions) {
+  const StepTrace first =
+      trace_of(0, {{sch::Kind::F, 0, 200}, {sch::Kind::OUTSIDE, 2, 1000}, {sch::Kind::B, 0, 400}});
+  const StepTrace last =
+      trace_of(1, {{sch::Kind::F, 1, 200}, {sch::Kind::OUTSIDE, 2, 1100}, {sch::Kind::B, 1, 400}});
+  const sch::StageLayers stages({2, 2});
+  const CalibratedCosts c = calibrate_costs({&first, &last}, stages, 0.25, 3);
+  EXPECT_NEAR(c.f, 100, 1e-6);
+  EXPECT_NEAR(c.b, 200, 1e-6);
+  EXPECT_NEAR(c.head, 0.5, 1e-6);
+  EXPECT_TRUE(c.measured_head);
+  const sch::Costs costs = calibrated_schedule_costs(c, stages, {});
+  EXPECT_EQ(costs.stage_scale, (std::vector<double>{2, 2}));  // no head on the last stage
+  EXPECT_NEAR(costs.outside, 1050, 1e-6);
+}
+
 // Steps 0, 1, ... of slices at given times: (kind, stage, microbatch, start us, end us); step i
 // spans [1000 i, 1000 (i + 1)) us.
 using TimedSlices = std::vector<std::tuple<sch::Kind, int, int, double, double>>;

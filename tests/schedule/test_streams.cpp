@@ -18,30 +18,36 @@
 namespace carousel::schedule {
 namespace {
 
-// Every registered schedule on every layout its check accepts, S <= 4, M <= 8, R <= 3.
+// Every registered schedule on every layout its check accepts, S <= 4, M <= 8, R <= 3, with
+// layers outside the pipeline where the schedule runs them.
 std::vector<ScheduleSpec> every_spec() {
   std::vector<ScheduleSpec> out;
   for (const ScheduleInfo& row : schedules())
     for (int S : {1, 2, 3, 4})
       for (int M : {1, 2, 3, 4, 8})
         for (int R : {1, 2, 3})
-          for (int g : {0, 4}) {
-            if (g != 0 && !row.microbatch_groups) continue;
-            const ScheduleSpec spec{
-                .kind = std::string(row.name), .layout = Layout{S, R, M}, .group_size = g};
-            if (testing::error_of([&] { check_schedule(spec); }) != "<no error>") continue;
-            out.push_back(spec);
-          }
+          for (int g : {0, 4})
+            for (bool outside : {false, true}) {
+              if ((g != 0 && !row.microbatch_groups) || (outside && !row.forwards_first)) continue;
+              Layout layout{S, R, M};
+              layout.outside = outside;
+              const ScheduleSpec spec{
+                  .kind = std::string(row.name), .layout = layout, .group_size = g};
+              if (testing::error_of([&] { check_schedule(spec); }) != "<no error>") continue;
+              out.push_back(spec);
+            }
   return out;
 }
 
 std::string describe(const ScheduleSpec& s, int slots, bool fsdp) {
-  return fmt::format("{} S={} M={} R={} g={} slots={} fsdp={}", s.kind, s.layout.ranks,
-                     s.layout.microbatches, s.layout.repeats, s.group_size, slots, fsdp);
+  return fmt::format("{} S={} M={} R={} g={} outside={} slots={} fsdp={}", s.kind, s.layout.ranks,
+                     s.layout.microbatches, s.layout.repeats, s.group_size, s.layout.outside, slots,
+                     fsdp);
 }
 
 Costs with_comm(double all_gather, double p2p, double reduce_scatter) {
   Costs c;  // f = 1, b = 2, i = w = 1
+  c.outside = 2;  // an OUTSIDE action, where the program has them
   c.all_gather = all_gather;
   c.p2p = p2p;
   c.reduce_scatter = reduce_scatter;
@@ -174,7 +180,12 @@ TEST(Streams, BufferSlidingWindowPrefetchOverlapsComputeAndExposesLess) {
         for (double x : rec.exposed_all_gather) e[k] += x;
         exposed[k] += e[k];
       }
-      EXPECT_LT(e[1], e[0]) << "all_gather=" << ag;
+      // The OUTSIDE actions between a rank's last F and first B hide a gather per use behind
+      // them as well as the slots do (S = M = 1: there is nothing else to hide).
+      if (spec.layout.outside)
+        EXPECT_LE(e[1], e[0]) << "all_gather=" << ag;
+      else
+        EXPECT_LT(e[1], e[0]) << "all_gather=" << ag;
     }
   }
   EXPECT_GT(prefetches, 100);
