@@ -49,7 +49,7 @@ struct Config {
   std::int64_t decoder_last_pipeline_num_layers = -1;
   // MaxText's pipeline_parallel_layers: the pipeline runs decoder layers [0, P), the rest run after
   // it on every stage rank, the stage axis then splitting the microbatches like data parallelism
-  // (docs/parallelism.md#layers-outside-the-pipeline); -1 = every layer pipelined.
+  // (docs/pipeline.md#layers-outside-the-pipeline-pipeline_parallel_layers); -1 = all pipelined.
   std::int64_t pipeline_parallel_layers = -1;
   std::string pipeline_schedule = "circular";
   bool pipeline_delay_activation_forwarding = false;

@@ -27,7 +27,8 @@ struct LoweringOptions {
 };
 
 // The layers after the pipeline (ir.h, Layout::outside): sets the layout's flag and puts the
-// OUTSIDE action of microbatch m on rank m % S, in microbatch order, after the rank's last F.
+// OUTSIDE action of microbatch m on rank m % S after the rank's last F, each rank's in the order
+// the last stage's backwards need them.
 // Throws carousel::Error when a rank runs a forward after a backward (only schedules whose
 // registry row has forwards_first get here).
 Program place_outside(Program compute);

@@ -11,6 +11,16 @@ Program place_outside(Program p) {
   Layout& l = p.layout;
   l.outside = true;
   const int V = l.stages();
+  // The order in which the last stage's backwards need the OUTSIDE actions' gradients (gpipe
+  // and circular: the last microbatch first): each rank runs its OUTSIDE actions in that order,
+  // so the first backward waits for one of them, not for all.
+  std::vector<int> needed;
+  for (const Action& a : p.ranks[std::size_t(l.rank_of(V - 1))]) {
+    if ((a.kind == Kind::B || a.kind == Kind::I) && a.stage == V - 1) needed.push_back(a.index);
+  }
+  CAROUSEL_ASSERT(int(needed.size()) == l.microbatches,
+                  "schedule: the last stage has {} backwards for {} microbatches", needed.size(),
+                  l.microbatches);
   for (int r = 0; r < l.ranks; ++r) {
     std::vector<Action>& list = p.ranks[std::size_t(r)];
     // After the rank's last forward: the pipeline's first backward needs the OUTSIDE actions'
@@ -23,7 +33,8 @@ Program place_outside(Program p) {
         "pipeline (pipeline_parallel_layers) have no place between the two",
         r);
     std::vector<Action> outside;
-    for (int m = r; m < l.microbatches; m += l.ranks) outside.push_back({Kind::OUTSIDE, V, m});
+    for (const int m : needed)
+      if (l.rank_of(V, m) == r) outside.push_back({Kind::OUTSIDE, V, m});
     list.insert(first_backward, outside.begin(), outside.end());
   }
   return p;

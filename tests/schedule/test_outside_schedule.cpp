@@ -22,12 +22,14 @@ ScheduleSpec outside_spec(const std::string& kind, int S, int M, int R = 1) {
   return {.kind = kind, .layout = layout};
 }
 
+// Microbatch m on rank m % S, after the rank's last F, in the order the last stage's backwards
+// need them (gpipe: the last microbatch first).
 TEST(OutsideSchedule, EachRankRunsItsMicrobatchesAfterItsLastForward) {
   const Program p = generate(outside_spec("gpipe", 2, 4));
   EXPECT_TRUE(p.layout.outside);
   EXPECT_EQ(to_text(p),
-            "rank 0: 0F0 0F1 0F2 0F3 2OUTSIDE0 2OUTSIDE2 0B3 0B2 0B1 0B0\n"
-            "rank 1: 1F0 1F1 1F2 1F3 2OUTSIDE1 2OUTSIDE3 1B3 1B2 1B1 1B0\n");
+            "rank 0: 0F0 0F1 0F2 0F3 2OUTSIDE2 2OUTSIDE0 0B3 0B2 0B1 0B0\n"
+            "rank 1: 1F0 1F1 1F2 1F3 2OUTSIDE3 2OUTSIDE1 1B3 1B2 1B1 1B0\n");
   // Circular with repeats: the outside stage is S x R = 4, after every repeat's forwards.
   const Program c = generate(outside_spec("circular", 2, 2, 2));
   for (int r = 0; r < 2; ++r) {
