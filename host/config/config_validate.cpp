@@ -331,16 +331,6 @@ void check_layers_outside(const Config& c) {
                  "base_num_decoder_layers={} layers the pipeline runs (1 to {}; the layers after "
                  "them run outside it, on every stage rank), or -1 for all of them",
                  P, N, N);
-  if (P == -1 || c.ici_expert_parallelism == 1) return;
-  for (std::int64_t l = P; l < N; ++l) {
-    CAROUSEL_CHECK(!c.model.is_moe_layer(int(l)),
-                   "pipeline_parallel_layers={} leaves layer {}, a mixture-of-experts layer, "
-                   "outside the pipeline, but its experts are split over "
-                   "ici_expert_parallelism={} ranks, and exchanging rows there is not built; "
-                   "pipeline every MoE layer (the dense ones may stay outside) or use "
-                   "ici_expert_parallelism=1",
-                   P, l, c.ici_expert_parallelism);
-  }
 }
 
 // Even stages: S x R x L = the pipelined decoder layers.

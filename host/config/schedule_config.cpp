@@ -50,10 +50,13 @@ sch::Costs schedule_costs(const Config& cfg, const sch::StageLayers& layers) {
   // Expert exchanges: a dispatch and a combine per MoE layer in a forward; the backward sends
   // the gradients both ways, after recomputing the forward's unless remat keeps everything.
   c.exchange = cfg.schedule_cost_exchange;
+  // An OUTSIDE action (the last entry with layers after the pipeline) recomputes nothing.
   const int backward_factor = parse_remat_policy(cfg.remat_policy) == RematPolicy::None ? 1 : 2;
-  for (const int n : exchanging_layers(cfg, layers)) {
+  const std::vector<int> exchanging = exchanging_layers(cfg, layers);
+  for (std::size_t v = 0; v < exchanging.size(); ++v) {
+    const int n = exchanging[v];
     c.exchanges_f.push_back(2 * n);
-    c.exchanges_b.push_back(2 * n * backward_factor);
+    c.exchanges_b.push_back(2 * n * (int(v) < layers.stages() ? backward_factor : 1));
   }
   return c;
 }
@@ -61,12 +64,15 @@ sch::Costs schedule_costs(const Config& cfg, const sch::StageLayers& layers) {
 std::vector<int> exchanging_layers(const Config& cfg, const sch::StageLayers& layers) {
   std::vector<int> out;
   if (cfg.ici_expert_parallelism <= 1) return out;
-  for (int v = 0; v < layers.stages(); ++v) {
+  const auto moe_layers = [&](int first, int end) {
     int n = 0;
-    for (int l = layers.first(v); l < layers.first(v) + layers.count(v); ++l)
-      n += cfg.model.is_moe_layer(l) ? 1 : 0;
-    out.push_back(n);
-  }
+    for (int l = first; l < end; ++l) n += cfg.model.is_moe_layer(l) ? 1 : 0;
+    return n;
+  };
+  for (int v = 0; v < layers.stages(); ++v)
+    out.push_back(moe_layers(layers.first(v), layers.first(v) + layers.count(v)));
+  if (layers.layers() < cfg.model.num_layers)  // the outside stage
+    out.push_back(moe_layers(layers.layers(), int(cfg.model.num_layers)));
   return out;
 }
 

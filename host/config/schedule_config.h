@@ -19,8 +19,9 @@ schedule::Costs schedule_costs(const Config& cfg, const schedule::StageLayers& l
 // The same for the config's own stages (cfg.stage_layer_counts()).
 schedule::Costs schedule_costs(const Config& cfg);
 
-// Per virtual stage of `layers`: its MoE layers whose experts are split over expert ranks
-// (ici_expert_parallelism > 1), each exchanging rows all-to-all; empty when E = 1.
+// Per virtual stage of `layers` (and the outside stage after them when layers run outside the
+// pipeline): its MoE layers whose experts are split over expert ranks (ici_expert_parallelism
+// > 1), each exchanging rows all-to-all; empty when E = 1.
 std::vector<int> exchanging_layers(const Config& cfg, const schedule::StageLayers& layers);
 
 // Which layers each virtual stage of lowered_program(cfg) runs: the config's layout, or the

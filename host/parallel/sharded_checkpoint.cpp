@@ -115,11 +115,12 @@ CheckpointPart ShardedParams::checkpoint_part(bool moments) {
     }
   }
   // The extras' weights are whole on every FSDP rank; their moments are pieces (FSDP rank f owns
-  // extras elements [f * piece, f * piece + piece)), gathered first. A tied table's copy on the
-  // last stage is not written (the first stage's is the same).
+  // extras elements [f * piece, f * piece + piece)), gathered first. A stage copy (a tied table's
+  // on the last stage, what every stage rank holds of the layers after the pipeline) is not
+  // written; routed experts after the pipeline are written by their expert rank's first replica.
   if (extras_.flat.numel() == 0) return part;
   const auto extras_dealt_here = [&](std::size_t i) {
-    return dealt_here(i) && !stage_copy(extras_.specs[i].role);
+    return dealt_here(i) && !stage_copy(extras_.specs[i].role) && first_replica(extras_.specs[i]);
   };
   for (const Kind& kind : kKinds) {
     if (kind.moment() && !moments) continue;
@@ -127,7 +128,7 @@ CheckpointPart ShardedParams::checkpoint_part(bool moments) {
         !kind.moment() ? extras_.flat
                        : gather_pieces(extras_pieces(),
                                        kind.member == &StageShard::adam_m ? extras_m_ : extras_v_);
-    if (!place_.writes_shards()) continue;
+    if (!place_.writes_shards() && !writes_experts) continue;
     auto whole = whole_tensors(extras_.specs, flat.numel(), flat, extras_dealt_here);
     if (place_.tensor_rank != 0) continue;
     for (std::size_t i = 0; i < extras_.specs.size(); ++i) {

@@ -73,10 +73,29 @@ void ShardedParams::reduce_gradients() {
   }
   const Pieces extras = extras_pieces();
   if (extras.n > 0) {
+    const bool replicas = place_.mesh.replicas() > 1;
     reduce_into_owned(extras, extras_grads_.flat,
-                      place_.mesh.replicas() > 1 ? comms_.data.get() : nullptr);
+                      replicas && place_.mesh.expert == 1 ? comms_.data.get() : nullptr);
+    if (replicas && place_.mesh.expert > 1) reduce_extras_over_replicas(extras);
   }
   reduce_tensor_replicas();
+}
+
+// The extras' routed experts (layers after the pipeline) are this expert rank's own: the owned
+// piece's runs of dense tensors are summed over every replica, those of routed experts over the
+// replicas of this expert rank. Every rank of a group holds the same layout.
+void ShardedParams::reduce_extras_over_replicas(const Pieces& p) {
+  const auto segments = segments_in(extras_.specs, p.begin(), p.begin() + p.length());
+  for (std::size_t i = 0; i < segments.size();) {
+    const bool expert = is_routed_expert(segments[i].spec->role);
+    std::size_t j = i + 1;
+    while (j < segments.size() && is_routed_expert(segments[j].spec->role) == expert) ++j;
+    const std::int64_t begin = segments[i].begin;
+    const std::int64_t end = segments[j - 1].begin + segments[j - 1].length;
+    const Tensor run = extras_grads_.flat.view(begin, {end - begin});
+    (expert ? comms_.expert_data : comms_.data)->all_reduce(run, run, ReduceOp::Sum).wait();
+    i = j;
+  }
 }
 
 void ShardedParams::reduce_over_replicas(const StageShard& s) {
@@ -148,11 +167,21 @@ void ShardedParams::reduce_tensor_replicas() {
 // and each stage's piece — on replicas too, which apply values they do not count in the norm.
 template <class Visit>
 void ShardedParams::for_each_applied_gradient(Visit&& visit) {
+  for_each_applied_extra(visit);
+  for_each_applied_stage_gradient(visit);
+}
+
+template <class Visit>
+void ShardedParams::for_each_applied_extra(Visit&& visit) {
   const Pieces extras = extras_pieces();
   for (const Segment& seg :
        segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
     visit(*seg.spec, extras_grads_.flat.view(seg.begin, {seg.length}));
   }
+}
+
+template <class Visit>
+void ShardedParams::for_each_applied_stage_gradient(Visit&& visit) {
   for (const auto& [stage, s] : stages_) {
     const Pieces p = stage_pieces(s);
     const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
@@ -168,15 +197,12 @@ void ShardedParams::for_each_applied_gradient(Visit&& visit) {
 // global check, which sees only the owners' copies, and be applied there alone.
 bool ShardedParams::uncounted_gradient_nonfinite() {
   bool bad = false;
-  const Pieces extras = extras_pieces();
-  for (const Segment& seg :
-       segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
-    if (place_.replica_rank() != 0 || !counts_tensor_part(*seg.spec))
-      bad |= !std::isfinite(be_.sum_squares(extras_grads_.flat.view(seg.begin, {seg.length})));
-  }
+  for_each_applied_extra([&](const ParamSpec& spec, const Tensor& grad) {
+    if (!counts_extra(spec)) bad |= !std::isfinite(be_.sum_squares(grad));
+  });
   if (place_.mesh.expert > 1) {  // the tensors another replica of them counts
-    for_each_applied_gradient([&](const ParamSpec& spec, const Tensor& grad) {
-      if (spec.layer >= 0 && !(counts_owned(spec) && counts_tensor_part(spec)))
+    for_each_applied_stage_gradient([&](const ParamSpec& spec, const Tensor& grad) {
+      if (!(counts_owned(spec) && counts_tensor_part(spec)))
         bad |= !std::isfinite(be_.sum_squares(grad));
     });
   } else if (!(zero1_ || place_.writes_shards())) {
@@ -186,35 +212,28 @@ bool ShardedParams::uncounted_gradient_nonfinite() {
         bad |= !std::isfinite(be_.sum_squares(s.grads.view(p.begin(), {p.length()})));
     }
   } else if (place_.mesh.tensor > 1) {  // parts another tensor rank counts
-    for_each_applied_gradient([&](const ParamSpec& spec, const Tensor& grad) {
-      if (spec.layer >= 0 && !counts_tensor_part(spec))
-        bad |= !std::isfinite(be_.sum_squares(grad));
+    for_each_applied_stage_gradient([&](const ParamSpec& spec, const Tensor& grad) {
+      if (!counts_tensor_part(spec)) bad |= !std::isfinite(be_.sum_squares(grad));
     });
   }
   return bad;
 }
 
 // This rank's share of the squared global norm, each element of the model on exactly one rank:
-// the extras on data rank 0 (a tied copy never; the final norm's gain on tensor rank 0), each
-// shard's piece on its owner (every rank with ZeRO-1, data rank 0 without), summed per extras
-// parameter and per whole shard piece (the order every layout's tests pin down); with tensor
-// parallelism per parameter part, a part several tensor ranks hold counted on the first of them.
+// the extras on the first replica holding them (a stage copy never; the final norm's gain on
+// tensor rank 0), each shard's piece on its owner (every rank with ZeRO-1, data rank 0 without),
+// summed per extras parameter and per whole shard piece (the order every layout's tests pin
+// down); with tensor parallelism per parameter part, a part several tensor ranks hold counted
+// on the first of them.
 double ShardedParams::owned_sum_of_squares() {
   double squares = 0;
-  const Pieces extras = extras_pieces();
-  if (place_.replica_rank() == 0) {
-    for (const Segment& seg :
-         segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
-      if (!stage_copy(seg.spec->role) && counts_tensor_part(*seg.spec)) {
-        squares += be_.sum_squares(extras_grads_.flat.view(seg.begin, {seg.length}));
-      }
-    }
-  }
+  for_each_applied_extra([&](const ParamSpec& spec, const Tensor& grad) {
+    if (counts_extra(spec)) squares += be_.sum_squares(grad);
+  });
   if (place_.mesh.expert > 1) {  // each tensor on the first of the replicas holding it (a part
                                  // several tensor ranks hold: on the first of them)
-    for_each_applied_gradient([&](const ParamSpec& spec, const Tensor& grad) {
-      if (spec.layer >= 0 && counts_owned(spec) && counts_tensor_part(spec))
-        squares += be_.sum_squares(grad);
+    for_each_applied_stage_gradient([&](const ParamSpec& spec, const Tensor& grad) {
+      if (counts_owned(spec) && counts_tensor_part(spec)) squares += be_.sum_squares(grad);
     });
   } else if (zero1_ || place_.writes_shards()) {
     for (const auto& [stage, s] : stages_) {

@@ -172,6 +172,13 @@ class ShardedParams {
   // Sums a stage's gradient shard over the replicas: one all-reduce, or with expert parallelism
   // one per run of dense or of routed-expert tensors, each over its replica group.
   void reduce_over_replicas(const StageShard& s);
+  // The same for this rank's piece `p` of the extras, with expert parallelism.
+  void reduce_extras_over_replicas(const Pieces& p);
+  // Whether this rank counts an extra's elements it applies in the global norm: the first
+  // replica holding them, not a stage copy, the first tensor rank of a shared part.
+  bool counts_extra(const ParamSpec& spec) const {
+    return first_replica(spec) && !stage_copy(spec.role) && counts_tensor_part(spec);
+  }
   // ZeRO-1 with expert parallelism: the dense runs of the shard summed over the expert ranks
   // (the routed experts' are each rank's own), before the pieces' sum over the replicas.
   void reduce_dense_over_expert_ranks(const StageShard& s);
@@ -201,6 +208,10 @@ class ShardedParams {
   double owned_sum_of_squares();
   template <class Visit>
   void for_each_applied_gradient(Visit&& visit);  // visit(spec, view): what this rank updates
+  template <class Visit>
+  void for_each_applied_extra(Visit&& visit);  // ... of the extras
+  template <class Visit>
+  void for_each_applied_stage_gradient(Visit&& visit);  // ... of the stages
   bool uncounted_gradient_nonfinite();
   [[noreturn]] void fail_nonfinite(std::int64_t step, double loss, double norm);
 

@@ -160,7 +160,20 @@ LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int
     }
   }
   const double extras_fsdp = p.extras > 0 ? 2 * ring_share(F, double(p.extras_piece * F) * 4) : 0;
-  const double extras_data = 2 * ring_share(D, double(p.extras_piece) * 4);
+  double extras_data = 2 * ring_share(D, double(p.extras_piece) * 4);
+  if (const int E = int(cfg.ici_expert_parallelism); E > 1) {
+    // Routed experts after the pipeline: the piece's runs of dense tensors over the D replicas,
+    // of routed experts over the D / E of this expert rank (the piece's padding over none).
+    const std::int64_t lo = fsdp_rank * p.extras_piece, hi = lo + p.extras_piece;
+    std::int64_t at = 0, dense = 0, experts = 0;
+    for (const ParamSpec& spec : p.extras_specs) {
+      const std::int64_t n = numel(spec.shape);
+      const std::int64_t here = std::max<std::int64_t>(0, std::min(at + n, hi) - std::max(at, lo));
+      (is_routed_expert(spec.role) ? experts : dense) += here;
+      at += n;
+    }
+    extras_data = 2 * ring_share(D, double(dense) * 4) + 2 * ring_share(D / E, double(experts) * 4);
+  }
   LinkBytes b;
   b.data = replicas + extras_data;
   b.expert = over_expert_ranks;
@@ -262,7 +275,7 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
   double pipe_inter = 0;
   for (const auto& a : lowered.ranks.at(stage_rank)) {
     if (a.kind == sch::Kind::OUTSIDE) {  // the layers after the pipeline: forward and backward,
-                                         // nothing recomputed; the head; no expert exchange
+                                         // nothing recomputed; the head
       double n = 0, moe = 0;
       for (int l = map.layers(); l < m.num_layers; ++l) {
         n += 1;
@@ -270,6 +283,7 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
       }
       b.tensor += 2 * n * layer.tensor + head_tensor + moe * combine_dots;
       b.context += 2 * n * layer.context + moe * pool;
+      b.expert += moe * (exchange_forward + 2 * expert_rows_bytes(cfg));
       continue;
     }
     const double layers = a.is_compute() ? double(map.count(a.stage)) : 0.0;

@@ -56,7 +56,8 @@ std::size_t overlap_partner(const std::vector<Action>& list, std::size_t i) {
 }
 
 Action exchange_of(const Action& compute) {
-  return {compute.kind == Kind::F ? Kind::A2A_F : Kind::A2A_B, compute.stage, compute.index};
+  const bool forward = compute.kind == Kind::F || compute.kind == Kind::OUTSIDE;
+  return {forward ? Kind::A2A_F : Kind::A2A_B, compute.stage, compute.index};
 }
 
 bool exchanges_at(const std::vector<Action>& list, std::size_t i) {

@@ -125,7 +125,8 @@ struct Layout {
 // (lowering may put p2p and weight actions between the two), or list.size() if there is none.
 std::size_t overlap_partner(const std::vector<Action>& list, std::size_t i);
 
-// The A2A naming the expert exchanges of a compute action: A2A_F of an F, A2A_B of a B or I.
+// The A2A naming the expert exchanges of a compute action: A2A_F of an F (and of an OUTSIDE,
+// whose forward runs first), A2A_B of a B or I.
 Action exchange_of(const Action& compute);
 
 // Whether the compute action at list[i] exchanges rows with its expert ranks: an A2A right

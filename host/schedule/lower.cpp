@@ -160,14 +160,15 @@ void hoist_pair_gathers(std::vector<Action>& list) {
 // W runs no layer (only weight-gradient GEMMs, dense or of experts already done in I): no A2A.
 Program place_exchanges(Program p, const std::vector<int>& exchanging_layers) {
   if (exchanging_layers.empty()) return p;
-  CAROUSEL_CHECK(int(exchanging_layers.size()) == p.layout.stages(),
+  const int stages = p.layout.stages() + (p.layout.outside ? 1 : 0);
+  CAROUSEL_CHECK(int(exchanging_layers.size()) == stages,
                  "lowering: exchanging layers for {} stages, the program has {}",
-                 exchanging_layers.size(), p.layout.stages());
+                 exchanging_layers.size(), stages);
   for (auto& list : p.ranks) {
     std::vector<Action> with;
     for (const Action& a : list) {
-      const bool exchanges = (a.kind == Kind::F || a.kind == Kind::B || a.kind == Kind::I) &&
-                             exchanging_layers[std::size_t(a.stage)] > 0;
+      const bool exchanges =
+          a.is_compute() && a.kind != Kind::W && exchanging_layers[std::size_t(a.stage)] > 0;
       if (exchanges) with.push_back(exchange_of(a));
       with.push_back(a);
     }

@@ -40,9 +40,10 @@ Program place_outside(Program compute);
 // actions of a rank form one group (ncclGroupStart/End).
 Program lower(const Program& compute, const LoweringOptions& options);
 
-// Puts an A2A_F / A2A_B (ir.h) right before each F / B or I of a lowered program's stages
-// that exchange rows with expert ranks: `exchanging_layers[v]`, stage v's MoE layers whose
-// routed experts are split over ranks (expert parallelism). Empty: the program as it is. With
+// Puts an A2A_F / A2A_B (ir.h) right before each F / B or I (an A2A_F before an OUTSIDE) of a
+// lowered program's stages that exchange rows with expert ranks: `exchanging_layers[v]`, stage
+// v's MoE layers whose routed experts are split over ranks (expert parallelism), and with layers
+// outside the pipeline one more entry for the outside stage. Empty: the program as it is. With
 // FSDP gathering per use, an overlapped pair with exchanges then gets both halves' weights
 // before it (the B's in a slot of its own) and releases them after it, so its halves can take
 // turns (ir.h takes_turns).

@@ -46,6 +46,12 @@ double Costs::duration(const Action& a) const {
 }
 
 int Costs::exchanges(const Action& a) const {
+  if (a.kind == Kind::OUTSIDE) {  // its forward's, then its backward's
+    Action f = a, b = a;
+    f.kind = Kind::F;
+    b.kind = Kind::B;
+    return exchanges(f) + exchanges(b);
+  }
   const std::vector<int>& per_stage = a.kind == Kind::F ? exchanges_f : exchanges_b;
   if (per_stage.empty() || a.kind == Kind::W) return 0;
   CAROUSEL_ASSERT(a.stage >= 0 && std::size_t(a.stage) < per_stage.size(),

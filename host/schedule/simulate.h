@@ -38,8 +38,9 @@ struct Costs {
   std::function<double()> measured_p2p;
   // Expert exchanges (ir.h A2A_F / A2A_B): the time of one all-to-all of an MoE layer's routed
   // rows on the rank's expert communicator (one at a time), and per virtual stage how many its
-  // F and its B or I run (empty: none). A compute action of n exchanges runs in n + 1 equal
-  // parts, each exchange between two parts.
+  // F and its B or I run (empty: none; with layers outside the pipeline one more entry, the
+  // outside stage's, whose OUTSIDE runs both). A compute action of n exchanges runs in n + 1
+  // equal parts, each exchange between two parts.
   double exchange = 0;
   std::vector<int> exchanges_f, exchanges_b;
   int exchanges(const Action& compute) const;

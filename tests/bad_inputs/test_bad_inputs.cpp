@@ -255,7 +255,7 @@ const std::vector<Row>& rows() {
        nullptr,
        {"decoder_last_pipeline_num_layers=0", "between 1 and base_num_decoder_layers=8"}},
       // Layers outside the pipeline: a count in range, stages that split it, a schedule that
-      // runs every forward first, and no MoE layer outside with its experts split over ranks.
+      // runs every forward first.
       {{"ici_pipeline_parallelism=2", "pipeline_parallel_layers=0"},
        nullptr,
        {"pipeline_parallel_layers=0", "1 to 8", "-1 for all"}},
@@ -268,10 +268,6 @@ const std::vector<Row>& rows() {
       {{"ici_pipeline_parallelism=2", "pipeline_parallel_layers=4", "pipeline_schedule=1f1b"},
        nullptr,
        {"pipeline_parallel_layers", "pipeline_schedule=1f1b", "circular, gpipe or looped_bfs"}},
-      {{"ici_pipeline_parallelism=2", "pipeline_parallel_layers=4", "ici_expert_parallelism=2",
-        "num_experts=4", "base_moe_mlp_dim=32", "num_pipeline_microbatches=2"},
-       nullptr,
-       {"pipeline_parallel_layers=4", "layer 4", "ici_expert_parallelism=2"}},
       {{}, "pipeline_stage_layers: [1, {a: 2}]\n", {"'pipeline_stage_layers'", "a map"}},
       {{"schedule_cost_w=3"}, nullptr, {"schedule_cost_w=3", "schedule_cost_b=2"}},
       {{"dataset_type=text", "dataset_path=x.txt", "vocab_size=100"},

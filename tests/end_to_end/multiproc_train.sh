@@ -115,7 +115,8 @@ for mesh in "ici_fsdp_parallelism=1 ici_tensor_parallelism=2" \
 done
 
 # Expert parallelism (E = 2 with F = 2; E = 2 with S = 2; E = 2 on dualpipev, whose F&B pairs
-# take turns at their exchanges on two threads of each process): each MoE layer's rows travel to
+# take turns at their exchanges on two threads of each process; E = 2 with MoE layers outside
+# the pipeline, exchanging in their OUTSIDE actions): each MoE layer's rows travel to
 # their experts' process and back over MPI; the processes train exactly as the threads, the
 # loss-free bias and the checkpoint parts of the experts each process holds included.
 moe=(num_experts=4 num_experts_per_tok=2 base_moe_mlp_dim=32 shared_experts=1
@@ -123,7 +124,8 @@ moe=(num_experts=4 num_experts_per_tok=2 base_moe_mlp_dim=32 shared_experts=1
      routed_bias_update_rate=0.01)
 for mesh in "ici_pipeline_parallelism=1 ici_expert_parallelism=2 num_pipeline_microbatches=2" \
             "ici_fsdp_parallelism=1 ici_expert_parallelism=2 num_pipeline_microbatches=2" \
-            "ici_fsdp_parallelism=1 ici_expert_parallelism=2 pipeline_schedule=dualpipev num_pipeline_repeats=2 num_layers_per_pipeline_stage=2 num_pipeline_microbatches=4"; do
+            "ici_fsdp_parallelism=1 ici_expert_parallelism=2 pipeline_schedule=dualpipev num_pipeline_repeats=2 num_layers_per_pipeline_stage=2 num_pipeline_microbatches=4" \
+            "ici_fsdp_parallelism=1 ici_expert_parallelism=2 pipeline_schedule=gpipe pipeline_parallel_layers=4 num_pipeline_microbatches=2"; do
   read -ra keys <<<"$mesh"
   threads_equal_processes "moe $mesh" "e_${mesh//[ =]/_}" "model optimizer" "${moe[@]}" "${keys[@]}"
 done

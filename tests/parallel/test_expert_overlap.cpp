@@ -2,7 +2,7 @@
 // measured: a profiled MoE run with expert parallelism over a simulated link
 // (cpu_link_gigabytes_per_second), whose trace must show each turn-taking pair's exchanges in
 // flight while the other half computes, and as many exchanges per compute action as the cost
-// model counts (schedule_costs: its exchanges_f / exchanges_b).
+// model counts (schedule_costs: its exchanges_f / exchanges_b), OUTSIDE actions included.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -15,6 +15,7 @@
 
 #include "host/config/config.h"
 #include "host/config/schedule_config.h"
+#include "host/parallel/mesh.h"
 #include "host/report/logging.h"
 #include "host/run/trainer.h"
 
@@ -114,6 +115,60 @@ TEST(ExpertOverlap, PairsExchangeWhileTheirOtherHalfComputes) {
     }
     EXPECT_GT(pairs, 0) << "dualpipev S=1 M=4 has overlapped pairs";
   }
+}
+
+// The layers after the pipeline (pipeline_parallel_layers) with their experts split over 2
+// ranks: every OUTSIDE action runs its MoE layers' exchanges, forward and backward (4 per layer:
+// nothing recomputed), as many as the cost model counts, each between two parts.
+TEST(ExpertOverlap, OutsideActionsRunTheExchangesTheCostModelCounts) {
+  init_logging({.rank = 0, .level = "warn", .file_dir = {}});
+  Config c = load_config("", {"max_target_length=16",
+                              "dataset_type=text",
+                              "dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt",
+                              "base_output_directory=/tmp/carousel_overlap_tests",
+                              "run_name=outside",
+                              "steps=2",
+                              "enable_checkpointing=false",
+                              "base_emb_dim=32",
+                              "base_num_query_heads=2",
+                              "base_num_kv_heads=2",
+                              "base_mlp_dim=64",
+                              "base_num_decoder_layers=4",
+                              "num_experts=4",
+                              "num_experts_per_tok=2",
+                              "ici_expert_parallelism=2",
+                              "ici_pipeline_parallelism=2",
+                              "pipeline_schedule=gpipe",
+                              "pipeline_parallel_layers=2",
+                              "per_device_batch_size=2",
+                              "num_pipeline_microbatches=2",
+                              "profiler_steps=1",
+                              "skip_first_n_steps_for_profiler=1"})
+                 .config;
+  std::filesystem::remove_all(c.run_directory());
+  const TrainResult r = train(c);
+  ASSERT_FALSE(r.trace_path.empty());
+  const auto trace = nlohmann::json::parse(std::ifstream(r.trace_path))["traceEvents"];
+  const sch::Program program = lowered_program(c);
+  const sch::Costs costs = schedule_costs(c);
+  const MeshShape mesh = MeshShape::of(c);
+  int outside = 0;
+  for (int rank = 0; rank < mesh.ranks(); ++rank) {
+    const Rows rows = rows_of(trace, rank);
+    const auto& list = program.ranks[std::size_t(RankPlace::of(rank, mesh).stage_rank)];
+    for (std::size_t i = 1; i < list.size(); ++i) {
+      if (list[i].kind != sch::Kind::OUTSIDE) continue;
+      ASSERT_TRUE(list[i - 1].is_exchange()) << sch::to_string(list[i]);
+      const auto exchanges = rows.find({"expert", sch::to_string(list[i - 1])});
+      const auto parts = rows.find({"compute", sch::to_string(list[i])});
+      ASSERT_TRUE(exchanges != rows.end() && parts != rows.end()) << sch::to_string(list[i]);
+      EXPECT_EQ(costs.exchanges(list[i]), 8);  // 2 MoE layers outside, 4 exchanges each
+      EXPECT_EQ(int(exchanges->second.size()), costs.exchanges(list[i]));
+      EXPECT_EQ(parts->second.size(), exchanges->second.size() + 1);
+      ++outside;
+    }
+  }
+  EXPECT_EQ(outside, 4);  // 2 microbatches x 2 expert ranks
 }
 
 }  // namespace

@@ -21,6 +21,17 @@ const std::string S2 = "ici_pipeline_parallelism=2", S4 = "ici_pipeline_parallel
                   gpipe = "pipeline_schedule=gpipe", P4 = "pipeline_parallel_layers=4",
                   P6 = "pipeline_parallel_layers=6";
 
+const std::string E2 = "ici_expert_parallelism=2";
+
+// Four experts of width 32, top-2, a shared expert, a dense first layer, the balancing loss.
+std::vector<std::string> moe_outside(std::vector<std::string> keys) {
+  std::vector<std::string> all = {
+      "num_experts=4",         "base_moe_mlp_dim=32", "first_num_dense_layers=1",
+      "num_experts_per_tok=2", "shared_experts=1",    "load_balance_loss_weight=0.01"};
+  all.insert(all.end(), keys.begin(), keys.end());
+  return all;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Outside, PipelineEquivalence,
     ::testing::Values(
@@ -73,6 +84,24 @@ INSTANTIATE_TEST_SUITE_P(
                      {S2, P6, M4, "num_experts=4", "base_moe_mlp_dim=32", "num_experts_per_tok=2",
                       "routed_score_func=sigmoid", "norm_topk_prob=true", "routed_bias=true",
                       "routed_bias_update_rate=0.02"},
+                     1e-6},
+        // Expert parallelism in the OUTSIDE actions: their MoE layers exchange rows with the
+        // expert ranks of the same stage rank (an A2A before each); the routed experts after the
+        // pipeline are each expert rank's own, summed over its replicas and the stage ranks.
+        PipelineCase{"outside_moe_E2_S2_P4", moe_outside({S2, P4, M4, E2}), 1e-6},
+        PipelineCase{"outside_moe_E4_S2_P6_top1",
+                     moe_outside({S2, P6, M2, "ici_expert_parallelism=4", "num_experts_per_tok=1"}),
+                     1e-6},
+        PipelineCase{
+            "outside_moe_E2_D2_S2_F2_zero1",
+            moe_outside({S2, P4, "num_pipeline_microbatches=1", E2, "ici_data_parallelism=2",
+                         "ici_fsdp_parallelism=2", "shard_optimizer_over_data=true"}),
+            1e-6},
+        PipelineCase{"outside_moe_E2_T2_S2_circular",
+                     moe_outside({S2, P4, M4, E2, "ici_tensor_parallelism=2"}), 1e-6},
+        PipelineCase{"outside_moe_E2_S2_remat_none_bias",
+                     moe_outside({S2, gpipe, P4, M4, E2, "remat_policy=none", "routed_bias=true",
+                                  "routed_bias_update_rate=0.02", "load_balance_loss_weight=0"}),
                      1e-6}),
     [](const auto& info) { return info.param.name; });
 
@@ -107,6 +136,25 @@ TEST(OutsideCheckpoint, ResumesAcrossPipelinedLayers) {
     const auto& from = meshes[(i + meshes.size() - 1) % meshes.size()];
     const auto [straight, resumed] =
         testing::resume_across(from, meshes[i], "outside_across_" + std::to_string(i));
+    ASSERT_EQ(resumed.size(), 2u);
+    for (std::size_t s = 0; s < 2; ++s)
+      EXPECT_NEAR(resumed[s], straight[s], 1e-5 * straight[s]) << i;
+  }
+}
+
+// MoE with layers outside the pipeline resumes across expert degrees: each expert rank's
+// routed experts after the pipeline are written under their global names (by the first replica
+// of that expert rank) and read back by whoever holds them.
+TEST(OutsideCheckpoint, ResumesAcrossExpertDegrees) {
+  const std::vector<std::vector<std::string>> meshes = {
+      moe_outside({S2, gpipe, P4, E2}),
+      moe_outside({S2, P4, "ici_expert_parallelism=4"}),
+      moe_outside({"ici_expert_parallelism=2", "ici_data_parallelism=2"}),
+  };
+  for (std::size_t i = 0; i < meshes.size(); ++i) {
+    const auto& from = meshes[(i + meshes.size() - 1) % meshes.size()];
+    const auto [straight, resumed] =
+        testing::resume_across(from, meshes[i], "outside_moe_across_" + std::to_string(i));
     ASSERT_EQ(resumed.size(), 2u);
     for (std::size_t s = 0; s < 2; ++s)
       EXPECT_NEAR(resumed[s], straight[s], 1e-5 * straight[s]) << i;

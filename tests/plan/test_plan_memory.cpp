@@ -334,6 +334,12 @@ INSTANTIATE_TEST_SUITE_P(
             "outside_S4_T2_M2_tied",
             {"ici_pipeline_parallelism=4", "ici_tensor_parallelism=2", "pipeline_parallel_layers=4",
              "num_pipeline_microbatches=2", "logits_via_embedding=true"}},
+        // Every token to every expert: the exchanges in the OUTSIDE actions balanced exactly.
+        MeshCase{"outside_S2_E2_F2_moe_all_experts",
+                 {"ici_pipeline_parallelism=2", "ici_expert_parallelism=2",
+                  "ici_fsdp_parallelism=2", "pipeline_parallel_layers=4",
+                  "num_pipeline_microbatches=2", "num_experts=4", "num_experts_per_tok=4",
+                  "base_moe_mlp_dim=32", "first_num_dense_layers=1", "shared_experts=1"}},
         MeshCase{"outside_S2_C2_D2_moe_zero1",
                  {"ici_pipeline_parallelism=2", "ici_context_parallelism=2",
                   "ici_data_parallelism=2", "pipeline_parallel_layers=6",

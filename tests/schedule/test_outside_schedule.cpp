@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "compute/error.h"
 #include "host/schedule/generators/generators.h"
 #include "host/schedule/passes.h"
 #include "host/schedule/registry.h"
@@ -119,6 +120,41 @@ TEST(OutsideSchedule, SimulationMatchesATimelineWorkedByHand) {
   EXPECT_EQ(at(1, {Kind::OUTSIDE, 2, 1}), (std::pair{3.0, 6.0}));
   EXPECT_EQ(at(1, {Kind::B, 1, 0}), (std::pair{8.0, 10.0}));
   EXPECT_EQ(at(0, {Kind::B, 0, 0}), (std::pair{10.0, 12.0}));
+}
+
+// Expert parallelism in the layers after the pipeline: one more count, the outside stage's; an
+// A2A_F before each OUTSIDE, whose exchanges are its forward's and its backward's, each between
+// two of its parts in the simulation.
+TEST(OutsideSchedule, ExpertExchangesGoBeforeTheOutsideActions) {
+  const Program lowered = lower(generate(outside_spec("gpipe", 2, 2)), {0, 0, false});
+  EXPECT_THROW(place_exchanges(lowered, {0, 1}), carousel::Error);  // no count for stage 2
+  const Program p = place_exchanges(lowered, {0, 1, 2});
+  EXPECT_EQ(to_text(p),
+            "rank 0: 0F0 0SEND_F0 2RECV_F0 0F1 0SEND_F1 2A2A_F0 2OUTSIDE0 2SEND_B0 0RECV_B1 0B1 "
+            "0RECV_B0 0B0 OPTIMIZER\n"
+            "rank 1: 1RECV_F0 1A2A_F0 1F0 1SEND_F0 1RECV_F1 1A2A_F1 1F1 1RECV_B0 2A2A_F1 "
+            "2OUTSIDE1 1A2A_B1 1B1 1SEND_B1 1A2A_B0 1B0 1SEND_B0 OPTIMIZER\n");
+  EXPECT_NO_THROW(replay(p));
+  Costs c;
+  c.outside = 9;
+  c.exchange = 0.5;
+  c.exchanges_f = {0, 2, 4};
+  c.exchanges_b = {0, 4, 4};  // the outside stage's backward recomputes nothing
+  EXPECT_EQ(c.exchanges({Kind::OUTSIDE, 2, 0}), 8);
+  const SimResult sim = simulate(p, c);
+  int parts = 0;
+  double exchanging = 0;
+  for (const Interval& iv : sim.timeline) {
+    if (iv.rank != 0) continue;
+    if (iv.action == Action{Kind::OUTSIDE, 2, 0}) {
+      ++parts;
+      EXPECT_EQ(iv.parts, 9);
+      EXPECT_DOUBLE_EQ(iv.end - iv.start, 1.0);
+    }
+    if (iv.action == Action{Kind::A2A_F, 2, 0}) exchanging += iv.end - iv.start;
+  }
+  EXPECT_EQ(parts, 9);
+  EXPECT_DOUBLE_EQ(exchanging, 8 * 0.5);
 }
 
 TEST(OutsideSchedule, SchedulesThatInterleaveForwardsAndBackwardsRefuse) {
