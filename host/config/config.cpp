@@ -164,7 +164,6 @@ bool is_unsupported_maxtext_key(const std::string& name) {
       "data_sharding",
       "logical_axis_rules",
       "mesh_axes",
-      "pipeline_parallel_layers",
   };
   auto ends_with = [&](const char* suffix) {
     const std::string s = suffix;

@@ -35,9 +35,10 @@ sch::Costs schedule_costs(const Config& cfg, const sch::StageLayers& layers) {
     for (const int n : layers.counts()) c.stage_scale.push_back(double(n));
     if (outside == 0) c.stage_scale.back() += cfg.schedule_cost_head;
   }
-  if (outside > 0) {
-    c.outside =
-        (cfg.schedule_cost_f + cfg.schedule_cost_b) * (double(outside) + cfg.schedule_cost_head);
+  if (outside > 0) {  // the OUTSIDE action recomputes nothing (remat none inside it)
+    const double f = cfg.schedule_cost_f, b = cfg.schedule_cost_b;
+    const bool full = parse_remat_policy(cfg.remat_policy) == RematPolicy::Full;
+    c.outside = sch::outside_cost(double(outside), cfg.schedule_cost_head, f, b, full);
   }
   c.f = cfg.schedule_cost_f * L;
   c.b = cfg.schedule_cost_b * L;

@@ -61,12 +61,14 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
       loss_scale_(1.0 / double(cfg.global_batch() * cfg.model.max_target_length)),
       router_bias_(initial_router_bias(cfg.model)),
       capture_(cfg.step_graphs, program, place, be, cfg.model.is_moe()) {
-  // The microbatches whose tokens this rank reads: at the first and last stage and outside the
-  // pipeline, and with packing at every stage (attention and RoPE follow the tokens' documents).
+  // The microbatches whose tokens this rank reads: at the first stage and where the head runs
+  // (the last stage, or the OUTSIDE actions), and with packing at every stage (attention and
+  // RoPE follow the tokens' documents).
   std::set<int> with_data;
   for (const sch::Action& a : actions_) {
-    if (a.is_compute() && (cfg.packing || a.stage == 0 || a.stage >= layout_.stages() - 1))
-      with_data.insert(a.index);
+    const bool head =
+        a.kind == sch::Kind::OUTSIDE || (a.stage == layout_.stages() - 1 && !layout_.outside);
+    if (a.is_compute() && (cfg.packing || a.stage == 0 || head)) with_data.insert(a.index);
   }
   data_microbatches_.assign(with_data.begin(), with_data.end());
   if (cfg.packing) {  // the whole sequence's tables (rope_ holds this rank's positions' rows)

@@ -49,7 +49,9 @@ struct LinkBytes {
   double context = 0;  // context parallelism: key/value gathers and their gradients' scatters
   double expert = 0;   // expert parallelism: each MoE layer's counts all-gather and routed rows
                        // to and from the other expert ranks (balanced routing: (E-1)/E of them)
-  double stage_sum = 0;  // layers outside the pipeline: their gradients' sum over the stage ranks
+  // Gradients summed over stage ranks at the optimizer step: the layers after the pipeline, the
+  // final norm and lm_head over all of them, a tied table over the ranks using it.
+  double stage_sum = 0;
   double intra = 0, inter = 0;  // the same bytes split by the link they cross
 };
 

@@ -13,6 +13,7 @@
 #include "host/schedule/passes.h"
 #include "host/schedule/simulate.h"
 #include "models/params.h"
+#include "models/stage.h"
 
 namespace carousel::plan {
 
@@ -140,7 +141,11 @@ double step_time_lower_bound(const CostedCandidate& c, const Cluster& cluster) {
   // microbatch, forward and backward; with layers outside the pipeline, those and the head for
   // the microbatches m = rank mod S.
   const double M = double(cfg.microbatches());
-  const double outside = double(cfg.model.num_layers - layers.layers()) + cfg.schedule_cost_head;
+  const double f = cfg.schedule_cost_f, b = cfg.schedule_cost_b;
+  const bool full = parse_remat_policy(cfg.remat_policy) == RematPolicy::Full;
+  const double outside = sch::outside_cost(double(cfg.model.num_layers - layers.layers()),
+                                           cfg.schedule_cost_head, f, b, full) /
+                         (f + b);  // in layers of f + b, as the rest of `load`
   std::vector<double> load(std::size_t(layout.ranks), 0.0);
   for (int v = 0; v < layers.stages(); ++v) {
     const bool head = v == layers.stages() - 1 && !layout.outside;
@@ -150,7 +155,7 @@ double step_time_lower_bound(const CostedCandidate& c, const Cluster& cluster) {
   for (int m = 0; layout.outside && m < int(M); ++m)
     load[std::size_t(layout.rank_of(layout.stages(), m))] += outside;
   const double busiest = *std::max_element(load.begin(), load.end());
-  const double compute = busiest * (cfg.schedule_cost_f + cfg.schedule_cost_b);
+  const double compute = busiest * (f + b);
   double exposed = 0;
   for (int s = 0; s < layout.ranks; ++s) {
     exposed = std::max(

@@ -179,8 +179,19 @@ LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int
   b.expert = over_expert_ranks;
   b.extras = extras_fsdp;
   b.tensor = tensor_replica_bytes(cfg, layout, stage_rank, fsdp_rank, replica_rank);
-  // Layers outside the pipeline, the final norm and lm_head: all-reduced over the stage ranks.
+  // Layers outside the pipeline, the final norm and lm_head: all-reduced over the stage ranks. A
+  // tied table: over the first and the last stage's ranks, or every stage rank with layers
+  // outside (host/parallel/mesh.cpp's tie group).
   b.stage_sum = 2 * ring_share(layout.ranks, double(p.stage_summed) * 4);
+  const int first = layout.rank_of(0), last = layout.rank_of(layout.stages() - 1);
+  const bool tied = cfg.model.logits_via_embedding && layout.ranks > 1 &&
+                    (layout.outside || first != last) &&
+                    (layout.outside || stage_rank == first || stage_rank == last);
+  for (const ParamSpec& spec : p.extras_specs) {
+    if (tied && spec.role == ParamRole::Embedding)
+      b.stage_sum +=
+          2 * ring_share(layout.outside ? layout.ranks : 2, double(numel(spec.shape)) * 4);
+  }
   b.inter = (links.fsdp_inter ? b.extras : 0) + (links.data_inter ? b.data + b.expert : 0) +
             (links.tensor_inter ? b.tensor : 0) + (links.any_hop_inter() ? b.stage_sum : 0);
   b.intra = b.data + b.extras + b.tensor + b.expert + b.stage_sum - b.inter;

@@ -97,7 +97,7 @@ std::vector<double> exchange_times(std::vector<std::pair<double, double>> posted
 
 CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
                                 const sch::StageLayers& layers, double configured_head,
-                                int outside_layers) {
+                                int outside_layers, bool full_remat) {
   const int last = layers.stages() - 1;
   std::map<sch::Kind, Sum> body, last_stage, collectives;
   Sum exchanges, turns, outside;  // outside: the OUTSIDE actions, whole
@@ -155,8 +155,10 @@ CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
   c.turn = turns.mean();
   c.head = configured_head;
   c.outside_layers = outside_layers;
-  if (outside.slices > 0 && c.f + c.b > 0) {  // an OUTSIDE: (f + b) x (its layers + the head)
-    c.head = std::max(0.0, outside.mean() / (c.f + c.b) - outside_layers);
+  c.full_remat = full_remat;
+  if (outside.slices > 0 && c.f + c.b > 0) {  // an OUTSIDE: sch::outside_cost, solved for head
+    const double layers = sch::outside_cost(outside_layers, 0, c.f, c.b, full_remat);
+    c.head = std::max(0.0, (outside.mean() - layers) / (c.f + c.b));
     c.measured_head = true;
   } else if (last > 0 && !last_stage.empty()) {
     double beyond = 0, layer_total = 0;
@@ -190,7 +192,8 @@ sch::Costs calibrated_schedule_costs(const CalibratedCosts& measured,
   base.stage_scale.clear();
   for (const int n : layers.counts()) base.stage_scale.push_back(double(n));
   if (measured.outside_layers > 0) {
-    base.outside = (measured.f + measured.b) * (measured.outside_layers + measured.head);
+    base.outside = sch::outside_cost(measured.outside_layers, measured.head, measured.f, measured.b,
+                                     measured.full_remat);
   } else {
     base.stage_scale.back() += measured.head;
   }

@@ -41,6 +41,7 @@ struct CalibratedCosts {
   double head = 0;  // in layers, added to the last stage (or to each OUTSIDE action)
   bool measured_head = false;                 // false: `head` is the configured value
   int outside_layers = 0;  // layers after the pipeline (pipeline_parallel_layers): OUTSIDE runs
+  bool full_remat = false;  // the stages' B recompute the forward, an OUTSIDE's does not
   // Microseconds from a producer's end on one rank to the start of its consumer on another, when
   // the consumer's rank was idle waiting for it: every such hand-off, and their median (0 if
   // none), which the simulator adds to every cross-rank input.
@@ -55,7 +56,7 @@ std::vector<double> exchange_times(std::vector<std::pair<double, double>> posted
 
 CalibratedCosts calibrate_costs(const std::vector<const StepTrace*>& ranks,
                                 const schedule::StageLayers& layers, double configured_head,
-                                int outside_layers = 0);
+                                int outside_layers = 0, bool full_remat = false);
 
 // `base` (forward delay) with the calibrated durations and hand-off: per-layer costs scaled by each
 // stage's layer count, the head added to the last stage.

@@ -13,6 +13,7 @@
 #include "host/io/files.h"
 #include "host/plan/plan_costs.h"
 #include "host/report/cost_calibration.h"
+#include "models/stage.h"
 
 namespace carousel {
 
@@ -77,7 +78,8 @@ void Profiler::finish(const schedule::Program& program, const Communicator* proc
   const std::string path = per_process("trace", "json");
   const schedule::StageLayers layers = stage_layers(cfg_);
   const CalibratedCosts measured_costs = calibrate_costs(
-      ranks, layers, cfg_.schedule_cost_head, int(cfg_.model.num_layers - layers.layers()));
+      ranks, layers, cfg_.schedule_cost_head, int(cfg_.model.num_layers - layers.layers()),
+      parse_remat_policy(cfg_.remat_policy) == RematPolicy::Full);
   const schedule::Costs calibrated =
       calibrated_schedule_costs(measured_costs, layers, schedule_costs(cfg_, layers));
   const TracedPredictions predicted =

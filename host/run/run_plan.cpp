@@ -74,8 +74,11 @@ void log_plan(const Config& cfg, const RunPlan& plan, const Communicator* proces
   const MeshShape& mesh = plan.mesh;
   const schedule::Layout& layout = plan.program.layout;
   if (mesh.ranks() == 1) {
-    spdlog::info("one {} device: the whole model as one stage, {} microbatch(es) in turn", devices,
-                 layout.microbatches);
+    spdlog::info("one {} device: the whole model as one stage, {} microbatch(es) in turn{}",
+                 devices, layout.microbatches,
+                 cfg.pipelined_layers() < cfg.model.num_layers
+                     ? " (pipeline_parallel_layers changes nothing without a pipeline)"
+                     : "");
   } else {
     spdlog::info(
         "pipeline: {} schedule, D={} replicas{} x S={} stages x F={} FSDP x T={} tensor x C={} "

@@ -52,6 +52,13 @@ struct Costs {
   double duration(const Action& a) const;
 };
 
+// An OUTSIDE action's time: `layers` layers forward and backward with nothing recomputed (a
+// layer's b less the forward it recomputes under full remat; the selective policies' partial
+// recompute is left in), and the head, `head` layers of the run's f + b.
+inline double outside_cost(double layers, double head, double f, double b, bool full_remat) {
+  return layers * (f + (full_remat ? b - f : b)) + head * (f + b);
+}
+
 struct Interval {
   int rank;
   Action action;

@@ -92,6 +92,8 @@ std::vector<RankMeasure> run_one_step(const Config& cfg, const schedule::Program
     const RankPlace place = RankPlace::of(rank, mesh);
     RankCommunicators comms = split_communicators(world, place, program.layout, cfg.model);
     auto* pipe = testing::decorate<CountingCommunicator>(comms.pipe);
+    CountingCommunicator* tie =
+        comms.tie ? testing::decorate<CountingCommunicator>(comms.tie) : nullptr;
     auto* fsdp = testing::decorate<CountingCommunicator>(comms.fsdp);
     auto* replicas = testing::decorate<CountingCommunicator>(comms.data);
     auto* tensor = testing::decorate<CountingCommunicator>(comms.tensor);
@@ -123,7 +125,7 @@ std::vector<RankMeasure> run_one_step(const Config& cfg, const schedule::Program
       if (program.layout.rank_of(v) == place.stage_rank) buffers.push_back(params.gradients(v));
     }
     m.gradient_buffers = held() - before_buffers;
-    m.pipe = pipe->sent;
+    m.pipe = pipe->sent + (tie ? tie->sent : 0.0);  // both sum over the stage ranks
     m.fsdp = fsdp->sent;
     // Each expert's replicas sum its gradients: replica traffic too.
     m.data = replicas->sent + (expert_data ? expert_data->sent : 0.0);
@@ -161,17 +163,18 @@ TEST_P(PlanMemory, EqualsTheExecutorsAllocationsAndTraffic) {
     const plan::MemoryBreakdown p = plan::device_memory(cfg, program, s, sim.peak_activations[s]);
     SCOPED_TRACE(fmt::format("rank {} (stage rank {})", rank, s));
     EXPECT_EQ(m.state, p.weights + p.gradients + p.optimizer);
-    // The microbatches whose tokens the rank reads (at the first and last stage, and outside
-    // the pipeline) and whose heads it runs (the last stage's, or its OUTSIDE actions').
+    // The microbatches whose tokens the rank reads (at the first stage and where the head
+    // runs) and whose heads it runs (the last stage's, or its OUTSIDE actions').
     const int V = program.layout.stages();
     std::set<int> read, heads;
     for (const schedule::Action& a : program.ranks[std::size_t(s)]) {
       if (!a.is_compute()) continue;
-      if (a.stage == 0 || a.stage >= V - 1) read.insert(a.index);
       const bool last_forward = a.kind == schedule::Kind::F && a.stage == V - 1;
       if (a.kind == schedule::Kind::OUTSIDE || (last_forward && !program.layout.outside))
         heads.insert(a.index);
+      if (a.stage == 0) read.insert(a.index);
     }
+    read.insert(heads.begin(), heads.end());
     const std::int64_t token_batches = 2 * std::int64_t(read.size()) * rows * T * 4;
     // The heads' per-token losses, kept on the tensor rank that counts them.
     const std::int64_t losses =

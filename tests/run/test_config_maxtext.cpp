@@ -139,6 +139,9 @@ TEST(Config, MaxTextKeysCarouselLacksAreNamedAsSuch) {
   EXPECT_FALSE(is_unsupported_maxtext_key("ici_expert_parallelism"));
   EXPECT_TRUE(is_unsupported_maxtext_key("ici_autoregressive_parallelism"));
   EXPECT_FALSE(is_unsupported_maxtext_key("dcn_data_parallelism"));
+  // No key carousel has is on the list of those it lacks.
+  for (const ConfigKey& key : config_keys())
+    EXPECT_FALSE(is_unsupported_maxtext_key(key.name)) << key.name;
 }
 
 // MaxText's dcn_* factors multiply the ici_* ones (an axis is ici x dcn); carousel folds them

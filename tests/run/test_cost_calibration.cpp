@@ -80,6 +80,8 @@ TEST(CostCalibration, PerLayerMeansAndTheHeadFromHandBuiltTraces) {
 // Layers outside the pipeline: two stages of 2 layers at 100 / 200 us per layer (the last one
 // now without the head), and OUTSIDE actions of 3 layers + the head taking 1050 us = (100 + 200)
 // x 3.5: the head is 0.5 layer, and the calibrated model charges each OUTSIDE that whole time.
+// Under full remat the stages' B recompute the forward and an OUTSIDE's layers do not: 3 x (100
+// + 100) + 0.5 x 300 = 750 us.
 TEST(CostCalibration, TheHeadFromTheOutsideActions) {
   const StepTrace first =
       trace_of(0, {{sch::Kind::F, 0, 200}, {sch::Kind::OUTSIDE, 2, 1000}, {sch::Kind::B, 0, 400}});
@@ -94,6 +96,14 @@ TEST(CostCalibration, TheHeadFromTheOutsideActions) {
   const sch::Costs costs = calibrated_schedule_costs(c, stages, {});
   EXPECT_EQ(costs.stage_scale, (std::vector<double>{2, 2}));  // no head on the last stage
   EXPECT_NEAR(costs.outside, 1050, 1e-6);
+
+  const StepTrace a =
+      trace_of(0, {{sch::Kind::F, 0, 200}, {sch::Kind::OUTSIDE, 2, 700}, {sch::Kind::B, 0, 400}});
+  const StepTrace b =
+      trace_of(1, {{sch::Kind::F, 1, 200}, {sch::Kind::OUTSIDE, 2, 800}, {sch::Kind::B, 1, 400}});
+  const CalibratedCosts full = calibrate_costs({&a, &b}, stages, 0.25, 3, /*full_remat=*/true);
+  EXPECT_NEAR(full.head, 0.5, 1e-6);
+  EXPECT_NEAR(calibrated_schedule_costs(full, stages, {}).outside, 750, 1e-6);
 }
 
 // Steps 0, 1, ... of slices at given times: (kind, stage, microbatch, start us, end us); step i
