@@ -280,6 +280,17 @@ void ShardedParams::fail_nonfinite(std::int64_t step, double loss, double norm) 
       step));
 }
 
+std::vector<std::pair<const ParamSpec*, Tensor>> ShardedParams::stage_held_weights() const {
+  std::vector<std::pair<const ParamSpec*, Tensor>> out;
+  if (!layout_.outside || place_.mesh.stages == 1) return out;
+  for (const Segment& seg : segments_in(extras_.specs, 0, extras_.flat.numel())) {
+    // The embedding is every stage rank's only when tied (else the first stage's alone).
+    if (seg.spec->role != ParamRole::Embedding || comms_.tie)
+      out.emplace_back(seg.spec, extras_.flat.view(seg.begin, {seg.length}));
+  }
+  return out;
+}
+
 std::vector<std::pair<const ParamSpec*, Tensor>> ShardedParams::held_weights() const {
   std::vector<std::pair<const ParamSpec*, Tensor>> out;
   for (const Segment& seg : segments_in(extras_.specs, 0, extras_.flat.numel())) {
@@ -351,8 +362,12 @@ StepOutcome ShardedParams::optimizer_step(std::int64_t step, std::int64_t update
     }
     if (zero1_) gather_owned(p, s.weights);  // every replica gets every updated piece
   }
-  if (should_flip_weight_bit(place_.rank(), step) && !stages_.empty()) {  // a test's fault
-    const Tensor first = stages_.begin()->second.weights.view(0, {1});
+  // A test's fault: one bit of the first weight this rank holds that another rank holds too (a
+  // stage copy of the layers outside the pipeline, or its first stage's shard).
+  const auto copies = stage_held_weights();
+  if (should_flip_weight_bit(place_.rank(), step) && (!copies.empty() || !stages_.empty())) {
+    const Tensor first = copies.empty() ? stages_.begin()->second.weights.view(0, {1})
+                                        : copies.front().second.view(0, {1});
     auto value = be_.to_host<float>(first);
     std::uint32_t bits;
     std::memcpy(&bits, value.data(), sizeof(bits));

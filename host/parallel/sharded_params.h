@@ -111,6 +111,10 @@ class ShardedParams {
   // order; data replicas hold the same elements in the same order
   // (host/run/guards/replica_check.h).
   std::vector<std::pair<const ParamSpec*, Tensor>> held_weights() const;
+  // Of those, the ones every stage rank holds (layers outside the pipeline: those layers, the
+  // final norm, lm_head and a tied table), in the same order on every stage rank; empty without
+  // layers outside or with one stage rank.
+  std::vector<std::pair<const ParamSpec*, Tensor>> stage_held_weights() const;
   const ParamSet& extras_grads() const { return extras_grads_; }
 
   // FSDP weight residency and gradient folding, as the lowered program orders them. The events

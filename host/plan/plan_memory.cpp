@@ -298,8 +298,10 @@ std::int64_t program_free_working_set(const Config& cfg, const sch::Layout& layo
       4 * (2 * std::max(p.extras, largest_shard) + 2 * F * p.extras_piece);
   // Kept from step to step (a captured step's fixed addresses): every microbatch's input and
   // target ids on the first stage and where the head runs (the last stage, or the OUTSIDE
-  // actions), and the per-token float32 losses of the heads it runs.
-  const std::int64_t token_batches = first || (last && !layout.outside) ? M : outside_runs;
+  // actions; with packing on every rank, whose attention follows the documents), and the
+  // per-token float32 losses of the heads it runs.
+  const std::int64_t token_batches =
+      cfg.packing || first || (last && !layout.outside) ? M : outside_runs;
   const std::int64_t tokens = 2 * token_batches * Nc * 4 + heads * Nc * 4;
   const std::int64_t rope = (C > 1 ? 2 : 1) * 2 * m.max_target_length * m.head_dim() * 8;
   return 2 * act + std::max({backward, head, optimizer, outside}) + tokens + rope;

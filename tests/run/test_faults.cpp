@@ -194,6 +194,32 @@ TEST_F(Faults, AFlippedBitOnOneReplicaStopsTheRunNamingIt) {
   }
 }
 
+// Layers outside the pipeline are held by every stage rank, each copy kept equal by the same
+// summed gradient and update: one bit flipped in stage rank 1's copy (rank 2 of S = 2 x F = 2)
+// stops the run at the next check naming the stage rank and the first outside parameter, and
+// the same run without the fault passes its checks.
+TEST_F(Faults, AFlippedBitInALayerOutsideThePipelineStopsTheRun) {
+  Config c = faulty_run("flip_outside", 4);
+  c.pipeline_parallel_layers = 4;
+  c.replica_check_interval = 2;
+  c.checkpoint_period = 4;
+  inject_faults("flip:rank=2,step=1");
+  try {
+    train(c);
+    FAIL() << "a flipped bit in a stage copy went unnoticed";
+  } catch (const ReplicaMismatchError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("replica check after step 2: stage rank 1 (rank 2) holds weights that "
+                        "differ from stage rank 0's, first in "
+                        "'model.layers.4.input_layernorm.weight'"),
+              std::string::npos)
+        << what;
+  }
+  inject_faults("");
+  fs::remove_all(c.run_directory());
+  EXPECT_EQ(train(c).steps.size(), 4u);
+}
+
 // The run directory removed mid-run (an operator's rm -rf, a cleanup job): every rank stops at the
 // next step, a checkpoint is saved into the recreated directory, and the run fails naming the
 // metrics file — before, every later record went nowhere and the run ended with status 0.

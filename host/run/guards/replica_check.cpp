@@ -26,10 +26,12 @@ std::uint64_t hash_words(const void* bytes, std::size_t n) {
 }
 
 bool ReplicaCheck::due(std::int64_t step, bool checkpoint_due) const {
-  // The replica group: D data replicas x C context ranks hold the same weights.
-  if (cfg_.data_ranks() * cfg_.ici_context_parallelism <= 1 || cfg_.replica_check_interval <= 0) {
-    return false;
-  }
+  // The replica group: D data replicas x C context ranks hold the same weights; with layers
+  // outside the pipeline every stage rank holds those.
+  const bool replicas = cfg_.data_ranks() * cfg_.ici_context_parallelism > 1;
+  const bool stage_copies = cfg_.num_devices() > 1 && cfg_.ici_pipeline_parallelism > 1 &&
+                            cfg_.pipelined_layers() < cfg_.model.num_layers;
+  if (!(replicas || stage_copies) || cfg_.replica_check_interval <= 0) return false;
   return checkpoint_due || (step + 1) % cfg_.replica_check_interval == 0;
 }
 
@@ -62,8 +64,9 @@ std::vector<std::int64_t> gather(Communicator& group, Backend& be,
 // Compares the weights `held` (the same parameters, in the same order, on every member of
 // `group`) over the group; every rank of the world learns every group's verdict, and all throw
 // the same error when one differs. `rank_of(j)`: the world rank of the group's member j.
+// `member` names a member of the group in the message ("replica", "stage rank").
 void compare_over(std::int64_t step, const std::vector<std::pair<const ParamSpec*, Tensor>>& held,
-                  Communicator& group, const std::function<int(int)>& rank_of,
+                  Communicator& group, const std::function<int(int)>& rank_of, const char* member,
                   const ModelConfig& model, const RankCommunicators& comms, Backend& be) {
   const std::vector<std::int64_t> hashes = weight_hashes(held, be);
   const std::int64_t combined = std::int64_t(hash_words(hashes.data(), 8 * hashes.size()));
@@ -95,11 +98,11 @@ void compare_over(std::int64_t step, const std::vector<std::pair<const ParamSpec
     if (reports[r] < 0) continue;
     const std::int64_t index = reports[r + 1];
     throw ReplicaMismatchError(fmt::format(
-        "replica check after step {}: replica {} (rank {}) holds weights that differ from "
-        "replica 0's{} — silent data corruption on a device, or replicas "
+        "replica check after step {}: {} {} (rank {}) holds weights that differ from "
+        "{} 0's{} — silent data corruption on a device, or replicas "
         "that drifted apart; the run stops before saving, so the checkpoints on disk stay good "
         "(resume from the last one, on other devices if one is suspect)",
-        step + 1, reports[r], reports[r + 2],
+        step + 1, member, reports[r], reports[r + 2], member,
         index >= 0 ? fmt::format(", first in '{}'", table[std::size_t(index)].name) : ""));
   }
 }
@@ -124,7 +127,19 @@ void ReplicaCheck::verify(std::int64_t step, const ShardedParams& params,
         p.context_rank = j % C;
         return p.rank();
       },
-      cfg_.model, comms, be);
+      "replica", cfg_.model, comms, be);
+  // With layers outside the pipeline every stage rank holds them, a copy of the last stage's.
+  const auto stage_held = params.stage_held_weights();
+  if (!stage_held.empty()) {
+    compare_over(
+        step, stage_held, *comms.pipe,
+        [&](int j) {  // in stage_rank order
+          RankPlace p = place;
+          p.stage_rank = j;
+          return p.rank();
+        },
+        "stage rank", cfg_.model, comms, be);
+  }
   if (!experts) return;
   compare_over(
       step, routed, *comms.expert_data,
@@ -134,7 +149,7 @@ void ReplicaCheck::verify(std::int64_t step, const ShardedParams& params,
         p.context_rank = j % C;
         return p.rank();
       },
-      cfg_.model, comms, be);
+      "replica", cfg_.model, comms, be);
 }
 
 }  // namespace carousel

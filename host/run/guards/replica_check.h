@@ -9,7 +9,9 @@
 // the data group compares one combined hash; a group that differs compares the per-parameter
 // hashes to find the first parameter that differs, and the whole world learns it in one gather.
 // On a mismatch every rank throws ReplicaMismatchError naming the step, the replica, its rank
-// and the parameter — before the step's checkpoint, so the checkpoints on disk stay good.
+// and the parameter — before the step's checkpoint, so the checkpoints on disk stay good. With
+// layers outside the pipeline (pipeline_parallel_layers) every stage rank holds a copy of them
+// (ShardedParams::stage_held_weights), compared over the stage ranks the same way.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +32,7 @@ class ReplicaCheck {
   explicit ReplicaCheck(const Config& cfg) : cfg_(cfg) {}
 
   // Whether step `step` (0-based, its update applied) is checked: D x C > 1 (data replicas
-  // and context ranks hold the same weights) and the interval is on,
+  // and context ranks hold the same weights) or stage ranks hold copies, and the interval is on,
   // at every interval-th step and at every step a checkpoint is saved.
   bool due(std::int64_t step, bool checkpoint_due) const;
 
