@@ -28,6 +28,9 @@ enum class RematPolicy {
 RematPolicy parse_remat_policy(const std::string& name);
 // What a selective policy keeps of each layer (None and Full: nothing to choose).
 RematKeep remat_keep(RematPolicy policy);
+// Whether a backward recomputes its MoE layers' routed experts, and so runs their forward's
+// expert exchanges again: under every policy but none (no RematKeep keeps the routed rows).
+inline bool recomputes_routed_experts(RematPolicy policy) { return policy != RematPolicy::None; }
 
 // What a stage's forward keeps for its backward.
 struct StageSaved {

@@ -49,10 +49,11 @@ sch::Costs schedule_costs(const Config& cfg, const sch::StageLayers& layers) {
   c.reduce_scatter = cfg.schedule_cost_reduce_scatter * L;
   c.forward_delay = schedule_spec(cfg).forward_delay;
   // Expert exchanges: a dispatch and a combine per MoE layer in a forward; the backward sends
-  // the gradients both ways, after recomputing the forward's unless remat keeps everything.
+  // the gradients both ways, after recomputing the forward's (recomputes_routed_experts).
   c.exchange = cfg.schedule_cost_exchange;
   // An OUTSIDE action (the last entry with layers after the pipeline) recomputes nothing.
-  const int backward_factor = parse_remat_policy(cfg.remat_policy) == RematPolicy::None ? 1 : 2;
+  const RematPolicy remat = parse_remat_policy(cfg.remat_policy);
+  const int backward_factor = recomputes_routed_experts(remat) ? 2 : 1;
   const std::vector<int> exchanging = exchanging_layers(cfg, layers);
   for (std::size_t v = 0; v < exchanging.size(); ++v) {
     const int n = exchanging[v];

@@ -254,11 +254,11 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
   const sch::StageLayers map = stage_layers(cfg);
   // Expert parallelism, per MoE layer: a forward all-gathers the [X] row counts and sends its
   // rows to their experts and the results back; a backward sends the row gradients both ways,
-  // after recomputing the forward (every remat policy but none recomputes the routed experts).
+  // after recomputing the forward (recomputes_routed_experts: every policy but none).
   const ModelConfig& m = cfg.model;
   const double exchange_forward = expert_exchange_bytes(cfg);
   const double exchange_backward =
-      2 * expert_rows_bytes(cfg) + (policy == RematPolicy::None ? 0.0 : exchange_forward);
+      2 * expert_rows_bytes(cfg) + (recomputes_routed_experts(policy) ? exchange_forward : 0.0);
   // Context parallelism with the balancing loss: each MoE layer's forward (and recomputation)
   // all-reduces its sequences' [X] counts and score sums over the context group, in double.
   const int C = int(cfg.ici_context_parallelism);
