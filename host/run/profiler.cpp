@@ -119,8 +119,10 @@ void Profiler::finish(const schedule::Program& program, const Communicator* proc
       100 * result.predicted_bubble, 100 * result.spread_bubble, 100 * result.replayed_bubble);
   if (measured.exchange_us > 0) {
     spdlog::info(
-        "expert exchanges: {:.2f} ms per rank and step in flight, {:.2f} ms of it waited for "
-        "(the rest hidden behind compute); span {:.1f} ms measured, {:.1f} ms predicted",
+        "expert exchanges: {:.2f} ms per rank and step in flight; compute waited {:.2f} ms for "
+        "them (their exposed part, with each waiting thread's wake-up after a completion, so it "
+        "can exceed the time in flight on a loaded machine); span {:.1f} ms measured, {:.1f} ms "
+        "predicted",
         result.exchange_ms, result.exposed_exchange_ms, result.measured_span_ms,
         result.predicted_span_ms);
   }
