@@ -26,7 +26,8 @@ Tensor RankExecutor::head(int microbatch, const Tensor& y) {
 void RankExecutor::outside(int microbatch, const LayerParallel& parallel) {
   const int stage = layout_.stages();  // the outside stage (schedule/ir.h)
   const std::vector<LayerWeights> weights = layers(params_.extras_weights(), router_bias_);
-  const Tensor x = take(in_f_, {stage, microbatch});  // [b_local, T / C, E] the pipeline's output
+  // The pipeline's output [b_local, T / C, E] (tensor parallelism: this rank's rows of it).
+  const Tensor x = take(in_f_, {stage, microbatch});
   StageSaved saved;
   const Tensor y = stage_forward(be_, cfg_.model, weights, rope_of(microbatch), x,
                                  RematPolicy::None, saved, parallel);

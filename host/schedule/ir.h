@@ -39,7 +39,7 @@
 // into stage V) and receives the input gradient back (SEND_B of stage V, RECV_B into V - 1).
 // Only schedules that run every forward before any backward place it (registry.h
 // forwards_first): each rank runs its OUTSIDE actions after its last F, in the bubble before its
-// first backward.
+// first backward, in the order the last stage's backwards need them (passes.h place_outside).
 //
 // Expert exchanges (LoweringOptions::exchanges): an MoE layer with experts split over ranks
 // (expert parallelism) sends its routed rows to their experts' ranks and back, twice per MoE
@@ -113,7 +113,6 @@ struct Layout {
   int rank_of(int stage, int microbatch) const {
     return stage == stages() ? microbatch % ranks : rank_of(stage);
   }
-
   int rank_of(int stage) const {
     if (placement == Placement::Loop) return stage % ranks;
     const int k = stage % (2 * ranks);
