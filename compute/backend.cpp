@@ -89,6 +89,9 @@ void Backend::upload(const void* host, const Tensor& dst) {
   const OpScope timed(*this, Op::upload);
   OpCheck(Op::upload, *this).on_device("dst", dst);
   check_not_capturing(Op::upload);
+  // Nothing to move: an empty vector's data() may be null, which memcpy must not get (an expert
+  // rank that is sent no rows uploads an empty plan).
+  if (dst.nbytes() == 0) return;
   do_upload(host, dst);
 }
 
@@ -96,6 +99,7 @@ void Backend::download(const Tensor& src, void* host) {
   const OpScope timed(*this, Op::download);
   OpCheck(Op::download, *this).on_device("src", src);
   check_not_capturing(Op::download);
+  if (src.nbytes() == 0) return;  // as upload
   do_download(src, host);
 }
 

@@ -47,6 +47,19 @@ TEST(Memory, ViewKeepsStorageAliveAfterParentIsGone) {
   EXPECT_EQ(be.allocator().stats().current_bytes, 0u);
 }
 
+// Empty tensors move nothing: an empty vector's data() is null, which memcpy must not get
+// (UndefinedBehaviorSanitizer reports it; scripts/test.sh --sanitize), and both directions keep
+// what they hold.
+TEST(Memory, EmptyTensorsUploadAndDownloadNothing) {
+  CpuBackend be;
+  const Tensor empty = be.from_host(std::vector<std::int32_t>{}, {0});
+  EXPECT_EQ(empty.numel(), 0);
+  EXPECT_TRUE(be.to_host<std::int32_t>(empty).empty());
+  std::vector<float> host = {7.0f};
+  be.download(be.empty({0}), host.data());
+  EXPECT_EQ(host, std::vector<float>{7.0f});
+}
+
 TEST(Memory, LimitExceededIsAClearError) {
   CpuBackend be(/*device_index=*/3, /*memory_limit_bytes=*/4096);
   Tensor a = be.empty({512});  // 2 KiB, fits
