@@ -10,7 +10,8 @@
 // AG_WAIT, RELEASE and REDUCE_SCATTER move weights and gradients through the rank's ShardedParams;
 // OPTIMIZER ends the step. Activations travel between actions in maps keyed by (stage, microbatch).
 // OUTSIDE (layers after the pipeline, pipeline_parallel_layers) runs those layers, the head and
-// their backward on the microbatches the stage axis gives this rank (executor_head.cpp).
+// their backward on the microbatches the stage axis gives this rank (executor_head.cpp);
+// evaluate() is in executor_evaluate.cpp.
 // An overlapped F&B pair (schedule::Action::overlap, dualpipev) runs as its two actions, back
 // to back, or, when they exchange MoE rows with their expert ranks (A2A actions), taking turns
 // at those exchanges so each one's all-to-all is in flight while the other computes

@@ -50,36 +50,41 @@ bool overlap(const std::vector<Slice>& a, const std::vector<Slice>& b) {
   return false;
 }
 
-TEST(ExpertOverlap, PairsExchangeWhileTheirOtherHalfComputes) {
+// A 4-layer MoE model (4 experts, top-2) on `mesh`, 2 steps, the second profiled; its run
+// directory emptied first.
+Config profiled_moe_run(const std::string& name, const std::vector<std::string>& mesh) {
   init_logging({.rank = 0, .level = "warn", .file_dir = {}});
+  std::vector<std::string> keys = {"max_target_length=16",
+                                   "dataset_type=text",
+                                   "dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt",
+                                   "base_output_directory=/tmp/carousel_overlap_tests",
+                                   "run_name=" + name,
+                                   "steps=2",
+                                   "enable_checkpointing=false",
+                                   "base_emb_dim=32",
+                                   "base_num_query_heads=2",
+                                   "base_num_kv_heads=2",
+                                   "base_mlp_dim=64",
+                                   "base_num_decoder_layers=4",
+                                   "num_experts=4",
+                                   "num_experts_per_tok=2",
+                                   "profiler_steps=1",
+                                   "skip_first_n_steps_for_profiler=1"};
+  keys.insert(keys.end(), mesh.begin(), mesh.end());
+  Config c = load_config("", keys).config;
+  std::filesystem::remove_all(c.run_directory());
+  return c;
+}
+
+TEST(ExpertOverlap, PairsExchangeWhileTheirOtherHalfComputes) {
   // S = 1 with dualpipev's two chunks on one rank, E = 2: two ranks. Each exchange moves a few KB,
   // so at 1 MB/s it is in flight for milliseconds: far longer than the hand-over to the other
   // half, whatever the machine's load.
-  Config c = load_config("", {"max_target_length=16",
-                              "dataset_type=text",
-                              "dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt",
-                              "base_output_directory=/tmp/carousel_overlap_tests",
-                              "run_name=overlap",
-                              "steps=2",
-                              "enable_checkpointing=false",
-                              "base_emb_dim=32",
-                              "base_num_query_heads=2",
-                              "base_num_kv_heads=2",
-                              "base_mlp_dim=64",
-                              "base_num_decoder_layers=4",
-                              "num_experts=4",
-                              "num_experts_per_tok=2",
-                              "ici_expert_parallelism=2",
-                              "pipeline_schedule=dualpipev",
-                              "num_pipeline_repeats=2",
-                              "num_layers_per_pipeline_stage=2",
-                              "per_device_batch_size=4",
-                              "num_pipeline_microbatches=4",
-                              "cpu_link_gigabytes_per_second=0.001",
-                              "profiler_steps=1",
-                              "skip_first_n_steps_for_profiler=1"})
-                 .config;
-  std::filesystem::remove_all(c.run_directory());
+  const Config c =
+      profiled_moe_run("overlap", {"ici_expert_parallelism=2", "pipeline_schedule=dualpipev",
+                                   "num_pipeline_repeats=2", "num_layers_per_pipeline_stage=2",
+                                   "per_device_batch_size=4", "num_pipeline_microbatches=4",
+                                   "cpu_link_gigabytes_per_second=0.001"});
   const TrainResult r = train(c);
   ASSERT_FALSE(r.trace_path.empty());
   const auto trace = nlohmann::json::parse(std::ifstream(r.trace_path))["traceEvents"];
@@ -121,31 +126,10 @@ TEST(ExpertOverlap, PairsExchangeWhileTheirOtherHalfComputes) {
 // ranks: every OUTSIDE action runs its MoE layers' exchanges, forward and backward (4 per layer:
 // nothing recomputed), as many as the cost model counts, each between two parts.
 TEST(ExpertOverlap, OutsideActionsRunTheExchangesTheCostModelCounts) {
-  init_logging({.rank = 0, .level = "warn", .file_dir = {}});
-  Config c = load_config("", {"max_target_length=16",
-                              "dataset_type=text",
-                              "dataset_path=" CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt",
-                              "base_output_directory=/tmp/carousel_overlap_tests",
-                              "run_name=outside",
-                              "steps=2",
-                              "enable_checkpointing=false",
-                              "base_emb_dim=32",
-                              "base_num_query_heads=2",
-                              "base_num_kv_heads=2",
-                              "base_mlp_dim=64",
-                              "base_num_decoder_layers=4",
-                              "num_experts=4",
-                              "num_experts_per_tok=2",
-                              "ici_expert_parallelism=2",
-                              "ici_pipeline_parallelism=2",
-                              "pipeline_schedule=gpipe",
-                              "pipeline_parallel_layers=2",
-                              "per_device_batch_size=2",
-                              "num_pipeline_microbatches=2",
-                              "profiler_steps=1",
-                              "skip_first_n_steps_for_profiler=1"})
-                 .config;
-  std::filesystem::remove_all(c.run_directory());
+  const Config c =
+      profiled_moe_run("outside", {"ici_expert_parallelism=2", "ici_pipeline_parallelism=2",
+                                   "pipeline_schedule=gpipe", "pipeline_parallel_layers=2",
+                                   "per_device_batch_size=2", "num_pipeline_microbatches=2"});
   const TrainResult r = train(c);
   ASSERT_FALSE(r.trace_path.empty());
   const auto trace = nlohmann::json::parse(std::ifstream(r.trace_path))["traceEvents"];

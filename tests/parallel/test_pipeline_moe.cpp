@@ -200,14 +200,7 @@ TEST(MoeCheckpoint, ResumesAcrossExpertDegrees) {
       moe("bias", {"ici_expert_parallelism=2", "ici_data_parallelism=2",
                    "shard_optimizer_over_data=true"}),
       moe("bias", {})};
-  for (std::size_t i = 0; i < meshes.size(); ++i) {  // each mesh resumes the previous one's
-    const auto& from = meshes[(i + meshes.size() - 1) % meshes.size()];
-    const auto [straight, resumed] =
-        testing::resume_across(from, meshes[i], "moe_across_" + std::to_string(i));
-    ASSERT_EQ(resumed.size(), 2u);
-    for (std::size_t s = 0; s < 2; ++s)
-      EXPECT_NEAR(resumed[s], straight[s], 1e-5 * straight[s]) << i;
-  }
+  testing::expect_resumes_in_a_cycle(meshes, "moe_across_");
   // The same layout resumes bitwise.
   const auto mesh = moe("top2_shared", {"ici_expert_parallelism=2", "ici_data_parallelism=2"});
   const auto [straight, resumed] = testing::resume_across(mesh, mesh, "moe_same");

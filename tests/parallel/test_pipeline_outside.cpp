@@ -132,14 +132,7 @@ TEST(OutsideCheckpoint, ResumesAcrossPipelinedLayers) {
       {S2, gpipe, P4},
       {S4, "pipeline_parallel_layers=4", "ici_fsdp_parallelism=2"},
   };
-  for (std::size_t i = 0; i < meshes.size(); ++i) {
-    const auto& from = meshes[(i + meshes.size() - 1) % meshes.size()];
-    const auto [straight, resumed] =
-        testing::resume_across(from, meshes[i], "outside_across_" + std::to_string(i));
-    ASSERT_EQ(resumed.size(), 2u);
-    for (std::size_t s = 0; s < 2; ++s)
-      EXPECT_NEAR(resumed[s], straight[s], 1e-5 * straight[s]) << i;
-  }
+  testing::expect_resumes_in_a_cycle(meshes, "outside_across_");
 }
 
 // MoE with layers outside the pipeline resumes across expert degrees: each expert rank's
@@ -151,14 +144,7 @@ TEST(OutsideCheckpoint, ResumesAcrossExpertDegrees) {
       moe_outside({S2, P4, "ici_expert_parallelism=4"}),
       moe_outside({"ici_expert_parallelism=2", "ici_data_parallelism=2"}),
   };
-  for (std::size_t i = 0; i < meshes.size(); ++i) {
-    const auto& from = meshes[(i + meshes.size() - 1) % meshes.size()];
-    const auto [straight, resumed] =
-        testing::resume_across(from, meshes[i], "outside_moe_across_" + std::to_string(i));
-    ASSERT_EQ(resumed.size(), 2u);
-    for (std::size_t s = 0; s < 2; ++s)
-      EXPECT_NEAR(resumed[s], straight[s], 1e-5 * straight[s]) << i;
-  }
+  testing::expect_resumes_in_a_cycle(meshes, "outside_moe_across_");
 }
 
 }  // namespace

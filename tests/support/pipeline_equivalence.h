@@ -72,6 +72,20 @@ inline std::pair<std::vector<double>, std::vector<double>> resume_across(
   return out;
 }
 
+// Each mesh resumes the checkpoint of the one before it (the first the last's), each continuing
+// like its straight run within 1e-5 (gradients summed in another order). `name` prefixes the
+// run directories.
+inline void expect_resumes_in_a_cycle(const std::vector<std::vector<std::string>>& meshes,
+                                      const std::string& name) {
+  for (std::size_t i = 0; i < meshes.size(); ++i) {
+    const auto& from = meshes[(i + meshes.size() - 1) % meshes.size()];
+    const auto [straight, resumed] = resume_across(from, meshes[i], name + std::to_string(i));
+    ASSERT_EQ(resumed.size(), 2u) << i;
+    for (std::size_t s = 0; s < 2; ++s)
+      EXPECT_NEAR(resumed[s], straight[s], 1e-5 * straight[s]) << i;
+  }
+}
+
 struct PipelineCase {
   std::string name;
   std::vector<std::string> keys;  // pipeline keys; the reference drops S, F, keeps M and layers
