@@ -229,13 +229,11 @@ void Backend::embedding_backward(const Tensor& dout, const Tensor& tokens, const
                  Out{dtable}))
     return;
   OpCheck check(Op::embedding_backward, *this);
-  check.floating("dtable", dtable)
-      .rank("dtable", dtable, 2, "[vocab, embed]")
-      .tokens("tokens", tokens);
+  check.floating("dout", dout).accumulator("dtable", dtable, "dout", dout);
+  check.rank("dtable", dtable, 2, "[vocab, embed]").tokens("tokens", tokens);
   Shape expected = tokens.shape();
   expected.push_back(dtable.dim(1));
-  check.same_dtype("dout", dout, "dtable", dtable)
-      .shape("dout", dout, expected, "tokens shape + embed dim of 'dtable'");
+  check.shape("dout", dout, expected, "tokens shape + embed dim of 'dtable'");
   check_token_range(*this, op_name(Op::embedding_backward), "tokens", tokens, dtable.dim(0));
   issue(&Backend::do_embedding_backward, dout, tokens, dtable);
 }
@@ -265,7 +263,9 @@ void Backend::rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor
   check.floating("x", x).like("dout", dout, "x", x).like("dx", dx, "x", x);
   check.same_dtype("weight", weight, "x", x)
       .shape("weight", weight, {x.cols()}, from("the last dimension", "x", x));
-  check.like("dweight", dweight, "weight", weight).stats("rstd", rstd, "x", x);
+  check.accumulator("dweight", dweight, "weight", weight)
+      .shape("dweight", dweight, weight.shape(), "the shape of 'weight'");
+  check.stats("rstd", rstd, "x", x);
   check.shape("rstd", rstd, {x.rows()}, from("one per row", "x", x));
   issue(&Backend::do_rmsnorm_backward, dout, x, weight, rstd, dx, dweight);
 }

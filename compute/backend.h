@@ -14,7 +14,10 @@
 //   * "as a matrix" = [rows, cols] with cols = last dimension, rows = product of the others;
 //   * parameter gradients ACCUMULATE (+=): gemm with beta = 1, embedding/rmsnorm dweight;
 //   * input gradients OVERWRITE (dx =): callers add residual gradients explicitly;
-//   * every floating argument of one op has the same dtype; token ids are int32;
+//   * every floating argument of one op has the same dtype, with two exceptions beside
+//     bfloat16 activations: statistics (rstd, lse, losses, RoPE tables) are float32, and so
+//     may be an accumulated parameter gradient (rmsnorm_backward's dweight, embedding_backward's
+//     dtable: bfloat16 runs keep every parameter gradient in float32); token ids are int32;
 //   * reductions that return to the host (sum, sum_squares) use a fixed order, so a result is
 //     bitwise reproducible for the same input on the same backend.
 #pragma once
@@ -149,14 +152,14 @@ class Backend {
   // out[n,:] = table[tokens[n],:]; table [V,E], tokens int32 [...], out [..., E].
   // A token outside [0, V) is an error naming the token and its position.
   void embedding_forward(const Tensor& table, const Tensor& tokens, const Tensor& out);
-  // dtable[tokens[n],:] += dout[n,:] (scatter-add, accumulates).
+  // dtable[tokens[n],:] += dout[n,:] (scatter-add, accumulates; dtable float32 or dout's dtype).
   void embedding_backward(const Tensor& dout, const Tensor& tokens, const Tensor& dtable);
 
   // ---- RMSNorm: out = x / sqrt(mean(x^2) + eps) * weight over the last dimension ------------
   // x, out [N,E]; weight [E]; rstd [N] saves 1/sqrt(mean(x^2)+eps) for the backward.
   void rmsnorm_forward(const Tensor& x, const Tensor& weight, double eps, const Tensor& out,
                        const Tensor& rstd);
-  // dx = (overwrite), dweight += (accumulate).
+  // dx = (overwrite), dweight += (accumulate; float32 or weight's dtype).
   void rmsnorm_backward(const Tensor& dout, const Tensor& x, const Tensor& weight,
                         const Tensor& rstd, const Tensor& dx, const Tensor& dweight);
 

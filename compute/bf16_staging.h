@@ -1,5 +1,6 @@
 // bf16_staging.h — stage_bf16(): the one place where a Backend op without a native bfloat16
-// kernel runs on float32 stand-ins of its bf16 arguments. Internal to cuda/ (backend.cpp).
+// kernel runs on float32 stand-ins of its bf16 arguments (backend.cpp), and where the CPU
+// rehearsal of the GPU's fast tier makes its stand-ins (cuda/plans/rehearsal_backend.cpp).
 //
 // An op marks its tensor arguments In{t} (read) or Out{t} (written; also read, for ops that
 // accumulate) and passes the others as they are:

@@ -70,6 +70,18 @@ class OpCheck {
                    dtype_name(ref.dtype()), ref_name);
     return *this;
   }
+  // `t` accumulates a parameter's gradient from `ref`'s values (rmsnorm_backward's dweight,
+  // embedding_backward's dtable): `ref`'s dtype, or float32 beside a bfloat16 `ref` (bfloat16
+  // runs keep every parameter gradient in float32; the kernels add in float32 either way).
+  const OpCheck& accumulator(const char* name, const Tensor& t, const char* ref_name,
+                             const Tensor& ref) const {
+    on_device(name, t);
+    CAROUSEL_CHECK(
+        t.dtype() == ref.dtype() || (ref.dtype() == DType::BF16 && t.dtype() == DType::F32),
+        "{}: argument '{}' is {} but must be {} like '{}'{}", op_, name, dtype_name(t.dtype()),
+        dtype_name(ref.dtype()), ref_name, ref.dtype() == DType::BF16 ? " or float32" : "");
+    return *this;
+  }
   // `t` has the same shape and dtype as `ref`.
   const OpCheck& like(const char* name, const Tensor& t, const char* ref_name,
                       const Tensor& ref) const {
@@ -134,11 +146,6 @@ inline void check_gemm_dtypes(const OpCheck& check, const Tensor& a, const Tenso
     check.same_dtype("c", c, "a", a);
   }
 }
-
-// Float32 stand-ins for the bfloat16 arguments of one op call. Ops without a bfloat16 kernel
-// run in float32 on widened copies (exact: every bf16 value is a float32), then finish() rounds
-// each bf16 output once. That is what a bf16 kernel computing in float32 registers does, so
-// the CPU backend (the oracle) and the CUDA backend agree, and native kernels can replace this
 
 // "the last dimension of x [3,64]"
 inline std::string from(const char* what, const char* name, const Tensor& t) {

@@ -26,6 +26,7 @@
 #include "cuda/fast/fast_ops.h"
 #include "cuda/fast/grouped_gemm.h"
 #include "cuda/fast/lt_gemm.h"
+#include "cuda/plans/fast_tier_ops.h"
 #include "cuda/reference_kernels.cuh"
 #include "cuda/vocab_parts.h"
 
@@ -53,7 +54,7 @@ class CudaBackend final : public Backend {
     CUBLAS_CHECK(cublasSetStream(blas_, stream_));
     if (!fast_) return;
     lt_ = std::make_unique<gpu::LtGemm>(*this, gpu_, stream_, cc_major);
-    attention_ = gpu::CudnnAttention::open(*this, stream_);  // null: it logged why
+    attention_ = gpu::CudnnAttention::open(*this, gpu_, stream_);  // null: it logged why
   }
   ~CudaBackend() override {
     cudaSetDevice(gpu_);
@@ -63,10 +64,7 @@ class CudaBackend final : public Backend {
   }
 
   bool has_native_bf16(Op op) const override {
-    if (!fast_) return false;
-    if (gpu::vocab_parts::native_bf16(op)) return true;
-    if (op == Op::attention_forward || op == Op::attention_backward) return attention_ != nullptr;
-    return gpu::fast::has_kernel(op);
+    return fast_ && gpu::fast_tier_native_bf16(op, attention_ != nullptr);
   }
 
   std::string name() const override {
@@ -171,6 +169,7 @@ class CudaBackend final : public Backend {
     });
   }
   double do_sum(const Tensor& x, bool squares) override {
+    if (fast_for(x)) return gpu::fast::sum(launch_, x, squares);
     const std::int64_t n = x.numel(), blocks = (n + 4095) / 4096;
     if (blocks == 0) return 0.0;
     Tensor partial = empty({blocks}, DType::F64);
@@ -185,8 +184,11 @@ class CudaBackend final : public Backend {
   }
   void do_gemm(bool ta, bool tb, const GemmDims& d, double alpha, const Tensor& a, const Tensor& b,
                double beta, const Tensor& c) override {
-    if (lt_ && a.dtype() != DType::F64 && d.k > 0 && d.m > 0 && d.n > 0)
-      return lt_->run(ta, tb, d.batch, d.m, d.n, d.k, alpha, a, b, beta, c);
+    // The fast tier: cuBLASLt, unless it cannot run this key (then it warned once, and the
+    // classic path below runs it: one odd shape must not stop a run).
+    if (lt_ && a.dtype() != DType::F64 && d.k > 0 && d.m > 0 && d.n > 0 &&
+        lt_->run(ta, tb, d.batch, d.m, d.n, d.k, alpha, a, b, beta, c))
+      return;
     if (d.m == 0 || d.n == 0) return;
     CUDA_CHECK(cudaSetDevice(gpu_));
     // Row-major C[m,n] = op(A) op(B)  <=>  column-major C^T[n,m] = op(B)^T op(A)^T.
@@ -263,48 +265,35 @@ class CudaBackend final : public Backend {
     });
   }
   // Packed documents (doc_start) run the reference kernels: the cuDNN graphs here are built for
-  // the causal mask only (a padding/ragged mask per document is not built yet; said once).
+  // the causal mask only (a padding/ragged mask per document is not built yet; said once per
+  // process). A shape whose graph cuDNN refused runs them too (forward() said so, once per shape).
   void do_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                             const Tensor& lse, const Tensor& doc_start) override {
-    if (!doc_start.defined() && cudnn_attends(q, k, /*backward=*/false))
-      return attention_->forward(q, k, v, out, lse);
-    note_reference_attention(q, k);
-    if (q.dtype() == DType::BF16) {  // cuDNN refused or skipped: float32 copies, rounded once
-      Tensor o = empty(out.shape(), DType::F32);
-      attention_forward(widened(q), widened(k), widened(v), o, lse, doc_start);
-      return cast(o, out);
-    }
-    dispatch(FloatTypes{}, "attention_forward", q.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      const gpu::AttnShape a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
-      launch(gpu::attention_forward_kernel<T>, a.B * a.H * a.Tq, q.data<T>(), k.data<T>(),
-             v.data<T>(), out.data<T>(), lse.data<T>(), a, doc_starts(doc_start));
-    });
+    if (cudnn_may_attend(q, doc_start) && attention_->forward(q, k, v, out, lse)) return;
+    note_reference_attention(q, doc_start);
+    if (q.dtype() != DType::BF16) return reference_attention_forward(q, k, v, out, lse, doc_start);
+    // bfloat16 that cuDNN refused or was not offered: float32 copies, rounded once. The kernels
+    // are called directly, not through attention_forward, which would log this as a float32 run.
+    Tensor o = empty(out.shape(), DType::F32);
+    reference_attention_forward(widened(q), widened(k), widened(v), o, lse, doc_start);
+    cast(o, out);
   }
   void do_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& out, const Tensor& lse, const Tensor& dq,
-                             const Tensor& dk, const Tensor& dv,
-                             const Tensor& doc_start) override {
-    if (!doc_start.defined() && cudnn_attends(q, k, /*backward=*/true))
-      return attention_->backward(dout, q, k, v, out, lse, dq, dk, dv);
-    if (q.dtype() == DType::BF16) {  // as in the forward
-      Tensor gq = empty(dq.shape(), DType::F32), gk = empty(dk.shape(), DType::F32),
-             gv = empty(dv.shape(), DType::F32);
-      attention_backward(widened(dout), widened(q), widened(k), widened(v), widened(out), lse, gq,
-                         gk, gv, doc_start);
-      cast(gq, dq);
-      cast(gk, dk);
-      return cast(gv, dv);
-    }
-    dispatch(FloatTypes{}, "attention_backward", q.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      const gpu::AttnShape a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
-      launch(gpu::attention_dq_kernel<T>, a.B * a.H * a.Tq, q.data<T>(), k.data<T>(), v.data<T>(),
-             out.data<T>(), dout.data<T>(), lse.data<T>(), dq.data<T>(), a, doc_starts(doc_start));
-      launch(gpu::attention_dkv_kernel<T>, a.B * a.Hkv * a.Tk, q.data<T>(), k.data<T>(),
-             v.data<T>(), out.data<T>(), dout.data<T>(), lse.data<T>(), dk.data<T>(), dv.data<T>(),
-             a, doc_starts(doc_start));
-    });
+                             const Tensor& dk, const Tensor& dv, const Tensor& doc_start) override {
+    // The lse may come from either forward (cuDNN's statistics or the reference kernel's: one
+    // convention, cudnn_attention.h), so each backward is right whichever forward ran.
+    if (cudnn_may_attend(q, doc_start) && attention_->backward(dout, q, k, v, out, lse, dq, dk, dv))
+      return;
+    if (q.dtype() != DType::BF16)
+      return reference_attention_backward(dout, q, k, v, out, lse, dq, dk, dv, doc_start);
+    Tensor gq = empty(dq.shape(), DType::F32), gk = empty(dk.shape(), DType::F32),
+           gv = empty(dv.shape(), DType::F32);  // as in the forward
+    reference_attention_backward(widened(dout), widened(q), widened(k), widened(v), widened(out),
+                                 lse, gq, gk, gv, doc_start);
+    cast(gq, dq);
+    cast(gk, dk);
+    cast(gv, dv);
   }
   void do_swiglu_forward(const Tensor& g, const Tensor& u, const Tensor& out) override {
     if (fast_for(g)) return gpu::fast::swiglu_forward(launch_, g, u, out);
@@ -343,7 +332,8 @@ class CudaBackend final : public Backend {
              x.cols(), x.numel());
     });
   }
-  // The fast tier: the experts in one cuBLAS grouped GEMM; else one GEMM per expert.
+  // The fast tier: the experts in one cuBLAS grouped GEMM where cuBLAS takes the dtypes (not yet
+  // a float32 c beside bfloat16 a and b: grouped_gemm.h); else one GEMM per expert (cuBLASLt).
   void do_grouped_gemm(bool tb, double alpha, const Tensor& a, const Tensor& b,
                        const std::vector<std::int64_t>& first, double beta,
                        const Tensor& c) override {
@@ -428,18 +418,43 @@ class CudaBackend final : public Backend {
   }
   // Whether the fast tier runs an op on `t`'s dtype (float32 and bfloat16; float64 is reference).
   bool fast_for(const Tensor& t) const { return fast_ && t.dtype() != DType::F64; }
-  // cuDNN's fused attention takes bfloat16; a context-parallel chunk against a longer key
-  // prefix where this cuDNN builds its bottom-right causal mask.
-  bool cudnn_attends(const Tensor& q, const Tensor& k, bool backward) const {
-    if (!attention_ || q.dtype() != DType::BF16) return false;
-    return q.dim(1) == k.dim(1) || attention_->takes_key_prefix(q, k, backward);
+  // Whether to offer attention to cuDNN: its fused attention takes bfloat16, causal without
+  // packed documents (a context-parallel chunk against a longer key prefix included); it may
+  // still refuse the shape, and then the reference kernel runs.
+  bool cudnn_may_attend(const Tensor& q, const Tensor& doc_start) const {
+    return attention_ && q.dtype() == DType::BF16 && !doc_start.defined();
   }
-  // The fast tier without cuDNN attention for this call: said once per process, not per call.
+  // The reference attention kernels on one floating dtype (lse in that dtype too; bfloat16 is
+  // widened by the callers).
+  void reference_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& out, const Tensor& lse, const Tensor& doc_start) {
+    dispatch(FloatTypes{}, "attention_forward", q.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const gpu::AttnShape a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+      launch(gpu::attention_forward_kernel<T>, a.B * a.H * a.Tq, q.data<T>(), k.data<T>(),
+             v.data<T>(), out.data<T>(), lse.data<T>(), a, doc_starts(doc_start));
+    });
+  }
+  void reference_attention_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& out, const Tensor& lse,
+                                    const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                    const Tensor& doc_start) {
+    dispatch(FloatTypes{}, "attention_backward", q.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const gpu::AttnShape a{q.dim(0), q.dim(1), k.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+      launch(gpu::attention_dq_kernel<T>, a.B * a.H * a.Tq, q.data<T>(), k.data<T>(), v.data<T>(),
+             out.data<T>(), dout.data<T>(), lse.data<T>(), dq.data<T>(), a, doc_starts(doc_start));
+      launch(gpu::attention_dkv_kernel<T>, a.B * a.Hkv * a.Tk, q.data<T>(), k.data<T>(),
+             v.data<T>(), out.data<T>(), dout.data<T>(), lse.data<T>(), dk.data<T>(), dv.data<T>(),
+             a, doc_starts(doc_start));
+    });
+  }
   static const std::int32_t* doc_starts(const Tensor& doc_start) {
     return doc_start.defined() ? doc_start.data<std::int32_t>() : nullptr;
   }
-  void note_reference_attention(const Tensor& q, const Tensor& k) {
-    if (fast_) gpu::note_reference_attention(q.dtype(), attention_ != nullptr);
+  // The fast tier without cuDNN attention for this call: said once per process, not per call.
+  void note_reference_attention(const Tensor& q, const Tensor& doc_start) {
+    if (fast_) gpu::note_reference_attention(q.dtype(), attention_ != nullptr, doc_start.defined());
   }
   template <class Kernel, class... Args>
   void launch(Kernel kernel, std::int64_t threads, Args... args) {

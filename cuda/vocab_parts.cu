@@ -126,12 +126,6 @@ void with_types(DType dt, const char* op, Body body) {
 
 }  // namespace
 
-bool native_bf16(Backend::Op op) {
-  return op == Backend::Op::embedding_part_forward ||
-         op == Backend::Op::cross_entropy_part_forward ||
-         op == Backend::Op::cross_entropy_part_backward;
-}
-
 void embedding(const fast::Launch& l, const Tensor& table, const Tensor& tokens, std::int64_t first,
                const Tensor& rows, bool backward) {
   const std::int64_t n = tokens.numel(), e = table.dim(1), part = table.dim(0);

@@ -14,9 +14,6 @@
 
 namespace carousel::gpu::vocab_parts {
 
-// The ops that take bfloat16 tensors themselves (the others are staged through float32).
-bool native_bf16(Backend::Op op);
-
 void embedding(const fast::Launch& l, const Tensor& table, const Tensor& tokens, std::int64_t first,
                const Tensor& rows, bool backward);
 void cross_entropy_forward(const fast::Launch& l, const Tensor& logits, const Tensor& targets,

@@ -9,7 +9,7 @@
 
 namespace carousel::gpu {
 
-std::unique_ptr<CudnnAttention> CudnnAttention::open(Backend&, cudaStream_t) {
+std::unique_ptr<CudnnAttention> CudnnAttention::open(Backend&, int, cudaStream_t) {
   static std::once_flag warned;
   std::call_once(warned, [] {
     spdlog::warn(
@@ -21,6 +21,6 @@ std::unique_ptr<CudnnAttention> CudnnAttention::open(Backend&, cudaStream_t) {
   return nullptr;
 }
 
-void note_reference_attention(DType, bool) {}  // open() said it already
+void note_reference_attention(DType, bool, bool) {}  // open() said it already
 
 }  // namespace carousel::gpu

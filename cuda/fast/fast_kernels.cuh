@@ -8,6 +8,13 @@
 //   * warps reduce by butterfly shuffles (a + b == b + a exactly, so all lanes agree), warps
 //     meet in shared memory in warp order — no atomics anywhere;
 //   * column sums over rows go through fixed row chunks, then the chunks in order.
+// Every kernel declares the largest block its launch plan gives (__launch_bounds__, the
+// constants of cuda/plans/launch_plan.h; tests/compute/test_cuda_plans.cpp checks the plans stay
+// within them), so the compiler keeps each thread's registers within what such a block can have
+// and a 1024-thread row launch cannot fail with "too many resources requested".
+// Accumulated parameter gradients may be float32 beside bfloat16 values (rmsnorm_backward's
+// dweight, embedding_backward's dtable: compute/op_check.h `accumulator`), so those kernels take
+// the accumulator's type apart from the values'.
 // The per-element math is compute/elementwise.h's, shared with the CPU backend and the reference
 // kernels (cuda/reference_kernels.cuh), which stay as this tier's oracle on the GPU.
 #pragma once
@@ -16,6 +23,7 @@
 
 #include "compute/bfloat16.h"
 #include "compute/elementwise.h"
+#include "cuda/plans/launch_plan.h"
 
 namespace carousel::gpu::fast {
 
@@ -47,18 +55,21 @@ __device__ __forceinline__ int64_t global_thread() {
 }
 
 // ---- block reductions (blockDim.x a multiple of 32, at most 1024) ----------------------------
-__device__ __forceinline__ float warp_sum(float v) {
+// A = float (the row kernels) or double (the sums returned to the host).
+template <class A>
+__device__ __forceinline__ A warp_sum(A v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
 }
-// The sum over the block, the same bits in every thread. `scratch`: 32 floats of shared memory.
-__device__ __forceinline__ float block_sum(float v, float* scratch) {
+// The sum over the block, the same bits in every thread. `scratch`: 32 values of shared memory.
+template <class A>
+__device__ __forceinline__ A block_sum(A v, A* scratch) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
   v = warp_sum(v);
   __syncthreads();  // scratch may still be read from a previous reduction
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  return warp_sum(lane < warps ? scratch[lane] : 0.f);
+  return warp_sum(lane < warps ? scratch[lane] : A(0));
 }
 
 // A running softmax normaliser: the maximum seen and the sum of exp(x - max).
@@ -90,7 +101,8 @@ __device__ __forceinline__ MaxSum block_combine(MaxSum v, float2* scratch) {
 // ---- elementwise --------------------------------------------------------------------------
 // Each thread one pack of V elements; n % V == 0 (the host chose V so).
 template <class From, class To, int V>
-__global__ void cast(const From* src, To* dst, int64_t packs) {
+__global__ void __launch_bounds__(kElementwiseThreads)
+    cast(const From* src, To* dst, int64_t packs) {
   const int64_t i = global_thread();
   if (i >= packs) return;
   const Pack<From, V> a = load<V>(src, i);
@@ -101,8 +113,9 @@ __global__ void cast(const From* src, To* dst, int64_t packs) {
 
 // out = alpha_a * a + alpha_b * b (b may be null: out = alpha_a * a). add, axpy and scale.
 template <class T, int V>
-__global__ void linear_combination(const T* a, float alpha_a, const T* b, float alpha_b, T* out,
-                                   int64_t packs) {
+__global__ void __launch_bounds__(kElementwiseThreads)
+    linear_combination(const T* a, float alpha_a, const T* b, float alpha_b, T* out,
+                       int64_t packs) {
   const int64_t i = global_thread();
   if (i >= packs) return;
   const Pack<T, V> x = load<V>(a, i);
@@ -117,7 +130,8 @@ __global__ void linear_combination(const T* a, float alpha_a, const T* b, float 
 }
 
 template <class T, int V>
-__global__ void swiglu_forward(const T* gate, const T* up, T* out, int64_t packs) {
+__global__ void __launch_bounds__(kElementwiseThreads)
+    swiglu_forward(const T* gate, const T* up, T* out, int64_t packs) {
   const int64_t i = global_thread();
   if (i >= packs) return;
   const Pack<T, V> g = load<V>(gate, i), u = load<V>(up, i);
@@ -126,8 +140,8 @@ __global__ void swiglu_forward(const T* gate, const T* up, T* out, int64_t packs
   store<V>(out, i, o);
 }
 template <class T, int V>
-__global__ void swiglu_backward(const T* dout, const T* gate, const T* up, T* dgate, T* dup,
-                                int64_t packs) {
+__global__ void __launch_bounds__(kElementwiseThreads)
+    swiglu_backward(const T* dout, const T* gate, const T* up, T* dgate, T* dup, int64_t packs) {
   const int64_t i = global_thread();
   if (i >= packs) return;
   const Pack<T, V> d = load<V>(dout, i), g = load<V>(gate, i), u = load<V>(up, i);
@@ -145,8 +159,9 @@ __global__ void swiglu_backward(const T* dout, const T* gate, const T* up, T* dg
 // x, out [rows = B*T*H, 2*half]; cos, sin [table_rows, half] float32: T rows (token (b, t) at
 // position t) or B*T (a row per token, packed documents). One thread per V pairs.
 template <class T, int V>
-__global__ void rope(const T* x, const float* cosv, const float* sinv, T* out, int64_t rows,
-                     int64_t table_rows, int64_t heads, int64_t half, bool backward) {
+__global__ void __launch_bounds__(kElementwiseThreads)
+    rope(const T* x, const float* cosv, const float* sinv, T* out, int64_t rows, int64_t table_rows,
+         int64_t heads, int64_t half, bool backward) {
   const int64_t i = global_thread(), packs_per_row = half / V;
   if (i >= rows * packs_per_row) return;
   const int64_t row = i / packs_per_row, p = i % packs_per_row, t = (row / heads) % table_rows;
@@ -169,7 +184,8 @@ __global__ void rope(const T* x, const float* cosv, const float* sinv, T* out, i
 }
 
 template <class T, int V>
-__global__ void adamw(T* param, const T* grad, T* m, T* v, int64_t packs, math::AdamWScalars h) {
+__global__ void __launch_bounds__(kElementwiseThreads)
+    adamw(T* param, const T* grad, T* m, T* v, int64_t packs, math::AdamWScalars h) {
   const int64_t i = global_thread();
   if (i >= packs) return;
   Pack<T, V> p = load<V>(param, i), mm = load<V>(m, i), vv = load<V>(v, i);
@@ -189,8 +205,8 @@ __global__ void adamw(T* param, const T* grad, T* m, T* v, int64_t packs, math::
 // ---- one block per row --------------------------------------------------------------------
 // out[row] = table[tokens[row]]: [n, embed] from [vocab, embed].
 template <class T, int V>
-__global__ void embedding_forward(const T* table, const std::int32_t* tokens, T* out,
-                                  int64_t embed) {
+__global__ void __launch_bounds__(kMaxReduceThreads)
+    embedding_forward(const T* table, const std::int32_t* tokens, T* out, int64_t embed) {
   const int64_t row = blockIdx.x;
   const T* src = table + int64_t(tokens[row]) * embed;
   for (int64_t p = threadIdx.x; p < embed / V; p += blockDim.x)
@@ -199,38 +215,40 @@ __global__ void embedding_forward(const T* table, const std::int32_t* tokens, T*
 
 // dtable[tok] += sum of dout rows of the positions holding tok, in position order. `sorted` and
 // `positions` are the tokens and their positions sorted stably by token (CUB radix sort), so one
-// block per run of equal tokens owns its table row: no atomics, a fixed order.
-template <class T, int V>
-__global__ void embedding_backward_runs(const T* dout, const std::uint32_t* sorted,
-                                        const std::int32_t* positions, T* dtable, int64_t n,
-                                        int64_t embed) {
+// block per run of equal tokens owns its table row: no atomics, a fixed order. TIn: dout's
+// storage; TOut: dtable's (TIn, or float32 beside bfloat16: the sum is float32 either way, rounded
+// once into the row).
+template <class TIn, class TOut, int V>
+__global__ void __launch_bounds__(kMaxReduceThreads)
+    embedding_backward_runs(const TIn* dout, const std::uint32_t* sorted,
+                            const std::int32_t* positions, TOut* dtable, int64_t n, int64_t embed) {
   const int64_t first = blockIdx.x;
   const std::uint32_t token = sorted[first];
   if (first > 0 && sorted[first - 1] == token) return;  // not the start of a run
   int64_t end = first + 1;
   while (end < n && sorted[end] == token) ++end;
-  T* row = dtable + int64_t(token) * embed;
+  TOut* row = dtable + int64_t(token) * embed;
   for (int64_t p = threadIdx.x; p < embed / V; p += blockDim.x) {
     float acc[V] = {};
     for (int64_t j = first; j < end; ++j) {
-      const Pack<T, V> d = load<V>(dout + int64_t(positions[j]) * embed, p);
+      const Pack<TIn, V> d = load<V>(dout + int64_t(positions[j]) * embed, p);
       for (int e = 0; e < V; ++e) acc[e] += to_f(d.v[e]);
     }
-    Pack<T, V> o = load<V>(row, p);
-    for (int e = 0; e < V; ++e) o.v[e] = from_f<T>(to_f(o.v[e]) + acc[e]);
+    Pack<TOut, V> o = load<V>(row, p);
+    for (int e = 0; e < V; ++e) o.v[e] = from_f<TOut>(to_f(o.v[e]) + acc[e]);
     store<V>(row, p, o);
   }
 }
 
-__global__ void iota(std::int32_t* out, int64_t n) {
+__global__ void __launch_bounds__(kElementwiseThreads) iota(std::int32_t* out, int64_t n) {
   const int64_t i = global_thread();
   if (i < n) out[i] = std::int32_t(i);
 }
 
 // RMSNorm over rows of [rows, cols]; rstd [rows] float32.
 template <class T, int V>
-__global__ void rmsnorm_forward(const T* x, const T* weight, T* out, float* rstd, int64_t cols,
-                                float eps) {
+__global__ void __launch_bounds__(kMaxReduceThreads)
+    rmsnorm_forward(const T* x, const T* weight, T* out, float* rstd, int64_t cols, float eps) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x, packs = cols / V;
   const T* xr = x + row * cols;
@@ -251,8 +269,9 @@ __global__ void rmsnorm_forward(const T* x, const T* weight, T* out, float* rstd
 
 // dx = s * dy * w - x * s^3 * (sum dy * w * x) / cols, s = rstd of the row.
 template <class T, int V>
-__global__ void rmsnorm_backward_dx(const T* dy, const T* x, const T* weight, const float* rstd,
-                                    T* dx, int64_t cols) {
+__global__ void __launch_bounds__(kMaxReduceThreads)
+    rmsnorm_backward_dx(const T* dy, const T* x, const T* weight, const float* rstd, T* dx,
+                        int64_t cols) {
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x, packs = cols / V;
   const T *dyr = dy + row * cols, *xr = x + row * cols;
@@ -274,8 +293,9 @@ __global__ void rmsnorm_backward_dx(const T* dy, const T* x, const T* weight, co
 
 // partial[chunk, c] = sum over the chunk's rows r of dy[r,c] * x[r,c] * rstd[r] (grid.y = chunk).
 template <class T>
-__global__ void rmsnorm_dweight_partials(const T* dy, const T* x, const float* rstd, float* partial,
-                                         int64_t rows, int64_t cols, int64_t rows_per_chunk) {
+__global__ void __launch_bounds__(kElementwiseThreads)
+    rmsnorm_dweight_partials(const T* dy, const T* x, const float* rstd, float* partial,
+                             int64_t rows, int64_t cols, int64_t rows_per_chunk) {
   const int64_t c = global_thread();
   if (c >= cols) return;
   const int64_t first = int64_t(blockIdx.y) * rows_per_chunk;
@@ -285,22 +305,25 @@ __global__ void rmsnorm_dweight_partials(const T* dy, const T* x, const float* r
     acc += to_f(dy[r * cols + c]) * to_f(x[r * cols + c]) * rstd[r];
   partial[int64_t(blockIdx.y) * cols + c] = acc;
 }
-// out[c] += sum over chunks, in chunk order.
-template <class T>
-__global__ void add_column_partials(const float* partial, int64_t chunks, int64_t cols, T* out) {
+// out[c] += sum over chunks, in chunk order. TOut: the accumulator's storage (the values' type,
+// or float32 beside bfloat16 values: the partials are float32 already).
+template <class TOut>
+__global__ void __launch_bounds__(kElementwiseThreads)
+    add_column_partials(const float* partial, int64_t chunks, int64_t cols, TOut* out) {
   const int64_t c = global_thread();
   if (c >= cols) return;
   float acc = 0.f;
   for (int64_t k = 0; k < chunks; ++k) acc += partial[k * cols + c];
-  out[c] = from_f<T>(to_f(out[c]) + acc);
+  out[c] = from_f<TOut>(to_f(out[c]) + acc);
 }
 
 // Softmax cross-entropy over a row of `vocab` logits, one block per row, the row read in packs
 // with a running (max, sum) — no [rows, vocab] float32 copy. losses (if set) = lse - logit of the
 // target; dlogits (if set, may alias logits) = dloss * (softmax - onehot).
 template <class T, int V>
-__global__ void cross_entropy(const T* logits, const std::int32_t* targets, float* losses,
-                              T* dlogits, float dloss, int64_t vocab) {
+__global__ void __launch_bounds__(kMaxReduceThreads)
+    cross_entropy(const T* logits, const std::int32_t* targets, float* losses, T* dlogits,
+                  float dloss, int64_t vocab) {
   __shared__ float2 scratch[32];
   const int64_t row = blockIdx.x, packs = vocab / V;
   const T* lr = logits + row * vocab;
@@ -330,6 +353,29 @@ __global__ void cross_entropy(const T* logits, const std::int32_t* targets, floa
     }
     store<V>(dlogits + row * vocab, p, o);
   }
+}
+
+// ---- sums returned to the host --------------------------------------------------------------
+// partial[block] = the sum of the block's packs (of their squares with `squares`), in double.
+// Thread t of block b takes packs b * blockDim + t, then every gridDim * blockDim further; the
+// grid comes from the size alone (plan_block_sums), so the order of every addition depends only
+// on the size and the pack width, and the host adds the partials in block order: the sum is
+// bitwise the same from run to run. Double because a gradient norm sums billions of squares.
+template <class T, int V>
+__global__ void __launch_bounds__(kElementwiseThreads)
+    block_partial_sums(const T* x, int64_t packs, bool squares, double* partial) {
+  __shared__ double scratch[32];
+  double acc = 0.0;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t p = global_thread(); p < packs; p += stride) {
+    const Pack<T, V> a = load<V>(x, p);
+    for (int e = 0; e < V; ++e) {
+      const double v = to_f(a.v[e]);
+      acc += squares ? v * v : v;
+    }
+  }
+  acc = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partial[blockIdx.x] = acc;
 }
 
 }  // namespace carousel::gpu::fast

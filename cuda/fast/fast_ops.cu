@@ -13,30 +13,6 @@
 
 namespace carousel::gpu::fast {
 
-bool has_kernel(Backend::Op op) {
-  using Op = Backend::Op;
-  switch (op) {
-    case Op::cast:
-    case Op::scale:
-    case Op::axpy:
-    case Op::add:
-    case Op::embedding_forward:
-    case Op::embedding_backward:
-    case Op::rmsnorm_forward:
-    case Op::rmsnorm_backward:
-    case Op::rope_forward:
-    case Op::rope_backward:
-    case Op::swiglu_forward:
-    case Op::swiglu_backward:
-    case Op::cross_entropy_forward:
-    case Op::cross_entropy_backward:
-    case Op::adamw_update:
-      return true;
-    default:
-      return false;
-  }
-}
-
 namespace {
 
 // fn(T{}) for the storage type of `dtype`: float or bf16 (the backend routes float64 to the
@@ -50,6 +26,21 @@ void with_storage(DType dtype, const char* op, Fn&& fn) {
                     op, dtype_name(dtype));
     fn(float{});
   }
+}
+// fn(TIn{}, TAcc{}) for the value and accumulator storage types an accumulating op takes
+// (compute/op_check.h `accumulator`): the same type, or bfloat16 values into a float32
+// accumulator (bfloat16 runs keep every parameter gradient in float32).
+template <class Fn>
+void with_accumulator(DType values, DType accumulator, const char* op, Fn&& fn) {
+  with_storage(values, op, [&](auto in) {
+    using TIn = decltype(in);
+    if (accumulator == values) return fn(in, in);
+    CAROUSEL_ASSERT(values == DType::BF16 && accumulator == DType::F32,
+                    "fast {}: a {} accumulator beside {} values reached the fast tier (the same "
+                    "dtype, or float32 beside bfloat16)",
+                    op, dtype_name(accumulator), dtype_name(values));
+    if constexpr (std::is_same_v<TIn, bf16>) fn(in, float{});
+  });
 }
 // fn(std::integral_constant<int, V>{}) for V = vec.
 template <class Fn>
@@ -78,6 +69,15 @@ void launch(const char* op, const LaunchPlan& plan, const Launch& l, Kernel kern
 
 int vec_of(const Tensor& like, std::int64_t per_row, std::initializer_list<const void*> ptrs) {
   return vector_width(per_row, dtype_size(like.dtype()), ptrs);
+}
+// The widest pack every tensor allows with its own element size (tensors of different dtypes:
+// each must be aligned to V of its elements, and V of each at most 16 bytes). The widths each
+// allows are closed downwards (1, 2, 4, 8), so the smallest maximum is the widest common one.
+int common_vec(std::int64_t per_row, std::initializer_list<const Tensor*> tensors) {
+  int vec = 8;
+  for (const Tensor* t : tensors)
+    vec = std::min(vec, vector_width(per_row, dtype_size(t->dtype()), {t->raw()}));
+  return vec;
 }
 
 }  // namespace
@@ -220,13 +220,14 @@ void embedding_backward(const Launch& l, const Tensor& dout, const Tensor& token
   CUDA_CHECK(cub::DeviceRadixSort::SortPairs(
       temp.raw(), temp_bytes, keys_in, keys_out, positions.data<std::int32_t>(),
       sorted_positions.data<std::int32_t>(), int(n), 0, key_bits, l.stream));
-  with_storage(dtable.dtype(), "embedding_backward", [&](auto tag) {
-    using T = decltype(tag);
-    with_vec(vec_of(dtable, embed, {dout.raw(), dtable.raw()}), [&](auto v) {
+  with_accumulator(dout.dtype(), dtable.dtype(), "embedding_backward", [&](auto in, auto acc) {
+    using TIn = decltype(in);
+    using TOut = decltype(acc);
+    with_vec(common_vec(embed, {&dout, &dtable}), [&](auto v) {
       constexpr int V = decltype(v)::value;
       launch("embedding_backward", plan_rowwise(n, embed, V, 0), l,
-             fast::embedding_backward_runs<T, V>, dout.data<T>(), keys_out,
-             sorted_positions.data<std::int32_t>(), dtable.data<T>(), n, embed);
+             fast::embedding_backward_runs<TIn, TOut, V>, dout.data<TIn>(), keys_out,
+             sorted_positions.data<std::int32_t>(), dtable.data<TOut>(), n, embed);
     });
   });
 }
@@ -262,8 +263,11 @@ void rmsnorm_backward(const Launch& l, const Tensor& dout, const Tensor& x, cons
     launch("rmsnorm_backward", partials, l, fast::rmsnorm_dweight_partials<T>, dout.data<T>(),
            x.data<T>(), rstd.data<float>(), partial.data<float>(), rows, cols,
            partials.rows_per_chunk);
-    launch("rmsnorm_backward", plan_elementwise(cols, 1), l, fast::add_column_partials<T>,
-           partial.data<float>(), partials.grid_y, cols, dweight.data<T>());
+    with_accumulator(x.dtype(), dweight.dtype(), "rmsnorm_backward", [&](auto, auto acc) {
+      using TOut = decltype(acc);
+      launch("rmsnorm_backward", plan_elementwise(cols, 1), l, fast::add_column_partials<TOut>,
+             partial.data<float>(), partials.grid_y, cols, dweight.data<TOut>());
+    });
   });
 }
 
@@ -282,6 +286,24 @@ void cross_entropy(const Launch& l, const Tensor& logits, const Tensor& targets,
              dlogits.defined() ? dlogits.data<T>() : nullptr, float(dloss), vocab);
     });
   });
+}
+
+double sum(const Launch& l, const Tensor& x, bool squares) {
+  const std::int64_t n = x.numel();
+  if (n == 0) return 0.0;
+  double total = 0.0;
+  with_storage(x.dtype(), squares ? "sum_squares" : "sum", [&](auto tag) {
+    using T = decltype(tag);
+    with_vec(vec_of(x, n, {x.raw()}), [&](auto v) {
+      constexpr int V = decltype(v)::value;
+      const LaunchPlan plan = plan_block_sums(n, V);
+      Tensor partial = l.backend.empty({plan.grid_x}, DType::F64);
+      launch(squares ? "sum_squares" : "sum", plan, l, fast::block_partial_sums<T, V>, x.data<T>(),
+             n / V, squares, partial.data<double>());
+      for (double p : l.backend.to_host<double>(partial)) total += p;  // in block order
+    });
+  });
+  return total;
 }
 
 }  // namespace carousel::gpu::fast

@@ -3,7 +3,8 @@
 // (cuda/plans/launch_plan.h) and launches cuda/fast/fast_kernels.cuh on the backend's stream.
 // Scratch (the RMSNorm weight-gradient partials, the embedding backward's sorted tokens) comes from
 // the backend's stream-ordered pool. Storage: float32 or bfloat16; statistics and RoPE tables
-// float32.
+// float32; the accumulated weight gradients (rmsnorm_backward's dweight, embedding_backward's
+// dtable) the values' type or float32 beside bfloat16.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,11 +12,6 @@
 #include "compute/backend.h"
 
 namespace carousel::gpu::fast {
-
-// The ops this tier runs itself (for float32 and bfloat16); the others stay with the reference
-// kernels. GEMM (cuBLASLt) and attention (cuDNN) are separate: cuda/fast/lt_gemm.h,
-// cudnn_attention.h.
-bool has_kernel(Backend::Op op);
 
 struct Launch {
   Backend& backend;  // for scratch tensors
@@ -43,6 +39,9 @@ void swiglu_backward(const Launch& l, const Tensor& dout, const Tensor& gate, co
 // losses (forward) or dlogits (backward) may be undefined.
 void cross_entropy(const Launch& l, const Tensor& logits, const Tensor& targets,
                    const Tensor& losses, double dloss, const Tensor& dlogits);
+// sum (squares: sum_squares) of every element, bitwise the same from run to run: double block
+// partials in a grid fixed by the size, added on the host in block order (waits for the stream).
+double sum(const Launch& l, const Tensor& x, bool squares);
 void adamw(const Launch& l, const Tensor& param, const Tensor& grad, const Tensor& m,
            const Tensor& v, const math::AdamWScalars& scalars);
 

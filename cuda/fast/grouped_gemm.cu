@@ -7,6 +7,7 @@
 
 #include "compute/error.h"
 #include "cuda/fast/grouped_gemm.h"
+#include "cuda/plans/gemm_plan.h"
 
 namespace carousel::gpu::fast {
 
@@ -48,6 +49,16 @@ struct Groups {
   }
 };
 
+// Whether cuBLAS' grouped GEMM is known to take these dtypes. cublasGemmGroupedBatchedEx's type
+// table, as we read cuBLAS' documentation, pairs bfloat16 A and B with a bfloat16 C only (unlike
+// cublasGemmEx, which also lists a float32 C), while the experts' weight gradients are float32
+// beside bfloat16 activations (bfloat16 runs keep every gradient in float32). Until a GPU run of
+// CudaGroupedGemm.Bf16IntoFloat32InOneCall (which turns grouped_gemm_mixed_types() on) shows the
+// mix works, it runs one GEMM per group (cuBLASLt takes the mix).
+bool grouped_takes(const Tensor& a, const Tensor& c) {
+  return a.dtype() != DType::F64 && (c.dtype() == a.dtype() || grouped_gemm_mixed_types());
+}
+
 char* at(const Tensor& t, std::int64_t elements) {
   return static_cast<char*>(t.raw()) + elements * std::int64_t(dtype_size(t.dtype()));
 }
@@ -57,7 +68,7 @@ char* at(const Tensor& t, std::int64_t elements) {
 bool grouped_gemm(Backend& backend, cublasHandle_t blas, bool trans_b, double alpha,
                   const Tensor& a, const Tensor& b, const std::vector<std::int64_t>& first,
                   double beta, const Tensor& c) {
-  if (a.dtype() == DType::F64) return false;
+  if (!grouped_takes(a, c)) return false;
   const std::int64_t n = c.cols(), k = a.cols();
   if (!fits_int(n) || !fits_int(k) || !fits_int(a.rows())) return false;
   // Row-major c[rows] = a[rows] op(b[g]): cuBLAS' A is b[g] (op as trans_b), its B the rows of a.
@@ -76,7 +87,7 @@ bool grouped_gemm(Backend& backend, cublasHandle_t blas, bool trans_b, double al
 bool grouped_weight_gemm(Backend& backend, cublasHandle_t blas, double alpha, const Tensor& a,
                          const Tensor& b, const std::vector<std::int64_t>& first, double beta,
                          const Tensor& c) {
-  if (a.dtype() == DType::F64) return false;
+  if (!grouped_takes(a, c)) return false;
   const std::int64_t m = a.cols(), n = b.cols();
   if (!fits_int(m) || !fits_int(n) || !fits_int(a.rows())) return false;
   // Row-major c[g] = a[rows]^T b[rows]: column-major c^T = b[rows]^T a[rows], so cuBLAS' A is

@@ -15,8 +15,8 @@
 namespace carousel::gpu::fast {
 
 // The same contract as Backend::grouped_gemm. Returns false, doing nothing, where cuBLAS' grouped
-// GEMM does not apply (float64; a dimension beyond 32-bit ints): the caller runs one GEMM per
-// group.
+// GEMM does not apply (float64; a float32 c beside bfloat16 a and b, which its type table does
+// not list; a dimension beyond 32-bit ints): the caller runs one GEMM per group.
 bool grouped_gemm(Backend& backend, cublasHandle_t blas, bool trans_b, double alpha,
                   const Tensor& a, const Tensor& b, const std::vector<std::int64_t>& first,
                   double beta, const Tensor& c);

@@ -1,16 +1,25 @@
 // lt_gemm.cu — cuBLASLt GEMMs with cached plans (see lt_gemm.h). A plan is built the first time
 // a (shape, dtype, transposes, alignment) key is met: the matmul descriptor, three layouts and
-// the heuristic's best algorithm for the backend's workspace; later calls only run cublasLtMatmul.
+// the heuristic's best algorithms (up to kLtCandidates) for the backend's workspace; later calls
+// only run cublasLtMatmul with the chosen one. A candidate cublasLtMatmul refuses gives way to the
+// next; a key with none left runs classic cuBLAS (run() returns false), warned once per process.
 // cuBLASLt results are bitwise reproducible on one GPU model and library version, which is the
 // determinism the fast tier promises.
 #include <cublasLt.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "compute/error.h"
 #include "cuda/fast/lt_gemm.h"
 
 #define CUBLASLT_CHECK(stmt) CUBLAS_CHECK(stmt)  // cuBLASLt returns cublasStatus_t too
+// A status `call` already returned (inspected first: some statuses are not errors here).
+#define CUBLASLT_CHECK_STATUS(call, status)                                                     \
+  CAROUSEL_LIBRARY_CHECK_("cuBLAS", call, status, CUBLAS_STATUS_SUCCESS, cublasGetStatusString, \
+                          nullptr, CAROUSEL_CUDA_DEVICE_)
 
 namespace carousel::gpu {
 
@@ -18,11 +27,17 @@ namespace {
 
 cudaDataType_t lt_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
-// Owns one plan's descriptors.
+// cuBLASLt's name for a status, for the warning that a key runs on classic cuBLAS.
+std::string status_name(cublasStatus_t rc) {
+  return fmt::format("{} ({})", cublasGetStatusName(rc), cublasGetStatusString(rc));
+}
+
+// Owns one plan's descriptors; `algos` are the heuristic's candidates, `choice` which one runs.
 struct Plan {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;
-  cublasLtMatmulAlgo_t algo{};
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  LtChoice choice{0};
   Plan() = default;
   Plan(Plan&& o) noexcept { *this = std::move(o); }
   Plan& operator=(Plan&& o) noexcept {
@@ -30,7 +45,8 @@ struct Plan {
     std::swap(first, o.first);
     std::swap(second, o.second);
     std::swap(out, o.out);
-    algo = o.algo;
+    std::swap(algos, o.algos);
+    std::swap(choice, o.choice);
     return *this;
   }
   ~Plan() {
@@ -91,19 +107,26 @@ struct LtGemm::State {
       if (rc == CUBLAS_STATUS_SUCCESS)
         rc = cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
     }
-    cublasLtMatmulHeuristicResult_t best{};
+    cublasLtMatmulHeuristicResult_t found_algos[kLtCandidates] = {};
     int found = 0;
     if (rc == CUBLAS_STATUS_SUCCESS)
       rc = cublasLtMatmulAlgoGetHeuristic(handle, plan.op, plan.first, plan.second, plan.out,
-                                          plan.out, pref, 1, &best, &found);
+                                          plan.out, pref, kLtCandidates, found_algos, &found);
     cublasLtMatmulPreferenceDestroy(pref);
-    if (rc == CUBLAS_STATUS_NOT_SUPPORTED) found = 0;  // no algorithm: the error below says so
-    if (rc != CUBLAS_STATUS_NOT_SUPPORTED) CUBLASLT_CHECK(rc);
-    CAROUSEL_CHECK(found > 0,
-                   "cuBLASLt has no algorithm for the GEMM {} (alignment {} bytes, "
-                   "workspace {} bytes); gpu_kernels=reference uses classic cuBLAS",
-                   describe(key), key.alignment, ws);
-    plan.algo = best.algo;
+    // NOT_SUPPORTED: no algorithm for this key (the key then runs classic cuBLAS); any other
+    // failure is a wrong descriptor or attribute, a bug here.
+    if (rc != CUBLAS_STATUS_NOT_SUPPORTED)
+      CUBLASLT_CHECK_STATUS("cublasLtMatmulPreferenceSetAttribute/cublasLtMatmulAlgoGetHeuristic",
+                            rc);
+    for (int i = 0; rc == CUBLAS_STATUS_SUCCESS && i < found; ++i) {
+      if (found_algos[i].state == CUBLAS_STATUS_SUCCESS && found_algos[i].workspaceSize <= ws)
+        plan.algos.push_back(found_algos[i].algo);
+    }
+    plan.choice = LtChoice(
+        int(plan.algos.size()),
+        rc == CUBLAS_STATUS_SUCCESS
+            ? fmt::format("the heuristic offered no algorithm within {} bytes of workspace", ws)
+            : "the heuristic returned " + status_name(rc));
     return plan;
   }
 };
@@ -120,7 +143,7 @@ LtGemm::~LtGemm() {
   if (state_->handle) cublasLtDestroy(state_->handle);
 }
 
-void LtGemm::run(bool trans_a, bool trans_b, std::int64_t batch, std::int64_t m, std::int64_t n,
+bool LtGemm::run(bool trans_a, bool trans_b, std::int64_t batch, std::int64_t m, std::int64_t n,
                  std::int64_t k, double alpha, const Tensor& a, const Tensor& b, double beta,
                  const Tensor& c) {
   GemmKey key{trans_a, trans_b, batch, m, n, k, a.dtype(), c.dtype(), 16};
@@ -138,11 +161,21 @@ void LtGemm::run(bool trans_a, bool trans_b, std::int64_t batch, std::int64_t m,
   }
   State& s = *state_;
   CUDA_CHECK(cudaSetDevice(s.gpu));  // this thread may have last used another GPU
-  const Plan& plan = s.plans.get(key, [&] { return s.build(key); });
+  Plan& plan = s.plans.get(key, [&] { return s.build(key); });
   const float al = float(alpha), be = float(beta);
-  CUBLASLT_CHECK(cublasLtMatmul(s.handle, plan.op, &al, b.raw(), plan.first, a.raw(), plan.second,
-                                &be, c.raw(), plan.out, c.raw(), plan.out, &plan.algo,
-                                s.workspace.raw(), s.workspace.nbytes(), s.stream));
+  while (!plan.choice.classic()) {
+    // A refusal is found before any work is queued: c is untouched, the next candidate may run.
+    const cublasStatus_t rc =
+        cublasLtMatmul(s.handle, plan.op, &al, b.raw(), plan.first, a.raw(), plan.second, &be,
+                       c.raw(), plan.out, c.raw(), plan.out, &plan.algos[plan.choice.current()],
+                       s.workspace.raw(), s.workspace.nbytes(), s.stream);
+    if (rc == CUBLAS_STATUS_SUCCESS) return true;
+    if (rc != CUBLAS_STATUS_NOT_SUPPORTED) CUBLASLT_CHECK_STATUS("cublasLtMatmul", rc);
+    plan.choice.refuse("cublasLtMatmul returned " + status_name(rc) + " for each of the " +
+                       std::to_string(plan.algos.size()) + " algorithms the heuristic offered");
+  }
+  if (first_classic_fallback(key)) spdlog::warn(classic_fallback_message(key, plan.choice.why()));
+  return false;
 }
 
 std::int64_t LtGemm::plans_built() const { return state_->plans.builds(); }

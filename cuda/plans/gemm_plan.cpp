@@ -3,6 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <mutex>
+#include <set>
+
 namespace carousel::gpu {
 
 std::string describe(const GemmKey& k) {
@@ -36,5 +40,26 @@ LtProblem lt_problem(const GemmKey& k) {
 std::size_t lt_workspace_bytes(int compute_capability_major) {
   return std::size_t(compute_capability_major >= 9 ? 32 : 4) << 20;
 }
+
+std::string classic_fallback_message(const GemmKey& key, const std::string& why) {
+  return fmt::format(
+      "cuBLASLt cannot run the GEMM {} (operands aligned to {} bytes): {}; classic cuBLAS "
+      "runs this shape instead (the reference tier's path: correct, maybe slower)",
+      describe(key), key.alignment, why);
+}
+
+bool first_classic_fallback(const GemmKey& key) {
+  static std::mutex mutex;  // backends on several threads (logical devices) share the record
+  static std::set<GemmKey> said;
+  const std::lock_guard<std::mutex> lock(mutex);
+  return said.insert(key).second;
+}
+
+namespace {
+std::atomic<bool> grouped_mixed{false};
+}  // namespace
+
+bool grouped_gemm_mixed_types() { return grouped_mixed.load(); }
+void set_grouped_gemm_mixed_types(bool on) { grouped_mixed.store(on); }
 
 }  // namespace carousel::gpu

@@ -1,10 +1,12 @@
 // gemm_plan.h — what the cuBLASLt GEMM path decides without a GPU: the key a matmul plan is cached
 // under, the row-major → column-major operand layouts, and the workspace size. Plain C++ so CPU
-// tests check them; cuda/lt_gemm.cu turns a key into cuBLASLt descriptors once and reuses them.
+// tests check them; cuda/fast/lt_gemm.cu turns a key into cuBLASLt descriptors once and reuses them.
 //
-// A plan (descriptors + the heuristic's algorithm) depends on the transposes, the sizes, the
+// A plan (descriptors + the heuristic's algorithms) depends on the transposes, the sizes, the
 // batch, the dtypes and the operands' alignment (cuBLASLt picks kernels by the alignment it is
 // promised): those are the key. alpha and beta are arguments of each call, not of the plan.
+// A key cuBLASLt cannot run (no algorithm, or every one refused) goes to classic cuBLAS for good
+// (LtChoice), said once per process and key: one odd GEMM shape must not stop a training run.
 #pragma once
 
 #include <cstddef>
@@ -12,8 +14,10 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "compute/dtype.h"
+#include "compute/error.h"
 
 namespace carousel::gpu {
 
@@ -47,6 +51,50 @@ LtProblem lt_problem(const GemmKey& key);
 // cuBLASLt's workspace: 32 MiB on Hopper (what NVIDIA recommends there for its fastest kernels),
 // 4 MiB before. One per backend, from its memory pool, reused by every GEMM on its stream.
 std::size_t lt_workspace_bytes(int compute_capability_major);
+
+// How many algorithms cuBLASLt's heuristic is asked for, best first: the candidates a plan tries.
+inline constexpr int kLtCandidates = 8;
+
+// Which of a plan's candidate algorithms runs, or that its key runs on classic cuBLAS. The first
+// candidate that cublasLtMatmul accepts stays chosen; a refused one (NOT_SUPPORTED) gives way to
+// the next; with none left, or none offered by the heuristic, the key is classic from then on.
+class LtChoice {
+ public:
+  // `why`: cuBLASLt's status when the heuristic offered no candidate.
+  explicit LtChoice(int candidates, std::string why = {})
+      : candidates_(candidates), why_(std::move(why)) {}
+  bool classic() const { return current_ >= candidates_; }
+  int current() const {
+    CAROUSEL_ASSERT(!classic(), "LtChoice: no cuBLASLt candidate is left");
+    return current_;
+  }
+  // The current candidate was refused with cuBLASLt's status `why`: try the next. Returns whether
+  // one is left.
+  bool refuse(std::string why) {
+    why_ = std::move(why);
+    ++current_;
+    return !classic();
+  }
+  // The last refusal's status (or why the heuristic offered none).
+  const std::string& why() const { return why_; }
+
+ private:
+  int candidates_;
+  int current_ = 0;
+  std::string why_;
+};
+
+// The warning for a key that runs on classic cuBLAS, naming the shape and cuBLASLt's status.
+std::string classic_fallback_message(const GemmKey& key, const std::string& why);
+// True the first time this process asks about `key`: the warning is said once per shape, not
+// once per backend or call.
+bool first_classic_fallback(const GemmKey& key);
+
+// Whether cuda/fast/grouped_gemm.cu passes a float32 C beside bfloat16 A and B to cuBLAS' grouped
+// GEMM. Off: one GEMM per group (cuBLASLt takes the mix), until a GPU shows that
+// cublasGemmGroupedBatchedEx does too; test_cuda_backend's probe turns it on to find out.
+bool grouped_gemm_mixed_types();
+void set_grouped_gemm_mixed_types(bool on);
 
 // Plans built once per key and reused; counts builds and reuses (the proof reports them).
 template <class Plan>

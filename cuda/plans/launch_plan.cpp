@@ -59,6 +59,18 @@ LaunchPlan plan_column_partials(std::int64_t rows, std::int64_t cols, const GpuL
   return p;
 }
 
+LaunchPlan plan_block_sums(std::int64_t n, int vec, const GpuLimits& limits) {
+  LaunchPlan p;
+  p.vec = vec;
+  p.block = kElementwiseThreads;
+  // 8 blocks of 256 threads fill a multiprocessor's 2048 threads: enough loads in flight to
+  // stream memory, and few enough partials that the host's sum costs nothing.
+  p.grid_x =
+      std::min(ceil_div(ceil_div(n, vec), p.block), std::int64_t(8) * limits.multiprocessors);
+  p.shared_bytes = sizeof(double) * 32;  // the kernel's warp partials: one per possible warp
+  return p;
+}
+
 std::string launch_violation(const LaunchPlan& p, const GpuLimits& limits) {
   if (p.grid_x == 0) return "";
   if (p.block <= 0 || p.block > limits.max_threads_per_block || p.block % limits.warp_size != 0)

@@ -10,6 +10,10 @@
 //   column_partials  a column reduction over rows in fixed chunks (RMSNorm's weight gradient):
 //                 grid (column blocks, row chunks) writes [chunks, cols] float32 partial sums that
 //                 a second pass adds up chunk by chunk in order
+//   block_sums    a sum over n elements returned to the host (sum, sum_squares): a grid fixed by
+//                 n writes one double partial per block, which the host adds in block order
+// Each family's kernels declare its largest block with __launch_bounds__ (kElementwiseThreads,
+// kMaxReduceThreads), so a plan must never exceed it: test_cuda_plans checks that it does not.
 #pragma once
 
 #include <cstddef>
@@ -45,8 +49,10 @@ struct LaunchPlan {
 int vector_width(std::int64_t elements_per_row, std::size_t element_bytes,
                  std::initializer_list<const void*> pointers);
 
-// Threads per block of the block-reduction kernels (kernel code declares kReduceThreads-sized
-// scratch for one value per warp).
+// Threads per block: elementwise, column_partials and block_sums launch exactly
+// kElementwiseThreads; rowwise launches up to kMaxReduceThreads (its kernels declare 32 warps of
+// reduction scratch). The kernels promise the compiler these maxima (__launch_bounds__): a
+// larger block would fail to launch.
 inline constexpr int kElementwiseThreads = 256;
 inline constexpr int kMaxReduceThreads = 1024;
 
@@ -59,6 +65,11 @@ LaunchPlan plan_rowwise(std::int64_t rows, std::int64_t cols, int vec,
 // chosen from the shape alone.
 LaunchPlan plan_column_partials(std::int64_t rows, std::int64_t cols,
                                 const GpuLimits& limits = kH100);
+
+// A sum over n elements in packs of `vec`: kElementwiseThreads per block, enough blocks to cover
+// the packs once, at most 8 per multiprocessor of `limits` (the H100's, whatever the GPU: the
+// grid, and so the order of the additions, must depend on n and vec alone).
+LaunchPlan plan_block_sums(std::int64_t n, int vec, const GpuLimits& limits = kH100);
 
 // Empty when `plan` fits `limits`; otherwise what is exceeded (for the error a launch raises).
 std::string launch_violation(const LaunchPlan& plan, const GpuLimits& limits = kH100);

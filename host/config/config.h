@@ -84,6 +84,7 @@ struct Config {
   std::string weight_dtype = "float32";  // master weights, gradients, AdamW moments
   std::string device = "cpu";            // cpu | cuda | auto (cuda when a GPU is visible)
   std::string gpu_kernels = "fast";      // fast | reference (CUDA kernel tier)
+  bool rehearse_gpu_kernels = false;     // CPU devices follow the GPU fast tier's dtype rules
   std::string step_graphs = "auto";      // on | off | auto (on for GPUs): captured steps
   std::string remat_policy = "full";
   std::int64_t init_weights_seed = 0;

@@ -367,6 +367,10 @@ const std::vector<ConfigKey>& config_keys() {
       key("gpu_kernels", &Config::gpu_kernels, ResumeClass::Layout,
           "fast (cuBLASLt, cuDNN flash attention, fused kernels) | reference (the simple kernels "
           "the fast ones are checked against) on device=cuda; the CPU ignores it"),
+      key("rehearse_gpu_kernels", &Config::rehearse_gpu_kernels, ResumeClass::RunControl,
+          "device=cpu: each CPU device takes bfloat16 tensors wherever the GPU's fast tier does "
+          "(its native ops and their dtype rules) and computes them on float32 copies, the same "
+          "bits as without it: a bfloat16 run on CPUs that stops wherever the GPU run would"),
       key("step_graphs", &Config::step_graphs, ResumeClass::RunControl,
           "on | off | auto (on for GPUs): each rank's forward and backward captured once at its "
           "second step (a CUDA graph) and replayed, where they do not communicate (otherwise the "

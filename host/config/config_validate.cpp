@@ -233,6 +233,16 @@ void Config::validate() const {
                  "gpu_kernels='{}' is not valid; use fast (cuBLASLt, cuDNN attention, fused "
                  "kernels) or reference (the simple CUDA kernels, the fast tier's oracle)",
                  gpu_kernels);
+  CAROUSEL_CHECK(!rehearse_gpu_kernels || device == "cpu",
+                 "rehearse_gpu_kernels=true is for device=cpu (CPU devices following the GPU "
+                 "fast tier's rules), but device={}; on a GPU the fast tier follows them itself: "
+                 "drop the key or use device=cpu",
+                 device);
+  CAROUSEL_CHECK(!rehearse_gpu_kernels || dtype == "bfloat16",
+                 "rehearse_gpu_kernels=true changes nothing with dtype={}: the GPU fast tier's "
+                 "rules differ from the CPU's for bfloat16 only; use dtype=bfloat16 or drop the "
+                 "key",
+                 dtype);
   CAROUSEL_CHECK(step_graphs == "on" || step_graphs == "off" || step_graphs == "auto",
                  "step_graphs='{}' is not valid; use on, off or auto (on for GPUs, off for the "
                  "CPU)",

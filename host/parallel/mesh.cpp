@@ -16,6 +16,7 @@
 #include "compute/cpu_backend.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_info.h"
+#include "cuda/plans/rehearsal_backend.h"
 #include "models/params.h"
 #ifdef CAROUSEL_HAVE_NCCL
 #include "collectives/nccl_communicator.h"
@@ -113,6 +114,7 @@ std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank) {
     const int visible = std::max<int>(1, int(gpus.devices.size()));
     return make_gpu_backend(cfg, gpus, rank % visible, rank, rank < visible);
   }
+  if (cfg.rehearse_gpu_kernels) return gpu::make_rehearsal_backend(rank);
   return std::make_unique<CpuBackend>(rank);
 }
 

@@ -97,6 +97,10 @@ void log_plan(const Config& cfg, const RunPlan& plan, const Communicator* proces
   spdlog::info("model: {} parameters; data: {}; batch {} x {} tokens", parameter_count(cfg.model),
                plan.data->describe(), cfg.global_batch(), cfg.model.max_target_length);
   spdlog::info("communication: {}", plan.transport.reason);
+  if (cfg.rehearse_gpu_kernels) {
+    spdlog::info("rehearse_gpu_kernels: CPU devices take bfloat16 where the GPU's fast tier does, "
+                 "under its dtype rules");
+  }
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // CPU op (the oracle) on the same seeded inputs, and the fast tier against the reference tier:
 // float32 (rtol 1e-5 / atol 1e-6, attention and reductions 1e-4), float64 (1e-10) and bfloat16
 // (1e-2); bfloat16 cast (bitwise) and bf16-input GEMM into float32. Sizes include odd ones (the
-// fast kernels' scalar path) and multiples of 8 (their 16-byte packs).
+// fast kernels' scalar path) and multiples of 8 (their 16-byte packs). The *_into_float32 cases
+// give bfloat16 activations float32 accumulators that start non-zero, as a bfloat16 run does for
+// every parameter gradient (the CPU stages them; the fast tier takes them natively).
 // Label gpu. Without a visible GPU every case skips and says why (CUDA not built, no driver, or
 // no device), so `ctest -L gpu` on a GPU-less machine reports them as skipped, not passed.
 #include <gtest/gtest.h>
@@ -13,6 +15,7 @@
 #include "compute/cpu_backend.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/device_info.h"
+#include "cuda/plans/gemm_plan.h"
 #include "tests/support/test_util.h"
 
 namespace carousel {
@@ -40,6 +43,24 @@ std::vector<double> cat(std::initializer_list<std::vector<double>> parts) {
   std::vector<double> out;
   for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
   return out;
+}
+
+// The accumulating outputs' dtype beside activations of `dt`: float32 beside bfloat16.
+DType accumulator_dtype(DType dt) { return dt == DType::BF16 ? DType::F32 : dt; }
+
+// An MoE layer's experts with outputs in accumulator_dtype that start non-zero: grouped_gemm and
+// the experts' weight gradients (grouped_weight_gemm), one group empty. Also the probe below.
+std::vector<double> grouped_gemm_into_float32(Backend& be, DType dt) {
+  const DType acc = accumulator_dtype(dt);
+  const std::vector<std::int64_t> first = {0, 13, 13, 40, 41};
+  Tensor a = make(be, testing::randn(41 * 24, 70, 0.25), {41, 24}, dt);
+  Tensor v = make(be, testing::randn(4 * 24 * 40, 71), {4, 24, 40}, dt);
+  Tensor c = make(be, testing::randn(41 * 40, 72), {41, 40}, acc);
+  be.grouped_gemm(false, 0.5, a, v, first, 1.0, c);
+  Tensor dy = make(be, testing::randn(41 * 40, 73, 0.25), {41, 40}, dt);
+  Tensor dw = make(be, testing::randn(4 * 24 * 40, 74), {4, 24, 40}, acc);
+  be.grouped_weight_gemm(1.0, a, dy, first, 1.0, dw);
+  return cat({fetch(be, c), fetch(be, dw)});
 }
 
 std::vector<GpuCase> cases() {
@@ -98,6 +119,29 @@ std::vector<GpuCase> cases() {
          be.rmsnorm_forward(x, g, 1e-5, y, r);
          be.rmsnorm_backward(make(be, testing::randn(13 * 67, 13), {13, 67}, dt), x, g, r, dx, dg);
          return cat({fetch(be, y), fetch(be, dx), fetch(be, dg)});
+       },
+       1e-4});
+  c.push_back(
+      {"accumulators_into_float32",  // rmsnorm's dweight, the embedding's dtable; odd and packed
+       [](Backend& be, DType dt) {
+         std::vector<double> out;
+         for (std::int64_t width : {67, 256}) {
+           const std::int64_t N = 13;
+           Tensor x = make(be, testing::randn(N * width, 80), {N, width}, dt);
+           Tensor g = make(be, testing::randn(width, 81), {width}, dt);
+           Tensor y = be.empty({N, width}, dt), r = be.empty({N}, stats_dtype(dt)),
+                  dx = be.empty({N, width}, dt);
+           Tensor dg = make(be, testing::randn(width, 82), {width}, accumulator_dtype(dt));
+           be.rmsnorm_forward(x, g, 1e-5, y, r);
+           be.rmsnorm_backward(make(be, testing::randn(N * width, 83), {N, width}, dt), x, g, r, dx,
+                               dg);
+           // Tokens repeat (vocab 7): runs of equal tokens add into one row of the table.
+           Tensor tok = be.from_host(testing::randint(N, 7, 84), {N});
+           Tensor dtab = make(be, testing::randn(7 * width, 85), {7, width}, accumulator_dtype(dt));
+           be.embedding_backward(x, tok, dtab);
+           out = cat({out, fetch(be, dx), fetch(be, dg), fetch(be, dtab)});
+         }
+         return out;
        },
        1e-4});
   c.push_back({"rope", [](Backend& be, DType dt) {
@@ -200,6 +244,7 @@ std::vector<GpuCase> cases() {
                  be.grouped_weight_gemm(1.0, a, dy, first, 1.0, dw);  // each [24,40] += a^T dy
                  return cat({fetch(be, c1), fetch(be, c2), fetch(be, dw)});
                }});
+  c.push_back({"grouped_gemm_into_float32", grouped_gemm_into_float32, 1e-5, true, 1e-5});
   c.push_back({"cross_entropy", [](Backend& be, DType dt) {
                  Tensor logits = make(be, testing::randn(11 * 257, 22, 3.0), {11, 257}, dt);
                  Tensor tgt = be.from_host(testing::randint(11, 257, 23), {11});
@@ -387,64 +432,38 @@ TEST(CudaDevice, LogicalDevicesOnOneGpuKeepTheirOwnAccounting) {
   EXPECT_EQ(b->allocator().stats().current_bytes, 0u);
 }
 
-// A captured region on the fast tier (cuBLASLt GEMMs, cuDNN attention forward and backward,
-// fused kernels, scratch from the stream-ordered pool; compute/recording/step_graph.h) launched on
-// new inputs gives the bits of the same ops run eagerly, launch after launch.
-void expect_launches_equal_eager_ops(Backend& be) {
-  const std::int64_t B = 2, T = 128, H = 4, D = 64, E = H * D;
-  const DType dt = DType::BF16;
-  Tensor q = make(be, testing::randn(B * T * E, 1), {B, T, H, D}, dt);
-  Tensor k = make(be, testing::randn(B * T * E, 2), {B, T, H, D}, dt);
-  Tensor v = make(be, testing::randn(B * T * E, 3), {B, T, H, D}, dt);
-  Tensor w = make(be, testing::randn(E * E, 4, 0.05), {E, E}, dt);
-  Tensor g = make(be, testing::randn(E, 5), {E}, dt);
-  Tensor y = be.zeros({B * T, E}, dt), dq = be.zeros({B, T, H, D}, dt);
-  Tensor dk = be.zeros({B, T, H, D}, dt), dv = be.zeros({B, T, H, D}, dt);
-  const auto region = [&] {
-    Tensor out = be.empty({B, T, H, D}, dt), lse = be.empty({B, H, T});
-    be.attention_forward(q, k, v, out, lse);
-    Tensor proj = be.empty({B * T, E}, dt), rstd = be.empty({B * T}),
-           act = be.empty({B * T, E}, dt);
-    be.gemm(false, false, 1.0, out.reshape({B * T, E}), w, 0.0, proj);
-    be.rmsnorm_forward(proj, g, 1e-5, y, rstd);
-    be.swiglu_forward(proj, y, act);
-    be.attention_backward(act.reshape({B, T, H, D}), q, k, v, out, lse, dq, dk, dv);
-  };
-  region();  // eager first: plans and cuDNN graphs are built outside the capture
-  be.begin_capture();
-  region();
-  std::unique_ptr<StepGraph> graph = be.end_capture();
-  const auto results = [&] {
-    return std::vector<std::vector<double>>{fetch(be, y), fetch(be, dq), fetch(be, dv)};
-  };
-  for (std::uint64_t seed : {10, 11}) {
-    be.copy(make(be, testing::randn(B * T * E, seed), {B, T, H, D}, dt), q);
-    graph->launch();
-    const auto launched = results();
-    region();
-    EXPECT_EQ(launched, results()) << "seed " << seed << " on " << be.name();
-  }
-}
-
-TEST(CudaGraph, LaunchesEqualTheEagerOpsBitwise) {
-  std::string why;
-  std::unique_ptr<Backend> gpu = cuda_backend_or_why(0, why);
-  if (!gpu) GTEST_SKIP() << "no GPU to test on: " << why;
-  if (!gpu->graph_blocker().empty()) GTEST_SKIP() << gpu->graph_blocker();
-  expect_launches_equal_eager_ops(*gpu);
-}
-
-// The same on the CPU's emulation (runs everywhere: a GPU's minutes are not spent on a broken
-// case).
-TEST(CudaGraph, LaunchesEqualTheEagerOpsBitwiseOnTheCpu) {
-  CpuBackend cpu;
-  expect_launches_equal_eager_ops(cpu);
-}
-
 TEST(CudaDevice, AsksForCudaWithoutAGpuIsAClearError) {
   if (!list_cuda_devices().devices.empty()) GTEST_SKIP() << "a GPU is visible";
   const std::string msg = testing::error_of([] { make_cuda_backend(0); });
   EXPECT_EQ(msg.rfind("device=cuda: ", 0), 0u) << msg;
+}
+
+// Whether cuBLAS' grouped GEMM takes bfloat16 A and B into a float32 C in one call: the fast tier
+// runs that mix one GEMM per group until this passes on a GPU (cuda/fast/grouped_gemm.cu). A
+// refusal skips with cuBLAS' words (keep the fallback); wrong numbers fail. The proof runs it in a
+// process of its own (gpu_checks.sh part gpu_grouped_probe): a misbehaving call leaves a sticky
+// CUDA error, and googletest runs this TEST before the parameterised op cases.
+TEST(CudaGroupedGemm, Bf16IntoFloat32InOneCall) {
+  std::string why;
+  std::unique_ptr<Backend> fast = cuda_backend_or_why(0, why);
+  if (!fast) GTEST_SKIP() << "no GPU to test on: " << why;
+  struct MixedTypes {  // on for this test only
+    MixedTypes() { gpu::set_grouped_gemm_mixed_types(true); }
+    ~MixedTypes() { gpu::set_grouped_gemm_mixed_types(false); }
+  } mixed;
+  std::vector<double> grouped;
+  try {
+    grouped = grouped_gemm_into_float32(*fast, DType::BF16);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "cuBLAS' grouped GEMM refuses bfloat16 into float32 (keep one GEMM per "
+                    "group): "
+                 << e.what();
+  }
+  // Passing: cuBLAS takes the mix, and grouped_takes() in grouped_gemm.cu may admit it. bf16
+  // products are exact in float32; sums over <= 27 of them in another order than the CPU's.
+  CpuBackend cpu;
+  testing::expect_close(grouped, grouped_gemm_into_float32(cpu, DType::BF16), 1e-5, 1e-5,
+                        "grouped bf16 -> float32 in one cuBLAS call");
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 namespace carousel {
 namespace {
 
+using testing::moe_top2_shared;
 using testing::PipelineCase;
 using testing::PipelineEquivalence;
 
@@ -22,15 +23,6 @@ const std::string S2 = "ici_pipeline_parallelism=2", S4 = "ici_pipeline_parallel
                   P6 = "pipeline_parallel_layers=6";
 
 const std::string E2 = "ici_expert_parallelism=2";
-
-// Four experts of width 32, top-2, a shared expert, a dense first layer, the balancing loss.
-std::vector<std::string> moe_outside(std::vector<std::string> keys) {
-  std::vector<std::string> all = {
-      "num_experts=4",         "base_moe_mlp_dim=32", "first_num_dense_layers=1",
-      "num_experts_per_tok=2", "shared_experts=1",    "load_balance_loss_weight=0.01"};
-  all.insert(all.end(), keys.begin(), keys.end());
-  return all;
-}
 
 INSTANTIATE_TEST_SUITE_P(
     Outside, PipelineEquivalence,
@@ -88,21 +80,23 @@ INSTANTIATE_TEST_SUITE_P(
         // Expert parallelism in the OUTSIDE actions: their MoE layers exchange rows with the
         // expert ranks of the same stage rank (an A2A before each); the routed experts after the
         // pipeline are each expert rank's own, summed over its replicas and the stage ranks.
-        PipelineCase{"outside_moe_E2_S2_P4", moe_outside({S2, P4, M4, E2}), 1e-6},
-        PipelineCase{"outside_moe_E4_S2_P6_top1",
-                     moe_outside({S2, P6, M2, "ici_expert_parallelism=4", "num_experts_per_tok=1"}),
-                     1e-6},
+        PipelineCase{"outside_moe_E2_S2_P4", moe_top2_shared({S2, P4, M4, E2}), 1e-6},
+        PipelineCase{
+            "outside_moe_E4_S2_P6_top1",
+            moe_top2_shared({S2, P6, M2, "ici_expert_parallelism=4", "num_experts_per_tok=1"}),
+            1e-6},
         PipelineCase{
             "outside_moe_E2_D2_S2_F2_zero1",
-            moe_outside({S2, P4, "num_pipeline_microbatches=1", E2, "ici_data_parallelism=2",
-                         "ici_fsdp_parallelism=2", "shard_optimizer_over_data=true"}),
+            moe_top2_shared({S2, P4, "num_pipeline_microbatches=1", E2, "ici_data_parallelism=2",
+                             "ici_fsdp_parallelism=2", "shard_optimizer_over_data=true"}),
             1e-6},
         PipelineCase{"outside_moe_E2_T2_S2_circular",
-                     moe_outside({S2, P4, M4, E2, "ici_tensor_parallelism=2"}), 1e-6},
-        PipelineCase{"outside_moe_E2_S2_remat_none_bias",
-                     moe_outside({S2, gpipe, P4, M4, E2, "remat_policy=none", "routed_bias=true",
-                                  "routed_bias_update_rate=0.02", "load_balance_loss_weight=0"}),
-                     1e-6}),
+                     moe_top2_shared({S2, P4, M4, E2, "ici_tensor_parallelism=2"}), 1e-6},
+        PipelineCase{
+            "outside_moe_E2_S2_remat_none_bias",
+            moe_top2_shared({S2, gpipe, P4, M4, E2, "remat_policy=none", "routed_bias=true",
+                             "routed_bias_update_rate=0.02", "load_balance_loss_weight=0"}),
+            1e-6}),
     [](const auto& info) { return info.param.name; });
 
 // The held-out loss (eval_interval) runs the OUTSIDE actions forward only: it equals the
@@ -140,9 +134,9 @@ TEST(OutsideCheckpoint, ResumesAcrossPipelinedLayers) {
 // of that expert rank) and read back by whoever holds them.
 TEST(OutsideCheckpoint, ResumesAcrossExpertDegrees) {
   const std::vector<std::vector<std::string>> meshes = {
-      moe_outside({S2, gpipe, P4, E2}),
-      moe_outside({S2, P4, "ici_expert_parallelism=4"}),
-      moe_outside({"ici_expert_parallelism=2", "ici_data_parallelism=2"}),
+      moe_top2_shared({S2, gpipe, P4, E2}),
+      moe_top2_shared({S2, P4, "ici_expert_parallelism=4"}),
+      moe_top2_shared({"ici_expert_parallelism=2", "ici_data_parallelism=2"}),
   };
   testing::expect_resumes_in_a_cycle(meshes, "outside_moe_across_");
 }

@@ -44,6 +44,16 @@ inline Config run_config(std::vector<std::string> overrides) {
   return with_global_batch_8(load_config("", base).config);
 }
 
+// The mixture-of-experts model the layout tests train: four experts of width 32, top-2, a shared
+// expert, a dense first layer, the balancing loss; then `keys`.
+inline std::vector<std::string> moe_top2_shared(std::vector<std::string> keys) {
+  std::vector<std::string> all = {
+      "num_experts=4",         "base_moe_mlp_dim=32", "first_num_dense_layers=1",
+      "num_experts_per_tok=2", "shared_experts=1",    "load_balance_loss_weight=0.01"};
+  all.insert(all.end(), keys.begin(), keys.end());
+  return all;
+}
+
 // Trains `from` for 4 steps (checkpoints every 2), then resumes its step-2 checkpoint with the
 // mesh of `to` (the same model, batch and microbatches) and returns both runs' losses of steps
 // 3 and 4.
