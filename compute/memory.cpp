@@ -9,6 +9,36 @@
 
 namespace carousel {
 
+namespace {
+
+std::string out_of_memory_message(const std::string& device, std::size_t requested,
+                                  const MemoryStats& stats, bool refused,
+                                  const std::string& tensor) {
+  const std::string what = tensor.empty() ? "" : fmt::format("; allocating {}", tensor);
+  if (refused) {
+    return fmt::format("out of memory on {}: allocating {} failed with {} in use{}", device,
+                       format_bytes(requested), format_bytes(stats.current_bytes), what);
+  }
+  return fmt::format("out of memory on {}: requested {} with {} in use (peak {}), limit {}{}",
+                     device, format_bytes(requested), format_bytes(stats.current_bytes),
+                     format_bytes(stats.peak_bytes), format_bytes(stats.limit_bytes), what);
+}
+
+}  // namespace
+
+OutOfMemoryError::OutOfMemoryError(std::string device, std::size_t requested, MemoryStats stats,
+                                   bool refused, std::string tensor)
+    : Error(out_of_memory_message(device, requested, stats, refused, tensor)),
+      device_(std::move(device)),
+      requested_(requested),
+      stats_(stats),
+      refused_(refused),
+      tensor_(std::move(tensor)) {}
+
+OutOfMemoryError OutOfMemoryError::allocating(std::string tensor) const {
+  return OutOfMemoryError(device_, requested_, stats_, refused_, std::move(tensor));
+}
+
 DeviceAllocator::DeviceAllocator(DeviceKind kind, int index, std::size_t limit_bytes)
     : kind_(kind), index_(index) {
   stats_.limit_bytes = limit_bytes;
@@ -21,15 +51,10 @@ std::string DeviceAllocator::name() const {
 void* DeviceAllocator::allocate(std::size_t bytes) {
   std::lock_guard lock(mutex_);
   if (stats_.limit_bytes && stats_.current_bytes + bytes > stats_.limit_bytes) {
-    fail("out of memory on {}: requested {} with {} in use (peak {}), limit {}", name(),
-         format_bytes(bytes), format_bytes(stats_.current_bytes), format_bytes(stats_.peak_bytes),
-         format_bytes(stats_.limit_bytes));
+    throw OutOfMemoryError(name(), bytes, stats_, /*refused=*/false);
   }
   void* ptr = raw_allocate(bytes == 0 ? 1 : bytes);
-  if (!ptr) {
-    fail("out of memory on {}: allocating {} failed with {} in use", name(), format_bytes(bytes),
-         format_bytes(stats_.current_bytes));
-  }
+  if (!ptr) throw OutOfMemoryError(name(), bytes, stats_, /*refused=*/true);
   stats_.current_bytes += bytes;
   stats_.allocations += 1;
   if (capturing_) captured_live_.emplace(ptr, bytes);

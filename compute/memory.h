@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "compute/error.h"
+
 namespace carousel {
 
 enum class DeviceKind { CPU, CUDA };
@@ -23,6 +25,32 @@ struct MemoryStats {
   std::size_t limit_bytes = 0;    // 0 = unlimited
 };
 
+// An allocation the device cannot hold: past the limit of a simulated device, or refused by the
+// device. A type of its own, carrying the figures, so that Tensor::empty can say which tensor was
+// being allocated and a training run which rank, with the planner's estimate
+// (host/run/trainer.cpp): "out of memory" alone does not say what to change.
+class OutOfMemoryError : public Error {
+ public:
+  // `refused`: the device itself failed (else the limit would have been passed); `stats`: the
+  // device's figures at the request; `tensor`: what was being allocated, "" when not known.
+  OutOfMemoryError(std::string device, std::size_t requested, MemoryStats stats, bool refused,
+                   std::string tensor = {});
+  // The same failure, naming the tensor being allocated ("float32[2048,5504]").
+  OutOfMemoryError allocating(std::string tensor) const;
+
+  const std::string& device() const { return device_; }
+  std::size_t requested() const { return requested_; }
+  const MemoryStats& stats() const { return stats_; }
+  const std::string& tensor() const { return tensor_; }
+
+ private:
+  std::string device_;
+  std::size_t requested_;
+  MemoryStats stats_;
+  bool refused_;
+  std::string tensor_;
+};
+
 class DeviceAllocator {
  public:
   DeviceAllocator(DeviceKind kind, int index, std::size_t limit_bytes);
@@ -30,7 +58,7 @@ class DeviceAllocator {
   DeviceAllocator(const DeviceAllocator&) = delete;
   DeviceAllocator& operator=(const DeviceAllocator&) = delete;
 
-  // Returns memory for `bytes` bytes (64-byte aligned); throws carousel::Error when the limit
+  // Returns memory for `bytes` bytes (64-byte aligned); throws OutOfMemoryError when the limit
   // would be exceeded or the underlying allocation fails.
   void* allocate(std::size_t bytes);
   void deallocate(void* ptr, std::size_t bytes);

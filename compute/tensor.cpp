@@ -27,7 +27,13 @@ Tensor Tensor::empty(DeviceAllocator& allocator, Shape shape, DType dtype) {
   t.dtype_ = dtype;
   t.storage_ = std::make_shared<Storage>();
   t.storage_->bytes = t.nbytes();
-  t.storage_->ptr = allocator.allocate(t.storage_->bytes);
+  try {
+    t.storage_->ptr = allocator.allocate(t.storage_->bytes);
+  } catch (const OutOfMemoryError& e) {
+    // The allocator knows bytes; the tensor's shape and dtype say which buffer of the model
+    // did not fit (weights, an activation, the logits).
+    throw e.allocating(fmt::format("a {}{} tensor", dtype_name(t.dtype_), shape_str(t.shape_)));
+  }
   t.storage_->allocator = &allocator;
   return t;
 }

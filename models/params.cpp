@@ -1,6 +1,7 @@
 // params.cpp — the parameter table of each decoder block, ParamSet allocation and init.
 #include "models/params.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -259,36 +260,63 @@ std::uint64_t splitmix64(std::uint64_t x) {
 }
 // Uniform in (0, 1) from 53 random bits.
 double unit(std::uint64_t bits) { return (double(bits >> 11) + 0.5) * 0x1.0p-53; }
-}  // namespace
 
-std::vector<double> initial_values(const ParamSpec& spec, std::uint64_t seed) {
-  const std::int64_t n = numel(spec.shape);
-  std::vector<double> v(n, 1.0);
-  if (spec.init_ones) return v;
+// Elements [begin, end) of this rank's part of `spec`, as T. Each value is a pure function of
+// (seed, name, whole index): no state is carried from one element to the next, so callers may
+// split a tensor over threads in any way and get the same bits (host/parallel/sharded_params.cpp
+// does). The arithmetic is in double and rounded once to T, as the values have always been.
+template <class T>
+void write_initial_values(const ParamSpec& spec, std::uint64_t seed, std::int64_t begin,
+                          std::int64_t end, T* out) {
+  CAROUSEL_ASSERT(0 <= begin && begin <= end && end <= numel(spec.shape),
+                  "'{}': initial values [{}, {}) of a tensor of {} elements", spec.name, begin, end,
+                  numel(spec.shape));
+  if (spec.init_ones) {
+    std::fill(out, out + (end - begin), T(1));
+    return;
+  }
   const std::uint64_t key = splitmix64(seed ^ splitmix64(fnv1a64(spec.name)));
   constexpr double kStd = 0.02;
-  for (std::int64_t local = 0; local < n; ++local) {
+  for (std::int64_t local = begin; local < end; ++local) {
     const std::int64_t i = spec.whole_index(local);  // the whole tensor's counter
     // Box-Muller on two uniforms drawn from counters (key, 2i) and (key, 2i+1).
     const double u1 = unit(splitmix64(key + 2 * std::uint64_t(i)));
     const double u2 = unit(splitmix64(key + 2 * std::uint64_t(i) + 1));
-    v[local] = kStd * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+    out[local - begin] =
+        T(kStd * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2));
   }
+}
+}  // namespace
+
+void initial_values_into(const ParamSpec& spec, std::uint64_t seed, std::int64_t begin,
+                         std::int64_t end, float* out) {
+  write_initial_values(spec, seed, begin, end, out);
+}
+
+void initial_values_into(const ParamSpec& spec, std::uint64_t seed, std::int64_t begin,
+                         std::int64_t end, double* out) {
+  write_initial_values(spec, seed, begin, end, out);
+}
+
+std::vector<double> initial_values(const ParamSpec& spec, std::uint64_t seed) {
+  std::vector<double> v(std::size_t(numel(spec.shape)));
+  initial_values_into(spec, seed, 0, numel(spec.shape), v.data());
   return v;
 }
 
 void init_params(Backend& backend, const ParamSet& params, std::uint64_t seed) {
   for (std::size_t i = 0; i < params.specs.size(); ++i) {
-    const auto values = initial_values(params.specs[i], seed);
+    const ParamSpec& spec = params.specs[i];
     const Tensor& t = params.tensors[i];
+    CAROUSEL_CHECK(t.dtype() == DType::F32 || t.dtype() == DType::F64,
+                   "init_params: parameters must be float32 or float64, '{}' is {}", spec.name,
+                   dtype_name(t.dtype()));
+    // Straight into the destination dtype: no double copy of a float32 tensor.
     if (t.dtype() == DType::F64) {
-      backend.upload(values.data(), t);
+      backend.upload(initial_values(spec, seed).data(), t);
     } else {
-      CAROUSEL_CHECK(t.dtype() == DType::F32,
-                     "init_params: parameters must be float32 or "
-                     "float64, '{}' is {}",
-                     params.specs[i].name, dtype_name(t.dtype()));
-      const std::vector<float> f(values.begin(), values.end());
+      std::vector<float> f(std::size_t(t.numel()));
+      initial_values_into(spec, seed, 0, t.numel(), f.data());
       backend.upload(f.data(), t);
     }
   }

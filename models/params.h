@@ -125,8 +125,17 @@ struct ParamSet {
 void init_params(Backend& backend, const ParamSet& params, std::uint64_t seed);
 
 // The initial values of one parameter (this rank's part of it: the whole tensor's values at its
-// indices), on the host (used by init_params and by sharded init).
+// indices), on the host.
 std::vector<double> initial_values(const ParamSpec& spec, std::uint64_t seed);
+// Elements [begin, end) of the same values (local row-major indices), written to out[0, end -
+// begin) in the destination's precision (computed in double, rounded once). Every element is
+// independent of the others, so ranges may be filled concurrently and in any split with the
+// same bits: sharded init fills a stage's float32 shard on the OpenMP threads this way
+// (host/parallel/sharded_params.cpp), without a double copy of it.
+void initial_values_into(const ParamSpec& spec, std::uint64_t seed, std::int64_t begin,
+                         std::int64_t end, float* out);
+void initial_values_into(const ParamSpec& spec, std::uint64_t seed, std::int64_t begin,
+                         std::int64_t end, double* out);
 
 // This rank's part of a whole tensor's values (row-major), and the reverse: `part` written into
 // its place in `whole`.

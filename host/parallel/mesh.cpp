@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <exception>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "collectives/local_communicator.h"
@@ -106,6 +107,27 @@ std::unique_ptr<Backend> make_gpu_backend(const Config& cfg, const CudaDevices& 
       gpu, rank, cfg.gpu_kernels == "reference" ? GpuKernels::Reference : GpuKernels::Fast);
 }
 
+// CAROUSEL_CPU_DEVICE_MEMORY=<bytes, or a number with KiB, MiB or GiB> (test-only, like
+// CAROUSEL_FAULT): every CPU device refuses allocations past that size, as a GPU of that size
+// would, so a whole run's out-of-memory failure is testable on CPUs; unset: no limit.
+std::size_t cpu_device_memory_limit() {
+  const char* text = std::getenv("CAROUSEL_CPU_DEVICE_MEMORY");
+  if (!text || !*text) return 0;
+  char* end = nullptr;
+  const double count = std::strtod(text, &end);
+  const std::string unit = end ? end : "";
+  const double scale = unit.empty()    ? 1.0
+                       : unit == "KiB" ? 1024.0
+                       : unit == "MiB" ? 1024.0 * 1024.0
+                       : unit == "GiB" ? 1024.0 * 1024.0 * 1024.0
+                                       : 0.0;
+  CAROUSEL_CHECK(end != text && count >= 1 && scale > 0,
+                 "CAROUSEL_CPU_DEVICE_MEMORY='{}' is not a size; use bytes or a number with KiB, "
+                 "MiB or GiB (e.g. 512MiB), or unset it for no limit",
+                 text);
+  return std::size_t(count * scale);
+}
+
 }  // namespace
 
 std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank) {
@@ -114,8 +136,9 @@ std::unique_ptr<Backend> make_device_backend(const Config& cfg, int rank) {
     const int visible = std::max<int>(1, int(gpus.devices.size()));
     return make_gpu_backend(cfg, gpus, rank % visible, rank, rank < visible);
   }
-  if (cfg.rehearse_gpu_kernels) return gpu::make_rehearsal_backend(rank);
-  return std::make_unique<CpuBackend>(rank);
+  const std::size_t limit = cpu_device_memory_limit();
+  if (cfg.rehearse_gpu_kernels) return gpu::make_rehearsal_backend(rank, limit);
+  return std::make_unique<CpuBackend>(rank, limit);
 }
 
 TransportChoice choose_transport(const Config& cfg, int ranks, const MachineView& machine) {

@@ -9,6 +9,37 @@
 
 namespace carousel {
 
+namespace {
+// Elements one OpenMP thread generates at a time: norm gains (ones) cost nothing beside matrices,
+// so blocks are handed out dynamically; at 64 Ki elements (about a millisecond of Box-Muller)
+// handing them out costs nothing either.
+constexpr std::int64_t kInitBlock = std::int64_t(1) << 16;
+}  // namespace
+
+void initial_flat_values(const std::vector<ParamSpec>& specs, std::uint64_t seed,
+                         std::int64_t begin, std::int64_t count, float* out) {
+  std::vector<std::int64_t> starts(specs.size() + 1, 0);  // flat offset of each spec, then the end
+  for (std::size_t k = 0; k < specs.size(); ++k) starts[k + 1] = starts[k] + numel(specs[k].shape);
+  const std::int64_t blocks = (count + kInitBlock - 1) / kInitBlock;
+  // Each element is a pure function of (seed, name, index) (models/params.h): the split over
+  // threads and the schedule do not change a bit of the result.
+#pragma omp parallel for schedule(dynamic, 1)
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    std::int64_t lo = begin + b * kInitBlock;
+    const std::int64_t hi = std::min(begin + count, lo + kInitBlock);
+    // The spec holding element lo: the last one starting at or before it (specs.size(): past
+    // the end, the padding).
+    std::size_t k =
+        std::size_t(std::upper_bound(starts.begin(), starts.end(), lo) - starts.begin() - 1);
+    for (; lo < hi && k < specs.size(); ++k) {
+      const std::int64_t end = std::min(hi, starts[k + 1]);
+      initial_values_into(specs[k], seed, lo - starts[k], end - starts[k], out + (lo - begin));
+      lo = end;
+    }
+    std::fill(out + (lo - begin), out + (hi - begin), 0.0f);  // padding past the last spec
+  }
+}
+
 ShardedParams::ShardedParams(const Config& cfg, const schedule::Layout& layout,
                              const RankPlace& place, Backend& be, RankCommunicators& comms)
     : cfg_(cfg),
@@ -37,26 +68,22 @@ ShardedParams::ShardedParams(const Config& cfg, const schedule::Layout& layout,
       extras.push_back(spec);
     }
   }
-  const std::uint64_t seed = std::uint64_t(cfg.init_weights_seed);
   for (auto& [stage, s] : stages_) {
     const std::int64_t n = ParamSet::total_numel(s.specs);
     s.padded = (n + fsdp - 1) / fsdp * fsdp;
     s.shard = s.padded / fsdp;
     s.piece = zero1_ ? (s.shard + data - 1) / data : s.shard;
-    for (Tensor* t : {&s.weights, &s.grads}) *t = be_.zeros({s.shard});
+    s.weights = be_.empty({s.shard});  // every element is written below
+    s.grads = be_.zeros({s.shard});
     for (Tensor* t : {&s.adam_m, &s.adam_v}) *t = be_.zeros({s.piece});
-    std::vector<double> whole;  // initial values by name, so every layout starts the same
-    for (const auto& spec : s.specs) {
-      const auto values = initial_values(spec, seed);
-      whole.insert(whole.end(), values.begin(), values.end());
-    }
-    whole.resize(s.padded, 0.0);
-    upload_shard(s, s.weights, whole);
+    // Initial values by name, so every layout starts the same: this FSDP rank's elements of the
+    // stage's flat buffer.
+    upload_initial(s.specs, s.weights, place_.fsdp_rank * s.shard);
     max_padded_ = std::max(max_padded_, s.padded);
   }
   extras_ = ParamSet::allocate(be_, extras, DType::F32);
   extras_grads_ = ParamSet::allocate(be_, extras, DType::F32);
-  init_params(be_, extras_, seed);
+  upload_initial(extras, extras_.flat, 0);
   extras_piece_ = (extras_.flat.numel() + fsdp - 1) / fsdp;
   extras_m_ = be_.zeros({extras_piece_});
   extras_v_ = be_.zeros({extras_piece_});
@@ -148,15 +175,20 @@ bool ShardedParams::stage_copy(ParamRole role) const {
   return layout_.outside && layout_.rank_of(layout_.stages() - 1) != place_.stage_rank;
 }
 
-// t = this rank's part of the stage's whole flat `values` [padded]: shard elements
-// [begin, begin + t.numel()), zero past the shard's end (the padding of a ZeRO-1 piece).
-void ShardedParams::upload_shard(const StageShard& s, const Tensor& t,
-                                 const std::vector<double>& values, std::int64_t begin) {
-  const std::int64_t lo = place_.fsdp_rank * s.shard + begin;
-  std::vector<float> part(t.numel(), 0.0f);
-  for (std::int64_t i = 0; i < t.numel() && begin + i < s.shard; ++i)
-    part[i] = float(values[lo + i]);
-  be_.upload(part.data(), t);
+// t = elements [begin, begin + t.numel()) of the initial values of `specs` back to back, staged
+// through the host a chunk at a time: a GPU's weights need a host copy to upload from, and a
+// chunk bounds it (16 MiB) where a whole stage of the 1B llama would take 4.6 GB.
+void ShardedParams::upload_initial(const std::vector<ParamSpec>& specs, const Tensor& t,
+                                   std::int64_t begin) {
+  CAROUSEL_ASSERT(t.dtype() == DType::F32, "initial weights go to float32 masters, not {}",
+                  t.describe());
+  const std::uint64_t seed = std::uint64_t(cfg_.init_weights_seed);
+  std::vector<float> staged(std::size_t(std::min(t.numel(), kInitChunk)));
+  for (std::int64_t done = 0; done < t.numel(); done += kInitChunk) {
+    const std::int64_t n = std::min(kInitChunk, t.numel() - done);
+    initial_flat_values(specs, seed, begin + done, n, staged.data());
+    be_.upload(staged.data(), t.view(done, {n}));
+  }
 }
 
 // Stage shards are split over the data replicas with ZeRO-1 (those of this expert rank with

@@ -1,15 +1,22 @@
-// trainer.cpp — train(): the components of a run, sequenced; train_rank(): one rank's loop.
+// trainer.cpp — train(): the components of a run, sequenced; run_rank(): one rank's loop;
+// train_rank(): that loop, a device out of memory reported with the rank, the tensor and the
+// planner's estimate.
 #include "host/run/trainer.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "compute/cpu_backend.h"
 #include "host/config/run_name.h"
+#include "host/config/schedule_config.h"
 #include "host/data/data.h"
 #include "host/parallel/rank_executor.h"
+#include "host/plan/plan_memory.h"
 #include "host/run/checkpointer.h"
 #include "host/run/device_peak.h"
 #include "host/run/evaluator.h"
@@ -18,6 +25,7 @@
 #include "host/run/guards/stop_agreement.h"
 #include "host/run/profiler.h"
 #include "host/run/run_plan.h"
+#include "host/schedule/simulate.h"
 
 namespace carousel {
 
@@ -39,8 +47,8 @@ struct Run {
 };
 
 // One rank, from its communicators to its last step: the same for threads and processes.
-void train_rank(const Run& run, int rank, Backend& be, Communicator& world,
-                Communicator& host_world) {
+void run_rank(const Run& run, int rank, Backend& be, Communicator& world,
+              Communicator& host_world) {
   const Config& cfg = run.cfg;
   const RankPlace place = RankPlace::of(rank, run.plan.mesh);
   FlightRecorder& recorder = run.monitor.recorder(rank);
@@ -80,6 +88,65 @@ void train_rank(const Run& run, int rank, Backend& be, Communicator& world,
   }
   if (rank == 0) run.result.skipped_steps = skipped;
   run.monitor.record_end(rank, be, params, executor.graph_replays(), host_world);
+}
+
+// A rank's device out of memory, said with what to change: which rank, what was being allocated
+// (the allocator's words), the planner's estimate for this config and rank — what `carousel plan`
+// models: plan::device_memory with the simulated peak of stashed activations — and the keys that
+// lower it. A bare "out of memory on cuda:0" says none of that.
+[[noreturn]] void fail_out_of_memory(const Run& run, int rank, const OutOfMemoryError& oom) {
+  const Config& cfg = run.cfg;
+  const MeshShape& mesh = run.plan.mesh;
+  const RankPlace place = RankPlace::of(rank, mesh);
+  std::string where = fmt::format("stage rank {}, FSDP rank {}, data rank {}", place.stage_rank,
+                                  place.fsdp_rank, place.data_rank);
+  if (mesh.tensor > 1) where += fmt::format(", tensor rank {}", place.tensor_rank);
+  if (mesh.context > 1) where += fmt::format(", context rank {}", place.context_rank);
+  std::string estimate;
+  try {  // the report must not hide the failure it reports
+    const schedule::SimResult sim = schedule::simulate(run.plan.program, schedule_costs(cfg));
+    const plan::MemoryBreakdown m = plan::device_memory(cfg, run.plan.program, place.stage_rank,
+                                                        sim.peak_activations.at(place.stage_rank));
+    const auto bytes = [](std::int64_t b) { return format_bytes(std::size_t(b)); };
+    const std::size_t limit = oom.stats().limit_bytes;  // 0: not known (a GPU)
+    std::string against;
+    if (limit > 0 && std::size_t(m.total()) > limit) {
+      against = fmt::format(", more than this device's {}", format_bytes(limit));
+    } else if (limit > 0) {
+      against = fmt::format(
+          ", within this device's {}: the planner's model misses what this run allocated (worth "
+          "reporting with this message)",
+          format_bytes(limit));
+    }
+    estimate = fmt::format(
+        "The planner estimates stage rank {}'s devices at <= {} for this config (weights {}, "
+        "gradients {}, AdamW moments {}, FSDP weight slots {}, FSDP gradient buffers {}, stashed "
+        "activations {}, working set <= {}){}",
+        place.stage_rank, bytes(m.total()), bytes(m.weights), bytes(m.gradients),
+        bytes(m.optimizer), bytes(m.weight_slots), bytes(m.gradient_buffers), bytes(m.activations),
+        bytes(m.working_set), against);
+  } catch (const std::exception& e) {
+    estimate = fmt::format("The planner's estimate is not available: {}", e.what());
+  }
+  std::vector<std::string> changes = {
+      "more ranks sharing the model (ici_fsdp_parallelism, ici_pipeline_parallelism, "
+      "ici_tensor_parallelism)",
+      "smaller microbatches (per_device_batch_size, num_pipeline_microbatches)"};
+  if (cfg.remat_policy != "full") changes.emplace_back("remat_policy=full");
+  if (cfg.dtype != "bfloat16") changes.emplace_back("dtype=bfloat16");
+  throw Error(fmt::format(
+      "rank {} ({}) is out of device memory: {}. {}. To need less per device: {}; `carousel plan "
+      "--device-memory SIZE` lists meshes that fit",
+      rank, where, oom.what(), estimate, fmt::join(changes, ", ")));
+}
+
+void train_rank(const Run& run, int rank, Backend& be, Communicator& world,
+                Communicator& host_world) {
+  try {
+    run_rank(run, rank, be, world, host_world);
+  } catch (const OutOfMemoryError& oom) {
+    fail_out_of_memory(run, rank, oom);
+  }
 }
 
 }  // namespace

@@ -9,7 +9,12 @@
 #  4. processes started with different arguments are refused before step 1, naming the ranks;
 #  5. the whole job stopped (SIGSTOP to every process) for twice the collective timeout and
 #     continued finishes normally: a pause of every process is not a peer falling behind;
-#  6. the same for a threaded run.
+#  6. the same for a threaded run;
+#  7. device=cuda where no GPU is visible: one error saying so and exit code 2, threaded and as
+#     4 mpirun processes (each process exits: mpirun returns);
+#  8. devices too small for the run (CAROUSEL_CPU_DEVICE_MEMORY): the job ends (exit code 1..123:
+#     not a signal nor the timeout) with the error naming the rank, the tensor and the planner's
+#     estimate.
 set -uo pipefail
 carousel=$1 src=$2 work=$3
 here=$(cd "$(dirname "$0")" && pwd)
@@ -115,6 +120,31 @@ wait $pid
 rc=$?
 [ $rc -eq 0 ] || { fail "paused threaded run exit code $rc (want 0)"; tail -5 "$work/paused_threads.log"; }
 echo "paused threads: exit code $rc after a 3 s pause (timeout 1 s)"
+
+# 7. device=cuda without a GPU (CUDA_VISIBLE_DEVICES empty hides any the machine has).
+for how in threads mpirun; do
+  launcher=()
+  [ $how = mpirun ] && launcher=("$here/mpirun.sh" 4)
+  out=$(CUDA_VISIBLE_DEVICES= timeout 120 "${launcher[@]}" "$carousel" train "${common[@]}" \
+        steps=2 device=cuda enable_checkpointing=false run_name=no_gpu_$how 2>&1)
+  rc=$?
+  [ $rc -eq 2 ] || fail "device=cuda without a GPU ($how): exit code $rc (want 2)"
+  grep -q "device=cuda but no GPU is visible to this process; use device=cpu (or auto)" <<<"$out" ||
+    { fail "device=cuda without a GPU ($how): no clear error:"; echo "$out"; }
+  echo "device=cuda without a GPU ($how): exit code $rc"
+done
+
+# 8. Out of device memory in an mpirun job: 1 MiB devices cannot hold a stage's weights.
+out=$(CAROUSEL_CPU_DEVICE_MEMORY=1MiB timeout 120 "$here/mpirun.sh" 4 "$carousel" train \
+      "${common[@]}" steps=2 enable_checkpointing=false run_name=oom 2>&1)
+rc=$?
+if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then fail "out-of-memory job exit code $rc (want 1..123)"; fi
+oom="rank [0-3] \(stage rank [01], FSDP rank [01], data rank 0\) is out of device memory: "
+oom+="out of memory on cpu:[0-3]: .*limit 1.00 MiB; allocating a float32\[[0-9]+\] tensor\. "
+oom+="The planner estimates stage rank [01]'s devices at <= "
+grep -Eq "$oom" <<<"$out" ||
+  { fail "out-of-memory job: no error naming the rank, tensor and estimate:"; echo "$out"; }
+echo "out of memory (mpirun): exit code $rc"
 
 python3 - "$work" <<'PY' || status=1
 import json, sys

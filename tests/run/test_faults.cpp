@@ -1,28 +1,35 @@
 // test_faults.cpp — what a run does when things go wrong, with faults injected on purpose
 // (host/reliability/fault_injection.h): a stalled rank stops the run with an error on every rank, a
 // NaN gradient stops (naming the parameter) or is skipped consistently, SIGTERM saves a checkpoint
-// from which the run continues exactly as if never stopped.
+// from which the run continues exactly as if never stopped, a device out of memory stops the run
+// naming the rank, the tensor and the planner's estimate.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <regex>
 #include <thread>
 
 #include "host/config/config.h"
+#include "host/config/schedule_config.h"
 #include "host/io/checkpoint.h"
+#include "host/parallel/mesh.h"
 #include "host/parallel/optimizer.h"
 #include "host/parallel/sharded_params.h"
+#include "host/plan/plan_memory.h"
 #include "host/reliability/fault_injection.h"
 #include "host/reliability/flight_recorder.h"
 #include "host/reliability/stop_signals.h"
 #include "host/report/logging.h"
 #include "host/run/guards/replica_check.h"
 #include "host/run/trainer.h"
+#include "host/schedule/simulate.h"
 #include "tests/support/test_util.h"
 
 namespace carousel {
@@ -110,6 +117,62 @@ TEST_F(Faults, AStalledRankStopsTheRunWithAnError) {
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(seconds, 2 + 5.0);
+}
+
+// A device too small for the run: CAROUSEL_CPU_DEVICE_MEMORY makes every CPU device refuse
+// allocations past a limit, as a GPU of that size would. The limit holds each rank's weights,
+// gradients and AdamW moments (the planner's exact state_memory, the largest over the stage
+// ranks) with 16 KiB to spare, below every rank's estimate: a rank fails once its step needs
+// more. The run ends on every rank, without a hang, with one error naming the rank and its
+// place, its device, the tensor being allocated and the planner's estimate for that stage rank
+// (recomputed here from plan::device_memory), which exceeds the device.
+TEST_F(Faults, OutOfMemoryNamesTheRankTheTensorAndThePlannersEstimate) {
+  const Config c = faulty_run("oom", 2);
+  const schedule::Program program = lowered_program(c);
+  const schedule::SimResult sim = schedule::simulate(program, schedule_costs(c));
+  std::int64_t state = 0;
+  std::vector<plan::MemoryBreakdown> estimate;
+  for (int s = 0; s < program.layout.ranks; ++s) {
+    state = std::max(state, plan::state_memory(c, program.layout, s).exact());
+    estimate.push_back(plan::device_memory(c, program, s, sim.peak_activations.at(s)));
+  }
+  const std::size_t limit = std::size_t(state) + 16 * 1024;
+  for (const auto& e : estimate) ASSERT_GT(std::size_t(e.total()), limit);
+  setenv("CAROUSEL_CPU_DEVICE_MEMORY", std::to_string(limit).c_str(), 1);
+  std::string what;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    train(c);
+    ADD_FAILURE() << "a run on devices of " << limit << " bytes did not fail";
+  } catch (const Error& e) {
+    what = e.what();
+  }
+  unsetenv("CAROUSEL_CPU_DEVICE_MEMORY");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 60.0);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      what, m,
+      std::regex(R"(^rank (\d) \(stage rank (\d), FSDP rank (\d), data rank 0\) is out of )"
+                 R"(device memory: out of memory on cpu:(\d): requested \S+ \S+ with \S+ \S+ in )"
+                 R"(use \(peak \S+ \S+\), limit ([^;]+); allocating a )"
+                 R"((float32|bfloat16|int32)\[[0-9,]*\] tensor\. The planner estimates stage )"
+                 R"(rank (\d)'s devices at <= ([^(]+) for this config \(weights [^)]+\), more )"
+                 R"(than this device's ([^.]+\.\d\d [KMG]iB)\. To need less per device: more )"
+                 R"(ranks sharing the model \(ici_fsdp_parallelism, .*`carousel plan )"
+                 R"(--device-memory SIZE` lists meshes that fit$)")))
+      << what;
+  const int rank = std::stoi(m[1]);
+  const RankPlace place = RankPlace::of(rank, MeshShape::of(c));
+  EXPECT_EQ(std::stoi(m[2]), place.stage_rank) << what;
+  EXPECT_EQ(std::stoi(m[3]), place.fsdp_rank) << what;
+  EXPECT_EQ(std::stoi(m[4]), rank) << what;  // rank r's CPU device is cpu:r
+  EXPECT_EQ(m[5], format_bytes(limit)) << what;
+  EXPECT_EQ(std::stoi(m[7]), place.stage_rank) << what;
+  EXPECT_EQ(m[8], format_bytes(std::size_t(estimate.at(place.stage_rank).total()))) << what;
+  EXPECT_EQ(m[9], format_bytes(limit)) << what;
+  // One message: the first failure, not the other ranks' abandoned waits ("rank 2 failed: ...").
+  EXPECT_EQ(what.find("out of memory on", what.find("out of memory on") + 1), std::string::npos)
+      << what;
 }
 
 // A NaN in one gradient at step 2 (index 1) stops the run on every rank before the update,
