@@ -294,10 +294,16 @@ class LocalCommunicator final : public Communicator {
     while (!done() && slot.error.empty()) {
       // Another rank failed: stop waiting for ranks that may never come. (Only while ranks are
       // missing: once all have arrived they are reading each other's buffers and will finish.)
+      // The slot is marked abandoned too: a rank arriving after this one leaves (its arrival
+      // still counted) must not go on to read this rank's buffer, which is freed as its thread
+      // unwinds, nor wait for this rank to read.
       if (const std::string why = reading ? std::string() : g.world_abort->get(); !why.empty()) {
+        const std::string error = fmt::format("rank {}: {} #{} on communicator '{}' abandoned: {}",
+                                              rank_, sig.str(), seq, g.name, why);
+        if (slot.error.empty()) slot.error = error;
+        g.cv.notify_all();
         leave(seq, slot);
-        throw Error(fmt::format("rank {}: {} #{} on communicator '{}' abandoned: {}", rank_,
-                                sig.str(), seq, g.name, why));
+        throw Error(error);
       }
       if (g.wait_slice(lock, timer) && !done() && slot.error.empty()) {
         slot.error = fmt::format(

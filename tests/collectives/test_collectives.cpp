@@ -365,6 +365,34 @@ TEST(Errors, AFailedRankEndsTheOthersWaitsAtOnce) {
       << errors[2];
 }
 
+// A rank that abandons a collective after arriving at it (the world aborted while it waited for
+// the others) leaves its arrival counted: a rank arriving later must fail at once too, neither
+// reading the abandoning rank's buffer (freed as its thread unwinds) nor waiting for it to read.
+// Before the slot was marked abandoned, the late rank waited "for ranks still reading" until the
+// timeout — a failing training rank's communicators then blocked its unwinding, and the others
+// were reported stuck after the 5 s grace (exit 2, no message).
+TEST(Errors, ARankArrivingAfterAnotherAbandonedTheCollectiveFailsAtOnce) {
+  LocalWorld world(2, 30.0);
+  CpuBackend be0(0), be1(1);
+  auto c0 = world.communicator(0), c1 = world.communicator(1);
+  Tensor t0 = be0.zeros({4}), t1 = be1.zeros({4});
+  const Event first = c0->all_reduce(t0, t0, ReduceOp::Sum);  // arrives, waits for rank 1
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  world.abort("rank 7 failed: boom");
+  const std::string abandoned = testing::error_of([&] { first.wait(); });
+  EXPECT_NE(abandoned.find("rank 0: all_reduce(count=4, float32, sum) #0 on communicator 'world' "
+                           "abandoned: rank 7 failed: boom"),
+            std::string::npos)
+      << abandoned;
+  auto late = std::async(std::launch::async, [&] {
+    return testing::error_of([&] { c1->all_reduce(t1, t1, ReduceOp::Sum).wait(); });
+  });
+  ASSERT_EQ(late.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "the late rank waits for a rank that abandoned the collective";
+  const std::string error = late.get();
+  EXPECT_NE(error.find("abandoned: rank 7 failed: boom"), std::string::npos) << error;
+}
+
 TEST(Errors, SendWithoutReceiveAndSizeMismatch) {
   auto errors = errors_of(2, 0.3, [](Communicator& c, CpuBackend& be) {
     if (c.rank() == 0) c.send(be.zeros({4}, DType::I32), 1).wait();

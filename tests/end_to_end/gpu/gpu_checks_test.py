@@ -3,7 +3,7 @@
 run over stub programs (a crash, hangs, a benchmark killed with its JSON half written) under a
 small budget, then scripts/gpu_summary.py on what it left.
 
-    python3 tests/end_to_end/gpu_checks_test.py SOURCE_DIR WORK_DIR
+    python3 tests/end_to_end/gpu/gpu_checks_test.py SOURCE_DIR WORK_DIR
 
 Checks: a hanging part is killed at its limit and the next part still runs; a crash is recorded
 with its exit status and the test it stopped in; parts past the budget are recorded as skipped

@@ -5,7 +5,7 @@ hand, a benchmark JSON cut short read back from Google Benchmark's console log, 
 logs, the time by op kind, the packed proof.tar.gz, the fast tier's fallbacks found in the
 logs, and bad input.
 
-    python3 tests/end_to_end/gpu_summary_test.py SOURCE_DIR WORK_DIR
+    python3 tests/end_to_end/gpu/gpu_summary_test.py SOURCE_DIR WORK_DIR
 """
 import json
 import os

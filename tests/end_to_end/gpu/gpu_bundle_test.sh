@@ -4,7 +4,7 @@
 # binary the proof runs and no CUDA library the GPU machine brings itself, the carried CPU oracle
 # has every step of both training runs with finite losses, and the cuDNN frontend it was built
 # against is named. Packs into WORK_DIR (GPU_BUNDLE_DIR), leaving the tree's .gpu/ alone.
-#   tests/end_to_end/gpu_bundle_test.sh SOURCE_DIR WORK_DIR
+#   tests/end_to_end/gpu/gpu_bundle_test.sh SOURCE_DIR WORK_DIR
 # Registered only for builds with CUDA (tests/CMakeLists.txt): without it there is nothing to pack.
 set -uo pipefail
 src=$1
