@@ -1,13 +1,17 @@
 // communicator.h — the one interface for moving tensors between ranks.
 //
-// Pipeline ring send/recv, FSDP all-gather/reduce-scatter and data-parallel reductions all go
-// through a Communicator. Every operation is asynchronous, like NCCL on a stream: it is enqueued
-// on the rank's communication worker and returns an Event the compute side waits on. Operations
-// on one communicator match across ranks in issue order (the k-th collective of every rank is
-// the same collective); sends and receives between two ranks match in issue order too.
+// Every group of a run's mesh (host/parallel/mesh.h) is a Communicator: the pipeline ring's
+// send/recv, the FSDP group's all-gather/reduce-scatter, the data replicas' reductions, the
+// tensor and context groups inside a layer (models/parallel/), the expert group's token exchange
+// (grouped send/recv, models/parallel/expert_parallel.cpp) and the tied embedding's pair. Every
+// operation is asynchronous, like NCCL on a stream: it is enqueued on the rank's communication
+// worker and returns an Event the compute side waits on. Operations on one communicator match
+// across ranks in issue order (the k-th collective of every rank is the same collective); sends
+// and receives between two ranks match in issue order too.
 //
 // Implementations: LocalCommunicator (ranks are threads of one process, CPU memory; the test
-// and development path) and, with CUDA, the NCCL communicator.
+// and development path), with MPI the MPI communicator (ranks are processes under mpirun, CPU
+// memory), and with CUDA the NCCL communicator.
 #pragma once
 
 #include <chrono>

@@ -3,6 +3,7 @@
 #include "models/moe_mlp.h"
 
 #include "compute/error.h"
+#include "models/row_gather.h"
 
 namespace carousel {
 
@@ -81,7 +82,7 @@ void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& 
   s.weight_of_row = from_double(be, weight, {M}, stats_dtype(dt));
   s.x = x;
   s.x_perm = be.empty({M, E}, dt);
-  be.embedding_forward(x, s.token_of_row, s.x_perm);
+  gather_rows(be, x, s.token_of_row, s.x_perm);
   // This rank's experts on their rows (every rank's, with expert parallelism).
   s.dispatch = plan_dispatch(be, experts, s.first);
   s.x_local = to_experts(be, experts, s.dispatch, s.x_perm);
@@ -100,7 +101,7 @@ void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& 
   Tensor weighted = be.empty({M, E}, dt);
   be.scale_rows(s.out_perm, s.weight_of_row, weighted);
   be.fill(y, 0.0);
-  be.embedding_backward(weighted, s.token_of_row, y);  // y[token] += each of its k rows
+  scatter_add_rows(be, weighted, s.token_of_row, y);  // y[token] += each of its k rows
 }
 
 void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights& w,
@@ -112,7 +113,7 @@ void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights&
   const DType dt = dy.dtype();
   // Combine: y[t] += w_row out_perm[row] for the rows of token t.
   Tensor dy_perm = be.empty({M, E}, dt);
-  be.embedding_forward(dy, s.token_of_row, dy_perm);
+  gather_rows(be, dy, s.token_of_row, dy_perm);
   Tensor dots = be.empty({M}, stats_dtype(dt));
   be.row_dots(dy_perm, s.out_perm, dots);  // d w_row
   // With tensor parallelism out_perm is this rank's experts' columns' part: dots are partial sums.
@@ -140,7 +141,7 @@ void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights&
   const Tensor dx_perm = from_experts(be, experts, s.dispatch, dx_local);
   // Dispatch: x_perm[row] = x[token of row].
   be.fill(dx, 0.0);
-  be.embedding_backward(dx_perm, s.token_of_row, dx);
+  scatter_add_rows(be, dx_perm, s.token_of_row, dx);
   // Router: the combine weights and the balancing loss. Every tensor rank has the same dlogits;
   // each takes its own rows [r n, (r + 1) n), so the router's gradient and its share of dx are
   // summed once over the group (the optimizer sums the router's, the caller's reduce-scatter dx).

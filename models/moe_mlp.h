@@ -6,9 +6,9 @@
 // (token, choice) slots are sorted by expert — stable, so token order within an expert and the
 // same bits on every run — which makes each expert's rows contiguous: its three GEMMs run on
 // exactly its tokens, with no capacity, padding or dropped token:
-//   x_perm = x[token of each row]                        embedding_forward (a row gather)
+//   x_perm = x[token of each row]                        gather_rows (row_gather.h)
 //   out_perm[rows of e] = SwiGLU_e(x_perm[rows of e])     3 grouped GEMMs over the experts
-//   y = sum into each token of w_row * out_perm[row]      scale_rows, embedding_backward
+//   y = sum into each token of w_row * out_perm[row]      scale_rows, scatter_add_rows
 // The backward runs the same maps the other way; the combine weights' gradient (row_dots) and
 // the balancing loss go through the router's backward into the router weights and x.
 // Shapes: x, y [N,E]; router [X,E]; gate, up [X,Fm,E]; down [X,E,Fm]; M = N * k rows.

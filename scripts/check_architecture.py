@@ -118,7 +118,7 @@ def main():
     with open(os.path.join(root, REGISTRY), encoding="utf-8") as f:
         registry = f.read()
     table = registry[registry.index("kSchedules[] = {"):]
-    names = re.findall(r'^\s*\{"([a-z0-9_]+)",', table[:table.index("\n};")], re.M)
+    names = re.findall(r'^\s*\{(?:\.name\s*=\s*)?"([a-z0-9_]+)",', table[:table.index("\n};")], re.M)
     if not names:
         problems.append(f"{REGISTRY}: no schedule rows found in kSchedules")
     includes = {}  # file -> the files it includes

@@ -28,8 +28,10 @@ std::vector<LayerWeights> RankExecutor::layers(const ParamSet& set, const Router
 
 Tensor RankExecutor::take(TensorMap& map, const Key& key) {
   auto it = map.find(key);
-  CAROUSEL_CHECK(it != map.end(), "pipeline executor: no tensor for stage {} microbatch {}",
-                 key.first, key.second);
+  // Lowering pairs every consumer with its producer and replay() proved the order, so a missing
+  // tensor is carousel's bug, not the config's.
+  CAROUSEL_ASSERT(it != map.end(), "pipeline executor: no tensor for stage {} microbatch {}",
+                  key.first, key.second);
   Tensor t = it->second;
   map.erase(it);
   return t;
@@ -193,7 +195,7 @@ StepOutcome RankExecutor::walk(std::size_t i, StepCapture::Mode mode, std::int64
         return outcome;
       }
       default:
-        fail("pipeline executor: unexpected action {}", sch::to_string(a));
+        CAROUSEL_ASSERT(false, "pipeline executor: unexpected action {}", sch::to_string(a));
     }
     if (trace && (a.is_compute() || a.kind == sch::Kind::AG_WAIT)) {
       be_.synchronize();  // device time, not launch time, on GPUs
@@ -202,7 +204,8 @@ StepOutcome RankExecutor::walk(std::size_t i, StepCapture::Mode mode, std::int64
     recorder_.complete();
     ++i;
   }
-  fail("pipeline executor: stage rank {}'s program has no OPTIMIZER action", place_.stage_rank);
+  CAROUSEL_ASSERT(false, "pipeline executor: stage rank {}'s program has no OPTIMIZER action",
+                  place_.stage_rank);
 }
 
 void RankExecutor::post_traced_p2p_group(std::size_t& i, StepTrace* trace) {
@@ -290,7 +293,7 @@ Event RankExecutor::post_p2p_group(std::size_t& i, bool forward_only) {
         receives.emplace_back(&recv_b_, key);
         break;
       default:
-        fail("pipeline executor: {} is not a p2p action", sch::to_string(p));
+        CAROUSEL_ASSERT(false, "pipeline executor: {} is not a p2p action", sch::to_string(p));
     }
   }
   if (!started) {
@@ -361,7 +364,8 @@ void RankExecutor::weight_residency(const sch::Action& a, StepTrace::Clock::time
       params_.release(a.stage);
       break;
     default:
-      fail("pipeline executor: {} is not a weight-residency action", sch::to_string(a));
+      CAROUSEL_ASSERT(false, "pipeline executor: {} is not a weight-residency action",
+                      sch::to_string(a));
   }
 }
 

@@ -44,9 +44,8 @@ namespace carousel {
 class RankExecutor {
  public:
   // Walks the program's action list of the rank's pipeline rank; notes each action in
-  // `recorder` (which must outlive the executor) for failure reports.
-  // `data` (the training data, shared by the ranks of a process: reading it is const) and
-  // `recorder` must outlive the executor.
+  // `recorder` for failure reports. `data` (the training data, shared by the ranks of a
+  // process: reading it is const) and `recorder` must outlive the executor.
   RankExecutor(const Config& cfg, const schedule::Program& program, const RankPlace& place,
                Backend& be, RankCommunicators& comms, ShardedParams& params, const DataLoader& data,
                FlightRecorder& recorder);
@@ -64,7 +63,7 @@ class RankExecutor {
 
   // The auxiliary-loss-free balancing's biases (routed_bias; models/layer.h RouterBias): the
   // same on every rank, moved after each update by the step's global loads; checkpoints keep
-  // them, a resume sets them (throws unless they have the model's shape).
+  // them, a resume sets them (Checkpointer::restore; throws unless they have the model's shape).
   const RouterBias& router_bias() const { return router_bias_; }
   void set_router_bias(RouterBias bias);
 

@@ -11,6 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 
+#include "compute/hash.h"
+
 namespace carousel {
 
 namespace sch = schedule;
@@ -65,9 +67,7 @@ std::vector<int> assign_lanes(const std::vector<StepTrace::Slice>& slices) {
 // FNV-1a, cut to 53 bits: the same id on both ends of an arrow, in every process, and exact
 // in the JavaScript numbers trace viewers parse JSON into.
 std::uint64_t flow_id(const std::string& text) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : text) h = (h ^ c) * 0x100000001b3ULL;
-  return h & ((std::uint64_t(1) << 53) - 1);
+  return fnv1a64(text) & ((std::uint64_t(1) << 53) - 1);
 }
 
 nlohmann::json slice_args(const StepTrace::Slice& s) {

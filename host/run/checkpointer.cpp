@@ -12,6 +12,7 @@
 
 #include "compute/cpu_backend.h"
 #include "host/io/huggingface/hf_architectures.h"
+#include "host/parallel/rank_executor.h"
 #include "host/run/train_result.h"
 #include "models/layer.h"
 
@@ -112,8 +113,11 @@ Checkpointer::Checkpointer(const Config& cfg, int ranks, Communicator* process_w
                  result.start_step, cfg.steps);
 }
 
-void Checkpointer::restore(ShardedParams& params) {
+void Checkpointer::restore(ShardedParams& params, RankExecutor& executor) {
   if (start_) params.restore(*start_, start_moments_);
+  if (cfg_.model.routed_bias && !start_router_bias_.empty()) {
+    executor.set_router_bias(start_router_bias_);
+  }
 }
 
 bool Checkpointer::due(std::int64_t step, bool stopping) const {

@@ -27,6 +27,7 @@
 
 namespace carousel {
 
+class RankExecutor;
 struct TrainResult;
 
 class Checkpointer {
@@ -38,11 +39,11 @@ class Checkpointer {
   Checkpointer(const Config& cfg, int ranks, Communicator* process_world,
                const TokenizerInfo* tokenizer, TrainResult& result);
 
-  // Puts the starting weights (and moments, when resuming) into this rank's shards; nothing
-  // when the run starts from the initial values.
-  void restore(ShardedParams& params);
-  // Resuming: the checkpoint's router biases (TrainingState::router_bias); empty otherwise.
-  const std::vector<std::vector<double>>& start_router_bias() const { return start_router_bias_; }
+  // Puts the starting point into this rank: the starting weights (and moments, when resuming)
+  // into its shards and, resuming with routed_bias, the checkpoint's router biases
+  // (TrainingState::router_bias) into its executor; nothing when the run starts from the
+  // initial values.
+  void restore(ShardedParams& params, RankExecutor& executor);
 
   // Whether a checkpoint is written after 0-based `step`: every checkpoint_period steps, at the
   // end, and when the ranks agreed to stop — only with enable_checkpointing.
@@ -80,6 +81,7 @@ class Checkpointer {
   long owner_pid_;  // world rank 0's process: names the directory every part is written into
   std::optional<TensorFiles> start_;  // what restore() reads into the shards
   bool start_moments_ = false;        // resuming: the AdamW moments too
+  // Resuming: the checkpoint's router biases, which restore() gives the rank's executor.
   std::vector<std::vector<double>> start_router_bias_;
   std::vector<Writer> writers_;  // by world rank (this process's ranks only are used)
 };

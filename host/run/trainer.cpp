@@ -56,9 +56,7 @@ void run_rank(const Run& run, int rank, Backend& be, Communicator& world,
   RankCommunicators comms = split_communicators(world, place, run.plan.program.layout, cfg.model);
   ShardedParams params(cfg, run.plan.program.layout, place, be, comms);
   RankExecutor executor(cfg, run.plan.program, place, be, comms, params, *run.plan.data, recorder);
-  run.checkpointer.restore(params);
-  if (cfg.model.routed_bias && !run.checkpointer.start_router_bias().empty())
-    executor.set_router_bias(run.checkpointer.start_router_bias());
+  run.checkpointer.restore(params, executor);
   std::int64_t skipped = run.skipped_before;
   for (std::int64_t step = run.start_step; step < cfg.steps; ++step) {
     const auto start = std::chrono::steady_clock::now();

@@ -30,13 +30,20 @@ struct ScheduleInfo {
   // Closed-form idle time per rank with comm-free costs and stages of equal cost (the
   // simulator covers everything else; docs/schedules.md "Closed forms" derives each).
   double (*idle)(const Layout& layout, const Costs& costs);
-  bool repeats;        // runs R > 1 stages per rank (else it needs num_pipeline_repeats = 1)
-  bool forward_delay;  // accepts pipeline_delay_activation_forwarding (MaxText's d = 2)
-  bool microbatch_groups;  // accepts pipeline_microbatch_group_size (Megatron's g)
-  bool maxtext_table;  // its order is MaxText's iteration table (t, stage) -> microbatch
-  bool one_device;     // the program of a one-device run: the whole model, microbatches in turn
-  bool forwards_first;  // every rank runs all its forwards before any backward, so the layers
-                        // outside the pipeline (Layout::outside) fit between them
+  // Flags, off unless a row sets them (the table names only the ones it sets).
+  // Runs R > 1 stages per rank (else it needs num_pipeline_repeats = 1).
+  bool repeats = false;
+  // Accepts pipeline_delay_activation_forwarding (MaxText's d = 2).
+  bool forward_delay = false;
+  // Accepts pipeline_microbatch_group_size (Megatron's g).
+  bool microbatch_groups = false;
+  // Its order is MaxText's iteration table (t, stage) -> microbatch.
+  bool maxtext_table = false;
+  // The program of a one-device run: the whole model, microbatches in turn.
+  bool one_device = false;
+  // Every rank runs all its forwards before any backward, so the layers outside the pipeline
+  // (Layout::outside) fit between them.
+  bool forwards_first = false;
 };
 
 // Every registered schedule, in table order (the first is the default, circular).

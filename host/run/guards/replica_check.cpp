@@ -4,26 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstring>
 #include <functional>
 #include <vector>
 
+#include "compute/hash.h"
 #include "models/params.h"
 
 namespace carousel {
-
-std::uint64_t hash_words(const void* bytes, std::size_t n) {
-  const auto* p = static_cast<const unsigned char*>(bytes);
-  std::uint64_t h = 0xcbf29ce484222325ULL;  // FNV's offset basis and prime, a word at a time
-  std::size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    std::uint64_t w;
-    std::memcpy(&w, p + i, sizeof(w));
-    h = (h ^ w) * 0x100000001b3ULL;  // each step a bijection of h: one changed word always shows
-  }
-  for (; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ULL;
-  return h;
-}
 
 bool ReplicaCheck::due(std::int64_t step, bool checkpoint_due) const {
   // The replica group: D data replicas x C context ranks hold the same weights; with layers
@@ -48,7 +35,7 @@ std::vector<std::int64_t> weight_hashes(
       copy = be.to_host<float>(view);
       data = copy.data();
     }
-    hashes.push_back(std::int64_t(hash_words(data, view.nbytes())));
+    hashes.push_back(std::int64_t(fnv1a64_words(data, view.nbytes())));
   }
   return hashes;
 }
@@ -69,7 +56,7 @@ void compare_over(std::int64_t step, const std::vector<std::pair<const ParamSpec
                   Communicator& group, const std::function<int(int)>& rank_of, const char* member,
                   const ModelConfig& model, const RankCommunicators& comms, Backend& be) {
   const std::vector<std::int64_t> hashes = weight_hashes(held, be);
-  const std::int64_t combined = std::int64_t(hash_words(hashes.data(), 8 * hashes.size()));
+  const std::int64_t combined = std::int64_t(fnv1a64_words(hashes.data(), 8 * hashes.size()));
   const std::vector<std::int64_t> combined_all = gather(group, be, {combined});
   // This group's report: the first member that differs from member 0 and the first parameter
   // (`held` order) where it does; -1 when the group agrees. Every member computes the same

@@ -5,13 +5,13 @@
 // bug that lets replicas drift breaks that without any loss showing it for many steps.
 //
 // Every replica_check_interval steps, and before every checkpoint save, each rank hashes its
-// weights per parameter (a word-wise FNV-1a: any change of one 8-byte word changes the hash) and
-// the data group compares one combined hash; a group that differs compares the per-parameter
-// hashes to find the first parameter that differs, and the whole world learns it in one gather.
-// On a mismatch every rank throws ReplicaMismatchError naming the step, the replica, its rank
-// and the parameter — before the step's checkpoint, so the checkpoints on disk stay good. With
-// layers outside the pipeline (pipeline_parallel_layers) every stage rank holds a copy of them
-// (ShardedParams::stage_held_weights), compared over the stage ranks the same way.
+// weights per parameter (fnv1a64_words, compute/hash.h: any change of one 8-byte word changes
+// the hash) and the data group compares one combined hash; a group that differs compares the
+// per-parameter hashes to find the first parameter that differs, and the whole world learns it
+// in one gather. On a mismatch every rank throws ReplicaMismatchError naming the step, the
+// replica, its rank and the parameter — before the step's checkpoint, so the checkpoints on disk
+// stay good. With layers outside the pipeline (pipeline_parallel_layers) every stage rank holds
+// a copy of them (ShardedParams::stage_held_weights), compared over the stage ranks the same way.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +43,5 @@ class ReplicaCheck {
  private:
   const Config& cfg_;
 };
-
-// The word-wise FNV-1a of `bytes` (the tail shorter than a word byte by byte).
-std::uint64_t hash_words(const void* bytes, std::size_t n);
 
 }  // namespace carousel
