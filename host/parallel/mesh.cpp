@@ -1,4 +1,5 @@
-// mesh.cpp — rank placement, communicator splits, devices and starting the ranks.
+// mesh.cpp — rank placement on the named axes, communicator splits, devices and starting the
+// ranks.
 #include "host/parallel/mesh.h"
 
 #include <fmt/format.h>
@@ -34,53 +35,96 @@ MeshShape MeshShape::of(const Config& cfg) {
           int(cfg.ici_expert_parallelism)};
 }
 
+MeshAxes MeshShape::axes() const {
+  CAROUSEL_ASSERT(expert >= 1 && data % expert == 0,
+                  "the data axis ({} ranks) holds whole expert groups of {}", data, expert);
+  MeshAxes axes;
+  axes.sizes[std::size_t(Axis::Replica)] = data / expert;
+  axes.sizes[std::size_t(Axis::Expert)] = expert;
+  axes.sizes[std::size_t(Axis::Stage)] = stages;
+  axes.sizes[std::size_t(Axis::Fsdp)] = fsdp;
+  axes.sizes[std::size_t(Axis::Context)] = context;
+  axes.sizes[std::size_t(Axis::Tensor)] = tensor;
+  return axes;
+}
+
+int MeshShape::replicas() const { return axes().size(mesh_group::data); }
+int MeshShape::expert_replicas() const { return axes().size(mesh_group::expert_data); }
+
+// The config's fields and the named coordinates are the same facts; these two functions are the
+// only places that translate (the data rank is replica * E + expert: the expert axis is faster).
+Coordinates RankPlace::coordinates() const {
+  Coordinates c{};
+  c[std::size_t(Axis::Replica)] = data_rank / mesh.expert;
+  c[std::size_t(Axis::Expert)] = data_rank % mesh.expert;
+  c[std::size_t(Axis::Stage)] = stage_rank;
+  c[std::size_t(Axis::Fsdp)] = fsdp_rank;
+  c[std::size_t(Axis::Context)] = context_rank;
+  c[std::size_t(Axis::Tensor)] = tensor_rank;
+  return c;
+}
+
 RankPlace RankPlace::of(int rank, const MeshShape& mesh) {
-  const int outer = rank / (mesh.tensor * mesh.context);  // without the tensor, context axes
-  return {mesh,
-          outer / (mesh.stages * mesh.fsdp),
-          outer / mesh.fsdp % mesh.stages,
-          outer % mesh.fsdp,
-          rank % mesh.tensor,
-          rank / mesh.tensor % mesh.context};
+  const Coordinates c = mesh.axes().coordinates(rank);
+  const auto on = [&](Axis a) { return carousel::coordinate(c, a); };
+  RankPlace place{mesh};
+  place.data_rank = on(Axis::Replica) * mesh.expert + on(Axis::Expert);
+  place.stage_rank = on(Axis::Stage);
+  place.fsdp_rank = on(Axis::Fsdp);
+  place.context_rank = on(Axis::Context);
+  place.tensor_rank = on(Axis::Tensor);
+  return place;
+}
+
+GroupSplit group_split(const RankPlace& place, Axes axes) {
+  // The key, the rank's place in mesh order, orders the members by rank (their other
+  // coordinates are equal) and equals the accessors' counts (replica_rank(), ...). The colour,
+  // the same number over the other axes, is what the per-group formulas before the named axes
+  // gave, so the communicators' names ("world/split(3)") are unchanged too.
+  const MeshAxes mesh = place.mesh.axes();
+  const Coordinates at = place.coordinates();
+  return {mesh.index(at, axes.complement()), mesh.index(at, axes)};
+}
+
+std::unique_ptr<Communicator> split_group(Communicator& world, const RankPlace& place, Axes axes,
+                                          bool joins) {
+  CAROUSEL_ASSERT(world.size() == place.mesh.ranks() && world.rank() == place.rank(),
+                  "split_group over a world of {} ranks (this one {}) for rank {} of a mesh of {}",
+                  world.size(), world.rank(), place.rank(), place.mesh.ranks());
+  const GroupSplit split = group_split(place, axes);
+  return world.split(joins ? split.color : -1, split.key);
 }
 
 RankCommunicators split_communicators(Communicator& world, const RankPlace& place,
                                       const schedule::Layout& layout, const ModelConfig& model) {
-  const int data = place.data_rank, stage = place.stage_rank, fsdp = place.fsdp_rank;
-  const int stages = place.mesh.stages, fsdp_size = place.mesh.fsdp;
-  const int tensor = place.tensor_rank, tensor_size = place.mesh.tensor;
-  const int context = place.context_rank, context_size = place.mesh.context;
   RankCommunicators comms{};
   comms.world = &world;
   // split() is collective over `world`: every rank makes the same calls in the same order.
-  // Colors count the axes a group does not span, tensor fastest.
-  const int inner = context * tensor_size + tensor;  // (context, tensor) index
-  auto per_inner = [&](int color) { return color * context_size * tensor_size + inner; };
-  const int position = (data * stages + stage) * fsdp_size + fsdp;  // without context, tensor
-  comms.pipe = world.split(per_inner(data * fsdp_size + fsdp), stage);
-  comms.fsdp = world.split(per_inner(data * stages + stage), fsdp);
-  comms.data = world.split((stage * fsdp_size + fsdp) * tensor_size + tensor, place.replica_rank());
-  comms.tensor = world.split(position * context_size + context, tensor);
-  comms.context = world.split(position * tensor_size + tensor, context);
+  comms.pipe = split_group(world, place, mesh_group::pipe);
+  comms.fsdp = split_group(world, place, mesh_group::fsdp);
+  comms.data = split_group(world, place, mesh_group::data);
+  comms.tensor = split_group(world, place, mesh_group::tensor);
+  comms.context = split_group(world, place, mesh_group::context);
   // Expert parallelism's groups (none without it: every use is guarded by mesh.expert > 1).
-  const int experts = place.mesh.expert, expert = place.expert_rank();
-  const bool with_experts = experts > 1;
-  comms.expert = world.split(
-      with_experts ? per_inner(((data / experts) * stages + stage) * fsdp_size + fsdp) : -1,
-      expert);
-  comms.expert_data = world.split(
-      with_experts ? ((expert * stages + stage) * fsdp_size + fsdp) * tensor_size + tensor : -1,
-      place.expert_replica_rank());
-  const int kv = kv_replicas(model, tensor_size);  // ranks sharing one KV head
+  const bool with_experts = place.mesh.expert > 1;
+  comms.expert = split_group(world, place, mesh_group::expert, with_experts);
+  comms.expert_data = split_group(world, place, mesh_group::expert_data, with_experts);
+  // Ranks sharing one KV head: consecutive tensor ranks, in tensor order.
+  const int tensor = place.coordinate(Axis::Tensor);
+  const int kv = kv_replicas(model, place.mesh.tensor);
   comms.kv_share = comms.tensor->split(kv > 1 ? tensor / kv : -1, tensor);
-  // The tied embedding's holders: the first stage's rank and where the head runs, the last
-  // stage's or, with layers outside the pipeline, every stage rank.
+  // The tied embedding's holders, among the stage ranks of a pipeline ring: the first stage's
+  // rank and where the head runs, the last stage's or, with layers outside the pipeline, every
+  // stage rank. The first stage's rank has always been the group's rank 0 (its own key, before
+  // the others'); both placements put stage 0 on pipeline rank 0, the ring's lowest rank, so
+  // the group's order by rank keeps it there.
   const int first = layout.rank_of(0), last = layout.rank_of(layout.stages() - 1);
+  CAROUSEL_ASSERT(first == 0, "the first stage runs on pipeline rank {}, not 0", first);
+  const int stage = place.coordinate(Axis::Stage);
   const bool tied = model.logits_via_embedding && layout.ranks > 1;
   const bool holds = layout.outside || stage == first || stage == last;
   const bool in_group = tied && (layout.outside || first != last) && holds;
-  comms.tie =
-      world.split(in_group ? per_inner(data * fsdp_size + fsdp) : -1, stage == first ? 0 : 1);
+  comms.tie = split_group(world, place, mesh_group::pipe, in_group);
   return comms;
 }
 

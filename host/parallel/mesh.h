@@ -1,19 +1,31 @@
 // mesh.h — the device mesh of a run: where each rank sits, the communicators it talks on, the
 // device it computes on, and how the ranks are started.
 //
-// A run has D data replicas x S pipeline stages x F FSDP ranks x C context ranks x T tensor ranks
-// = N ranks (one device is the trivial mesh). Rank numbers run tensor-fastest, then context, so
-// that a tensor group (the most traffic) and then a context group sit on neighbouring devices:
-// rank = (((data * S + stage) * F + fsdp) * C + context) * T + tensor.
-// Every rank gets its communicators by splitting one world: the ring of its replica's pipeline
-// stages, the FSDP group of its stage, the replica group of its (stage, fsdp, tensor) position —
-// the D data replicas x C context ranks, which hold the same weights and sum their gradients —
-// the tensor and context groups that compute its layers together and, with tied embeddings on
-// two stages, the pair of first and last stage. Tensor and context ranks run the same program.
-// Expert parallelism (docs/moe.md): the data axis holds D x E ranks, each E consecutive ones an
-// expert group that splits the batch like replicas and the routed experts between them (they
-// exchange tokens in every MoE layer); the replicas of one expert rank's experts are the D x C
-// ranks of the same expert index.
+// The mesh is an ordered list of named axes (mesh_axes.h), slowest first:
+//   replica (D) x expert (E) x stage (S) x fsdp (F) x context (C) x tensor (T) = N ranks
+// (one device is the trivial mesh). Rank numbers count the last axis fastest:
+// rank = (((((replica * E + expert) * S + stage) * F + fsdp) * C + context) * T + tensor.
+// Expert parallelism (docs/moe.md) is carved from the data axis: the config's data ranks are
+// D x E, data rank = replica * E + expert, so each E consecutive data ranks are an expert group
+// that splits the batch like replicas and the routed experts between them (they exchange tokens
+// in every MoE layer); the replicas of one expert rank's experts are the D x C ranks of the same
+// expert index.
+//
+// Every communicator is the group over some axes (split_group): the ranks agreeing with this one
+// on every other axis, ordered by rank (mesh_group below lists each communicator's axes). The
+// stage ring of a position, the FSDP group of a stage, the replica group — the D x E x C ranks
+// that hold the same weights and sum their gradients —, the tensor and context groups that
+// compute a rank's layers together (they run the same program) and, with tied embeddings on two
+// stages, the first and last stage's ranks.
+//
+// Nodes follow from the order, as MaxText's ici/dcn split: ranks fill a node's processes in rank
+// order (mpirun's default by-slot placement, or --map-by ppr:N:node), so the fastest axes stay
+// inside a node and the slowest cross nodes. With P processes per node, a group over the fastest
+// axes never leaves a node when P is a multiple of its size: the tensor group (T ranks, the most
+// traffic: activations at every layer) when P is a multiple of T — under mpirun choose_transport
+// refuses any other P —, then the context group (keys and values) when P is a multiple of C x T,
+// and so on outwards; the replica axis, which only sums gradients once a step, is the one to span
+// nodes.
 //
 // Ranks are threads of this process (in-process communicator), or this process is one rank of
 // an mpirun job (MPI communicator).
@@ -28,47 +40,79 @@
 #include "collectives/local_communicator.h"
 #include "compute/backend.h"
 #include "host/config/config.h"
+#include "host/parallel/mesh_axes.h"
 #include "host/schedule/ir.h"
 
 namespace carousel {
 
+// The sizes of the mesh's axes, as the config names them (callers read these fields).
 struct MeshShape {
-  int data = 1, stages = 1, fsdp = 1, tensor = 1, context = 1;  // D (x E), S, F, T, C
-  int expert = 1;  // E: each E consecutive data ranks split the routed experts
-  int ranks() const { return data * stages * fsdp * context * tensor; }
+  int data = 1, stages = 1, fsdp = 1, tensor = 1, context = 1;  // D x E, S, F, T, C
+  int expert = 1;  // E: each E consecutive data ranks split the routed experts (E divides data)
+  // The named axes, slowest first (replica = data / expert).
+  MeshAxes axes() const;
+  int ranks() const { return axes().ranks(); }
   // Ranks holding the same weights (with expert parallelism: the same dense weights; each
-  // expert's holders are data / expert x context of them).
-  int replicas() const { return data * context; }
+  // expert's holders are data / expert x context of them): one replica group's size.
+  int replicas() const;
   // The replicas holding one expert rank's experts (all of them without expert parallelism).
-  int expert_replicas() const { return replicas() / expert; }
+  int expert_replicas() const;
   static MeshShape of(const Config& cfg);
 };
 
-// Where rank `rank` sits in the mesh.
+// The axes each communicator of RankCommunicators spans, and the groups some places count in.
+namespace mesh_group {
+inline constexpr Axes pipe{Axis::Stage};
+inline constexpr Axes fsdp{Axis::Fsdp};
+inline constexpr Axes data{Axis::Replica, Axis::Expert, Axis::Context};  // same weights
+inline constexpr Axes tensor{Axis::Tensor};
+inline constexpr Axes context{Axis::Context};
+inline constexpr Axes expert{Axis::Expert};
+inline constexpr Axes expert_data{Axis::Replica, Axis::Context};  // same experts
+// The ranks splitting a stage's microbatch into parts (a count only, no communicator of its own).
+inline constexpr Axes batch{Axis::Replica, Axis::Expert, Axis::Fsdp};
+}  // namespace mesh_group
+
+// Where a rank sits in the mesh. The fields are the config's view (callers read and set them);
+// everything else is read from the named coordinates they give.
 struct RankPlace {
   MeshShape mesh;
   int data_rank = 0, stage_rank = 0, fsdp_rank = 0, tensor_rank = 0, context_rank = 0;
 
   static RankPlace of(int rank, const MeshShape& mesh);
-  int rank() const {
-    return (((data_rank * mesh.stages + stage_rank) * mesh.fsdp + fsdp_rank) * mesh.context +
-            context_rank) *
-               mesh.tensor +
-           tensor_rank;
-  }
-  // This rank's part of a microbatch: its sequences are split over the F x D ranks of a stage
+  // This rank's coordinate on every axis (the data rank split into replica and expert).
+  Coordinates coordinates() const;
+  int coordinate(Axis a) const { return carousel::coordinate(coordinates(), a); }
+  // This rank's place in its group over `axes` (its rank in that group's communicator).
+  int index_in(Axes axes) const { return mesh.axes().index(coordinates(), axes); }
+  int rank() const { return index_in(Axes::all()); }
+  // This rank's part of a microbatch: its sequences are split over the D x E x F ranks of a stage
   // (the T x C ranks of its tensor and context groups share them; context ranks split tokens).
-  int batch_part() const { return data_rank * mesh.fsdp + fsdp_rank; }
-  // Among the D x C ranks holding the same weights (gradients summed, ZeRO-1 pieces).
-  int replica_rank() const { return data_rank * mesh.context + context_rank; }
+  int batch_part() const { return index_in(mesh_group::batch); }
+  // Among the D x E x C ranks holding the same weights (gradients summed, ZeRO-1 pieces).
+  int replica_rank() const { return index_in(mesh_group::data); }
   // Among the replicas, the one whose ranks write checkpoints (each dense tensor once; each
   // routed expert is written by expert_replica_rank() 0).
   bool writes_shards() const { return replica_rank() == 0; }
   // Expert parallelism: this rank's index in its expert group (which experts it holds), and
   // among the D x C ranks holding those experts (gradients summed, the checkpoint's writer).
-  int expert_rank() const { return data_rank % mesh.expert; }
-  int expert_replica_rank() const { return data_rank / mesh.expert * mesh.context + context_rank; }
+  int expert_rank() const { return coordinate(Axis::Expert); }
+  int expert_replica_rank() const { return index_in(mesh_group::expert_data); }
 };
+
+// The world.split() arguments of `place`'s group over `axes`: the colour numbers the group by the
+// coordinates its ranks share, the key is the rank's place in it (index_in(axes)).
+struct GroupSplit {
+  int color, key;
+};
+GroupSplit group_split(const RankPlace& place, Axes axes);
+// The communicator of `place`'s group over `axes`: the ranks with its coordinates on every other
+// axis, ordered by rank (reductions sum in communicator-rank order, so this order is part of
+// every run's numbers). Collective over `world` (every rank of the mesh, in rank order): each
+// rank makes the same calls in the same order. A rank with `joins` false gets nullptr, and the
+// communicator is the group's ranks that join (the tie: only the stages holding the embedding).
+std::unique_ptr<Communicator> split_group(Communicator& world, const RankPlace& place, Axes axes,
+                                          bool joins = true);
 
 // A rank's communicators, split from the world of all ranks. Communicators of size one are
 // real communicators too (their operations complete at once), so the code has no special case.
@@ -76,7 +120,7 @@ struct RankCommunicators {
   Communicator* world;                 // every rank: the step's loss and gradient norm
   std::unique_ptr<Communicator> pipe;  // the stage ring of this replica and FSDP index
   std::unique_ptr<Communicator> fsdp;  // the FSDP group of this stage
-  // The same (stage, fsdp, tensor) rank in every data replica and context rank: D x C ranks
+  // The same (stage, fsdp, tensor) rank in every data replica and context rank: D x E x C ranks
   // holding the same weights.
   std::unique_ptr<Communicator> data;
   // The T ranks that compute this rank's layers together (tensor parallelism), and among them
