@@ -191,7 +191,7 @@ double train_flops_per_token(const ModelConfig& cfg) {
   for (const auto& spec : param_table(cfg)) {
     if (spec.shape.size() == 2 && spec.role != ParamRole::Embedding) {
       // A token passes through k of the X routed experts.
-      const double active = is_routed_expert(spec.role)
+      const double active = spec.expert.sharded()
                                 ? double(cfg.num_experts_per_tok) / double(cfg.num_experts)
                                 : 1.0;
       matmul_params += active * double(numel(spec.shape));

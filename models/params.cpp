@@ -57,15 +57,13 @@ std::int64_t kv_heads_per_rank(const ModelConfig& cfg, int size) {
 
 namespace {
 
-// Rows [begin, begin + length) (dim 0) or columns (dim 1) of a whole tensor, held by
-// `replicas` tensor ranks.
+// Rows [begin, begin + length) (dim 0) or columns (dim 1) of a whole tensor on the tensor axis,
+// held by `holders` tensor ranks.
 ParamSpec slice(ParamSpec whole, int dim, std::int64_t begin, std::int64_t length,
-                int replicas = 1) {
+                int holders = 1) {
   whole.whole_shape = whole.shape;
   whole.shape[std::size_t(dim)] = length;
-  whole.tensor_dim = dim;
-  whole.tensor_begin = begin;
-  whole.tensor_replicas = replicas;
+  whole.tensor = Placement::shard(dim, begin, holders);
   return whole;
 }
 
@@ -78,9 +76,7 @@ void add_moe_mlp(const ModelConfig& cfg, int layer, TensorSplit split, ExpertSpl
   const std::string p = fmt::format("model.layers.{}.mlp.", layer);
   const std::int64_t E = cfg.emb_dim, X = cfg.num_experts, Fe = cfg.expert_mlp_dim();
   const int T = split.size, r = split.rank;
-  ParamSpec router{p + "gate.weight", {X, E}, ParamRole::Router, layer};
-  router.tensor_replicas = T;
-  t.push_back(router);
+  t.push_back({p + "gate.weight", {X, E}, ParamRole::Router, layer});  // replicated
   // Columns [r F / T, (r + 1) F / T) of a gate or up [F, E] (dim 0) or a down [E, F] (dim 1).
   const auto columns = [&](ParamSpec whole, int dim) {
     const std::int64_t F = whole.shape[std::size_t(dim)];
@@ -100,9 +96,12 @@ void add_moe_mlp(const ModelConfig& cfg, int layer, TensorSplit split, ExpertSpl
     const bool down = role == ParamRole::ExpertDown;
     const Shape shape = down ? Shape{E, Fe} : Shape{Fe, E};
     const std::int64_t mine = X / experts.size;  // this expert rank's
-    for (std::int64_t j = experts.rank * mine; j < (experts.rank + 1) * mine; ++j)
-      t.push_back(columns({fmt::format("{}experts.{}.{}.weight", p, j, name), shape, role, layer},
-                          down ? 1 : 0));
+    for (std::int64_t j = experts.rank * mine; j < (experts.rank + 1) * mine; ++j) {
+      ParamSpec expert = columns(
+          {fmt::format("{}experts.{}.{}.weight", p, j, name), shape, role, layer}, down ? 1 : 0);
+      expert.expert = Placement::dealt();  // on this expert rank only
+      t.push_back(std::move(expert));
+    }
   }
 }
 
@@ -131,10 +130,9 @@ std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split, Ex
   t.push_back(slice({"model.embed_tokens.weight", {V, E}, ParamRole::Embedding}, 0, r * Vl, Vl));
   for (int i = 0; i < cfg.num_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
+    // Norm gains: whole on every tensor rank (replicated), each normalising its own rows.
     auto gain = [&](const std::string& name, ParamRole role) {
-      ParamSpec g{p + name, {E}, role, i, 0, false, true};
-      g.tensor_replicas = T;  // whole on every rank; each normalises its own rows
-      return g;
+      return ParamSpec{p + name, {E}, role, i, false, true};
     };
     t.push_back(gain("input_layernorm.weight", ParamRole::AttnNorm));
     t.push_back(slice({p + "self_attn.q_proj.weight", {H * hd, E}, ParamRole::Wq, i}, 0,
@@ -154,9 +152,7 @@ std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split, Ex
     t.push_back(slice({p + "mlp.up_proj.weight", {Fm, E}, ParamRole::WUp, i}, 0, r * Fl, Fl));
     t.push_back(slice({p + "mlp.down_proj.weight", {E, Fm}, ParamRole::WDown, i}, 1, r * Fl, Fl));
   }
-  ParamSpec final_norm{"model.norm.weight", {E}, ParamRole::FinalNorm, -1, 0, false, true};
-  final_norm.tensor_replicas = T;  // whole on every rank; each normalises its own rows
-  t.push_back(final_norm);
+  t.push_back({"model.norm.weight", {E}, ParamRole::FinalNorm, -1, false, true});  // as the gains
   if (!cfg.logits_via_embedding) {
     t.push_back(slice({"lm_head.weight", {V, E}, ParamRole::LmHead}, 0, r * Vl, Vl));
   }
@@ -164,10 +160,10 @@ std::vector<ParamSpec> param_table(const ModelConfig& cfg, TensorSplit split, Ex
 }
 
 std::int64_t ParamSpec::whole_index(std::int64_t i) const {
-  if (tensor_dim < 0) return i;
-  if (tensor_dim == 0) return tensor_begin * shape.back() + i;  // rows are contiguous
+  if (tensor.dim < 0) return i;
+  if (tensor.dim == 0) return tensor.begin * shape.back() + i;  // rows are contiguous
   const std::int64_t cols = shape.back(), whole_cols = whole().back();
-  return i / cols * whole_cols + tensor_begin + i % cols;
+  return i / cols * whole_cols + tensor.begin + i % cols;
 }
 
 std::vector<double> part_of_whole(const ParamSpec& spec, const std::vector<double>& whole) {

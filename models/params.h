@@ -25,6 +25,7 @@
 
 #include "compute/backend.h"
 #include "models/model_config.h"
+#include "models/placement.h"
 
 namespace carousel {
 
@@ -48,30 +49,22 @@ enum class ParamRole {
 };
 // clang-format on
 
-// The routed experts' matrices: a token uses k of the X of each.
-inline bool is_routed_expert(ParamRole role) {
-  return role == ParamRole::ExpertGate || role == ParamRole::ExpertUp ||
-         role == ParamRole::ExpertDown;
-}
-
 struct ParamSpec {
   std::string name;  // Hugging Face name, e.g. model.layers.3.self_attn.q_proj.weight
   Shape shape;
   ParamRole role;
   int layer = -1;            // decoder layer index, -1 for embedding / final norm / head
-  int fsdp_dim = 0;          // dimension FSDP shards
   bool weight_decay = true;  // matrices decay, norm gains do not
   bool init_ones = false;    // norm gains start at 1, matrices ~ Normal(0, 0.02)
-  // Tensor parallelism: `shape` is this rank's part of the whole tensor `whole_shape` (empty:
-  // the same as shape), a slice along tensor_dim (0 rows, 1 columns, -1 none) from
-  // tensor_begin. tensor_replicas tensor ranks hold this same part; its gradient is then a
-  // partial sum over them (norm gains, the final one included: every rank's own rows; a shared
-  // KV head: each rank's query heads), summed by the optimizer. The embedding and lm_head are
-  // split by vocabulary rows (models/embed_head.h).
+  // Where this parameter lives on the model's own mesh axes (models/placement.h); the runtime
+  // adds the others. Tensor: column-parallel weights (q/k/v, gate/up) a block of rows,
+  // row-parallel ones (o, down) a block of columns, the embedding and lm_head a block of
+  // vocabulary rows, a shared KV head held by several ranks, norm gains and the router replicated.
+  // Expert: a routed expert's matrices are dealt to one expert rank; the rest is replicated.
+  Placement tensor = Placement::replicate();
+  Placement expert = Placement::replicate();
+  // With tensor parallelism `shape` is this rank's part of the whole tensor (empty: the same).
   Shape whole_shape = {};
-  int tensor_dim = -1;
-  std::int64_t tensor_begin = 0;
-  int tensor_replicas = 1;
 
   const Shape& whole() const { return whole_shape.empty() ? shape : whole_shape; }
   // Index in the whole tensor (row-major) of element i of this rank's part.

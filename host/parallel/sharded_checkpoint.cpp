@@ -83,7 +83,8 @@ std::vector<std::vector<float>> ShardedParams::whole_tensors(
 CheckpointPart ShardedParams::checkpoint_part(bool moments) {
   CheckpointPart part;
   const int fsdp = place_.mesh.fsdp;
-  // A tensor's writer: replica 0 (writes_shards), tensor rank 0 (which assembles the parts), and
+  // A tensor's writer: the holder of its original (ShardedParams::holders: the first of the
+  // replicas holding it, the stage that runs it), tensor rank 0 (which assembles the parts), and
   // among the FSDP ranks the one the tensor's index deals it to, so a stage's FSDP group writes
   // in parallel and each holds about 1/F of the stage on the host.
   const auto dealt_here = [&](std::size_t i) {
@@ -95,7 +96,9 @@ CheckpointPart ShardedParams::checkpoint_part(bool moments) {
     (kind.moment() ? part.moments : part.params)
         .push_back({spec.name + kind.suffix, spec.whole(), std::move(values)});
   };
-  for (auto& [stage, s] : stages_) {
+  for (auto& stage_shard : stages_) {
+    StageShard& s = stage_shard.second;  // named: clang 14 (the fuzz build) cannot capture a
+                                         // structured binding in a lambda
     for (const Kind& kind : kKinds) {
       if (kind.moment() && !moments) continue;
       const Tensor& mine = s.*kind.member;  // [shard], or a ZeRO-1 piece [piece] of a moment
@@ -103,7 +106,7 @@ CheckpointPart ShardedParams::checkpoint_part(bool moments) {
           zero1_ && kind.moment() ? gather_pieces(stage_pieces(s), mine) : mine;  // all replicas
       if (!place_.writes_shards() && !writes_experts) continue;
       const auto written_here = [&](std::size_t i) {
-        return dealt_here(i) && first_replica(s.specs[i]);
+        return dealt_here(i) && holders(s.specs[i], false, false).original;
       };
       Tensor gathered = be_.empty({s.padded});
       comms_.fsdp->all_gather(shard, gathered).wait();
@@ -120,7 +123,7 @@ CheckpointPart ShardedParams::checkpoint_part(bool moments) {
   // written; routed experts after the pipeline are written by their expert rank's first replica.
   if (extras_.flat.numel() == 0) return part;
   const auto extras_dealt_here = [&](std::size_t i) {
-    return dealt_here(i) && !stage_copy(extras_.specs[i].role) && first_replica(extras_.specs[i]);
+    return dealt_here(i) && extra_holders(extras_.specs[i]).original;
   };
   for (const Kind& kind : kKinds) {
     if (kind.moment() && !moments) continue;

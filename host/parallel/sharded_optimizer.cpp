@@ -1,12 +1,11 @@
 // sharded_optimizer.cpp — the optimizer step of one rank: gradients completed over the mesh, the
 // global norm, clipping and AdamW on the elements this rank owns.
 //
-// Gradients are complete once every reduce-scatter has landed, the shards are summed over the
-// data replicas (only the owned piece with ZeRO-1), the tied embedding's two uses are added, and
-// the replicated extras' gradients are summed over the FSDP group and the replicas. Loss and
-// squared gradient norm are summed over all ranks in rank order, each shard and each replicated
-// tensor counted once; every rank then clips and steps AdamW on what it owns, and replicas apply
-// identical updates to identical values.
+// Gradients are completed by the placement rule (ShardedParams::holders, models/placement.h):
+// each element summed over its holders on every axis, in one fixed order of axes. Loss and
+// squared gradient norm are summed over all ranks in rank order, each element counted once, on
+// the holder of its original; every rank then clips and steps AdamW on what it owns, and holders
+// apply identical updates to identical values.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -41,215 +40,153 @@ std::vector<Segment> segments_in(const std::vector<ParamSpec>& specs, std::int64
 
 }  // namespace
 
+ShardedParams::Holders ShardedParams::holders(const ParamSpec& spec, bool extra,
+                                              bool sliced) const {
+  // A group of one holds nothing to sum: no group.
+  const auto group = [](const std::unique_ptr<Communicator>& c) {
+    return c && c->size() > 1 ? c.get() : nullptr;
+  };
+  Holders h;
+  // Stage axis: a layer's parameters live on their stage's rank; an extra on the ranks that use
+  // it, the original where its stage runs (stage_copy).
+  if (extra) {
+    h.stage = spec.role == ParamRole::Embedding ? group(comms_.tie)
+              : layout_.outside                 ? group(comms_.pipe)
+                                                : nullptr;
+    h.original = !stage_copy(spec.role);
+  }
+  // Data axes: replicated over the data replicas and context ranks, and over the expert ranks
+  // unless dealt to one of them; the holders of a sliced buffer's piece own it alone.
+  const bool routed = spec.expert.sharded() && place_.mesh.expert > 1;
+  if (!sliced) {
+    h.data = group(routed ? comms_.expert_data : comms_.data);
+  } else if (!routed) {
+    h.data = group(comms_.expert);
+  }
+  if (h.data) h.original = h.original && h.data->rank() == 0;
+  // Tensor axis: the ranks holding the same part (all of them for a replicated gain).
+  const int tensor_holders = spec.tensor.holders_of(place_.mesh.tensor);
+  if (tensor_holders > 1)
+    h.tensor = tensor_holders == place_.mesh.tensor ? comms_.tensor.get() : comms_.kv_share.get();
+  return h;
+}
+
+template <class Group>
+void ShardedParams::sum_runs(const std::vector<ParamSpec>& specs, std::int64_t lo, std::int64_t hi,
+                             const Tensor& buffer, std::int64_t base, Group&& group) {
+  const auto segments = segments_in(specs, lo, hi);
+  for (std::size_t i = 0; i < segments.size();) {
+    Communicator* g = group(*segments[i].spec);
+    std::size_t j = i + 1;
+    while (j < segments.size() && group(*segments[j].spec) == g) ++j;
+    if (g) {
+      const std::int64_t begin = segments[i].begin;
+      const std::int64_t end = segments[j - 1].begin + segments[j - 1].length;
+      const Tensor run = buffer.view(begin - base, {end - begin});
+      g->all_reduce(run, run, ReduceOp::Sum).wait();
+    }
+    i = j;
+  }
+}
+
+// The placement rule applied in one order for every buffer, so each element's sum has one
+// association whatever the mesh: over its stage holders, then the FSDP ranks (a stage's
+// reduce-scatter in the executor; the extras' pieces here), then its data holders, then the
+// ZeRO-1 slicing (a reduce-scatter over the data holders owning pieces), then its tensor holders.
+// Every rank of a group has the same layout (tensor ranks the same parts, expert ranks as many
+// experts), so the runs and their order agree on all of them.
 void ShardedParams::reduce_gradients() {
   finish_gathers();
   for (auto& [event, buffer] : reduce_scatters_) event.wait();
   reduce_scatters_.clear();
-  if (place_.mesh.replicas() > 1) {
-    for (auto& [stage, s] : stages_) {
-      if (zero1_) {
-        // With expert parallelism the dense tensors' sums over the expert ranks first, then the
-        // owned piece's sum over this expert rank's replicas.
-        if (place_.mesh.expert > 1) reduce_dense_over_expert_ranks(s);
-        reduce_into_owned(stage_pieces(s), s.grads);  // only the owned piece's sum
-      } else {
-        reduce_over_replicas(s);
-      }
-    }
-  }
-  // Extras: the tied table's two uses first (full gradients on both ranks), then FSDP rank f
-  // gets the group's sum for its piece only, summed over the replicas too.
-  if (comms_.tie) {
-    const Tensor& g = extras_grads_.at(ParamRole::Embedding);
-    comms_.tie->all_reduce(g, g, ReduceOp::Sum).wait();
-  }
-  // Layers outside the pipeline, the final norm and lm_head (the extras after the embedding, in
-  // table order): every stage rank ran some microbatches through them.
-  if (layout_.outside && place_.mesh.stages > 1) {
-    const std::int64_t begin =
-        extras_.has(ParamRole::Embedding) ? extras_.at(ParamRole::Embedding).numel() : 0;
-    const Tensor g = extras_grads_.flat.view(begin, {extras_grads_.flat.numel() - begin});
-    comms_.pipe->all_reduce(g, g, ReduceOp::Sum).wait();
-  }
-  const Pieces extras = extras_pieces();
-  if (extras.n > 0) {
-    const bool replicas = place_.mesh.replicas() > 1;
-    reduce_into_owned(extras, extras_grads_.flat,
-                      replicas && place_.mesh.expert == 1 ? comms_.data.get() : nullptr);
-    if (replicas && place_.mesh.expert > 1) reduce_extras_over_replicas(extras);
-  }
-  reduce_tensor_replicas();
-}
-
-// The extras' routed experts (layers after the pipeline) are this expert rank's own: the owned
-// piece's runs of dense tensors are summed over every replica, those of routed experts over the
-// replicas of this expert rank. Every rank of a group holds the same layout.
-void ShardedParams::reduce_extras_over_replicas(const Pieces& p) {
-  const auto segments = segments_in(extras_.specs, p.begin(), p.begin() + p.length());
-  for (std::size_t i = 0; i < segments.size();) {
-    const bool expert = is_routed_expert(segments[i].spec->role);
-    std::size_t j = i + 1;
-    while (j < segments.size() && is_routed_expert(segments[j].spec->role) == expert) ++j;
-    const std::int64_t begin = segments[i].begin;
-    const std::int64_t end = segments[j - 1].begin + segments[j - 1].length;
-    const Tensor run = extras_grads_.flat.view(begin, {end - begin});
-    (expert ? comms_.expert_data : comms_.data)->all_reduce(run, run, ReduceOp::Sum).wait();
-    i = j;
-  }
-}
-
-void ShardedParams::reduce_over_replicas(const StageShard& s) {
-  if (place_.mesh.expert == 1) {
-    comms_.data->all_reduce(s.grads, s.grads, ReduceOp::Sum).wait();
-    return;
-  }
-  for_each_run(s, [&](bool expert, const Tensor& run) {
-    (expert ? comms_.expert_data : comms_.data)->all_reduce(run, run, ReduceOp::Sum).wait();
-  });
-}
-
-void ShardedParams::reduce_dense_over_expert_ranks(const StageShard& s) {
-  for_each_run(s, [&](bool expert, const Tensor& run) {
-    if (!expert) comms_.expert->all_reduce(run, run, ReduceOp::Sum).wait();
-  });
-}
-
-// Every rank of a group has the same layout (expert ranks hold as many experts), so the runs
-// and their order are the same on all of them.
-template <class Visit>
-void ShardedParams::for_each_run(const StageShard& s, Visit&& visit) {
-  const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
-  const auto segments = segments_in(s.specs, shard_lo, shard_lo + s.shard);
-  for (std::size_t i = 0; i < segments.size();) {
-    const bool expert = is_routed_expert(segments[i].spec->role);
-    std::size_t j = i + 1;
-    while (j < segments.size() && is_routed_expert(segments[j].spec->role) == expert) ++j;
-    const std::int64_t begin = segments[i].begin - shard_lo;
-    const std::int64_t end = segments[j - 1].begin + segments[j - 1].length - shard_lo;
-    visit(expert, s.grads.view(begin, {end - begin}));
-    i = j;
-  }
-}
-
-Communicator* ShardedParams::tensor_replica_group(const ParamSpec& spec) const {
-  if (spec.tensor_replicas == 1) return nullptr;
-  return spec.tensor_replicas == place_.mesh.tensor ? comms_.tensor.get() : comms_.kv_share.get();
-}
-
-// Parts of parameters held by several tensor ranks: each rank's gradient is a partial sum (its
-// own rows for a norm gain, its own query heads for a shared KV head), summed over them on the
-// elements this rank applies. The T ranks of a group share one layout, so they visit the same
-// parts in the same order.
-void ShardedParams::reduce_tensor_replicas() {
-  if (place_.mesh.tensor == 1) return;
-  const Pieces extras = extras_pieces();
-  for (const Segment& seg :
-       segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
-    if (Communicator* group = tensor_replica_group(*seg.spec)) {
-      const Tensor g = extras_grads_.flat.view(seg.begin, {seg.length});
-      group->all_reduce(g, g, ReduceOp::Sum).wait();
-    }
+  const std::int64_t n = extras_.flat.numel();
+  if (n > 0) {
+    const Tensor& g = extras_grads_.flat;
+    sum_runs(extras_.specs, 0, n, g, 0, [&](const ParamSpec& p) { return extra_holders(p).stage; });
+    const Pieces piece = extras_pieces();
+    reduce_into_owned(piece, g);
+    const std::int64_t lo = piece.begin(), hi = lo + piece.length();
+    sum_runs(extras_.specs, lo, hi, g, 0, [&](const ParamSpec& p) { return extra_holders(p).data; });
+    sum_runs(extras_.specs, lo, hi, g, 0,
+             [&](const ParamSpec& p) { return extra_holders(p).tensor; });
   }
   for (auto& [stage, s] : stages_) {
-    const Pieces p = stage_pieces(s);
     const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
-    for (const Segment& seg :
-         segments_in(s.specs, shard_lo + p.begin(), shard_lo + p.begin() + p.length())) {
-      Communicator* group = tensor_replica_group(*seg.spec);
-      if (!group) continue;
-      const Tensor g = s.grads.view(seg.begin - shard_lo, {seg.length});
-      group->all_reduce(g, g, ReduceOp::Sum).wait();
-    }
+    sum_runs(s.specs, shard_lo, shard_lo + s.shard, s.grads, shard_lo,
+             [&](const ParamSpec& p) { return stage_holders(p).data; });
+    const Pieces piece = stage_pieces(s);
+    if (zero1_) reduce_into_owned(piece, s.grads);
+    const std::int64_t lo = shard_lo + piece.begin();
+    sum_runs(s.specs, lo, lo + piece.length(), s.grads, shard_lo,
+             [&](const ParamSpec& p) { return stage_holders(p).tensor; });
   }
 }
 
-// Every gradient element this rank applies (what optimizer_step updates here): its extras piece
-// and each stage's piece — on replicas too, which apply values they do not count in the norm.
+// visit(spec, counted, buffer, at, length) for every gradient segment this rank applies (what
+// optimizer_step updates here), elements [at, at + length) of `buffer`: its piece of the extras,
+// then each stage's piece — on every holder, counted (Holders::counted) on the original's.
 template <class Visit>
-void ShardedParams::for_each_applied_gradient(Visit&& visit) {
-  for_each_applied_extra(visit);
-  for_each_applied_stage_gradient(visit);
-}
-
-template <class Visit>
-void ShardedParams::for_each_applied_extra(Visit&& visit) {
+void ShardedParams::for_each_applied_segment(Visit&& visit) {
   const Pieces extras = extras_pieces();
   for (const Segment& seg :
        segments_in(extras_.specs, extras.begin(), extras.begin() + extras.length())) {
-    visit(*seg.spec, extras_grads_.flat.view(seg.begin, {seg.length}));
+    visit(*seg.spec, extra_holders(*seg.spec).counted(), extras_grads_.flat, seg.begin,
+          seg.length);
   }
-}
-
-template <class Visit>
-void ShardedParams::for_each_applied_stage_gradient(Visit&& visit) {
   for (const auto& [stage, s] : stages_) {
     const Pieces p = stage_pieces(s);
-    const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
-    for (const Segment& seg :
-         segments_in(s.specs, shard_lo + p.begin(), shard_lo + p.begin() + p.length())) {
-      visit(*seg.spec, s.grads.view(seg.begin - shard_lo, {seg.length}));
+    const std::int64_t shard_lo = place_.fsdp_rank * s.shard, lo = shard_lo + p.begin();
+    for (const Segment& seg : segments_in(s.specs, lo, lo + p.length())) {
+      visit(*seg.spec, stage_holders(*seg.spec).counted(), s.grads, seg.begin - shard_lo,
+            seg.length);
     }
   }
 }
 
-// Whether a gradient this rank applies but does not count in the norm (a data replica's copy) is
-// not finite: a value corrupted after the reductions on a replica would otherwise pass the
-// global check, which sees only the owners' copies, and be applied there alone.
+// visit(counted, view) for each run of consecutive applied segments of one buffer that agree on
+// `counted`: one sum per run, in the fixed order every rank of a layout shares.
+template <class Visit>
+void ShardedParams::for_each_applied_run(Visit&& visit) {
+  const Tensor* buffer = nullptr;
+  std::int64_t begin = 0, end = 0;
+  bool counted = false;
+  const auto flush = [&] {
+    if (buffer) visit(counted, buffer->view(begin, {end - begin}));
+  };
+  for_each_applied_segment([&](const ParamSpec&, bool c, const Tensor& buf, std::int64_t at,
+                               std::int64_t length) {
+    if (buffer == &buf && at == end && c == counted) {
+      end += length;
+      return;
+    }
+    flush();
+    buffer = &buf;
+    begin = at;
+    end = at + length;
+    counted = c;
+  });
+  flush();
+}
+
+// Whether a gradient this rank applies but does not count in the norm (a holder's copy) is not
+// finite: a value corrupted after the reductions on one holder would otherwise pass the global
+// check, which sees only the originals, and be applied there alone.
 bool ShardedParams::uncounted_gradient_nonfinite() {
   bool bad = false;
-  for_each_applied_extra([&](const ParamSpec& spec, const Tensor& grad) {
-    if (!counts_extra(spec)) bad |= !std::isfinite(be_.sum_squares(grad));
+  for_each_applied_run([&](bool counted, const Tensor& grad) {
+    if (!counted) bad |= !std::isfinite(be_.sum_squares(grad));
   });
-  if (place_.mesh.expert > 1) {  // the tensors another replica of them counts
-    for_each_applied_stage_gradient([&](const ParamSpec& spec, const Tensor& grad) {
-      if (!(counts_owned(spec) && counts_tensor_part(spec)))
-        bad |= !std::isfinite(be_.sum_squares(grad));
-    });
-  } else if (!(zero1_ || place_.writes_shards())) {
-    for (const auto& [stage, s] : stages_) {
-      const Pieces p = stage_pieces(s);
-      if (p.length() > 0)
-        bad |= !std::isfinite(be_.sum_squares(s.grads.view(p.begin(), {p.length()})));
-    }
-  } else if (place_.mesh.tensor > 1) {  // parts another tensor rank counts
-    for_each_applied_stage_gradient([&](const ParamSpec& spec, const Tensor& grad) {
-      if (!counts_tensor_part(spec)) bad |= !std::isfinite(be_.sum_squares(grad));
-    });
-  }
   return bad;
 }
 
-// This rank's share of the squared global norm, each element of the model on exactly one rank:
-// the extras on the first replica holding them (a stage copy never; the final norm's gain on
-// tensor rank 0), each shard's piece on its owner (every rank with ZeRO-1, data rank 0 without),
-// summed per extras parameter and per whole shard piece (the order every layout's tests pin
-// down); with tensor parallelism per parameter part, a part several tensor ranks hold counted
-// on the first of them.
+// This rank's share of the squared global norm: every element of the model counted once, on the
+// holder of its original (Holders::counted), summed run by run in the fixed order every rank of
+// a layout shares.
 double ShardedParams::owned_sum_of_squares() {
   double squares = 0;
-  for_each_applied_extra([&](const ParamSpec& spec, const Tensor& grad) {
-    if (counts_extra(spec)) squares += be_.sum_squares(grad);
+  for_each_applied_run([&](bool counted, const Tensor& grad) {
+    if (counted) squares += be_.sum_squares(grad);
   });
-  if (place_.mesh.expert > 1) {  // each tensor on the first of the replicas holding it (a part
-                                 // several tensor ranks hold: on the first of them)
-    for_each_applied_stage_gradient([&](const ParamSpec& spec, const Tensor& grad) {
-      if (counts_owned(spec) && counts_tensor_part(spec)) squares += be_.sum_squares(grad);
-    });
-  } else if (zero1_ || place_.writes_shards()) {
-    for (const auto& [stage, s] : stages_) {
-      const Pieces p = stage_pieces(s);
-      if (place_.mesh.tensor == 1) {
-        if (p.length() > 0) squares += be_.sum_squares(s.grads.view(p.begin(), {p.length()}));
-        continue;
-      }
-      const std::int64_t shard_lo = place_.fsdp_rank * s.shard;
-      for (const Segment& seg :
-           segments_in(s.specs, shard_lo + p.begin(), shard_lo + p.begin() + p.length())) {
-        if (counts_tensor_part(*seg.spec))
-          squares += be_.sum_squares(s.grads.view(seg.begin - shard_lo, {seg.length}));
-      }
-    }
-  }
   return squares;
 }
 
@@ -258,8 +195,9 @@ void ShardedParams::fail_nonfinite(std::int64_t step, double loss, double norm) 
   // each rank offers its first one (its index in the parameter table), rank order decides none.
   const auto table = param_table(cfg_.model);
   std::int32_t first = std::int32_t(table.size());
-  for_each_applied_gradient([&](const ParamSpec& spec, const Tensor& grad) {
-    if (std::isfinite(be_.sum_squares(grad))) return;
+  for_each_applied_segment([&](const ParamSpec& spec, bool, const Tensor& buffer, std::int64_t at,
+                               std::int64_t length) {
+    if (std::isfinite(be_.sum_squares(buffer.view(at, {length})))) return;
     for (std::size_t i = 0; i < table.size(); ++i) {
       if (table[i].name == spec.name) first = std::min(first, std::int32_t(i));
     }

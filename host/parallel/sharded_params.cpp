@@ -198,14 +198,13 @@ Pieces ShardedParams::stage_pieces(const StageShard& s) const {
   return {place_.mesh.expert > 1 ? comms_.expert_data.get() : comms_.data.get(), s.shard, s.piece};
 }
 
-// buffer [n]: its owned range becomes the group's sum over that range (a reduce-scatter), then
-// summed over `also` (the replicas) when given; the rest of buffer is left as it was.
-void ShardedParams::reduce_into_owned(const Pieces& p, const Tensor& buffer, Communicator* also) {
+// buffer [n]: its owned range becomes the group's sum over that range (a reduce-scatter); the
+// rest of buffer is left as it was.
+void ShardedParams::reduce_into_owned(const Pieces& p, const Tensor& buffer) {
   Tensor padded = be_.zeros({p.piece * p.group->size()});
   be_.copy(buffer, padded.view(0, {p.n}));
   const Tensor mine = padded.view(p.group->rank() * p.piece, {p.piece});
   p.group->reduce_scatter(padded, mine, ReduceOp::Sum).wait();
-  if (also) also->all_reduce(mine, mine, ReduceOp::Sum).wait();
   if (p.length() > 0) be_.copy(mine.view(0, {p.length()}), buffer.view(p.begin(), {p.length()}));
 }
 

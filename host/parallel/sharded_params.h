@@ -31,9 +31,14 @@
 // Tensor parallelism (T > 1): each tensor rank holds its part of every weight
 // (param_table(cfg, split); the embedding and lm_head by vocabulary rows); FSDP, ZeRO-1 and the
 // data replicas shard and reduce those parts exactly as whole tensors, the T ranks of a group
-// laid out alike. Parts several tensor ranks
-// hold (norm gains, the final one included; a KV head shared by several ranks) get partial
-// gradients, summed over those ranks and counted once in the norm.
+// laid out alike.
+//
+// Gradients follow one rule, read from each parameter's placements (models/placement.h,
+// ShardedParams::holders): summed over its holders on every axis — the stage ranks using an
+// extra, the FSDP ranks of an extra, the data replicas, context ranks and (unless it is a routed
+// expert) expert ranks, the tensor ranks holding the same part — in that fixed order, sliced where
+// it is sharded, and counted in the norm and written to checkpoints by the holder of its original.
+// No reduction is written per axis combination.
 //
 // Files: sharded_params.cpp (layout, initial values, compute views, gathers and scatters),
 // sharded_optimizer.cpp (gradient reductions, global norm, AdamW), sharded_checkpoint.cpp
@@ -170,43 +175,30 @@ class ShardedParams {
  private:
   bool holds_extra(ParamRole role) const;
   TensorSplit tensor_split() const { return {place_.tensor_rank, place_.mesh.tensor}; }
-  // Expert parallelism: whether this rank is the first of those holding the same `spec` — the
-  // replicas, or for a routed expert the replicas of this expert rank (the one that writes it).
-  bool first_replica(const ParamSpec& spec) const {
-    return (is_routed_expert(spec.role) ? place_.expert_replica_rank() : place_.replica_rank()) ==
-           0;
-  }
-  // Whether this rank counts `spec`'s elements it applies in the global norm: the first replica
-  // holding them, or with ZeRO-1 (each replica of an expert rank owning its own piece) every
-  // owner of a routed expert's and expert rank 0's owners of the dense tensors.
-  bool counts_owned(const ParamSpec& spec) const {
-    if (!zero1_) return first_replica(spec);
-    return is_routed_expert(spec.role) || place_.expert_rank() == 0;
-  }
-  // Sums a stage's gradient shard over the replicas: one all-reduce, or with expert parallelism
-  // one per run of dense or of routed-expert tensors, each over its replica group.
-  void reduce_over_replicas(const StageShard& s);
-  // The same for this rank's piece `p` of the extras, with expert parallelism.
-  void reduce_extras_over_replicas(const Pieces& p);
-  // Whether this rank counts an extra's elements it applies in the global norm: the first
-  // replica holding them, not a stage copy, the first tensor rank of a shared part.
-  bool counts_extra(const ParamSpec& spec) const {
-    return first_replica(spec) && !stage_copy(spec.role) && counts_tensor_part(spec);
-  }
-  // ZeRO-1 with expert parallelism: the dense runs of the shard summed over the expert ranks
-  // (the routed experts' are each rank's own), before the pieces' sum over the replicas.
-  void reduce_dense_over_expert_ranks(const StageShard& s);
-  // visit(routed expert?, view) for each run of dense or of routed-expert tensors of the shard.
-  template <class Visit>
-  void for_each_run(const StageShard& s, Visit&& visit);
-  // The tensor ranks holding the same part of a layer parameter as this one, whose partial
-  // gradients are summed (nullptr: this rank's part is its own); and whether this rank counts
-  // that part in the norm (the first of them).
-  Communicator* tensor_replica_group(const ParamSpec& spec) const;
-  bool counts_tensor_part(const ParamSpec& spec) const {
-    return place_.tensor_rank % spec.tensor_replicas == 0;
-  }
-  void reduce_tensor_replicas();
+  // The placement rule (models/placement.h) on this rank: the groups of ranks holding the same
+  // values of `spec` — whose gradients are partial sums, summed over each group — and whether
+  // this rank holds the original along the stage and data axes (counts it in the norm, with the
+  // first of its tensor holders; writes it to checkpoints). `extra`: an extras tensor (the
+  // embedding, the final norm, lm_head, layers after the pipeline); `sliced`: the data axes'
+  // holders own pieces of the buffer (a stage shard with ZeRO-1), so only the holders beyond
+  // them sum here (the expert ranks, for a dense tensor with expert parallelism) and each piece's
+  // owner holds its original.
+  struct Holders {
+    Communicator* stage = nullptr;   // a tied table's first and last stage, or every stage rank
+    Communicator* data = nullptr;    // among the replica, expert and context axes
+    Communicator* tensor = nullptr;  // the tensor ranks holding the same part
+    bool original = true;
+    bool counted() const { return original && (!tensor || tensor->rank() == 0); }
+    bool operator==(const Holders&) const = default;
+  };
+  Holders holders(const ParamSpec& spec, bool extra, bool sliced) const;
+  Holders stage_holders(const ParamSpec& spec) const { return holders(spec, false, zero1_); }
+  Holders extra_holders(const ParamSpec& spec) const { return holders(spec, true, false); }
+  // Sums each run of equal `group(spec)` among the segments of [lo, hi) of `specs`' flat buffer
+  // over that group; `buffer` holds the flat buffer from element `base` on.
+  template <class Group>
+  void sum_runs(const std::vector<ParamSpec>& specs, std::int64_t lo, std::int64_t hi,
+                const Tensor& buffer, std::int64_t base, Group&& group);
   bool stage_copy(ParamRole role) const;
   void upload_initial(const std::vector<ParamSpec>& specs, const Tensor& t, std::int64_t begin);
   Pieces stage_pieces(const StageShard& s) const;
@@ -214,17 +206,16 @@ class ShardedParams {
   std::vector<std::vector<float>> whole_tensors(const std::vector<ParamSpec>& specs,
                                                 std::int64_t padded, const Tensor& local,
                                                 const std::function<bool(std::size_t)>& wanted);
-  void reduce_into_owned(const Pieces& p, const Tensor& buffer, Communicator* also = nullptr);
+  void reduce_into_owned(const Pieces& p, const Tensor& buffer);
   Tensor gather_pieces(const Pieces& p, const Tensor& piece);
   void gather_owned(const Pieces& p, const Tensor& buffer);
   void reduce_gradients();
   double owned_sum_of_squares();
+  // visit(spec, counted, buffer, at, length): the gradient segments this rank updates.
   template <class Visit>
-  void for_each_applied_gradient(Visit&& visit);  // visit(spec, view): what this rank updates
+  void for_each_applied_segment(Visit&& visit);
   template <class Visit>
-  void for_each_applied_extra(Visit&& visit);  // ... of the extras
-  template <class Visit>
-  void for_each_applied_stage_gradient(Visit&& visit);  // ... of the stages
+  void for_each_applied_run(Visit&& visit);  // visit(counted, view): runs of those
   bool uncounted_gradient_nonfinite();
   [[noreturn]] void fail_nonfinite(std::int64_t step, double loss, double norm);
 

@@ -83,8 +83,8 @@ double tensor_replica_bytes(const Config& cfg, const sch::Layout& layout, int st
   std::int64_t at = 0;  // in the extras' flat buffer
   for (const ParamSpec& spec : p.extras_specs) {
     const std::int64_t a = std::max(at, extras_lo), b = std::min(at + numel(spec.shape), extras_hi);
-    if (a < b && spec.tensor_replicas > 1)
-      bytes += 2 * ring_share(spec.tensor_replicas, double(b - a) * 4);
+    if (a < b && spec.tensor.holders_of(T) > 1)
+      bytes += 2 * ring_share(spec.tensor.holders_of(T), double(b - a) * 4);
     at += numel(spec.shape);
   }
   // The piece ZeRO-1 gives this replica: its index among the ranks holding its experts.
@@ -98,8 +98,8 @@ double tensor_replica_bytes(const Config& cfg, const sch::Layout& layout, int st
     for (int l = map.first(s.stage); l < map.first(s.stage) + map.count(s.stage); ++l) {
       for (const ParamSpec* spec : layer[std::size_t(l)]) {
         const std::int64_t a = std::max(offset, lo), b = std::min(offset + numel(spec->shape), hi);
-        if (a < b && spec->tensor_replicas > 1)
-          bytes += 2 * ring_share(spec->tensor_replicas, double(b - a) * 4);
+        if (a < b && spec->tensor.holders_of(T) > 1)
+          bytes += 2 * ring_share(spec->tensor.holders_of(T), double(b - a) * 4);
         offset += numel(spec->shape);
       }
     }
@@ -125,7 +125,7 @@ std::pair<std::int64_t, std::int64_t> shard_elements_by_kind(const Config& cfg,
       const std::int64_t n = numel(spec.shape);
       const std::int64_t here =
           std::max<std::int64_t>(0, std::min(offset + n, hi) - std::max(offset, lo));
-      (is_routed_expert(spec.role) ? experts : dense) += here;
+      (spec.expert.sharded() ? experts : dense) += here;
       offset += n;
     }
   }
@@ -169,7 +169,7 @@ LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int
     for (const ParamSpec& spec : p.extras_specs) {
       const std::int64_t n = numel(spec.shape);
       const std::int64_t here = std::max<std::int64_t>(0, std::min(at + n, hi) - std::max(at, lo));
-      (is_routed_expert(spec.role) ? experts : dense) += here;
+      (spec.expert.sharded() ? experts : dense) += here;
       at += n;
     }
     extras_data = 2 * ring_share(D, double(dense) * 4) + 2 * ring_share(D / E, double(experts) * 4);

@@ -42,8 +42,8 @@ std::vector<ParamSpec> layer_specs(const ModelConfig& cfg, TensorSplit split) {
   return out;
 }
 
-// Each whole element is held by exactly tensor_replicas ranks, and a part's initial values are
-// the whole tensor's at its indices.
+// Each whole element is held by exactly as many ranks as its tensor placement says, and a part's
+// initial values are the whole tensor's at its indices.
 TEST(TensorParallelTable, PartsTileTheWholeTensorsAndKeepTheirInitialValues) {
   for (const std::int64_t kv : {4, 2, 1}) {
     for (const int T : {2, 4}) {
@@ -68,7 +68,7 @@ TEST(TensorParallelTable, PartsTileTheWholeTensorsAndKeepTheirInitialValues) {
       for (int r = 0; r < T; ++r) {
         for (const auto& p : param_table(cfg, {r, T})) {
           for (const int c : held[p.name]) {
-            ASSERT_EQ(c, p.tensor_replicas) << p.name << " T=" << T << " kv=" << kv;
+            ASSERT_EQ(c, p.tensor.holders_of(T)) << p.name << " T=" << T << " kv=" << kv;
           }
         }
       }
@@ -202,9 +202,9 @@ TEST_P(LayerParallelism, EqualsTheWholeLayer) {
       // Every context rank and the tensor ranks sharing a part hold partial gradients: their sum
       // is the whole's part.
       std::vector<double> sum(std::size_t(numel(p.shape)), 0.0);
-      const int first = r % T / p.tensor_replicas * p.tensor_replicas;
+      const int holders = p.tensor.holders_of(T), first = r % T / holders * holders;
       for (int c = 0; c < C; ++c) {
-        for (int t = first; t < first + p.tensor_replicas; ++t) {
+        for (int t = first; t < first + holders; ++t) {
           const auto& theirs = runs[c * T + t].grads.at(p.name);
           for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += theirs[i];
         }
@@ -302,7 +302,8 @@ TEST_P(VocabularyParallelism, EmbeddingAndHeadEqualTheWholeOnes) {
                           "head input gradient rows of " + who);
     for (const ParamSpec& p : extras_specs(cfg, {t, T})) {
       std::vector<double> sum(std::size_t(numel(p.shape)), 0.0);  // the final norm: partials
-      for (int u = p.tensor_replicas == 1 ? t : 0; u < (p.tensor_replicas == 1 ? t + 1 : T); ++u) {
+      const int holders = p.tensor.holders_of(T), first = t / holders * holders;
+      for (int u = first; u < first + holders; ++u) {
         const auto& theirs = runs[u].grads.at(p.name);
         for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += theirs[i];
       }

@@ -372,7 +372,7 @@ TEST(Init, DependsOnSeedAndNameNotOnOrder) {
   const double stddev = std::sqrt(sq / double(va.size()) - mean * mean);
   EXPECT_NEAR(mean, 0.0, 0.001);  // 11008 samples: standard error 0.0002
   EXPECT_NEAR(stddev, 0.02, 0.0005);
-  ParamSpec gain{"model.norm.weight", {64}, ParamRole::FinalNorm, -1, 0, false, true};
+  ParamSpec gain{"model.norm.weight", {64}, ParamRole::FinalNorm, -1, false, true};
   EXPECT_EQ(initial_values(gain, 0), std::vector<double>(64, 1.0));
 }
 

@@ -132,15 +132,15 @@ TEST_F(ParallelInit, FlatValuesAreTheSameAtAnyThreadCountAndEqualTheReference) {
     offset += n;
   }
   EXPECT_GT(checked, 30);
-  // A column slice's element maps to its whole-tensor index: (row, tensor_begin + column).
+  // A column slice's element maps to its whole-tensor index: (row, begin + column).
   const ParamSpec* o_proj = nullptr;
   for (const ParamSpec& s : specs) {
     if (s.role == ParamRole::Wo && s.layer == 0) o_proj = &s;
   }
   ASSERT_NE(o_proj, nullptr);
-  ASSERT_EQ(o_proj->tensor_dim, 1);
+  ASSERT_EQ(o_proj->tensor.dim, 1);
   const std::int64_t cols = o_proj->shape[1], whole_cols = o_proj->whole()[1];
-  EXPECT_EQ(o_proj->whole_index(cols + 3), whole_cols + o_proj->tensor_begin + 3);
+  EXPECT_EQ(o_proj->whole_index(cols + 3), whole_cols + o_proj->tensor.begin + 3);
 }
 
 // The whole tensors of a run's ShardedParams (the masters gathered from every shard and part, as

@@ -104,7 +104,7 @@ void ReplicaCheck::verify(std::int64_t step, const ShardedParams& params,
   const bool experts = place.mesh.expert > 1;
   std::vector<std::pair<const ParamSpec*, Tensor>> replicated, routed;
   for (const auto& held : params.held_weights())
-    (experts && is_routed_expert(held.first->role) ? routed : replicated).push_back(held);
+    (experts && held.first->expert.sharded() ? routed : replicated).push_back(held);
   const int C = place.mesh.context, E = place.mesh.expert;
   compare_over(
       step, replicated, *comms.data,
