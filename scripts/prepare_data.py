@@ -13,7 +13,11 @@ downloaded at run time.) Writes into the output directory:
   val_000000.bin ...    the held-out split (none with --val-fraction 0)
   tokenizer.json        the tokenizer: trained here (byte-level BPE on the training split,
                         --vocab-size tokens including the special <|endoftext|>) or a copy
-                        of --tokenizer, byte for byte
+                        of --tokenizer, byte for byte, read as carousel reads it (the same
+                        vocab_size or the same refusal: scripts/tokenizer_json.py)
+
+each created beside its name and renamed into place; one already there that is a symlink, FIFO
+or directory is refused before any work (never written through).
 
 The trained tokenizer.json is what the library writes except for its BPE merges, which are in
 the legacy string form ("a b") that every tokenizers version reads, not the pair form
@@ -57,16 +61,18 @@ import gzip
 import json
 import os
 import re
-import shutil
 import stat
 import struct
 import sys
 import zlib
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tokenizer_json  # noqa: E402  (carousel's reading of a tokenizer.json)
+from tokenizer_json import MAX_VOCAB, json_kind  # noqa: E402
+
 HEADER_INTS = 256
 NARROW = (20240520, 1, "H")  # magic, version, struct code: uint16 ids (llm.c's GPT-2 shards)
 WIDE = (20240801, 7, "I")    # uint32 ids (llm.c's Llama 3 shards)
-MAX_VOCAB = 1 << 24  # carousel's largest vocab_size
 EOS = "<|endoftext|>"
 
 
@@ -92,18 +98,6 @@ def input_kind(path):
     return "parquet" if name.endswith(".parquet") else "text"
 
 
-def json_kind(value):
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, (int, float)):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "an array" if isinstance(value, list) else "an object"
-
-
 def jsonl_records(path, field):
     """The --text-field string of each JSON Lines record, read line by line (gzip by name)."""
     want = f"expected one JSON object per line with a string field '{field}' (--text-field)"
@@ -124,6 +118,8 @@ def jsonl_records(path, field):
                     why = (f"{e.msg.removesuffix(' at')} at column {e.colno}"
                            if isinstance(e, json.JSONDecodeError) else str(e))
                     raise UsageError(f"{where} is not JSON ({why}); {want}")
+                except RecursionError:
+                    raise UsageError(f"{where} is nested too deeply to read; {want}")
                 if not isinstance(record, dict):
                     raise UsageError(f"{where} is {json_kind(record)}, not a JSON object; {want}")
                 if field not in record:
@@ -164,6 +160,9 @@ def parquet_records(path, field):
             raise UsageError(f"input '{path}' has no column '{field}' (its columns: "
                              f"{', '.join(repr(c) for c in schema.names) or 'none'}); "
                              f"choose the text column with --text-field")
+        if schema.names.count(field) > 1:
+            raise UsageError(f"input '{path}' has the column '{field}' "
+                             f"{schema.names.count(field)} times; {want}")
         kind = schema.field(field).type
         value = kind.value_type if pa.types.is_dictionary(kind) else kind
         is_view = getattr(pa.types, "is_string_view", lambda t: False)
@@ -181,7 +180,7 @@ def parquet_records(path, field):
                                      f"not a string")
                 yield text
     except (pa.ArrowException, OSError, UnicodeDecodeError) as e:
-        raise UsageError(f"input '{path}' is not a readable Parquet file ({e})")
+        raise UsageError(f"input '{path}' is not a readable Parquet file ({one_line(e)})")
 
 
 def split(files, val_fraction, text_field="text"):
@@ -243,12 +242,12 @@ def train_tokenizer(train_docs, vocab_size):
     return tok
 
 
-def save_tokenizer(tok, path):
-    """Writes tok as tok.save does, but a BPE model's merges in the legacy string form, "a b",
-    which every tokenizers version reads, not the pair form ["a", "b"] that tokenizers >= 0.20
-    writes and < 0.20 (transformers < 4.45) cannot load. When the string form would lose
-    something — a merge token holding a space, its separator (byte-level BPE writes a space as
-    'Ġ', so not for the tokenizers trained here) — writes the pair form and returns why."""
+def tokenizer_text(tok):
+    """(text, why): tok as tok.save writes it, but a BPE model's merges in the legacy string
+    form "a b", which every tokenizers version reads, not the pair form ["a", "b"] that
+    tokenizers >= 0.20 writes and < 0.20 (transformers < 4.45) cannot load. When the string form
+    would lose something (a merge token holding a space, its separator: byte-level BPE writes a
+    space as 'Ġ', so not the tokenizers trained here), keeps the pair form and says why."""
     from tokenizers import Tokenizer
 
     text = tok.to_str(pretty=True)  # what tok.save(path) writes
@@ -268,25 +267,134 @@ def save_tokenizer(tok, path):
                 text = strings
             else:
                 why = "the string form does not read back as the same tokenizer"
-    with open(path, "w", encoding="utf-8", newline="") as f:
-        f.write(text)
-    return why
+    return text, why
+
+
+def one_line(e):
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def load_tokenizer(path):
+    """(the tokenizer, its vocab_size, its bytes): read once, checked as carousel checks it
+    (tokenizer_json.vocab_size), then loaded by the tokenizers library, whose ids must be the
+    file's."""
     from tokenizers import Tokenizer
 
-    if not os.path.isfile(path):
-        raise UsageError(f"--tokenizer '{path}' does not exist (expected a tokenizer.json)")
+    name = f"--tokenizer '{path}'"
     try:
-        return Tokenizer.from_file(path)
-    except Exception as e:  # the Rust library raises its own Exception type
-        raise UsageError(f"--tokenizer '{path}' is not a Hugging Face tokenizer.json ({e})")
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO would block for ever
+            raise UsageError(f"{name} is not a regular file (expected a tokenizer.json)")
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        raise UsageError(f"{name} does not exist (expected a tokenizer.json)")
+    except OSError as e:
+        raise UsageError(f"cannot read {name}: {e.strerror}")
+    try:
+        text = raw.decode("utf-8")
+        j = tokenizer_json.parse(text)
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{name} is not valid JSON: {e.reason}; expected a Hugging Face "
+                         f"tokenizer.json")
+    except ValueError as e:
+        raise UsageError(f"{name} is not valid JSON: {e}; expected a Hugging Face tokenizer.json")
+    except RecursionError:
+        raise UsageError(f"{name} is not valid JSON: nested too deeply; expected a Hugging Face "
+                         f"tokenizer.json")
+    try:
+        vocab = tokenizer_json.vocab_size(j)
+    except tokenizer_json.Refused as e:
+        raise UsageError(f"{name}{e}")
+    try:
+        tok = Tokenizer.from_str(text)
+    except BaseException as e:  # the Rust library's own Exception type, or a panic
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise UsageError(f"{name} is not a Hugging Face tokenizer.json ({one_line(e)})")
+    # The library's own reading must be the one checked above (a tokenizers version that numbers
+    # otherwise is caught here, not in the shards).
+    for k, t in enumerate(j.get("added_tokens", [])):
+        if tok.token_to_id(t["content"]) != t["id"]:
+            new = tok.token_to_id(t["content"])
+            why = tokenizer_json.renumbered(t["content"], k, t["id"], new,
+                                            len(j["model"]["vocab"]))
+            raise UsageError(name + why)
+    largest = max(tok.get_vocab(with_added_tokens=True).values(), default=-1)
+    if largest + 1 != vocab:
+        raise UsageError(f"{name}: the tokenizers library reads {largest + 1} token ids where "
+                         f"carousel reads {vocab}; carousel cannot train on this tokenizer")
+    return tok, vocab, raw
+
+
+OUTPUT = re.compile(r"((train|val)_\d{6}\.bin|tokenizer\.json)(\.tmp)?")  # what -o DIR gets
+
+
+def entry_kind(mode):
+    return ("a symbolic link" if stat.S_ISLNK(mode) else "a FIFO (named pipe)"
+            if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else
+            "not a regular file")
+
+
+def check_outputs(out, names, lstat):
+    """Every entry of the output directory under an output's name is a regular file: one that
+    is a symlink, a FIFO, a directory or a device is refused, never written through or into."""
+    for name in sorted(n for n in names if OUTPUT.fullmatch(n)):
+        mode = lstat(name).st_mode
+        if not stat.S_ISREG(mode):
+            raise UsageError(f"'{os.path.join(out, name)}' is {entry_kind(mode)}; prepare_data.py "
+                             f"writes its outputs as new regular files, never through a link or "
+                             f"into a FIFO: remove it, or give another -o")
+
+
+def check_output_dir(out):
+    """Before any work: the output names already in -o DIR, when it is there, are regular files."""
+    if os.path.isdir(out):
+        check_outputs(out, os.listdir(out), lambda n: os.lstat(os.path.join(out, n)))
+
+
+class OutputDir:
+    """-o DIR, opened once: every output is created relative to its descriptor (openat) as a new
+    file (O_EXCL | O_NOFOLLOW) beside its final name and renamed into place, so nothing is ever
+    opened through a symlink, blocks on a FIFO or is seen half written."""
+
+    def __init__(self, out):
+        os.makedirs(out, exist_ok=True)
+        self.out = out
+        self.fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        names = os.listdir(self.fd)
+        check_outputs(out, names, self.lstat)
+        for name in names:  # stale shards would join the glob
+            if re.fullmatch(r"(train|val)_\d{6}\.bin(\.tmp)?", name):
+                os.unlink(name, dir_fd=self.fd)
+
+    def lstat(self, name):
+        return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
+
+    def write(self, name, chunks):
+        tmp = name + ".tmp"
+        try:
+            check_outputs(self.out, [tmp], self.lstat)
+            os.unlink(tmp, dir_fd=self.fd)  # a regular file left by an interrupted run
+        except FileNotFoundError:
+            pass
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644, dir_fd=self.fd)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                for chunk in chunks:
+                    f.write(chunk)
+        except OSError:  # a full disk: no half-written .tmp left behind
+            os.unlink(tmp, dir_fd=self.fd)
+            raise
+        # rename replaces what is at `name` (checked above; a link made since is replaced, its
+        # target untouched), never follows it
+        os.replace(tmp, name, src_dir_fd=self.fd, dst_dir_fd=self.fd)
+        return os.path.join(self.out, name)
 
 
 class ShardWriter:
-    def __init__(self, out_dir, prefix, shard_tokens, fmt):
-        self.out_dir, self.prefix, self.shard_tokens, self.fmt = out_dir, prefix, shard_tokens, fmt
+    def __init__(self, out, prefix, shard_tokens, fmt):
+        self.out, self.prefix, self.shard_tokens, self.fmt = out, prefix, shard_tokens, fmt
         self.buf, self.paths, self.count = [], [], 0
 
     def add(self, ids):
@@ -302,19 +410,21 @@ class ShardWriter:
         self.buf = []
 
     def _write(self, ids):
-        path = os.path.join(self.out_dir, f"{self.prefix}_{len(self.paths):06d}.bin")
         magic, version, code = self.fmt
         header = [magic, version, len(ids)] + [0] * (HEADER_INTS - 3)
-        with open(path + ".tmp", "wb") as f:
-            f.write(struct.pack(f"<{HEADER_INTS}i", *header))
-            f.write(struct.pack(f"<{len(ids)}{code}", *ids))
-        os.replace(path + ".tmp", path)  # no half-written shard under the final name
-        self.paths.append(path)
+        self.paths.append(self.out.write(f"{self.prefix}_{len(self.paths):06d}.bin", [
+            struct.pack(f"<{HEADER_INTS}i", *header), struct.pack(f"<{len(ids)}{code}", *ids)]))
 
 
 def encode_split(tok, docs, writer, eos_id):
     texts = [d for _, d in docs]
-    for k, enc in enumerate(tok.encode_batch(texts, add_special_tokens=False)):
+    try:
+        encodings = tok.encode_batch(texts, add_special_tokens=False)
+    except BaseException as e:  # a --tokenizer that cannot encode (a WordLevel without its unk)
+        if isinstance(e, (KeyboardInterrupt, SystemExit)):
+            raise
+        raise UsageError(f"the tokenizer cannot encode the input ({one_line(e)})")
+    for k, enc in enumerate(encodings):
         ids = list(enc.ids)
         if eos_id is not None and docs[k][0]:
             ids.append(eos_id)
@@ -352,38 +462,28 @@ def main(argv):
         if args.tokenizer is None and args.vocab_size > MAX_VOCAB:
             raise UsageError(f"--vocab-size {args.vocab_size} is larger than carousel's largest "
                              f"vocab_size; at most {MAX_VOCAB}")
+        check_output_dir(args.out)  # before the work: a symlink there is refused at once
         train_docs, val_docs = split(args.inputs, args.val_fraction, args.text_field)
         if args.tokenizer:
-            tok = load_tokenizer(args.tokenizer)
+            tok, vocab, tok_bytes = load_tokenizer(args.tokenizer)  # copied as it is
+            pair_merges = None
         else:
             tok = train_tokenizer(train_docs, args.vocab_size)
-        # Ids need not be dense: an added token may sit past the vocabulary's size.
-        largest = max(tok.get_vocab(with_added_tokens=True).values(), default=0)
-        if largest >= MAX_VOCAB:
-            raise UsageError(f"the tokenizer's largest token id is {largest}; carousel's "
-                             f"vocab_size is at most {MAX_VOCAB}, so ids must be below it")
-        fmt = NARROW if largest < (1 << 16) else WIDE
-        vocab = max(tok.get_vocab_size(with_added_tokens=True), largest + 1)  # vocab_size to use
+            text, pair_merges = tokenizer_text(tok)
+            tok_bytes = text.encode()
+            vocab = max(tok.get_vocab(with_added_tokens=True).values()) + 1
+        fmt = NARROW if vocab <= (1 << 16) else WIDE
         eos_id = None
         if args.add_eos:
             eos_id = tok.token_to_id(EOS)
             if eos_id is None:
                 raise UsageError(f"--add-eos: the tokenizer has no {EOS} token")
-        os.makedirs(args.out, exist_ok=True)
-        for name in os.listdir(args.out):  # stale shards would join the glob
-            if re.fullmatch(r"(train|val)_\d{6}\.bin", name):
-                os.remove(os.path.join(args.out, name))
-        tok_path = os.path.join(args.out, "tokenizer.json")
-        pair_merges = None  # a --tokenizer is copied as it is
-        if args.tokenizer:
-            if os.path.abspath(args.tokenizer) != os.path.abspath(tok_path):
-                shutil.copyfile(args.tokenizer, tok_path)
-        else:
-            pair_merges = save_tokenizer(tok, tok_path)
+        out = OutputDir(args.out)
+        tok_path = out.write("tokenizer.json", [tok_bytes])
         written = {}
         for prefix, docs in (("train", train_docs), ("val", val_docs)):
             if docs:
-                w = ShardWriter(args.out, prefix, args.shard_tokens, fmt)
+                w = ShardWriter(out, prefix, args.shard_tokens, fmt)
                 encode_split(tok, docs, w, eos_id)
                 written[prefix] = w
     except UsageError as e:
@@ -392,6 +492,10 @@ def main(argv):
     except OSError as e:  # the output directory: a file there, no permission, a full disk
         print(f"error: cannot write the output in '{args.out}': {e.strerror}"
               f"{f' ({e.filename})' if e.filename else ''}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("error: out of memory: every document is held in memory until the shards are "
+              "written (split the inputs into several runs)", file=sys.stderr)
         return 2
     for prefix, w in written.items():
         print(f"{prefix}: {len(w.paths)} shard(s), {w.count} tokens")
@@ -408,4 +512,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    sys.stdout.reconfigure(errors="backslashreplace")  # any path prints, even undecodable bytes
     sys.exit(main(sys.argv[1:]))

@@ -23,6 +23,10 @@ export CAROUSEL_SANITIZED=1
 cd "$BUILD_DIR"
 status=0
 # Every cpu test but the MPI ones, with leak checking (the slow test included: 45 s under ASan).
+# Among them the bounded runs of the fuzz targets (tests/fuzz/: fuzz_safetensors, fuzz_token_shard,
+# fuzz_config, fuzz_checkpoint, fuzz_tokenizer, fuzz_hf_import: their seeds and a few thousand
+# seeded mutants each, docs/reliability.md#fuzzing), so every parser of outside input meets ASan
+# and UBSan here; `-R '^fuzz_'` runs only them.
 ASAN_OPTIONS=detect_leaks=1:$asan:${ASAN_OPTIONS:-} \
   ctest -j2 --output-on-failure -L cpu -LE multiproc "$@" || status=1
 # The MPI tests (label multiproc) without leak checking: Open MPI leaks at MPI_Finalize from

@@ -110,6 +110,9 @@ void CpuBackend::do_attention_forward(const Tensor& q, const Tensor& k, const Te
   Tensor scratch = empty({omp_get_max_threads(), rows, kKeyBlock}, q.dtype());
   dispatch(FloatTypes{}, "attention_forward", q.dtype(), [&](auto tag) {
     using T = decltype(tag);
+    // Named here so clang 14 (the fuzz build) captures them: it cannot capture, in a generic
+    // lambda, a variable only a nested lambda uses.
+    (void)k, (void)v, (void)ldk;
     const T scale = T(1.0 / std::sqrt(double(D)));
     // Tasks run longest first (query tile tiles-1 has the most keys) for balance; which thread
     // runs a task never changes its result.

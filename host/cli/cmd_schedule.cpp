@@ -150,13 +150,17 @@ int run_schedule(const ConfigArgs& options) {
   }
   const std::filesystem::path dir(cfg.run_directory());
   std::filesystem::create_directories(dir);
-  write_text_file(dir / "schedule.trace.json", sch::chrome_trace_json(sim, l.ranks, 1000.0));
+  // Opened as every output is (host/io/files.h): a symlink or FIFO at one of these names is
+  // refused, never written through or waited on.
+  write_text_file(dir / "schedule.trace.json", sch::chrome_trace_json(sim, l.ranks, 1000.0),
+                  "schedule trace", dir);
   write_text_file(
       dir / "schedule.svg",
       sch::timeline_svg(sim, l.ranks,
                         fmt::format("{} S={} R={} M={}: bubble {:.1f}%", spec.kind, l.ranks,
-                                    l.repeats, l.microbatches, 100 * sim.bubble_fraction)));
-  write_text_file(dir / "schedule.txt", sch::to_text(lowered));
+                                    l.repeats, l.microbatches, 100 * sim.bubble_fraction)),
+      "schedule timeline", dir);
+  write_text_file(dir / "schedule.txt", sch::to_text(lowered), "schedule listing", dir);
   fmt::print(
       "\nwrote {0}/schedule.trace.json (chrome://tracing, Perfetto), {0}/schedule.svg, "
       "{0}/schedule.txt\n",

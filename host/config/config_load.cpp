@@ -20,6 +20,7 @@
 #include "compute/error.h"
 #include "host/config/config.h"
 #include "host/config/paths.h"
+#include "host/config/yaml_document.h"
 #include "host/schedule/registry.h"
 
 namespace carousel {
@@ -190,22 +191,9 @@ std::string joined_list(const std::string& where, const std::string& key, const 
 
 std::vector<Assignment> read_yaml(const std::string& path) {
   const std::string text = read_config_text(path);
-  std::vector<YAML::Node> docs;
-  try {
-    docs = YAML::LoadAll(text);
-  } catch (const YAML::Exception& e) {
-    fail("config file '{}' is not valid YAML: line {}, column {}: {}", path, e.mark.line + 1,
-         e.mark.column + 1, e.msg);
-  } catch (const std::exception& e) {
-    fail("config file '{}' cannot be parsed as YAML: {}", path, e.what());
-  }
+  const YAML::Node root = load_config_document(path, text);
   std::vector<Assignment> out;
-  if (docs.empty() || (docs.size() == 1 && docs[0].IsNull())) return out;
-  CAROUSEL_CHECK(docs.size() == 1,
-                 "config file '{}' holds {} YAML documents (a '---' line starts another, from "
-                 "line {}); a config file is one map of `key: value` lines",
-                 path, docs.size(), line_of(docs[1]));
-  const YAML::Node& root = docs[0];
+  if (!root.IsDefined() || root.IsNull()) return out;
   CAROUSEL_CHECK(root.IsMap(),
                  "config file '{}' must be a map of `key: value` lines, but its top level is {} "
                  "(line {})",

@@ -1,6 +1,7 @@
 // checkpoint.cpp — finding, verifying and reading checkpoints (manifests, partial saves, loading
 // with validation); writing them: checkpoint_save.cpp.
 #include "host/io/checkpoint.h"
+#include "host/io/inspect.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -13,10 +14,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <set>
 
@@ -79,16 +80,22 @@ void verify_manifest(const fs::path& dir) {
     const std::uint64_t crc =
         json_unsigned(json_field(info, "crc32", entry), entry, "crc32", 0xffffffffULL);
     const fs::path p = dir / file;
-    CAROUSEL_CHECK(fs::is_regular_file(p),
+    std::error_code ec;  // a name the file system refuses (too long) is missing, not a crash
+    CAROUSEL_CHECK(fs::is_regular_file(p, ec),
                    "checkpoint '{}': file '{}' listed in the manifest is missing", dir.string(),
                    file);
-    const auto size = fs::file_size(p);
+    const auto size = fs::file_size(p, ec);
+    CAROUSEL_CHECK(!ec, "checkpoint '{}': cannot read the size of '{}': {}", dir.string(), file,
+                   ec.message());
     CAROUSEL_CHECK(size == bytes,
                    "checkpoint '{}': '{}' is {} bytes but the manifest says {} (truncated?)",
                    dir.string(), file, size, bytes);
     CAROUSEL_CHECK(file_crc32(p) == crc, "checkpoint '{}': '{}' fails its CRC32 check (corrupt)",
                    dir.string(), file);
   }
+  // The index transformers follows names files too: the same checks, so a resume never reads
+  // what `carousel inspect` would refuse.
+  verify_checkpoint_index(dir);
 }
 
 // The step of a directory name of decimal digits (at most 18: no overflow), or -1.
@@ -104,20 +111,24 @@ bool process_alive(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || 
 // systems. `what` names the setting in the error.
 void probe_write(const fs::path& dir, const std::string& what) {
   const fs::path probe = dir / fmt::format(".carousel-write-probe-{}", ::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  CAROUSEL_CHECK(fd >= 0, "{}: cannot create a file in '{}': {}", what, dir.string(),
-                 std::strerror(errno));
+  // Opened as every output is (files.h): a symlink left at the probe's name is not followed.
+  std::optional<OutputFile> out;
+  try {
+    out.emplace(probe, "write probe", OutputMode::Replace);
+  } catch (const Error& e) {
+    fail("{}: cannot create a file in '{}': {}", what, dir.string(), e.what());
+  }
   const std::vector<char> block(4096, 0);
-  const bool wrote = ::write(fd, block.data(), block.size()) == ssize_t(block.size());
-  const int write_errno = errno;
-  const bool synced = wrote && ::fsync(fd) == 0;
-  const int sync_errno = errno;
-  ::close(fd);
+  std::string problem;
+  try {
+    out->write(block.data(), block.size());
+    out->sync();
+  } catch (const Error& e) {
+    problem = e.what();
+  }
+  out.reset();
   ::unlink(probe.c_str());
-  CAROUSEL_CHECK(wrote, "{}: cannot write to '{}': {}", what, dir.string(),
-                 std::strerror(write_errno));
-  CAROUSEL_CHECK(synced, "{}: cannot write to '{}': {}", what, dir.string(),
-                 std::strerror(sync_errno));
+  CAROUSEL_CHECK(problem.empty(), "{}: cannot write to '{}': {}", what, dir.string(), problem);
 }
 
 }  // namespace
@@ -126,7 +137,8 @@ void probe_write(const fs::path& dir, const std::string& what) {
 namespace checkpoint_layout {
 
 void fsync_path(const fs::path& p) {
-  const int fd = ::open(p.c_str(), O_RDONLY);
+  // Never waits on a FIFO put where a written file was (O_RDONLY would wait for a writer).
+  const int fd = ::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   CAROUSEL_CHECK(fd >= 0, "cannot open '{}' to fsync it", p.string());
   const int rc = ::fsync(fd);
   ::close(fd);
@@ -268,26 +280,28 @@ void check_outputs_writable(const Config& cfg) {
   probe_write(run, fmt::format("base_output_directory='{}'", cfg.base_output_directory));
   if (cfg.enable_checkpointing) {
     const fs::path root = checkpoints_dir(cfg);
-    CAROUSEL_CHECK(!fs::exists(root) || fs::is_directory(root),
+    std::error_code ec_root;
+    CAROUSEL_CHECK(!fs::is_regular_file(fs::symlink_status(root, ec_root)),
                    "'{}' exists but is not a directory: checkpoints are written there (move it "
                    "away, or use another run_name or base_output_directory)",
                    root.string());
+    // A symlink (the saves would land in its target), a FIFO, a device.
+    check_output_directory(root, "the checkpoints directory");
     if (fs::is_directory(root)) {
       probe_write(root, "checkpoints");
       clean_partial_checkpoints(cfg);
     }
   }
+  if (cfg.enable_tensorboard)
+    check_output_directory(run / "tensorboard", "the TensorBoard directory");
   const std::string metrics = metrics_file_path(cfg);
-  CAROUSEL_CHECK(!fs::is_directory(metrics),
+  std::error_code ec_metrics;
+  CAROUSEL_CHECK(!fs::is_directory(fs::symlink_status(metrics, ec_metrics)),
                  "metrics_file '{}' is a directory; give a file path (or leave metrics_file "
                  "empty for <run directory>/metrics.jsonl)",
                  metrics);
-  check_output_file("metrics_file", metrics, "the metrics file");
-  {
-    std::ofstream out(metrics, std::ios::app);
-    CAROUSEL_CHECK(out.good(), "metrics_file '{}' cannot be opened for appending: {}", metrics,
-                   std::strerror(errno));
-  }
+  // A symlink, FIFO or device there is refused (never appended through, never waited on).
+  OutputFile(metrics, "metrics_file", OutputMode::Append, run);
   const fs::path parent = fs::absolute(metrics).parent_path();
   struct statvfs vfs {};
   CAROUSEL_CHECK(::statvfs(parent.c_str(), &vfs) != 0 || vfs.f_bavail > 0,

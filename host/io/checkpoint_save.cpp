@@ -16,6 +16,7 @@
 #include "host/io/files.h"
 #include "host/io/huggingface/hf_architectures.h"
 #include "host/io/json_fields.h"
+#include "host/io/run_lock.h"
 #include "host/io/safetensors.h"
 #include "host/reliability/fault_injection.h"
 
@@ -77,11 +78,16 @@ nlohmann::json file_record(const fs::path& p) {
   return {{"bytes", fs::file_size(p)}, {"crc32", file_crc32(p)}};
 }
 
+// The run directory of a checkpoint's temporary directory (<run>/checkpoints/.tmp-<step>-<pid>):
+// its files are opened below it, no directory on the way followed through a symlink.
+fs::path run_directory_of(const fs::path& temp_dir) { return temp_dir.parent_path().parent_path(); }
+
 // Written whole or not at all: a finisher polling for the file never reads half of it.
 void write_file_atomically(const fs::path& path, const std::string& text) {
   const fs::path tmp = path.string() + ".writing";
-  write_text_file(tmp, text);
-  fsync_path(tmp);
+  OutputFile out(tmp, "checkpoint file", OutputMode::Replace, run_directory_of(path.parent_path()));
+  out.write(text);
+  out.sync();
   fs::rename(tmp, path);
 }
 
@@ -93,7 +99,10 @@ std::string checkpoint_temp_dir(const Config& cfg, std::int64_t step, long owner
 
 std::string begin_checkpoint(const Config& cfg, std::int64_t step, long owner_pid) {
   check_local_path("base_output_directory", cfg.base_output_directory);
+  // The run is still the directory's only one (its lock file may have been removed: run_lock.h).
+  RunLock::check_held(cfg.run_directory());
   const fs::path root = checkpoints_dir(cfg);
+  check_output_directory(root, "the checkpoints directory");
   std::error_code ec;
   fs::create_directories(root, ec);
   CAROUSEL_CHECK(!ec && fs::is_directory(root), "cannot create the checkpoints directory '{}': {}",
@@ -130,11 +139,12 @@ std::string begin_checkpoint(const Config& cfg, std::int64_t step, long owner_pi
 void write_checkpoint_part(const std::string& temp_dir, std::int64_t step, int k, int n,
                            const CheckpointPart& part) {
   const fs::path tmp(temp_dir);
+  const std::string run = run_directory_of(tmp).string();
   try {
     if (k == 0) maybe_slow_save(step);
     nlohmann::ordered_json record;
     const std::string model = part_file_name("model", k, n);
-    write_safetensors((tmp / model).string(), inputs(part.params), {{"format", "pt"}});
+    write_safetensors((tmp / model).string(), inputs(part.params), {{"format", "pt"}}, run);
     fsync_path(tmp / model);
     record["files"][model] = file_record(tmp / model);
     record["tensors"] = nlohmann::json::array();
@@ -142,7 +152,7 @@ void write_checkpoint_part(const std::string& temp_dir, std::int64_t step, int k
     if (k == 0) maybe_kill("model", step);
     if (!part.moments.empty()) {
       const std::string optimizer = part_file_name("optimizer", k, n);
-      write_safetensors((tmp / optimizer).string(), inputs(part.moments));
+      write_safetensors((tmp / optimizer).string(), inputs(part.moments), {}, run);
       fsync_path(tmp / optimizer);
       record["files"][optimizer] = file_record(tmp / optimizer);
     }
@@ -159,7 +169,7 @@ void write_checkpoint_part(const std::string& temp_dir, std::int64_t step, int k
 std::string finish_checkpoint(const Config& cfg, const std::string& temp_dir, int n,
                               const TrainingState& state, const TokenizerInfo* tokenizer,
                               double timeout_seconds) {
-  const fs::path tmp(temp_dir), root = checkpoints_dir(cfg);
+  const fs::path tmp(temp_dir), root = checkpoints_dir(cfg), run = cfg.run_directory();
   // Every writer's part: its record appears (atomically) once its files are on disk.
   nlohmann::ordered_json manifest;
   manifest["format_version"] = kFormatVersion;
@@ -196,7 +206,7 @@ std::string finish_checkpoint(const Config& cfg, const std::string& temp_dir, in
   if (n > 1) {  // Hugging Face's index of a sharded model: transformers loads the directory
     const nlohmann::ordered_json index = {{"metadata", {{"total_size", model_bytes}}},
                                           {"weight_map", weight_map}};
-    write_text_file(tmp / "model.safetensors.index.json", index.dump(2));
+    write_text_file(tmp / "model.safetensors.index.json", index.dump(2), "checkpoint file", run);
     files.push_back("model.safetensors.index.json");
   }
   // The tokenizer travels with the weights, so the directory is a whole Hugging Face model. A
@@ -212,18 +222,19 @@ std::string finish_checkpoint(const Config& cfg, const std::string& temp_dir, in
       tokenizer = nullptr;
     }
   }
-  write_text_file(tmp / "config.json", hf_config_json(cfg.model, tokenizer));
+  write_text_file(tmp / "config.json", hf_config_json(cfg.model, tokenizer), "checkpoint file",
+                  run);
   nlohmann::ordered_json st = {{"format_version", kFormatVersion},
                                {"step", state.step},
                                {"skipped_steps", state.skipped_steps}};
   if (!state.router_bias.empty()) st["router_bias"] = state.router_bias;  // doubles round-trip
   for (const auto& key : config_keys()) st["config"][key.name] = key.get(cfg);
-  write_text_file(tmp / "state.json", st.dump(2));
+  write_text_file(tmp / "state.json", st.dump(2), "checkpoint file", run);
   for (const auto& f : files) {
     fsync_path(tmp / f);
     manifest["files"][f] = file_record(tmp / f);
   }
-  write_text_file(tmp / "manifest.json", manifest.dump(2));
+  write_text_file(tmp / "manifest.json", manifest.dump(2), "checkpoint file", run);
   fsync_path(tmp / "manifest.json");
   fsync_path(tmp);
   maybe_kill("manifest", state.step);

@@ -1,16 +1,19 @@
 // inspect.cpp — the report of `carousel inspect` (host/io/inspect.h): reads a checkpoint's files
-// independently, so that one unreadable file still leaves the others reported.
+// independently, so that one unreadable file still leaves the others reported; and the check of a
+// checkpoint's Hugging Face index against its manifest (verify_checkpoint_index).
 #include "host/io/inspect.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "compute/error.h"
 #include "host/io/checkpoint.h"
+#include "host/io/checkpoint_layout.h"
 #include "host/io/files.h"
 #include "host/io/json_fields.h"
 #include "host/io/safetensors.h"
@@ -44,7 +47,80 @@ void print_tensors(const fs::path& path, const std::string& title, std::ostream&
   }
 }
 
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+// What is at `p` when it is not a regular file, unfollowed.
+std::string kind_of(const fs::path& p) {
+  std::error_code ec;
+  const auto st = fs::symlink_status(p, ec);
+  if (fs::is_symlink(st)) return "a symbolic link";
+  if (fs::is_directory(st)) return "a directory";
+  if (!fs::exists(st)) return "missing";
+  return "not a regular file";
+}
+
 }  // namespace
+
+void verify_checkpoint_index(const std::string& directory) {
+  using checkpoint_layout::is_model_file;
+  const fs::path dir(directory), index_path = dir / kIndexFile;
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(index_path, ec))) return;  // one model file: no index
+  const std::string where = fmt::format("checkpoint index '{}'", index_path.string());
+  CAROUSEL_CHECK(fs::is_regular_file(fs::symlink_status(index_path, ec)),
+                 "{} is {}, not a file of the checkpoint", where, kind_of(index_path));
+  const nlohmann::json manifest = read_json_file(dir / "manifest.json");
+  const bool has_files =
+      manifest.is_object() && manifest.contains("files") && manifest["files"].is_object();
+  const auto listed = [&](const std::string& f) {
+    return has_files && manifest["files"].contains(f);
+  };
+  CAROUSEL_CHECK(listed(kIndexFile),
+                 "{} is not listed in manifest.json, so nothing verifies it (a file added after "
+                 "the save?); transformers follows it to load the directory",
+                 where);
+  const nlohmann::json index = read_json_file(index_path);
+  const auto& map = json_field(index, "weight_map", where);
+  CAROUSEL_CHECK(map.is_object(), "{}: field 'weight_map' must be an object, found {}", where,
+                 map.type_name());
+  std::map<std::string, std::vector<std::string>> tensors_of;  // file -> the tensors it must hold
+  for (const auto& [tensor, file] : map.items()) {
+    const std::string f = json_string(file, where, "weight_map." + tensor);
+    const std::string entry = fmt::format("{}: weight_map[{}] = {}", where,
+                                          nlohmann::json(tensor).dump(), nlohmann::json(f).dump());
+    CAROUSEL_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "." && f != "..",
+                   "{} is not a file name inside the checkpoint directory", entry);
+    CAROUSEL_CHECK(is_model_file(f),
+                   "{} is not a model file of the checkpoint (model.safetensors or "
+                   "model-0000i-of-0000n.safetensors)",
+                   entry);
+    CAROUSEL_CHECK(listed(f), "{} names a file that manifest.json does not list", entry);
+    CAROUSEL_CHECK(fs::is_regular_file(fs::symlink_status(dir / f, ec)),
+                   "{} names a file that is {}, not a file of the checkpoint", entry,
+                   kind_of(dir / f));
+    tensors_of[f].push_back(tensor);
+  }
+  // Each model file the manifest lists holds exactly the tensors the index puts there.
+  for (const auto& [f, info] : manifest["files"].items()) {
+    if (!is_model_file(f)) continue;
+    CAROUSEL_CHECK(fs::is_regular_file(fs::symlink_status(dir / f, ec)),
+                   "{}: manifest.json lists '{}', which is {}", where, f, kind_of(dir / f));
+    const SafetensorsFile file((dir / f).string());  // its header only
+    auto& named = tensors_of[f];
+    std::sort(named.begin(), named.end());
+    for (const auto& tensor : named) {
+      CAROUSEL_CHECK(file.entries().count(tensor),
+                     "{}: weight_map puts tensor '{}' in '{}', which does not hold it", where,
+                     tensor, f);
+    }
+    for (const auto& [tensor, e] : file.entries()) {
+      CAROUSEL_CHECK(std::binary_search(named.begin(), named.end(), tensor),
+                     "{}: tensor '{}' of '{}' is not in weight_map (transformers would not load "
+                     "it)",
+                     where, tensor, f);
+    }
+  }
+}
 
 std::string resolve_checkpoint_directory(const std::string& path) {
   const fs::path p(path);
@@ -125,6 +201,7 @@ int inspect_checkpoint(const std::string& path, std::ostream& out) {
   std::string verdict;
   try {
     verify_checkpoint(dir.string());
+    verify_checkpoint_index(dir.string());
   } catch (const Error& e) {
     verdict = e.what();
   }

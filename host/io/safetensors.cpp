@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <tuple>
 
 #include "compute/error.h"
@@ -59,7 +59,8 @@ bool parse_dtype(const std::string& s, SafetensorsEntry& e) {
 }  // namespace
 
 void write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
+                       const std::map<std::string, std::string>& metadata,
+                       const std::string& within) {
   nlohmann::ordered_json header;
   if (!metadata.empty()) header["__metadata__"] = metadata;
   std::uint64_t offset = 0;
@@ -72,20 +73,13 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsInp
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  CAROUSEL_CHECK(out.good(), "cannot create '{}'", path);
+  OutputFile out(path, "safetensors file", OutputMode::Replace, within);
   const std::uint64_t n = text.size();
-  unsigned char len[8];
-  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-  out.write(reinterpret_cast<const char*>(len), 8);
-  out.write(text.data(), std::streamsize(text.size()));
-  for (const auto& t : tensors) {
-    out.write(static_cast<const char*>(t.data),
-              std::streamsize(numel(t.shape) * dtype_size(t.dtype)));
-  }
-  out.flush();
-  CAROUSEL_CHECK(out.good(), "writing '{}' failed: {} (a full disk, or a file-size limit: EFBIG)",
-                 path, std::strerror(errno));
+  char len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<char>(n >> (8 * i));
+  // A failed write (a full disk, or a file-size limit: EFBIG) is an error naming the file.
+  out.write(std::string(len, 8) + text);
+  for (const auto& t : tensors) out.write(t.data, numel(t.shape) * dtype_size(t.dtype));
 }
 
 namespace {
@@ -101,6 +95,38 @@ void read_exactly(const ReadOnlyFile& file, std::uint64_t offset, std::size_t si
   fail("reading '{}' at byte {} failed: {}", path, offset,
        errno ? std::strerror(errno) : "the file is shorter than when it was opened");
 }
+
+// The first name the header's top-level object holds twice, or "". nlohmann's parser keeps the
+// last of duplicate keys, so a header naming a tensor twice would load whichever came last,
+// silently: the reader refuses it (Hugging Face's safetensors does too). A second pass over the
+// text with a SAX handler (an explicit stack: no recursion on deeply nested input).
+class DuplicateKeys final : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  std::string duplicate;
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return ++depth_, true; }
+  bool end_object() override { return --depth_, true; }
+  bool start_array(std::size_t) override { return ++depth_, true; }
+  bool end_array() override { return --depth_, true; }
+  bool key(string_t& k) override {
+    if (depth_ != 1 || seen_.insert(k).second) return true;
+    duplicate = k;
+    return false;  // stop: one is enough to refuse the file
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;  // not reached: the text parsed once already
+  }
+
+ private:
+  int depth_ = 0;
+  std::set<std::string> seen_;
+};
 
 }  // namespace
 
@@ -135,6 +161,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   const std::string where = fmt::format("'{}': the safetensors header", path);
   const nlohmann::json header = parse_json_text(header_bytes.begin(), header_bytes.end(), where);
   CAROUSEL_CHECK(header.is_object(), "{} is a JSON {}, not an object", where, header.type_name());
+  DuplicateKeys keys;
+  nlohmann::json::sax_parse(header_bytes.begin(), header_bytes.end(), &keys);
+  CAROUSEL_CHECK(keys.duplicate.empty(),
+                 "{} names '{}' twice (corrupt, or written by a faulty tool): which entry holds "
+                 "its data is ambiguous; a safetensors header names each tensor once",
+                 where, keys.duplicate);
   const std::uint64_t data_size = file_size - data_start_;
   std::vector<std::tuple<std::uint64_t, std::uint64_t, std::string>> starts;  // begin, end, name
   for (const auto& [name, value] : header.items()) {

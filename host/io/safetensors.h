@@ -25,9 +25,11 @@ struct SafetensorsInput {
   const void* data;  // numel(shape) * dtype_size(dtype) bytes
 };
 
-// Writes `path` (no fsync; callers that need durability fsync the file).
+// Writes `path` (no fsync; callers that need durability fsync the file), opened as every output
+// is (host/io/files.h; `within`: the run directory, when `path` is below it).
 void write_safetensors(const std::string& path, const std::vector<SafetensorsInput>& tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+                       const std::map<std::string, std::string>& metadata = {},
+                       const std::string& within = "");
 
 struct SafetensorsEntry {
   // The header's dtype. F16 is a file-only dtype (no DType: carousel never computes in it;

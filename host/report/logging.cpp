@@ -1,21 +1,42 @@
 // logging.cpp — builds the process-wide spdlog logger described in logging.h.
 #include "host/report/logging.h"
 
-#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/base_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 
 #include <atomic>
 #include <filesystem>
+#include <mutex>
 #include <vector>
 
 #include "compute/error.h"
-#include "host/config/paths.h"
+#include "host/io/files.h"
 #include "host/report/progress_bar.h"
 
 namespace carousel {
 
 namespace {
 std::atomic<bool> console_errors{true};
+
+// The rank's log file, opened as every output is (host/io/files.h: never through a symlink,
+// never waiting on a FIFO) — spdlog's own file sink opens by name with fopen, which follows
+// both. Each line is one write(2) to a file opened for appending: nothing is buffered, so a
+// crash loses no line, and the log is as complete as the console.
+class LogFileSink final : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  explicit LogFileSink(OutputFile file) : file_(std::move(file)) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t line;
+    formatter_->format(msg, line);
+    file_.write(line.data(), line.size());  // a failure reaches spdlog's error handler
+  }
+  void flush_() override {}
+
+ private:
+  OutputFile file_;
+};
 }  // namespace
 
 bool console_shows_errors() { return console_errors.load(); }
@@ -36,10 +57,13 @@ void init_logging(const LogOptions& options) {
     sinks.push_back(console);
   }
   if (!options.file_dir.empty()) {
-    std::filesystem::create_directories(options.file_dir);
+    // file_dir is <run directory>/logs: a symlink there is refused, not followed elsewhere.
+    const std::filesystem::path dir(options.file_dir);
+    check_output_directory(dir, "the log directory");
+    std::filesystem::create_directories(dir);
     const std::string path = fmt::format("{}/rank{}.log", options.file_dir, options.rank);
-    check_output_file("base_output_directory", path, "the rank's log file");
-    auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, /*truncate=*/false);
+    auto file = std::make_shared<LogFileSink>(
+        OutputFile(path, "the rank's log file", OutputMode::Append, dir.parent_path()));
     file->set_level(spdlog::level::debug);
     sinks.push_back(file);
   }

@@ -1,6 +1,7 @@
 // tensorboard.cpp — CRC-32C, the protobuf encoding of tensorboard's Event, TFRecord framing.
 #include "host/report/tensorboard.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "compute/error.h"
 
@@ -76,6 +78,7 @@ std::uint32_t crc32c(std::string_view data) {
 }
 
 TensorBoardWriter::TensorBoardWriter(const std::string& directory, std::int64_t start_step) {
+  check_output_directory(directory, "the TensorBoard directory");
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
   CAROUSEL_CHECK(!ec, "cannot create the TensorBoard directory '{}': {} (enable_tensorboard=false "
@@ -85,9 +88,10 @@ TensorBoardWriter::TensorBoardWriter(const std::string& directory, std::int64_t 
   const double now = now_seconds();
   path_ = fmt::format("{}/events.out.tfevents.{}.{}.{}.carousel", directory, std::int64_t(now),
                       host, ::getpid());
-  out_.open(path_, std::ios::binary | std::ios::app);
-  CAROUSEL_CHECK(out_.good(), "cannot open TensorBoard event file '{}': {}", path_,
-                 std::strerror(errno));
+  // Opened below the run directory: the TensorBoard directory is not followed through a symlink
+  // either.
+  out_.emplace(path_, "TensorBoard event file", OutputMode::Append,
+               std::filesystem::path(directory).parent_path());
   std::string first = event_head(now, 0);
   put_bytes(first, 3, "brain.Event:2");
   append_record(first);
@@ -128,11 +132,25 @@ void TensorBoardWriter::append_record(const std::string& event) {
 }
 
 void TensorBoardWriter::flush() {
-  out_.write(pending_.data(), std::streamsize(pending_.size()));
-  out_.flush();
-  pending_.clear();
-  CAROUSEL_CHECK(out_.good(), "writing TensorBoard event file '{}' failed: {} (disk full?)", path_,
-                 std::strerror(errno));
+  std::string records = std::exchange(pending_, {});
+  out_->write(records);  // one write: TensorBoard never reads half a step's events
+}
+
+std::string TensorBoardWriter::lost() const {
+  struct stat st {};
+  if (::stat(path_.c_str(), &st) != 0) {
+    return fmt::format(
+        "TensorBoard event file '{}' was removed during the run ({}; with the TensorBoard "
+        "directory '{}'?): the events written since went nowhere",
+        path_, std::strerror(errno), std::filesystem::path(path_).parent_path().string());
+  }
+  if (std::pair{std::uint64_t(st.st_dev), std::uint64_t(st.st_ino)} != out_->id()) {
+    return fmt::format(
+        "TensorBoard event file '{}' was replaced by another file during the run: the events "
+        "written since went to the old one",
+        path_);
+  }
+  return "";
 }
 
 }  // namespace carousel

@@ -13,11 +13,13 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "host/io/files.h"
 
 namespace carousel {
 
@@ -26,22 +28,26 @@ std::uint32_t crc32c(std::string_view data);
 
 class TensorBoardWriter {
  public:
-  // Creates `directory` and a new event file in it; throws an Error naming it if it cannot. A
-  // run resumed at `start_step` > 0 also writes SessionLog START at that step, so TensorBoard
-  // drops the earlier files' events from that step on (steps a crash made run twice).
+  // Creates `directory` and a new event file in it; throws an Error naming it if it cannot (a
+  // symlink, FIFO or file where the directory or the file goes: host/io/files.h). A run resumed
+  // at `start_step` > 0 also writes SessionLog START at that step, so TensorBoard drops the
+  // earlier files' events from that step on (steps a crash made run twice).
   TensorBoardWriter(const std::string& directory, std::int64_t start_step);
   // One scalar event per (tag, value) of `step`, written and flushed together; a failed write
   // throws an Error naming the file.
   void scalars(std::int64_t step, double wall_time,
                const std::vector<std::pair<std::string, double>>& values);
   const std::string& path() const { return path_; }
+  // Empty while the event file is still at its path; otherwise what happened to it (removed,
+  // with its directory perhaps, or replaced): later events would go nowhere TensorBoard looks.
+  std::string lost() const;
 
  private:
   void append_record(const std::string& event);  // framed into pending_
   void flush();                                  // pending_ to the file
   std::string pending_;
   std::string path_;
-  std::ofstream out_;
+  std::optional<OutputFile> out_;
 };
 
 }  // namespace carousel

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <string>
 
 #include "host/config/schedule_config.h"
@@ -20,7 +21,8 @@ namespace carousel {
 namespace {
 // Each rank's time by op kind over its profiled steps: one log line per rank (the first two:
 // the others repeat them in a balanced mesh) and op_times.json with every rank.
-void log_op_times(const std::vector<const StepTrace*>& ranks, const std::string& path) {
+void log_op_times(const std::vector<const StepTrace*>& ranks, const std::string& path,
+                  const std::filesystem::path& run_directory) {
   nlohmann::json out = nlohmann::json::array();
   for (const StepTrace* t : ranks) {
     double elapsed_us = 0;
@@ -37,7 +39,13 @@ void log_op_times(const std::vector<const StepTrace*>& ranks, const std::string&
                    {"elapsed_seconds", elapsed_us / 1e6},
                    {"ops", ops}});
   }
-  write_text_file(path, out.dump(1) + "\n");
+  write_text_file(path, out.dump(1) + "\n", "profiler op times file", run_directory);
+}
+
+// The files finish() writes, with a process's rank or without.
+const std::regex& output_name() {
+  static const std::regex name(R"((trace|schedule_costs|op_times)(-rank\d+)?\.(json|yml))");
+  return name;
 }
 }  // namespace
 
@@ -47,6 +55,15 @@ Profiler::Profiler(const Config& cfg, const MeshShape& mesh, std::int64_t start_
       end_(first_ + cfg.profiler_steps) {
   for (int rank = 0; rank < mesh.ranks(); ++rank) {
     traces_.emplace_back(rank, RankPlace::of(rank, mesh).batch_part());
+  }
+  // Before step 1, not after the run: a symlink, FIFO or directory where a trace goes is refused
+  // when finish() opens it (host/io/files.h), but only after every step was trained.
+  std::error_code ec;
+  if (cfg.profiler_steps <= 0 || !std::filesystem::is_directory(cfg.run_directory(), ec)) return;
+  for (const auto& entry : std::filesystem::directory_iterator(cfg.run_directory(), ec)) {
+    if (std::regex_match(entry.path().filename().string(), output_name())) {
+      check_output_path(entry.path(), "profiler output");
+    }
   }
 }
 
@@ -84,7 +101,8 @@ void Profiler::finish(const schedule::Program& program, const Communicator* proc
       calibrated_schedule_costs(measured_costs, layers, schedule_costs(cfg_, layers));
   const TracedPredictions predicted =
       predict_traced_steps(ranks, program, calibrated, measured_costs.handoffs);
-  write_text_file(path, step_trace_json(ranks, program, predicted.mean_cost));
+  write_text_file(path, step_trace_json(ranks, program, predicted.mean_cost), "profiler trace",
+                  dir);
   const MeasuredSchedule measured = measure_schedule(ranks);
   result.measured_bubble = measured.bubble;
   result.measured_span_ms = measured.span_us / 1e3;
@@ -109,7 +127,8 @@ void Profiler::finish(const schedule::Program& program, const Communicator* proc
           fmt::format("{} on {}, {}, S={} R={} M={}, steps {}-{}", cfg_.model_name, cfg_.device,
                       cfg_.pipeline_schedule, program.layout.ranks, program.layout.repeats,
                       program.layout.microbatches, steps.front().step + 1, steps.back().step + 1)) +
-          plan::measured_on_yaml(cfg_, measured_costs.measured_head));  // for carousel plan
+          plan::measured_on_yaml(cfg_, measured_costs.measured_head),  // for carousel plan
+      "measured costs file", dir);
   spdlog::info(
       "trace of steps {}-{}: {} (chrome://tracing or ui.perfetto.dev); measured bubble "
       "{:.1f} %, predicted {:.1f} % (cost model calibrated from these steps; {:.1f} % with the "
@@ -126,7 +145,7 @@ void Profiler::finish(const schedule::Program& program, const Communicator* proc
         result.exchange_ms, result.exposed_exchange_ms, result.measured_span_ms,
         result.predicted_span_ms);
   }
-  log_op_times(ranks, per_process("op_times", "json"));
+  log_op_times(ranks, per_process("op_times", "json"), dir);
 }
 
 }  // namespace carousel

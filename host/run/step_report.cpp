@@ -29,11 +29,9 @@ StepReporter::StepReporter(const Config& cfg, std::int64_t start_step)
   std::filesystem::create_directories(cfg.run_directory(), ec);
   CAROUSEL_CHECK(!ec, "cannot create the run directory '{}': {}", cfg.run_directory(),
                  ec.message());
-  metrics_.open(path_, std::ios::app);
-  CAROUSEL_CHECK(metrics_.good(), "cannot open metrics file '{}': {}", path_, std::strerror(errno));
-  struct stat st {};
-  if (::stat(path_.c_str(), &st) == 0)
-    file_id_ = {std::uint64_t(st.st_dev), std::uint64_t(st.st_ino)};
+  // The default metrics.jsonl is opened below the run directory (host/io/files.h); a
+  // metrics_file the user chose elsewhere is not followed through a symlink at its last name.
+  metrics_.emplace(path_, "metrics file", OutputMode::Append, cfg.run_directory());
   if (cfg.enable_tensorboard)
     tensorboard_.emplace(cfg.run_directory() + "/tensorboard", start_step);
 }
@@ -46,13 +44,14 @@ std::string StepReporter::lost_output() const {
         "'{}'?): the records written since went nowhere",
         path_, std::strerror(errno), cfg_.run_directory());
   }
-  if (std::pair{std::uint64_t(st.st_dev), std::uint64_t(st.st_ino)} != file_id_) {
+  if (std::pair{std::uint64_t(st.st_dev), std::uint64_t(st.st_ino)} != metrics_->id()) {
     return fmt::format(
         "metrics file '{}' was replaced by another file during the run: the "
         "records written since went to the old one",
         path_);
   }
-  return "";
+  // The event files are watched alike: TensorBoard's view of the run stops where they are lost.
+  return tensorboard_ ? tensorboard_->lost() : "";
 }
 
 nlohmann::json json_number(double x) {
@@ -119,10 +118,8 @@ StepMetrics StepReporter::report(std::int64_t step, double loss, double grad_nor
   const double now =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   record["time"] = now;
-  metrics_ << record.dump() << '\n';
-  metrics_.flush();  // one record per step reaches the file, or the run stops here
-  CAROUSEL_CHECK(metrics_.good(), "writing metrics file '{}' failed at step {}: {} (disk full?)",
-                 path_, step, std::strerror(errno));
+  // One write per record (unbuffered): it reaches the file, or the run stops here.
+  metrics_->write(record.dump() + '\n', fmt::format(" at step {}", step));
   if (tensorboard_) {  // after the record: MaxText's tags where it has the value
     std::vector<std::pair<std::string, double>> scalars = {
         {"learning/loss", s.loss},

@@ -4,12 +4,12 @@
 #pragma once
 
 #include <cstdint>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
 #include "host/config/config.h"
+#include "host/io/files.h"
 #include "host/parallel/sharded_params.h"
 #include "host/report/tensorboard.h"
 
@@ -62,8 +62,9 @@ class StepReporter {
   // (`skipped`: the steps skipped so far, this one included).
   StepMetrics report(std::int64_t step, const StepOutcome& outcome, double seconds,
                      std::optional<double> eval_loss, std::size_t peak_bytes, std::int64_t skipped);
-  // Empty while the metrics file being written is still at its path; otherwise what happened to
-  // it (removed, with its run directory perhaps, or replaced): later records would go nowhere.
+  // Empty while the metrics file and the TensorBoard event file being written are still at their
+  // paths; otherwise what happened to the first one lost (removed, with its run directory
+  // perhaps, or replaced): later records would go nowhere.
   std::string lost_output() const;
   // The peak FLOP/s of all devices together, for the MFU (0: not shown).
   void set_peak_flops(double flops) { peak_flops_ = flops; }
@@ -77,8 +78,7 @@ class StepReporter {
   std::int64_t reported_ = 0, timed_steps_ = 0;
   double timed_ = 0;
   std::string path_;
-  std::ofstream metrics_;
-  std::pair<std::uint64_t, std::uint64_t> file_id_{};  // (device, inode) of the opened file
+  std::optional<OutputFile> metrics_;
   std::optional<TensorBoardWriter> tensorboard_;
 };
 

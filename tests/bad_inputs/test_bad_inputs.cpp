@@ -286,6 +286,9 @@ const std::vector<Row>& rows() {
       {{}, "run_name: \"abc\n", {"line 1", "run_name", "does not close"}},
       {{}, "run_name: 'abc\n", {"run_name", "single quote"}},
       {{}, "steps: 3\n---\nsteps: 4\n", {"2 YAML documents", "---"}},
+      {{}, "steps: 3\n---\nsteps: 4\n---\nsteps: 5\n", {"more than 2 YAML documents", "line 2"}},
+      // yaml-cpp's LoadAll never returned on this (an endless run of empty documents).
+      {{}, ",x\n", {"not valid YAML", "line 1, column 1", "cannot get past"}},
       {{}, "- steps\n- 3\n", {"top level is a list"}},
       {{}, "just text\n", {"top level is a single value"}},
       {{}, "[a]: 1\n", {"line 1", "key must be a plain name"}},

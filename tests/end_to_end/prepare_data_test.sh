@@ -106,7 +106,8 @@ want = [e.ids for e in Tokenizer.from_file(pairs).encode_batch(docs)]
 assert got == want, "the string merges encode otherwise than the pair form"
 tok = Tokenizer(models.BPE(vocab={"a": 0, " ": 1, "b": 2, "a ": 3, "a b": 4},
                            merges=[("a", " "), ("a ", "b")]))
-why = pd.save_tokenizer(tok, spaced)
+text, why = pd.tokenizer_text(tok)
+open(spaced, "w", encoding="utf-8").write(text)
 assert why == "a merge token holds a space", why
 assert json.load(open(spaced))["model"]["merges"] == [["a", " "], ["a ", "b"]]
 assert Tokenizer.from_file(spaced).encode("a b").ids == [4]
@@ -313,7 +314,8 @@ expect_error "--vocab-size 20000000 is larger than carousel's largest vocab_size
 expect_error "--tokenizer '$work/none.json' does not exist" "$corpus" -o "$work/x" \
   --tokenizer "$work/none.json"
 expect_error "--val-fraction 1.0 must be in [0, 1)" "$corpus" -o "$work/x" --val-fraction 1
-expect_error "the tokenizer's largest token id is 16777216" "$corpus" -o "$work/x" \
+expect_error "--tokenizer '$work/sparse_huge.json': the tokenizer's largest token id is 16777216" \
+  "$corpus" -o "$work/x" \
   --tokenizer "$work/sparse_huge.json"
 # A FIFO as input is refused before it is opened (reading it would block forever).
 mkfifo "$work/fifo.txt"

@@ -2,22 +2,19 @@
 // (dataset_type=tokens) must load with every token below vocab_size or throw carousel::Error
 // (tests/fuzz/reader_harness.h). The first input byte picks the sequence length and vocab size,
 // the rest is the file. Run: docs/reliability.md#fuzzing.
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <string>
 
-#include "tests/fuzz/reader_harness.h"
+#include "tests/fuzz/fuzz_util.h"  // and reader_harness.h
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
-  static const std::string path = (std::filesystem::temp_directory_path() /
-                                   ("carousel_fuzz_token_shard_" + std::to_string(::getpid())))
-                                      .string();
-  const std::int64_t seq_len = 1 + (data[0] & 0x3f);          // 1..64
-  const std::int64_t vocab = (data[0] & 0x40) ? 256 : 50257;  // GPT-2's vocab
+  static const std::string path =
+      (carousel::fuzz::scratch_dir("token_shard") / "shard.bin").string();  // removed at exit
+  const std::int64_t seq_len = 1 + (data[0] & 0x3f);                        // 1..64
+  const std::int64_t vocab = (data[0] & 0x40) ? 256 : 50257;                // GPT-2's vocab
   carousel::fuzz::load_token_shard_bytes(
       std::string(reinterpret_cast<const char*>(data + 1), size - 1), path, seq_len, vocab);
   return 0;

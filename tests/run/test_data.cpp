@@ -184,9 +184,11 @@ TEST(Data, SyntheticEvalSequencesAreNotTrainingSequences) {
 
 TEST(Data, TokenizerVocabularyMustFitVocabSize) {
   const std::string bpe = temp("carousel_tokenizer_bpe.json").string();
-  std::ofstream(bpe) << R"({"added_tokens": [{"id": 1203, "content": "<eos>"}],
-      "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 999}, "merges": []}})";
-  EXPECT_EQ(read_tokenizer(bpe).vocab_size, 1204);  // the added token's id is the largest
+  // The largest id, 1203, is a vocabulary entry's (an added token's id must be the one the
+  // tokenizers library gives it: tests/run/test_tokenizer.cpp).
+  std::ofstream(bpe) << R"({"added_tokens": [{"id": 3, "content": "<eos>"}],
+      "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 1203}, "merges": []}})";
+  EXPECT_EQ(read_tokenizer(bpe).vocab_size, 1204);
   const std::string unigram = temp("carousel_tokenizer_unigram.json").string();
   std::ofstream(unigram) << R"({"model": {"type": "Unigram", "vocab": [["a", -1], ["b", -2]]}})";
   EXPECT_EQ(read_tokenizer(unigram).vocab_size, 2);

@@ -3,11 +3,13 @@
 // directories and devices as datasets; bad token shard headers; non-finite metrics in JSONL;
 // text files that cannot be written.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -311,17 +313,28 @@ TEST(MetricsJsonl, AFullDiskIsAnErrorNamingTheFile) {
   Config c;
   c.base_output_directory = temp("carousel_metrics_tests").string();
   c.run_name = "full";
-  c.metrics_file = "/dev/full";  // every write fails with ENOSPC
+  fs::remove_all(c.run_directory());
   StepReporter reporter(c);
+  // A write that fails as on a full disk: a file-size limit below the record (EFBIG; SIGXFSZ
+  // ignored, as `carousel train` ignores it). /dev/full is refused before any write (below).
+  struct rlimit saved {};
+  ASSERT_EQ(::getrlimit(RLIMIT_FSIZE, &saved), 0);
+  const auto previous = std::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit tiny = saved;
+  tiny.rlim_cur = 16;
+  ASSERT_EQ(::setrlimit(RLIMIT_FSIZE, &tiny), 0);
   const std::string msg = testing::error_of([&] { reporter.report(0, 1.0, 1.0, 1e-3, 0.1); });
-  EXPECT_NE(msg.find("writing metrics file '/dev/full' failed at step 0: No space left on device"),
+  ::setrlimit(RLIMIT_FSIZE, &saved);
+  std::signal(SIGXFSZ, previous);
+  EXPECT_NE(msg.find("writing metrics file '" + c.run_directory() +
+                     "/metrics.jsonl' failed at step 0: File too large"),
             std::string::npos)
       << msg;
 }
 
 // An output path that is a FIFO is refused before the run starts (opening it for writing would
-// block until a reader appears: a run that hangs before step 1); /dev/full, a character device,
-// stays allowed (the test above), as /dev/null does.
+// block until a reader appears: a run that hangs before step 1); so is a device such as
+// /dev/full, which accepts the open and fails every write: carousel writes only regular files.
 TEST(MetricsJsonl, AFifoIsRefusedBeforeTheRunStarts) {
   Config c;
   c.base_output_directory = temp("carousel_metrics_tests").string();
@@ -331,11 +344,16 @@ TEST(MetricsJsonl, AFifoIsRefusedBeforeTheRunStarts) {
   fs::remove(fifo);
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   c.metrics_file = fifo;
-  const std::string msg = testing::error_of([&] { check_outputs_writable(c); });
-  EXPECT_NE(msg.find("metrics_file: the metrics file '" + fifo + "' is a FIFO (named pipe)"),
+  std::string msg = testing::error_of([&] { check_outputs_writable(c); });
+  EXPECT_NE(msg.find("metrics_file '" + fifo +
+                     "' is a FIFO (named pipe): carousel writes only regular files in the run "
+                     "directory; remove it"),
             std::string::npos)
       << msg;
   fs::remove(fifo);
+  c.metrics_file = "/dev/full";
+  msg = testing::error_of([&] { StepReporter reporter(c); });
+  EXPECT_NE(msg.find("metrics file '/dev/full' is a character device"), std::string::npos) << msg;
 }
 
 // Every text file carousel writes goes through write_text_file: its content, replaced whole,
@@ -347,9 +365,8 @@ TEST(FileFaults, WriteTextFileReplacesOrNamesThePathAndReason) {
   std::ifstream in(path);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(in), {}), "second\n");
   EXPECT_EQ(testing::error_of([] { write_text_file("/nonexistent/dir/file.txt", "x"); }),
-            "cannot create '/nonexistent/dir/file.txt': No such file or directory");
-  EXPECT_EQ(testing::error_of([] { write_text_file("/dev/full", "x"); }),
-            "writing '/dev/full' failed: No space left on device (disk full?)");
+            "cannot create file '/nonexistent/dir/file.txt': No such file or directory");
+  // Devices and the other kinds that are not regular files: test_output_files.cpp.
 }
 
 // The CRC32 of manifests and `carousel inspect`: the standard check value of "123456789"

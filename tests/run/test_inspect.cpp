@@ -1,16 +1,21 @@
 // test_inspect.cpp — `carousel inspect` on a checkpoint written by a real training run, and on
-// corrupted copies of it: the report names the step, the tensors and the mismatching file.
+// corrupted copies of it: the report names the step, the tensors and the mismatching file; a
+// Hugging Face index is checked like the manifest.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "compute/error.h"
 #include "host/config/config.h"
+#include "host/io/files.h"
 #include "host/io/inspect.h"
+#include "host/io/safetensors.h"
 #include "host/report/logging.h"
 #include "host/run/trainer.h"
 #include "tests/support/test_util.h"
@@ -116,6 +121,101 @@ TEST(Inspect, UnreadableFilesAreReportedAndTheRestStillListed) {
   EXPECT_NE(r.text.find("'optimizer.safetensors' is 100 bytes but the manifest says"),
             std::string::npos)
       << r.text;
+}
+
+// Lists `file` of `dir` in its manifest with its true size and CRC32, as a save would have, so that
+// only the index check can object.
+void list_in_manifest(const fs::path& dir, const std::string& file) {
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(dir / "manifest.json"));
+  manifest["files"][file] = {{"bytes", fs::file_size(dir / file)},
+                             {"crc32", file_crc32(dir / file)}};
+  std::ofstream(dir / "manifest.json", std::ios::trunc) << manifest.dump(2);
+}
+
+// A Hugging Face index of the checkpoint's model.safetensors: every tensor to `file`, except
+// `odd` to `odd_file` when given.
+void write_index(const fs::path& dir, const std::string& file, const std::string& odd = "",
+                 const std::string& odd_file = "") {
+  nlohmann::json map = nlohmann::json::object();
+  const SafetensorsFile model((dir / "model.safetensors").string());
+  for (const auto& [name, e] : model.entries()) {
+    map[name] = name == odd ? odd_file : file;
+  }
+  std::ofstream(dir / "model.safetensors.index.json")
+      << nlohmann::json{{"metadata", {{"total_size", 0}}}, {"weight_map", map}}.dump(2);
+}
+
+// transformers follows the index: a checkpoint whose index sends a tensor out of the directory,
+// to a file the manifest does not list, or through a symlink, is not "verified", even when the
+// index itself is listed with its true CRC32; an index the manifest does not list is refused too.
+TEST(Inspect, TheIndexIsCheckedLikeTheManifest) {
+  const std::string tensor = "model.embed_tokens.weight";
+  const auto failed = [&](const fs::path& dir, const std::string& words) {
+    const Report r = inspect(dir);
+    EXPECT_EQ(r.code, 2) << r.text;
+    const std::string verdict =
+        "manifest: FAILED: checkpoint index '" + (dir / "model.safetensors.index.json").string();
+    const auto at = r.text.find(verdict);
+    EXPECT_NE(at, std::string::npos) << r.text;
+    EXPECT_NE(r.text.find(words, at), std::string::npos) << words << "\n" << r.text;
+    EXPECT_EQ(r.text.find("manifest: verified"), std::string::npos) << r.text;
+  };
+  fs::path dir = corrupt_copy("index_ok");
+  write_index(dir, "model.safetensors");
+  list_in_manifest(dir, "model.safetensors.index.json");
+  const Report ok = inspect(dir);
+  EXPECT_EQ(ok.code, 0) << ok.text;
+  EXPECT_NE(ok.text.find("\nmanifest: verified\n"), std::string::npos) << ok.text;
+
+  dir = corrupt_copy("index_outside");
+  write_index(dir, "model.safetensors", tensor, "../../../../../etc/passwd");
+  list_in_manifest(dir, "model.safetensors.index.json");
+  failed(dir, ": weight_map[\"" + tensor +
+                  "\"] = \"../../../../../etc/passwd\" is not a file name inside the checkpoint "
+                  "directory");
+
+  dir = corrupt_copy("index_unlisted_file");
+  fs::copy_file(dir / "model.safetensors", dir / "model-00001-of-00001.safetensors");
+  write_index(dir, "model-00001-of-00001.safetensors");
+  list_in_manifest(dir, "model.safetensors.index.json");
+  failed(dir,
+         "= \"model-00001-of-00001.safetensors\" names a file that manifest.json does not list");
+
+  dir = corrupt_copy("index_symlink");  // listed with the bytes behind the link
+  fs::copy_file(dir / "model.safetensors", scratch() / "elsewhere.safetensors",
+                fs::copy_options::overwrite_existing);
+  fs::create_symlink(scratch() / "elsewhere.safetensors", dir / "model-00001-of-00001.safetensors");
+  write_index(dir, "model-00001-of-00001.safetensors");
+  list_in_manifest(dir, "model-00001-of-00001.safetensors");
+  list_in_manifest(dir, "model.safetensors.index.json");
+  failed(dir, "\"model-00001-of-00001.safetensors\" names a file that is a symbolic link");
+
+  dir = corrupt_copy("index_not_in_manifest");
+  write_index(dir, "model.safetensors");
+  failed(dir, " is not listed in manifest.json");
+
+  dir = corrupt_copy("index_other_file");  // a listed file that is not a model file
+  write_index(dir, "model.safetensors", tensor, "optimizer.safetensors");
+  list_in_manifest(dir, "model.safetensors.index.json");
+  failed(dir, "\"optimizer.safetensors\" is not a model file of the checkpoint");
+
+  // A tensor the index puts in a file without it, and one of the file the index leaves out
+  // (transformers would not load it).
+  const auto edit_index = [&](const fs::path& d, const std::function<void(nlohmann::json&)>& f) {
+    write_index(d, "model.safetensors");
+    nlohmann::json index = nlohmann::json::parse(std::ifstream(d / "model.safetensors.index.json"));
+    f(index["weight_map"]);
+    std::ofstream(d / "model.safetensors.index.json", std::ios::trunc) << index.dump(2);
+    list_in_manifest(d, "model.safetensors.index.json");
+  };
+  dir = corrupt_copy("index_extra_tensor");
+  edit_index(dir, [](nlohmann::json& map) { map["model.no_such.weight"] = "model.safetensors"; });
+  failed(dir,
+         ": weight_map puts tensor 'model.no_such.weight' in 'model.safetensors', which does "
+         "not hold it");
+  dir = corrupt_copy("index_missing_tensor");
+  edit_index(dir, [&](nlohmann::json& map) { map.erase(tensor); });
+  failed(dir, ": tensor '" + tensor + "' of 'model.safetensors' is not in weight_map");
 }
 
 TEST(Inspect, NotACheckpointIsAnError) {

@@ -1,6 +1,7 @@
 // test_tokenizer.cpp — what carousel reads of a Hugging Face tokenizer (vocabulary size, bos/eos
-// ids) and that a run with tokenizer_path carries the tokenizer into each checkpoint, with the
-// bos/eos ids in config.json. The JSON files here are written by hand, so the ids are known.
+// ids, the ids as the tokenizers library gives them or one clear refusal) and that a run with
+// tokenizer_path carries the tokenizer into each checkpoint, with the bos/eos ids in config.json.
+// The JSON files here are written by hand, so the ids are known.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compute/cpu_backend.h"
+#include "compute/error.h"
 #include "host/config/config.h"
 #include "host/io/checkpoint.h"
 #include "host/io/tokenizer.h"
@@ -54,13 +56,13 @@ TEST(Tokenizer, BosAndEosFromTheUsualSpecialTokens) {
   EXPECT_TRUE(tok.companions.empty());
 
   // GPT-2 style (prepare_data.py's trained tokenizers): one token is both.
-  std::ofstream(dir / "tokenizer.json") << tokenizer_json({{7, "<|endoftext|>", true}});
+  std::ofstream(dir / "tokenizer.json") << tokenizer_json({{3, "<|endoftext|>", true}});
   tok = read_tokenizer((dir / "tokenizer.json").string());
-  EXPECT_EQ(tok.bos_id, 7);
-  EXPECT_EQ(tok.eos_id, 7);
+  EXPECT_EQ(tok.bos_id, 3);
+  EXPECT_EQ(tok.eos_id, 3);
 
   // A token that is not special does not count; none found: no ids.
-  std::ofstream(dir / "tokenizer.json") << tokenizer_json({{5, "</s>", false}});
+  std::ofstream(dir / "tokenizer.json") << tokenizer_json({{3, "</s>", false}});
   tok = read_tokenizer((dir / "tokenizer.json").string());
   EXPECT_FALSE(tok.bos_id.has_value());
   EXPECT_FALSE(tok.eos_id.has_value());
@@ -89,6 +91,76 @@ TEST(Tokenizer, TokenizerConfigBesideItDecides) {
   EXPECT_EQ(msg.rfind("tokenizer_path: '", 0), 0u) << msg;
   EXPECT_NE(msg.find("tokenizer.json' is not valid JSON"), std::string::npos) << msg;
   EXPECT_NE(msg.find("; expected a Hugging Face tokenizer.json"), std::string::npos) << msg;
+}
+
+// The refusal of `text` as tokenizer.json, or "" when it reads. Any exception other than
+// carousel::Error escapes (a JSON library exception was one).
+std::string refusal_of(const fs::path& dir, const std::string& text) {
+  std::ofstream(dir / "tokenizer.json", std::ios::trunc) << text;
+  try {
+    read_tokenizer((dir / "tokenizer.json").string());
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+// Ids are read as the tokenizers library gives them (prepare_data.py tokenizes with it, and
+// scripts/tokenizer_json.py makes these checks in the same words): an added token's written id
+// must be the library's, ids are integers below 2^24, and a malformed added token is one clear
+// error. tests/end_to_end/script_inputs_test.py holds carousel and the script to one reading.
+TEST(Tokenizer, IdsAreTheTokenizersLibrarys) {
+  const fs::path dir = fresh_dir("ids");
+  const auto refused = [&](const std::string& text, const std::string& words) {
+    const std::string msg = refusal_of(dir, text);
+    EXPECT_NE(msg.find(words), std::string::npos) << text << "\n" << msg;
+    EXPECT_EQ(msg.rfind("tokenizer_path='" + (dir / "tokenizer.json").string() + "'", 0), 0u)
+        << msg;
+  };
+  // The library renumbers an added token past the vocabulary to the vocabulary's size (3): it
+  // is refused, not read as a vocabulary of 5001 tokens the data never uses.
+  refused(tokenizer_json({{5000, "<|endoftext|>", true}}),
+          ": added token \"<|endoftext|>\" (added_tokens[0]) has id 5000, but the tokenizers "
+          "library, which tokenizes the data (prepare_data.py, transformers), gives it id 3");
+  refused(tokenizer_json({{3, "X", true}, {3, "Y", true}}), "(added_tokens[1]) has id 3");
+  refused(tokenizer_json({{0, "b", true}}), "\"b\" (added_tokens[0]) has id 0, but");
+  // Ids beyond carousel's vocabulary, negative or of another type (id + 1 overflowed before).
+  const std::string a = R"({"model": {"vocab": {"a": 0}}, "added_tokens": [)";
+  refused(a + R"({"id": 9223372036854775807, "content": "X"}]})",
+          ": the tokenizer's largest token id is 9223372036854775807; carousel's vocab_size is "
+          "at most 16777216, so ids must be below it");
+  refused(R"({"model": {"vocab": {"a": 0, "b": 9223372036854775807}}})",
+          "largest token id is 9223372036854775807");
+  refused(R"({"model": {"vocab": {"a": 0, "b": 18446744073709551616}}})",
+          ": model.vocab id of token \"b\" is a number, not a non-negative integer");
+  refused(a + R"({"id": -1, "content": "X"}]})",
+          ": added_tokens[0] (\"X\"): id is -1, not a non-negative integer");
+  // Fields of the wrong type (the JSON library's type_error escaped before).
+  refused(a + R"({"id": 1, "content": 5}]})",
+          ": added_tokens[0]: content is 5, not a token (a non-empty string)");
+  refused(a + R"({"id": 1, "content": "X", "special": "yes"}]})",
+          ": added_tokens[0] (\"X\"): special is a string, not true or false");
+  refused(a + R"(7]})", ": added_tokens[0] is 7, not an object");
+  refused(R"({"model": {"vocab": {"a": 0}}, "added_tokens": {}})",
+          ": added_tokens is an object, not a list");
+  refused(R"({"model": {"vocab": {}}})", " has an empty vocabulary");
+  // A vocabulary with gaps: the library's versions number the next added token differently.
+  refused(R"({"model": {"vocab": {"a": 0, "b": 5}}, "added_tokens": [{"id": 5, "content": "b"},
+          {"id": 2, "content": "X"}]})",
+          "gives it id 2 (versions 0.22.2 and later) or 6 (earlier versions)");
+
+  // What reads: tokens of the vocabulary keep their ids, new ones follow it; a Unigram piece's
+  // id is its index, also for the eos token tokenizer_config.json names.
+  EXPECT_EQ(refusal_of(dir, tokenizer_json({{1, "b", true}, {3, "X", true}, {3, "X", false}})), "");
+  EXPECT_EQ(read_tokenizer((dir / "tokenizer.json").string()).vocab_size, 4);
+  EXPECT_EQ(refusal_of(dir, R"({"model": {"vocab": {"a": 0, "b": 5}}, "added_tokens": [
+      {"id": 2, "content": "X"}]})"),
+            "");
+  EXPECT_EQ(read_tokenizer((dir / "tokenizer.json").string()).vocab_size, 6);
+  std::ofstream(dir / "tokenizer_config.json") << R"({"eos_token": "b"})";
+  EXPECT_EQ(refusal_of(dir, R"({"model": {"type": "Unigram", "vocab": [["a", 0], ["b", -1]]}})"),
+            "");
+  EXPECT_EQ(read_tokenizer((dir / "tokenizer.json").string()).eos_id, 1);
 }
 
 Config run_with_tokenizer(const fs::path& base, const fs::path& tokenizer) {

@@ -71,7 +71,10 @@ const std::vector<HfArchitecture>& rows() {
              unless(c, "moe_layer_freq", 1, "carousel's layers after the first k are all MoE");
          const auto per_batch = unless(c, "seq_aux", true, "carousel balances per sequence");
          out.insert(out.end(), per_batch.begin(), per_batch.end());
-         if (c.value("norm_topk_prob", false) == true && c.value("num_experts_per_tok", 0) == 1)
+         // Compared as JSON values: value<T>() throws the JSON library's own error when the
+         // file holds another type ("norm_topk_prob": 1).
+         if (c.contains("norm_topk_prob") && c["norm_topk_prob"] == true &&
+             c.contains("num_experts_per_tok") && c["num_experts_per_tok"] == 1)
            out.push_back(
                "norm_topk_prob=true with num_experts_per_tok=1 (DeepSeekMoE leaves a "
                "single weight as its score, carousel normalises it to 1)");

@@ -336,7 +336,8 @@ TensorFiles open_hf_tensors(const std::string& directory, const ModelConfig& mod
       missing.push_back(row.file_name(spec.name));
       continue;
     }
-    CAROUSEL_CHECK(fs::exists(dir / it->second),
+    std::error_code ec;  // a name the file system refuses (too long) does not exist either
+    CAROUSEL_CHECK(fs::exists(dir / it->second, ec),
                    "'{}': weight_map puts tensor '{}' in '{}', which does not exist in '{}' (a "
                    "shard missing from the download?)",
                    (dir / kIndexFile).string(), it->first, it->second, directory);
@@ -360,7 +361,9 @@ TensorFiles open_hf_tensors(const std::string& directory, const ModelConfig& mod
                    tensors.path_of(spec.name), spec.name, shape_str(e->shape),
                    shape_str(spec.shape));
   }
-  for (const auto& [name, file] : file_of) {
+  for (const auto& entry : file_of) {
+    const std::string& name = entry.first;  // not a structured binding: clang 14 (the fuzz
+                                            // build) cannot capture one in a lambda
     if (std::none_of(specs.begin(), specs.end(),
                      [&](const ParamSpec& p) { return row.file_name(p.name) == name; }))
       extra.push_back(name);
