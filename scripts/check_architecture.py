@@ -12,6 +12,11 @@ Usage: check_architecture.py [SOURCE_DIR]   (exit status 0: all hold; 1: each br
 5. train() (host/run/trainer.cpp) is at most MAX_TRAIN_LINES lines.
 6. No schedule name (read from the rows of host/schedule/registry.cpp) is compared as a string
    outside that file (a schedule's behaviour belongs to its registry row).
+7. The parameter runtime (host/parallel/sharded_*.cpp) reduces over the groups a gradient is
+   summed over (data, expert, expert_data, tie, pipe, tensor, kv_share) only through the
+   placement rule (ShardedParams::holders, and the ZeRO-1 pieces of stage_pieces): no
+   all_reduce or reduce_scatter names one of those communicators elsewhere, so no reduction is
+   written per axis combination again.
 
 Written by hand: include-graph linters (include-what-you-use, clang-tidy) know nothing of this
 project's layering, and the rules are a few lines each.
@@ -31,6 +36,10 @@ MAX_FILES_PER_FOLDER = 20
 MAX_LINES = 520
 MAX_TRAIN_LINES = 80
 REGISTRY = "host/schedule/registry.cpp"
+RULE_FILES = re.compile(r"^host/parallel/sharded_[a-z_]+\.cpp$")
+RULE_GROUPS = re.compile(
+    r"comms_\.(data|expert|expert_data|tie|pipe|tensor|kv_share)->(?:all_reduce|reduce_scatter)\b")
+RULE_FUNCTIONS = ("ShardedParams::Holders ShardedParams::holders(", "Pieces ShardedParams::stage_pieces(")
 SKIP_DIRS = {".git", "build", ".venv", "out", ".gpu", "__pycache__", "docs", "configs"}
 
 
@@ -111,6 +120,19 @@ def function_length(text, signature):
     return None
 
 
+def function_span(text, signature):
+    """(first, last) character offsets of the function whose definition holds `signature`."""
+    at = text.find(signature)
+    if at < 0:
+        return None
+    depth, i = 0, text.index("{", at)
+    for j in range(i, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[j], 0)
+        if depth == 0:
+            return at, j
+    return None
+
+
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
                            os.path.join(os.path.dirname(__file__), ".."))
@@ -144,6 +166,14 @@ def main():
                     line = text.count("\n", 0, m.start()) + 1
                     problems.append(f"{path}:{line}: schedule name '{m.group(1) or m.group(2)}' "
                                     "compared as a string; give the registry row a field instead")
+            if RULE_FILES.match(path):
+                spans = [sp for sp in (function_span(text, sig) for sig in RULE_FUNCTIONS) if sp]
+                for m in RULE_GROUPS.finditer(text):
+                    if not any(a <= m.start() <= b for a, b in spans):
+                        line = text.count("\n", 0, m.start()) + 1
+                        problems.append(f"{path}:{line}: reduces over the '{m.group(1)}' "
+                                        "communicator outside the placement rule "
+                                        "(ShardedParams::holders): read the parameter's holders")
             mine = layer_of(path)
             deps = includes.setdefault(path, set())
             for m in include.finditer(text):
@@ -172,8 +202,8 @@ def main():
     for p in problems:
         print(p)
     print(f"check_architecture: {len(problems)} problem(s)" if problems else
-          "check_architecture: layers, cycles, folder sizes, file sizes, train() and schedule "
-          "names all hold")
+          "check_architecture: layers, cycles, folder sizes, file sizes, train(), schedule names "
+          "and the gradient rule all hold")
     return 1 if problems else 0
 
 

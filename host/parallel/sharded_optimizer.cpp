@@ -40,34 +40,58 @@ std::vector<Segment> segments_in(const std::vector<ParamSpec>& specs, std::int64
 
 }  // namespace
 
+GradientHolders gradient_holders(const ParamSpec& spec, bool extra, bool sliced,
+                                 const ModelConfig& model, const MeshShape& mesh,
+                                 const schedule::Layout& layout, int stage_rank) {
+  GradientHolders g;
+  // Stage axis: a layer's parameters live on their stage's rank. An extra lives on the ranks that
+  // use it: a tied table on the first and the last stage's (every stage rank's with layers after
+  // the pipeline), those layers, the final norm and lm_head on every stage rank with them. The
+  // original is where its stage runs: the first stage for the table, the last for the others.
+  if (extra) {
+    const int first = layout.rank_of(0), last = layout.rank_of(layout.stages() - 1);
+    if (spec.role == ParamRole::Embedding) {
+      const bool tied =
+          model.logits_via_embedding && layout.ranks > 1 && (layout.outside || first != last);
+      if (tied) g.stage = layout.outside ? layout.ranks : 2;
+      g.stage_original = !tied || stage_rank == first;
+    } else if (layout.outside) {
+      g.stage = layout.ranks;
+      g.stage_original = stage_rank == last;
+    }
+  }
+  // Data axes: replicated over the data replicas and context ranks, and over the expert ranks
+  // unless dealt to one of them; a sliced buffer's pieces are owned over {replica, context}.
+  const bool routed = spec.expert.sharded() && mesh.expert > 1;
+  if (!sliced) {
+    g.data = routed ? mesh_group::expert_data : mesh_group::data;
+  } else if (!routed) {
+    g.data = mesh_group::expert;
+  }
+  g.tensor = spec.tensor.holders_of(mesh.tensor);
+  return g;
+}
+
 ShardedParams::Holders ShardedParams::holders(const ParamSpec& spec, bool extra,
                                               bool sliced) const {
+  const GradientHolders g =
+      gradient_holders(spec, extra, sliced, cfg_.model, place_.mesh, layout_, place_.stage_rank);
   // A group of one holds nothing to sum: no group.
   const auto group = [](const std::unique_ptr<Communicator>& c) {
     return c && c->size() > 1 ? c.get() : nullptr;
   };
   Holders h;
-  // Stage axis: a layer's parameters live on their stage's rank; an extra on the ranks that use
-  // it, the original where its stage runs (stage_copy).
-  if (extra) {
-    h.stage = spec.role == ParamRole::Embedding ? group(comms_.tie)
-              : layout_.outside                 ? group(comms_.pipe)
-                                                : nullptr;
-    h.original = !stage_copy(spec.role);
+  if (g.stage > 1) h.stage = group(spec.role == ParamRole::Embedding ? comms_.tie : comms_.pipe);
+  if (place_.mesh.axes().size(g.data) > 1) {
+    h.data = g.data == mesh_group::data          ? group(comms_.data)
+             : g.data == mesh_group::expert_data ? group(comms_.expert_data)
+                                                 : group(comms_.expert);
+    CAROUSEL_ASSERT(h.data && h.data->size() == place_.mesh.axes().size(g.data),
+                    "'{}': no communicator spans its data holders", spec.name);
   }
-  // Data axes: replicated over the data replicas and context ranks, and over the expert ranks
-  // unless dealt to one of them; the holders of a sliced buffer's piece own it alone.
-  const bool routed = spec.expert.sharded() && place_.mesh.expert > 1;
-  if (!sliced) {
-    h.data = group(routed ? comms_.expert_data : comms_.data);
-  } else if (!routed) {
-    h.data = group(comms_.expert);
-  }
-  if (h.data) h.original = h.original && h.data->rank() == 0;
-  // Tensor axis: the ranks holding the same part (all of them for a replicated gain).
-  const int tensor_holders = spec.tensor.holders_of(place_.mesh.tensor);
-  if (tensor_holders > 1)
-    h.tensor = tensor_holders == place_.mesh.tensor ? comms_.tensor.get() : comms_.kv_share.get();
+  h.original = g.stage_original && (!h.data || h.data->rank() == 0);
+  if (g.tensor > 1)
+    h.tensor = g.tensor == place_.mesh.tensor ? comms_.tensor.get() : comms_.kv_share.get();
   return h;
 }
 
@@ -223,7 +247,7 @@ std::vector<std::pair<const ParamSpec*, Tensor>> ShardedParams::stage_held_weigh
   if (!layout_.outside || place_.mesh.stages == 1) return out;
   for (const Segment& seg : segments_in(extras_.specs, 0, extras_.flat.numel())) {
     // The embedding is every stage rank's only when tied (else the first stage's alone).
-    if (seg.spec->role != ParamRole::Embedding || comms_.tie)
+    if (extra_holders(*seg.spec).stage)
       out.emplace_back(seg.spec, extras_.flat.view(seg.begin, {seg.length}));
   }
   return out;

@@ -165,16 +165,6 @@ bool ShardedParams::holds_extra(ParamRole role) const {
   return head;
 }
 
-// Extras several stage ranks hold: the first stage's embedding is the original of a tied table
-// (the others multiply by copies), the last stage's rank holds the originals of what every rank
-// holds with layers outside the pipeline. A copy is not counted in the norm nor written to
-// checkpoints; its gradient is summed with the original's, so it stays equal to it.
-bool ShardedParams::stage_copy(ParamRole role) const {
-  if (role == ParamRole::Embedding)
-    return comms_.tie != nullptr && layout_.rank_of(0) != place_.stage_rank;
-  return layout_.outside && layout_.rank_of(layout_.stages() - 1) != place_.stage_rank;
-}
-
 // t = elements [begin, begin + t.numel()) of the initial values of `specs` back to back, staged
 // through the host a chunk at a time: a GPU's weights need a host copy to upload from, and a
 // chunk bounds it (16 MiB) where a whole stage of the 1B llama would take 4.6 GB.

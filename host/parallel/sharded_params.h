@@ -98,6 +98,23 @@ struct StepOutcome {
   std::vector<std::int64_t> expert_load = {};
 };
 
+// The placement rule (models/placement.h) for a gradient of `spec` on a rank at `stage_rank` of
+// `layout`, as group sizes and axes: the holders it is summed over beyond the FSDP reduce-scatter
+// and the ZeRO-1 slicing, and whether this stage rank holds its original. `extra`: an extras
+// tensor (embedding, final norm, lm_head, layers after the pipeline); `sliced`: the data axes'
+// holders own pieces of its buffer (a stage shard with ZeRO-1), so only the holders beyond them
+// sum here. ShardedParams maps it to the rank's communicators; the planner
+// (host/plan/plan_traffic.cpp) to the bytes each sum moves.
+struct GradientHolders {
+  int stage = 1;               // stage ranks holding it: a tied table's, or every stage rank's
+  bool stage_original = true;  // this stage rank holds the original (the stage that runs it)
+  Axes data{};                 // the data axes (replica, expert, context) it is summed over
+  int tensor = 1;              // tensor ranks holding the same part
+};
+GradientHolders gradient_holders(const ParamSpec& spec, bool extra, bool sliced,
+                                 const ModelConfig& model, const MeshShape& mesh,
+                                 const schedule::Layout& layout, int stage_rank);
+
 // Elements [begin, begin + count) of the initial values of `specs` laid back to back (zeros past
 // their end: FSDP padding), as float32 into out[0, count), generated on this thread's OpenMP
 // threads. Bitwise the same for any thread count and any range split: the values of
@@ -199,7 +216,6 @@ class ShardedParams {
   template <class Group>
   void sum_runs(const std::vector<ParamSpec>& specs, std::int64_t lo, std::int64_t hi,
                 const Tensor& buffer, std::int64_t base, Group&& group);
-  bool stage_copy(ParamRole role) const;
   void upload_initial(const std::vector<ParamSpec>& specs, const Tensor& t, std::int64_t begin);
   Pieces stage_pieces(const StageShard& s) const;
   Pieces extras_pieces() const { return {comms_.fsdp.get(), extras_.flat.numel(), extras_piece_}; }

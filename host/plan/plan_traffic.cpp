@@ -6,6 +6,7 @@
 
 #include "compute/error.h"
 #include "host/config/schedule_config.h"
+#include "host/parallel/sharded_params.h"
 #include "host/plan/plan_memory.h"
 #include "models/stage.h"
 
@@ -58,140 +59,87 @@ bool MeshLinks::any_hop_inter() const {
 
 namespace {
 
-// Bytes of the gradient sums over the tensor ranks that hold the same part of a parameter
-// (ShardedParams::reduce_tensor_replicas: layer norm gains, shared KV heads, the final norm): an
-// all-reduce of each such part within the elements FSDP rank `fsdp_rank` and replica `replica_rank`
-// apply.
-double tensor_replica_bytes(const Config& cfg, const sch::Layout& layout, int stage_rank,
-                            int fsdp_rank, int replica_rank) {
-  const int T = int(cfg.ici_tensor_parallelism);
-  if (T == 1) return 0;
-  const ParamLayout p = param_layout(cfg, layout, stage_rank);
-  const sch::StageLayers map = stage_layers(cfg);
-  const bool zero1 =
-      cfg.shard_optimizer_over_data && cfg.ici_data_parallelism * cfg.ici_context_parallelism > 1;
-  // Each layer's parts in their flat order (dense and MoE layers differ; E expert ranks hold
-  // their own experts).
-  std::vector<std::vector<const ParamSpec*>> layer(std::size_t(cfg.model.num_layers));
-  for (const auto& spec : table_of(cfg.model, T, int(cfg.ici_expert_parallelism)))
-    if (spec.layer >= 0) layer[std::size_t(spec.layer)].push_back(&spec);
-  double bytes = 0;
-  // The shared parts in this FSDP rank's piece of the extras: the final norm's gain, and those of
-  // the layers after the pipeline.
-  const std::int64_t extras_lo = fsdp_rank * p.extras_piece,
-                     extras_hi = std::min(extras_lo + p.extras_piece, p.extras);
-  std::int64_t at = 0;  // in the extras' flat buffer
-  for (const ParamSpec& spec : p.extras_specs) {
-    const std::int64_t a = std::max(at, extras_lo), b = std::min(at + numel(spec.shape), extras_hi);
-    if (a < b && spec.tensor.holders_of(T) > 1)
-      bytes += 2 * ring_share(spec.tensor.holders_of(T), double(b - a) * 4);
-    at += numel(spec.shape);
+// An all-reduce of `elements` float32 values over `n` ranks: each sends 2 (n - 1) / n of them.
+double all_reduce_bytes(int n, std::int64_t elements) {
+  return n > 1 ? 2 * ring_share(n, double(elements) * 4) : 0.0;
+}
+
+// visit(spec, elements) for each parameter's elements in [lo, hi) of `specs` laid back to back
+// (a flat buffer's padding past the last is none of them).
+template <class Visit>
+void for_each_segment(const std::vector<const ParamSpec*>& specs, std::int64_t lo, std::int64_t hi,
+                      Visit&& visit) {
+  std::int64_t at = 0;
+  for (const ParamSpec* spec : specs) {
+    const std::int64_t n = numel(spec->shape);
+    const std::int64_t here = std::min(at + n, hi) - std::max(at, lo);
+    if (here > 0) visit(*spec, here);
+    at += n;
   }
-  // The piece ZeRO-1 gives this replica: its index among the ranks holding its experts.
-  const int C = int(cfg.ici_context_parallelism), E = int(cfg.ici_expert_parallelism);
-  const int piece_rank = replica_rank / C / E * C + replica_rank % C;
-  for (const StageElements& s : p.stages) {
-    const std::int64_t piece_begin = zero1 ? std::min(s.shard, piece_rank * s.piece) : 0;
-    const std::int64_t lo = fsdp_rank * s.shard + piece_begin,
-                       hi = lo + std::min(s.piece, s.shard - piece_begin);
-    std::int64_t offset = 0;  // in the stage's flat buffer
-    for (int l = map.first(s.stage); l < map.first(s.stage) + map.count(s.stage); ++l) {
-      for (const ParamSpec* spec : layer[std::size_t(l)]) {
-        const std::int64_t a = std::max(offset, lo), b = std::min(offset + numel(spec->shape), hi);
-        if (a < b && spec->tensor.holders_of(T) > 1)
-          bytes += 2 * ring_share(spec->tensor.holders_of(T), double(b - a) * 4);
-        offset += numel(spec->shape);
-      }
-    }
-  }
-  return bytes;
 }
 
 }  // namespace
 
-// Expert parallelism: the elements of this FSDP rank's shards that are dense tensors and that are
-// routed experts, summed over the rank's stages (the shards' padding is neither: the executor
-// sums tensor runs only, ShardedParams::reduce_over_replicas).
-std::pair<std::int64_t, std::int64_t> shard_elements_by_kind(const Config& cfg,
-                                                             const ParamLayout& p, int fsdp_rank) {
-  const auto& table =
-      table_of(cfg.model, int(cfg.ici_tensor_parallelism), int(cfg.ici_expert_parallelism));
-  std::int64_t dense = 0, experts = 0;
-  for (const StageElements& s : p.stages) {
-    const std::int64_t lo = fsdp_rank * s.shard, hi = lo + s.shard;
-    std::int64_t offset = 0;  // in the stage's flat buffer: its layers' tensors in table order
-    for (const ParamSpec& spec : table) {
-      if (spec.layer < s.first_layer || spec.layer >= s.first_layer + s.layers) continue;
-      const std::int64_t n = numel(spec.shape);
-      const std::int64_t here =
-          std::max<std::int64_t>(0, std::min(offset + n, hi) - std::max(offset, lo));
-      (spec.expert.sharded() ? experts : dense) += here;
-      offset += n;
-    }
-  }
-  return {dense, experts};
-}
-
+// The optimizer step's sums, as the executor makes them: each parameter's gradient over its holders
+// by the placement rule (gradient_holders, host/parallel/sharded_params.h), run by run — its stage
+// holders, its data holders, its tensor holders — plus the buffers' reduce-scatters and gathers
+// (the extras over FSDP, a ZeRO-1 shard over its piece owners).
 LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int stage_rank,
                                const MeshLinks& links, int fsdp_rank, int replica_rank) {
   const ParamLayout p = param_layout(cfg, layout, stage_rank);
-  const int F = int(cfg.ici_fsdp_parallelism),
-            D = int(cfg.data_ranks() * cfg.ici_context_parallelism);
-  const bool zero1 =
-      cfg.shard_optimizer_over_data && cfg.ici_data_parallelism * cfg.ici_context_parallelism > 1;
-  // Replicas: all-reduce of the float32 shards (2 (D-1)/D), or with ZeRO-1 a reduce-scatter of
-  // the gradient and an all-gather of the updated weights (the same bytes); with expert
-  // parallelism the routed experts only over the D / E x C replicas holding them. Extras: a
-  // reduce-scatter and an all-gather over FSDP of the float32 table, and an all-reduce over the
-  // replicas of this rank's piece.
-  double replicas = 2 * ring_share(D, double(zero1 ? p.pieces() * D : p.shards()) * 4);
-  double over_expert_ranks = 0;
-  if (const int E = int(cfg.ici_expert_parallelism); E > 1) {
-    // ZeRO-1: the dense tensors all-reduced over the E expert ranks (the expert group), then the
-    // whole shard's pieces reduce-scattered and gathered over the D / E x C replicas of this
-    // expert rank.
-    const auto [dense, experts] = shard_elements_by_kind(cfg, p, fsdp_rank);
-    if (zero1) {
-      over_expert_ranks = 2 * ring_share(E, double(dense) * 4);
-      replicas = 2 * ring_share(D / E, double(p.pieces() * (D / E)) * 4);
-    } else {
-      replicas =
-          2 * ring_share(D, double(dense) * 4) + 2 * ring_share(D / E, double(experts) * 4);
-    }
-  }
-  const double extras_fsdp = p.extras > 0 ? 2 * ring_share(F, double(p.extras_piece * F) * 4) : 0;
-  double extras_data = 2 * ring_share(D, double(p.extras_piece) * 4);
-  if (const int E = int(cfg.ici_expert_parallelism); E > 1) {
-    // Routed experts after the pipeline: the piece's runs of dense tensors over the D replicas,
-    // of routed experts over the D / E of this expert rank (the piece's padding over none).
-    const std::int64_t lo = fsdp_rank * p.extras_piece, hi = lo + p.extras_piece;
-    std::int64_t at = 0, dense = 0, experts = 0;
-    for (const ParamSpec& spec : p.extras_specs) {
-      const std::int64_t n = numel(spec.shape);
-      const std::int64_t here = std::max<std::int64_t>(0, std::min(at + n, hi) - std::max(at, lo));
-      (spec.expert.sharded() ? experts : dense) += here;
-      at += n;
-    }
-    extras_data = 2 * ring_share(D, double(dense) * 4) + 2 * ring_share(D / E, double(experts) * 4);
-  }
+  const MeshShape mesh = MeshShape::of(cfg);
+  const MeshAxes axes = mesh.axes();
+  const bool sliced = cfg.shard_optimizer_over_data && mesh.expert_replicas() > 1;
+  // This replica's piece among the owners (the replicas of its expert rank).
+  const int C = mesh.context, E = mesh.expert;
+  const int piece_rank = replica_rank / C / E * C + replica_rank % C;
+  const auto holders = [&](const ParamSpec& spec, bool extra) {
+    return gradient_holders(spec, extra, extra ? false : sliced, cfg.model, mesh, layout,
+                            stage_rank);
+  };
   LinkBytes b;
-  b.data = replicas + extras_data;
-  b.expert = over_expert_ranks;
-  b.extras = extras_fsdp;
-  b.tensor = tensor_replica_bytes(cfg, layout, stage_rank, fsdp_rank, replica_rank);
-  // Layers outside the pipeline, the final norm and lm_head: all-reduced over the stage ranks. A
-  // tied table: over the first and the last stage's ranks, or every stage rank with layers
-  // outside (host/parallel/mesh.cpp's tie group).
-  b.stage_sum = 2 * ring_share(layout.ranks, double(p.stage_summed) * 4);
-  const int first = layout.rank_of(0), last = layout.rank_of(layout.stages() - 1);
-  const bool tied = cfg.model.logits_via_embedding && layout.ranks > 1 &&
-                    (layout.outside || first != last) &&
-                    (layout.outside || stage_rank == first || stage_rank == last);
-  for (const ParamSpec& spec : p.extras_specs) {
-    if (tied && spec.role == ParamRole::Embedding)
-      b.stage_sum +=
-          2 * ring_share(layout.outside ? layout.ranks : 2, double(numel(spec.shape)) * 4);
+  // A data sum over the expert ranks alone (ZeRO-1's dense tensors with E > 1) is the expert
+  // group's traffic; any sum over replicas or context ranks the data group's.
+  const auto data_sum = [&](const GradientHolders& g, std::int64_t n) {
+    const double bytes = all_reduce_bytes(axes.size(g.data), n);
+    (g.data == mesh_group::expert ? b.expert : b.data) += bytes;
+  };
+  // Each layer's parameters in table order (one tensor and expert rank's: every rank of a group
+  // has the same layout).
+  std::vector<std::vector<const ParamSpec*>> layer(std::size_t(cfg.model.num_layers));
+  for (const auto& spec : table_of(cfg.model, mesh.tensor, E))
+    if (spec.layer >= 0) layer[std::size_t(spec.layer)].push_back(&spec);
+  for (const StageElements& s : p.stages) {
+    std::vector<const ParamSpec*> specs;
+    for (int l = s.first_layer; l < s.first_layer + s.layers; ++l)
+      specs.insert(specs.end(), layer[std::size_t(l)].begin(), layer[std::size_t(l)].end());
+    const std::int64_t lo = fsdp_rank * s.shard;
+    for_each_segment(specs, lo, lo + s.shard,
+                     [&](const ParamSpec& spec, std::int64_t n) { data_sum(holders(spec, false), n); });
+    if (sliced) {  // the gradient's reduce-scatter and the updated weights' all-gather
+      b.data += 2 * ring_share(mesh.expert_replicas(), double(s.piece * mesh.expert_replicas()) * 4);
+    }
+    const std::int64_t piece_lo = lo + (sliced ? std::min(s.shard, piece_rank * s.piece) : 0);
+    const std::int64_t piece_hi = std::min(lo + s.shard, piece_lo + s.piece);
+    for_each_segment(specs, piece_lo, piece_hi, [&](const ParamSpec& spec, std::int64_t n) {
+      b.tensor += all_reduce_bytes(holders(spec, false).tensor, n);
+    });
   }
+  // Extras: summed over their stage holders, reduce-scattered and gathered over FSDP, and this
+  // FSDP rank's piece summed over its data and tensor holders.
+  std::vector<const ParamSpec*> extras;
+  for (const ParamSpec& spec : p.extras_specs) extras.push_back(&spec);
+  for_each_segment(extras, 0, p.extras, [&](const ParamSpec& spec, std::int64_t n) {
+    b.stage_sum += all_reduce_bytes(holders(spec, true).stage, n);
+  });
+  if (p.extras > 0) b.extras = 2 * ring_share(mesh.fsdp, double(p.extras_piece * mesh.fsdp) * 4);
+  const std::int64_t extras_lo = fsdp_rank * p.extras_piece;
+  for_each_segment(extras, extras_lo, extras_lo + p.extras_piece,
+                   [&](const ParamSpec& spec, std::int64_t n) {
+                     const GradientHolders g = holders(spec, true);
+                     data_sum(g, n);
+                     b.tensor += all_reduce_bytes(g.tensor, n);
+                   });
   b.inter = (links.fsdp_inter ? b.extras : 0) + (links.data_inter ? b.data + b.expert : 0) +
             (links.tensor_inter ? b.tensor : 0) + (links.any_hop_inter() ? b.stage_sum : 0);
   b.intra = b.data + b.extras + b.tensor + b.expert + b.stage_sum - b.inter;

@@ -36,6 +36,15 @@ for i in $(seq 1 21); do touch "$work/models/f$i.h"; done
 expect "a folder of 21 sources" "models/ holds 21 source files"
 rm "$work"/models/f*.h
 
+mkdir -p "$work/host/parallel"
+printf 'void ShardedParams::reduce() {\n  comms_.data->all_reduce(g, g, ReduceOp::Sum);\n}\n' \
+  > "$work/host/parallel/sharded_x.cpp"
+expect "a reduction written per axis" "host/parallel/sharded_x.cpp:2: reduces over the 'data'"
+printf 'ShardedParams::Holders ShardedParams::holders(int x) {\n  comms_.data->all_reduce(g, g);\n}\n' \
+  > "$work/host/parallel/sharded_x.cpp"
+out=$(python3 "$checker" "$work") || fail "the placement rule's own mapping is refused: $out"
+rm -r "$work/host/parallel"
+
 python3 -c "print('\n' * 600)" > "$work/host/io/long.cpp"
 expect "a 600-line file" "host/io/long.cpp has 6"
 rm "$work/host/io/long.cpp"
