@@ -107,19 +107,6 @@ def strongly_connected(graph):
     return out
 
 
-def function_length(text, signature):
-    """Lines from the line holding `signature` to its closing brace; None when absent."""
-    at = text.find(signature)
-    if at < 0:
-        return None
-    depth, i = 0, text.index("{", at)
-    for j in range(i, len(text)):
-        depth += {"{": 1, "}": -1}.get(text[j], 0)
-        if depth == 0:
-            return text.count("\n", at, j) + 1
-    return None
-
-
 def function_span(text, signature):
     """(first, last) character offsets of the function whose definition holds `signature`."""
     at = text.find(signature)
@@ -131,6 +118,12 @@ def function_span(text, signature):
         if depth == 0:
             return at, j
     return None
+
+
+def function_length(text, signature):
+    """Lines from the line holding `signature` to its closing brace; None when absent."""
+    span = function_span(text, signature)
+    return None if span is None else text.count("\n", span[0], span[1]) + 1
 
 
 def main():

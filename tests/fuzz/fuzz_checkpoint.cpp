@@ -47,12 +47,8 @@ const Template& the_template() {
     for (const char* f : {kFiles[1], kFiles[2]}) manifest["files"][f] = file_record(t.dir / f);
     for (int k = 0; k < 2; ++k) manifest["files"][name(k)] = file_record(t.dir / name(k));
     t.valid[0] = manifest.dump(2);
-    if (const char* seeds = std::getenv("CAROUSEL_FUZZ_DUMP")) {
-      for (int i = 0; i < 3; ++i) {
-        write_file(fs::path(seeds) / fmt::format("{}_valid", i),
-                   std::string(1, char(i)) + t.valid[i]);
-      }
-    }
+    dump_seeds({std::begin(t.valid), std::end(t.valid)},
+               [](std::size_t i) { return fmt::format("{}_valid", i); });
     return t;
   }();
   return t;

@@ -52,12 +52,8 @@ const Template& the_template() {
         {"torch_dtype",
          "float32"}}.dump(2);
     t.valid[1] = nlohmann::json{{"metadata", {{"total_size", 0}}}, {"weight_map", map}}.dump(2);
-    if (const char* seeds = std::getenv("CAROUSEL_FUZZ_DUMP")) {
-      for (int i = 0; i < 2; ++i) {
-        write_file(fs::path(seeds) / ("valid_" + std::to_string(i)),
-                   std::string(1, char(i)) + t.valid[i]);
-      }
-    }
+    dump_seeds({std::begin(t.valid), std::end(t.valid)},
+               [](std::size_t i) { return "valid_" + std::to_string(i); });
     return t;
   }();
   return t;

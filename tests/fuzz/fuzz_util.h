@@ -91,6 +91,16 @@ nlohmann::json write_parts(const fs::path& dir, const ModelConfig& model, int pa
   return weight_map;
 }
 
+// With CAROUSEL_FUZZ_DUMP set (to a folder): writes each valid input, prefixed with the byte that
+// selects it, as a seed file `<name(i)>`: how the corpus's valid seeds are made.
+template <class Name>
+void dump_seeds(const std::vector<std::string>& valid, Name&& name) {
+  const char* seeds = std::getenv("CAROUSEL_FUZZ_DUMP");
+  if (!seeds) return;
+  for (std::size_t i = 0; i < valid.size(); ++i)
+    write_file(fs::path(seeds) / name(i), std::string(1, char(i)) + valid[i]);
+}
+
 inline nlohmann::json file_record(const fs::path& path) {
   return {{"bytes", fs::file_size(path)}, {"crc32", file_crc32(path)}};
 }
