@@ -89,12 +89,15 @@ Config bench_config(const std::vector<std::string>& model, const std::string& sc
                  "a multiple of every S x R of the grid",
                  layers, stages, repeats);
   std::vector<std::string> keys = model;
+  if (devices > 1) {  // one device runs the model as one stage: layout keys would have no effect
+    keys.insert(keys.end(), {"pipeline_schedule=" + schedule,
+                             fmt::format("num_pipeline_repeats={}", repeats),
+                             fmt::format("num_layers_per_pipeline_stage={}",
+                                         layers / (stages * repeats))});
+  }
   const std::vector<std::string> mesh = {
-      "pipeline_schedule=" + schedule,
       fmt::format("ici_pipeline_parallelism={}", stages),
       fmt::format("ici_fsdp_parallelism={}", mode.fsdp),
-      fmt::format("num_pipeline_repeats={}", repeats),
-      fmt::format("num_layers_per_pipeline_stage={}", layers / (stages * repeats)),
       fmt::format("num_pipeline_microbatches={}", microbatches),
       fmt::format("per_device_batch_size={}", double(batch) / devices),
       fmt::format("steps={}", steps),
@@ -109,7 +112,8 @@ Config bench_config(const std::vector<std::string>& model, const std::string& sc
   return load_config("", keys).config;
 }
 
-Row run_one(const Config& cfg, const WeightMode& mode, int batch, int steps) {
+Row run_one(const Config& cfg, const std::string& schedule, const WeightMode& mode, int batch,
+            int steps) {
   const int stages = int(cfg.ici_pipeline_parallelism), repeats = int(cfg.repeats());
   const int devices = stages * mode.fsdp;
   const TrainResult result = train(cfg);
@@ -127,7 +131,7 @@ Row run_one(const Config& cfg, const WeightMode& mode, int batch, int steps) {
   const double stage_mib =
       4.0 * double(layer_elements) / double(stages * repeats) / double(1 << 20);
   return {
-      .schedule = cfg.pipeline_schedule,
+      .schedule = schedule,  // one device runs its own program whatever the name
       .mode = mode.name,
       .stages = stages,
       .repeats = repeats,
@@ -255,7 +259,7 @@ int main(int argc, char** argv) {
                          repeats_of(schedule), factor * stages, mode.name, e.what());
               continue;
             }
-            const Row r = run_one(cfg, mode, batch, steps);
+            const Row r = run_one(cfg, schedule, mode, batch, steps);
             fmt::print(
                 "{:<17} {:>2} {:>2} {:>3} {:<8} {:>9.1f} {:>9.0f} {:>9.1f} {:>9.1f} {:>5.0f}% "
                 "{:>7.1f}% {:>7.1f}% {:>7.1f}% {:>7.1f}% {:>8.2f} {:>8.1f} {:>9.1f}{}\n",

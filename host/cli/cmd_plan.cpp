@@ -9,7 +9,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <new>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -165,6 +167,23 @@ void print_launch(const plan::Prediction& p, const plan::Cluster& cluster) {
       cluster.devices, cluster.devices_per_node, cluster.devices, cluster.devices_per_node, p.keys);
 }
 
+// A finite number in [lo, hi] (or (lo, hi] with `open_low`): CLI::Range lets NaN through (every
+// comparison with it is false), so `--compute-efficiency nan` read as the flag left out (0.6),
+// `--kernel-latency-us nan` reached the search as a NaN time and `--peak-tflops inf` as an
+// infinitely fast device.
+CLI::Validator finite_number(double lo, double hi, bool open_low) {
+  const std::string range = fmt::format("{}{}, {}]", open_low ? '(' : '[', lo, hi);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        double v = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+        const bool ok = ec == std::errc() && end == text.data() + text.size() &&
+                        std::isfinite(v) && (open_low ? v > lo : v >= lo) && v <= hi;
+        return ok ? std::string() : fmt::format("'{}' is not a number in {}", text, range);
+      },
+      "NUMBER in " + range);
+}
+
 }  // namespace
 
 void add_plan_options(CLI::App& cmd, PlanOptions& o) {
@@ -185,18 +204,19 @@ void add_plan_options(CLI::App& cmd, PlanOptions& o) {
       ->check(CLI::Range(1, 1 << 20));
   cmd.add_option("--device-memory", o.device_memory, "memory per device, e.g. 80GiB");
   cmd.add_option("--peak-tflops", o.peak_tflops,
-                 "dense peak per device in the compute dtype (H100 SXM bf16: 989)");
+                 "dense peak per device in the compute dtype (H100 SXM bf16: 989)")
+      ->check(finite_number(0, 1e6, /*open_low=*/true));
   cmd.add_option("--intra-node-bandwidth", o.intra_node_bandwidth,
                  "per device and direction, e.g. 450GB/s (plain numbers: GB/s)");
   cmd.add_option("--inter-node-bandwidth", o.inter_node_bandwidth,
                  "per device and direction, e.g. 400Gbit/s or 50GB/s");
   cmd.add_option("--kernel-latency-us", o.kernel_latency_us,
                  "the least time a kernel launch costs in the FLOP model (default 5)")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(finite_number(0, 1e6, /*open_low=*/false));
   cmd.add_option("--message-latency-us", o.message_latency_us,
                  "the least time a p2p message or collective costs on top of its bytes (default "
                  "10)")
-      ->check(CLI::Range(0.0, 1e6));
+      ->check(finite_number(0, 1e6, /*open_low=*/false));
   cmd.add_option("--global-batch-tokens", o.global_batch_tokens,
                  "tokens per step, e.g. 4M (= 4 x 2^20); or --global-batch");
   cmd.add_option("--global-batch", o.global_batch, "sequences per step")
@@ -208,7 +228,8 @@ void add_plan_options(CLI::App& cmd, PlanOptions& o) {
                  "remat_policy: full | none | minimal | save_dot_with_context_except_mlp | "
                  "save_qkv_proj | save_out_proj");
   cmd.add_option("--compute-efficiency", o.compute_efficiency,
-                 "fraction of the peak a layer's forward and backward reach (default 0.6)");
+                 "fraction of the peak a layer's forward and backward reach (default 0.6)")
+      ->check(finite_number(0, 1, /*open_low=*/true));
   cmd.add_option("--costs-file", o.costs_file,
                  "schedule_costs.yml a profiled run of this model wrote (profiler_steps): its "
                  "measured per-layer times, scaled to each candidate, instead of the peak x "
@@ -348,7 +369,15 @@ int run_plan(const PlanOptions& given) {
                               .tensor = o.tensor,
                               .context = o.context,
                               .expert = o.expert};
-  const plan::SearchResult r = plan::search(w, cluster, options);
+  plan::SearchResult r;
+  try {
+    r = plan::search(w, cluster, options);
+  } catch (const std::bad_alloc&) {  // beyond the search's own estimate: still one clear error
+    fail(
+        "carousel plan ran out of memory during its search (an allocation failed); raise the "
+        "address-space limit (ulimit -v) or narrow the search: --max-microbatches, --schedules, "
+        "--tensor, --context, --expert");
+  }
   if (r.best.empty()) {
     const plan::Candidate& c = r.smallest_candidate;
     fail(

@@ -3,10 +3,19 @@
 // simulates it with the cost model, prints per-rank instruction lists, the MaxText-style table
 // (circular), bubble (predicted and closed form), memory and communication per rank, and
 // writes a Chrome trace and an SVG timeline into the run directory.
+//
+// Memory: the program, its simulation, the listings and above all the Chrome trace (a JSON
+// document, an object per action) grow with S x M x R; at the accepted bound (2^20 units) they
+// need about 7.5 GB. Under an address-space or data limit (ulimit -v / -d) the need is estimated
+// from the generated program before anything large is built, and a limit below it is one error
+// naming both; an allocation that fails anyway is one error too, never std::terminate.
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <new>
 
 #include "host/cli/commands.h"
 #include "host/config/config.h"
@@ -25,6 +34,91 @@ namespace carousel {
 
 namespace sch = schedule;
 
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+// Measured with VmPeak (tiny model; gpipe, zb_h1, zbv, dualpipev, interleaved_zb, looped_bfs,
+// circular, with and without FSDP; 2^16 and 2^17 units): 1.14 GiB before any schedule (the
+// libraries and their reservations), then 2.9 KB per compute action (F, B, I, W) for all of
+// them, the Chrome trace's JSON document the most; the reserve below comes on top.
+constexpr double kStartBytes = 1.25 * 1024 * kMiB;
+constexpr double kBytesPerComputeAction = 3072;
+// Kept until an allocation fails, then freed so that unwinding can allocate: the JSON library's
+// destructor allocates a stack as large as the array it frees (one slot per trace event), and an
+// allocation failing in a destructor is std::terminate.
+constexpr std::size_t kReserveBytes = std::size_t(96) << 20;
+
+// The smaller of the address-space and data-segment limits, as run_plan.cpp reads them for train.
+struct MemoryLimit {
+  rlim_t bytes = RLIM_INFINITY;
+  const char* name = "";
+};
+MemoryLimit memory_limit() {
+  MemoryLimit limit;
+  for (const auto& [resource, name] : {std::pair{RLIMIT_AS, "address-space limit (ulimit -v)"},
+                                       std::pair{RLIMIT_DATA, "data-segment limit (ulimit -d)"}}) {
+    rlimit lim{};
+    if (getrlimit(resource, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+        lim.rlim_cur < limit.bytes) {
+      limit = {lim.rlim_cur, name};
+    }
+  }
+  return limit;
+}
+
+std::string units_text(const sch::Layout& l) {
+  return fmt::format("S x M x R = {} x {} x {} = {} (rank, microbatch, repeat) units", l.ranks,
+                     l.microbatches, l.repeats, std::int64_t(l.ranks) * l.microbatches * l.repeats);
+}
+
+// The need of what follows the compute program, against the limit: refused before it is built.
+void check_memory_limit(const sch::Program& compute, const MemoryLimit& limit) {
+  if (limit.bytes == RLIM_INFINITY) return;
+  std::int64_t actions = 0;
+  for (const auto& rank : compute.ranks) {
+    actions +=
+        std::count_if(rank.begin(), rank.end(), [](const auto& a) { return a.is_compute(); });
+  }
+  const double need =
+      kStartBytes + double(kReserveBytes) + double(actions) * kBytesPerComputeAction;
+  CAROUSEL_CHECK(double(limit.bytes) >= need,
+                 "the {} is {:.0f} MiB but `carousel schedule` needs about {:.0f} MiB for this "
+                 "schedule ({}, {} compute actions: the program, its simulation, the listings "
+                 "and the Chrome trace); raise the limit (to unlimited), or use fewer "
+                 "microbatches (num_pipeline_microbatches), stages or repeats",
+                 limit.name, double(limit.bytes) / kMiB, need / kMiB, units_text(compute.layout),
+                 actions);
+}
+
+// Holds the reserve while installed as the new-handler (one thread: `carousel schedule` has no
+// others). The first failed allocation frees it and throws std::bad_alloc.
+class AllocationReserve {
+ public:
+  AllocationReserve() : previous_(std::set_new_handler(&release)) {
+    reserve_ = std::malloc(kReserveBytes);
+  }
+  ~AllocationReserve() {
+    std::set_new_handler(previous_);
+    std::free(reserve_);
+    reserve_ = nullptr;
+  }
+  AllocationReserve(const AllocationReserve&) = delete;
+  AllocationReserve& operator=(const AllocationReserve&) = delete;
+
+ private:
+  static void release() {
+    std::free(reserve_);
+    reserve_ = nullptr;
+    throw std::bad_alloc();
+  }
+  static inline void* reserve_ = nullptr;
+  std::new_handler previous_;
+};
+
+int show_schedule(const Config& cfg);
+
+}  // namespace
+
 int run_schedule(const ConfigArgs& options) {
   std::vector<std::string> files, overrides;
   split_config_arguments(options.args, files, overrides);
@@ -33,10 +127,30 @@ int run_schedule(const ConfigArgs& options) {
   // <base_output_directory>/schedule/ (replaced by the next `carousel schedule`).
   if (cfg.run_name.empty()) cfg.run_name = "schedule";
   init_logging({.rank = 0, .level = cfg.log_level, .file_dir = {}});
+  const AllocationReserve reserve;
+  try {
+    return show_schedule(cfg);
+  } catch (const std::bad_alloc&) {
+    const MemoryLimit limit = memory_limit();
+    fail(
+        "`carousel schedule` ran out of memory{} for pipeline_schedule={} with {}; {}use fewer "
+        "microbatches (num_pipeline_microbatches), stages or repeats",
+        limit.bytes == RLIM_INFINITY
+            ? std::string()
+            : fmt::format(" under the {} of {:.0f} MiB", limit.name, double(limit.bytes) / kMiB),
+        cfg.pipeline_schedule, units_text(schedule_spec(cfg).layout),
+        limit.bytes == RLIM_INFINITY ? "" : "raise the limit (to unlimited), or ");
+  }
+}
+
+namespace {
+
+int show_schedule(const Config& cfg) {
   const sch::ScheduleSpec spec = schedule_spec(cfg);
   const sch::Layout& l = spec.layout;
   const bool fsdp = cfg.ici_fsdp_parallelism > 1;
   const sch::Program compute = sch::generate(spec);
+  check_memory_limit(compute, memory_limit());
   sch::validate(compute);
   const sch::StageLayers layers(cfg.stage_layer_counts());
   const sch::Program lowered = sch::place_exchanges(
@@ -167,5 +281,7 @@ int run_schedule(const ConfigArgs& options) {
       dir.string());
   return 0;
 }
+
+}  // namespace
 
 }  // namespace carousel

@@ -10,6 +10,7 @@
 #include "host/config/run_name.h"
 #include "host/io/run_lock.h"
 #include "host/parallel/launch.h"
+#include "host/reliability/stop_signals.h"
 #include "host/report/logging.h"
 #include "host/report/progress_bar.h"
 #include "host/run/trainer.h"
@@ -50,6 +51,7 @@ int run_train(const ConfigArgs& options) {
     try {
       lock.emplace(RunLock::acquire(loaded.config.run_directory()));
     } catch (const std::exception& e) {
+      StopSignals::note_failing();  // the SIGTERM Open MPI sends after MPI_Abort: not a stop
       if (processes->size() > 1) {  // the other processes would wait for this one forever
         spdlog::error("{}", e.what());
         processes->abort(2);
@@ -79,6 +81,9 @@ int run_train(const ConfigArgs& options) {
   try {
     train(loaded.config, processes->world());
   } catch (const std::exception& e) {
+    // This process fails: under mpirun, the other processes (told by MPI_Abort below) and this
+    // one get Open MPI's SIGTERM next, which must not be announced as a stop with a checkpoint.
+    StopSignals::note_failing();
     if (processes->size() > 1) {  // the other processes would wait for this one forever
       spdlog::error("{}", e.what());
       processes->abort(2);

@@ -13,7 +13,6 @@
 #include <CLI/CLI.hpp>
 #include <optional>
 
-#include "compute/cpu/omp_wait_policy.h"
 #include "compute/error.h"
 #include "host/cli/commands.h"
 #include "host/reliability/stop_signals.h"
@@ -30,9 +29,8 @@ void report_fatal(const std::string& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // OpenMP threads spin only briefly while idle, so runs share a busy machine well; libgomp
-  // reads the setting at load time, hence a re-exec (compute/cpu/omp_wait_policy.h).
-  carousel::cpu::reexec_with_bounded_omp_spin(argv);
+  // Before main(), host/cli/startup_limits.cpp has blocked the stop signals, checked the limits
+  // and re-executed the process for the stack limit and OpenMP's spin policy when needed.
   carousel::cap_malloc_arenas_under_limits();  // before any thread: host/cli/startup_limits.cpp
   CLI::App app{"carousel — pipeline-parallel transformer training on CPUs and GPUs"};
   app.require_subcommand(1);
@@ -93,10 +91,13 @@ int main(int argc, char** argv) {
     train.args.push_back("log_level=" + log_level);
     schedule.args.push_back("log_level=" + log_level);
   }
-  // `carousel train`: the stop signals first, so a SIGTERM or SIGHUP during start-up (config,
-  // data, resume) is a clean stop after the first step, not the default action.
+  // `carousel train`: the stop signals' handlers first, then the signals unblocked (held since
+  // before the libraries loaded), so a SIGTERM, SIGHUP or SIGUSR1 at any instant of start-up
+  // (before main(), config, data, resume) is a clean stop after the first step, not the default
+  // action. The other subcommands keep the default actions: a pending signal ends them here.
   std::optional<carousel::StopSignals> stop_signals;
   if (train_cmd->parsed() && !help_keys) stop_signals.emplace();
+  carousel::unblock_stop_signals();
   try {
     carousel::init_logging({.rank = 0, .level = log_level, .file_dir = {}});
     if (info_cmd->parsed()) return carousel::run_info(info);
@@ -111,13 +112,16 @@ int main(int argc, char** argv) {
     if (plan_cmd->parsed()) return carousel::run_plan(plan);
     if (inspect_cmd->parsed()) return carousel::run_inspect(inspect);
   } catch (const carousel::Error& e) {
+    carousel::StopSignals::note_failing();  // a signal from here on is no stop request to say
     report_fatal(e.what());
     if (!e.where().empty()) spdlog::debug("(raised at {})", e.where());
     return 2;
   } catch (const std::exception& e) {  // e.g. a filesystem error: still one line, no crash
+    carousel::StopSignals::note_failing();
     report_fatal(e.what());
     return 2;
   } catch (...) {
+    carousel::StopSignals::note_failing();
     report_fatal("unknown error");
     return 2;
   }

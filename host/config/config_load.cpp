@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -19,8 +20,11 @@
 
 #include "compute/error.h"
 #include "host/config/config.h"
+#include "host/config/config_effect.h"
+#include "host/config/config_limits.h"
 #include "host/config/paths.h"
 #include "host/config/yaml_document.h"
+#include "host/reliability/fault_injection.h"
 #include "host/schedule/registry.h"
 
 namespace carousel {
@@ -276,6 +280,12 @@ std::vector<Assignment> read_overrides(const std::vector<std::string>& overrides
                      o);
       fail("command-line argument '{}' is not key=value (e.g. steps=100)", o);
     }
+    // MaxText's inheritance belongs to a file; on the command line the file itself comes first.
+    CAROUSEL_CHECK(o.substr(0, eq) != "base_config",
+                   "command-line argument '{}': base_config is read from a config file (the file "
+                   "it extends); on the command line give that file itself before the overrides: "
+                   "carousel train {} key=value ...",
+                   o, o.substr(eq + 1));
     out.push_back({o.substr(0, eq), o.substr(eq + 1), "command line", "command line"});
   }
   return out;
@@ -314,12 +324,13 @@ void fold_dcn_axes(Config& cfg, std::map<std::string, std::string>& source) {
       "inside the node",
       cfg.dcn_tensor_parallelism);
   for (const Axis& axis : axes) {
-    CAROUSEL_CHECK(*axis.dcn >= 1 && *axis.dcn <= 4096,
-                   "dcn_{}_parallelism={} is not valid; it must be in [1, 4096]", axis.name,
-                   *axis.dcn);
-    CAROUSEL_CHECK(*axis.dcn == 1 || *axis.ici >= 1,
-                   "ici_{}_parallelism={} is not valid with dcn_{}_parallelism={}; it must be >= 1",
-                   axis.name, *axis.ici, axis.name, *axis.dcn);
+    CAROUSEL_CHECK(*axis.dcn >= 1 && *axis.dcn <= kMaxMeshAxis,
+                   "dcn_{}_parallelism={} is not valid; it must be in [1, {}]", axis.name,
+                   *axis.dcn, kMaxMeshAxis);
+    CAROUSEL_CHECK(*axis.dcn == 1 || (*axis.ici >= 1 && *axis.ici <= kMaxMeshAxis),
+                   "ici_{}_parallelism={} is not valid with dcn_{}_parallelism={}; it must be in "
+                   "[1, {}]",
+                   axis.name, *axis.ici, axis.name, *axis.dcn, kMaxMeshAxis);
     if (outer_ici.empty() && std::string(axis.name) != "tensor" && axis.dcn != &no_dcn)
       allowed += (allowed.empty() ? "" : ", ") + std::string(axis.name);
     if (*axis.dcn > 1 && !outer_ici.empty() && outer_ici != axis.name) {
@@ -335,6 +346,13 @@ void fold_dcn_axes(Config& cfg, std::map<std::string, std::string>& source) {
   for (const Axis& axis : axes) {
     if (*axis.dcn == 1) continue;
     const std::string ici = fmt::format("ici_{}_parallelism", axis.name);
+    // The product is the axis: bounded as one (validation would name only the folded product,
+    // as if the user had set ici_*_parallelism to it).
+    CAROUSEL_CHECK(*axis.ici <= kMaxMeshAxis / *axis.dcn,
+                   "{}={} x dcn_{}_parallelism={} = {} ranks on the {} axis; an axis (ici x dcn) "
+                   "has at most {} ranks: lower either factor",
+                   ici, *axis.ici, axis.name, *axis.dcn, *axis.ici * *axis.dcn, axis.name,
+                   kMaxMeshAxis);
     source[ici] = fmt::format("{} x dcn_{}_parallelism={}", *axis.ici, axis.name, *axis.dcn);
     source[fmt::format("dcn_{}_parallelism", axis.name)] = fmt::format("folded into {}", ici);
     *axis.ici *= *axis.dcn;
@@ -455,14 +473,32 @@ LoadedConfig load_config(const std::vector<std::string>& yaml_paths,
   for (const auto& a : assignments) {
     if (a.where != "command line") where[a.key] = a.where;
   }
+  // The layer of each key the user gave: each file starts one, and so does each command-line
+  // argument (a script's common arguments, then `enable_checkpointing=false`, turns a feature off).
+  std::map<std::string, GivenKey> given;
+  int layer = 0;
+  for (std::size_t i = 0; i < assignments.size(); ++i) {
+    if (i == 0 || assignments[i].source != assignments[i - 1].source ||
+        assignments[i].source == "command line")
+      ++layer;
+    given[assignments[i].key] = {layer, assignments[i].where};
+  }
   try {
     cfg.validate();
+    check_keys_have_effect(cfg, given);
   } catch (const Error& e) {
     const std::string message = e.what();
     const auto eq = message.find('=');
     const auto it = eq == std::string::npos ? where.end() : where.find(message.substr(0, eq));
     if (it == where.end()) throw;
     fail("{} (from {})", message, it->second);
+  }
+  // CAROUSEL_FAULT (faults tests provoke) against this run: one that could never fire (a rank
+  // the run lacks, a step it never reaches) is an error, not a test run silently without it.
+  if (const char* faults = std::getenv("CAROUSEL_FAULT"); faults && *faults) {
+    check_faults_for_run(parse_faults(faults),
+                         {int(cfg.num_devices()), cfg.steps, cfg.enable_checkpointing,
+                          cfg.checkpoint_period});
   }
   return out;
 }

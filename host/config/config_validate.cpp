@@ -1,7 +1,7 @@
 // config_validate.cpp — Config::validate(): every key's own range first (so a message never
-// blames another key), then the rules between keys (batch, divisibility, schedule), then the
-// size limits of one microbatch's activations. Each failure names the key, the value and what
-// would be valid.
+// blames another key), then the rules between keys (batch, divisibility, schedule: the pipeline's
+// are in config_validate_pipeline.cpp), then the size limits of one microbatch's activations.
+// Each failure names the key, the value and what would be valid.
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
@@ -13,6 +13,7 @@
 
 #include "compute/error.h"
 #include "host/config/config.h"
+#include "host/config/config_limits.h"
 #include "host/config/paths.h"
 #include "host/config/schedule_config.h"
 #include "host/schedule/registry.h"
@@ -22,14 +23,6 @@
 namespace carousel {
 
 namespace {
-
-constexpr std::int64_t kMaxSteps = 1'000'000'000'000;  // 1e12 steps (and periods)
-constexpr std::int64_t kMaxMeshAxis = 4096;            // S, F, D, T each
-constexpr std::int64_t kMaxDevices = 65536;            // S x F x D x T
-constexpr std::int64_t kMaxMicrobatches = 65536;       // M (and g)
-constexpr double kMaxPerDeviceBatch = 65536;           // sequences per device
-constexpr std::int64_t kMaxGlobalBatch = std::int64_t(1) << 24;
-constexpr double kMaxScheduleCost = 1e12;
 
 // The schedule cost model's keys and values.
 std::vector<std::pair<const char*, double>> schedule_cost_keys(const Config& c) {
@@ -66,6 +59,70 @@ void check_finite(const Config& c) {
   }
 }
 
+// Values that change meaning where they are applied: the kernels apply these in float32 (a
+// nonzero value float32 rounds to 0 or infinity would be silently 0 or inf: adam_eps=1e-300 made
+// every parameter without a gradient 0/0 = NaN), and some scale what they multiply past it
+// (routed_scaling_factor=1e308 turned the experts' output into infinities that surfaced later
+// as a non-finite embedding gradient). Each key's bound says why.
+void check_scales(const Config& c) {
+  const ModelConfig& m = c.model;
+  // The router's multipliers first, with their own reasons (MoE only; on a dense model
+  // config_effect.cpp refuses them set).
+  constexpr double kMaxRoutedScale = 1000;
+  CAROUSEL_CHECK(m.routed_scaling_factor <= kMaxRoutedScale,
+                 "routed_scaling_factor={} is not valid; it must be in (0, {}] (DeepSeek-V3 uses "
+                 "2.5): it multiplies every routed expert's output added to the residual "
+                 "stream, and far larger factors overflow float32 activations and gradients",
+                 m.routed_scaling_factor, kMaxRoutedScale);
+  CAROUSEL_CHECK(m.load_balance_loss_weight <= kMaxRoutedScale,
+                 "load_balance_loss_weight={} is not valid; it must be in [0, {}] (typical: 0.001 "
+                 "to 0.01): it multiplies the balancing loss and its gradient, and far larger "
+                 "weights overflow float32 gradients",
+                 m.load_balance_loss_weight, kMaxRoutedScale);
+  CAROUSEL_CHECK(m.routed_bias_update_rate <= 1,
+                 "routed_bias_update_rate={} is not valid; it must be in [0, 1] (DeepSeek-V3 uses "
+                 "0.001): each step moves the bias by this much against router scores in [0, 1], "
+                 "so a larger rate outweighs every score at once",
+                 m.routed_bias_update_rate);
+  struct Float32Key {
+    const char* key;
+    double v;
+    bool zero_allowed;
+  };
+  const Float32Key float32_keys[] = {
+      {"learning_rate", c.learning_rate, true},
+      {"adam_eps", c.adam_eps, false},
+      {"adam_weight_decay", c.adam_weight_decay, true},
+      {"gradient_clipping_threshold", c.gradient_clipping_threshold, true},
+      {"normalization_layer_epsilon", m.norm_eps, false},
+      {"routed_scaling_factor", m.routed_scaling_factor, false},
+      {"load_balance_loss_weight", m.load_balance_loss_weight, true},
+      {"routed_bias_update_rate", m.routed_bias_update_rate, true}};
+  constexpr double lo = std::numeric_limits<float>::min(), hi = std::numeric_limits<float>::max();
+  for (const auto& [key, v, zero_allowed] : float32_keys) {
+    CAROUSEL_CHECK(v == 0 || (std::abs(v) >= lo && std::abs(v) <= hi),
+                   "{}={} is not valid: it is applied in float32, which rounds it to {}; use {}a "
+                   "value of magnitude in [1.2e-38, 3.4e38]",
+                   key, v, std::abs(v) < lo ? "0" : "infinity", zero_allowed ? "0 or " : "");
+  }
+  CAROUSEL_CHECK(c.learning_rate * c.adam_weight_decay <= 1,
+                 "learning_rate x adam_weight_decay = {} x {} = {} is above 1: AdamW multiplies "
+                 "each decayed weight by 1 - {} per step, which must stay in [0, 1]; lower "
+                 "either",
+                 c.learning_rate, c.adam_weight_decay, c.learning_rate * c.adam_weight_decay,
+                 c.learning_rate * c.adam_weight_decay);
+  // A transfer's simulated time is bytes / speed, slept on a nanosecond clock: the largest
+  // tensor (2^40 elements of 8 bytes) at 1e-6 GB/s takes 8.8e9 s, inside the clock's 9.2e9 s;
+  // slower links overflowed it (1e-300 slept not at all: the link was off, not slow).
+  constexpr double kMinLink = 1e-6, kMaxLink = 1e6;
+  CAROUSEL_CHECK(c.cpu_link_gigabytes_per_second == 0 ||
+                     (c.cpu_link_gigabytes_per_second >= kMinLink &&
+                      c.cpu_link_gigabytes_per_second <= kMaxLink),
+                 "cpu_link_gigabytes_per_second={} is not valid; use 0 (memory speed) or a "
+                 "positive speed in [{}, {}] (10^9 bytes/s)",
+                 c.cpu_link_gigabytes_per_second, kMinLink, kMaxLink);
+}
+
 void check_schedule_costs(const Config& c) {
   for (const auto& [key, v] : schedule_cost_keys(c)) {
     CAROUSEL_CHECK(v >= 0 && v <= kMaxScheduleCost, "{}={} is not valid; it must be in [0, {}]",
@@ -75,14 +132,6 @@ void check_schedule_costs(const Config& c) {
                  "schedule_cost_f={} and schedule_cost_b={} must be > 0 (a layer's forward and "
                  "backward take time)",
                  c.schedule_cost_f, c.schedule_cost_b);
-}
-
-// -1 (automatic) or lo..hi.
-void check_auto_or_range(const char* key, std::int64_t v, std::int64_t lo, std::int64_t hi,
-                         const char* auto_means) {
-  CAROUSEL_CHECK(v == -1 || (v >= lo && v <= hi),
-                 "{}={} is not valid; it must be -1 ({}) or in [{}, {}]", key, v, auto_means, lo,
-                 hi);
 }
 
 // The largest tensors one microbatch materializes, each at most kMaxTensorElements.
@@ -144,9 +193,10 @@ void Config::validate() const {
   check_range("steps", steps, 1, kMaxSteps);
   check_range("log_period", log_period, 1, kMaxSteps);
   check_range("profiler_steps", profiler_steps, 0, kMaxSteps);
-  CAROUSEL_CHECK(peak_flops >= 0 && peak_flops <= 1e18,
-                 "peak_flops={} is not valid; it must be a device's FLOP/s in [0, 1e18] (0 = known "
-                 "GPUs by name, measured on CPUs)",
+  // MFU divides by it: a tiny peak made it infinite.
+  CAROUSEL_CHECK(peak_flops == 0 || (peak_flops >= 1e6 && peak_flops <= 1e18),
+                 "peak_flops={} is not valid; it must be a device's FLOP/s in [1e6, 1e18], or 0 "
+                 "(known GPUs by name, measured on CPUs)",
                  peak_flops);
   check_range("skip_first_n_steps_for_profiler", skip_first_n_steps_for_profiler, 0, kMaxSteps);
   check_range("checkpoint_period", checkpoint_period, 0, kMaxSteps, " (0 = only at the end)");
@@ -304,10 +354,7 @@ void Config::validate() const {
       "collective_timeout_seconds={} is not valid; it must be a number of seconds in "
       "(0, {}] (30 days)",
       collective_timeout_seconds, kMaxCollectiveTimeoutSeconds);
-  CAROUSEL_CHECK(cpu_link_gigabytes_per_second >= 0,
-                 "cpu_link_gigabytes_per_second={} is not valid; use 0 (memory speed) or a "
-                 "positive speed in 10^9 bytes/s",
-                 cpu_link_gigabytes_per_second);
+  check_scales(*this);
   CAROUSEL_CHECK(run_name.find('/') == std::string::npos && run_name != "." && run_name != "..",
                  "run_name='{}' must be a name without '/' (and not . or ..), or empty for a new "
                  "run directory named after the model and the time",
@@ -320,173 +367,6 @@ void Config::validate() const {
                  "run_name={:?} holds a control character (byte {:#04x} at position {}); use "
                  "printable characters",
                  run_name, unsigned((unsigned char)*control), control - run_name.begin());
-}
-
-namespace {
-
-// "base_num_decoder_layers=8", or "pipeline_parallel_layers=6" when the pipeline runs only those:
-// the layers the stages split, named by the key that sets them.
-std::string pipelined_text(const Config& c) {
-  return c.pipeline_parallel_layers == -1
-             ? fmt::format("base_num_decoder_layers={}", c.model.num_layers)
-             : fmt::format("pipeline_parallel_layers={}", c.pipeline_parallel_layers);
-}
-
-// pipeline_parallel_layers: how many layers the stages split; the layers after them run outside
-// the pipeline (the schedule's fit is the registry's check).
-void check_layers_outside(const Config& c) {
-  const std::int64_t N = c.model.num_layers, P = c.pipeline_parallel_layers;
-  CAROUSEL_CHECK(P == -1 || (P >= 1 && P <= N),
-                 "pipeline_parallel_layers={} is not valid; give how many of the "
-                 "base_num_decoder_layers={} layers the pipeline runs (1 to {}; the layers after "
-                 "them run outside it, on every stage rank), or -1 for all of them",
-                 P, N, N);
-}
-
-// Even stages: S x R x L = the pipelined decoder layers.
-void check_even_stages(const Config& c) {
-  const std::int64_t S = c.ici_pipeline_parallelism, L = c.num_layers_per_pipeline_stage;
-  const std::int64_t N = c.pipelined_layers();
-  const std::string layers = pipelined_text(c);
-  CAROUSEL_CHECK(c.num_pipeline_repeats != -1 || N % (S * L) == 0,
-                 "{} is not divisible by ici_pipeline_parallelism x "
-                 "num_layers_per_pipeline_stage = {} x {}; choose S and L so that S x L divides "
-                 "the layers (or give uneven stages with pipeline_stage_layers)",
-                 layers, S, L);
-  CAROUSEL_CHECK(S * c.repeats() * L == N,
-                 "ici_pipeline_parallelism x num_pipeline_repeats x "
-                 "num_layers_per_pipeline_stage = {} x {} x {} must equal "
-                 "{}",
-                 S, c.repeats(), L, layers);
-}
-
-// Uneven stages: pipeline_stage_layers (S x R counts, each >= 1, summing to the layers) or
-// Megatron's first/last keys (the other stages split the rest evenly), never both, and not
-// together with num_layers_per_pipeline_stage.
-void check_uneven_stages(const Config& c) {
-  const std::int64_t S = c.ici_pipeline_parallelism, R = c.repeats(), V = S * R;
-  const std::int64_t N = c.pipelined_layers();
-  const std::string layers = pipelined_text(c);
-  const std::int64_t first = c.decoder_first_pipeline_num_layers;
-  const std::int64_t last = c.decoder_last_pipeline_num_layers;
-  CAROUSEL_CHECK(c.num_layers_per_pipeline_stage == 1,
-                 "num_layers_per_pipeline_stage={} and uneven stages ({}) both set the layers of "
-                 "a stage; keep one (the uneven layout gives every stage's count)",
-                 c.num_layers_per_pipeline_stage,
-                 c.pipeline_stage_layers.empty() ? "decoder_first/last_pipeline_num_layers"
-                                                 : "pipeline_stage_layers");
-  if (!c.pipeline_stage_layers.empty()) {
-    const auto& counts = c.pipeline_stage_layers;
-    const std::string text = fmt::format("[{}]", fmt::join(counts, ", "));
-    CAROUSEL_CHECK(first == -1 && last == -1,
-                   "pipeline_stage_layers={} and decoder_first/last_pipeline_num_layers both set "
-                   "the stage layout; keep one",
-                   text);
-    CAROUSEL_CHECK(std::int64_t(counts.size()) == V,
-                   "pipeline_stage_layers={} has {} entries, but the pipeline has "
-                   "ici_pipeline_parallelism x num_pipeline_repeats = {} x {} = {} virtual stages; "
-                   "give one layer count per virtual stage{}",
-                   text, counts.size(), S, R, V,
-                   c.num_pipeline_repeats == -1 ? " (with num_pipeline_repeats=-1, a multiple of "
-                                                  "S entries sets R)"
-                                                : "");
-    std::int64_t sum = 0;
-    for (std::size_t v = 0; v < counts.size(); ++v) {
-      CAROUSEL_CHECK(counts[v] >= 1 && counts[v] <= N,
-                     "pipeline_stage_layers={} gives virtual stage {} {} layers; every stage "
-                     "needs between 1 and {} layers",
-                     text, v, counts[v], layers);
-      sum += counts[v];
-    }
-    CAROUSEL_CHECK(sum == N,
-                   "pipeline_stage_layers={} sums to {} layers, but {}; "
-                   "the counts must add up to the decoder layers",
-                   text, sum, layers);
-    return;
-  }
-  for (const auto& [key, value] : {std::pair{"decoder_first_pipeline_num_layers", first},
-                                   std::pair{"decoder_last_pipeline_num_layers", last}}) {
-    CAROUSEL_CHECK(value == -1 || (value >= 1 && value <= N),
-                   "{}={} is not valid; give between 1 and {} layers, or "
-                   "-1 for unset",
-                   key, value, layers);
-  }
-  const std::int64_t fixed_stages = (first != -1) + (last != -1);
-  const std::int64_t fixed_layers =
-      std::max<std::int64_t>(first, 0) + std::max<std::int64_t>(last, 0);
-  const char* key =
-      first != -1 ? "decoder_first_pipeline_num_layers" : "decoder_last_pipeline_num_layers";
-  const std::int64_t value = first != -1 ? first : last;
-  CAROUSEL_CHECK(V >= fixed_stages + 1,
-                 "{}={}: the pipeline has {} virtual stage(s) (S x R = {} x {}), too few: the "
-                 "first/last stage given needs at least one other stage; raise S or R",
-                 key, value, V, S, R);
-  const std::int64_t rest = N - fixed_layers, others = V - fixed_stages;
-  CAROUSEL_CHECK(rest >= others && rest % others == 0,
-                 "{}={}: with decoder_first_pipeline_num_layers={} and "
-                 "decoder_last_pipeline_num_layers={}, {} of {} layers "
-                 "are left for the {} other virtual stages, which cannot split them evenly (at "
-                 "least 1 each); choose counts that leave a multiple of {}, or give every stage's "
-                 "count with pipeline_stage_layers",
-                 key, value, first, last, rest, layers, others, others);
-}
-
-}  // namespace
-
-void Config::validate_pipeline() const {
-  const std::int64_t S = ici_pipeline_parallelism, L = num_layers_per_pipeline_stage;
-  // Own ranges (validate() checks them too; `carousel schedule` may call this alone).
-  check_range("ici_pipeline_parallelism", S, 1, kMaxMeshAxis);
-  check_range("num_layers_per_pipeline_stage", L, 1, 4096);
-  check_auto_or_range("num_pipeline_microbatches", num_pipeline_microbatches, 1, kMaxMicrobatches,
-                      "= S, or 2S with the forwarding delay");
-  check_auto_or_range("num_pipeline_repeats", num_pipeline_repeats, 1, 4096, "= layers / (S x L)");
-  check_layers_outside(*this);
-  if (uneven_stages()) {
-    check_uneven_stages(*this);
-  } else {
-    check_even_stages(*this);
-  }
-  // The schedule, by the registry's checks (generate()'s messages). A run on one device runs the
-  // registry's one-device program (host/config/schedule_config.cpp), not the named schedule, so
-  // only the name and its knobs are checked there.
-  const schedule::ScheduleSpec spec = schedule_spec(*this);
-  if (num_devices() > 1) {
-    schedule::check_schedule(spec);
-  } else {
-    schedule::check_schedule_knobs(spec);
-  }
-  CAROUSEL_CHECK(!(pipeline_fsdp_ag_per_repeat && pipeline_fsdp_ag_once),
-                 "pipeline_fsdp_ag_per_repeat and pipeline_fsdp_ag_once are exclusive; choose one");
-  CAROUSEL_CHECK(schedule_cost_w <= schedule_cost_b,
-                 "schedule_cost_w={} is part of the backward and cannot exceed schedule_cost_b={}",
-                 schedule_cost_w, schedule_cost_b);
-}
-
-std::int64_t Config::check_microbatch_split() const {
-  CAROUSEL_CHECK(global_batch() % microbatches() == 0,
-                 "num_pipeline_microbatches={} must divide the global batch {}", microbatches(),
-                 global_batch());
-  const std::int64_t sequences = global_batch() / microbatches();
-  CAROUSEL_CHECK(sequences % (ici_fsdp_parallelism * data_ranks()) == 0,
-                 "each microbatch has {} sequences (global batch {} / {} microbatches), which "
-                 "ici_fsdp_parallelism x ici_data_parallelism x ici_expert_parallelism = {} x {} "
-                 "x {} ranks cannot split evenly; choose a batch or microbatch count that makes "
-                 "it a multiple of {}",
-                 sequences, global_batch(), microbatches(), ici_fsdp_parallelism,
-                 ici_data_parallelism, ici_expert_parallelism, ici_fsdp_parallelism * data_ranks());
-  const std::int64_t per_rank = sequences / (ici_fsdp_parallelism * data_ranks());
-  // Sequence parallelism: the T ranks of a tensor group each hold 1/T of the microbatch tokens
-  // of their context rank.
-  const std::int64_t tokens = per_rank * model.max_target_length / ici_context_parallelism;
-  CAROUSEL_CHECK(tokens % ici_tensor_parallelism == 0,
-                 "a rank's microbatch has {} sequences x max_target_length={} / "
-                 "ici_context_parallelism={} = {} tokens, which ici_tensor_parallelism={} ranks "
-                 "cannot split evenly (sequence parallelism); choose a max_target_length or batch "
-                 "that makes it a multiple of {}",
-                 per_rank, model.max_target_length, ici_context_parallelism, tokens,
-                 ici_tensor_parallelism, ici_tensor_parallelism);
-  return per_rank;
 }
 
 }  // namespace carousel

@@ -90,13 +90,18 @@ std::string candidate_keys(const Config& cfg) {
       cfg.pipeline_stage_layers.empty()
           ? fmt::format("num_layers_per_pipeline_stage={}", cfg.num_layers_per_pipeline_stage)
           : fmt::format("pipeline_stage_layers={}", fmt::join(cfg.pipeline_stage_layers, ","));
+  // One device runs the whole model as one stage: its stage layout and schedule would be keys
+  // without effect, which `carousel train` refuses (host/config/config_effect.h).
+  const std::string layout =
+      cfg.num_devices() == 1
+          ? std::string()
+          : fmt::format(" num_pipeline_repeats={} {} pipeline_schedule={}", cfg.repeats(), stages,
+                        cfg.pipeline_schedule);
   std::string keys = fmt::format(
       "ici_pipeline_parallelism={} ici_fsdp_parallelism={} ici_data_parallelism={} "
-      "num_pipeline_microbatches={} num_pipeline_repeats={} {} "
-      "pipeline_schedule={} per_device_batch_size={} dtype={} remat_policy={}",
+      "num_pipeline_microbatches={}{} per_device_batch_size={} dtype={} remat_policy={}",
       cfg.ici_pipeline_parallelism, cfg.ici_fsdp_parallelism, cfg.ici_data_parallelism,
-      cfg.microbatches(), cfg.repeats(), stages, cfg.pipeline_schedule, cfg.per_device_batch_size,
-      cfg.dtype, cfg.remat_policy);
+      cfg.microbatches(), layout, cfg.per_device_batch_size, cfg.dtype, cfg.remat_policy);
   if (cfg.pipeline_fsdp_ag_per_repeat) keys += " pipeline_fsdp_ag_per_repeat=true";
   if (cfg.pipeline_fsdp_ag_once) keys += " pipeline_fsdp_ag_once=true";
   if (cfg.shard_optimizer_over_data) keys += " shard_optimizer_over_data=true";

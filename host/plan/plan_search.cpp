@@ -3,6 +3,8 @@
 // mesh.
 #include "host/plan/plan_search.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -11,6 +13,7 @@
 
 #include "compute/error.h"
 #include "host/schedule/registry.h"
+#include "models/stage.h"
 
 namespace carousel::plan {
 
@@ -55,6 +58,91 @@ struct Pending {
   CostedCandidate costed;
   double bound;
 };
+
+// The planner's own memory against the address-space and data-segment limits: a search that
+// cannot fit stops with the sizes before the allocation that would fail (under `ulimit -v 2.3 GB`
+// a search of schedules of 2^19 units ran 95 s, then ended as a bare "std::bad_alloc"). Measured:
+// the process at start-up (its libraries mapped: 1.14 GiB; the planner starts no thread), a
+// pending candidate (its config, costs and links, sizeof 1.6 KiB plus its strings) and one unit
+// of a simulated schedule (S x M x R: the lowered program and the simulation's timeline, at most
+// 0.96 KiB, with FSDP's per-use gathers), each with margin.
+constexpr double kMiB = 1024.0 * 1024.0;
+constexpr double kStartupBytes = 1280 * kMiB;
+constexpr double kCandidateBytes = 4096;
+constexpr double kScheduleUnitBytes = 1536;
+
+struct MemoryLimit {
+  double bytes = std::numeric_limits<double>::infinity();
+  const char* which = "address-space limit (ulimit -v)";
+
+  static MemoryLimit of(const SearchOptions& options) {
+    MemoryLimit out;
+    if (options.memory_limit_bytes > 0) {
+      out.bytes = options.memory_limit_bytes;
+      out.which = "memory limit given to the search";
+      return out;
+    }
+    for (const auto& [resource, name] :
+         {std::pair{RLIMIT_AS, "address-space limit (ulimit -v)"},
+          std::pair{RLIMIT_DATA, "data-segment limit (ulimit -d)"}}) {
+      rlimit lim{};
+      if (getrlimit(resource, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY &&
+          double(lim.rlim_cur) < out.bytes) {
+        out.bytes = double(lim.rlim_cur);
+        out.which = name;
+      }
+    }
+    return out;
+  }
+
+  // `candidates` pending, and a schedule of `units` (S x M x R) being simulated.
+  void check(std::size_t candidates, std::int64_t units, const std::string& what) const {
+    const double need = search_memory_bytes(candidates, units);
+    CAROUSEL_CHECK(need <= bytes,
+                   "carousel plan would need about {:.0f} MiB for {} ({} candidates kept), but the "
+                   "{} is {:.0f} MiB; raise the limit, or narrow the search: --max-microbatches, "
+                   "--schedules, --tensor, --context, --expert",
+                   need / kMiB, what, candidates, which, bytes / kMiB);
+  }
+};
+
+// A degree the user fixed that no mesh can take, named with its reason (each ended as "no mesh
+// splits the global batch" before).
+void check_fixed_degrees(const Workload& w, const Cluster& cluster, const SearchOptions& o) {
+  const std::int64_t node = std::min(cluster.devices, cluster.devices_per_node);
+  const ModelConfig& m = w.model;
+  for (const auto& [flag, degree] : {std::pair{"--tensor", o.tensor}, {"--context", o.context}}) {
+    CAROUSEL_CHECK(degree <= 0 || node % degree == 0,
+                   "{}={} does not divide the {} devices of a node ({} groups stay within a "
+                   "node: their ranks exchange activations at every layer); valid: divisors of {}",
+                   flag, degree, node, flag + 2, node);
+  }
+  if (o.tensor > 0) {
+    try {
+      check_tensor_split(m, int(o.tensor));
+    } catch (const Error& e) {
+      fail("--tensor={}: {}", o.tensor, e.what());
+    }
+  }
+  CAROUSEL_CHECK(o.context <= 0 || m.max_target_length % (2 * o.context) == 0,
+                 "--context={} cuts each sequence into 2 x {} = {} chunks, but the sequence length "
+                 "{} (--seq-len) is not a multiple of {}",
+                 o.context, o.context, 2 * o.context, m.max_target_length, 2 * o.context);
+  if (o.expert > 1) {
+    CAROUSEL_CHECK(m.is_moe(),
+                   "--expert={} splits routed experts, and this model has none (num_experts={}); "
+                   "leave --expert out or give 1",
+                   o.expert, m.num_experts);
+    CAROUSEL_CHECK(m.num_experts % o.expert == 0,
+                   "--expert={} does not divide num_experts={}: each expert rank holds "
+                   "num_experts / E whole experts",
+                   o.expert, m.num_experts);
+    CAROUSEL_CHECK(cluster.devices % o.expert == 0,
+                   "--expert={} does not divide --devices={}: expert ranks are carved from the "
+                   "data ranks",
+                   o.expert, cluster.devices);
+  }
+}
 
 // One way to lay the layers over S pipeline ranks: R repeats of even stages of L layers, or
 // R repeats of uneven stages (counts).
@@ -124,6 +212,7 @@ std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
         for (const std::int64_t F : divisors(cluster.devices / (S * T * C))) {
           const std::int64_t D = cluster.devices / (S * T * C) / F;
           if (B % (F * D) != 0) continue;
+          result.batch_split = true;
           const MeshLinks links = mesh_links(int(S), int(F), int(D), cluster.devices_per_node,
                                              int(T), int(C));  // every candidate of this mesh
           for (const StageLayout& layout : layouts) {
@@ -150,8 +239,13 @@ std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
                     Config cfg;
                     try {
                       cfg = candidate_config(w, c);
-                    } catch (const Error&) {
-                      continue;  // the schedule's own constraints (R, M, groups) exclude it
+                    } catch (const Error& e) {
+                      // The schedule's own constraints (R, M, groups) exclude it.
+                      if (result.first_refusal.empty())
+                        result.first_refusal = fmt::format(
+                            "S={} F={} D={} T={} C={} E={} M={} {}: {}", c.stages, c.fsdp, c.data,
+                            c.tensor, c.context, c.expert, c.microbatches, c.schedule, e.what());
+                      continue;
                     }
                     ++result.candidates;
                     const std::int64_t lower = memory_lower_bound(cfg);
@@ -176,6 +270,11 @@ std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
 }
 
 }  // namespace
+
+double search_memory_bytes(std::size_t candidates, std::int64_t schedule_units) {
+  return kStartupBytes + double(candidates) * kCandidateBytes +
+         double(schedule_units) * kScheduleUnitBytes;
+}
 
 std::vector<int> balanced_stage_layers(int layers, int stages, double head) {
   CAROUSEL_ASSERT(stages >= 1 && layers >= stages, "{} layers over {} stages", layers, stages);
@@ -204,13 +303,20 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
                  "fewer than one node",
                  cluster.devices, cluster.devices_per_node);
   CAROUSEL_CHECK(options.top >= 1, "--top={} must be at least 1", options.top);
+  check_fixed_degrees(w, cluster, options);
   SearchResult result;
+  const MemoryLimit limit = MemoryLimit::of(options);
   std::vector<Pending> pending = enumerate(w, cluster, options, result);
-  CAROUSEL_CHECK(result.candidates > 0,
+  CAROUSEL_CHECK(result.candidates > 0 || result.batch_split,
                  "no mesh of {} devices splits a global batch of {} sequences into whole "
                  "microbatches with {} layers; choose a batch divisible by the data-parallel "
                  "ways (a power of two for a power-of-two device count)",
                  cluster.devices, w.global_batch, w.model.num_layers);
+  CAROUSEL_CHECK(result.candidates > 0,
+                 "no candidate of {} devices is a valid run of this model and batch; the first "
+                 "refused: {}",
+                 cluster.devices, result.first_refusal);
+  limit.check(pending.size(), 0, "the search's candidates");
   std::stable_sort(pending.begin(), pending.end(),
                    [](const Pending& a, const Pending& b) { return a.bound < b.bound; });
   // The best prediction per mesh (S, F, D, T, C): one row per mesh, with its best schedule, M,
@@ -239,6 +345,11 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
       ++result.pruned;
       continue;
     }
+    const std::int64_t units = std::int64_t(c.stages) * c.microbatches * c.repeats;
+    limit.check(pending.size(), units,
+                fmt::format("the schedule of S={} F={} D={} M={} R={} ({}: {} x {} x {} units)",
+                            c.stages, c.fsdp, c.data, c.microbatches, c.repeats, c.schedule,
+                            c.stages, c.microbatches, c.repeats));
     const Prediction pred = predict(w, cluster, p.costed);
     ++result.simulated;
     if (pred.memory.total() < smallest_simulated) {

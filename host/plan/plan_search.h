@@ -35,6 +35,9 @@ struct SearchOptions {
   // Expert ranks of an MoE model (carved from the data ranks): 0 searches every E dividing the
   // experts and the data ranks; a number fixes it (1: none).
   std::int64_t expert = 0;
+  // The memory the search may use, in bytes; 0: this process's address-space and data-segment
+  // limits (ulimit -v / -d), none when unlimited. Tests give one.
+  double memory_limit_bytes = 0;
 };
 
 struct SearchResult {
@@ -48,7 +51,15 @@ struct SearchResult {
   // the error when nothing fits.
   std::int64_t smallest_memory = 0;
   Candidate smallest_candidate;
+  // Why the search found no valid candidate (for its error): whether any mesh split the batch,
+  // and the first refusal of a candidate's config that did.
+  bool batch_split = false;
+  std::string first_refusal;
 };
+
+// The address space the search needs (its estimate: the process at start-up, `candidates` kept
+// and one simulated schedule of `schedule_units` = S x M x R), in bytes.
+double search_memory_bytes(std::size_t candidates, std::int64_t schedule_units);
 
 // `layers` split over `stages` virtual stages (each at least 1) to minimise the largest stage
 // time, stage time = its layers, plus `head` (in layers) on the last: the last stage gets
@@ -59,7 +70,11 @@ struct SearchResult {
 std::vector<int> balanced_stage_layers(int layers, int stages, double head);
 
 // Throws carousel::Error when the inputs are inconsistent (devices not a multiple of
-// devices_per_node, a batch that no mesh splits, an unknown schedule name).
+// devices_per_node, a fixed tensor, context or expert degree the model or cluster cannot take, a
+// batch that no mesh splits, an unknown schedule name), and when its own memory would pass the
+// address-space or data-segment limit (ulimit -v / -d): its candidates once enumerated, and each
+// schedule before it is simulated, are estimated against the limit as `carousel train` estimates
+// a run's (host/run/run_plan.cpp).
 SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptions& options);
 
 }  // namespace carousel::plan

@@ -14,7 +14,8 @@
 //   CAROUSEL_FAULT="slowsave:step=2,seconds=1.5"               writing checkpoint 2 takes 1.5 s
 //                                                              longer (a slow file system)
 // Several faults are separated by ';'. A malformed value is an error naming the part that is
-// wrong, so a test cannot silently run without its fault.
+// wrong, and `carousel train` checks the faults against its config (check_faults_for_run), so a
+// test cannot silently run without its fault.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +34,21 @@ struct Fault {
   std::string point;        // kill: where in a checkpoint save
 };
 
-// Parses `text` (the CAROUSEL_FAULT syntax above); throws carousel::Error on a mistake.
+// Parses `text` (the CAROUSEL_FAULT syntax above); throws carousel::Error on a mistake: numbers
+// that are not whole (seconds: finite, >= 0), a key given twice, a stall without its rank, a kill
+// without its point.
 std::vector<Fault> parse_faults(const std::string& text);
+
+// What of a run decides whether a fault can fire.
+struct FaultRun {
+  int ranks = 1;
+  std::int64_t steps = 1;
+  bool checkpointing = true;
+  std::int64_t checkpoint_period = 0;  // 0: only the last step
+};
+// Throws carousel::Error for a fault that could never fire in `run`: a rank it does not have, a
+// step it never reaches, a kill or slow save at a step where it saves no checkpoint.
+void check_faults_for_run(const std::vector<Fault>& faults, const FaultRun& run);
 
 // The faults of this process: CAROUSEL_FAULT, parsed at first use (empty when unset), or what
 // the last inject_faults() set (tests in one process inject different faults in turn).

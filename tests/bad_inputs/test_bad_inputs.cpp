@@ -135,6 +135,22 @@ const std::vector<Row>& rows() {
       {{"cpu_link_gigabytes_per_second=-1"},
        nullptr,
        {"cpu_link_gigabytes_per_second=-1", "positive speed"}},
+      // Values that overflow (or vanish in) what they scale: each changed meaning silently.
+      {{"cpu_link_gigabytes_per_second=1e-300"},
+       nullptr,
+       {"cpu_link_gigabytes_per_second=1e-300", "[1e-06, 1000000]"}},
+      {{"num_experts=4", "routed_scaling_factor=1e308"},
+       nullptr,
+       {"routed_scaling_factor=1e+308 is not valid", "(0, 1000]"}},
+      {{"num_experts=4", "load_balance_loss_weight=1e30"}, nullptr, {"[0, 1000]"}},
+      {{"num_experts=4", "routed_bias=true", "routed_bias_update_rate=5"}, nullptr, {"[0, 1]"}},
+      {{"adam_eps=1e-300"}, nullptr, {"adam_eps=1e-300", "float32, which rounds it to 0"}},
+      {{"learning_rate=1e39"}, nullptr, {"learning_rate=1e+39", "rounds it to infinity"}},
+      {{"normalization_layer_epsilon=1e-300"}, nullptr, {"rounds it to 0"}},
+      {{"learning_rate=10", "adam_weight_decay=1"},
+       nullptr,
+       {"learning_rate x adam_weight_decay = 10 x 1 = 10 is above 1"}},
+      {{"peak_flops=1e-300"}, nullptr, {"peak_flops=1e-300", "[1e6, 1e18]"}},
       {{"schedule_cost_exchange=-1"}, nullptr, {"schedule_cost_exchange=-1"}},
       {{"schedule_cost_b=-1"}, nullptr, {"schedule_cost_b=-1", "[0,"}},
       {{"schedule_cost_all_gather=-2"}, nullptr, {"schedule_cost_all_gather=-2"}},
@@ -353,7 +369,9 @@ TEST(BadInputs, DigitGroupsAndValidEdgesLoad) {
   EXPECT_EQ(load_config("", {"steps=32_000"}).config.steps, 32000);
   EXPECT_EQ(load_config("", {"steps=+5"}).config.steps, 5);
   EXPECT_EQ(load_config("", {"num_pipeline_repeats=-1"}).config.repeats(), 8);
-  EXPECT_DOUBLE_EQ(load_config("", {"learning_rate=1_000.5"}).config.learning_rate, 1000.5);
+  EXPECT_DOUBLE_EQ(
+      load_config("", {"collective_timeout_seconds=1_000.5"}).config.collective_timeout_seconds,
+      1000.5);
   const auto yml = std::filesystem::temp_directory_path() / "carousel_good_edges.yml";
   std::ofstream(yml) << "---\n# comment\nsteps: 7   # trailing comment\nrun_name: 'it''s'\n"
                         "metrics_file: \"a \\\" b\"\n";
@@ -368,11 +386,13 @@ struct CliRun {
   int status;
   std::string output;
 };
-CliRun run_carousel(const std::string& args) {
+// `env`: VAR=value words set for the binary only.
+CliRun run_carousel(const std::string& args, const std::string& env = "") {
   const std::string out = (std::filesystem::temp_directory_path() /
                            ("carousel_cli_" + std::to_string(::getpid()) + ".txt"))
                               .string();
-  const std::string cmd = std::string(CAROUSEL_BINARY) + " " + args + " >/dev/null 2>" + out;
+  const std::string cmd =
+      "env " + env + " " + CAROUSEL_BINARY + " " + args + " >/dev/null 2>" + out;
   const int status = std::system(cmd.c_str());
   std::ifstream in(out);
   CliRun r{status, std::string((std::istreambuf_iterator<char>(in)), {})};
@@ -401,6 +421,27 @@ TEST(BadInputs, CarouselTrainExitsWithCode2AndTheMessage) {
     EXPECT_NE(r.output.find(words), std::string::npos) << args << "\n" << r.output;
   }
   std::filesystem::remove(dup);
+}
+
+// Launchers' environment read strictly: atoi made WORLD_SIZE=abc and OMPI_COMM_WORLD_SIZE=abc
+// one process, and a CAROUSEL_FAULT for a rank the run lacks never fired, both without a word.
+TEST(BadInputs, EnvironmentValuesAreParsedStrictlyAgainstTheRun) {
+  const std::string run = "train steps=1 enable_checkpointing=false base_output_directory=" +
+                          std::filesystem::temp_directory_path().string() + "/carousel_env_runs";
+  const std::pair<std::string, std::string> cases[] = {
+      {"WORLD_SIZE=abc", "environment variable WORLD_SIZE='abc' is not a number of processes"},
+      {"OMPI_COMM_WORLD_SIZE=abc", "OMPI_COMM_WORLD_SIZE='abc' is not a number of processes"},
+      {"SLURM_NTASKS=2x", "SLURM_NTASKS='2x' is not a number of processes"},
+      {"CAROUSEL_FAULT=stall:rank=3,step=0,action=1,seconds=1",
+       "rank=3 does not exist in this run of 1 rank(s)"},
+      {"CAROUSEL_FAULT=nan:rank=0,step=0.5", "step=0.5 is not valid; it must be a whole number"},
+  };
+  for (const auto& [env, words] : cases) {
+    const CliRun r = run_carousel(run, env);
+    ASSERT_TRUE(WIFEXITED(r.status)) << env << ": ended by a signal";
+    EXPECT_EQ(WEXITSTATUS(r.status), 2) << env << "\n" << r.output;
+    EXPECT_NE(r.output.find(words), std::string::npos) << env << "\n" << r.output;
+  }
 }
 
 // `carousel plan`: every bad flag is exit code 2 and one message naming the flag.
@@ -433,6 +474,22 @@ TEST(BadInputs, CarouselPlanExitsWithCode2AndTheMessage) {
            cluster,
        "--costs-file: schedule_costs_file: config file '/nonexistent/schedule_costs.yml' does not "
        "exist"},
+      // Each blamed the batch ("no mesh of 8 devices splits a global batch"), or passed.
+      {"plan --model tiny --device-memory 80GiB --global-batch 64 --tensor 3" + cluster,
+       "--tensor=3 does not divide the 8 devices of a node"},
+      {"plan --model tiny --device-memory 80GiB --global-batch 64 --tensor 8" + cluster,
+       "--tensor=8: ici_tensor_parallelism=8 does not divide base_num_query_heads=4"},
+      {"plan --model tiny --device-memory 80GiB --global-batch 64 --expert 2" + cluster,
+       "--expert=2 splits routed experts, and this model has none (num_experts=1)"},
+      {"plan --model tiny --device-memory 80GiB --global-batch 64 --compute-efficiency nan" +
+           cluster,
+       "--compute-efficiency: 'nan' is not a number in (0, 1]"},
+      {"plan --model tiny --device-memory 80GiB --global-batch 64 --kernel-latency-us nan" +
+           cluster,
+       "--kernel-latency-us: 'nan' is not a number in [0, 1000000]"},
+      {"plan --model tiny --device-memory 80GiB --global-batch 64 --devices 8 --peak-tflops inf "
+       "--intra-node-bandwidth 450GB/s --inter-node-bandwidth 50",
+       "--peak-tflops: 'inf' is not a number in (0, 1000000]"},
   };
   for (const auto& [args, words] : cases) {
     const CliRun r = run_carousel(args);

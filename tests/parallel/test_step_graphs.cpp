@@ -66,9 +66,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         GraphCase{"one_device", {M2}, 3}, GraphCase{"remat_none", {M4, "remat_policy=none"}, 3},
         GraphCase{"bf16", {M2, "dtype=bfloat16"}, 3},
-        GraphCase{"zb_h1_weight_grads_deferred", {M4, "pipeline_schedule=zb_h1"}, 3},
         GraphCase{"tied", {M2, "logits_via_embedding=true"}, 3},
-        GraphCase{"repeats_R2", {M4, "num_layers_per_pipeline_stage=1"}, 3},
+        GraphCase{"four_microbatches", {M4}, 3},
         GraphCase{
             "data_D2_zero1", {M2, "ici_data_parallelism=2", "shard_optimizer_over_data=true"}, 3},
         GraphCase{"evaluation_between_replays", {M2, eval_keys[0], eval_keys[1], eval_keys[2]}, 3},

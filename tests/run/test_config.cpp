@@ -1,13 +1,17 @@
 // test_config.cpp — the config table: presets, precedence, parsing and the errors users see.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "compute/error.h"
 #include "host/config/config.h"
+#include "host/io/huggingface/hf_import.h"
 #include "host/parallel/optimizer.h"
+#include "host/reliability/fault_injection.h"
 #include "host/schedule/registry.h"
+#include "tests/support/log_capture.h"
 #include "tests/support/test_util.h"
 
 namespace carousel {
@@ -226,8 +230,11 @@ TEST(Config, ScheduleErrorsAreTheRegistrysBeforeAnyMath) {
             std::string::npos);
   EXPECT_NO_THROW(load_config("", {"pipeline_schedule=circular", "ici_pipeline_parallelism=2",
                                    "pipeline_delay_activation_forwarding=true"}));
-  // One device generates no schedule: only the name and its knobs are checked (R = 8 is fine).
-  EXPECT_NO_THROW(load_config("", {"pipeline_schedule=1f1b"}));
+  // One device generates no schedule: only the name and its knobs are checked, and a schedule
+  // named for one device is a key without effect (config_effect.h).
+  EXPECT_NE(testing::error_of([] { load_config("", {"pipeline_schedule=1f1b"}); })
+                .find("pipeline_schedule='1f1b' has no effect on one device"),
+            std::string::npos);
   EXPECT_NE(testing::error_of([] {
               load_config("", {"pipeline_schedule=1f1b", "base_num_decoder_layers=2",
                                "pipeline_delay_activation_forwarding=true"});
@@ -262,6 +269,177 @@ TEST(LearningRate, WarmupCosineThenZero) {
   EXPECT_DOUBLE_EQ(clip_scale(4.0, 1.0), 0.25);
   EXPECT_DOUBLE_EQ(clip_scale(0.5, 1.0), 1.0);
   EXPECT_DOUBLE_EQ(clip_scale(4.0, 0.0), 1.0);  // off
+}
+
+// A key set where the config ignores it is an error naming the key, what takes its effect away
+// and the key that would give it effect (config_effect.h). Before, each of these loaded and the
+// key did nothing: dataset_path trained on synthetic data, top-2 routing of a dense model, ...
+TEST(Config, KeysWithoutEffectAreErrorsNamingWhatWouldGiveThemEffect) {
+  struct Case {
+    std::vector<std::string> keys;
+    std::vector<std::string> words;
+  };
+  const std::string text = "dataset_type=text";
+  const Case cases[] = {
+      {{"dataset_path=x.bin"},
+       {"dataset_path='x.bin' has no effect with dataset_type=synthetic", "dataset_type=tokens"}},
+      {{"dataset_path=a/*.bin,0.7;b/*.bin,0.3"}, {"dataset_path='a/*.bin,0.7;b/*.bin,0.3'"}},
+      {{"enable_data_shuffling=true"}, {"enable_data_shuffling=true", "dataset_type=synthetic"}},
+      {{text, "dataset_path=x.txt", "eval_dataset_path=y.txt"},
+       {"eval_dataset_path='y.txt' has no effect with eval_interval=0", "set eval_interval=N"}},
+      {{"eval_steps=3"}, {"eval_steps=3", "eval_interval=0"}},
+      {{"data_shuffle_seed=7"}, {"data_shuffle_seed=7", "set enable_data_shuffling=true"}},
+      {{"eos_id=3"}, {"eos_id=3 has no effect with packing=false", "set packing=true"}},
+      {{"enable_checkpointing=false", "tokenizer_path=t.json"},
+       {"tokenizer_path='t.json' has no effect", "dataset_type=tokens, packing=true or"}},
+      {{"wsd_decay_style=cosine"}, {"wsd_decay_style='cosine'", "set lr_schedule_type=wsd"}},
+      {{"skip_first_n_steps_for_profiler=2"}, {"profiler_steps=0", "set profiler_steps=N"}},
+      {{"enable_checkpointing=false", "checkpoint_period=5"},
+       {"checkpoint_period=5 has no effect with enable_checkpointing=false"}},
+      {{"enable_checkpointing=false", "max_num_checkpoints_to_keep=2"},
+       {"max_num_checkpoints_to_keep=2", "set enable_checkpointing=true"}},
+      {{"replica_check_interval=10"}, {"replica_check_interval=10", "ici_data_parallelism > 1"}},
+      {{"shard_optimizer_over_data=true"},
+       {"shard_optimizer_over_data=true has no effect with one data replica"}},
+      {{"ici_pipeline_parallelism=2", "pipeline_fsdp_ag_once=true"},
+       {"pipeline_fsdp_ag_once=true", "ici_fsdp_parallelism=1", "set ici_fsdp_parallelism > 1"}},
+      {{"ici_pipeline_parallelism=2", "pipeline_prefetch_lookahead=2"},
+       {"pipeline_prefetch_lookahead=2", "set ici_fsdp_parallelism > 1"}},
+      {{"cpu_link_gigabytes_per_second=1"},
+       {"cpu_link_gigabytes_per_second=1 has no effect on one device"}},
+      {{"pipeline_schedule=gpipe"}, {"pipeline_schedule='gpipe' has no effect on one device"}},
+      {{"pipeline_parallel_layers=4"}, {"pipeline_parallel_layers=4", "on one device"}},
+      {{"schedule_cost_exchange=0.5"}, {"schedule_cost_exchange=0.5", "ici_expert_parallelism"}},
+      // Mixture-of-experts knobs: on a dense model, and the bias's rate without the bias.
+      {{"num_experts_per_tok=2"},
+       {"num_experts_per_tok=2 has no effect on a dense model (num_experts=1",
+        "set num_experts > 1"}},
+      {{"shared_experts=1"}, {"shared_experts=1", "dense model"}},
+      {{"load_balance_loss_weight=0.01"}, {"load_balance_loss_weight=0.01", "dense model"}},
+      {{"routed_bias=true"}, {"routed_bias=true", "dense model"}},
+      {{"num_experts=4", "routed_bias_update_rate=0.001"},
+       {"routed_bias_update_rate=0.001 has no effect with routed_bias=false",
+        "set routed_bias=true"}},
+      {{"first_num_dense_layers=8", "num_experts=4"},
+       {"num_experts=4 has no effect with first_num_dense_layers=8", "below 8"}},
+      {{"decoder_block=simple", "rope_max_timescale=500000"},
+       {"rope_max_timescale=500000", "decoder_block=simple", "set decoder_block=llama"}},
+      {{"gpu_kernels=reference"}, {"gpu_kernels='reference' has no effect with device=cpu"}},
+  };
+  for (const Case& c : cases) {
+    const std::string msg = testing::error_of([&] { load_config("", c.keys); });
+    for (const auto& word : c.words) EXPECT_NE(msg.find(word), std::string::npos) << msg;
+  }
+  // From a file, the message names where the key was set.
+  const std::string file = write_yaml("carousel_no_effect.yml", "steps: 3\ndataset_path: x.bin\n");
+  EXPECT_NE(testing::error_of([&] { load_config(file, {}); })
+                .find("remove dataset_path (from config file '" + file + "' line 2)"),
+            std::string::npos);
+}
+
+// A key at its default sets nothing, and one a later source disabled (the command line over a
+// file) is a warning naming both, so `configs/demo.yml ici_fsdp_parallelism=1` still runs.
+TEST(Config, KeysAtTheirDefaultOrDisabledLaterAreNotErrors) {
+  EXPECT_EQ(testing::error_of([] {
+              load_config("", {"shard_optimizer_over_data=false", "load_balance_loss_weight=0",
+                               "replica_check_interval=100", "pipeline_schedule=circular",
+                               "num_experts=4", "routed_bias=true", "routed_bias_update_rate=0.001"});
+            }),
+            "<no error>");
+  const std::string file = write_yaml(
+      "carousel_fsdp.yml",
+      "ici_pipeline_parallelism: 2\nici_fsdp_parallelism: 2\npipeline_fsdp_ag_per_repeat: true\n");
+  testing::LogCapture log;
+  EXPECT_EQ(testing::error_of([&] { load_config(file, {"ici_fsdp_parallelism=1"}); }), "<no error>");
+  const std::string warned = log.text.str();
+  EXPECT_NE(warned.find("pipeline_fsdp_ag_per_repeat=true (config file '" + file +
+                        "' line 3) has no effect with ici_fsdp_parallelism=1"),
+            std::string::npos)
+      << warned;
+  EXPECT_NE(warned.find("ici_fsdp_parallelism=1 (command line) makes it"), std::string::npos);
+  EXPECT_EQ(testing::error_of([] {
+              load_config(CAROUSEL_SOURCE_DIR "/configs/demo.yml",
+                          {"ici_pipeline_parallelism=1", "ici_fsdp_parallelism=1",
+                           "per_device_batch_size=8"});
+            }),
+            "<no error>");
+  // On the command line each argument is a source: a later one turns an earlier one off (a
+  // warning), an earlier one makes a later one an error.
+  {
+    testing::LogCapture later;
+    EXPECT_EQ(testing::error_of([] {
+                load_config("", {"checkpoint_period=5", "enable_checkpointing=false"});
+              }),
+              "<no error>");
+    EXPECT_NE(later.text.str().find("checkpoint_period=5 (command line) has no effect"),
+              std::string::npos);
+  }
+  // Given in the same source as what disables it: an error.
+  EXPECT_NE(testing::error_of([&] { load_config(file, {"pipeline_fsdp_ag_once=false",
+                                                       "ici_fsdp_parallelism=1",
+                                                       "pipeline_fsdp_ag_per_repeat=true"}); })
+                .find("pipeline_fsdp_ag_per_repeat=true has no effect"),
+            std::string::npos);
+}
+
+// MaxText's base_config names a file a config file extends; on the command line it was an
+// "unknown key". Mesh factors across nodes are bounded as the axis they make.
+TEST(Config, MisleadingMessagesNameTheRealCause) {
+  EXPECT_NE(testing::error_of([] { load_config("", {"base_config=base.yml"}); })
+                .find("base_config is read from a config file (the file it extends); on the "
+                      "command line give that file itself"),
+            std::string::npos);
+  const std::string axis = testing::error_of(
+      [] { load_config("", {"dcn_data_parallelism=4096", "ici_data_parallelism=4096"}); });
+  EXPECT_NE(axis.find("ici_data_parallelism=4096 x dcn_data_parallelism=4096 = 16777216 ranks on "
+                      "the data axis; an axis (ici x dcn) has at most 4096 ranks"),
+            std::string::npos)
+      << axis;
+  // An HF config.json with an invalid size is refused as such, not turned into advice to set
+  // base_num_decoder_layers=-8.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / "carousel_hf_negative_layers";
+  fs::create_directories(dir);
+  std::ofstream(dir / "config.json")
+      << R"({"model_type": "llama", "vocab_size": 256, "hidden_size": 64, "num_hidden_layers": -8,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 172})";
+  const std::string hf = testing::error_of([&] { check_hf_config(dir.string(), ModelConfig{}); });
+  EXPECT_NE(hf.find("num_hidden_layers=-8 is not a valid value"), std::string::npos) << hf;
+  EXPECT_NE(hf.find("damaged or not a model's config.json"), std::string::npos) << hf;
+  EXPECT_EQ(hf.find("set base_num_decoder_layers=-8"), std::string::npos) << hf;
+  fs::remove_all(dir);
+}
+
+// CAROUSEL_FAULT is read strictly and against the run it is set for: a fault that could never
+// fire (a rank the run lacks, a step past its end, a kill where nothing is saved) or a number
+// that is not one (rank=1.5 fired at rank 1) is an error, not a test silently run without it.
+TEST(Config, InjectedFaultsAreCheckedAgainstTheRun) {
+  for (const char* bad : {"nan:rank=1.5,step=1", "stall:rank=1,step=1e30,action=1",
+                          "stall:rank=0,step=1,action=1,seconds=nan", "nan:rank=-3,step=1",
+                          "nan:rank=1,rank=2,step=1", "stall:step=1,action=2", "kill:step=2"}) {
+    EXPECT_THROW(parse_faults(bad), Error) << bad;
+  }
+  const auto with_fault = [](const char* fault, std::vector<std::string> keys) {
+    ::setenv("CAROUSEL_FAULT", fault, 1);
+    const std::string msg = testing::error_of([&] { load_config("", keys); });
+    ::unsetenv("CAROUSEL_FAULT");
+    return msg;
+  };
+  EXPECT_NE(with_fault("stall:rank=7,step=0,action=1,seconds=1", {"ici_data_parallelism=2"})
+                .find("rank=7 does not exist in this run of 2 rank(s) (0 to 1)"),
+            std::string::npos);
+  EXPECT_NE(with_fault("nan:step=9", {"steps=5"}).find("step=9 is never reached"),
+            std::string::npos);
+  EXPECT_NE(with_fault("kill:point=begin,step=3", {"steps=6", "checkpoint_period=2"})
+                .find("step=3 is no checkpoint of this run"),
+            std::string::npos);
+  EXPECT_NE(with_fault("slowsave:step=2,seconds=1", {"enable_checkpointing=false"})
+                .find("saves no checkpoint"),
+            std::string::npos);
+  EXPECT_EQ(with_fault("kill:point=begin,step=4", {"steps=6", "checkpoint_period=2"}),
+            "<no error>");
+  EXPECT_EQ(with_fault("stall:rank=1,step=1,action=3,seconds=4", {"ici_data_parallelism=2"}),
+            "<no error>");
 }
 
 TEST(Config, DocsListEveryKey) {

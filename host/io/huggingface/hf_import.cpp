@@ -180,6 +180,66 @@ void fail_on_mismatch(const std::string& directory, const std::vector<std::strin
   fail("{}", msg);
 }
 
+// The model `c` describes (max_target_length: max_position_embeddings, 2048 when absent).
+ModelConfig hf_model(const HfConfig& c) {
+  ModelConfig m;
+  m.vocab_size = c.integer("vocab_size");
+  m.emb_dim = c.integer("hidden_size");
+  m.num_layers = c.integer("num_hidden_layers");
+  m.num_query_heads = c.integer("num_attention_heads");
+  m.num_kv_heads = c.integer("num_key_value_heads", m.num_query_heads);
+  m.mlp_dim = c.integer("intermediate_size");
+  m.max_target_length = c.integer("max_position_embeddings", 2048);
+  m.norm_eps = c.number(c.j, "rms_norm_eps", 1e-6);
+  m.rope_max_timescale = rope_theta(c);
+  m.logits_via_embedding = c.boolean("tie_word_embeddings", false);
+  if (const HfArchitecture* row = architecture_of(c)) {
+    for (const HfField& f : row->fields) {
+      const nlohmann::json v = field_value(c, f);
+      CAROUSEL_CHECK(!v.is_null(), "{}: field '{}' is missing (a {} config.json has it)", c.where,
+                     f.hf_key, row->model_type);
+      try {
+        f.set(m, v);
+      } catch (const nlohmann::json::exception&) {
+        fail("{}: field '{}' = {} is not a value of {}", c.where, f.hf_key, v.dump(), f.key);
+      }
+    }
+    for (const HfField& f : row->implied) f.set(m, f.absent);
+  }
+  return m;
+}
+
+// m.validate() with the message naming the config.json field that set the invalid key: a damaged
+// or foreign file (num_hidden_layers=-8) is refused as such, where the comparison with a run
+// advised setting base_num_decoder_layers=-8.
+void validate_hf_model(const HfConfig& c, const ModelConfig& m) {
+  try {
+    m.validate();
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    std::map<std::string, std::string> field_of = {
+        {"vocab_size", "vocab_size"},
+        {"base_emb_dim", "hidden_size"},
+        {"base_num_decoder_layers", "num_hidden_layers"},
+        {"base_num_query_heads", "num_attention_heads"},
+        {"base_num_kv_heads", "num_key_value_heads"},
+        {"base_mlp_dim", "intermediate_size"},
+        {"max_target_length", "max_position_embeddings"},
+        {"normalization_layer_epsilon", "rms_norm_eps"},
+        {"rope_max_timescale", "rope_theta"}};
+    if (const HfArchitecture* row = architecture_of(c)) {
+      for (const HfField& f : row->fields) field_of[f.key] = f.hf_key;
+    }
+    const auto eq = message.find('=');
+    const auto it = eq == std::string::npos ? field_of.end() : field_of.find(message.substr(0, eq));
+    if (it == field_of.end()) fail("{} describes no model carousel can build: {}", c.where, message);
+    const nlohmann::json value = c.has(it->second.c_str()) ? c.j[it->second] : nlohmann::json();
+    fail("{}: {}={} is not a valid value (carousel reads it as {}: {}); the file is damaged or "
+         "not a model's config.json",
+         c.where, it->second, value.is_null() ? "(absent)" : value.dump(), it->first, message);
+  }
+}
+
 }  // namespace
 
 bool is_hf_model_directory(const std::string& directory) {
@@ -196,6 +256,17 @@ void check_hf_config(const std::string& directory, const ModelConfig& model) {
                  "(set decoder_block=llama)",
                  model.decoder_block, directory);
   std::vector<std::string> unsupported = unsupported_features(c);
+  // The file's own model first: advice to set a key to an invalid value helps no one. The run's
+  // length stands in for max_position_embeddings, which may differ (a warning below).
+  std::optional<ModelConfig> described;
+  try {
+    described = hf_model(c);
+  } catch (const Error&) {  // a missing or mistyped field: the comparison below names it
+  }
+  if (described) {
+    described->max_target_length = model.max_target_length;
+    validate_hf_model(c, *described);
+  }
 
   // Keys that must equal the run's: (HF key, HF value, carousel key, carousel value).
   std::vector<std::string> differ, settings;
@@ -266,31 +337,8 @@ ModelConfig model_from_hf_config(const std::string& path) {
   CAROUSEL_CHECK(fs::is_regular_file(file),
                  "'{}' is not a Hugging Face config.json (nor a directory holding one)", path);
   const HfConfig c = read_hf_config(file);
-  ModelConfig m;
-  m.vocab_size = c.integer("vocab_size");
-  m.emb_dim = c.integer("hidden_size");
-  m.num_layers = c.integer("num_hidden_layers");
-  m.num_query_heads = c.integer("num_attention_heads");
-  m.num_kv_heads = c.integer("num_key_value_heads", m.num_query_heads);
-  m.mlp_dim = c.integer("intermediate_size");
-  m.max_target_length = c.integer("max_position_embeddings", 2048);
-  m.norm_eps = c.number(c.j, "rms_norm_eps", 1e-6);
-  m.rope_max_timescale = rope_theta(c);
-  m.logits_via_embedding = c.boolean("tie_word_embeddings", false);
-  if (const HfArchitecture* row = architecture_of(c)) {
-    for (const HfField& f : row->fields) {
-      const nlohmann::json v = field_value(c, f);
-      CAROUSEL_CHECK(!v.is_null(), "{}: field '{}' is missing (a {} config.json has it)", c.where,
-                     f.hf_key, row->model_type);
-      try {
-        f.set(m, v);
-      } catch (const nlohmann::json::exception&) {
-        fail("{}: field '{}' = {} is not a value of {}", c.where, f.hf_key, v.dump(), f.key);
-      }
-    }
-    for (const HfField& f : row->implied) f.set(m, f.absent);
-  }
-  m.validate();
+  const ModelConfig m = hf_model(c);
+  validate_hf_model(c, m);
   // The model is this file's, so only what carousel does not implement can differ.
   fail_on_mismatch(file.parent_path().string(), {}, {}, unsupported_features(c));
   return m;

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 
 #include "compute/cpu_backend.h"
 
@@ -54,11 +55,33 @@ StuckRanks RankMonitor::stuck_ranks() const {
   return {kStuckRankGraceSeconds,
           [this](const std::vector<int>& running, const std::string& failure) {
             spdlog::error("{}", failure);
-            spdlog::error(
-                "rank(s) {} did not stop within {} s of that failure (stuck in a computation); "
-                "where every rank is:",
-                fmt::join(running, ", "), kStuckRankGraceSeconds);
-            report_ranks();
+            // What each stuck rank's thread is doing: a wait that cannot be cut short (a slow
+            // simulated link's transfer, which was reported as a computation) or a computation.
+            std::map<int, ThreadState> state;
+            bool computing = false, waiting = false;
+            for (const int rank : running) {
+              state[rank] = recorders_[std::size_t(rank)].thread_state();
+              computing |= state[rank] == ThreadState::Running;
+              waiting |= state[rank] != ThreadState::Running;
+            }
+            const char* why =
+                !waiting ? "stuck in a computation"
+                : !computing
+                    ? "blocked in waits, not computing: a communication that cannot be cut short, "
+                      "such as a transfer over a slow simulated link "
+                      "(cpu_link_gigabytes_per_second), or a sleep"
+                    : "some computing, some blocked in waits";
+            spdlog::error("rank(s) {} did not stop within {} s of that failure ({}); where every "
+                          "rank is:",
+                          fmt::join(running, ", "), kStuckRankGraceSeconds, why);
+            for (int rank = 0; rank < mesh_.ranks(); ++rank) {
+              if (process_world_ && rank != process_world_->rank()) continue;
+              const auto it = state.find(rank);
+              spdlog::error("rank {}: {}{}", rank, recorders_[std::size_t(rank)].report(),
+                            it == state.end() ? std::string()
+                                              : fmt::format("; its thread is {}",
+                                                            describe(it->second)));
+            }
             spdlog::error("exiting with status 2");
             spdlog::default_logger()->flush();
           }};

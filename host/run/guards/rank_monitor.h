@@ -4,8 +4,10 @@
 // Each rank notes its actions in its own flight recorder (host/reliability/flight_recorder.h).
 // After a failure every rank's last action is printed, so the stuck edge of a stall can be read
 // off (one rank in a RECV, its peer still computing or waiting elsewhere); when a rank thread
-// does not come back within kStuckRankGraceSeconds, the process reports and exits with status 2
-// (a thread stuck inside a computation can be neither joined nor stopped).
+// does not come back within kStuckRankGraceSeconds, the process reports, with what each stuck
+// thread is doing (running a computation, or blocked in a wait that cannot be cut short, such as
+// a slow simulated link's transfer: FlightRecorder::thread_state), and exits with status 2 (such
+// a thread can be neither joined nor stopped).
 #pragma once
 
 #include <string>

@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <csignal>
+#include <iterator>
 #include <vector>
 
 #include "compute/error.h"
@@ -10,21 +12,35 @@
 
 namespace carousel {
 
+namespace {
+// The signals that ask a run to stop (host/reliability/stop_signals.h), in the agreement's order.
+constexpr int kAgreedSignals[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
+}  // namespace
+
 bool StopAgreement::agree(std::int64_t step, int rank, Communicator& world, Backend& be,
                           FlightRecorder& recorder, const std::string& lost_output) {
   maybe_raise_signal(rank, ranks_are_processes_ || rank == 0, step);  // a test's fault
   recorder.note(step, "end-of-step agreement");
   if (!lost_output.empty() && lost_output_.empty()) lost_output_ = lost_output;  // rank 0 only
-  // [ranks asked to stop by a signal, ranks that lost an output]
-  Tensor flags = be.from_host(
-      std::vector<std::int32_t>{StopSignals::received() != 0 ? 1 : 0, lost_output.empty() ? 0 : 1},
-      {2});
+  // [ranks that lost an output, then ranks asked to stop by each stop signal]: every process
+  // learns which signals stopped the run, also the processes that received none (under mpirun
+  // a scheduler may signal one process, or Slurm's SIGUSR1 reach them all).
+  std::vector<std::int32_t> local{lost_output.empty() ? 0 : 1};
+  for (const int signal : kAgreedSignals) local.push_back(StopSignals::received() == signal);
+  Tensor flags = be.from_host(local, {std::int64_t(local.size())});
   world.all_reduce(flags, flags, ReduceOp::Sum).wait();
   const auto sums = be.to_host<std::int32_t>(flags);
   recorder.complete();
-  if (sums[1] > 0) output_lost_ = true;
-  const bool stop = sums[0] > 0 || sums[1] > 0;
-  if (stop) stopped_after_ = step + 1;
+  if (sums[0] > 0) output_lost_ = true;
+  int signals = 0;  // bit i: kAgreedSignals[i] reached some rank
+  for (std::size_t i = 0; i < std::size(kAgreedSignals); ++i) {
+    if (sums[i + 1] > 0) signals |= 1 << i;
+  }
+  const bool stop = signals != 0 || sums[0] > 0;
+  if (stop) {
+    signals_agreed_ |= signals;
+    stopped_after_ = step + 1;
+  }
   return stop;
 }
 
@@ -41,8 +57,14 @@ void StopAgreement::finish(const Config& cfg, TrainResult& result) const {
   }
   result.stopped_by_signal = true;
   if (!reports_) return;
+  std::string names;
+  for (std::size_t i = 0; i < std::size(kAgreedSignals); ++i) {
+    if (signals_agreed_ & (1 << i)) {
+      names += fmt::format("{}{}", names.empty() ? "" : " and ", signal_name(kAgreedSignals[i]));
+    }
+  }
   spdlog::warn("stopped by {} after step {} of {}{}; run the same command to resume",
-               signal_name(StopSignals::received()), stopped_after_.load(), cfg.steps,
+               names.empty() ? "a signal" : names, stopped_after_.load(), cfg.steps,
                cfg.enable_checkpointing ? ", checkpoint saved"
                                         : " (enable_checkpointing=false: nothing saved)");
 }

@@ -1,9 +1,11 @@
 // stop_agreement.h — stopping a run early, the same step on every rank.
 //
-// SIGTERM / SIGINT (host/reliability/stop_signals.h) ask the run to stop; a signal may reach the
-// processes of a job, or be seen by the rank threads of one process, at different steps. After
-// every step the ranks sum "was I asked to stop" over the world, so every rank decides the same
-// (the sum is also the end-of-step barrier); the checkpointer then saves and the loop ends.
+// SIGTERM, SIGINT, SIGHUP and SIGUSR1 (host/reliability/stop_signals.h) ask the run to stop; a
+// signal may reach the processes of a job, or be seen by the rank threads of one process, at
+// different steps, or reach one process only. After every step the ranks sum "was I asked to stop,
+// and by which signal" over the world, so every rank decides the same (the sum is also the
+// end-of-step barrier) and world rank 0 names the signal even when its own process got none; the
+// checkpointer then saves and the loop ends.
 #pragma once
 
 #include <atomic>
@@ -40,6 +42,7 @@ class StopAgreement {
   bool ranks_are_processes_, reports_;
   std::atomic<std::int64_t> stopped_after_{-1};  // the steps done when the ranks agreed; -1: none
   std::atomic<bool> output_lost_{false};         // some rank reported a lost output
+  std::atomic<int> signals_agreed_{0};           // bit i: the i-th stop signal reached some rank
   std::string lost_output_;                      // what this process's rank 0 saw (set once)
 };
 
