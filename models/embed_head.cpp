@@ -54,7 +54,7 @@ HeadForward llama_head_forward(Backend& be, const ModelConfig& cfg, const ParamS
                 be.empty({N}, stats_dtype(dt))};
   be.rmsnorm_forward(x.reshape({N, E}), params.at(ParamRole::FinalNorm), cfg.norm_eps, f.xn,
                      f.rstd);
-  be.gemm(false, true, 1.0, f.xn, head_weight(cfg, params), 0.0, f.logits);
+  Linear(head_weight(cfg, params)).forward(be, f.xn, f.logits);
   be.cross_entropy_forward(f.logits, flat_targets, f.losses);
   return f;
 }
@@ -79,8 +79,9 @@ PartHeadForward part_head_forward(Backend& be, const ModelConfig& cfg, const Par
   Tensor xn_rows = be.empty({n, E}, dt);
   be.rmsnorm_forward(x.reshape({n, E}), params.at(ParamRole::FinalNorm), cfg.norm_eps, xn_rows,
                      f.rstd);
-  f.xn = tensor.gather_rows(be, xn_rows);
-  be.gemm(false, true, 1.0, f.xn, head, 0.0, f.logits);
+  const ColumnParallel vocab(tensor);  // the head's rows: this rank's part of the vocabulary
+  f.xn = vocab.gather_input(be, xn_rows);
+  vocab.forward(be, f.xn, head, f.logits);
   Tensor lse_part = be.empty({N, 1}, st), target_part = be.empty({N, 1}, st);
   be.cross_entropy_part_forward(f.logits, flat_targets, first, cfg.vocab_size,
                                 lse_part.reshape({N}), target_part.reshape({N}));
@@ -100,11 +101,10 @@ HeadResult part_head_loss(Backend& be, const ModelConfig& cfg, const ParamSet& p
   be.cross_entropy_part_backward(f.logits, flat_targets, tensor.rank() * head.dim(0),
                                  cfg.vocab_size, f.lse, loss_scale, f.logits);
   Tensor dxn = be.empty({N, E}, x.dtype());  // this part's share of d xn
-  be.gemm(false, false, 1.0, f.logits, head, 0.0, dxn);
-  be.gemm(true, false, 1.0, f.logits, f.xn, 1.0, head_weight(cfg, grads));
+  const Tensor dxn_rows = ColumnParallel(tensor).backward(
+      be, f.xn, {{head, head_weight(cfg, grads)}}, {f.logits}, dxn, /*accumulate=*/false);
   HeadResult r{{f.losses}, be.empty({n, E}, x.dtype())};
-  be.rmsnorm_backward(tensor.reduce_scatter_rows(be, dxn), x.reshape({n, E}),
-                      params.at(ParamRole::FinalNorm), f.rstd, r.dx,
+  be.rmsnorm_backward(dxn_rows, x.reshape({n, E}), params.at(ParamRole::FinalNorm), f.rstd, r.dx,
                       grads.at(ParamRole::FinalNorm));
   return r;
 }
@@ -144,9 +144,9 @@ HeadResult head_loss(Backend& be, const ModelConfig& cfg, const ParamSet& params
   // Backward, reusing the logits buffer for their gradient.
   be.cross_entropy_backward(f.logits, flat_targets, loss_scale, f.logits);
   Tensor dxn = be.empty({N, E}, x.dtype());
-  be.gemm(false, false, 1.0, f.logits, head, 0.0, dxn);  // [N,V] x [V,E]
-  be.gemm(true, false, 1.0, f.logits, f.xn, 1.0,
-          head_weight(cfg, grads));  // d head += dlogits^T xn
+  const Linear head_linear(head);
+  head_linear.input_grad(be, f.logits, dxn);                                // [N,V] x [V,E]
+  head_linear.weight_grad(be, f.logits, f.xn, head_weight(cfg, grads));  // d head += dlogits^T xn
   be.rmsnorm_backward(dxn, x.reshape({N, E}), params.at(ParamRole::FinalNorm), f.rstd,
                       r.dx.reshape({N, E}), grads.at(ParamRole::FinalNorm));
   return r;

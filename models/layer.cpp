@@ -85,16 +85,6 @@ void RouterStats::merge(const RouterStats& other) {
 
 namespace {
 
-// grad += a^T b now, or later when deferring (I/W split).
-void weight_grad(Backend& be, const Tensor& a, const Tensor& b, const Tensor& grad,
-                 std::vector<DeferredWeightGrad>* deferred) {
-  if (deferred) {
-    deferred->push_back({a, b, grad});
-  } else {
-    be.gemm(true, false, 1.0, a, b, 1.0, grad);
-  }
-}
-
 // The tokens a layer computes on: x is the whole [b,T,E], or with tensor parallelism this
 // rank's rows [n,E] of it (the sequence length then comes from the RoPE tables).
 struct Tokens {
@@ -119,6 +109,8 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                    const Tensor& y, LayerSaved& s, const RematKeep& kept = {},
                    RouterStats* router = nullptr) {
   const TensorGroup& tensor = parallel.tensor;
+  const ColumnParallel column(tensor);
+  const RowParallel row(tensor);
   const DType dt = x.dtype();
   const auto [b, T, N, E] = tokens_of(x, rope, tensor);
   const std::int64_t hd = cfg.head_dim(), Hl = w.wq.dim(0) / hd, Hkvl = w.wk.dim(0) / hd;
@@ -128,15 +120,15 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   Tensor xn1 = be.empty({n, E}, dt);  // mine
   s.rstd1 = be.empty({n}, stats_dtype(dt));
   be.rmsnorm_forward(x.reshape({n, E}), w.attn_norm, cfg.norm_eps, xn1, s.rstd1);
-  s.xn1 = tensor.gather_rows(be, xn1);  // [N,E]: the column-parallel GEMMs read every token
+  s.xn1 = column.gather_input(be, xn1);  // [N,E]: q, k and v read every token
   if (!kept.qkv) {
     s.q = be.empty({b, T, Hl, hd}, dt);
     s.k = be.empty({b, T, Hkvl, hd}, dt);
     s.v = be.empty({b, T, Hkvl, hd}, dt);
     // GEMMs take tensors as [rows, last dim]: view the head layouts as [N, heads*hd].
-    be.gemm(false, true, 1.0, s.xn1, w.wq, 0.0, s.q.reshape({N, Hl * hd}));  // [N,E] x [Hl*hd,E]^T
-    be.gemm(false, true, 1.0, s.xn1, w.wk, 0.0, s.k.reshape({N, Hkvl * hd}));
-    be.gemm(false, true, 1.0, s.xn1, w.wv, 0.0, s.v.reshape({N, Hkvl * hd}));
+    column.forward(be, s.xn1, w.wq, s.q.reshape({N, Hl * hd}));  // [N,E] x [Hl*hd,E]^T
+    column.forward(be, s.xn1, w.wk, s.k.reshape({N, Hkvl * hd}));
+    column.forward(be, s.xn1, w.wv, s.v.reshape({N, Hkvl * hd}));
     be.rope_forward(s.q, rope.cos, rope.sin, s.q);  // in place: the un-rotated q is not needed
     be.rope_forward(s.k, rope.cos, rope.sin, s.k);
   }
@@ -148,13 +140,13 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   }
   if (!kept.out_proj) {
     s.h = be.empty(x.shape(), dt);  // mine: h = x + att Wo^T
-    row_parallel_residual(be, tensor, s.att.reshape({N, Hl * hd}), w.wo, x, s.h);
+    row.forward(be, s.att.reshape({N, Hl * hd}), w.wo, x, s.h);
   }
   // MLP block.
   Tensor hn = be.empty({n, E}, dt);  // mine
   s.rstd2 = be.empty({n}, stats_dtype(dt));
   be.rmsnorm_forward(s.h.reshape({n, E}), w.mlp_norm, cfg.norm_eps, hn, s.rstd2);
-  s.hn = tensor.gather_rows(be, hn);  // [N,E]
+  s.hn = column.gather_input(be, hn);  // [N,E]: gate, up and the routed experts read it
   Tensor routed;                      // [N,E] the routed experts' output (MoE layers)
   if (w.is_moe()) {
     if (y.defined()) routed = be.empty({N, E}, dt);  // a recomputation needs only `s.moe`
@@ -165,25 +157,16 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
     if (!kept.mlp_in) {
       s.gate = be.empty({N, Fl}, dt);
       s.up = be.empty({N, Fl}, dt);
-      be.gemm(false, true, 1.0, s.hn, w.w_gate, 0.0, s.gate);
-      be.gemm(false, true, 1.0, s.hn, w.w_up, 0.0, s.up);
+      column.forward(be, s.hn, w.w_gate, s.gate);
+      column.forward(be, s.hn, w.w_up, s.up);
     }
     s.act = be.empty({N, Fl}, dt);
     be.swiglu_forward(s.gate, s.up, s.act);
   }
   if (!y.defined()) return;
-  if (routed.defined() && tensor.size() > 1) {
-    // The routed experts' output, like act Wd^T, is a partial sum over the ranks' columns.
-    if (w.has_dense_mlp()) be.gemm(false, true, 1.0, s.act, w.w_down, 1.0, routed);
-    be.add(s.h, tensor.reduce_scatter_rows(be, routed).reshape(s.h.shape()), y);
-    return;
-  }
-  if (w.has_dense_mlp()) {
-    row_parallel_residual(be, tensor, s.act, w.w_down, s.h, y);  // y = h + act Wd^T
-  } else {
-    be.copy(s.h, y);
-  }
-  if (routed.defined()) be.axpy(1.0, routed.reshape(y.shape()), y);
+  // y = h + act Wd^T (+ the routed experts' output, like act Wd^T a partial sum over the ranks'
+  // columns).
+  row.forward(be, s.act, w.w_down, s.h, y, routed);
 }
 
 void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
@@ -195,8 +178,10 @@ void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   const auto [b, T, N, E] = tokens_of(dy, rope, tensor);
   const std::int64_t hd = cfg.head_dim(), Hl = w.wq.dim(0) / hd, Hkvl = w.wk.dim(0) / hd;
   const std::int64_t n = N / tensor.size();
+  const ColumnParallel column(tensor);
+  const RowParallel row(tensor);
   // MLP block: y = h + act Wd^T (+ the routed experts' output).
-  const Tensor dy_all = tensor.gather_rows(be, dy.reshape({n, E}));  // [N,E]
+  const Tensor dy_all = row.gather_output_grad(be, dy.reshape({n, E}));  // [N,E]
   Tensor dhn = be.empty({N, E}, dt);  // partial over the tensor ranks' columns
   if (w.is_moe()) {
     // The balancing loss enters the objective as the whole sequence's tokens x L (with context
@@ -204,28 +189,28 @@ void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
     moe_mlp_backward(be, cfg.router(), w.moe, g.moe, s.moe, dy_all,
                      loss_scale * double(s.moe.routing.group_total), dhn, parallel);
   }
+  Tensor dhn_rows;  // [n,E]: d rms(h, g2), this rank's rows
   if (w.has_dense_mlp()) {
     const std::int64_t Fl = w.w_gate.dim(0);
     Tensor dact = be.empty({N, Fl}, dt);
-    be.gemm(false, false, 1.0, dy_all, w.w_down, 0.0, dact);  // [N,E] x [E,Fl]
-    weight_grad(be, dy_all, s.act, g.w_down, defer);          // dWd += dy^T act
+    row.backward(be, dy_all, s.act, {w.w_down, g.w_down}, dact, defer);  // [N,E] x [E,Fl]
     Tensor dgate = be.empty({N, Fl}, dt), dup = be.empty({N, Fl}, dt);
     be.swiglu_backward(dact, s.gate, s.up, dgate, dup);
     dact = Tensor();
-    be.gemm(false, false, 1.0, dgate, w.w_gate, w.is_moe() ? 1.0 : 0.0, dhn);
-    be.gemm(false, false, 1.0, dup, w.w_up, 1.0, dhn);
-    weight_grad(be, dgate, s.hn, g.w_gate, defer);
-    weight_grad(be, dup, s.hn, g.w_up, defer);
+    dhn_rows = column.backward(be, s.hn, {{w.w_gate, g.w_gate}, {w.w_up, g.w_up}}, {dgate, dup},
+                               dhn, /*accumulate=*/w.is_moe(), defer);
+  } else {
+    dhn_rows = column.scatter_input_grad(be, dhn);
   }
   Tensor dh = be.empty(dy.shape(), dt);  // mine
-  be.rmsnorm_backward(tensor.reduce_scatter_rows(be, dhn), s.h.reshape({n, E}), w.mlp_norm, s.rstd2,
-                      dh.reshape({n, E}), g.mlp_norm);
+  be.rmsnorm_backward(dhn_rows, s.h.reshape({n, E}), w.mlp_norm, s.rstd2, dh.reshape({n, E}),
+                      g.mlp_norm);
   be.axpy(1.0, dy, dh);  // residual
   // Attention block: h = x + att Wo^T.
-  const Tensor dh_all = tensor.gather_rows(be, dh.reshape({n, E}));  // [N,E]
+  const Tensor dh_all = row.gather_output_grad(be, dh.reshape({n, E}));  // [N,E]
   Tensor datt = be.empty(s.att.shape(), dt);
-  be.gemm(false, false, 1.0, dh_all, w.wo, 0.0, datt.reshape({N, Hl * hd}));
-  weight_grad(be, dh_all, s.att.reshape({N, Hl * hd}), g.wo, defer);
+  row.backward(be, dh_all, s.att.reshape({N, Hl * hd}), {w.wo, g.wo}, datt.reshape({N, Hl * hd}),
+               defer);
   Tensor dq = be.empty(s.q.shape(), dt), dk = be.empty(s.k.shape(), dt),
          dv = be.empty(s.v.shape(), dt);
   context_attention_backward(be, parallel.context, datt, s.q, s.k, s.v, s.att, s.lse, s.context, dq,
@@ -236,14 +221,11 @@ void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   Tensor dxn1 = be.empty({N, E}, dt);  // partial over the tensor ranks' heads
   const Tensor dq2 = dq.reshape({N, Hl * hd}), dk2 = dk.reshape({N, Hkvl * hd}),
                dv2 = dv.reshape({N, Hkvl * hd});
-  be.gemm(false, false, 1.0, dq2, w.wq, 0.0, dxn1);
-  be.gemm(false, false, 1.0, dk2, w.wk, 1.0, dxn1);
-  be.gemm(false, false, 1.0, dv2, w.wv, 1.0, dxn1);
-  weight_grad(be, dq2, s.xn1, g.wq, defer);
-  weight_grad(be, dk2, s.xn1, g.wk, defer);
-  weight_grad(be, dv2, s.xn1, g.wv, defer);
-  be.rmsnorm_backward(tensor.reduce_scatter_rows(be, dxn1), s.x.reshape({n, E}), w.attn_norm,
-                      s.rstd1, dx.reshape({n, E}), g.attn_norm);
+  const Tensor dxn1_rows =
+      column.backward(be, s.xn1, {{w.wq, g.wq}, {w.wk, g.wk}, {w.wv, g.wv}}, {dq2, dk2, dv2}, dxn1,
+                      /*accumulate=*/false, defer);
+  be.rmsnorm_backward(dxn1_rows, s.x.reshape({n, E}), w.attn_norm, s.rstd1, dx.reshape({n, E}),
+                      g.attn_norm);
   be.axpy(1.0, dh, dx);  // residual
 }
 
@@ -253,7 +235,7 @@ void layer_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                    const RopeTables& rope, const Tensor& x, const Tensor& y, LayerSaved* saved,
                    const LayerParallel& parallel, RouterStats* router) {
   if (!cfg.is_llama()) {
-    be.gemm(false, false, 1.0, x, w.w, 0.0, y);  // y = x W, [N,E] x [E,E]
+    Linear(w.w, Linear::Layout::InOut).forward(be, x, y);  // y = x W, [N,E] x [E,E]
     if (saved) saved->x = x;
     return;
   }
@@ -273,6 +255,19 @@ void keep_only(LayerSaved& s, const RematKeep& keep) {
   if (!keep.mlp_in) s.gate = s.up = Tensor();
 }
 
+bool recompute_replays(LayerPiece piece, const RematKeep& keep) {
+  switch (piece) {
+    case LayerPiece::AttentionIn:
+    case LayerPiece::MlpIn:
+      return true;
+    case LayerPiece::OutProj:
+      return !keep.out_proj;
+    case LayerPiece::MlpOut:
+      return false;
+  }
+  return true;
+}
+
 void layer_recompute(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                      const RopeTables& rope, LayerSaved& s, const LayerParallel& parallel) {
   if (!cfg.is_llama()) return;  // the simple block's backward needs its input only
@@ -288,15 +283,12 @@ void layer_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                     const Tensor& dy, const Tensor& dx, double loss_scale,
                     std::vector<DeferredWeightGrad>* deferred, const LayerParallel& parallel) {
   if (!cfg.is_llama()) {
-    be.gemm(false, true, 1.0, dy, w.w, 0.0, dx);      // dx = dy W^T
-    weight_grad(be, saved.x, dy, grads.w, deferred);  // dW += x^T dy
+    const Linear simple(w.w, Linear::Layout::InOut);
+    simple.input_grad(be, dy, dx);                          // dx = dy W^T
+    simple.weight_grad(be, dy, saved.x, grads.w, deferred);  // dW += x^T dy
     return;
   }
   llama_backward(be, cfg, w, grads, rope, parallel, saved, dy, dx, loss_scale, deferred);
-}
-
-void apply_weight_grads(Backend& be, const std::vector<DeferredWeightGrad>& deferred) {
-  for (const auto& d : deferred) be.gemm(true, false, 1.0, d.a, d.b, 1.0, d.grad);
 }
 
 }  // namespace carousel

@@ -19,6 +19,7 @@
 #include "models/model_config.h"
 #include "models/moe_mlp.h"
 #include "models/parallel/layer_parallel.h"
+#include "models/parallel/linear.h"
 #include "models/params.h"
 
 namespace carousel {
@@ -82,6 +83,12 @@ struct RematKeep {
 };
 // Drops from a full LayerSaved what `keep` does not keep (the dropped buffers are freed).
 void keep_only(LayerSaved& saved, const RematKeep& keep);
+// Whether the recomputation of a layer's forward under `keep` (layer_recompute) runs `piece`'s
+// forward collective again: the input gathers always (xn1 and hn are never kept), the out
+// projection's reduce-scatter unless h is kept, the down projection's never (a recomputation
+// stops before the layer's output). A full remat reruns the whole forward: every piece. The
+// planner counts a backward's tensor traffic by it.
+bool recompute_replays(LayerPiece piece, const RematKeep& keep);
 // Fills in what keep_only dropped, recomputing from saved.x and skipping every GEMM (and the
 // attention) whose output was kept: the same ops on the same inputs as the forward, so the same
 // bits.
@@ -97,12 +104,6 @@ void layer_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                    const RopeTables& rope, const Tensor& x, const Tensor& y, LayerSaved* saved,
                    const LayerParallel& parallel = {}, RouterStats* router = nullptr);
 
-// One weight-gradient GEMM, grad += a^T b, kept for later: the zero-bubble schedules split the
-// backward into I (input gradients, on the critical path) and W (these GEMMs).
-struct DeferredWeightGrad {
-  Tensor a, b, grad;
-};
-
 // dx = d layer / dx (dy); weight gradients += into `grads`, or, when `deferred` is set, the
 // weight-gradient GEMMs are appended there instead (norm gains, and an MoE layer's experts and
 // router, are still done here). dx may not alias dy. loss_scale: the weight of the microbatch's
@@ -112,8 +113,5 @@ void layer_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                     const Tensor& dy, const Tensor& dx, double loss_scale,
                     std::vector<DeferredWeightGrad>* deferred = nullptr,
                     const LayerParallel& parallel = {});
-
-// Runs deferred weight-gradient GEMMs (the W of an I/W split), in the order they were made.
-void apply_weight_grads(Backend& be, const std::vector<DeferredWeightGrad>& deferred);
 
 }  // namespace carousel

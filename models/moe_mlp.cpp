@@ -3,6 +3,7 @@
 #include "models/moe_mlp.h"
 
 #include "compute/error.h"
+#include "models/parallel/linear.h"
 #include "models/row_gather.h"
 
 namespace carousel {
@@ -60,7 +61,7 @@ void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& 
                   "MoE weights for {} of {} experts, router [{}, .], gate [{}, ., .]", local, X,
                   w.router.dim(0), w.gate.dim(0));
   Tensor logits = be.empty({N, X}, dt);
-  be.gemm(false, true, 1.0, x, w.router, 0.0, logits);  // [N,E] x [X,E]^T
+  Linear(w.router).forward(be, x, logits);  // [N,E] x [X,E]^T
   s.routing = route(router, to_double(be, logits), bias, group_tokens);
   if (parallel.context.size() > 1 && router.aux_loss_weight != 0.0)
     pool_balance(be, router, parallel.context, s.routing);
@@ -92,10 +93,10 @@ void moe_mlp_forward(Backend& be, const RouterConfig& router, const MoeWeights& 
   s.act = be.empty({R, Fm}, dt);
   Tensor out_local = be.empty({R, E}, dt);
   const std::vector<std::int64_t>& rows = s.dispatch.first;  // expert e's rows [rows[e], rows[e+1])
-  be.grouped_gemm(true, 1.0, s.x_local, w.gate, rows, 0.0, s.gate);  // [c,E] x [Fm,E]^T each
-  be.grouped_gemm(true, 1.0, s.x_local, w.up, rows, 0.0, s.up);
+  GroupedLinear(w.gate, rows).forward(be, s.x_local, s.gate);  // [c,E] x [Fm,E]^T each
+  GroupedLinear(w.up, rows).forward(be, s.x_local, s.up);
   be.swiglu_forward(s.gate, s.up, s.act);
-  be.grouped_gemm(true, 1.0, s.act, w.down, rows, 0.0, out_local);  // [c,Fm] x [E,Fm]^T
+  GroupedLinear(w.down, rows).forward(be, s.act, out_local);  // [c,Fm] x [E,Fm]^T
   s.out_perm = from_experts(be, experts, s.dispatch, out_local);
   if (!y.defined()) return;  // a recomputation: only what the backward reads
   Tensor weighted = be.empty({M, E}, dt);
@@ -130,14 +131,15 @@ void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights&
   Tensor dact = be.empty({R, Fm}, dt), dgate = be.empty({R, Fm}, dt), dup = be.empty({R, Fm}, dt);
   Tensor dx_local = be.empty({R, E}, dt);
   const std::vector<std::int64_t>& rows = s.dispatch.first;  // expert e's rows [rows[e], rows[e+1])
-  be.grouped_gemm(false, 1.0, dout_local, w.down, rows, 0.0, dact);  // [c,E] x [E,Fm] each
+  const GroupedLinear gate(w.gate, rows), up(w.up, rows), down(w.down, rows);
+  down.input_grad(be, dout_local, dact);  // [c,E] x [E,Fm] each
   be.swiglu_backward(dact, s.gate, s.up, dgate, dup);
-  be.grouped_gemm(false, 1.0, dgate, w.gate, rows, 0.0, dx_local);  // [c,Fm] x [Fm,E]
-  be.grouped_gemm(false, 1.0, dup, w.up, rows, 1.0, dx_local);
+  gate.input_grad(be, dgate, dx_local);  // [c,Fm] x [Fm,E]
+  up.input_grad(be, dup, dx_local, 1.0);
   // Each expert's weight gradients from its own rows.
-  be.grouped_weight_gemm(1.0, dout_local, s.act, rows, 1.0, grads.down);  // [E,Fm] += dout^T act
-  be.grouped_weight_gemm(1.0, dgate, s.x_local, rows, 1.0, grads.gate);   // [Fm,E] += dgate^T x
-  be.grouped_weight_gemm(1.0, dup, s.x_local, rows, 1.0, grads.up);
+  down.weight_grad(be, dout_local, s.act, grads.down);  // [E,Fm] += dout^T act
+  gate.weight_grad(be, dgate, s.x_local, grads.gate);   // [Fm,E] += dgate^T x
+  up.weight_grad(be, dup, s.x_local, grads.up);
   const Tensor dx_perm = from_experts(be, experts, s.dispatch, dx_local);
   // Dispatch: x_perm[row] = x[token of row].
   be.fill(dx, 0.0);
@@ -149,8 +151,9 @@ void moe_mlp_backward(Backend& be, const RouterConfig& router, const MoeWeights&
       from_double(be, route_backward(router, s.routing, dweight, daux), {N, X}, dt);
   const std::int64_t n = N / parallel.tensor.size(), first = parallel.tensor.rank() * n;
   const Tensor my_dlogits = rows_of(dlogits, first, n), my_x = rows_of(s.x, first, n);
-  be.gemm(true, false, 1.0, my_dlogits, my_x, 1.0, grads.router);        // [X,E] += dlogits^T x
-  be.gemm(false, false, 1.0, my_dlogits, w.router, 1.0, rows_of(dx, first, n));  // [n,X] x [X,E]
+  const Linear router_weight(w.router);
+  router_weight.weight_grad(be, my_dlogits, my_x, grads.router);        // [X,E] += dlogits^T x
+  router_weight.input_grad(be, my_dlogits, rows_of(dx, first, n), 1.0);  // [n,X] x [X,E]
 }
 
 }  // namespace carousel

@@ -17,6 +17,9 @@ Usage: check_architecture.py [SOURCE_DIR]   (exit status 0: all hold; 1: each br
    placement rule (ShardedParams::holders, and the ZeRO-1 pieces of stage_pieces): no
    all_reduce or reduce_scatter names one of those communicators elsewhere, so no reduction is
    written per axis combination again.
+8. models/ calls no weight GEMM (gemm, grouped_gemm, grouped_weight_gemm) outside its parallel
+   pieces (models/parallel/linear.cpp): a weight's place on the tensor axis, its collective and
+   (with a numeric format) its scales live in one piece, not at each call site.
 
 Written by hand: include-graph linters (include-what-you-use, clang-tidy) know nothing of this
 project's layering, and the rules are a few lines each.
@@ -40,6 +43,8 @@ RULE_FILES = re.compile(r"^host/parallel/sharded_[a-z_]+\.cpp$")
 RULE_GROUPS = re.compile(
     r"comms_\.(data|expert|expert_data|tie|pipe|tensor|kv_share)->(?:all_reduce|reduce_scatter)\b")
 RULE_FUNCTIONS = ("ShardedParams::Holders ShardedParams::holders(", "Pieces ShardedParams::stage_pieces(")
+GEMM_CALL = re.compile(r"\bbe\.(gemm|grouped_gemm|grouped_weight_gemm)\(")
+GEMM_HOME = "models/parallel/linear.cpp"
 SKIP_DIRS = {".git", "build", ".venv", "out", ".gpu", "__pycache__", "docs", "configs"}
 
 
@@ -159,6 +164,12 @@ def main():
                     line = text.count("\n", 0, m.start()) + 1
                     problems.append(f"{path}:{line}: schedule name '{m.group(1) or m.group(2)}' "
                                     "compared as a string; give the registry row a field instead")
+            if path.startswith("models/") and path != GEMM_HOME:
+                for m in GEMM_CALL.finditer(text):
+                    line = text.count("\n", 0, m.start()) + 1
+                    problems.append(f"{path}:{line}: calls be.{m.group(1)} directly; use a piece "
+                                    f"of {GEMM_HOME} (Linear, ColumnParallel, RowParallel, "
+                                    "GroupedLinear)")
             if RULE_FILES.match(path):
                 spans = [sp for sp in (function_span(text, sig) for sig in RULE_FUNCTIONS) if sp]
                 for m in RULE_GROUPS.finditer(text):
@@ -196,7 +207,7 @@ def main():
         print(p)
     print(f"check_architecture: {len(problems)} problem(s)" if problems else
           "check_architecture: layers, cycles, folder sizes, file sizes, train(), schedule names "
-          "and the gradient rule all hold")
+          "the gradient rule and the GEMM pieces all hold")
     return 1 if problems else 0
 
 

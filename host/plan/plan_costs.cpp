@@ -68,13 +68,14 @@ double layer_elements(const ModelConfig& m, int tensor, int experts) {
 
 // The seconds a layer's forward waits for its tensor, context and expert groups (their
 // collectives sit between its GEMMs), from the bytes plan_traffic counts, plus each
-// collective's latency floor: 4 per layer for T > 1 (the sequence-parallel gathers and
-// reduce-scatters around attention and the MLP), 2 for C > 1 (the keys' and values' gathers), 1
+// collective's latency floor: one per tensor-parallel piece of the layer for T > 1
+// (tensor_collectives_per_layer: the sequence-parallel gathers and reduce-scatters around
+// attention and the MLP), 2 for C > 1 (the keys' and values' gathers), 1
 // for E > 1 (the row counts' all-gather; an expert group is on the data axis). The rows'
 // exchanges are actions of the schedule (schedule_cost_exchange), which DualPipeV's pairs hide.
 double layer_collective_seconds(const Config& cfg, const Cluster& cluster, const MeshLinks& links) {
   const LayerTraffic t = layer_traffic(cfg);
-  const double messages = (cfg.ici_tensor_parallelism > 1 ? 4 : 0) +
+  const double messages = (cfg.ici_tensor_parallelism > 1 ? tensor_collectives_per_layer() : 0) +
                           (cfg.ici_context_parallelism > 1 ? 2 : 0) +
                           (cfg.ici_expert_parallelism > 1 ? 1 : 0);
   return t.tensor / link(cluster, links.tensor_inter) +

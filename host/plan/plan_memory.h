@@ -120,8 +120,8 @@ std::int64_t program_free_working_set(const Config& cfg, const schedule::Layout&
 MemoryBreakdown device_memory(const Config& cfg, const schedule::Program& lowered, int stage_rank,
                               int peak_stashed);
 
-// What a forward of one layer sends per device in its tensor group (2 row all-gathers and 2
-// reduce-scatters of [n, E]) and in its context group (the key and value all-gathers, [Nc, kv]
+// What a forward of one layer sends per device in its tensor group (one [N, E] collective per
+// tensor-parallel piece: the column pieces' row all-gathers, the row pieces' reduce-scatters) and in its context group (the key and value all-gathers, [Nc, kv]
 // each); a backward sends as much again (the row gathers and scatters reversed; the key and
 // value gradients reduce-scattered). Nothing overlaps them: they sit between the GEMMs.
 struct LayerTraffic {
@@ -136,6 +136,8 @@ struct LayerTraffic {
 double expert_exchange_bytes(const Config& cfg);
 double expert_rows_bytes(const Config& cfg);
 LayerTraffic layer_traffic(const Config& cfg);
+// The tensor group's collectives in one layer's forward (one per piece, models/parallel/linear.h).
+int tensor_collectives_per_layer();
 
 // Bytes a device of stage rank `stage_rank` sends in the optimizer step (the replicas' gradient
 // reduction and the extras' over FSDP and the replicas; with tensor parallelism the sums of the

@@ -2,6 +2,7 @@
 // (plan_memory.h): pipeline hand-offs, FSDP gathers and reduce-scatters, the replicas' gradient
 // sums, the tensor, context and expert groups' traffic, and where each group sits on nodes.
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "compute/error.h"
@@ -166,6 +167,26 @@ double expert_exchange_bytes(const Config& cfg) {
   return expert_counts_bytes(cfg) + 2 * expert_rows_bytes(cfg);
 }
 
+namespace {
+
+// The tensor group's collectives in a layer's forward: one per tensor-parallel piece of the
+// layer (models/parallel/linear.h), each moving an [N, E] activation of (T - 1) x this rank's rows.
+constexpr int kTensorCollectivesPerLayer = int(std::size(kLlamaTensorPieces));
+
+// The share of them a backward's recomputation runs again under `policy` (models/layer.h).
+double tensor_replay_share(RematPolicy policy) {
+  if (policy == RematPolicy::None) return 0;
+  if (policy == RematPolicy::Full) return 1;  // the whole forward again
+  const RematKeep keep = remat_keep(policy);
+  int replayed = 0;
+  for (const TensorPiece& p : kLlamaTensorPieces) replayed += recompute_replays(p.piece, keep);
+  return double(replayed) / kTensorCollectivesPerLayer;
+}
+
+}  // namespace
+
+int tensor_collectives_per_layer() { return kTensorCollectivesPerLayer; }
+
 LayerTraffic layer_traffic(const Config& cfg) {
   const int T = int(cfg.ici_tensor_parallelism), C = int(cfg.ici_context_parallelism);
   const double c = compute_bytes(cfg);
@@ -174,7 +195,7 @@ LayerTraffic layer_traffic(const Config& cfg) {
   const ModelConfig& m = cfg.model;
   const double moe_share =
       m.is_moe() ? double(m.num_layers - m.first_num_dense_layers) / double(m.num_layers) : 0.0;
-  return {4.0 * (T - 1) * rows, 2.0 * (C - 1) * keys, moe_share * expert_exchange_bytes(cfg),
+  return {double(kTensorCollectivesPerLayer) * (T - 1) * rows, 2.0 * (C - 1) * keys, moe_share * expert_exchange_bytes(cfg),
           moe_share * expert_counts_bytes(cfg)};
 }
 
@@ -188,16 +209,11 @@ LinkBytes device_link_bytes(const Config& cfg, const sch::Program& lowered, int 
       optimizer_link_bytes(cfg, lowered.layout, stage_rank, links, fsdp_rank, replica_rank);
   const double optimizer_tensor = b.tensor, optimizer_expert = b.expert;
   const LayerTraffic layer = layer_traffic(cfg);
-  // A backward first recomputes (part of) the forward: full, all four of a layer's tensor
-  // collectives (gathers of xn1 and hn, reduce-scatters after out_proj and down_proj) and the
-  // context gathers; a selective policy, the two gathers, out_proj's unless kept, and the
-  // context gathers unless the attention output is kept (the down_proj is not recomputed).
+  // A backward first recomputes (part of) the forward: its tensor pieces' collectives as
+  // tensor_replay_share says, and the context gathers unless the attention output is kept.
   const RematPolicy policy = parse_remat_policy(cfg.remat_policy);
   const RematKeep keep = remat_keep(policy);
-  const bool selective = policy != RematPolicy::None && policy != RematPolicy::Full;
-  const double tensor_replay = policy == RematPolicy::None ? 0
-                               : selective                 ? (2.0 + (keep.out_proj ? 0 : 1)) / 4
-                                                           : 1.0;
+  const double tensor_replay = tensor_replay_share(policy);
   const double context_replay = policy == RematPolicy::None ? 0 : keep.context ? 0 : 1.0;
   const sch::StageLayers map = stage_layers(cfg);
   // Expert parallelism, per MoE layer: a forward all-gathers the [X] row counts and sends its

@@ -1,4 +1,5 @@
-// tensor_parallel.cpp — the row gathers and scatters of sequence parallelism.
+// tensor_parallel.cpp — the row gathers and scatters of sequence parallelism (the pieces that
+// call them: linear.h).
 //
 // The collectives wait on the host: correct on every communicator; overlapping them with the
 // next GEMM on GPUs is listed in docs/parallelism.md as not done yet.
@@ -23,18 +24,6 @@ Tensor TensorGroup::reduce_scatter_rows(Backend& be, const Tensor& partial) cons
   Tensor mine = be.empty({N / size(), E}, partial.dtype());
   comm->reduce_scatter(partial, mine, ReduceOp::Sum).wait();
   return mine;
-}
-
-void row_parallel_residual(Backend& be, const TensorGroup& tensor, const Tensor& a, const Tensor& w,
-                           const Tensor& residual, const Tensor& out) {
-  if (tensor.size() == 1) {
-    be.copy(residual, out);
-    be.gemm(false, true, 1.0, a, w, 1.0, out);
-    return;
-  }
-  Tensor partial = be.empty({a.rows(), w.rows()}, out.dtype());  // [N, E]
-  be.gemm(false, true, 1.0, a, w, 0.0, partial);
-  be.add(residual, tensor.reduce_scatter_rows(be, partial).reshape(residual.shape()), out);
 }
 
 }  // namespace carousel

@@ -1,6 +1,6 @@
 // tensor_parallel.h — Megatron-style tensor parallelism with sequence parallelism: the group of
-// ranks that computes one layer together, and the pieces a decoder layer calls between its
-// GEMMs, each owning its collective (docs/parallelism.md#tensor-parallelism).
+// ranks that computes one layer together and its two row collectives; the pieces that call them
+// around the weight GEMMs are in linear.h (docs/parallelism.md#tensor-parallelism).
 //
 // Between a layer's blocks (norms, residuals) each of the T ranks holds its own rows of the
 // activation: [n, E] with n = N / T of the microbatch's N = b x S tokens, rank t rows
@@ -28,11 +28,5 @@ struct TensorGroup {
   // [T n, E] partial sums -> [n, E]: this rank's rows of their sum (T = 1: `partial` itself).
   Tensor reduce_scatter_rows(Backend& be, const Tensor& partial) const;
 };
-
-// out [n, E] = residual [n, E] + this rank's rows of (a w^T summed over the group): the
-// row-parallel GEMM with its reduce-scatter; a [N, k/T] and w [E, k/T] are this rank's columns.
-// With T = 1: out = residual + a w^T in one GEMM (beta = 1), as the single-device layer.
-void row_parallel_residual(Backend& be, const TensorGroup& tensor, const Tensor& a, const Tensor& w,
-                           const Tensor& residual, const Tensor& out);
 
 }  // namespace carousel

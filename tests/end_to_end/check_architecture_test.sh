@@ -45,6 +45,12 @@ printf 'ShardedParams::Holders ShardedParams::holders(int x) {\n  comms_.data->a
 out=$(python3 "$checker" "$work") || fail "the placement rule's own mapping is refused: $out"
 rm -r "$work/host/parallel"
 
+printf 'void f(Backend& be) {\n  be.gemm(false, true, 1.0, x, w, 0.0, y);\n}\n' > "$work/models/layer.cpp"
+expect "a bare weight GEMM in models/" "models/layer.cpp:2: calls be.gemm directly"
+mkdir -p "$work/models/parallel" && mv "$work/models/layer.cpp" "$work/models/parallel/linear.cpp"
+out=$(python3 "$checker" "$work") || fail "the GEMM pieces' own file is refused: $out"
+rm -r "$work/models/parallel"
+
 python3 -c "print('\n' * 600)" > "$work/host/io/long.cpp"
 expect "a 600-line file" "host/io/long.cpp has 6"
 rm "$work/host/io/long.cpp"
