@@ -11,7 +11,7 @@
 #include "compute/cpu_backend.h"
 #include "host/config/config.h"
 #include "host/data/data.h"
-#include "host/parallel/optimizer.h"
+#include "host/runtime/optimizer.h"
 #include "models/model.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // communicator.h — the one interface for moving tensors between ranks.
 //
-// Every group of a run's mesh (host/parallel/mesh.h) is a Communicator: the pipeline ring's
+// Every group of a run's mesh (host/mesh/mesh.h) is a Communicator: the pipeline ring's
 // send/recv, the FSDP group's all-gather/reduce-scatter, the data replicas' reductions, the
 // tensor and context groups inside a layer (models/parallel/), the expert group's token exchange
 // (grouped send/recv, models/parallel/expert_parallel.cpp) and the tied embedding's pair. Every

@@ -1,6 +1,6 @@
 // hash.h — the one hash of carousel: 64-bit FNV-1a. Parameter initialisation keys each
 // parameter's random stream by the hash of its name (models/params.cpp), the ranks of a job
-// compare the hash of what they will run before step 1 (host/run/run_plan.cpp), a step trace
+// compare the hash of what they will run before step 1 (host/run/run_setup.cpp), a step trace
 // names each arrow by the hash of its text (host/report/step_trace.cpp), and the replica check
 // hashes weights (host/run/guards/replica_check.cpp). None needs a cryptographic hash; all need
 // one that is the same on every machine and build, so the constants and the order of bytes are

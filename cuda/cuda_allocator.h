@@ -27,7 +27,7 @@ class CudaAllocator final : public DeviceAllocator {
     CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     int pools = 0;
     CUDA_CHECK(cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, gpu_));
-    pooled_ = pools != 0;  // else cudaMalloc (host/parallel/mesh.cpp warns)
+    pooled_ = pools != 0;  // else cudaMalloc (host/mesh/mesh.cpp warns)
     if (!pooled_) return;
     cudaMemPool_t pool = nullptr;
     CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, gpu_));

@@ -259,7 +259,7 @@ double unit(std::uint64_t bits) { return (double(bits >> 11) + 0.5) * 0x1.0p-53;
 
 // Elements [begin, end) of this rank's part of `spec`, as T. Each value is a pure function of
 // (seed, name, whole index): no state is carried from one element to the next, so callers may
-// split a tensor over threads in any way and get the same bits (host/parallel/sharded_params.cpp
+// split a tensor over threads in any way and get the same bits (host/runtime/sharded_params.cpp
 // does). The arithmetic is in double and rounded once to T, as the values have always been.
 template <class T>
 void write_initial_values(const ParamSpec& spec, std::uint64_t seed, std::int64_t begin,

@@ -124,7 +124,7 @@ std::vector<double> initial_values(const ParamSpec& spec, std::uint64_t seed);
 // begin) in the destination's precision (computed in double, rounded once). Every element is
 // independent of the others, so ranges may be filled concurrently and in any split with the
 // same bits: sharded init fills a stage's float32 shard on the OpenMP threads this way
-// (host/parallel/sharded_params.cpp), without a double copy of it.
+// (host/runtime/sharded_params.cpp), without a double copy of it.
 void initial_values_into(const ParamSpec& spec, std::uint64_t seed, std::int64_t begin,
                          std::int64_t end, float* out);
 void initial_values_into(const ParamSpec& spec, std::uint64_t seed, std::int64_t begin,

@@ -3,7 +3,7 @@
 // global norm, checkpoint writers, the replica check and the planner's bytes all read, instead of
 // each restating "wq is column-parallel" or "routed experts are per expert rank".
 //
-// The mesh's axes, slowest first in the rank order (host/parallel/mesh.h): replica (D data
+// The mesh's axes, slowest first in the rank order (host/mesh/mesh.h): replica (D data
 // replicas), expert (E, carved from the data axis), stage (S), fsdp (F), context (C), tensor (T).
 // On one axis a parameter is
 //   Shard      each rank holds its own part: rows or columns [begin, begin + shape[dim]) of the
@@ -18,7 +18,7 @@
 // axis, the stage that runs it along the stage axis).
 //
 // The parameter table (models/params.h) gives the model's own axes — tensor and expert; the rank
-// runtime (host/parallel/sharded_params.h) adds the others: a layer's parameters are sharded over
+// runtime (host/runtime/sharded_params.h) adds the others: a layer's parameters are sharded over
 // stages and FSDP ranks, the embedding, final norm and head are replicated over the FSDP ranks
 // (and over the stage ranks that use them), everything is replicated over data replicas and
 // context ranks.
@@ -28,7 +28,7 @@
 
 namespace carousel {
 
-// Slowest first in the rank order (host/parallel/mesh_axes.h numbers ranks by it).
+// Slowest first in the rank order (host/mesh/mesh_axes.h numbers ranks by it).
 enum class MeshAxis { Replica, Expert, Stage, Fsdp, Context, Tensor };
 
 struct Placement {

@@ -12,7 +12,7 @@ Usage: check_architecture.py [SOURCE_DIR]   (exit status 0: all hold; 1: each br
 5. train() (host/run/trainer.cpp) is at most MAX_TRAIN_LINES lines.
 6. No schedule name (read from the rows of host/schedule/registry.cpp) is compared as a string
    outside that file (a schedule's behaviour belongs to its registry row).
-7. The parameter runtime (host/parallel/sharded_*.cpp) reduces over the groups a gradient is
+7. The parameter runtime (host/runtime/sharded_*.cpp) reduces over the groups a gradient is
    summed over (data, expert, expert_data, tie, pipe, tensor, kv_share) only through the
    placement rule (ShardedParams::holders, and the ZeRO-1 pieces of stage_pieces): no
    all_reduce or reduce_scatter names one of those communicators elsewhere, so no reduction is
@@ -31,7 +31,7 @@ import sys
 LAYERS = [
     "compute", "cuda", "collectives", "models",
     "host/schedule", "host/reliability", "host/config", "host/io", "host/data", "host/report",
-    "host/parallel", "host/plan", "host/run", "host/cli",
+    "host/mesh", "host/runtime", "host/plan", "host/run", "host/cli",
 ]
 FREE = ("tests", "benchmarks")  # may include any layer
 SOURCE_EXT = (".h", ".cpp", ".cu", ".cuh", ".py", ".sh")
@@ -39,7 +39,7 @@ MAX_FILES_PER_FOLDER = 20
 MAX_LINES = 520
 MAX_TRAIN_LINES = 80
 REGISTRY = "host/schedule/registry.cpp"
-RULE_FILES = re.compile(r"^host/parallel/sharded_[a-z_]+\.cpp$")
+RULE_FILES = re.compile(r"^host/runtime/sharded_[a-z_]+\.cpp$")
 RULE_GROUPS = re.compile(
     r"comms_\.(data|expert|expert_data|tie|pipe|tensor|kv_share)->(?:all_reduce|reduce_scatter)\b")
 RULE_FUNCTIONS = ("ShardedParams::Holders ShardedParams::holders(", "Pieces ShardedParams::stage_pieces(")

@@ -48,7 +48,7 @@ constexpr double kBytesPerComputeAction = 3072;
 // allocation failing in a destructor is std::terminate.
 constexpr std::size_t kReserveBytes = std::size_t(96) << 20;
 
-// The smaller of the address-space and data-segment limits, as run_plan.cpp reads them for train.
+// The smaller of the address-space and data-segment limits, as run_setup.cpp reads them for train.
 struct MemoryLimit {
   rlim_t bytes = RLIM_INFINITY;
   const char* name = "";

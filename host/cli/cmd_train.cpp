@@ -9,7 +9,7 @@
 #include "host/config/config.h"
 #include "host/config/run_name.h"
 #include "host/io/run_lock.h"
-#include "host/parallel/launch.h"
+#include "host/mesh/launch.h"
 #include "host/reliability/stop_signals.h"
 #include "host/report/logging.h"
 #include "host/report/progress_bar.h"

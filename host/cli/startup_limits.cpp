@@ -12,7 +12,7 @@
 //     them (host/reliability/stop_signals.h); before, each start-up (0.1 to 0.3 s, libraries
 //     initialised twice) was a window where such a signal killed with the default action;
 //   * an address-space or data limit (ulimit -v / -d) below what start-up needs: one error line,
-//     exit 2 (the run's own need is checked later against the same limits, host/run/run_plan.cpp);
+//     exit 2 (the run's own need is checked later against the same limits, host/run/run_setup.cpp);
 //   * a stack limit below 8 MiB that the hard limit lets us raise: raised for this process, said
 //     on stderr (a soft limit raised later changes no thread that glibc has already sized);
 //   * neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT set: GOMP_SPINCOUNT=1000 added to the
@@ -139,7 +139,7 @@ namespace carousel {
 // cores peaked at 2.7 GiB of address space against an estimate of 2.1 GiB, and the OpenBLAS
 // buffer that no longer fit was retried forever). Under an address-space or data limit the
 // arenas are capped at 2, before any rank or worker thread starts, so the run's estimate
-// (host/run/run_plan.cpp) holds; without a limit, nothing changes.
+// (host/run/run_setup.cpp) holds; without a limit, nothing changes.
 void cap_malloc_arenas_under_limits() {
   for (const int resource : {RLIMIT_AS, RLIMIT_DATA}) {
     rlimit lim{};

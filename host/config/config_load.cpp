@@ -298,7 +298,7 @@ std::vector<Assignment> read_overrides(const std::vector<std::string>& overrides
 namespace {
 
 // MaxText's dcn_* factors multiply the ici_* ones. carousel orders ranks data, pipeline, fsdp,
-// context, tensor from the outermost (host/parallel/mesh.h) and a node's processes are
+// context, tensor from the outermost (host/mesh/mesh.h) and a node's processes are
 // consecutive ranks, so each axis's dcn factor sits outside its ici factor; across axes, an axis
 // with a dcn factor must not lie inside one with an ici factor (that would put the inner axis's
 // nodes between one node's ranks). Folded, the run and its saved config hold the products.

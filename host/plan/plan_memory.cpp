@@ -1,6 +1,6 @@
 // plan_memory.cpp — bytes held by one device of a candidate mesh (the bytes it sends are in
 // plan_traffic.cpp). The exact parts follow ShardedParams' layout
-// (host/parallel/sharded_params.cpp, stage by stage) and the executor's stash; the working set
+// (host/runtime/sharded_params.cpp, stage by stage) and the executor's stash; the working set
 // is a bound (see plan_memory.h).
 #include "host/plan/plan_memory.h"
 

@@ -2,7 +2,7 @@
 // the bytes one device holds (parameters, gradients, AdamW moments, FSDP weight slots and
 // gradient buffers, stashed activations) and the bytes it sends per step over each link.
 //
-// Exact parts mirror what the executor allocates (host/parallel/sharded_params.cpp,
+// Exact parts mirror what the executor allocates (host/runtime/sharded_params.cpp,
 // rank_executor.cpp) and are tested equal to the device allocator's byte counts
 // (tests/plan/test_plan_memory.cpp): weights, gradients, optimizer, weight slots, gradient buffers,
 // stashed stage inputs. The working set (one stage's recomputed activations, backward temporaries,
@@ -56,7 +56,7 @@ struct LinkBytes {
 };
 
 // Where the groups of a mesh sit on nodes of `devices_per_node` consecutive ranks (ranks run
-// tensor-fastest, then context, then FSDP, host/parallel/mesh.h): whether each group or hop
+// tensor-fastest, then context, then FSDP, host/mesh/mesh.h): whether each group or hop
 // crosses a node boundary.
 struct MeshLinks {
   bool fsdp_inter = false;                   // some FSDP group spans two nodes

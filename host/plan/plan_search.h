@@ -74,7 +74,7 @@ std::vector<int> balanced_stage_layers(int layers, int stages, double head);
 // batch that no mesh splits, an unknown schedule name), and when its own memory would pass the
 // address-space or data-segment limit (ulimit -v / -d): its candidates once enumerated, and each
 // schedule before it is simulated, are estimated against the limit as `carousel train` estimates
-// a run's (host/run/run_plan.cpp).
+// a run's (host/run/run_setup.cpp).
 SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptions& options);
 
 }  // namespace carousel::plan

@@ -7,7 +7,7 @@
 
 #include "compute/error.h"
 #include "host/config/schedule_config.h"
-#include "host/parallel/sharded_params.h"
+#include "host/runtime/sharded_params.h"
 #include "host/plan/plan_memory.h"
 #include "models/stage.h"
 
@@ -22,7 +22,7 @@ MeshLinks mesh_links(int stages, int fsdp, int data, int devices_per_node, int t
       "mesh {} x {} x {} x {} x {} on nodes of {}", stages, fsdp, data, tensor, context,
       devices_per_node);
   const int S = stages, F = fsdp, D = data, T = tensor, C = context, G = devices_per_node;
-  // host/parallel/mesh.h's rank numbers, node by node.
+  // host/mesh/mesh.h's rank numbers, node by node.
   auto node = [&](int d, int s, int f, int c, int t) {
     return ((((d * S + s) * F + f) * C + c) * T + t) / G;
   };
@@ -82,7 +82,7 @@ void for_each_segment(const std::vector<const ParamSpec*>& specs, std::int64_t l
 }  // namespace
 
 // The optimizer step's sums, as the executor makes them: each parameter's gradient over its holders
-// by the placement rule (gradient_holders, host/parallel/sharded_params.h), run by run — its stage
+// by the placement rule (gradient_holders, host/runtime/sharded_params.h), run by run — its stage
 // holders, its data holders, its tensor holders — plus the buffers' reduce-scatters and gathers
 // (the extras over FSDP, a ZeRO-1 shard over its piece owners).
 LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int stage_rank,

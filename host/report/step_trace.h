@@ -51,7 +51,7 @@ class StepTrace {
   void collective(const schedule::Action& action, Clock::time_point issued, const Event& done,
                   std::int64_t bytes);
   // Part `part` of a compute action that runs in parts, its expert exchanges between them
-  // (host/parallel/overlapped_pair.h); the wait for an exchange's unfinished rest is a
+  // (host/runtime/overlapped_pair.h); the wait for an exchange's unfinished rest is a
   // compute() of its A2A action.
   void compute_part(const schedule::Action& action, Clock::time_point start, Clock::time_point end,
                     int part);

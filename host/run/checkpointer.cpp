@@ -12,7 +12,7 @@
 
 #include "compute/cpu_backend.h"
 #include "host/io/huggingface/hf_architectures.h"
-#include "host/parallel/rank_executor.h"
+#include "host/runtime/rank_executor.h"
 #include "host/run/train_result.h"
 #include "models/layer.h"
 

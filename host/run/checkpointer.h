@@ -22,7 +22,7 @@
 #include "collectives/communicator.h"
 #include "host/config/config.h"
 #include "host/io/checkpoint.h"
-#include "host/parallel/sharded_params.h"
+#include "host/runtime/sharded_params.h"
 #include "host/reliability/flight_recorder.h"
 
 namespace carousel {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "cuda/device_info.h"
-#include "host/parallel/mesh.h"
+#include "host/mesh/mesh.h"
 
 namespace carousel {
 

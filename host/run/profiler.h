@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "host/config/config.h"
-#include "host/parallel/mesh.h"
+#include "host/mesh/mesh.h"
 #include "host/report/step_trace.h"
 #include "host/run/train_result.h"
 #include "host/schedule/ir.h"

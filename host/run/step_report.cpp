@@ -14,7 +14,7 @@
 #include <limits>
 
 #include "compute/error.h"
-#include "host/parallel/optimizer.h"
+#include "host/runtime/optimizer.h"
 #include "host/report/progress_bar.h"
 
 namespace carousel {

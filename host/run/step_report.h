@@ -10,7 +10,7 @@
 
 #include "host/config/config.h"
 #include "host/io/files.h"
-#include "host/parallel/sharded_params.h"
+#include "host/runtime/sharded_params.h"
 #include "host/report/tensorboard.h"
 
 namespace carousel {

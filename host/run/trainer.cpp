@@ -15,7 +15,7 @@
 #include "host/config/run_name.h"
 #include "host/config/schedule_config.h"
 #include "host/data/data.h"
-#include "host/parallel/rank_executor.h"
+#include "host/runtime/rank_executor.h"
 #include "host/plan/plan_memory.h"
 #include "host/run/checkpointer.h"
 #include "host/run/device_peak.h"
@@ -24,7 +24,7 @@
 #include "host/run/guards/replica_check.h"
 #include "host/run/guards/stop_agreement.h"
 #include "host/run/profiler.h"
-#include "host/run/run_plan.h"
+#include "host/run/run_setup.h"
 #include "host/schedule/simulate.h"
 
 namespace carousel {
@@ -34,7 +34,7 @@ namespace {
 // The components of a run, shared by the ranks of this process.
 struct Run {
   const Config& cfg;
-  const RunPlan& plan;
+  const RunSetup& plan;
   Checkpointer& checkpointer;
   const Evaluator& evaluator;
   Profiler& profiler;
@@ -153,7 +153,7 @@ TrainResult train(const Config& requested, Communicator* process_world) {
   Config cfg = requested;
   if (resolve_run_name(cfg, process_world)) log_fresh_run_name(cfg);
   resolve_eos_id(cfg);
-  const RunPlan plan = plan_run(cfg, process_world);
+  const RunSetup plan = set_up_run(cfg, process_world);
   TrainResult result;
   result.run_directory = cfg.run_directory();
   const int ranks = plan.mesh.ranks();

@@ -1,12 +1,12 @@
 // trainer.h — `carousel train`: the one training loop, for every mesh.
 //
-// A run has D data replicas x S pipeline stages x F FSDP ranks (host/parallel/mesh.h); one device
+// A run has D data replicas x S pipeline stages x F FSDP ranks (host/mesh/mesh.h); one device
 // is the trivial mesh 1 x 1 x 1, whose program runs the whole model as one stage and the
 // microbatches one after the other (gradient accumulation). Every rank builds the same lowered
-// program (host/schedule), owns its parameters (host/parallel/sharded_params.h) and walks its
-// instructions (host/parallel/rank_executor.h). Around the steps, train() sequences the run's
+// program (host/schedule), owns its parameters (host/runtime/sharded_params.h) and walks its
+// instructions (host/runtime/rank_executor.h). Around the steps, train() sequences the run's
 // components, the same for every mesh, each in its own file of host/run/ and owning its cadence:
-// the plan (run_plan.h), the starting point and checkpoints (checkpointer.h), evaluation
+// the plan (run_setup.h), the starting point and checkpoints (checkpointer.h), evaluation
 // (evaluator.h), profiling (profiler.h), the agreement to stop (stop_agreement.h), the step
 // report (step_report.h) and what is known of each rank (rank_monitor.h).
 #pragma once

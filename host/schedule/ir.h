@@ -47,7 +47,7 @@
 // puts an A2A_F / A2A_B right before each compute action that exchanges: the rank's expert
 // communicator runs that action's all-to-alls while it computes. Alone, the action waits for each
 // at once; in an overlapped F&B pair each half's exchanges run while the other half computes
-// (DualPipe), which simulate() models and the executor does (host/parallel/overlapped_pair.h).
+// (DualPipe), which simulate() models and the executor does (host/runtime/overlapped_pair.h).
 #pragma once
 
 #include <cstdint>
@@ -134,7 +134,7 @@ bool exchanges_at(const std::vector<Action>& list, std::size_t i);
 
 // Whether the overlapped F at list[i] and its partner take turns on the rank's compute, each
 // half's expert exchanges in flight while the other computes (simulate(), and the executor:
-// host/parallel/overlapped_pair.h): when either half exchanges (an A2A right before it) and only
+// host/runtime/overlapped_pair.h): when either half exchanges (an A2A right before it) and only
 // p2p and A2A actions lie between them (a weight gather, wait or release between the halves
 // must happen between them, so such a pair runs its halves one after the other). The sends
 // and receives between the halves are posted after both.

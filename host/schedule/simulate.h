@@ -84,7 +84,7 @@ struct SimResult {
 // sharing one device do not finish sooner together. A compute action after an A2A_F / A2A_B
 // runs in parts with its expert exchanges between them (Costs::exchanges) and waits for each
 // before its next part; in an F&B pair the halves take turns as the executor runs them
-// (host/parallel/overlapped_pair.h): the F's first part, then while its exchange is in flight
+// (host/runtime/overlapped_pair.h): the F's first part, then while its exchange is in flight
 // the B's first part, then the F's next part once its exchange is done, and so on, so each
 // half's exchanges hide behind the other's parts.
 // Activations of (stage, microbatch) live from the start of F to the end of B (or of W when split).

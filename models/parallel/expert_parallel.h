@@ -23,7 +23,7 @@
 namespace carousel {
 
 // How the rank waits for a rows exchange it has posted. Without one it waits at once; the
-// executor's (host/parallel/overlapped_pair.h) lets the paired microbatch compute first and
+// executor's (host/runtime/overlapped_pair.h) lets the paired microbatch compute first and
 // traces each exchange from posting to completion.
 class ExchangeWaiter {
  public:

@@ -36,14 +36,14 @@ for i in $(seq 1 21); do touch "$work/models/f$i.h"; done
 expect "a folder of 21 sources" "models/ holds 21 source files"
 rm "$work"/models/f*.h
 
-mkdir -p "$work/host/parallel"
+mkdir -p "$work/host/runtime"
 printf 'void ShardedParams::reduce() {\n  comms_.data->all_reduce(g, g, ReduceOp::Sum);\n}\n' \
-  > "$work/host/parallel/sharded_x.cpp"
-expect "a reduction written per axis" "host/parallel/sharded_x.cpp:2: reduces over the 'data'"
+  > "$work/host/runtime/sharded_x.cpp"
+expect "a reduction written per axis" "host/runtime/sharded_x.cpp:2: reduces over the 'data'"
 printf 'ShardedParams::Holders ShardedParams::holders(int x) {\n  comms_.data->all_reduce(g, g);\n}\n' \
-  > "$work/host/parallel/sharded_x.cpp"
+  > "$work/host/runtime/sharded_x.cpp"
 out=$(python3 "$checker" "$work") || fail "the placement rule's own mapping is refused: $out"
-rm -r "$work/host/parallel"
+rm -r "$work/host/runtime"
 
 printf 'void f(Backend& be) {\n  be.gemm(false, true, 1.0, x, w, 0.0, y);\n}\n' > "$work/models/layer.cpp"
 expect "a bare weight GEMM in models/" "models/layer.cpp:2: calls be.gemm directly"

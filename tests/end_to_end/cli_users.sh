@@ -130,7 +130,7 @@ if [ -z "${CAROUSEL_SANITIZED:-}" ]; then
   grep -q "the address-space limit (ulimit -v) is 1000000 KiB" <<<"$out" ||
     fail "no address-space error under ulimit -v: $out"
   [ "$(grep -c . <<<"$out")" -eq 1 ] || fail "more than one line under ulimit -v: $out"
-  # Around the run's own estimate (host/run/run_plan.cpp, with glibc's arenas capped under a
+  # Around the run's own estimate (host/run/run_setup.cpp, with glibc's arenas capped under a
   # limit): the demo's 4 ranks either train or get the one error naming the limit, never a hang
   # (before: 2.2 GB passed the estimate, then OpenBLAS retried its buffer forever).
   for mib in 2100 2200 2300 2500 2800; do

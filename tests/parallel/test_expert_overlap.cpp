@@ -15,7 +15,7 @@
 
 #include "host/config/config.h"
 #include "host/config/schedule_config.h"
-#include "host/parallel/mesh.h"
+#include "host/mesh/mesh.h"
 #include "host/report/logging.h"
 #include "host/run/trainer.h"
 

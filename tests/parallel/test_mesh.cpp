@@ -1,4 +1,4 @@
-// test_mesh.cpp — the decisions of host/parallel/mesh.h that the GPU path follows, checked on CPUs:
+// test_mesh.cpp — the decisions of host/mesh/mesh.h that the GPU path follows, checked on CPUs:
 // rank placement on the named axes and the communicators split from them (against the hand-written
 // formulas they replaced), and which transport (in-process, MPI, NCCL) a run uses and why, agreed
 // by the processes of an mpirun job.
@@ -17,7 +17,7 @@
 
 #include "compute/cpu_backend.h"
 #include "host/config/config.h"
-#include "host/parallel/mesh.h"
+#include "host/mesh/mesh.h"
 #include "host/run/device_peak.h"
 #include "host/schedule/ir.h"
 #include "tests/support/test_util.h"

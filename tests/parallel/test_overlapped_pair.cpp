@@ -1,5 +1,5 @@
 // test_overlapped_pair.cpp — the halves of an F&B pair taking turns
-// (host/parallel/overlapped_pair.h): where they switch, and what a failing half does to its
+// (host/runtime/overlapped_pair.h): where they switch, and what a failing half does to its
 // partner.
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "compute/error.h"
-#include "host/parallel/overlapped_pair.h"
+#include "host/runtime/overlapped_pair.h"
 
 namespace carousel {
 namespace {

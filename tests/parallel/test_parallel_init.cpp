@@ -1,4 +1,4 @@
-// test_parallel_init.cpp — initial weights generated on OpenMP threads (host/parallel/
+// test_parallel_init.cpp — initial weights generated on OpenMP threads (host/runtime/
 // sharded_params.cpp, models/params.h initial_values_into) are bitwise those of the
 // single-threaded code they replaced, whatever the thread count: checked against an independent
 // re-derivation of the generator, against values recorded from the old code, and between thread
@@ -18,8 +18,8 @@
 #include "compute/cpu_backend.h"
 #include "host/config/config.h"
 #include "host/config/schedule_config.h"
-#include "host/parallel/mesh.h"
-#include "host/parallel/sharded_params.h"
+#include "host/mesh/mesh.h"
+#include "host/runtime/sharded_params.h"
 #include "models/params.h"
 
 namespace carousel {

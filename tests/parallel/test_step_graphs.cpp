@@ -1,4 +1,4 @@
-// test_step_graphs.cpp — training with captured steps (step_graphs=on; host/parallel/
+// test_step_graphs.cpp — training with captured steps (step_graphs=on; host/runtime/
 // step_capture.h) on the CPU backend, whose graphs replay the recorded ops: every run equals the
 // same run stepped eagerly, bitwise (losses, gradient norms, held-out losses), with the steps
 // after the second replayed from the graph; a layout whose forward and backward communicate
@@ -13,8 +13,8 @@
 #include "compute/cpu_backend.h"
 #include "host/config/schedule_config.h"
 #include "host/data/data.h"
-#include "host/parallel/mesh.h"
-#include "host/parallel/rank_executor.h"
+#include "host/mesh/mesh.h"
+#include "host/runtime/rank_executor.h"
 #include "host/run/trainer.h"
 #include "tests/support/log_capture.h"
 #include "tests/support/pipeline_equivalence.h"

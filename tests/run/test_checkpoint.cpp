@@ -9,7 +9,7 @@
 
 #include "compute/cpu_backend.h"
 #include "host/io/checkpoint.h"
-#include "host/parallel/optimizer.h"
+#include "host/runtime/optimizer.h"
 #include "tests/support/test_util.h"
 
 namespace carousel {

@@ -8,7 +8,7 @@
 #include "compute/error.h"
 #include "host/config/config.h"
 #include "host/io/huggingface/hf_import.h"
-#include "host/parallel/optimizer.h"
+#include "host/runtime/optimizer.h"
 #include "host/reliability/fault_injection.h"
 #include "host/schedule/registry.h"
 #include "tests/support/log_capture.h"

@@ -10,7 +10,7 @@
 
 #include "compute/error.h"
 #include "host/config/config.h"
-#include "host/parallel/optimizer.h"
+#include "host/runtime/optimizer.h"
 #include "tests/support/test_util.h"
 
 namespace carousel {

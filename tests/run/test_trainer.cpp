@@ -11,7 +11,7 @@
 #include "collectives/rendezvous.h"
 #include "host/config/config.h"
 #include "host/io/checkpoint.h"
-#include "host/parallel/launch.h"
+#include "host/mesh/launch.h"
 #include "host/reliability/fault_injection.h"
 #include "host/report/logging.h"
 #include "host/run/trainer.h"

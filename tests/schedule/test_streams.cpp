@@ -11,7 +11,7 @@
 #include "compute/error.h"
 #include "host/schedule/passes.h"
 #include "host/schedule/registry.h"
-#include "host/parallel/step_capture.h"
+#include "host/runtime/step_capture.h"
 #include "host/schedule/streams.h"
 #include "tests/support/test_util.h"
 
@@ -305,7 +305,7 @@ TEST(Streams, MalformedListsAreRejected) {
                   "reduce-scatters stage 0 before any backward");
 }
 
-// Which ranks' forward and backward a graph can capture (host/parallel/step_capture.h): those
+// Which ranks' forward and backward a graph can capture (host/runtime/step_capture.h): those
 // that communicate in neither — one pipeline rank without FSDP, every schedule and layout —
 // while every rank of a pipeline (S > 1) sends or receives, FSDP gathers, and tensor and context
 // ranks exchange inside each layer; data replicas (D) communicate only in the optimizer.

@@ -13,7 +13,7 @@
 #include "compute/cpu_backend.h"
 #include "host/config/config.h"
 #include "host/data/data.h"
-#include "host/parallel/optimizer.h"
+#include "host/runtime/optimizer.h"
 #include "host/run/step_report.h"
 #include "host/run/trainer.h"
 #include "models/model.h"

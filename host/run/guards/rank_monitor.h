@@ -16,8 +16,8 @@
 #include "collectives/communicator.h"
 #include "collectives/local_communicator.h"
 #include "compute/backend.h"
-#include "host/parallel/mesh.h"
-#include "host/parallel/sharded_params.h"
+#include "host/mesh/mesh.h"
+#include "host/runtime/sharded_params.h"
 #include "host/reliability/flight_recorder.h"
 #include "host/run/train_result.h"
 
@@ -31,7 +31,7 @@ class RankMonitor {
 
   // At the end of rank `rank`'s loop: its figures, shared with every process over `host_world`
   // when the ranks are processes (collective there).
-  // `graph_replays`: steps launched from a captured graph (host/parallel/step_capture.h).
+  // `graph_replays`: steps launched from a captured graph (host/runtime/step_capture.h).
   void record_end(int rank, Backend& be, const ShardedParams& params, std::int64_t graph_replays,
                   Communicator& host_world);
 

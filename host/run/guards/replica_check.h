@@ -18,8 +18,8 @@
 
 #include "compute/error.h"
 #include "host/config/config.h"
-#include "host/parallel/mesh.h"
-#include "host/parallel/sharded_params.h"
+#include "host/mesh/mesh.h"
+#include "host/runtime/sharded_params.h"
 
 namespace carousel {
 

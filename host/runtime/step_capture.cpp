@@ -1,5 +1,5 @@
 // step_capture.cpp — the step_graphs decision and the captured graph's life (step_capture.h).
-#include "host/parallel/step_capture.h"
+#include "host/runtime/step_capture.h"
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>

@@ -1,6 +1,6 @@
 // executor_evaluate.cpp — a rank's share of the held-out loss: the forward half of its step's
 // program, on evaluation batches, with no gradient, reduction or update.
-#include "host/parallel/rank_executor.h"
+#include "host/runtime/rank_executor.h"
 
 namespace carousel {
 

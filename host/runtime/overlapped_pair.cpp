@@ -1,5 +1,5 @@
 // overlapped_pair.cpp — the halves of an F&B pair taking turns (overlapped_pair.h).
-#include "host/parallel/overlapped_pair.h"
+#include "host/runtime/overlapped_pair.h"
 
 #include <omp.h>
 

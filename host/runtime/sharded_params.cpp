@@ -1,7 +1,7 @@
 // sharded_params.cpp — the parameter layout of one rank: initial values, compute views, FSDP
 // weight gathers and gradient reduce-scatters, and the piece helpers ZeRO-1 and the extras'
 // moments share.
-#include "host/parallel/sharded_params.h"
+#include "host/runtime/sharded_params.h"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // optimizer.cpp — learning-rate schedule, clipping, AdamW over a ParamSet.
-#include "host/parallel/optimizer.h"
+#include "host/runtime/optimizer.h"
 
 #include <cmath>
 #include <numbers>

@@ -1,5 +1,5 @@
 // rank_executor.cpp — walks one rank's actions for a step.
-#include "host/parallel/rank_executor.h"
+#include "host/runtime/rank_executor.h"
 
 #include <fmt/format.h>
 

@@ -26,7 +26,7 @@
 #include <string>
 
 #include "compute/backend.h"
-#include "host/parallel/mesh.h"
+#include "host/mesh/mesh.h"
 #include "host/schedule/ir.h"
 
 namespace carousel {

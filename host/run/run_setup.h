@@ -1,9 +1,9 @@
-// run_plan.h — what every process of a run decides before its ranks start, and the ranks'
+// run_setup.h — what every process of a run decides before its ranks start, and the ranks'
 // agreement on it.
 //
-// plan_run() checks the mesh against the config (and the mpirun job), lowers the schedule
+// set_up_run() checks the mesh against the config (and the mpirun job), lowers the schedule
 // (validated and deadlock-free, host/config/schedule_config.h), chooses how the ranks talk
-// (host/parallel/mesh.h; under mpirun the processes agree on it first), opens the tokenizer, the
+// (host/mesh/mesh.h; under mpirun the processes agree on it first), opens the tokenizer, the
 // training data and the eval data once for the ranks of this process, and logs the plan.
 #pragma once
 
@@ -14,12 +14,12 @@
 #include "compute/backend.h"
 #include "host/config/config.h"
 #include "host/data/data.h"
-#include "host/parallel/mesh.h"
+#include "host/mesh/mesh.h"
 #include "host/schedule/ir.h"
 
 namespace carousel {
 
-struct RunPlan {
+struct RunSetup {
   MeshShape mesh;
   schedule::Program program;  // lowered: every rank's instructions
   TransportChoice transport;
@@ -31,7 +31,7 @@ struct RunPlan {
 
 // process_world: nullptr when the ranks are threads of this process; else this process's place
 // in the mpirun job, whose size must be the mesh's rank count.
-RunPlan plan_run(const Config& cfg, Communicator* process_world);
+RunSetup set_up_run(const Config& cfg, Communicator* process_world);
 
 // Every rank must run the same config, program and build: under mpirun a process started with
 // other arguments or another binary would train something else, or wait forever for a

@@ -40,7 +40,7 @@
 #include "collectives/local_communicator.h"
 #include "compute/backend.h"
 #include "host/config/config.h"
-#include "host/parallel/mesh_axes.h"
+#include "host/mesh/mesh_axes.h"
 #include "host/schedule/ir.h"
 
 namespace carousel {

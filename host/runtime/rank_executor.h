@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "host/data/data.h"
-#include "host/parallel/overlapped_pair.h"
-#include "host/parallel/sharded_params.h"
-#include "host/parallel/step_capture.h"
+#include "host/runtime/overlapped_pair.h"
+#include "host/runtime/sharded_params.h"
+#include "host/runtime/step_capture.h"
 #include "host/reliability/flight_recorder.h"
 #include "host/report/step_trace.h"
 #include "host/schedule/ir.h"

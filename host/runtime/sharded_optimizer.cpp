@@ -11,8 +11,8 @@
 #include <cstring>
 #include <limits>
 
-#include "host/parallel/optimizer.h"
-#include "host/parallel/sharded_params.h"
+#include "host/runtime/optimizer.h"
+#include "host/runtime/sharded_params.h"
 #include "host/reliability/fault_injection.h"
 
 namespace carousel {

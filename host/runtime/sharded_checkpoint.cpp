@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "host/parallel/sharded_params.h"
+#include "host/runtime/sharded_params.h"
 
 namespace carousel {
 

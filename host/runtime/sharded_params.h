@@ -54,7 +54,7 @@
 
 #include "host/config/config.h"
 #include "host/io/checkpoint.h"
-#include "host/parallel/mesh.h"
+#include "host/mesh/mesh.h"
 #include "models/params.h"
 
 namespace carousel {

@@ -1,6 +1,6 @@
 // mesh.cpp — rank placement on the named axes, communicator splits, devices and starting the
 // ranks.
-#include "host/parallel/mesh.h"
+#include "host/mesh/mesh.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -1,6 +1,6 @@
 // launch.cpp — ProcessGroup: MPI when mpirun started this process and the build has it; the
 // launchers' process counts (WORLD_SIZE, OMPI_COMM_WORLD_SIZE, ...) read strictly.
-#include "host/parallel/launch.h"
+#include "host/mesh/launch.h"
 
 #include <charconv>
 #include <cstdlib>

@@ -1,6 +1,6 @@
 // executor_head.cpp — the end of a microbatch's forward on a rank: the fused head + loss, and the
 // layers outside the pipeline (pipeline_parallel_layers) that run before it on every stage rank.
-#include "host/parallel/rank_executor.h"
+#include "host/runtime/rank_executor.h"
 
 namespace carousel {
 

@@ -1,6 +1,6 @@
-// run_plan.cpp — the mesh checks, the lowered program, the transport, the data, and the ranks'
+// run_setup.cpp — the mesh checks, the lowered program, the transport, the data, and the ranks'
 // agreement on them.
-#include "host/run/run_plan.h"
+#include "host/run/run_setup.h"
 
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -69,7 +69,7 @@ void check_address_space(const Config& cfg, const MeshShape& mesh,
                  which, double(limit) / mib, need / mib, local_ranks, threads);
 }
 
-void log_plan(const Config& cfg, const RunPlan& plan, const Communicator* process_world) {
+void log_plan(const Config& cfg, const RunSetup& plan, const Communicator* process_world) {
   const char* devices = runs_on_gpus(cfg) ? "GPU" : "CPU";
   const MeshShape& mesh = plan.mesh;
   const schedule::Layout& layout = plan.program.layout;
@@ -105,8 +105,8 @@ void log_plan(const Config& cfg, const RunPlan& plan, const Communicator* proces
 
 }  // namespace
 
-RunPlan plan_run(const Config& cfg, Communicator* process_world) {
-  RunPlan plan;
+RunSetup set_up_run(const Config& cfg, Communicator* process_world) {
+  RunSetup plan;
   plan.mesh = MeshShape::of(cfg);
   check_mesh(cfg, plan.mesh, process_world);
   check_address_space(cfg, plan.mesh, process_world);

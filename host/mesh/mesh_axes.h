@@ -1,9 +1,9 @@
 // mesh_axes.h — the mesh as an ordered list of named axes: a rank's coordinate on each axis, the
 // rank of a coordinate, and a rank's group (and its place in it) over any set of axes. One
-// mixed-radix formula serves every axis and every group; host/parallel/mesh.h gives the axes
+// mixed-radix formula serves every axis and every group; host/mesh/mesh.h gives the axes
 // their sizes and the communicators their axes.
 //
-// Header-only (a few integer loops): host/parallel/ is near its cap of source files.
+// Header-only (a few integer loops): host/runtime/ is near its cap of source files.
 #pragma once
 
 #include <array>
