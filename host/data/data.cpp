@@ -196,6 +196,30 @@ std::unique_ptr<DataLoader> make_eval_data_loader(const Config& cfg) {
   return open_files(cfg, "eval_dataset_path", entries, false);
 }
 
+std::int64_t check_packing_separators(const Config& cfg, const DataLoader& data) {
+  if (!cfg.packing) return 0;
+  const std::int64_t B = cfg.global_batch(), T = cfg.model.max_target_length;
+  const std::int64_t steps =
+      std::clamp<std::int64_t>(kPackingCheckTokens / (B * T), 1, kPackingCheckSteps);
+  std::int64_t separators = 0;
+  for (std::int64_t step = 0; step < steps; ++step) {
+    const std::int64_t count = std::min(B, std::max<std::int64_t>(1, kPackingCheckTokens / T));
+    const TokenBatch batch = data.batch(step, B, 0, count);
+    separators += std::count(batch.inputs.begin(), batch.inputs.end(), std::int32_t(cfg.eos_id));
+  }
+  if (separators == 0) {
+    spdlog::warn(
+        "packing=true: the eos id {}{} occurs nowhere in the first {} batch(es) of {}: every "
+        "sequence would be one document, as without packing; check eos_id, or that the data "
+        "has document separators (scripts/prepare_data.py --add-eos writes them)",
+        cfg.eos_id,
+        cfg.tokenizer_path.empty() ? std::string()
+                                   : fmt::format(" (tokenizer_path='{}')", cfg.tokenizer_path),
+        steps, data.describe());
+  }
+  return separators;
+}
+
 void resolve_eos_id(Config& cfg) {
   if (!cfg.packing || cfg.eos_id >= 0) return;
   CAROUSEL_CHECK(!cfg.tokenizer_path.empty(),

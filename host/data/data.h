@@ -74,6 +74,15 @@ std::unique_ptr<DataLoader> make_eval_data_loader(const Config& cfg);
 // there is none (the documents' end must be known). Nothing otherwise.
 void resolve_eos_id(Config& cfg);
 
+// packing=true: counts eos_id in the inputs of the first kPackingCheckSteps global batches
+// (at most kPackingCheckTokens tokens). None: a warning naming the eos id and where it came from
+// — every sequence would be one document, exactly as without packing (before: silently). A
+// warning, not an error: data of long documents (books) may have no separator in its first
+// batches. Returns the count.
+inline constexpr std::int64_t kPackingCheckSteps = 4;
+inline constexpr std::int64_t kPackingCheckTokens = std::int64_t(1) << 22;
+std::int64_t check_packing_separators(const Config& cfg, const DataLoader& data);
+
 // Batches per evaluation: eval_steps, or for -1 one pass over the eval split,
 // max(1, floor((n - 1) / (B*T))) batches of the global batch B (1 for synthetic data).
 std::int64_t eval_batches(const Config& cfg, const DataLoader& eval);

@@ -117,6 +117,7 @@ RunSetup set_up_run(const Config& cfg, Communicator* process_world) {
                        : choose_transport(cfg, plan.mesh.ranks(), machine);
   plan.tokenizer = read_run_tokenizer(cfg);
   plan.data = make_data_loader(cfg);
+  if (!process_world || process_world->rank() == 0) check_packing_separators(cfg, *plan.data);
   if (cfg.eval_interval > 0) {
     plan.eval_data = make_eval_data_loader(cfg);
     plan.eval_batches = eval_batches(cfg, *plan.eval_data);

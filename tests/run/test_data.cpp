@@ -2,11 +2,14 @@
 // eval split's loader and the tokenizer_path vocabulary check.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "compute/error.h"
 #include "host/data/data.h"
+#include "tests/support/log_capture.h"
 #include "tests/support/test_util.h"
 
 namespace carousel {
@@ -240,6 +243,40 @@ TEST(Paths, RelativePathErrorsNameTheWorkingDirectory) {
                       "working directory '" +
                       cwd + "')"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace carousel
+
+namespace carousel {
+namespace {
+
+// packing=true reads its separators in the first batches: counted over the same windows the
+// documented order gives (sequence g's inputs are bytes [g T, g T + T) of the text), and none is
+// a warning naming the eos id (before: packing was silently a no-op).
+TEST(Data, PackingCountsItsSeparatorsAndWarnsWhenThereAreNone) {
+  const std::string corpus = CAROUSEL_TEST_DATA_DIR "/tiny_corpus.txt";
+  std::ifstream in(corpus, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto run = [&](int eos) {
+    const Config cfg = load_config("", {"dataset_type=text", "dataset_path=" + corpus,
+                                        "max_target_length=32", "per_device_batch_size=4",
+                                        "packing=true", "eos_id=" + std::to_string(eos)})
+                           .config;
+    return check_packing_separators(cfg, *make_data_loader(cfg));
+  };
+  // B = 4 sequences of T = 32 per step, 4 steps checked: bytes [0, 512).
+  const auto newlines = std::count(bytes.begin(), bytes.begin() + 512, '\n');
+  ASSERT_GT(newlines, 0);
+  testing::LogCapture log;
+  EXPECT_EQ(run('\n'), newlines);
+  EXPECT_EQ(log.text.str().find("occurs nowhere"), std::string::npos);
+  ASSERT_EQ(bytes.find('\0'), std::string::npos);
+  EXPECT_EQ(run(0), 0);
+  EXPECT_NE(log.text.str().find("packing=true: the eos id 0 occurs nowhere in the first 4 "
+                                "batch(es)"),
+            std::string::npos)
+      << log.text.str();
 }
 
 }  // namespace
