@@ -12,6 +12,7 @@
 
 #include "compute/cpu_backend.h"
 #include "host/io/huggingface/hf_architectures.h"
+#include "host/runtime/optimizer.h"
 #include "host/runtime/rank_executor.h"
 #include "host/run/train_result.h"
 #include "models/layer.h"
@@ -62,6 +63,40 @@ void compare_with_checkpoint(const Config& cfg, const std::string& dir) {
   }
 }
 
+// A resume that changes what the learning-rate schedule is computed from (steps, with
+// learning_rate_schedule_steps following it, or the schedule's own keys) changes the rate of
+// the steps still to run: said with the first step that differs, both rates there and, when
+// only `steps` moved it, the key that keeps the saved schedule (before: silently).
+void say_schedule_change(const Config& cfg, const std::string& dir, std::int64_t step) {
+  Config saved = cfg;
+  try {
+    for (const auto& [name, value] : checkpoint_config(dir)) {
+      for (const auto& key : config_keys()) {
+        if (key.name == name) key.set(saved, value);
+      }
+    }
+  } catch (const std::exception&) {
+    return;  // an older checkpoint's value this build reads otherwise: nothing to compare
+  }
+  const std::int64_t last = std::min(cfg.steps, step + 1'000'000);  // the steps to run, bounded
+  for (std::int64_t k = step; k < last; ++k) {
+    const double now = learning_rate_at(cfg, k), then = learning_rate_at(saved, k);
+    if (now == then) continue;
+    const bool follows_steps =
+        cfg.learning_rate_schedule_steps < 0 && saved.schedule_steps() != cfg.schedule_steps();
+    spdlog::warn("resuming '{}' with another learning-rate schedule: from step {} the rate is {:.6g} "
+                 "where the saved run's would be {:.6g}{}",
+                 dir, k + 1, now, then,
+                 follows_steps
+                     ? fmt::format(" (learning_rate_schedule_steps follows steps={}; the saved "
+                                   "run's schedule spans {} steps: set "
+                                   "learning_rate_schedule_steps={} to keep it)",
+                                   cfg.steps, saved.schedule_steps(), saved.schedule_steps())
+                     : std::string());
+    return;
+  }
+}
+
 // World rank 0's pid on every process: it names the temporary directory of each checkpoint,
 // which every process writes its parts into.
 long leader_pid(Communicator* process_world) {
@@ -103,6 +138,7 @@ Checkpointer::Checkpointer(const Config& cfg, int ranks, Communicator* process_w
     }
     start_router_bias_ = state.router_bias;
     spdlog::info("resuming from {} at step {}", *dir, result.start_step);
+    say_schedule_change(cfg, *dir, result.start_step);
   } else if (!cfg.load_parameters_path.empty()) {
     start_.emplace(open_parameters(cfg.load_parameters_path, cfg.model));
     spdlog::info("parameters loaded from {}", cfg.load_parameters_path);

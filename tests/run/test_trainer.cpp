@@ -325,6 +325,34 @@ TEST(Train, ResumeTreatsEachChangedKeyByItsClass) {
   EXPECT_EQ(text.find("log_period="), std::string::npos) << text;
 }
 
+// A resume that moves the learning-rate schedule says so: steps=4 -> 8 with the schedule
+// following steps (the saved run's rate is 0 from step S = 4 on, docs/training.md; the longer
+// schedule's is not), and the key that keeps the saved schedule; with it set, nothing is said.
+TEST(Train, ResumeThatChangesTheLearningRateScheduleSaysHow) {
+  Config first = small_run("lr_resume", 4);
+  fs::remove_all(first.run_directory());
+  train(first);
+  Config kept = small_run("lr_resume", 6, {"learning_rate_schedule_steps=4"});
+  {
+    testing::LogCapture log;
+    EXPECT_EQ(train(kept).start_step, 4);
+    EXPECT_EQ(log.text.str().find("another learning-rate schedule"), std::string::npos)
+        << log.text.str();
+  }
+  Config longer = small_run("lr_resume", 8);
+  testing::LogCapture log;
+  EXPECT_EQ(train(longer).start_step, 6);
+  const std::string text = log.text.str();
+  EXPECT_NE(text.find("with another learning-rate schedule: from step 7 the rate is "),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("where the saved run's would be 0 (learning_rate_schedule_steps follows "
+                      "steps=8; the saved run's schedule spans 4 steps: set "
+                      "learning_rate_schedule_steps=4 to keep it)"),
+            std::string::npos)
+      << text;
+}
+
 TEST(Train, LoadParametersPathStartsFromACheckpoint) {
   Config base = small_run("base", 3);
   fs::remove_all(base.run_directory());
