@@ -166,6 +166,7 @@ void Checkpointer::save(std::int64_t step, std::int64_t skipped_steps,
                         ShardedParams& params, Communicator& world, Communicator& host_world,
                         FlightRecorder& recorder) {
   recorder.note(step, "checkpoint");
+  const auto started = std::chrono::steady_clock::now();
   CAROUSEL_CHECK(params.weights_finite(),
                  "step {}: a parameter is not finite after the update; no checkpoint is written "
                  "(the previous ones are kept)",
@@ -188,6 +189,7 @@ void Checkpointer::save(std::int64_t step, std::int64_t skipped_steps,
   const int n = int(std::accumulate(writes.begin(), writes.end(), 0));
   w.step = step;
   w.state = {step + 1, skipped_steps, router_bias};
+  w.started = started;
   if (cfg_.async_checkpointing) {
     w.thread = std::thread([this, &w, rank, k, n, step] {
       try {
@@ -213,10 +215,11 @@ void Checkpointer::write(int rank, int k, int n) {
   if (!w.part.empty()) write_checkpoint_part(tmp, step + 1, k, n, w.part);
   w.part = {};  // the host copy is gone once on disk
   if (rank != 0) return;
-  spdlog::info(
-      "checkpoint saved: {} ({} part{})",
-      finish_checkpoint(cfg_, tmp, n, w.state, tokenizer_, cfg_.collective_timeout_seconds), n,
-      n == 1 ? "" : "s");
+  const std::string saved =
+      finish_checkpoint(cfg_, tmp, n, w.state, tokenizer_, cfg_.collective_timeout_seconds);
+  spdlog::info("checkpoint saved: {} ({} part{}, {:.2f} s{})", saved, n, n == 1 ? "" : "s",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - w.started).count(),
+               cfg_.async_checkpointing ? " in the background" : "");
   prune_checkpoints(cfg_, step + 1);
 }
 

@@ -14,6 +14,7 @@
 // is reported there, and said in the log at once.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <exception>
 #include <optional>
@@ -71,6 +72,7 @@ class Checkpointer {
     std::exception_ptr error;  // how it failed, rethrown by the next wait
     std::int64_t step = 0;     // the 0-based step whose checkpoint it writes
     TrainingState state;       // after that step (world rank 0 writes it)
+    std::chrono::steady_clock::time_point started;  // when its save began (the log says how long)
   };
   // Writes rank `rank`'s part k of n; world rank 0 then finishes the checkpoint.
   void write(int rank, int k, int n);

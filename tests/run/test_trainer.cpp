@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 #include <set>
 
 #include "collectives/rendezvous.h"
@@ -323,6 +324,9 @@ TEST(Train, ResumeTreatsEachChangedKeyByItsClass) {
       << text;
   EXPECT_EQ(text.find("progress_bar="), std::string::npos) << text;
   EXPECT_EQ(text.find("log_period="), std::string::npos) << text;
+  // The save says how long it took (the time a SIGUSR1 warning must leave for it).
+  const std::regex saved(R"(checkpoint saved: \S+ \(1 part, [0-9]+\.[0-9]{2} s in the background\))");
+  EXPECT_TRUE(std::regex_search(text, saved)) << text;
 }
 
 // A resume that moves the learning-rate schedule says so: steps=4 -> 8 with the schedule
