@@ -34,15 +34,20 @@ bool holds_checkpoint_files(const fs::path& dir) {
 // One table of a safetensors file: name, shape, dtype, CRC32 of the tensor's bytes.
 void print_tensors(const fs::path& path, const std::string& title, std::ostream& out) {
   const SafetensorsFile file(path.string());
-  std::size_t width = 4;
-  for (const auto& [name, e] : file.entries()) width = std::max(width, name.size());
+  // Every column as wide as its widest cell: names and shapes of any length keep them aligned.
+  std::size_t width = 4, shapes = 5, dtypes = 5;
+  for (const auto& [name, e] : file.entries()) {
+    width = std::max(width, name.size());
+    shapes = std::max(shapes, shape_str(e.shape).size());
+    dtypes = std::max(dtypes, e.dtype_name.size());
+  }
   out << fmt::format("\n{} ({}, {} tensors)\n", title, path.filename().string(),
                      file.entries().size());
-  out << fmt::format("  {:<{}}  {:<16} {:<5} {:>12}  {}\n", "name", width, "shape", "dtype",
-                     "bytes", "crc32");
+  out << fmt::format("  {:<{}}  {:<{}}  {:<{}} {:>12}  {}\n", "name", width, "shape", shapes,
+                     "dtype", dtypes, "bytes", "crc32");
   for (const auto& [name, e] : file.entries()) {
-    out << fmt::format("  {:<{}}  {:<16} {:<5} {:>12}  {:08x}\n", name, width, shape_str(e.shape),
-                       e.dtype_name, e.end - e.begin,
+    out << fmt::format("  {:<{}}  {:<{}}  {:<{}} {:>12}  {:08x}\n", name, width,
+                       shape_str(e.shape), shapes, e.dtype_name, dtypes, e.end - e.begin,
                        crc32_of(file.read(name).data(), e.end - e.begin));
   }
 }
@@ -172,12 +177,15 @@ int inspect_checkpoint(const std::string& path, std::ostream& out) {
     const std::string where = fmt::format("'{}'", (dir / "manifest.json").string());
     const auto& files = json_field(manifest, "files", where);
     CAROUSEL_CHECK(files.is_object(), "{}: field 'files' must be an object", where);
-    out << fmt::format("\nfiles (manifest.json)\n  {:<24} {:>12}  {}\n", "file", "bytes", "crc32");
+    std::size_t width = 4;  // the longest part file name: columns stay aligned
+    for (const auto& [file, info] : files.items()) width = std::max(width, file.size());
+    out << fmt::format("\nfiles (manifest.json)\n  {:<{}} {:>12}  {}\n", "file", width, "bytes",
+                       "crc32");
     for (const auto& [file, info] : files.items()) {
       const auto crc = info.contains("crc32") && info["crc32"].is_number_unsigned()
                            ? fmt::format("{:08x}", info["crc32"].get<std::uint64_t>())
                            : std::string("?");
-      out << fmt::format("  {:<24} {:>12}  {}\n", file,
+      out << fmt::format("  {:<{}} {:>12}  {}\n", file, width,
                          info.contains("bytes") ? info["bytes"].dump() : "?", crc);
     }
   });

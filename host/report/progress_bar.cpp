@@ -3,11 +3,14 @@
 #include "host/report/progress_bar.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 namespace carousel {
 
@@ -44,17 +47,34 @@ std::string render_progress(const ProgressState& s, int width) {
   const double fraction =
       s.total > 0 ? std::clamp(double(s.done) / double(s.total), 0.0, 1.0) : 0.0;
   const std::string head = fmt::format("step {:>{}}/{} ", s.done, digits, s.total);
-  const std::string tail =
-      fmt::format(" {:3.0f}% | {:.2f} step/s | {} tok/s | loss {:.3f} | ETA {}", 100 * fraction,
-                  s.steps_per_second, compact_count(s.tokens_per_second), s.loss,
-                  format_duration(s.eta_seconds));
-  const int room = width - int(head.size() + tail.size()) - 2;  // 2: the brackets
-  const int cells = std::clamp(room, 10, 40);
+  // What a narrow terminal gives up first: the bar, then the rates, then the loss; the ETA and
+  // the percentage stay (an 80-column terminal lost the ETA off the end of the line).
+  std::vector<std::string> parts = {fmt::format("{:3.0f}%", 100 * fraction),
+                                    fmt::format("{:.2f} step/s", s.steps_per_second),
+                                    fmt::format("{} tok/s", compact_count(s.tokens_per_second)),
+                                    fmt::format("loss {:.3f}", s.loss),
+                                    fmt::format("ETA {}", format_duration(s.eta_seconds))};
+  const auto tail_of = [&] { return " " + fmt::format("{}", fmt::join(parts, " | ")); };
+  constexpr int kMinCells = 10, kMaxCells = 40;
+  std::string tail = tail_of();
+  const auto fits = [&](int cells) {
+    return width <= 0 || int(head.size() + tail.size()) + cells + 2 <= width;  // 2: brackets
+  };
+  if (!fits(kMinCells)) {  // no bar; then drop step/s, tok/s, loss while the line is too wide
+    for (const std::size_t drop : {std::size_t(1), std::size_t(1), std::size_t(1)}) {
+      if (int(head.size() + tail.size()) - 1 <= width) break;
+      parts.erase(parts.begin() + std::ptrdiff_t(drop));
+      tail = tail_of();
+    }
+    std::string line = head + tail.substr(1);
+    if (int(line.size()) > width) line.resize(std::size_t(width));
+    return line;
+  }
+  const int room = width > 0 ? width - int(head.size() + tail.size()) - 2 : kMaxCells;
+  const int cells = std::clamp(room, kMinCells, kMaxCells);
   const int filled = int(std::floor(fraction * cells));
-  std::string line = head + "[" + std::string(std::size_t(filled), '#') +
-                     std::string(std::size_t(cells - filled), '.') + "]" + tail;
-  if (width > 0 && int(line.size()) > width) line.resize(std::size_t(width));
-  return line;
+  return head + "[" + std::string(std::size_t(filled), '#') +
+         std::string(std::size_t(cells - filled), '.') + "]" + tail;
 }
 
 bool progress_bar_wanted(const std::string& setting, bool console_is_terminal, int rank,

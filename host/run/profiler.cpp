@@ -136,6 +136,12 @@ void Profiler::finish(const schedule::Program& program, const Communicator* proc
       "schedule)",
       steps.front().step + 1, steps.back().step + 1, path, 100 * result.measured_bubble,
       100 * result.predicted_bubble, 100 * result.spread_bubble, 100 * result.replayed_bubble);
+  if (process_world && process_world->size() > 1) {  // one trace per process: say how to join them
+    spdlog::info(
+        "each of the {} processes wrote its ranks' trace-rank<r>.json; one timeline of all: "
+        "python3 scripts/merge_traces.py {}/trace-rank*.json -o {}/trace-merged.json",
+        process_world->size(), dir.string(), dir.string());
+  }
   if (measured.exchange_us > 0) {
     spdlog::info(
         "expert exchanges: {:.2f} ms per rank and step in flight; compute waited {:.2f} ms for "

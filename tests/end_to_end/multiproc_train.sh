@@ -136,6 +136,9 @@ done
 "$here/mpirun.sh" 4 "$carousel" train "${common[@]}" steps=3 run_name=traced profiler_steps=2 \
   skip_first_n_steps_for_profiler=1 enable_checkpointing=false
 python3 "$src/scripts/merge_traces.py" "$work"/traced/trace-rank*.json -o "$work/traced/merged.json" || status=1
+# The run's log says how to join the per-process traces.
+grep -q "scripts/merge_traces.py $work/traced/trace-rank\*.json" "$work/traced/logs/rank0.log" ||
+  { echo "FAIL: the log does not name merge_traces.py"; status=1; }
 python3 - "$work/traced/merged.json" <<'PY' || status=1
 import collections, json, sys
 events = json.load(open(sys.argv[1]))["traceEvents"]

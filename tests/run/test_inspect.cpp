@@ -218,6 +218,37 @@ TEST(Inspect, TheIndexIsCheckedLikeTheManifest) {
   failed(dir, ": tensor '" + tensor + "' of 'model.safetensors' is not in weight_map");
 }
 
+// Every table keeps its columns whatever its names' lengths: in each, the crc32 column of every
+// row starts where its header's does (a part file name longer than 24 characters shifted the
+// manifest's rows before).
+TEST(Inspect, ColumnsStayAlignedWithLongNames) {
+  const fs::path copy = corrupt_copy("long_names");
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(copy / "manifest.json"));
+  manifest["files"]["optimizer-state-part-00001-of-00016.safetensors"] = {{"bytes", 1},
+                                                                          {"crc32", 0}};
+  std::ofstream(copy / "manifest.json") << manifest.dump();
+  const Report r = inspect(copy);
+  std::istringstream lines(r.text);
+  std::string line;
+  std::size_t column = std::string::npos;  // the current table's crc32 column
+  int tables = 0, rows = 0;
+  while (std::getline(lines, line)) {
+    if (line.rfind("  name ", 0) == 0 || line.rfind("  file ", 0) == 0) {
+      column = line.find("crc32");
+      ++tables;
+    } else if (line.empty() || line[0] != ' ') {
+      column = std::string::npos;
+    } else if (column != std::string::npos) {
+      ASSERT_GE(line.size(), column + 8) << line;
+      EXPECT_EQ(line.substr(column - 2, 2), "  ") << line;
+      EXPECT_EQ(line.find_first_not_of("0123456789abcdef?", column), std::string::npos) << line;
+      ++rows;
+    }
+  }
+  EXPECT_GE(tables, 3) << r.text;  // manifest, parameters, optimizer state
+  EXPECT_GT(rows, 10) << r.text;
+}
+
 TEST(Inspect, NotACheckpointIsAnError) {
   const fs::path empty = scratch() / "empty";
   fs::remove_all(empty);
@@ -231,3 +262,4 @@ TEST(Inspect, NotACheckpointIsAnError) {
 
 }  // namespace
 }  // namespace carousel
+

@@ -27,10 +27,17 @@ TEST(ProgressBar, TextForKnownFigures) {
   const std::string line = render_progress(state(42, 200), 100);
   EXPECT_EQ(line, "step  42/200 [" + std::string(6, '#') + std::string(23, '.') +
                       "]  21% | 3.10 step/s | 12.4k tok/s | loss 3.214 | ETA 51s");
-  // Narrow: the bar keeps 10 cells and the line is cut at the width.
-  const std::string narrow = render_progress(state(200, 200), 50);
-  EXPECT_EQ(narrow.size(), 50u);
-  EXPECT_EQ(narrow.substr(0, 25), "step 200/200 [##########]");
+  // Narrow: below a 10-cell bar the bar goes, then the rates, then the loss; the ETA stays
+  // (an 80-column terminal cut it off before).
+  EXPECT_EQ(render_progress(state(200, 200), 50), "step 200/200 100% | loss 3.214 | ETA 51s");
+  EXPECT_EQ(render_progress(state(200, 200), 60),
+            "step 200/200 100% | 12.4k tok/s | loss 3.214 | ETA 51s");
+  EXPECT_EQ(render_progress(state(200, 200), 20), "step 200/200 100% | ");  // then cut
+  ProgressState big = state(42, 100000);
+  big.eta_seconds = 3 * 86400 + 7200;
+  const std::string eighty = render_progress(big, 79);  // an 80-column terminal leaves 79
+  EXPECT_LE(eighty.size(), 79u);
+  EXPECT_NE(eighty.find("ETA "), std::string::npos) << eighty;
   // Wide: at most 40 cells; done beyond total (never expected) stays a full bar.
   const std::string wide = render_progress(state(9, 4), 300);
   EXPECT_NE(wide.find("[" + std::string(40, '#') + "] 100%"), std::string::npos) << wide;
