@@ -5,9 +5,9 @@ int main(int argc, char** argv) {
   using namespace carousel;
   perf::CollectiveTest t;
   t.name = "all_gather";
-  t.counts = [](std::int64_t elems, int n, std::int64_t& send, std::int64_t& recv,
-                std::int64_t& count) {
-    count = elems / n;
+  t.counts = [](std::int64_t elems, std::int64_t elt, int n, std::int64_t& send,
+                std::int64_t& recv, std::int64_t& count) {
+    count = perf::aligned_per_rank(elems, elt, n);
     send = count;
     recv = count * n;
   };

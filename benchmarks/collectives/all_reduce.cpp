@@ -6,7 +6,7 @@ int main(int argc, char** argv) {
   perf::CollectiveTest t;
   t.name = "all_reduce";
   t.reduces = true;
-  t.counts = [](std::int64_t elems, int, std::int64_t& send, std::int64_t& recv,
+  t.counts = [](std::int64_t elems, std::int64_t, int, std::int64_t& send, std::int64_t& recv,
                 std::int64_t& count) { send = recv = count = elems; };
   t.busbw_factor = [](int n) { return 2.0 * (n - 1) / n; };
   t.in_place_views = [](const Tensor& buf, int, std::int64_t) { return std::pair{buf, buf}; };

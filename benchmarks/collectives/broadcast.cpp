@@ -6,7 +6,7 @@ int main(int argc, char** argv) {
   perf::CollectiveTest t;
   t.name = "broadcast";
   t.rooted = true;
-  t.counts = [](std::int64_t elems, int, std::int64_t& send, std::int64_t& recv,
+  t.counts = [](std::int64_t elems, std::int64_t, int, std::int64_t& send, std::int64_t& recv,
                 std::int64_t& count) { send = recv = count = elems; };
   t.busbw_factor = [](int) { return 1.0; };
   t.in_place_views = [](const Tensor& buf, int, std::int64_t) { return std::pair{buf, buf}; };

@@ -56,18 +56,21 @@ void share_with_every_rank(Communicator& comm, Backend& be, std::vector<double>&
   values = be.to_host<double>(t);
 }
 
-// The sizes of the sweep for one element type: from -b, times -f or plus -i, up to -e, each
-// giving the collective at least one element per rank.
+// The sizes of the sweep for one element type, as nccl-tests steps them: from -b, times -f when
+// it is above 1, else plus -i, up to -e. A size that gives the collective no element on a rank
+// is left out (nccl-tests prints it as a row of zero bytes; carousel's communicators take no
+// empty buffers).
 std::vector<std::int64_t> sweep_sizes(const CollectiveTest& test, const Options& o, int ranks,
                                       DType dtype) {
   std::vector<std::int64_t> sizes;
   const std::int64_t elt = std::int64_t(dtype_size(dtype));
-  for (std::int64_t size = std::max(o.min_bytes, elt); size <= o.max_bytes;
-       size = o.step_bytes > 0 ? size + o.step_bytes
-                               : std::max(size + 1, std::int64_t(double(size) * o.step_factor))) {
+  for (std::int64_t size = std::max(o.min_bytes, elt); size <= o.max_bytes;) {
     std::int64_t send_n, recv_n, count;
-    test.counts(size / elt, ranks, send_n, recv_n, count);
+    test.counts(size / elt, elt, ranks, send_n, recv_n, count);
     if (count > 0) sizes.push_back(size);
+    const std::int64_t room = o.max_bytes - size;  // no overflow past -e
+    if (o.step_factor > 1 ? size > o.max_bytes / o.step_factor : room < o.step_bytes) break;
+    size = o.step_factor > 1 ? size * o.step_factor : size + o.step_bytes;
   }
   return sizes;
 }
@@ -291,10 +294,10 @@ int run_perf_unguarded(const CollectiveTest& test, int argc, char** argv) {
     const std::int64_t elt = std::int64_t(dtype_size(type.dtype));
     for (const ReduceChoice& op : ops) {
       for (int root : roots) {
-        for (int cycle = 0; cycle < o.run_cycles; ++cycle) {
+        for (int cycle = 0; o.run_cycles == 0 || cycle < o.run_cycles; ++cycle) {  // 0: forever
           for (std::int64_t size : sweep_sizes(test, o, ranks, type.dtype)) {
             std::int64_t send_n, recv_n, count;
-            test.counts(size / elt, ranks, send_n, recv_n, count);
+            test.counts(size / elt, elt, ranks, send_n, recv_n, count);
             Row row;
             row.type = type.name;
             row.redop = op.name;
@@ -355,12 +358,12 @@ int run_perf_unguarded(const CollectiveTest& test, int argc, char** argv) {
                         .count() /
                     double(issued);
                 if (mode == 0) mine[4] = double(issued);
-                if (o.check) {  // after timing, on fresh inputs
+                for (int c = 0; c < o.check; ++c) {  // -c N: after timing, on fresh inputs
                   if (!in_place) be.upload(std::vector<char>(recv.nbytes(), 0).data(), recv);
                   fill_inputs(be, send, op.op, r, ranks);
                   comm.barrier().wait();
                   test.run(comm, send, recv, root, op.op).wait();
-                  mine[2 + mode] = double(count_wrong(be, recv, op.op, ranks, [&](std::int64_t i) {
+                  mine[2 + mode] += double(count_wrong(be, recv, op.op, ranks, [&](std::int64_t i) {
                     return test.source(r, ranks, i, count, root);
                   }));
                 }

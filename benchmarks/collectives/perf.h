@@ -32,9 +32,10 @@ struct Source {
 struct CollectiveTest {
   std::string name;  // "all_gather"
   bool reduces = false, rooted = false, has_in_place = true;
-  // Send and receive element counts, and the "count" column, for `elems` = size / element size.
-  std::function<void(std::int64_t elems, int ranks, std::int64_t& send, std::int64_t& recv,
-                     std::int64_t& count)>
+  // Send and receive element counts, and the "count" column, for `elems` = size / element size
+  // (`elt` bytes each).
+  std::function<void(std::int64_t elems, std::int64_t elt, int ranks, std::int64_t& send,
+                     std::int64_t& recv, std::int64_t& count)>
       counts;
   double (*busbw_factor)(int ranks);
   // In place: the send and recv views of one buffer of max(send, recv) elements, as NCCL defines.
@@ -45,6 +46,14 @@ struct CollectiveTest {
   // The source of element i of `rank`'s recv buffer (count: the "count" column).
   std::function<Source(int rank, int ranks, std::int64_t i, std::int64_t count, int root)> source;
 };
+
+// Elements per rank of a collective that splits `elems` over `ranks` (all_gather,
+// reduce_scatter), rounded down to whole 16-byte units as nccl-tests does, so every rank's piece
+// starts aligned: -b 1000 with 4 float ranks is 60 elements each (960 bytes), not 62.
+inline std::int64_t aligned_per_rank(std::int64_t elems, std::int64_t elt, int ranks) {
+  const std::int64_t unit = elt < 16 ? 16 / elt : 1;
+  return elems / ranks / unit * unit;
+}
 
 int run_perf(const CollectiveTest& test, int argc, char** argv);
 

@@ -63,7 +63,7 @@ std::optional<Options> parse_options(const std::string& program, int argc, char*
   Options o;
   for (int i = 0; i < argc; ++i) o.args.emplace_back(argv[i]);
   CLI::App app{program + " — nccl-tests-style benchmark of carousel's communicator"};
-  std::string min_text = "32M", max_text = "32M", step_text, op_text = "sum";
+  std::string min_text = "32M", max_text = "32M", step_text, factor_text, op_text = "sum";
   o.type_text = "float";
   o.root_text = "0";
   app.add_option("-t,--nthreads", o.threads,
@@ -73,23 +73,28 @@ std::optional<Options> parse_options(const std::string& program, int argc, char*
       ->check(CLI::Range(1, 1024));
   app.add_option("-b,--minbytes", min_text, "smallest size (K/M/G suffixes)");
   app.add_option("-e,--maxbytes", max_text, "largest size");
-  auto* step_bytes = app.add_option("-i,--stepbytes", step_text, "linear size step (bytes)");
-  auto* step_factor = app.add_option("-f,--stepfactor", o.step_factor, "multiplicative size step")
-                          ->check(CLI::Range(1.01, 1e9));
+  auto* step_bytes =
+      app.add_option("-i,--stepbytes", step_text, "linear size step (default 1M), when -f <= 1");
+  auto* step_factor = app.add_option("-f,--stepfactor", factor_text,
+                                     "multiplicative size step, an integer (default 1: use -i)");
   app.add_option("-o,--op", op_text, "sum | prod | max | min | avg | all");
   app.add_option("-d,--datatype", o.type_text,
                  "int8 | uint8 | int32 | int64 | half | float | double | bfloat16 | all");
-  app.add_option("-r,--root", o.root_text, "root rank of rooted collectives, or all");
+  app.add_option("-r,--root", o.root_text, "root rank of rooted collectives; -1 or all: every rank");
   app.add_option("-n,--iters", o.iters, "timed iterations")->check(CLI::Range(1, 1000000));
-  app.add_option("-w,--warmup_iters", o.warmup, "warm-up iterations")
+  app.add_option("-w,--warmup_iters", o.warmup, "warm-up iterations (default 1)")
       ->check(CLI::Range(0, 1000000));
   app.add_option("-m,--agg_iters", o.agg_iters, "operations per timed iteration")
       ->check(CLI::Range(1, 1000000));
-  app.add_option("-N,--run_cycles", o.run_cycles, "run each sweep this many times (>= 1)");
+  app.add_option("-N,--run_cycles", o.run_cycles,
+                 "run each sweep this many times; 0: forever (until interrupted)")
+      ->check(CLI::Range(0, 1 << 30));
   app.add_option("-p,--parallel_init", o.parallel_init,
                  "0/1; ranks always create their communicators in parallel here")
       ->check(CLI::Range(0, 1));
-  app.add_option("-c,--check", o.check, "check results: 1 yes, 0 no")->check(CLI::Range(0, 1));
+  app.add_option("-c,--check", o.check,
+                 "check each row's results this many times (fresh inputs each), 0: no check")
+      ->check(CLI::Range(0, 1000000));
   app.add_option("-z,--blocking", o.blocking, "1: wait and barrier after each operation")
       ->check(CLI::Range(0, 1));
   app.add_option("-G,--cudagraph", o.cuda_graphs, "CUDA graph launches: 0 (no graphs here)")
@@ -191,40 +196,52 @@ std::optional<Options> parse_options(const std::string& program, int argc, char*
                  "-b <= -e",
                  min_text, o.min_bytes, max_text, o.max_bytes);
   }
-  if (step_bytes->count() > 0) {
-    if (step_factor->count() > 0) {
+  if (step_factor->count() > 0) {
+    // nccl-tests reads -f with strtol: the integer it starts with ("1.5" is 1). Said, not
+    // silent; text that starts with no number is refused (nccl-tests would read it as 0).
+    char* end = nullptr;
+    errno = 0;
+    const long long factor = std::strtoll(factor_text.c_str(), &end, 0);
+    if (end == factor_text.c_str() || errno != 0 || factor < 0 || factor > (1LL << 30)) {
       return error(exit_code,
-                   "-i/--stepbytes {} and -f/--stepfactor {} both given; valid: one of them (-i "
-                   "adds bytes, -f multiplies)",
-                   step_text, o.step_factor);
+                   "-f/--stepfactor '{}' is not a whole factor; valid: an integer, 2 or more to "
+                   "multiply the size, 0 or 1 to add -i/--stepbytes",
+                   factor_text);
     }
+    if (*end != '\0') {
+      fmt::print(stderr, "note: -f/--stepfactor '{}' is read as {}, as nccl-tests reads it\n",
+                 factor_text, factor);
+    }
+    o.step_factor = factor;
+  }
+  if (step_bytes->count() > 0) {
     const auto step = parse_size(step_text);
-    if (!step || *step == 0) {
-      return error(exit_code, "-i/--stepbytes '{}' is not a positive size; {}", step_text,
-                   size_rule);
-    }
+    if (!step) return error(exit_code, "-i/--stepbytes '{}' is not a size; {}", step_text, size_rule);
     o.step_bytes = *step;
   }
-  if (o.run_cycles < 1) {
+  if (o.step_factor <= 1 && o.step_bytes == 0 && o.min_bytes < o.max_bytes) {
     return error(exit_code,
-                 "-N/--run_cycles {}: carousel runs each sweep a bounded number of times "
-                 "(nccl-tests' 0 = forever is not offered); valid: 1 or more",
-                 o.run_cycles);
+                 "-i/--stepbytes 0 with -f/--stepfactor {} never moves from -b to -e (nccl-tests "
+                 "would loop forever); valid: -i above 0, or -f 2 or more",
+                 o.step_factor);
   }
+  // nccl-tests reads -r with strtol; -1 is every root. `all` (which nccl-tests would read as
+  // root 0) means every root too: what anyone typing it wants.
   if (o.root_text == "all") {
     o.all_roots = true;
   } else {
-    std::size_t pos = 0;
-    bool ok = !o.root_text.empty() && std::isdigit(static_cast<unsigned char>(o.root_text[0]));
-    try {
-      o.root = std::stoi(o.root_text, &pos);
-    } catch (const std::exception&) {
-      ok = false;
-    }
-    if (!ok || pos != o.root_text.size()) {
-      return error(exit_code, "-r/--root '{}' is not a rank; valid: a rank number or all",
+    char* end = nullptr;
+    errno = 0;
+    const long long root = std::strtoll(o.root_text.c_str(), &end, 0);
+    if (end == o.root_text.c_str() || *end != '\0' || errno != 0 || root < -1 ||
+        root > (1LL << 30)) {
+      return error(exit_code,
+                   "-r/--root '{}' is not a rank; valid: a rank number, or -1 (or all) for "
+                   "every rank",
                    o.root_text);
     }
+    o.all_roots = root == -1;
+    o.root = root == -1 ? 0 : int(root);
   }
   if (!o.json_file.empty()) {
     // Checked now, written at the end: a run must not end in a lost report.
@@ -311,7 +328,7 @@ bool check_device_flags(const Options& o) {
 
 bool check_root(const Options& o, int ranks) {
   if (o.all_roots || (o.root >= 0 && o.root < ranks)) return true;
-  fmt::print(stderr, "error: -r/--root {} is not a rank; valid: 0 to {} or all\n", o.root,
+  fmt::print(stderr, "error: -r/--root {} is not a rank; valid: 0 to {}, or -1 (or all) for every rank\n", o.root,
              ranks - 1);
   return false;
 }

@@ -15,13 +15,16 @@
 namespace carousel::perf {
 
 struct Options {
+  // nccl-tests' sweep: from -b to -e, times -f when it is above 1, else plus -i (so -b 1M -e 4M
+  // gives 1M, 2M, 3M, 4M by default; -f is an integer, as nccl-tests reads it).
   std::int64_t min_bytes = 32 << 20, max_bytes = 32 << 20;
-  std::int64_t step_bytes = 0;  // -i: linear step; 0 = multiply by step_factor (-f)
-  double step_factor = 2;
+  std::int64_t step_bytes = 1 << 20;
+  std::int64_t step_factor = 1;
   int threads = 1, gpus = 1;       // -t, -g: ranks = threads x gpus on the in-process backends
   bool ranks_flags_given = false;  // -t or -g on the command line (refused under mpirun)
-  int iters = 20, warmup = 5, agg_iters = 1, run_cycles = 1;
-  int check = 1;
+  int iters = 20, warmup = 1, agg_iters = 1;
+  int run_cycles = 1;  // -N: 0 = forever (until interrupted)
+  int check = 1;       // -c: checked repetitions per row (fresh inputs each), 0 = none
   int average = 1;  // -a: 0 rank 0's time, 1 mean over ranks, 2 min, 3 max
   int parallel_init = 0, blocking = 0, cuda_graphs = 0, report_cputime = 0;
   int report_timestamps = 0, memory_report = 0;  // -S, -M
@@ -33,7 +36,7 @@ struct Options {
   std::vector<ElementType> types;
   std::vector<ReduceChoice> ops;
   int root = 0;
-  bool all_roots = false;  // -r all
+  bool all_roots = false;  // -r -1 (nccl-tests), or -r all
   double timeout = 300;
   std::string json_file, backend = "auto";               // auto: resolved by choose_backend
   std::string min_text, max_text, type_text, root_text;  // as typed, for messages

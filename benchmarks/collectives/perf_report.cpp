@@ -57,8 +57,8 @@ void print_preamble(const Options& o, const std::string& program, int ranks,
                     const std::vector<Device>& devices, const std::string& carousel_note) {
   fmt::print("# {}\n", carousel_note);
   fmt::print("# Collective test starting: {}\n", program);
-  const std::string step = o.step_bytes > 0 ? fmt::format("{}(bytes)", o.step_bytes)
-                                            : fmt::format("{}(factor)", o.step_factor);
+  const std::string step = o.step_factor > 1 ? fmt::format("{}(factor)", o.step_factor)
+                                             : fmt::format("{}(bytes)", o.step_bytes);
   const bool per_process = o.backend != "local" && ranks != o.ranks();  // one rank per process
   fmt::print(
       "# nThread {} nGpus {} minBytes {} maxBytes {} step: {} warmup iters: {} iters: {} agg "
@@ -194,10 +194,11 @@ bool write_json(const Options& o, const std::string& program, int ranks,
                  {"ngpus", o.gpus},
                  {"minimum_bytes", o.min_bytes},
                  {"maximum_bytes", o.max_bytes}};
-  if (o.step_bytes > 0)
-    config["step_bytes"] = o.step_bytes;
-  else
+  if (o.step_factor > 1) {  // the step the sweep used, as the preamble says it
     config["step_factor"] = o.step_factor;
+  } else {
+    config["step_bytes"] = o.step_bytes;
+  }
   config["warmup_iters"] = o.warmup;
   config["iterations"] = o.iters;
   config["aggregated_iterations"] = o.agg_iters;

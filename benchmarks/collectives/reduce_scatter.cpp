@@ -6,9 +6,9 @@ int main(int argc, char** argv) {
   perf::CollectiveTest t;
   t.name = "reduce_scatter";
   t.reduces = true;
-  t.counts = [](std::int64_t elems, int n, std::int64_t& send, std::int64_t& recv,
-                std::int64_t& count) {
-    count = elems / n;
+  t.counts = [](std::int64_t elems, std::int64_t elt, int n, std::int64_t& send,
+                std::int64_t& recv, std::int64_t& count) {
+    count = perf::aligned_per_rank(elems, elt, n);
     send = count * n;
     recv = count;
   };

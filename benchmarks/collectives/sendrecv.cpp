@@ -7,7 +7,7 @@ int main(int argc, char** argv) {
   perf::CollectiveTest t;
   t.name = "sendrecv";
   t.has_in_place = false;
-  t.counts = [](std::int64_t elems, int, std::int64_t& send, std::int64_t& recv,
+  t.counts = [](std::int64_t elems, std::int64_t, int, std::int64_t& send, std::int64_t& recv,
                 std::int64_t& count) { send = recv = count = elems; };
   t.busbw_factor = [](int) { return 1.0; };
   t.run = [](Communicator& c, const Tensor& send, const Tensor& recv, int, ReduceOp) {

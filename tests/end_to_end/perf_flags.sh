@@ -10,6 +10,7 @@ bin=$1
 all_reduce=$bin/all_reduce_perf
 all_gather=$bin/all_gather_perf
 broadcast=$bin/broadcast_perf
+reduce_scatter=$bin/reduce_scatter_perf
 failures=0
 err=$(mktemp)
 out=$(mktemp)
@@ -56,14 +57,12 @@ expect_error "-d/--datatype 'fp8' is not supported; valid: int8, uint8, int32, i
   "$all_reduce" -d fp8
 expect_error "-o/--op 'mulsum' is not supported; valid: sum, prod, max, min, avg, all" \
   "$all_reduce" -o mulsum
-expect_error "-N/--run_cycles 0: carousel runs each sweep a bounded number of times" \
-  "$all_reduce" -N 0
-expect_error "valid: 1 or more" "$all_reduce" -N -3
+expect_error "--run_cycles: Value -3 not in range" "$all_reduce" -N -3
 expect_error "-G/--cudagraph 1: CUDA graph launches need GPUs, and --backend local runs on CPU" \
   "$all_reduce" -G 1
-expect_error "-i/--stepbytes 1K and -f/--stepfactor 2 both given; valid: one of them" \
-  "$all_reduce" -i 1K -f 2
-expect_error "-i/--stepbytes '0' is not a positive size" "$all_reduce" -i 0
+expect_error "-i/--stepbytes 0 with -f/--stepfactor 1 never moves from -b to -e" \
+  "$all_reduce" -b 1K -e 4K -i 0
+expect_error "-f/--stepfactor 'x' is not a whole factor" "$all_reduce" -f x
 expect_error "--average: Value 4 not in range" "$all_reduce" -a 4
 expect_error "--parallel_init: Value 2 not in range" "$all_reduce" -p 2
 expect_error "--blocking: Value 2 not in range" "$all_reduce" -z 2
@@ -72,8 +71,9 @@ expect_error "--agg_iters: Value 0 not in range" "$all_reduce" -m 0
 expect_error "--nthreads: Value 0 not in range" "$all_reduce" -t 0
 expect_error "-t/--nthreads 64 x -g/--ngpus 32 = 2048 ranks; valid: at most 1024" \
   "$all_reduce" -t 64 -g 32
-expect_error "-r/--root 'x' is not a rank; valid: a rank number or all" "$broadcast" -r x
-expect_error "-r/--root 7 is not a rank; valid: 0 to 1 or all" "$broadcast" -r 7 -g 2
+expect_error "-r/--root 'x' is not a rank; valid: a rank number, or -1 (or all)" "$broadcast" -r x
+expect_error "-r/--root 7 is not a rank; valid: 0 to 1, or -1 (or all) for every rank" \
+  "$broadcast" -r 7 -g 2
 expect_error "-b/--minbytes '1X' is not a size; valid: bytes as a number with an optional K, M" \
   "$all_reduce" -b 1X
 expect_error "-e/--maxbytes '4KB' is not a size" "$all_reduce" -e 4KB
@@ -107,8 +107,26 @@ run "$all_reduce" -b 1K -e 4K -i 1K -g 2 &&
   expect_column 1 "1024 2048 3072 4096 " "-i 1K" &&
   { grep -q "step: 1024(bytes)" "$out" || fail "-i: header lacks 'step: 1024(bytes)'"; }
 run "$all_reduce" -b 1K -e 8K -f 2 -g 2 && expect_column 1 "1024 2048 4096 8192 " "-f 2"
+# nccl-tests' stepping: -i (default 1M) unless -f is above 1; -f wins over -i; -f is an integer.
+run "$all_reduce" -b 1M -e 4M -g 2 && expect_column 1 "1048576 2097152 3145728 4194304 " "default"
+run "$all_reduce" -b 1K -e 8K -i 1K -f 2 -g 2 && expect_column 1 "1024 2048 4096 8192 " "-i -f"
+if run "$all_reduce" -b 1K -e 3K -i 1K -f 1.5 -g 2; then
+  expect_column 1 "1024 2048 3072 " "-f 1.5 is 1: -i"
+  grep -qF "note: -f/--stepfactor '1.5' is read as 1, as nccl-tests reads it" "$err" ||
+    fail "-f 1.5: no note on stderr: $(cat "$err")"
+fi
+# all_gather and reduce_scatter: a rank's piece rounded down to 16 bytes (1000 B of float over 4
+# ranks: 62 -> 60 elements, 960 bytes), as nccl-tests does.
+run "$all_gather" -b 1000 -e 1000 -g 4 && expect_column 1 "960 " "all_gather -b 1000 -g 4" &&
+  expect_column 2 "60 " "all_gather count"
+run "$reduce_scatter" -b 1000 -e 1000 -g 4 && expect_column 1 "960 " "reduce_scatter -b 1000"
+# -c 3: each row checked three times, nothing wrong.
+run "$all_reduce" -c 3 -b 1K -e 1K -g 2 && expect_column 9 "0 " "-c 3"
+# -N 0: sweeps until interrupted (here after 2 s: more rows than one sweep has).
+timeout 2 "$all_reduce" -N 0 -b 1K -e 1K -g 2 -n 1 -w 0 >"$out" 2>"$err"
+[ "$(column 1 | wc -w)" -gt 1 ] || fail "-N 0: want rows until interrupted, got: $(cat "$out")"
 # -N 3: the whole sweep three times.
-run "$all_reduce" -b 1K -e 2K -N 3 -g 2 && expect_column 1 "1024 2048 1024 2048 1024 2048 " "-N 3"
+run "$all_reduce" -b 1K -e 2K -f 2 -N 3 -g 2 && expect_column 1 "1024 2048 1024 2048 1024 2048 " "-N 3"
 # -m 4 with -n 3: each rank issues 12 timed operations per row (counted by the run loop).
 if "$all_reduce" -b 1K -e 1K -g 2 -n 3 -m 4 -w 0 -J "$json" >"$out" 2>"$err"; then
   grep -q '"operations_per_rank": 12' "$json" || fail "-n 3 -m 4: want 12 operations per rank"
@@ -131,6 +149,7 @@ run "$all_reduce" -d all -o all -b 256 -e 256 -g 5 &&
   { grep -q "# Out of bounds values : 0 OK" "$out" || fail "-d all -o all: wrong values"; }
 # -r all: every root of a rooted collective; non-rooted ones print -1.
 run "$broadcast" -r all -b 1K -e 1K -g 3 && expect_column 5 "0 1 2 " "-r all"
+run "$broadcast" -r -1 -b 1K -e 1K -g 3 && expect_column 5 "0 1 2 " "-r -1"
 run "$all_reduce" -b 1K -e 1K -g 2 && expect_column 5 "-1 " "all_reduce root"
 # -t 2 -g 3: six ranks (threads x devices per thread).
 run "$all_reduce" -t 2 -g 3 -b 1K -e 1K &&
@@ -157,7 +176,7 @@ run "$all_reduce" -c 0 -G 0 -b 1K -e 1K -g 2 && expect_column 9 "N/A " "-c 0"
 
 # -S 1: each row ends with its date and time; -M 1: the buffer memory per rank (2 ranks, 4K
 # float all_reduce: 4096 send + 4096 receive bytes).
-run "$all_reduce" -S 1 -M 1 -b 1K -e 4K -g 2 &&
+run "$all_reduce" -S 1 -M 1 -b 1K -e 4K -f 2 -g 2 &&
   { [ "$(awk '!/^#/ && NF && $(NF-1) ~ /^20[0-9][0-9]-[01][0-9]-[0-3][0-9]$/ && $NF ~ /^[0-2][0-9]:[0-5][0-9]:[0-5][0-9]$/' "$out" | wc -l)" -eq 3 ] ||
     fail "-S 1: want 3 rows ending in a date and time"; } &&
   { grep -q "^# Memory: 8192 bytes of send and receive buffers per rank" "$out" || fail "-M 1"; }
