@@ -162,3 +162,56 @@ def parse(text):
     except UnicodeEncodeError:
         raise ValueError("a string holds a lone surrogate (\\ud800-\\udfff), which is not text")
     return j
+
+
+# The eos token, as carousel finds it (host/io/tokenizer.cpp read_tokenizer: token_text, id_of,
+# first_special): prepare_data.py --add-eos puts this token between documents, so the
+# separators in the shards are the ids that carousel's packing=true cuts documents at.
+EOS_NAMES = ("<|end_of_text|>", "</s>", "<|endoftext|>")  # Llama 3, Llama 2 / Mistral, GPT-2
+
+
+def token_text(config, key):
+    """config[key] as a token: "</s>" or {"content": "</s>", ...}; None when absent or neither."""
+    value = config.get(key) if isinstance(config, dict) else None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
+def first_special(j, names):
+    """The first of `names` that is a special added token of tokenizer.json `j` (names in order:
+    a tokenizer with both <|end_of_text|> and <|endoftext|> gets the first), or None."""
+    added = j.get("added_tokens", [])
+    for name in names:
+        if any(t["content"] == name and t.get("special") is True for t in added):
+            return name
+    return None
+
+
+def id_of(j, text):
+    """The id of token `text` in a tokenizer.json that vocab_size(j) accepted: an added token's
+    (the first of that content), else model.vocab's (a Unigram vocabulary's: the index of the
+    last equal piece, as the library's lookup keeps it); None when it is no token."""
+    for t in j.get("added_tokens", []):
+        if t["content"] == text:
+            return t["id"]
+    vocab = j["model"]["vocab"]
+    if isinstance(vocab, dict):
+        return vocab.get(text)
+    found = None
+    for i, e in enumerate(vocab):
+        if isinstance(e, list) and e and e[0] == text:
+            found = i
+    return found
+
+
+def eos_token(j, config):
+    """The eos token carousel reads for tokenizer.json `j`: tokenizer_config.json's eos_token
+    when that file is beside it (`config`, its parsed JSON; None when there is no such file —
+    then a config without eos_token means no eos, as in carousel), else the first special added
+    token among EOS_NAMES. None when there is none."""
+    if config is not None:
+        return token_text(config, "eos_token")
+    return first_special(j, EOS_NAMES)

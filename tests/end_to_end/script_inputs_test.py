@@ -11,7 +11,8 @@ same refusal in the same words).
    FIFO input, a symlinked / FIFO output; then 3000 seeded mutations of a valid trace, in
    process: each merges or exits 2.
 2. prepare_data.py: malformed JSONL / text / gzip / Parquet inputs (deep nesting, bad encodings,
-   non-object lines, huge numbers, empty files, missing fields), outputs that are symlinks,
+   non-object lines, huge numbers, empty files, missing fields; also deep in a large input,
+   parsed by worker processes, and an unreadable Parquet row group), outputs that are symlinks,
    FIFOs or directories (refused, their targets untouched), a FIFO --tokenizer; then 1500 seeded
    mutations of a JSONL file and 300 of a Parquet file through their readers, in process.
 3. tokenizer.json: hand-written cases and 25 generated ones through prepare_data.py and the
@@ -256,6 +257,8 @@ def prepare_data_cases(py):
         expect_error([py, prep, f"{d}/cut.parquet", "-o", f"{d}/o3"],
                      "is not a readable Parquet file", "prepare_data truncated Parquet")
 
+    streamed_cases(py, prep, d, bad)
+
     # Outputs: a symlink, FIFO or directory under an output's name is refused before any work,
     # and nothing is written through it.
     victim = write(f"{d}/victim", "precious")
@@ -342,6 +345,59 @@ def prepare_data_cases(py):
     print(f"prepare_data: input and output cases, 1500 JSONL and 300 Parquet mutations "
           f"({outcomes})")
     return pd
+
+
+def streamed_cases(py, prep, d, bad):
+    """prepare_data.py reads its inputs streamed, in batches that worker processes parse: a bad
+    line or row deep in a large input is still one line naming the input and the line (or row
+    group), from the scan, before any output; the same with --workers 1."""
+    import gzip
+    good = "".join(json.dumps({"text": f"record {i} " + "word " * (i % 40)}) + "\n"
+                   for i in range(3000))
+    lines = good.splitlines(keepends=True)
+    deep = [("late_text.jsonl", lines[:2345] + ['{"text": "cut off\n'] + lines[2345:],
+             "line 2346 is not JSON"),
+            ("late_list.jsonl", lines[:2500] + ['["text"]\n'] + lines[2500:],
+             "line 2501 is an array, not a JSON object"),
+            ("late_field.jsonl", lines[:1999] + ['{"body": "a"}\n'] + lines[1999:],
+             "line 2000 has no field 'text' (its fields: 'body')"),
+            ("late_utf8.jsonl", [x.encode() for x in lines[:2800]] + [b'{"text": "\xff"}\n'],
+             "line 2801 is not UTF-8"),
+            ("truncated_end.jsonl", good[:-25], "line 3000 is not JSON")]
+    for name, content, words in deep:
+        data = b"".join(c if isinstance(c, bytes) else c.encode() for c in content) \
+            if isinstance(content, list) else content
+        for workers in ("1", "2"):
+            bad(name, data, words, "--workers", workers, "--batch-bytes", "4000")
+    text = ("a paragraph\nof two lines\n\n" * 500).encode()
+    bad("late_latin1.txt", text + "caf\xe9\n".encode("latin-1"),
+        "line 1501 is not UTF-8 text (invalid continuation byte", "--workers", "2",
+        "--batch-bytes", "3000")
+    packed = gzip.compress(good.encode())
+    bad("cut.jsonl.gz", packed[:len(packed) // 2], "is not valid gzip data",
+        "--workers", "2", "--batch-bytes", "4000")
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return
+    rows = [f"row {i} " + "text " * (i % 50) for i in range(3000)]
+    pq.write_table(pa.table({"text": rows}), f"{d}/groups.parquet", row_group_size=500)
+    column = pq.ParquetFile(f"{d}/groups.parquet").metadata.row_group(3).column(0)
+    data = bytearray(open(f"{d}/groups.parquet", "rb").read())
+    at, size = column.data_page_offset, column.total_compressed_size
+    data[at + 40:at + size - 10] = b"\xab" * (size - 50)  # row group 3's pages, not the footer
+    bad("bad_group.parquet", bytes(data), "is not a readable Parquet file (row group 3, rows "
+        "1501-2000", "--workers", "2", "--batch-bytes", "3000")
+    rows[2222] = None
+    pq.write_table(pa.table({"text": rows}), f"{d}/late_null.parquet", row_group_size=500)
+    bad("late_null.parquet", open(f"{d}/late_null.parquet", "rb").read(),
+        "row 2223: column 'text' is null, not a string", "--workers", "2", "--batch-bytes",
+        "3000")
+    for flag, value, words in [("--workers", "0", "--workers 0 must be at least 1"),
+                               ("--batch-bytes", "0", "--batch-bytes 0 must be at least 1")]:
+        expect_error([py, prep, f"{d}/one.txt", "-o", f"{d}/o7", flag, value], words,
+                     f"prepare_data {flag} {value}")
 
 
 def main():
