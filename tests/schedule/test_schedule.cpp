@@ -126,7 +126,8 @@ TEST(CostModel, MatchesTheSurveyWorkedExample) {
       {"circular", 2, 1, 2, 1, 57, 3.0 / 19, {2, 2, 2, 2}},
       {"looped_bfs", 2, 1, 2, 1, 57, 3.0 / 19, {2, 2, 2, 2}},
       {"zbv", 2, 0.5, 1, 0.5, 25.5, 1.5 / 25.5, {1, 1, 1, 1}},
-      {"interleaved_zb", 2, 0.5, 1, 0.5, 25.5, 1.5 / 25.5, {1.375, 1.25, 1.125, 1}},
+      // PyTorch's warm-up (S-s-1) + (R-1)g: S + (R-1)g = 8 chunks = 1 A on every rank.
+      {"interleaved_zb", 2, 0.5, 1, 0.5, 25.5, 1.5 / 25.5, {1, 1, 1, 1}},
       // DeepSeek's table: idle (S-1)(F&B + B - 3W) = 3 (0.5 + 1 + 1 - 1.5) = 3 with F&B = f + b,
       // activations PP + 1 = 2S + 1 chunks = 9/8 A.
       {"dualpipev", 2, 0.5, 1, 0.5, 27, 3.0 / 27, {1.125, 1.125, 1.125, 1.125}},

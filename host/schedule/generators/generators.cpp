@@ -86,7 +86,12 @@ static Program interleaved(const ScheduleSpec& spec, bool split_backward) {
   };
   for (int s = 0; s < S; ++s) {
     auto& prog = p.ranks[s];
-    const int warmup = std::min(n, 2 * (S - s - 1) + (v - 1) * g);
+    // Interleaved 1F1B warms up with 2(S-s-1) + (v-1)g forwards. With the I/W split a rank's
+    // first I comes back sooner (no W on the critical path), so PyTorch's interleaved zero
+    // bubble warms up with (S-s-1) + (v-1)g: the same step time, and the s-step W deferral then
+    // holds S + (v-1)g chunk activations on every rank instead of 2S-1-s + (v-1)g.
+    const int warmup =
+        std::min(n, (split_backward ? 1 : 2) * (S - s - 1) + (v - 1) * g);
     auto fwd = [&](int k) {
       prog.push_back(compute(Kind::F, chunk_of(k, false) * S + s, mb_of(k)));
     };
