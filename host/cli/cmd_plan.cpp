@@ -1,9 +1,10 @@
-// cmd_plan.cpp — `carousel plan`: choose the mesh (S, F, D), M, R, the stage layout (L layers
-// each, or uneven stages), schedule and FSDP weight mode for a model on a cluster before
+// cmd_plan.cpp — `carousel plan`: choose the mesh (S, F, D, T, C, E), M, R, the stage layout (L
+// layers each, or uneven stages), schedule and FSDP weight mode for a model on a cluster before
 // spending device hours, from the device's peak or from costs a profiled run measured
-// (--costs-file). Reads the flags, runs the search (plan_search.h) and prints the best
-// candidates as a table (or JSON) with the details of the best: memory per device by part, bytes
-// per step by link, and the keys that run it.
+// (--costs-file); or evaluate a layout the user pins, axis by axis. Reads the flags, runs the
+// search (plan_search.h, printing its progress on stderr) and prints the best candidates
+// (plan_report.h) as a table or JSON, with the details of the best and, with --explain, where
+// its step time and memory go.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -11,14 +12,16 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <new>
 #include <filesystem>
+#include <iostream>
+#include <new>
 #include <nlohmann/json.hpp>
 
 #include "compute/error.h"
 #include "host/cli/commands.h"
 #include "host/io/huggingface/hf_import.h"
 #include "host/plan/plan_gpus.h"
+#include "host/plan/plan_report.h"
 #include "host/plan/plan_search.h"
 #include "host/plan/plan_units.h"
 #include "models/stage.h"
@@ -26,146 +29,6 @@
 namespace carousel {
 
 namespace {
-
-std::string weight_mode(const plan::Candidate& c) {
-  if (c.fsdp == 1) return "-";
-  return c.weight_slots == 2 ? "bsw" : c.weight_slots == -1 ? "once" : "per-use";
-}
-
-double gib(std::int64_t bytes) { return double(bytes) / double(1 << 30); }
-
-// The stage layout's column: L for even stages; uneven, the counts in stage order, a run of n
-// stages of k layers written nxk ("2x8,9,7" = 8, 8, 9, 7).
-std::string layers_column(const plan::Candidate& c) {
-  if (c.stage_layers.empty()) return std::to_string(c.layers_per_stage);
-  std::string out;
-  for (std::size_t i = 0; i < c.stage_layers.size();) {
-    std::size_t j = i;
-    while (j < c.stage_layers.size() && c.stage_layers[j] == c.stage_layers[i]) ++j;
-    if (!out.empty()) out += ',';
-    out += j - i > 1 ? fmt::format("{}x{}", j - i, c.stage_layers[i])
-                     : std::to_string(c.stage_layers[i]);
-    i = j;
-  }
-  return out;
-}
-
-nlohmann::json to_json(const plan::Prediction& p) {
-  const plan::Candidate& c = p.candidate;
-  const plan::MemoryBreakdown& m = p.memory;
-  return {{"S", c.stages},
-          {"F", c.fsdp},
-          {"D", c.data},
-          {"T", c.tensor},
-          {"C", c.context},
-          {"E", c.expert},
-          {"M", c.microbatches},
-          {"R", c.repeats},
-          {"L", c.stage_layers.empty() ? nlohmann::json(c.layers_per_stage) : nlohmann::json()},
-          {"stage_layers", c.stage_layers},
-          {"schedule", c.schedule},
-          {"weight_mode", weight_mode(c)},
-          {"zero1", c.zero1},
-          {"step_seconds", p.step_seconds},
-          {"bubble", p.bubble},
-          {"mfu", p.mfu},
-          {"tokens_per_second", p.tokens_per_second},
-          {"pipeline_seconds", p.pipeline_seconds},
-          {"head_layers", p.head_layers},
-          {"exposed_comm_seconds", p.exposed_comm_seconds},
-          {"memory_bytes",
-           {{"stage_rank", p.memory_stage_rank},
-            {"weights", m.weights},
-            {"gradients", m.gradients},
-            {"optimizer", m.optimizer},
-            {"weight_slots", m.weight_slots},
-            {"gradient_buffers", m.gradient_buffers},
-            {"activations", m.activations},
-            {"working_set_bound", m.working_set},
-            {"total", m.total()}}},
-          {"bytes_per_step",
-           {{"pipeline", p.bytes.pipeline},
-            {"fsdp_gather", p.bytes.fsdp_gather},
-            {"fsdp_scatter", p.bytes.fsdp_scatter},
-            {"data", p.bytes.data},
-            {"extras", p.bytes.extras},
-            {"tensor", p.bytes.tensor},
-            {"context", p.bytes.context},
-            {"intra_node", p.bytes.intra},
-            {"inter_node", p.bytes.inter}}},
-          {"keys", p.keys}};
-}
-
-void print_table(const plan::SearchResult& r) {
-  fmt::print(
-      "{:>2}  {:>3} {:>3} {:>3} {:>2} {:>2}  {:>4} {:>2} {:<9}  {:<16} {:<7} {:>8} {:>6} {:>5} "
-      "{:>9}  {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}  {:>7} {:>7}\n",
-      "#", "S", "F", "D", "T", "C", "M", "R", "layers", "schedule", "weights", "step s", "bubble",
-      "MFU", "tokens/s", "mem", "wts", "grads", "optim", "acts", "slots+gb", "work", "intra",
-      "inter");
-  fmt::print("{:>114}{:>16}\n", "(GiB per device)", "(GB/step)");
-  for (std::size_t i = 0; i < r.best.size(); ++i) {
-    const plan::Prediction& p = r.best[i];
-    const plan::Candidate& c = p.candidate;
-    const plan::MemoryBreakdown& m = p.memory;
-    fmt::print(
-        "{:>2}  {:>3} {:>3} {:>3} {:>2} {:>2}  {:>4} {:>2} {:<9}  {:<16} {:<7} {:>8.4g} "
-        "{:>5.1f}% {:>4.1f}% {:>9.0f}  {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>6.1f} {:>8.1f} "
-        "{:>6.1f}  {:>7.2f} {:>7.2f}\n",
-        i + 1, c.stages, c.fsdp,
-        c.expert > 1 ? fmt::format("{}x{}", c.data, c.expert) : std::to_string(c.data), c.tensor,
-        c.context, c.microbatches, c.repeats, layers_column(c),
-        c.stages == 1 ? "grad-accum" : c.schedule, weight_mode(c), p.step_seconds, 100 * p.bubble,
-        100 * p.mfu, p.tokens_per_second, gib(m.total()), gib(m.weights), gib(m.gradients),
-        gib(m.optimizer), gib(m.activations), gib(m.weight_slots + m.gradient_buffers),
-        gib(m.working_set), p.bytes.intra / 1e9, p.bytes.inter / 1e9);
-  }
-}
-
-void print_best(const plan::Prediction& p) {
-  const plan::MemoryBreakdown& m = p.memory;
-  fmt::print(
-      "\nbest: memory of stage rank {}'s devices: weights {:.2f} GiB, gradients {:.2f}, "
-      "AdamW moments {:.2f}, FSDP weight slots {:.2f}, FSDP gradient buffers {:.2f}, "
-      "stashed activations {:.2f} (these exact), working set <= {:.2f}; total <= {:.2f} "
-      "GiB\n",
-      p.memory_stage_rank, gib(m.weights), gib(m.gradients), gib(m.optimizer), gib(m.weight_slots),
-      gib(m.gradient_buffers), gib(m.activations), gib(m.working_set), gib(m.total()));
-  fmt::print(
-      "      bytes sent per step by the busiest device: pipeline {:.3f} GB, FSDP gathers "
-      "{:.3f} GB, FSDP reduce-scatters {:.3f} GB, replicas {:.3f} GB, embedding/head "
-      "{:.3f} GB, tensor group {:.3f} GB, context group {:.3f} GB; {:.3f} GB intra-node, "
-      "{:.3f} GB inter-node; exposed reductions {:.3f} s\n",
-      p.bytes.pipeline / 1e9, p.bytes.fsdp_gather / 1e9, p.bytes.fsdp_scatter / 1e9,
-      p.bytes.data / 1e9, p.bytes.extras / 1e9, p.bytes.tensor / 1e9, p.bytes.context / 1e9,
-      p.bytes.intra / 1e9, p.bytes.inter / 1e9, p.exposed_comm_seconds);
-  fmt::print(
-      "      step {:.4f} s = simulated schedule {:.4f} s (the head charged to the last stage "
-      "as {:.2f} layers{}) + exposed reductions {:.4f} s\n",
-      p.step_seconds, p.pipeline_seconds, p.head_layers,
-      p.candidate.stage_layers.empty() ? std::string()
-                                       : fmt::format("; uneven stages of [{}] layers",
-                                                     fmt::join(p.candidate.stage_layers, ", ")),
-      p.exposed_comm_seconds);
-  if (p.candidate.stages == 1) {
-    fmt::print(
-        "      S = 1: no pipeline; the {} microbatches are gradient accumulation (each device "
-        "runs them in turn and updates once)\n",
-        p.candidate.microbatches);
-  }
-  fmt::print(
-      "      keys (carousel train / carousel schedule; the schedule_cost_* are the "
-      "planner's, in seconds):\n      {}\n",
-      p.keys);
-}
-
-// The command that runs the best candidate: one process per device, NCCL between GPUs.
-void print_launch(const plan::Prediction& p, const plan::Cluster& cluster) {
-  fmt::print(
-      "\nlaunch ({} processes, {} per node, one GPU each; add your hostfile or scheduler's "
-      "options):\n  mpirun -np {} --map-by ppr:{}:node build/bin/carousel train device=cuda {}\n",
-      cluster.devices, cluster.devices_per_node, cluster.devices, cluster.devices_per_node, p.keys);
-}
 
 // A finite number in [lo, hi] (or (lo, hi] with `open_low`): CLI::Range lets NaN through (every
 // comparison with it is false), so `--compute-efficiency nan` read as the flag left out (0.6),
@@ -250,6 +113,31 @@ void add_plan_options(CLI::App& cmd, PlanOptions& o) {
                  "only this expert-parallel degree E of an MoE model, carved from the data ranks "
                  "(default: every E dividing the experts and the data ranks)")
       ->check(CLI::Range(1, 4096));
+  cmd.add_option("--stages", o.stages, "only this pipeline degree S")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--fsdp", o.fsdp, "only this FSDP degree F")->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--data", o.data, "only this data-replica degree D (not counting --expert)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd.add_option("--microbatches", o.microbatches, "only this microbatch count M")
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+  cmd.add_option("--repeats", o.repeats, "only this R (stages per pipeline rank)")
+      ->check(CLI::Range(1, 4096));
+  cmd.add_option("--schedule", o.schedule, "only this schedule (one name; --schedules for several)");
+  cmd.add_option("--weights", o.weights,
+                 "only this FSDP weight mode: per_use | bsw | once (pipeline_fsdp_ag_per_repeat, "
+                 "pipeline_fsdp_ag_once)");
+  cmd.add_option("--stage-layers", o.stage_layers,
+                 "the layers of each of the S x R stages, e.g. 1,3,3,1 (pipeline_stage_layers), "
+                 "or 'even' for even stages only");
+  cmd.add_option("--pipeline-layers", o.pipeline_layers,
+                 "pipeline_parallel_layers: the stages split the first P layers, the rest run "
+                 "after the pipeline on every stage rank (default: all pipelined)")
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 20));
+  cmd.add_option("--mlp", o.mlp,
+                 "swiglu (default: Llama's three matrices) | gelu (GPT's two matrices of the "
+                 "model's MLP width, GeLU: the planner's arithmetic only, carousel cannot train it)");
+  cmd.add_flag("--explain", o.explain,
+               "break the best candidate's step time and memory down, part by part");
   cmd.add_flag("--json", o.json, "print JSON instead of the table");
 }
 
@@ -274,6 +162,35 @@ PlanOptions with_gpu_preset(PlanOptions o) {
   return o;
 }
 
+// --stage-layers: "even", or the counts "1,3,3,1".
+plan::LayoutPins layout_pins(const PlanOptions& o) {
+  plan::LayoutPins pins{.stages = o.stages,
+                        .fsdp = o.fsdp,
+                        .data = o.data,
+                        .microbatches = o.microbatches,
+                        .repeats = o.repeats,
+                        .weights = o.weights,
+                        .pipeline_layers = o.pipeline_layers};
+  if (o.stage_layers == "even") {
+    pins.even_stages = true;
+  } else if (!o.stage_layers.empty()) {
+    std::size_t at = 0;
+    while (at <= o.stage_layers.size()) {
+      const std::size_t comma = std::min(o.stage_layers.find(',', at), o.stage_layers.size());
+      const std::string item = o.stage_layers.substr(at, comma - at);
+      int n = 0;
+      const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), n);
+      CAROUSEL_CHECK(ec == std::errc() && end == item.data() + item.size() && n >= 1,
+                     "--stage-layers='{}': '{}' is not a layer count; give each stage's layers "
+                     "(e.g. 1,3,3,1) or 'even'",
+                     o.stage_layers, item);
+      pins.stage_layers.push_back(n);
+      at = comma + 1;
+    }
+  }
+  return pins;
+}
+
 }  // namespace
 
 int run_plan(const PlanOptions& given) {
@@ -290,6 +207,14 @@ int run_plan(const PlanOptions& given) {
   w.model = file ? model_from_hf_config(o.model) : model_preset(o.model);
   if (o.seq_len > 0) w.model.max_target_length = o.seq_len;
   w.model.validate();
+  CAROUSEL_CHECK(o.mlp == "swiglu" || o.mlp == "gelu",
+                 "--mlp={} is not valid; use swiglu (Llama's gate, up and down) or gelu (GPT's "
+                 "two matrices)",
+                 o.mlp);
+  if (o.mlp == "gelu") {
+    w.model.decoder_block = plan::kGptBlock;
+    plan::llama_twin(w.model);  // dense only
+  }
   const ModelConfig& m = w.model;
   w.model_keys =
       file
@@ -363,12 +288,22 @@ int run_plan(const PlanOptions& given) {
     plan::check_measured_on(*cluster.measured, w.model, w.dtype, w.remat_policy);
   }
 
-  plan::SearchOptions options{.top = o.top,
-                              .schedules = o.schedules,
-                              .max_microbatches = o.max_microbatches,
-                              .tensor = o.tensor,
-                              .context = o.context,
-                              .expert = o.expert};
+  CAROUSEL_CHECK(o.schedule.empty() || o.schedules.empty(),
+                 "--schedule={} and --schedules={} both choose schedules; give one",
+                 o.schedule, fmt::join(o.schedules, ","));
+  plan::SearchOptions options{
+      .top = o.top,
+      .schedules = o.schedule.empty() ? o.schedules : std::vector<std::string>{o.schedule},
+      .max_microbatches = o.max_microbatches,
+      .tensor = o.tensor,
+      .context = o.context,
+      .expert = o.expert};
+  options.pins = layout_pins(o);
+  // A layout to evaluate is reported even when it does not fit (fits: false, by how much).
+  options.report_unfit = options.pins.any() || !o.schedule.empty();
+  options.progress = [](const plan::SearchProgress& p) {
+    std::cerr << plan::progress_line(p) << std::endl;
+  };
   plan::SearchResult r;
   try {
     r = plan::search(w, cluster, options);
@@ -384,18 +319,31 @@ int run_plan(const PlanOptions& given) {
         "no candidate fits in {:.1f} GiB per device: the smallest needs at least {:.1f} GiB "
         "(S={} F={} D={} T={} C={} M={}); use more devices, devices with more memory, or a "
         "smaller batch",
-        cluster.memory_bytes / double(1 << 30), gib(r.smallest_memory), c.stages, c.fsdp, c.data,
+        cluster.memory_bytes / double(1 << 30), double(r.smallest_memory) / double(1 << 30),
+        c.stages, c.fsdp, c.data,
         c.tensor, c.context, c.microbatches);
+  }
+  const plan::Prediction& best = r.best.front();
+  plan::StepBreakdown breakdown;
+  if (o.explain) {
+    breakdown = plan::explain_step(
+        cluster, plan::cost_candidate(cluster, best.candidate,
+                                      plan::candidate_config(w, best.candidate)));
   }
   if (o.json) {
     nlohmann::json out = {
         {"costs_file", o.costs_file.empty() ? nlohmann::json() : nlohmann::json(o.costs_file)},
+        {"flops_convention", plan::kFlopsConvention},
+        {"device_memory_bytes", cluster.memory_bytes},
         {"candidates", r.candidates},
         {"refused_memory", r.refused_memory},
         {"refused_simulated", r.refused_simulated},
         {"simulated", r.simulated},
-        {"pruned", r.pruned}};
-    for (const auto& p : r.best) out["best"].push_back(to_json(p));
+        {"pruned", r.pruned},
+        {"fits", !r.unfit}};
+    for (std::size_t i = 0; i < r.best.size(); ++i)
+      out["best"].push_back(
+          plan::candidate_json(r.best[i], w, o.explain && i == 0 ? &breakdown : nullptr));
     fmt::print("{}\n", out.dump(2));
     return 0;
   }
@@ -410,9 +358,10 @@ int run_plan(const PlanOptions& given) {
                 cluster.measured->on.ici_fsdp_parallelism)
           : fmt::format("{} TFLOP/s x {} efficiency", o.peak_tflops, cluster.compute_efficiency);
   fmt::print(
-      "{}{} on {} devices ({} per node), {:.0f} GiB, {}; global batch {} x {} tokens, {}, "
+      "{}{}{} on {} devices ({} per node), {:.0f} GiB, {}; global batch {} x {} tokens, {}, "
       "remat {}\n",
-      o.model, o.gpu.empty() ? std::string() : fmt::format(" ({} preset)", o.gpu), cluster.devices,
+      o.model, o.gpu.empty() ? std::string() : fmt::format(" ({} preset)", o.gpu),
+      o.mlp == "gelu" ? " with a GPT-style MLP (gelu)" : "", cluster.devices,
       cluster.devices_per_node, cluster.memory_bytes / double(1 << 30), speed, w.global_batch,
       w.model.max_target_length, w.dtype, w.remat_policy);
   fmt::print(
@@ -421,9 +370,10 @@ int run_plan(const PlanOptions& given) {
       "bound; the best per mesh (S, F, D, T, C):\n\n",
       r.candidates, r.refused_memory - r.refused_simulated, r.simulated, r.refused_simulated,
       r.pruned);
-  print_table(r);
-  print_best(r.best.front());
-  print_launch(r.best.front(), cluster);
+  plan::print_table(r, cluster);
+  plan::print_best(best);
+  if (o.explain) plan::print_explain(best, breakdown, w);
+  plan::print_launch(best, cluster, w);
   return 0;
 }
 

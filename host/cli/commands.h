@@ -60,6 +60,12 @@ struct PlanOptions {
   std::vector<std::string> schedules;  // empty: all
   std::int64_t max_microbatches = 0;
   std::int64_t tensor = 0, context = 0, expert = 0;  // 0: search them
+  // A layout to evaluate (0 or empty: searched; host/plan/plan_layout.h): S, F, D, M, R, the
+  // pipelined layers, one schedule, the FSDP weight mode, the stage layers ("even" or counts).
+  std::int64_t stages = 0, fsdp = 0, data = 0, microbatches = 0, repeats = 0, pipeline_layers = 0;
+  std::string schedule, weights, stage_layers;
+  std::string mlp = "swiglu";  // gelu: the GPT-style MLP, planner arithmetic only
+  bool explain = false;
   double kernel_latency_us = 5, message_latency_us = 10;  // the FLOP model's latency floor
   int top = 5;
   bool json = false;

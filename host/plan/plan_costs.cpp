@@ -66,23 +66,6 @@ double layer_elements(const ModelConfig& m, int tensor, int experts) {
   return n / double(m.num_layers);
 }
 
-// The seconds a layer's forward waits for its tensor, context and expert groups (their
-// collectives sit between its GEMMs), from the bytes plan_traffic counts, plus each
-// collective's latency floor: one per tensor-parallel piece of the layer for T > 1
-// (tensor_collectives_per_layer: the sequence-parallel gathers and reduce-scatters around
-// attention and the MLP), 2 for C > 1 (the keys' and values' gathers), 1
-// for E > 1 (the row counts' all-gather; an expert group is on the data axis). The rows'
-// exchanges are actions of the schedule (schedule_cost_exchange), which DualPipeV's pairs hide.
-double layer_collective_seconds(const Config& cfg, const Cluster& cluster, const MeshLinks& links) {
-  const LayerTraffic t = layer_traffic(cfg);
-  const double messages = (cfg.ici_tensor_parallelism > 1 ? tensor_collectives_per_layer() : 0) +
-                          (cfg.ici_context_parallelism > 1 ? 2 : 0) +
-                          (cfg.ici_expert_parallelism > 1 ? 1 : 0);
-  return t.tensor / link(cluster, links.tensor_inter) +
-         t.context / link(cluster, links.context_inter) +
-         t.expert_counts / link(cluster, links.data_inter) + messages * cluster.message_seconds;
-}
-
 // The share of a layer's forward FLOPs a backward under `policy` recomputes: 0 for none, 1 for
 // full, and for a selective policy the GEMMs and attention whose outputs it does not keep.
 double recomputed_share(const ModelConfig& m, const std::string& policy) {
@@ -94,11 +77,40 @@ double recomputed_share(const ModelConfig& m, const std::string& policy) {
   const double qkv = 2 * E * hd * double(m.num_query_heads + 2 * m.num_kv_heads);
   const double out = 2 * E * hd * double(m.num_query_heads),
                attention = 2.0 * double(m.max_target_length) * E;
-  const double mlp_in = 4 * E * double(m.mlp_dim);
+  const double mlp_in = 2 * (dense_mlp_matrices(m) - 1) * E * double(m.mlp_dim);  // gate, up
   const double redone = (keep.qkv ? 0 : qkv) + (keep.context ? 0 : attention) +
                         (keep.out_proj ? 0 : out) + (keep.mlp_in ? 0 : mlp_in);
   return redone / layer_forward_flops_per_token(m);
 }
+
+}  // namespace
+
+// The seconds a layer's forward waits for its tensor, context and expert groups (their
+// collectives sit between its GEMMs), from the bytes plan_traffic counts, plus each
+// collective's latency floor: one per tensor-parallel piece of the layer for T > 1
+// (tensor_collectives_per_layer: the sequence-parallel gathers and reduce-scatters around
+// attention and the MLP), 2 for C > 1 (the keys' and values' gathers), 1
+// for E > 1 (the row counts' all-gather; an expert group is on the data axis). The rows'
+// exchanges are actions of the schedule (schedule_cost_exchange), which DualPipeV's pairs hide.
+LayerWaits layer_waits(const Config& cfg, const Cluster& cluster, const MeshLinks& links) {
+  const LayerTraffic t = layer_traffic(cfg);
+  LayerWaits w;
+  w.tensor = t.tensor / link(cluster, links.tensor_inter) +
+             (cfg.ici_tensor_parallelism > 1 ? tensor_collectives_per_layer() : 0) *
+                 cluster.message_seconds;
+  w.context = t.context / link(cluster, links.context_inter) +
+              (cfg.ici_context_parallelism > 1 ? 2 : 0) * cluster.message_seconds;
+  w.expert = t.expert_counts / link(cluster, links.data_inter) +
+             (cfg.ici_expert_parallelism > 1 ? 1 : 0) * cluster.message_seconds;
+  // A backward waits again for the collectives of the forward it recomputes: the FLOP model's
+  // for any recomputation, a measured file's for full remat (the measured B holds the rest).
+  const bool recomputes = cluster.measured ? cfg.remat_policy == "full"
+                                           : recomputed_share(cfg.model, cfg.remat_policy) > 0;
+  w.backward_factor = recomputes ? 2 : 1;
+  return w;
+}
+
+namespace {
 
 // The FLOP model: compute at peak x efficiency, communication over the links' bandwidths. With
 // tensor and context parallelism a rank computes 1 / (T x C) of a layer's work on the
@@ -113,13 +125,13 @@ void set_flop_model_costs(Config& cfg, const Cluster& cluster, const MeshLinks& 
   // A selective policy's backward recomputes the GEMMs (and attention) whose outputs it did not
   // keep: that share of a forward.
   const double recompute = remat ? 1.0 : recomputed_share(m, cfg.remat_policy);
-  const double waits = layer_collective_seconds(cfg, cluster, links);
+  const LayerWaits waits = layer_waits(cfg, cluster, links);
   // Kernels a Llama layer launches: forward = 2 norms, QKV, RoPE, attention, O, 2 residual adds,
   // gate/up, SwiGLU, down; its backward about twice that; W the 7 weight-gradient GEMMs.
   constexpr double kForwardKernels = 12, kWeightGradientKernels = 7;
   const double launch = cluster.kernel_seconds;
-  cfg.schedule_cost_f = f + waits + kForwardKernels * launch;
-  cfg.schedule_cost_b = (2 + recompute) * f + (recompute > 0 ? 2 : 1) * waits +
+  cfg.schedule_cost_f = f + waits.total() + kForwardKernels * launch;
+  cfg.schedule_cost_b = (2 + recompute) * f + waits.backward_factor * waits.total() +
                         (remat ? 3 : 2) * kForwardKernels * launch;
   cfg.schedule_cost_w = f + kWeightGradientKernels * launch;
   const double c = compute_bytes(cfg);
@@ -146,13 +158,12 @@ void set_flop_model_costs(Config& cfg, const Cluster& cluster, const MeshLinks& 
 void scale_measured_costs(Config& cfg, const Cluster& cluster, const MeshLinks& links) {
   const MeasuredCosts& m = *cluster.measured;
   // A costs file is measured without tensor or context parallelism: a candidate's rank does
-  // 1 / (T x C) of that work and waits for those groups' collectives (layer_collective_seconds).
+  // 1 / (T x C) of that work and waits for those groups' collectives (layer_waits).
   const double rows = double(microbatch_rows(cfg)) / double(m.microbatch_sequences) /
                       double(cfg.ici_tensor_parallelism * cfg.ici_context_parallelism);
-  const double waits = layer_collective_seconds(cfg, cluster, links);
-  const double replays = cfg.remat_policy == "full" ? 2 : 1;
-  cfg.schedule_cost_f = m.f * rows + waits;
-  cfg.schedule_cost_b = m.b * rows + replays * waits;
+  const LayerWaits waits = layer_waits(cfg, cluster, links);
+  cfg.schedule_cost_f = m.f * rows + waits.total();
+  cfg.schedule_cost_b = m.b * rows + waits.backward_factor * waits.total();
   cfg.schedule_cost_w = m.w * rows;
   // The measuring run's ranks were on one node: its hand-offs and collectives ran at the
   // intra-node speed.
@@ -177,6 +188,23 @@ double layer_forward_flops_per_token(const ModelConfig& m) {
     if (spec.layer == 0 && spec.shape.size() == 2) matmul += double(numel(spec.shape));
   }
   return 2 * matmul + 2.0 * double(m.max_target_length) * double(m.emb_dim);
+}
+
+double model_flops_per_token(const ModelConfig& m) {
+  double matmul = 0;
+  for (const auto& spec : table_of(m)) {
+    if (spec.shape.size() != 2 || spec.role == ParamRole::Embedding) continue;
+    // A token passes through k of the X routed experts.
+    const double active =
+        spec.expert.sharded() ? double(m.num_experts_per_tok) / double(m.num_experts) : 1.0;
+    matmul += active * double(numel(spec.shape));
+  }
+  if (m.logits_via_embedding) matmul += double(m.vocab_size * m.emb_dim);  // the tied head
+  const double attention =
+      m.decoder_block == "simple"
+          ? 0.0
+          : 6.0 * double(m.num_layers) * double(m.max_target_length) * double(m.emb_dim);
+  return 6 * matmul + attention;
 }
 
 double head_layers(const ModelConfig& m, const std::string& remat_policy, const Cluster& cluster) {

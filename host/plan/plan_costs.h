@@ -79,6 +79,29 @@ std::string measured_on_yaml(const Config& cfg, bool head_measured);
 // Forward FLOPs of one layer for one token: the matmuls and causal attention's QK^T and AV.
 double layer_forward_flops_per_token(const ModelConfig& m);
 
+// Model FLOPs of one training step per token, the convention of the planner's MFU and
+// tflops_per_device (kFlopsConvention): 6 x the matmul parameters a token passes through (every
+// layer's, an MoE layer's k active routed experts, the lm_head, not the embedding lookup) plus
+// attention's QK^T and AV, forward and backward, causal: 6 x layers x seq_len x emb_dim (half of
+// the 12 L S H hd a full attention costs); recomputation not counted. Equals the trainer's
+// train_flops_per_token for the Llama block, and counts GPT's two MLP matrices for kGptBlock.
+double model_flops_per_token(const ModelConfig& m);
+inline constexpr const char* kFlopsConvention =
+    "6 x matmul parameters per token (layers, active experts, lm_head; not the embedding lookup) "
+    "+ 6 x layers x seq_len x emb_dim (causal attention: half of 12 L S H hd); recomputation not "
+    "counted";
+
+// What a layer's forward waits for its tensor, context and expert groups' collectives (seconds,
+// bytes over the group's link plus each collective's latency floor), which the planner adds to
+// schedule_cost_f, and backward_factor times to schedule_cost_b (2 when the backward recomputes
+// the forward's collectives).
+struct LayerWaits {
+  double tensor = 0, context = 0, expert = 0;
+  double backward_factor = 1;
+  double total() const { return tensor + context + expert; }
+};
+LayerWaits layer_waits(const Config& cfg, const Cluster& cluster, const MeshLinks& links);
+
 // The head's cost in layers, charged to the last stage: the measured one, or the FLOP model's
 // (the lm_head's 6 V E FLOPs per token over a layer's forward + backward). The same for every
 // candidate of a workload (a ratio of two costs that both scale with the tokens).

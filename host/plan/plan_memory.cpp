@@ -34,10 +34,30 @@ const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor, int exp
   }
   const std::pair<int, int> degrees{tensor, experts};
   auto it = tables.find(degrees);
-  if (it == tables.end())
-    it = tables.emplace(degrees, param_table(m, {0, tensor}, {0, experts})).first;
+  if (it == tables.end()) {
+    std::vector<ParamSpec> table = param_table(llama_twin(m), {0, tensor}, {0, experts});
+    if (gpt_mlp(m)) {  // the two matrices of GPT's MLP: up_proj as fc1, down_proj as fc2
+      std::erase_if(table, [](const ParamSpec& s) { return s.role == ParamRole::WGate; });
+    }
+    it = tables.emplace(degrees, std::move(table)).first;
+  }
   return it->second;
 }
+
+bool gpt_mlp(const ModelConfig& m) { return m.decoder_block == kGptBlock; }
+
+ModelConfig llama_twin(const ModelConfig& m) {
+  if (!gpt_mlp(m)) return m;
+  CAROUSEL_CHECK(!m.is_moe(),
+                 "the GPT-style MLP is dense only (num_experts={}); plan a mixture of experts "
+                 "with the Llama block",
+                 m.num_experts);
+  ModelConfig twin = m;
+  twin.decoder_block = "llama";
+  return twin;
+}
+
+int dense_mlp_matrices(const ModelConfig& m) { return gpt_mlp(m) ? 2 : 3; }
 
 double ring_share(int group, double n) { return group > 1 ? n * double(group - 1) / group : 0.0; }
 
@@ -51,11 +71,12 @@ namespace {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-// What a layer's MLP keeps per token: gate, up and act of its dense MLP, and in an MoE layer
-// for each of the k routed rows x_perm, out_perm, gate, up, act and its token and weight
-// (models/moe_mlp.h MoeSaved; the int32 and float32 ones counted at one element each).
+// What a layer's MLP keeps per token: gate, up and act of its dense MLP (GPT's: fc1's output
+// and the GeLU's), and in an MoE layer for each of the k routed rows x_perm, out_perm, gate, up,
+// act and its token and weight (models/moe_mlp.h MoeSaved; the int32 and float32 ones counted at
+// one element each).
 std::int64_t mlp_saved_elements(const ModelConfig& m, int T, int E, int layer) {
-  const std::int64_t dense = 3 * layer_share(m, T, layer).mlp;
+  const std::int64_t dense = dense_mlp_matrices(m) * layer_share(m, T, layer).mlp;
   if (!m.is_moe_layer(layer)) return dense;
   // With E > 1 expert ranks the rows this rank's experts received (as many as it sent, with
   // balanced routing) are a tensor of their own, with their regrouping order and its inverse.
@@ -109,16 +130,17 @@ std::int64_t remat_kept_elements(const Config& cfg, std::int64_t Nc, int T, int 
     kept += Nc * l.q + 2 * Nc * (l.q / m.head_dim()) + (C > 1 ? 2 * Nc * C * l.kv : 0);
   }
   if (keep.out_proj) kept += n * m.emb_dim;  // h
-  if (keep.mlp_in) kept += 2 * Nc * l.mlp;   // gate, up
+  if (keep.mlp_in) kept += (dense_mlp_matrices(m) - 1) * Nc * l.mlp;  // gate, up (GPT: fc1)
   return kept;
 }
 
 // What a deferred weight gradient (an I done, its W pending) keeps per layer: the GEMM inputs
-// (xn1, att, hn, act) and the output gradients (dq, dk, dv, d attention out, dgate, dup, dy).
-// An MoE layer's routed experts are not deferred (models/layer.h).
+// (xn1, att, hn, act) and the output gradients (dq, dk, dv, d attention out, dgate, dup, dy;
+// GPT's MLP: dfc1 instead of dgate and dup). An MoE layer's routed experts are not deferred
+// (models/layer.h).
 std::int64_t deferred_elements(const ModelConfig& m, std::int64_t Nc, int T, int layer) {
   const LayerShare l = layer_share(m, T, layer);
-  return Nc * (4 * m.emb_dim + 2 * l.q + 2 * l.kv + 3 * l.mlp);
+  return Nc * (4 * m.emb_dim + 2 * l.q + 2 * l.kv + dense_mlp_matrices(m) * l.mlp);
 }
 
 // The most `per_layer(l)` sums to over the layers of one of the rank's stages.

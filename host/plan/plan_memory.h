@@ -154,8 +154,24 @@ LinkBytes device_link_bytes(const Config& cfg, const schedule::Program& lowered,
 
 // param_table(m, {0, tensor}, {0, experts}), kept for the last model and degrees asked about
 // (the search asks for the same model's table for every candidate): every tensor rank's parts
-// and every expert rank's experts have these sizes.
+// and every expert rank's experts have these sizes. A GPT-style model (gpt_mlp below): the
+// Llama table of its twin without the gate matrices, up_proj and down_proj standing for the
+// MLP's two matrices [Fm, E] and [E, Fm].
 const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor = 1, int experts = 1);
+
+// The GPT-style MLP (GPT-3, Megatron's GPT: two matrices, GeLU between them, width mlp_dim,
+// usually 4E) is the planner's arithmetic only: carousel trains the Llama block (SwiGLU's three
+// matrices). The planner marks such a model decoder_block = "gpt" (kGptBlock), a value the
+// trainer's ModelConfig::validate refuses, so no run is ever started from it; everything else of
+// the block (attention, RMSNorm gains, rotary positions, untied or tied head) is Llama's.
+inline constexpr const char* kGptBlock = "gpt";
+bool gpt_mlp(const ModelConfig& m);
+// The Llama model the planner's arithmetic starts from (decoder_block = llama), for the
+// trainer's functions (check_tensor_split, validate, param_table).
+ModelConfig llama_twin(const ModelConfig& m);
+// Matrices of a dense MLP: 3 (gate, up, down) or 2 (GPT's fc1, fc2); activations a dense MLP
+// keeps per token and column: gate, up, act (3) or fc1's output and the GeLU's (2).
+int dense_mlp_matrices(const ModelConfig& m);
 
 // Sends (G-1)/G of a buffer of n bytes per device in a ring all-gather or reduce-scatter over G.
 double ring_share(int group, double n);

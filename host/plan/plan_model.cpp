@@ -25,12 +25,8 @@ double link(const Cluster& c, bool inter) {
   return inter ? c.inter_node_bytes_per_second : c.intra_node_bytes_per_second;
 }
 
-// Replica and extras reductions of the optimizer step: nothing else runs meanwhile. Each costs
-// the latency floor too (the replicas': a reduce-scatter and an all-gather).
 double exposed_seconds(const LinkBytes& b, const Cluster& cluster, const MeshLinks& links) {
-  const double messages = (b.data > 0 ? 2 : 0) + (b.extras > 0 ? 1 : 0) + (b.stage_sum > 0 ? 1 : 0);
-  return b.data / link(cluster, links.data_inter) + b.extras / link(cluster, links.fsdp_inter) +
-         b.stage_sum / link(cluster, links.any_hop_inter()) + messages * cluster.message_seconds;
+  return exposed_reductions(b, cluster, links).total();
 }
 
 // The layout lowered_program(cfg) runs: one device runs the whole model as one stage.
@@ -40,6 +36,15 @@ sch::Layout program_layout(const Config& cfg) {
 }
 
 }  // namespace
+
+ExposedReductions exposed_reductions(const LinkBytes& b, const Cluster& cluster,
+                                     const MeshLinks& links) {
+  const double message = cluster.message_seconds;
+  return {.data = b.data > 0 ? b.data / link(cluster, links.data_inter) + 2 * message : 0.0,
+          .extras = b.extras > 0 ? b.extras / link(cluster, links.fsdp_inter) + message : 0.0,
+          .stage_sum =
+              b.stage_sum > 0 ? b.stage_sum / link(cluster, links.any_hop_inter()) + message : 0.0};
+}
 
 Config candidate_config(const Workload& w, const Candidate& c) {
   Config cfg;
@@ -55,6 +60,7 @@ Config candidate_config(const Workload& w, const Candidate& c) {
   cfg.ici_expert_parallelism = c.expert;
   cfg.num_pipeline_microbatches = c.microbatches;
   cfg.num_pipeline_repeats = c.repeats;
+  cfg.pipeline_parallel_layers = c.pipeline_layers;
   if (c.stage_layers.empty()) {
     cfg.num_layers_per_pipeline_stage = c.layers_per_stage;
   } else {  // uneven stages: the counts give every stage's layers (L stays at its default 1)
@@ -73,7 +79,8 @@ Config candidate_config(const Workload& w, const Candidate& c) {
                  "a global batch of {} sequences is not a whole number of per-device sequences "
                  "on {} devices",
                  w.global_batch, cfg.num_devices());
-  check_tensor_split(cfg.model, c.tensor);  // heads, KV heads, MLP columns, vocabulary: T ways
+  // Heads, KV heads, MLP columns, vocabulary: T ways (a GPT-style MLP's columns as Llama's).
+  check_tensor_split(llama_twin(cfg.model), c.tensor);
   CAROUSEL_CHECK(c.expert == 1 || (cfg.model.is_moe() && cfg.model.num_experts % c.expert == 0),
                  "{} expert ranks need a model whose experts they divide (num_experts={})",
                  c.expert, cfg.model.num_experts);
@@ -96,7 +103,10 @@ std::string candidate_keys(const Config& cfg) {
       cfg.num_devices() == 1
           ? std::string()
           : fmt::format(" num_pipeline_repeats={} {} pipeline_schedule={}", cfg.repeats(), stages,
-                        cfg.pipeline_schedule);
+                        cfg.pipeline_schedule) +
+                (cfg.pipeline_parallel_layers == -1
+                     ? std::string()
+                     : fmt::format(" pipeline_parallel_layers={}", cfg.pipeline_parallel_layers));
   std::string keys = fmt::format(
       "ici_pipeline_parallelism={} ici_fsdp_parallelism={} ici_data_parallelism={} "
       "num_pipeline_microbatches={}{} per_device_batch_size={} dtype={} remat_policy={}",
@@ -201,8 +211,10 @@ Prediction predict(const Workload& w, const Cluster& cluster, const CostedCandid
   p.step_seconds = p.pipeline_seconds + p.exposed_comm_seconds;
   p.bubble = sim.bubble_fraction;
   p.tokens_per_second = tokens / p.step_seconds;
-  p.mfu = train_flops_per_token(w.model) * tokens /
-          (p.step_seconds * double(cluster.devices) * cluster.peak_flops);
+  p.tflops_per_device = model_flops_per_token(w.model) * tokens /
+                        (p.step_seconds * double(cluster.devices)) / 1e12;
+  p.mfu = p.tflops_per_device * 1e12 / cluster.peak_flops;
+  p.device_memory_bytes = cluster.memory_bytes;
   p.fits = double(p.memory.total()) <= cluster.memory_bytes;
   p.keys =
       (w.model_keys.empty() ? "" : w.model_keys + " ") + candidate_keys(cfg) +

@@ -36,12 +36,15 @@ struct Candidate {
   int microbatches = 1, repeats = 1, layers_per_stage = 1;  // M, R, L (L: even stages only)
   // Uneven stages (pipeline_stage_layers): the layers of each of the S x R virtual stages;
   // empty = every stage L layers.
-  std::vector<int> stage_layers;
+  std::vector<int> stage_layers{};
   std::string schedule = "1f1b";
   int weight_slots = 0;         // FSDP weight mode: 0 gather per use, 2 BSW, -1 once per step
   bool zero1 = false;           // shard_optimizer_over_data
   int tensor = 1, context = 1;  // T, C
   int expert = 1;  // E: expert ranks per data replica (MoE models; the mesh has D x E data ranks)
+  // pipeline_parallel_layers: the stages split the first P layers, the rest run after the
+  // pipeline on every stage rank; -1: every layer pipelined.
+  int pipeline_layers = -1;
 };
 
 // The carousel config that runs `c` (validated: throws carousel::Error naming what is invalid).
@@ -53,7 +56,11 @@ struct Prediction {
   Candidate candidate;
   double step_seconds = 0;
   double bubble = 0;  // the simulated idle fraction of the pipeline's compute
-  double mfu = 0;     // model FLOPs (6 x params x tokens + attention) / (step x peak)
+  double mfu = 0;     // tflops_per_device / the device's peak
+  // Model FLOPs per second and device, in TFLOP/s: model_flops_per_token (plan_costs.h,
+  // kFlopsConvention: 6 x matmul parameters + causal attention, recomputation not counted)
+  // x tokens / step / devices.
+  double tflops_per_device = 0;
   double tokens_per_second = 0;
   double pipeline_seconds = 0;  // the simulated schedule (what `carousel schedule` prints)
   double head_layers = 0;  // schedule_cost_head: the head's compute in layers, on the last stage
@@ -63,8 +70,22 @@ struct Prediction {
   int memory_stage_rank = 0;
   LinkBytes bytes;    // the device sending the most
   bool fits = false;  // memory.total() <= the device memory
+  double device_memory_bytes = 0;  // the cluster's, which `fits` compares with
+  // Bytes beyond the device's memory (negative: the headroom left).
+  double memory_over_bytes() const { return double(memory.total()) - device_memory_bytes; }
   std::string keys;   // candidate_keys of its config, with the planner's costs
 };
+
+// The optimizer step's reductions that nothing overlaps (they run after the last backward), in
+// seconds, for the bytes a device sends (optimizer_link_bytes): the replicas' gradient
+// reduction (a reduce-scatter and an all-gather with ZeRO-1), the embedding and head over FSDP,
+// and the gradient sums over stage ranks; each with its latency floor.
+struct ExposedReductions {
+  double data = 0, extras = 0, stage_sum = 0;
+  double total() const { return data + extras + stage_sum; }
+};
+ExposedReductions exposed_reductions(const LinkBytes& bytes, const Cluster& cluster,
+                                     const MeshLinks& links);
 
 // A candidate with what both its step-time bound and its prediction need, built once: its
 // config (validated, the planner's schedule_cost_* set) and where its groups sit on nodes.

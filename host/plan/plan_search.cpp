@@ -1,11 +1,13 @@
-// plan_search.cpp — enumerate the candidates of a cluster (even and balanced uneven stages),
-// refuse what cannot fit, simulate the rest in order of their step-time bound, keep the best per
-// mesh.
+// plan_search.cpp — the candidates of a cluster (listed by plan_layout.cpp, validated as configs
+// here), refuse what cannot fit, simulate the rest in order of their step-time bound, keep the
+// best per mesh (and, reporting a layout that does not fit, the best of those), and report the
+// progress of a long search.
 #include "host/plan/plan_search.h"
 
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -18,25 +20,6 @@
 namespace carousel::plan {
 
 namespace {
-
-std::vector<std::int64_t> divisors(std::int64_t n) {
-  std::vector<std::int64_t> out;
-  for (std::int64_t d = 1; d <= n; ++d) {
-    if (n % d == 0) out.push_back(d);
-  }
-  return out;
-}
-
-// Expert-parallel degrees of a mesh with D data ranks: those dividing both D and the experts
-// (1 for a dense model), or the one `fixed` (when it divides them).
-std::vector<std::int64_t> expert_degrees(const ModelConfig& m, std::int64_t D, std::int64_t fixed) {
-  std::vector<std::int64_t> out;
-  for (const std::int64_t E : divisors(D)) {
-    if ((fixed > 0 && E != fixed) || (E > 1 && (!m.is_moe() || m.num_experts % E != 0))) continue;
-    out.push_back(E);
-  }
-  return out;
-}
 
 // Step times are compared in steps of 0.2% (a cost model is not more exact than that); within
 // one step, fewer bytes sent is better (communication is where the model assumes most: full
@@ -119,7 +102,7 @@ void check_fixed_degrees(const Workload& w, const Cluster& cluster, const Search
   }
   if (o.tensor > 0) {
     try {
-      check_tensor_split(m, int(o.tensor));
+      check_tensor_split(llama_twin(m), int(o.tensor));
     } catch (const Error& e) {
       fail("--tensor={}: {}", o.tensor, e.what());
     }
@@ -144,129 +127,141 @@ void check_fixed_degrees(const Workload& w, const Cluster& cluster, const Search
   }
 }
 
-// One way to lay the layers over S pipeline ranks: R repeats of even stages of L layers, or
-// R repeats of uneven stages (counts).
-struct StageLayout {
-  int repeats = 1, layers_per_stage = 1;
-  std::vector<int> counts;  // empty: even
-};
+using MeshKey = std::tuple<int, int, int, int, int, int>;
+MeshKey mesh_key(const Candidate& c) {
+  return {c.stages, c.fsdp, c.data, c.tensor, c.context, c.expert};
+}
 
-std::vector<StageLayout> stage_layouts(std::int64_t N, std::int64_t S, bool one_device,
-                                       double head) {
-  std::vector<StageLayout> out;
-  if (N % S == 0) {
-    for (const std::int64_t L : divisors(N / S)) {
-      const std::int64_t R = N / (S * L);
-      // One device runs the whole model as one stage (gradient accumulation), whatever the
-      // keys say; a mesh of several devices with S = 1 runs R = N / L stages, which gives FSDP
-      // its gather granularity.
-      if (one_device && R != 1) continue;
-      out.push_back({int(R), int(L), {}});
-    }
-  }
-  if (S == 1) return out;  // one pipeline rank: moving layers between its stages balances nothing
-  for (const std::int64_t R : divisors(N)) {
-    if (S * R > N) continue;
-    std::vector<int> counts = balanced_stage_layers(int(N), int(S * R), head);
-    const bool even =
-        std::all_of(counts.begin(), counts.end(), [&](int n) { return n == counts.front(); });
-    if (!even) out.push_back({int(R), 1, std::move(counts)});
-  }
+const Prediction* fastest(const std::map<MeshKey, Prediction>& best) {
+  const Prediction* out = nullptr;
+  for (const auto& [key, p] : best)
+    if (!out || p.step_seconds < out->step_seconds) out = &p;
   return out;
 }
 
-// Every valid candidate (a config that validates) with its bound, and the memory refusals.
-std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
-                               const SearchOptions& options, SearchResult& result) {
-  const std::int64_t N = w.model.num_layers, B = w.global_batch;
-  std::vector<std::string> names = options.schedules;
-  if (names.empty()) {
-    for (const auto& row : schedule::schedules()) names.emplace_back(row.name);
+// Reports progress at most every options.progress_seconds.
+class ProgressClock {
+ public:
+  explicit ProgressClock(const SearchOptions& o) : o_(o), start_(Clock::now()), last_(start_) {}
+  // `fit`: the best per mesh so far (nullptr while enumerating).
+  void tick(const SearchResult& r, bool enumerating, const std::map<MeshKey, Prediction>* fit) {
+    if (!o_.progress) return;
+    const Clock::time_point now = Clock::now();
+    if (std::chrono::duration<double>(now - last_).count() < o_.progress_seconds) return;
+    last_ = now;
+    const Prediction* best = fit ? fastest(*fit) : nullptr;
+    o_.progress({.elapsed_seconds = std::chrono::duration<double>(now - start_).count(),
+                 .enumerating = enumerating,
+                 .candidates = r.candidates,
+                 .refused_memory = r.refused_memory,
+                 .simulated = r.simulated,
+                 .pruned = r.pruned,
+                 .best = best});
   }
-  for (const auto& name : names) schedule::find_schedule(name);  // an unknown name is an error
-  const double head = head_layers(w.model, w.remat_policy, cluster);
-  const bool one_device = cluster.devices == 1;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  const SearchOptions& o_;
+  Clock::time_point start_, last_;
+};
+
+// Every valid candidate (a config that validates) with its bound, and the memory refusals (kept
+// in `refused` with report_unfit, to simulate when nothing fits).
+std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
+                               const SearchOptions& options, SearchResult& result,
+                               ProgressClock& clock, std::vector<Pending>& refused) {
+  for (const auto& name : options.schedules) schedule::find_schedule(name);  // unknown: an error
   result.smallest_memory = std::numeric_limits<std::int64_t>::max();
   std::vector<Pending> pending;
-  // Tensor degrees inside a node that split the heads, KV heads, MLP columns and vocabulary;
-  // context degrees that cut the sequence into 2C chunks (up to the node too: its key exchange is
-  // per layer).
-  std::vector<std::int64_t> tensors, contexts;
-  for (const std::int64_t T : divisors(std::min(cluster.devices, cluster.devices_per_node))) {
+  result.batch_split = for_each_layout(w, cluster, options, [&](const Candidate& c,
+                                                               const MeshLinks& links) {
+    clock.tick(result, true, nullptr);
+    Config cfg;
     try {
-      check_tensor_split(w.model, int(T));
-      tensors.push_back(T);
-    } catch (const Error&) {
+      cfg = candidate_config(w, c);
+    } catch (const Error& e) {
+      // The schedule's own constraints (R, M, groups) exclude it.
+      if (result.first_refusal.empty())
+        result.first_refusal =
+            fmt::format("S={} F={} D={} T={} C={} E={} M={} R={} {}: {}", c.stages, c.fsdp, c.data,
+                        c.tensor, c.context, c.expert, c.microbatches, c.repeats, c.schedule,
+                        e.what());
+      return;
     }
-  }
-  for (const std::int64_t C : divisors(std::min(cluster.devices, cluster.devices_per_node))) {
-    if (C == 1 || w.model.max_target_length % (2 * C) == 0) contexts.push_back(C);
-  }
-  for (const std::int64_t T :
-       options.tensor > 0 ? std::vector<std::int64_t>{options.tensor} : tensors)
-    for (const std::int64_t C :
-         options.context > 0 ? std::vector<std::int64_t>{options.context} : contexts)
-      for (const std::int64_t S : divisors(cluster.devices)) {
-        if (S > N || cluster.devices % (S * T * C) != 0) continue;
-        const std::vector<StageLayout> layouts = stage_layouts(N, S, one_device, head);
-        for (const std::int64_t F : divisors(cluster.devices / (S * T * C))) {
-          const std::int64_t D = cluster.devices / (S * T * C) / F;
-          if (B % (F * D) != 0) continue;
-          result.batch_split = true;
-          const MeshLinks links = mesh_links(int(S), int(F), int(D), cluster.devices_per_node,
-                                             int(T), int(C));  // every candidate of this mesh
-          for (const StageLayout& layout : layouts) {
-            for (const auto& name : names) {
-              if (one_device && name != names.front()) continue;
-              for (const std::int64_t M : divisors(B / (F * D))) {
-                if (options.max_microbatches > 0 && M > options.max_microbatches) continue;
-                for (const std::int64_t E : expert_degrees(w.model, D, options.expert))
-                  for (const int slots : F > 1 ? std::vector<int>{0, 2, -1} : std::vector<int>{0}) {
-                    const Candidate c{
-                        int(S),
-                        int(F),
-                        int(D / E),
-                        int(M),
-                        layout.repeats,
-                        layout.layers_per_stage,
-                        layout.counts,
-                        one_device ? std::string(schedule::one_device_schedule().name) : name,
-                        slots,
-                        D * C > 1 && E == 1,  // ZeRO-1 with expert ranks is not built
-                        int(T),
-                        int(C),
-                        int(E)};
-                    Config cfg;
-                    try {
-                      cfg = candidate_config(w, c);
-                    } catch (const Error& e) {
-                      // The schedule's own constraints (R, M, groups) exclude it.
-                      if (result.first_refusal.empty())
-                        result.first_refusal = fmt::format(
-                            "S={} F={} D={} T={} C={} E={} M={} {}: {}", c.stages, c.fsdp, c.data,
-                            c.tensor, c.context, c.expert, c.microbatches, c.schedule, e.what());
-                      continue;
-                    }
-                    ++result.candidates;
-                    const std::int64_t lower = memory_lower_bound(cfg);
-                    if (lower < result.smallest_memory) {
-                      result.smallest_memory = lower;
-                      result.smallest_candidate = c;
-                    }
-                    if (double(lower) > cluster.memory_bytes) {
-                      ++result.refused_memory;
-                      continue;
-                    }
-                    CostedCandidate costed = cost_candidate(cluster, c, std::move(cfg), &links);
-                    const double bound = step_time_lower_bound(costed, cluster);
-                    pending.push_back({std::move(costed), bound});
-                  }
-              }
-            }
-          }
-        }
-      }
+    ++result.candidates;
+    const std::int64_t lower = memory_lower_bound(cfg);
+    if (lower < result.smallest_memory) {
+      result.smallest_memory = lower;
+      result.smallest_candidate = c;
+    }
+    const bool fits = double(lower) <= cluster.memory_bytes;
+    if (!fits) ++result.refused_memory;
+    if (!fits && !options.report_unfit) return;
+    CostedCandidate costed = cost_candidate(cluster, c, std::move(cfg), &links);
+    const double bound = step_time_lower_bound(costed, cluster);
+    (fits ? pending : refused).push_back({std::move(costed), bound});
+  });
   return pending;
+}
+
+// The k-th best step time of `best` (infinite with fewer than k).
+double kth_best(const std::map<MeshKey, Prediction>& best, int k) {
+  if (int(best.size()) < k) return std::numeric_limits<double>::infinity();
+  std::vector<double> times;
+  for (const auto& [key, p] : best) times.push_back(p.step_seconds);
+  std::nth_element(times.begin(), times.begin() + (k - 1), times.end());
+  return times[std::size_t(k - 1)];
+}
+
+// Simulates `pending` in order of their bounds, keeping the best per mesh of those that fit in
+// `fit` and, when `unfit` is given, of those that do not in `*unfit`, until the bound passes the
+// k-th best of the map ranked (`unfit` with rank_unfit: nothing fits).
+struct Ranked {
+  std::map<MeshKey, Prediction> fit, unfit;
+  std::int64_t smallest = std::numeric_limits<std::int64_t>::max();  // simulated total
+  Candidate smallest_candidate;
+};
+void simulate_in_order(const Workload& w, const Cluster& cluster, const SearchOptions& options,
+                       std::vector<Pending>& pending, const MemoryLimit& limit,
+                       SearchResult& result, ProgressClock& clock, Ranked& ranked,
+                       bool rank_unfit) {
+  std::stable_sort(pending.begin(), pending.end(),
+                   [](const Pending& a, const Pending& b) { return a.bound < b.bound; });
+  std::map<MeshKey, Prediction>& ranking = rank_unfit ? ranked.unfit : ranked.fit;
+  double kth = kth_best(ranking, options.top);
+  for (const Pending& p : pending) {
+    clock.tick(result, false, &ranked.fit);
+    const Candidate& c = p.costed.candidate;
+    const MeshKey key = mesh_key(c);
+    const auto it = ranking.find(key);
+    // Beyond the next time step of the k-th best (and of its own mesh's best) it cannot enter.
+    const double margin = 1 + 2 * kTimeStep;
+    if (p.bound > kth * margin &&
+        (it == ranking.end() || p.bound > it->second.step_seconds * margin)) {
+      ++result.pruned;
+      continue;
+    }
+    const std::int64_t units = std::int64_t(c.stages) * c.microbatches * c.repeats;
+    limit.check(pending.size(), units,
+                fmt::format("the schedule of S={} F={} D={} M={} R={} ({}: {} x {} x {} units)",
+                            c.stages, c.fsdp, c.data, c.microbatches, c.repeats, c.schedule,
+                            c.stages, c.microbatches, c.repeats));
+    const Prediction pred = predict(w, cluster, p.costed);
+    ++result.simulated;
+    if (pred.memory.total() < ranked.smallest) {
+      ranked.smallest = pred.memory.total();
+      ranked.smallest_candidate = c;
+    }
+    if (!pred.fits && !rank_unfit) {
+      ++result.refused_memory;
+      ++result.refused_simulated;
+    }
+    std::map<MeshKey, Prediction>& into = pred.fits ? ranked.fit : ranked.unfit;
+    if (!pred.fits && !options.report_unfit) continue;
+    const auto at = into.find(key);
+    if (at == into.end() || better(pred, at->second)) into[key] = pred;
+    kth = kth_best(ranking, options.top);
+  }
 }
 
 }  // namespace
@@ -304,71 +299,39 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
                  cluster.devices, cluster.devices_per_node);
   CAROUSEL_CHECK(options.top >= 1, "--top={} must be at least 1", options.top);
   check_fixed_degrees(w, cluster, options);
+  check_layout_pins(w, cluster, options);
   SearchResult result;
   const MemoryLimit limit = MemoryLimit::of(options);
-  std::vector<Pending> pending = enumerate(w, cluster, options, result);
+  ProgressClock clock(options);
+  std::vector<Pending> refused;
+  std::vector<Pending> pending = enumerate(w, cluster, options, result, clock, refused);
   CAROUSEL_CHECK(result.candidates > 0 || result.batch_split,
                  "no mesh of {} devices splits a global batch of {} sequences into whole "
-                 "microbatches with {} layers; choose a batch divisible by the data-parallel "
-                 "ways (a power of two for a power-of-two device count)",
-                 cluster.devices, w.global_batch, w.model.num_layers);
+                 "microbatches with {} layers{}; choose a batch divisible by the data-parallel "
+                 "ways (F x D x E)",
+                 cluster.devices, w.global_batch, w.model.num_layers,
+                 options.pins.any() ? " and the pinned layout" : "");
   CAROUSEL_CHECK(result.candidates > 0,
                  "no candidate of {} devices is a valid run of this model and batch; the first "
                  "refused: {}",
                  cluster.devices, result.first_refusal);
-  limit.check(pending.size(), 0, "the search's candidates");
-  std::stable_sort(pending.begin(), pending.end(),
-                   [](const Pending& a, const Pending& b) { return a.bound < b.bound; });
-  // The best prediction per mesh (S, F, D, T, C): one row per mesh, with its best schedule, M,
-  // L and weight mode.
-  std::map<std::tuple<int, int, int, int, int>, Prediction> best;
-  auto kth_best = [&] {
-    if (int(best.size()) < options.top) return std::numeric_limits<double>::infinity();
-    std::vector<double> times;
-    for (const auto& [key, p] : best) times.push_back(p.step_seconds);
-    std::nth_element(times.begin(), times.begin() + (options.top - 1), times.end());
-    return times[options.top - 1];
-  };
-  double kth = std::numeric_limits<double>::infinity();
-  // The smallest total of the simulated candidates: what to report when none fits (the lower
-  // bounds of the others can sit far below the device and say nothing).
-  std::int64_t smallest_simulated = std::numeric_limits<std::int64_t>::max();
-  Candidate smallest_simulated_candidate;
-  for (const Pending& p : pending) {
-    const Candidate& c = p.costed.candidate;
-    const auto key = std::make_tuple(c.stages, c.fsdp, c.data, c.tensor, c.context);
-    const auto it = best.find(key);
-    // Beyond the next time step of the k-th best (and of its own mesh's best) it cannot enter.
-    const double margin = 1 + 2 * kTimeStep;
-    if (p.bound > kth * margin &&
-        (it == best.end() || p.bound > it->second.step_seconds * margin)) {
-      ++result.pruned;
-      continue;
-    }
-    const std::int64_t units = std::int64_t(c.stages) * c.microbatches * c.repeats;
-    limit.check(pending.size(), units,
-                fmt::format("the schedule of S={} F={} D={} M={} R={} ({}: {} x {} x {} units)",
-                            c.stages, c.fsdp, c.data, c.microbatches, c.repeats, c.schedule,
-                            c.stages, c.microbatches, c.repeats));
-    const Prediction pred = predict(w, cluster, p.costed);
-    ++result.simulated;
-    if (pred.memory.total() < smallest_simulated) {
-      smallest_simulated = pred.memory.total();
-      smallest_simulated_candidate = c;
-    }
-    if (!pred.fits) {
-      ++result.refused_memory;
-      ++result.refused_simulated;
-      continue;
-    }
-    if (it == best.end() || better(pred, it->second)) best[key] = pred;
-    kth = kth_best();
+  limit.check(pending.size() + refused.size(), 0, "the search's candidates");
+  // The best prediction per mesh (S, F, D, T, C, E): one row per mesh, with its best schedule,
+  // M, L and weight mode. The smallest total of the simulated candidates is what to report when
+  // none fits (the lower bounds of the others can sit far below the device and say nothing).
+  Ranked ranked;
+  simulate_in_order(w, cluster, options, pending, limit, result, clock, ranked, false);
+  if (ranked.fit.empty() && options.report_unfit) {
+    // Nothing fits: the fastest of those that do not, the ones refused before simulating too.
+    simulate_in_order(w, cluster, options, refused, limit, result, clock, ranked, true);
+    result.unfit = !ranked.unfit.empty();
   }
-  if (best.empty() && result.simulated > 0) {
-    result.smallest_memory = smallest_simulated;
-    result.smallest_candidate = smallest_simulated_candidate;
+  if (ranked.fit.empty() && result.simulated > 0) {
+    result.smallest_memory = ranked.smallest;
+    result.smallest_candidate = ranked.smallest_candidate;
   }
-  for (const auto& [key, p] : best) result.best.push_back(p);
+  for (const auto& [key, p] : ranked.fit.empty() ? ranked.unfit : ranked.fit)
+    result.best.push_back(p);
   std::sort(result.best.begin(), result.best.end(), better);
   if (int(result.best.size()) > options.top) result.best.resize(options.top);
   return result;

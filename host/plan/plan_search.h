@@ -1,9 +1,12 @@
 // plan_search.h — the search of `carousel plan`: every mesh S x F x D x T x C of the cluster's
-// devices (T and C within a node), every stage layout (even: L, so R; uneven: R and the split
-// balancing the head), schedule, M and FSDP weight mode the registry and the batch allow, ranked
-// by predicted step time among the candidates that fit in device memory: one row per mesh (its
-// best schedule, M, layout and weight mode), times compared in steps of 0.2% (within one, fewer
-// bytes sent wins, then less memory).
+// devices (any device count; T and C within a node), every stage layout (even: L, so R; uneven:
+// R and the split balancing the head), schedule, M and FSDP weight mode the registry and the
+// batch allow, ranked by predicted step time among the candidates that fit in device memory: one
+// row per mesh (its best schedule, M, layout and weight mode), times compared in steps of 0.2%
+// (within one, fewer bytes sent wins, then less memory). What the user pins (SearchOptions'
+// degrees and LayoutPins, plan_layout.h) is searched at that value only; everything pinned is
+// exactly one layout, evaluated and, with report_unfit, reported even when it does not fit.
+// A long search reports its progress (SearchOptions::progress).
 //
 // Uneven stages: for S > 1 and every R dividing the layers N with S x R <= N, the split of N
 // layers over the S x R virtual stages that minimises the largest stage time, the last stage
@@ -18,12 +21,24 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "host/plan/plan_layout.h"
 #include "host/plan/plan_model.h"
 
 namespace carousel::plan {
+
+// Where a long search stands, for its progress line (SearchOptions::progress).
+struct SearchProgress {
+  double elapsed_seconds = 0;
+  bool enumerating = false;        // still listing the candidates (counts so far)
+  std::int64_t candidates = 0;     // valid configurations considered
+  std::int64_t refused_memory = 0;
+  std::int64_t simulated = 0, pruned = 0;
+  const Prediction* best = nullptr;  // the fastest that fits so far; nullptr: none yet
+};
 
 struct SearchOptions {
   int top = 5;                         // candidates to return
@@ -38,6 +53,18 @@ struct SearchOptions {
   // The memory the search may use, in bytes; 0: this process's address-space and data-segment
   // limits (ulimit -v / -d), none when unlimited. Tests give one.
   double memory_limit_bytes = 0;
+  // Pinned stages, FSDP, data, microbatches, repeats, weight mode, stage layers and pipelined
+  // layers (plan_layout.h); `schedules` with one name pins the schedule. Everything pinned: the
+  // search evaluates exactly that layout.
+  LayoutPins pins{};
+  // When no candidate fits: `best` holds the fastest that do not (fits false, by how much in
+  // Prediction::memory_over_bytes) instead of nothing, the candidates refused before simulating
+  // simulated too. For evaluating a given layout: it is reported, not refused.
+  bool report_unfit = false;
+  // Called at most every progress_seconds while the search runs (not at all when it is done
+  // sooner): candidates enumerated, simulated and pruned, the best so far.
+  std::function<void(const SearchProgress&)> progress{};
+  double progress_seconds = 3;
 };
 
 struct SearchResult {
@@ -55,6 +82,7 @@ struct SearchResult {
   // and the first refusal of a candidate's config that did.
   bool batch_split = false;
   std::string first_refusal;
+  bool unfit = false;  // `best` holds candidates that do not fit (report_unfit)
 };
 
 // The address space the search needs (its estimate: the process at start-up, `candidates` kept
@@ -71,7 +99,8 @@ std::vector<int> balanced_stage_layers(int layers, int stages, double head);
 
 // Throws carousel::Error when the inputs are inconsistent (devices not a multiple of
 // devices_per_node, a fixed tensor, context or expert degree the model or cluster cannot take, a
-// batch that no mesh splits, an unknown schedule name), and when its own memory would pass the
+// pinned layout that cannot exist (check_layout_pins), a batch that no mesh splits, an unknown
+// schedule name), and when its own memory would pass the
 // address-space or data-segment limit (ulimit -v / -d): its candidates once enumerated, and each
 // schedule before it is simulated, are estimated against the limit as `carousel train` estimates
 // a run's (host/run/run_setup.cpp).
