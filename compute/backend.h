@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "compute/elementwise.h"
+#include "compute/float8/float8.h"
 #include "compute/memory.h"
 #include "compute/recording/op_timing.h"
 #include "compute/recording/step_graph.h"
@@ -58,7 +59,7 @@ struct AdamWParams {
   X(cross_entropy_forward) X(cross_entropy_backward) X(adamw_update)                            \
   X(embedding_part_forward) X(embedding_part_backward) X(cross_entropy_part_forward)          \
   X(cross_entropy_combine) X(cross_entropy_part_backward) X(scale_rows) X(row_dots)          \
-  X(grouped_gemm) X(grouped_weight_gemm)
+  X(grouped_gemm) X(grouped_weight_gemm) X(amax) X(quantize_float8)
 // clang-format on
 
 class Backend {
@@ -248,6 +249,20 @@ class Backend {
   void grouped_weight_gemm(double alpha, const Tensor& a, const Tensor& b,
                            const std::vector<std::int64_t>& first, double beta, const Tensor& c);
 
+  // ---- float8 (compute/float8/float8.h, docs/float8.md; front end: compute/float8/) ----------
+  // out[0] = the largest |x| over every element of x (NaN when x holds a NaN, infinity when it
+  // holds one, 0 for an empty x); x float32, float64 or bfloat16, out float32 [1] on the device
+  // (a GPU reduces it over a group without the host; the caller reads it to make a scale). Exact,
+  // so independent of the order and the thread count.
+  void amax(const Tensor& x, const Tensor& out);
+  // out = decode(encode(float32(x) * scale)) in `format`: x scaled into the format's range and
+  // rounded to its grid (nearest even, saturating; float8.h), kept in out's dtype — every float8
+  // value is exact in float32 and bfloat16, so a GEMM on `out` with alpha = 1 / (its scales'
+  // product) is the float8 GEMM. x and out the same shape, each float32, bfloat16 or float64
+  // (x rounded to float32 first); out may alias x. The product x * scale is one float32 multiply
+  // on every backend (same bits).
+  void quantize_float8(const Tensor& x, Float8Format format, float scale, const Tensor& out);
+
   // ---- optimizer --------------------------------------------------------------------------------
   // One AdamW step on param with grad, first moment m and second moment v (all same shape).
   void adamw_update(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
@@ -326,6 +341,9 @@ class Backend {
   virtual void do_cross_entropy_part_backward(const Tensor& logits, const Tensor& targets,
                                               std::int64_t first, const Tensor& lse, double dloss,
                                               const Tensor& dlogits) = 0;
+  virtual void do_amax(const Tensor& x, const Tensor& out) = 0;
+  virtual void do_quantize_float8(const Tensor& x, Float8Format format, float scale,
+                                  const Tensor& out) = 0;
 
  private:
   class OpScope;

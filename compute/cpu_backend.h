@@ -76,6 +76,9 @@ class CpuBackend : public Backend {
   void do_cross_entropy_part_backward(const Tensor& logits, const Tensor& targets,
                                       std::int64_t first, const Tensor& lse, double dloss,
                                       const Tensor& dlogits) override;
+  void do_amax(const Tensor& x, const Tensor& out) override;  // cpu/float8.cpp
+  void do_quantize_float8(const Tensor& x, Float8Format format, float scale,
+                          const Tensor& out) override;
 };
 
 }  // namespace carousel

@@ -26,6 +26,7 @@
 #include "cuda/fast/fast_ops.h"
 #include "cuda/fast/grouped_gemm.h"
 #include "cuda/fast/lt_gemm.h"
+#include "cuda/float8_ops.h"
 #include "cuda/plans/fast_tier_ops.h"
 #include "cuda/reference_kernels.cuh"
 #include "cuda/vocab_parts.h"
@@ -399,6 +400,12 @@ class CudaBackend final : public Backend {
                                       std::int64_t first, const Tensor& lse, double dloss,
                                       const Tensor& dlogits) override {
     gpu::vocab_parts::cross_entropy_backward(launch_, logits, targets, first, lse, dloss, dlogits);
+  }
+  // float8: one set of kernels for every tier (float8_ops.h).
+  void do_amax(const Tensor& x, const Tensor& out) override { gpu::float8::amax(launch_, x, out); }
+  void do_quantize_float8(const Tensor& x, Float8Format format, float scale,
+                          const Tensor& out) override {
+    gpu::float8::quantize(launch_, x, format, scale, out);
   }
   void do_adamw_update(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
                        const AdamWScalars& h) override {

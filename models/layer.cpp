@@ -109,8 +109,9 @@ void llama_forward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
                    const Tensor& y, LayerSaved& s, const RematKeep& kept = {},
                    RouterStats* router = nullptr) {
   const TensorGroup& tensor = parallel.tensor;
-  const ColumnParallel column(tensor);
-  const RowParallel row(tensor);
+  const Float8Gemm fp8(cfg.float8(), tensor, parallel.context);  // quantization=fp8
+  const ColumnParallel column(tensor, fp8);
+  const RowParallel row(tensor, fp8);
   const DType dt = x.dtype();
   const auto [b, T, N, E] = tokens_of(x, rope, tensor);
   const std::int64_t hd = cfg.head_dim(), Hl = w.wq.dim(0) / hd, Hkvl = w.wk.dim(0) / hd;
@@ -178,8 +179,9 @@ void llama_backward(Backend& be, const ModelConfig& cfg, const LayerWeights& w,
   const auto [b, T, N, E] = tokens_of(dy, rope, tensor);
   const std::int64_t hd = cfg.head_dim(), Hl = w.wq.dim(0) / hd, Hkvl = w.wk.dim(0) / hd;
   const std::int64_t n = N / tensor.size();
-  const ColumnParallel column(tensor);
-  const RowParallel row(tensor);
+  const Float8Gemm fp8(cfg.float8(), tensor, parallel.context);
+  const ColumnParallel column(tensor, fp8);
+  const RowParallel row(tensor, fp8);
   // MLP block: y = h + act Wd^T (+ the routed experts' output).
   const Tensor dy_all = row.gather_output_grad(be, dy.reshape({n, E}));  // [N,E]
   Tensor dhn = be.empty({N, E}, dt);  // partial over the tensor ranks' columns

@@ -76,6 +76,14 @@ void ModelConfig::validate() const {
                    num_query_heads, num_kv_heads);
   }
   validate_experts();
+  CAROUSEL_CHECK(quantization.empty() || quantization == "fp8",
+                 "quantization='{}' is not valid; use fp8 (float8 projections, docs/float8.md) or "
+                 "leave it empty (none)",
+                 quantization);
+  CAROUSEL_CHECK(fp8_recipe == "tensorwise",
+                 "fp8_recipe='{}' is not valid; the one recipe built is tensorwise (a scale per "
+                 "tensor from its amax now); delayed and blockwise are not built yet",
+                 fp8_recipe);
   // The parameter count before anything is allocated (at most kLargestParameterCount here, plus
   // the experts' parameters, which validate_experts bounds by kMaxParameters).
   const std::int64_t params = parameter_count(*this);

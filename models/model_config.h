@@ -51,6 +51,10 @@ struct ModelConfig {
   double capacity_factor = -1.0;              // <= 0: dropless (the only mode implemented)
   bool routed_bias = false;                   // auxiliary-loss-free balancing's bias
   double routed_bias_update_rate = 0.0;       // its step: bias += rate * sign(mean - load)
+  // Float8 training (docs/float8.md), MaxText's key: "" (none) | fp8. The recipe: tensorwise
+  // (delayed and blockwise are named by the issue, not built yet).
+  std::string quantization;
+  std::string fp8_recipe = "tensorwise";
 
   std::int64_t head_dim() const { return emb_dim / num_query_heads; }
   bool is_llama() const { return decoder_block == "llama"; }
@@ -59,6 +63,8 @@ struct ModelConfig {
     return is_moe() && layer >= first_num_dense_layers;
   }
   std::int64_t expert_mlp_dim() const { return moe_mlp_dim > 0 ? moe_mlp_dim : mlp_dim; }
+  // Whether the attention and MLP projections run in float8 (models/parallel/float8_gemm.h).
+  bool float8() const { return quantization == "fp8"; }
   RouterConfig router() const;
   // Throws carousel::Error naming the first inconsistent key: each key's own range first, then
   // divisibility, then the parameter count (at most kMaxParameters).

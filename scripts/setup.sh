@@ -51,6 +51,7 @@ PY_PACKAGES=(
   pyarrow==26.0.1       # scripts/prepare_data.py: Parquet input (read by record batches)
   tensorboard==2.21.0   # read back the trainer's TensorBoard event files (tests); the viewer
   autograd==1.9.1       # tests/end_to_end/moe_oracle.py: the independent MoE model's gradients
+  ml_dtypes==0.6.0      # tests/compute/float8_casts.py: the independent float8 casts
 )
 # Installed without their dependencies: carousel uses only the headers they ship.
 PY_HEADER_PACKAGES=(

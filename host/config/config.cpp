@@ -113,7 +113,6 @@ bool is_unsupported_maxtext_key(const std::string& name) {
   static const std::set<std::string> keys = {
       "attention",
       "attention_type",
-      "quantization",
       "quantize_kvcache",
       "scan_layers",
       "param_scan_axis",

@@ -166,14 +166,15 @@ ConfigKey key(const char* name, T Config::*member, ResumeClass resume, std::stri
 
 // A key stored in Config::model (a model shape key, set by presets).
 template <class T>
-ConfigKey model_key(const char* name, T ModelConfig::*member, const char* help) {
+ConfigKey model_key(const char* name, T ModelConfig::*member, const char* help,
+                    ResumeClass resume = ResumeClass::Model) {
   static_assert(kKeyType<T>,
                 "a config key's member is std::int64_t, double, bool, std::string "
                 "or std::vector<std::int64_t>");
   return {name,
           type_name<T>(),
           help,
-          ResumeClass::Model,
+          resume,
           [member](const Config& c) { return to_text(c.model.*member); },
           [member, name](Config& c, const std::string& v) { c.model.*member = parse<T>(name, v); }};
 }
@@ -226,6 +227,16 @@ const std::vector<ConfigKey>& config_keys() {
                 "after each step bias += rate x sign(mean load - the expert's load) (0 = fixed)"),
       model_key("capacity_factor", &ModelConfig::capacity_factor,
                 "-1 = dropless, every token reaches its k experts (the only mode carousel has)"),
+      model_key("quantization", &ModelConfig::quantization,
+                "'' (none) | fp8: the attention and MLP projections' GEMMs in float8, E4M3 "
+                "activations and weights forward, E5M2 output gradients backward (Transformer "
+                "Engine's hybrid); the embedding, head, router, norms and routed experts stay in "
+                "the compute dtype (docs/float8.md)",
+                ResumeClass::Training),
+      model_key("fp8_recipe", &ModelConfig::fp8_recipe,
+                "tensorwise: each GEMM operand's scale = float8 max / its amax now, over the "
+                "whole tensor (reduced over the tensor and context ranks holding parts of it)",
+                ResumeClass::Training),
       key("run_name", &Config::run_name, ResumeClass::RunControl,
           "run directory name under base_output_directory; the same name resumes that run; empty "
           "(default): a new directory <model_name>_<YYYY-MM-DD-HH-MM-SS>"),

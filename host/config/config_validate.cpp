@@ -293,6 +293,14 @@ void Config::validate() const {
                  "rules differ from the CPU's for bfloat16 only; use dtype=bfloat16 or drop the "
                  "key",
                  dtype);
+  // float8 GEMMs read bfloat16 activations on a GPU (their outputs, the next layer's inputs, are
+  // bfloat16 in every anchor); the CPU also runs them on float32 activations, the oracle the
+  // mesh tests compare at float32 rounding (docs/float8.md).
+  CAROUSEL_CHECK(!model.float8() || dtype == "bfloat16" || device == "cpu",
+                 "quantization=fp8 needs dtype=bfloat16 compute on device={} (float8 GEMMs take "
+                 "bfloat16 activations), not dtype={}; device=cpu also takes dtype=float32 (the "
+                 "float8 oracle)",
+                 device, dtype);
   CAROUSEL_CHECK(step_graphs == "on" || step_graphs == "off" || step_graphs == "auto",
                  "step_graphs='{}' is not valid; use on, off or auto (on for GPUs, off for the "
                  "CPU)",

@@ -62,7 +62,7 @@ RankExecutor::RankExecutor(const Config& cfg, const sch::Program& program, const
                        (place.mesh.fsdp * place.mesh.data)),
       loss_scale_(1.0 / double(cfg.global_batch() * cfg.model.max_target_length)),
       router_bias_(initial_router_bias(cfg.model)),
-      capture_(cfg.step_graphs, program, place, be, cfg.model.is_moe()) {
+      capture_(cfg.step_graphs, program, place, be, cfg.model.is_moe(), cfg.model.float8()) {
   // The microbatches whose tokens this rank reads: at the first stage and where the head runs
   // (the last stage, or the OUTSIDE actions), and with packing at every stage (attention and
   // RoPE follow the tokens' documents).

@@ -10,11 +10,15 @@ namespace carousel {
 
 namespace sch = schedule;
 
-std::string capture_blocker(const sch::Program& program, const RankPlace& place,
-                            bool host_routing) {
+std::string capture_blocker(const sch::Program& program, const RankPlace& place, bool host_routing,
+                            bool host_scales) {
   if (host_routing) {
     return "the mixture-of-experts layers route tokens on the host (each expert's token count "
            "sizes its GEMMs), which a captured step cannot do";
+  }
+  if (host_scales) {
+    return "quantization=fp8 reads each GEMM operand's amax on the host to make its scale "
+           "(device-side scales are not built yet), which a captured step cannot do";
   }
   bool p2p = false, fsdp = false;
   for (const sch::Action& a : program.ranks.at(place.stage_rank)) {
@@ -35,12 +39,12 @@ std::string capture_blocker(const sch::Program& program, const RankPlace& place,
 }
 
 StepCapture::StepCapture(const std::string& setting, const sch::Program& program,
-                         const RankPlace& place, Backend& be, bool host_routing)
+                         const RankPlace& place, Backend& be, bool host_routing, bool host_scales)
     : be_(be), rank_(place.rank()) {
   const bool wanted = setting == "on" || (setting == "auto" && be.kind() == DeviceKind::CUDA);
   if (!wanted) return;
   std::string blocker = be.graph_blocker();
-  if (blocker.empty()) blocker = capture_blocker(program, place, host_routing);
+  if (blocker.empty()) blocker = capture_blocker(program, place, host_routing, host_scales);
   enabled_ = blocker.empty();
   if (place.rank() != 0) return;  // one line for the run (ranks block alike, or for one reason)
   if (enabled_) {

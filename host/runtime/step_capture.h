@@ -32,9 +32,10 @@
 namespace carousel {
 
 // Why the forward and backward of `place`'s stage rank cannot be captured ("" when they can).
-// `host_routing`: the model's mixture-of-experts layers route tokens on the host.
+// `host_routing`: the model's mixture-of-experts layers route tokens on the host;
+// `host_scales`: its float8 GEMMs read their operands' amax on the host (quantization=fp8).
 std::string capture_blocker(const schedule::Program& program, const RankPlace& place,
-                            bool host_routing = false);
+                            bool host_routing = false, bool host_scales = false);
 
 class StepCapture {
  public:
@@ -43,7 +44,7 @@ class StepCapture {
   // `setting`: the step_graphs key — on, off, or auto (on for GPUs, off for the CPU, where a
   // graph only emulates one: the oracle of the GPU's, holding every buffer of the step at once).
   StepCapture(const std::string& setting, const schedule::Program& program, const RankPlace& place,
-              Backend& be, bool host_routing);
+              Backend& be, bool host_routing, bool host_scales = false);
 
   Mode mode(bool profiled) const;
   // Starts the step's work in `mode`: a capture begins, or a replay launches the graph.

@@ -17,6 +17,9 @@
 //                   residual; the output gradient is all-gathered in the backward.
 //   GroupedLinear   one GEMM per routed expert on its rows (the experts' stacked [X, out, in]).
 // With one tensor rank every piece is the plain GEMM: no copy, no collective, the same bits.
+// With quantization=fp8 the column and row pieces (the attention and MLP projections) quantise
+// their operands first (float8_gemm.h: E4M3 forward, E5M2 output gradients, whole-tensor amax);
+// Linear and GroupedLinear (router, simple layer, heads, routed experts) stay unquantised.
 #pragma once
 
 #include <cstdint>
@@ -24,14 +27,17 @@
 #include <vector>
 
 #include "compute/backend.h"
+#include "models/parallel/float8_gemm.h"
 #include "models/parallel/tensor_parallel.h"
 
 namespace carousel {
 
-// One weight-gradient GEMM, grad += a^T b, kept for later: the zero-bubble schedules split the
-// backward into I (input gradients, on the critical path) and W (these GEMMs).
+// One weight-gradient GEMM, grad += alpha a^T b, kept for later: the zero-bubble schedules split
+// the backward into I (input gradients, on the critical path) and W (these GEMMs). alpha: 1, or
+// 1 / (s_a s_b) for float8 operands (a and b then hold the quantised values).
 struct DeferredWeightGrad {
   Tensor a, b, grad;
+  double alpha = 1.0;
 };
 // Runs deferred weight-gradient GEMMs (the W of an I/W split), in the order they were made.
 void apply_weight_grads(Backend& be, const std::vector<DeferredWeightGrad>& deferred);
@@ -64,7 +70,8 @@ struct WeightAndGrad {
 
 class ColumnParallel {
  public:
-  explicit ColumnParallel(const TensorGroup& tensor) : tensor_(tensor) {}
+  explicit ColumnParallel(const TensorGroup& tensor, Float8Gemm fp8 = {})
+      : tensor_(tensor), fp8_(fp8) {}
 
   // This rank's rows [n, in] -> every token [N, in], the input all the projections read (the
   // caller keeps it for the backward's weight gradients). One tensor rank: `rows` itself.
@@ -84,11 +91,13 @@ class ColumnParallel {
 
  private:
   const TensorGroup& tensor_;
+  Float8Gemm fp8_;
 };
 
 class RowParallel {
  public:
-  explicit RowParallel(const TensorGroup& tensor) : tensor_(tensor) {}
+  explicit RowParallel(const TensorGroup& tensor, Float8Gemm fp8 = {})
+      : tensor_(tensor), fp8_(fp8) {}
 
   // out [n, E] = residual [n, E] + this rank's rows of (a W^T summed over the group), a [N, k/T]
   // and W [E, k/T] this rank's columns. `also` [N, E], when given, is a partial sum over the
@@ -107,6 +116,7 @@ class RowParallel {
 
  private:
   const TensorGroup& tensor_;
+  Float8Gemm fp8_;
 };
 
 // The routed experts' GEMMs: weights [X, out, in] stacked, expert e on rows [rows[e], rows[e+1])

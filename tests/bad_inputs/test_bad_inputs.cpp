@@ -160,6 +160,17 @@ const std::vector<Row>& rows() {
        {"schedule_cost_reduce_scatter=10000000000000"}},
       {{"dtype=float16"}, nullptr, {"dtype='float16'", "float32 or bfloat16"}},
       {{"weight_dtype=bfloat16"}, nullptr, {"weight_dtype='bfloat16'"}},
+      // float8 (docs/float8.md): the key and recipe named with the valid values, float32
+      // compute on a GPU.
+      {{"quantization=fp4"}, nullptr, {"quantization='fp4'", "fp8"}},
+      {{"quantization=fp8", "fp8_recipe=delayed"},
+       nullptr,
+       {"fp8_recipe='delayed'", "tensorwise", "not built yet"}},
+      {{"quantization=fp8", "fp8_recipe=rowwise"}, nullptr, {"fp8_recipe='rowwise'", "tensorwise"}},
+      {{"quantization=fp8", "device=cuda"},
+       nullptr,
+       {"quantization=fp8 needs dtype=bfloat16", "device=cuda", "dtype=float32"}},
+      {{"fp8_recipe=blockwise"}, nullptr, {"fp8_recipe='blockwise'", "tensorwise"}},
       {{"device=gpu"}, nullptr, {"device='gpu'", "cpu, cuda or auto"}},
       {{"remat_policy=some"}, nullptr, {"remat_policy='some'", "use full", "save_qkv_proj"}},
       {{"log_level=loud"}, nullptr, {"log_level='loud'", "trace"}},

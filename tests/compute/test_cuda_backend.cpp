@@ -9,6 +9,8 @@
 // no device), so `ctest -L gpu` on a GPU-less machine reports them as skipped, not passed.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <functional>
 
 #include "compute/bfloat16.h"
@@ -408,6 +410,45 @@ TEST(CudaBf16, CastIsBitwiseAndGemmMatchesTheCpu) {
     const double rtol = out == DType::F32 ? 1e-5 : std::ldexp(1.0, -7);
     testing::expect_close(run(*gpu), run(cpu), rtol, rtol,
                           "bf16 gemm into " + std::string(dtype_name(out)));
+  }
+}
+
+// float8 (docs/float8.md): amax and quantize_float8 on both tiers give the CPU's bits — one scalar
+// definition (compute/float8/float8.h), an exact max — for float32, bfloat16 and float64 inputs,
+// both formats, sizes across the amax's one-block and many-block paths, and a NaN and an
+// infinity (NaN-propagating amax, saturating casts).
+TEST(CudaFloat8, AmaxAndQuantizeAreBitwiseTheCpus) {
+  std::string why;
+  std::unique_ptr<Backend> fast = cuda_backend_or_why(0, why, GpuKernels::Fast);
+  std::unique_ptr<Backend> reference = cuda_backend_or_why(1, why, GpuKernels::Reference);
+  if (!fast || !reference) GTEST_SKIP() << "no GPU to test on: " << why;
+  CpuBackend cpu;
+  for (const std::int64_t n : {std::int64_t(1), std::int64_t(4099), std::int64_t(1) << 20}) {
+    auto values = testing::randn(std::size_t(n), 40 + std::uint64_t(n), 30.0);
+    for (const int special : {0, 1, 2}) {
+      if (special == 1) values[std::size_t(n / 2)] = INFINITY;
+      if (special == 2) values[std::size_t(n / 3)] = NAN;
+      for (const DType dt : {DType::F32, DType::BF16, DType::F64}) {
+        for (const Float8Format f : {Float8Format::E4M3, Float8Format::E5M2}) {
+          const auto run = [&](Backend& be) {
+            const Tensor x = make(be, values, {n}, dt), amax = be.empty({1}, DType::F32);
+            be.amax(x, amax);
+            const Tensor q = be.empty({n}, dt);
+            be.quantize_float8(x, f, 0.37f, q);
+            std::vector<double> out = fetch(be, amax), qv = fetch(be, q);
+            out.insert(out.end(), qv.begin(), qv.end());
+            std::vector<std::uint64_t> bits(out.size());
+            std::memcpy(bits.data(), out.data(), out.size() * sizeof(double));
+            return bits;
+          };
+          const auto on_cpu = run(cpu);
+          const std::string what =
+              fmt::format("n={} special={} {} {}", n, special, dtype_name(dt), float8_name(f));
+          EXPECT_EQ(run(*fast), on_cpu) << what << " fast";
+          EXPECT_EQ(run(*reference), on_cpu) << what << " reference";
+        }
+      }
+    }
   }
 }
 

@@ -4,15 +4,23 @@
 // (threads over the in-process communicator) gives the whole layer's output, input gradient and
 // weight gradients, in float64 (1e-12: only the order of the partial sums differs); and the
 // vocabulary-parallel embedding and head by T ranks give the whole ones' rows, losses and
-// gradients the same way.
+// gradients the same way. With quantization=fp8 (docs/float8.md) the layer by T x C ranks equals
+// the whole float8 layer as closely (every operand's amax reduced over the ranks holding its
+// parts), and a shard-local amax would not.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <map>
+#include <ostream>
+#include <string>
 
 #include "collectives/local_communicator.h"
 #include "compute/cpu_backend.h"
 #include "models/embed_head.h"
 #include "models/layer.h"
+#include "models/parallel/float8_gemm.h"
 #include "tests/support/test_util.h"
 
 namespace carousel {
@@ -142,7 +150,13 @@ LayerRun run_layer(Backend& be, const ModelConfig& cfg, const std::vector<ParamS
 struct Split {
   int tensor, context;
   std::int64_t kv_heads;
+  bool fp8 = false;  // quantization=fp8: the projections' operands quantised (float8_gemm.h)
 };
+std::string split_name(const Split& s) {
+  return "T" + std::to_string(s.tensor) + "_C" + std::to_string(s.context) + "_kv" +
+         std::to_string(s.kv_heads) + (s.fp8 ? "_fp8" : "");
+}
+void PrintTo(const Split& s, std::ostream* os) { *os << split_name(s); }
 
 class LayerParallelism : public ::testing::TestWithParam<Split> {};
 
@@ -161,9 +175,21 @@ std::vector<double> rows_of(const std::vector<double>& whole, std::int64_t b, st
   return {tokens.begin() + t * n, tokens.begin() + (t + 1) * n};
 }
 
-TEST_P(LayerParallelism, EqualsTheWholeLayer) {
-  const auto [T, C, kv] = GetParam();
-  const ModelConfig cfg = layer_config(kv);
+// One layer by T x C ranks and by one: each rank's output rows, input gradient rows and gradient
+// parts (summed over the ranks holding partial gradients: every context rank, and the tensor
+// ranks sharing a part), beside the whole layer's.
+struct ParallelLayer {
+  struct Compared {
+    std::string what;
+    std::vector<double> got, expected;
+  };
+  std::vector<Compared> compared;
+};
+
+ParallelLayer run_parallel_layer(const Split& split) {
+  const auto [T, C, kv, fp8] = split;
+  ModelConfig cfg = layer_config(kv);
+  if (fp8) cfg.quantization = "fp8";
   const std::int64_t b = 2, S = cfg.max_target_length, E = cfg.emb_dim;
   const std::int64_t n = b * S / C / T;  // rows per rank
   const auto x = testing::randn(std::size_t(b * S * E), 1),
@@ -194,13 +220,12 @@ TEST_P(LayerParallelism, EqualsTheWholeLayer) {
       },
       &world);
 
+  ParallelLayer out;
   for (int r = 0; r < ranks; ++r) {
     const std::string who = "rank " + std::to_string(r);
-    testing::expect_close(runs[r].y, expected_y[r], 1e-12, 1e-12, "y of " + who);
-    testing::expect_close(runs[r].dx, expected_dx[r], 1e-12, 1e-12, "dx of " + who);
+    out.compared.push_back({"y of " + who, runs[r].y, expected_y[r]});
+    out.compared.push_back({"dx of " + who, runs[r].dx, expected_dx[r]});
     for (const ParamSpec& p : specs[r]) {
-      // Every context rank and the tensor ranks sharing a part hold partial gradients: their sum
-      // is the whole's part.
       std::vector<double> sum(std::size_t(numel(p.shape)), 0.0);
       const int holders = p.tensor.holders_of(T), first = r % T / holders * holders;
       for (int c = 0; c < C; ++c) {
@@ -209,22 +234,51 @@ TEST_P(LayerParallelism, EqualsTheWholeLayer) {
           for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += theirs[i];
         }
       }
-      testing::expect_close(sum, part_of_whole(p, whole.grads.at(p.name)), 1e-12, 1e-12,
-                            p.name + " gradient part of " + who);
+      out.compared.push_back(
+          {p.name + " gradient part of " + who, sum, part_of_whole(p, whole.grads.at(p.name))});
     }
   }
+  return out;
+}
+
+// In float64 the only difference is the order of the partial sums (1e-12). With float8 the
+// operands' scales come from the whole tensors' amax (reduced over the tensor and context ranks),
+// so every rank quantises exactly as the whole layer does: 1e-12 too. (With tensor ranks sharing
+// a KV head, T=4 at kv=2 or 1, each holder's key and value gradients are partial sums that float8
+// quantises apart, which one device does not: not compared with float8.)
+TEST_P(LayerParallelism, EqualsTheWholeLayer) {
+  for (const auto& c : run_parallel_layer(GetParam()).compared)
+    testing::expect_close(c.got, c.expected, 1e-12, 1e-12, c.what);
 }
 
 INSTANTIATE_TEST_SUITE_P(Splits, LayerParallelism,
                          ::testing::Values(Split{2, 1, 4}, Split{4, 1, 4}, Split{2, 1, 2},
                                            Split{4, 1, 2}, Split{4, 1, 1}, Split{1, 1, 2},
                                            Split{1, 2, 2}, Split{1, 3, 2}, Split{2, 2, 2},
-                                           Split{4, 2, 1}),
-                         [](const auto& info) {
-                           return "T" + std::to_string(info.param.tensor) + "_C" +
-                                  std::to_string(info.param.context) + "_kv" +
-                                  std::to_string(info.param.kv_heads);
-                         });
+                                           Split{4, 2, 1}, Split{2, 1, 2, true},
+                                           Split{4, 1, 4, true}, Split{1, 2, 2, true},
+                                           Split{2, 2, 2, true}),
+                         [](const auto& info) { return split_name(info.param); });
+
+// Why the float8 amax is reduced over the ranks: with each rank's scale from its own part's amax
+// (the test switch), the same T=2 x C=2 layer misses the whole layer by far more than rounding —
+// every quantised operand that is split over ranks lands on another float8 grid.
+TEST(LayerParallelismFloat8, AShardLocalAmaxWouldMissTheWholeLayer) {
+  set_float8_shard_local_amax_for_tests(true);
+  const ParallelLayer local = run_parallel_layer({2, 2, 2, true});
+  set_float8_shard_local_amax_for_tests(false);
+  double worst = 0;
+  for (const auto& c : local.compared) {
+    double scale = 0, diff = 0;
+    for (std::size_t i = 0; i < c.expected.size(); ++i) {
+      scale = std::max(scale, std::abs(c.expected[i]));
+      diff = std::max(diff, std::abs(c.got[i] - c.expected[i]));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  std::printf("T=2 x C=2 float8 layer with shard-local amax: %.2e from the whole layer\n", worst);
+  EXPECT_GT(worst, 1e-3) << "a shard-local amax should change the quantised operands";
+}
 
 // The embedding's rows and the head's losses, input gradient and weight gradients on one rank;
 // the extras' weights drawn per whole element (every rank's parts agree), gradients from zero.
@@ -276,9 +330,8 @@ TEST_P(VocabularyParallelism, EmbeddingAndHeadEqualTheWholeOnes) {
   const auto h = testing::randn(std::size_t(b * S * E), 6),
              dembed = testing::randn(std::size_t(b * S * E), 7);
   CpuBackend whole_be;
-  const ExtrasRun whole =
-      run_extras(whole_be, cfg, extras_specs(cfg, {}), whole_be.from_host(ids, {b, S}), h, dembed,
-                 {b, S, E}, {});
+  const ExtrasRun whole = run_extras(whole_be, cfg, extras_specs(cfg, {}),
+                                     whole_be.from_host(ids, {b, S}), h, dembed, {b, S, E}, {});
 
   LocalWorld world(T, 30.0);
   std::vector<ExtrasRun> runs(static_cast<std::size_t>(T));

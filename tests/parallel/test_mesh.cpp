@@ -469,8 +469,10 @@ TEST(DevicePeak, ConfiguredMeasuredAndSharedCores) {
   EXPECT_LT(one, 1e13);
   // Threads of one process share its cores: never more devices at once than cores / threads.
   const int threads = omp_get_max_threads();
+  // Two measurements on a loaded machine may differ by 2x or more: the bound only has to tell
+  // min(devices, cores) x one from 1000 x one.
   const double many = run_peak_flops(c, be, 1000, true, 1);
-  EXPECT_LE(many, one * 1.5 * omp_get_num_procs());
+  EXPECT_LE(many, one * 4 * omp_get_num_procs());
   EXPECT_EQ(omp_get_max_threads(), threads);  // measured with 1 thread, the count restored
 }
 

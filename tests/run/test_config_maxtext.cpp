@@ -123,7 +123,7 @@ TEST(Config, HeadDimMustBeTheDerivedOne) {
 }
 
 TEST(Config, MaxTextKeysCarouselLacksAreNamedAsSuch) {
-  for (const char* key : {"attention", "quantization", "scan_layers", "dcn_expert_parallelism",
+  for (const char* key : {"attention", "quantize_kvcache", "scan_layers", "dcn_expert_parallelism",
                           "tokenizer_type", "eval_dataset_name"}) {
     const std::string msg = testing::error_of([&] { load_config("", {std::string(key) + "=1"}); });
     EXPECT_NE(msg.find(fmt::format("MaxText key '{}' is not supported by carousel", key)),
