@@ -10,8 +10,10 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
+#include <csignal>
 #include <filesystem>
 #include <iostream>
 #include <new>
@@ -46,6 +48,17 @@ CLI::Validator finite_number(double lo, double hi, bool open_low) {
       },
       "NUMBER in " + range);
 }
+
+// Ctrl-C during the search: the first stops it (plan::SearchOptions::stop), which then prints
+// the best so far and exits 130; the handler goes back to the default, so a second one kills.
+volatile std::sig_atomic_t g_interrupt = 0;
+void on_interrupt(int) {
+  g_interrupt = 1;
+  std::signal(SIGINT, SIG_DFL);
+}
+
+// Exit status of a search Ctrl-C stopped (128 + SIGINT, as a shell reports it).
+constexpr int kInterruptedStatus = 130;
 
 }  // namespace
 
@@ -136,6 +149,10 @@ void add_plan_options(CLI::App& cmd, PlanOptions& o) {
   cmd.add_option("--mlp", o.mlp,
                  "swiglu (default: Llama's three matrices) | gelu (GPT's two matrices of the "
                  "model's MLP width, GeLU: the planner's arithmetic only, carousel cannot train it)");
+  cmd.add_option("--config", o.config,
+                 "a carousel YAML config: its dataset_*, eval_*, tokenizer_path and steps keys go "
+                 "on the printed launch line (without it, the line says which keys to add)")
+      ->check(CLI::ExistingFile);
   cmd.add_flag("--explain", o.explain,
                "break the best candidate's step time and memory down, part by part");
   cmd.add_flag("--json", o.json, "print JSON instead of the table");
@@ -288,6 +305,10 @@ int run_plan(const PlanOptions& given) {
     plan::check_measured_on(*cluster.measured, w.model, w.dtype, w.remat_policy);
   }
 
+  // The launch line's data keys, read before the search (a bad file fails at once).
+  std::vector<std::string> data_keys;
+  if (!o.config.empty()) data_keys = plan::launch_data_keys(o.config);
+  const std::vector<std::string>* data = o.config.empty() ? nullptr : &data_keys;
   CAROUSEL_CHECK(o.schedule.empty() || o.schedules.empty(),
                  "--schedule={} and --schedules={} both choose schedules; give one",
                  o.schedule, fmt::join(o.schedules, ","));
@@ -304,6 +325,12 @@ int run_plan(const PlanOptions& given) {
   options.progress = [](const plan::SearchProgress& p) {
     std::cerr << plan::progress_line(p) << std::endl;
   };
+  options.stop = [] { return g_interrupt != 0; };
+  g_interrupt = 0;
+  std::signal(SIGINT, on_interrupt);
+  struct RestoreSigint {
+    ~RestoreSigint() { std::signal(SIGINT, SIG_DFL); }
+  } restore_sigint;
   plan::SearchResult r;
   try {
     r = plan::search(w, cluster, options);
@@ -312,6 +339,21 @@ int run_plan(const PlanOptions& given) {
         "carousel plan ran out of memory during its search (an allocation failed); raise the "
         "address-space limit (ulimit -v) or narrow the search: --max-microbatches, --schedules, "
         "--tensor, --context, --expert");
+  }
+  std::signal(SIGINT, SIG_DFL);  // the search is over: printing is not interrupted
+  if (r.interrupted && r.best.empty()) {
+    fmt::print(stderr,
+               "carousel plan: interrupted while {} ({} candidates listed, {} simulated): no "
+               "candidate simulated yet to print\n",
+               r.simulated > 0 ? "simulating" : "listing candidates", r.candidates, r.simulated);
+    if (o.json) {
+      const nlohmann::json out = {{"interrupted", true},
+                                  {"candidates", r.candidates},
+                                  {"simulated", r.simulated},
+                                  {"best", nlohmann::json::array()}};
+      fmt::print("{}\n", out.dump(2));
+    }
+    return kInterruptedStatus;
   }
   if (r.best.empty()) {
     const plan::Candidate& c = r.smallest_candidate;
@@ -340,12 +382,14 @@ int run_plan(const PlanOptions& given) {
         {"refused_simulated", r.refused_simulated},
         {"simulated", r.simulated},
         {"pruned", r.pruned},
-        {"fits", !r.unfit}};
+        {"fits", !r.unfit},
+        {"interrupted", r.interrupted},
+        {"launch_data_keys", data ? nlohmann::json(data_keys) : nlohmann::json()}};
     for (std::size_t i = 0; i < r.best.size(); ++i)
       out["best"].push_back(
           plan::candidate_json(r.best[i], w, o.explain && i == 0 ? &breakdown : nullptr));
     fmt::print("{}\n", out.dump(2));
-    return 0;
+    return r.interrupted ? kInterruptedStatus : 0;
   }
   const std::string speed =
       cluster.measured
@@ -364,6 +408,11 @@ int run_plan(const PlanOptions& given) {
       o.mlp == "gelu" ? " with a GPT-style MLP (gelu)" : "", cluster.devices,
       cluster.devices_per_node, cluster.memory_bytes / double(1 << 30), speed, w.global_batch,
       w.model.max_target_length, w.dtype, w.remat_policy);
+  if (r.interrupted) {
+    fmt::print(
+        "INTERRUPTED (Ctrl-C): the search stopped early; below is the best of what it simulated "
+        "so far, not the search's answer\n");
+  }
   fmt::print(
       "{} candidates: {} refused without simulating (their state and working set do not fit), {} "
       "simulated ({} of them refused: do not fit with activations), {} pruned by their time "
@@ -373,8 +422,8 @@ int run_plan(const PlanOptions& given) {
   plan::print_table(r, cluster);
   plan::print_best(best);
   if (o.explain) plan::print_explain(best, breakdown, w);
-  plan::print_launch(best, cluster, w);
-  return 0;
+  plan::print_launch(best, cluster, w, data);
+  return r.interrupted ? kInterruptedStatus : 0;
 }
 
 }  // namespace carousel

@@ -66,6 +66,9 @@ struct PlanOptions {
   std::string schedule, weights, stage_layers;
   std::string mlp = "swiglu";  // gelu: the GPT-style MLP, planner arithmetic only
   bool explain = false;
+  // A carousel YAML config whose data keys (dataset_*, eval_*, tokenizer_path, steps, ...) the
+  // launch line carries; empty: the launch line says which to add.
+  std::string config;
   double kernel_latency_us = 5, message_latency_us = 10;  // the FLOP model's latency floor
   int top = 5;
   bool json = false;

@@ -19,10 +19,26 @@ namespace carousel::plan {
 
 namespace sch = schedule;
 
-const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor, int experts) {
+namespace {
+
+// A model's parameter table at (T, E), with each entry's element count and the prefix sums of
+// the decoder layers' counts (param_layout asks for them for every stage rank of every
+// candidate: counting the shapes each time was most of a 16,384-device search).
+struct CountedTable {
+  std::vector<ParamSpec> table;
+  std::vector<std::int64_t> numel;         // of table[i]
+  std::vector<std::int64_t> layer_prefix;  // [l]: the elements of layers 0 .. l-1
+  std::vector<std::size_t> non_layer;      // the entries of no decoder layer, in table order
+  // The decoder layers' entries, layer by layer (each in table order); layer l's are
+  // by_layer[layer_offset[l] .. layer_offset[l + 1]).
+  std::vector<const ParamSpec*> by_layer;
+  std::vector<std::size_t> layer_offset;
+};
+
+const CountedTable& counted_table_of(const ModelConfig& m, int tensor, int experts) {
   thread_local ModelConfig cached;
   // By (tensor degree, expert degree): every tensor and expert rank holds as many elements.
-  thread_local std::map<std::pair<int, int>, std::vector<ParamSpec>> tables;
+  thread_local std::map<std::pair<int, int>, CountedTable> tables;
   const auto shape = [](const ModelConfig& c) {
     return std::tie(c.decoder_block, c.vocab_size, c.emb_dim, c.num_layers, c.num_query_heads,
                     c.num_kv_heads, c.mlp_dim, c.logits_via_embedding, c.num_experts, c.moe_mlp_dim,
@@ -35,13 +51,47 @@ const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor, int exp
   const std::pair<int, int> degrees{tensor, experts};
   auto it = tables.find(degrees);
   if (it == tables.end()) {
-    std::vector<ParamSpec> table = param_table(llama_twin(m), {0, tensor}, {0, experts});
+    CountedTable t;
+    t.table = param_table(llama_twin(m), {0, tensor}, {0, experts});
     if (gpt_mlp(m)) {  // the two matrices of GPT's MLP: up_proj as fc1, down_proj as fc2
-      std::erase_if(table, [](const ParamSpec& s) { return s.role == ParamRole::WGate; });
+      std::erase_if(t.table, [](const ParamSpec& s) { return s.role == ParamRole::WGate; });
     }
-    it = tables.emplace(degrees, std::move(table)).first;
+    std::vector<std::int64_t> layer(std::size_t(m.num_layers), 0);
+    for (const ParamSpec& spec : t.table) {
+      t.numel.push_back(numel(spec.shape));
+      if (spec.layer >= 0 && spec.layer < m.num_layers)
+        layer[std::size_t(spec.layer)] += t.numel.back();
+      else
+        t.non_layer.push_back(t.numel.size() - 1);
+    }
+    std::vector<std::vector<const ParamSpec*>> specs(layer.size());
+    for (const ParamSpec& spec : t.table)
+      if (spec.layer >= 0 && spec.layer < m.num_layers)
+        specs[std::size_t(spec.layer)].push_back(&spec);
+    t.layer_offset.push_back(0);
+    for (const auto& l : specs) {
+      t.by_layer.insert(t.by_layer.end(), l.begin(), l.end());
+      t.layer_offset.push_back(t.by_layer.size());
+    }
+    t.layer_prefix.assign(layer.size() + 1, 0);
+    std::partial_sum(layer.begin(), layer.end(), t.layer_prefix.begin() + 1);
+    it = tables.emplace(degrees, std::move(t)).first;
   }
   return it->second;
+}
+
+}  // namespace
+
+const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor, int experts) {
+  return counted_table_of(m, tensor, experts).table;
+}
+
+std::span<const ParamSpec* const> layer_specs_of(const ModelConfig& m, int tensor, int experts,
+                                                 int first_layer, int layers) {
+  const CountedTable& t = counted_table_of(m, tensor, experts);
+  const std::size_t from = t.layer_offset[std::size_t(first_layer)],
+                    to = t.layer_offset[std::size_t(first_layer + layers)];
+  return {t.by_layer.data() + from, to - from};
 }
 
 bool gpt_mlp(const ModelConfig& m) { return m.decoder_block == kGptBlock; }
@@ -103,13 +153,24 @@ std::int64_t layer_saved_elements(const ModelConfig& m, std::int64_t Nc, int T, 
          context;
 }
 
-// The largest layer's saved activations (the backward's temporaries are bounded by it).
-std::int64_t largest_layer_saved_elements(const ModelConfig& m, std::int64_t Nc, int T, int C,
-                                          int E) {
-  std::int64_t largest = 0;
-  for (int l = 0; l < m.num_layers; ++l)
-    largest = std::max(largest, layer_saved_elements(m, Nc, T, C, E, l));
-  return largest;
+// layer_saved_elements of every layer: layers differ only by being MoE layers or not
+// (ModelConfig::is_moe_layer: from first_num_dense_layers on), so two values stand for all
+// (the search asks for them for every stage rank of every candidate).
+struct SavedPerLayer {
+  std::int64_t dense = 0, moe = 0;  // 0 when the model has no layer of that kind
+  int first_moe = 0;                // layers from here on are MoE layers
+  std::int64_t of(int l) const { return l >= first_moe ? moe : dense; }
+  // The largest layer's (the backward's temporaries are bounded by it).
+  std::int64_t largest() const { return std::max(dense, moe); }
+};
+SavedPerLayer saved_per_layer(const ModelConfig& m, std::int64_t Nc, int T, int C, int E) {
+  SavedPerLayer s;
+  s.first_moe = m.is_moe() ? int(std::clamp<std::int64_t>(m.first_num_dense_layers, 0,
+                                                            m.num_layers))
+                           : m.num_layers;
+  if (s.first_moe > 0) s.dense = layer_saved_elements(m, Nc, T, C, E, 0);
+  if (s.first_moe < m.num_layers) s.moe = layer_saved_elements(m, Nc, T, C, E, s.first_moe);
+  return s;
 }
 
 // What a stage's forward keeps per layer for its backward, by remat policy (models/stage.h):
@@ -227,16 +288,23 @@ ParamLayout param_layout(const Config& cfg, const sch::Layout& layout, int stage
   ParamLayout p;
   // Each pipelined decoder layer's parameters (dense and mixture-of-experts layers differ); the
   // layers after the pipeline are extras.
-  std::vector<std::int64_t> layer_elements(std::size_t(cfg.model.num_layers), 0);
-  for (const auto& spec :
-       table_of(cfg.model, int(cfg.ici_tensor_parallelism), int(cfg.ici_expert_parallelism))) {
-    if (spec.layer >= 0 && spec.layer < map.layers()) {
-      layer_elements[std::size_t(spec.layer)] += numel(spec.shape);
-    } else if (spec.role == ParamRole::Embedding ? first || (head && cfg.model.logits_via_embedding)
-                                                 : head) {
-      p.extras_specs.push_back(spec);
-      p.extras += numel(spec.shape);
-      if (layout.outside && spec.role != ParamRole::Embedding) p.stage_summed += numel(spec.shape);
+  const CountedTable& t =
+      counted_table_of(cfg.model, int(cfg.ici_tensor_parallelism), int(cfg.ici_expert_parallelism));
+  const auto extra = [&](std::size_t i) {
+    const ParamSpec& spec = t.table[i];
+    if (spec.role == ParamRole::Embedding ? first || (head && cfg.model.logits_via_embedding)
+                                          : head) {
+      p.extras_specs.push_back(&spec);
+      p.extras += t.numel[i];
+      if (layout.outside && spec.role != ParamRole::Embedding) p.stage_summed += t.numel[i];
+    }
+  };
+  if (map.layers() >= cfg.model.num_layers) {  // every layer pipelined: only the others
+    for (const std::size_t i : t.non_layer) extra(i);
+  } else {
+    for (std::size_t i = 0; i < t.table.size(); ++i) {
+      const int layer = t.table[i].layer;
+      if (layer < 0 || layer >= map.layers()) extra(i);
     }
   }
   for (int v = 0; v < layout.stages(); ++v) {
@@ -245,9 +313,8 @@ ParamLayout param_layout(const Config& cfg, const sch::Layout& layout, int stage
     s.stage = v;
     s.layers = map.count(v);
     s.first_layer = map.first(v);
-    const auto first_layer = layer_elements.begin() + map.first(v);
-    s.padded =
-        ceil_div(std::accumulate(first_layer, first_layer + map.count(v), std::int64_t(0)), F) * F;
+    const std::size_t from = std::size_t(map.first(v)), to = from + std::size_t(map.count(v));
+    s.padded = ceil_div(t.layer_prefix[to] - t.layer_prefix[from], F) * F;
     s.shard = s.padded / F;
     s.piece = zero1 ? ceil_div(s.shard, D) : s.shard;
     p.stages.push_back(s);
@@ -278,12 +345,12 @@ std::int64_t program_free_working_set(const Config& cfg, const sch::Layout& layo
   const RematPolicy remat = parse_remat_policy(cfg.remat_policy);
   // What a backward recomputes at once: full, the stage's layers; selective, one at a time.
   const int E = int(cfg.ici_expert_parallelism);
-  const std::int64_t layer = largest_layer_saved_elements(m, Nc, T, C, E);
+  const SavedPerLayer saved = saved_per_layer(m, Nc, T, C, E);
+  const std::int64_t layer = saved.largest();
   const std::int64_t recomputed =
       remat == RematPolicy::None ? 0
-      : remat == RematPolicy::Full
-          ? largest_stage_sum(p, [&](int l) { return layer_saved_elements(m, Nc, T, C, E, l); })
-          : layer;
+      : remat == RematPolicy::Full ? largest_stage_sum(p, [&](int l) { return saved.of(l); })
+                                   : layer;
   // An MoE layer's router logits, in the compute dtype and twice in double (models/moe_mlp.cpp).
   const std::int64_t router = m.is_moe() ? Nc * m.num_experts * (2 * c + 16) : 0;
   // Sends in flight, then the largest of one stage's backward (remat recomputes L layers; each

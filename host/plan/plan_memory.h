@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "host/config/config.h"
@@ -84,7 +85,8 @@ struct ParamLayout {
   std::vector<StageElements> stages;          // the rank's virtual stages, in stage order
   // Embedding / final norm / head on this rank, and the layers after the pipeline (every stage
   // rank's with pipeline_parallel_layers), in the extras' flat order.
-  std::vector<ParamSpec> extras_specs;
+  // (Entries of table_of's table: valid while it holds this model's.)
+  std::vector<const ParamSpec*> extras_specs;
   std::int64_t extras = 0, extras_piece = 0;
   // Of those, what every stage rank holds with layers outside the pipeline (all but the
   // embedding), whose gradients the optimizer sums over the stage ranks; 0 without.
@@ -158,6 +160,10 @@ LinkBytes device_link_bytes(const Config& cfg, const schedule::Program& lowered,
 // Llama table of its twin without the gate matrices, up_proj and down_proj standing for the
 // MLP's two matrices [Fm, E] and [E, Fm].
 const std::vector<ParamSpec>& table_of(const ModelConfig& m, int tensor = 1, int experts = 1);
+// The entries of table_of(m, tensor, experts) of decoder layers first_layer .. first_layer +
+// layers - 1, layer by layer, each layer's in table order (valid while the table is kept).
+std::span<const ParamSpec* const> layer_specs_of(const ModelConfig& m, int tensor, int experts,
+                                                 int first_layer, int layers);
 
 // The GPT-style MLP (GPT-3, Megatron's GPT: two matrices, GeLU between them, width mlp_dim,
 // usually 4E) is the planner's arithmetic only: carousel trains the Llama block (SwiGLU's three

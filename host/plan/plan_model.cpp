@@ -7,6 +7,8 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 
 #include "compute/error.h"
 #include "host/config/schedule_config.h"
@@ -33,6 +35,42 @@ double exposed_seconds(const LinkBytes& b, const Cluster& cluster, const MeshLin
 sch::Layout program_layout(const Config& cfg) {
   if (cfg.num_devices() == 1) return {1, 1, int(cfg.microbatches())};
   return schedule_spec(cfg).layout;
+}
+
+// lowered_program(cfg), kept for the programs asked for lately: the program depends only on the
+// schedule, S, R, M, the layers outside the pipeline, the weight slots, the prefetch, FSDP and
+// the expert exchanges per stage, and the search simulates many meshes (F, D, T, C) and costs
+// with the same one (lowering was over half of a simulation's time). At most kCachedUnits
+// actions' worth of programs (S x M x R units each) are kept (a few tens of MiB).
+constexpr std::int64_t kCachedUnits = 1 << 14;
+const sch::Program& cached_lowered_program(const Config& cfg) {
+  using Key = std::tuple<std::string, int, int, int, bool, int, int, bool, int, int, bool,
+                         std::vector<int>>;
+  thread_local std::map<Key, sch::Program> cache;
+  thread_local std::int64_t units = 0;
+  const sch::ScheduleSpec spec = schedule_spec(cfg);
+  Key key{spec.kind,
+          spec.layout.ranks,
+          spec.layout.repeats,
+          spec.layout.microbatches,
+          spec.layout.outside,
+          spec.group_size,
+          spec.forward_delay,
+          cfg.num_devices() == 1,
+          cfg.weight_slots(),
+          int(cfg.pipeline_prefetch_lookahead),
+          cfg.ici_fsdp_parallelism > 1,
+          exchanging_layers(cfg, stage_layers(cfg))};
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  const std::int64_t n = std::int64_t(spec.layout.ranks) * spec.layout.repeats *
+                         spec.layout.microbatches;
+  if (units + n > kCachedUnits) {
+    cache.clear();
+    units = 0;
+  }
+  units += n;
+  return cache.emplace(std::move(key), lowered_program(cfg)).first->second;
 }
 
 }  // namespace
@@ -169,8 +207,29 @@ double step_time_lower_bound(const CostedCandidate& c, const Cluster& cluster) {
   }
   for (int m = 0; layout.outside && m < int(M); ++m)
     load[std::size_t(layout.rank_of(layout.stages(), m))] += outside;
-  const double busiest = *std::max_element(load.begin(), load.end());
-  const double compute = busiest * (f + b);
+  // A rank starts no sooner than the first microbatch's forward has passed every stage before
+  // its first one v0 (their layers at f each, nothing else counted), and ends no sooner than
+  // that plus its load. Every forward and input-gradient backward of the rank comes before its
+  // last backward of v0 (a stage's backward of a microbatch follows the later stages' and its
+  // own forward), and that backward is followed by the input-gradient backwards of the stages
+  // before v0: with at most b - w of a layer's backward on the input gradient (zero-bubble
+  // schedules move w to W actions, which may come last), the step ends no sooner than the
+  // start, the rank's load at f + b - w and those stages' layers at b - w.
+  std::vector<double> start(std::size_t(layout.ranks), -1.0), tail(start.size(), 0.0);
+  const double input_b = std::max(0.0, b - cfg.schedule_cost_w);
+  double before_f = 0, before_b = 0;
+  for (int v = 0; v < layers.stages(); ++v) {
+    const std::size_t r = std::size_t(layout.rank_of(v));
+    if (start[r] < 0) start[r] = before_f, tail[r] = before_b;
+    before_f += layers.count(v) * f;
+    before_b += layers.count(v) * input_b;
+  }
+  double compute = 0;
+  for (std::size_t r = 0; r < load.size(); ++r) {
+    const double begin = std::max(start[r], 0.0);
+    compute = std::max({compute, begin + load[r] * (f + b),
+                        begin + load[r] * (f + input_b) + tail[r]});
+  }
   double exposed = 0;
   for (int s = 0; s < layout.ranks; ++s) {
     exposed = std::max(
@@ -186,7 +245,7 @@ Prediction predict(const Workload& w, const Cluster& cluster, const Candidate& c
 Prediction predict(const Workload& w, const Cluster& cluster, const CostedCandidate& costed) {
   const Config& cfg = costed.cfg;
   const MeshLinks& links = costed.links;
-  const sch::Program program = lowered_program(cfg);
+  const sch::Program& program = cached_lowered_program(cfg);
   const sch::SimResult sim = sch::simulate(program, schedule_costs(cfg));
   Prediction p;
   p.candidate = costed.candidate;

@@ -100,8 +100,9 @@ struct CostedCandidate {
 CostedCandidate cost_candidate(const Cluster& cluster, const Candidate& c, Config cfg,
                                const MeshLinks* links = nullptr);
 
-// A lower bound on the step time without simulating: compute on the busiest rank plus the exposed
-// reductions (the search prunes with it).
+// A lower bound on the step time without simulating: the largest, over the pipeline ranks, of
+// the rank's compute plus the time before it can start (the first microbatch's forward through
+// the stages before its first), plus the exposed reductions (the search prunes with it).
 double step_time_lower_bound(const CostedCandidate& c, const Cluster& cluster);
 
 // What a device holds whatever the program does (plan_memory.h's state_memory and

@@ -5,6 +5,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
+#include "compute/error.h"
+#include "host/config/config.h"
 #include "host/plan/plan_costs.h"
 
 namespace carousel::plan {
@@ -262,21 +266,57 @@ void print_explain(const Prediction& p, const StepBreakdown& b, const Workload& 
              "workspaces, NCCL buffers (leave a few GiB for them)\n");
 }
 
-void print_launch(const Prediction& p, const Cluster& cluster, const Workload& w) {
+std::vector<std::string> launch_data_keys(const std::string& config_path) {
+  LoadedConfig loaded;
+  try {
+    loaded = load_config(config_path, {});
+  } catch (const Error& e) {
+    fail("--config={}: {}", config_path, e.what());
+  }
+  std::vector<std::string> out;
+  for (const ConfigValueSource& v : loaded.table) {
+    const bool data = v.key.starts_with("dataset_") || v.key.starts_with("eval_") ||
+                      v.key == "tokenizer_path" || v.key == "steps" || v.key == "packing" ||
+                      v.key == "eos_id" || v.key == "enable_data_shuffling" ||
+                      v.key == "data_shuffle_seed";
+    if (!data || !v.source.starts_with("file")) continue;
+    const bool quote = v.value.find_first_of(" \t'\"$;&|<>*?") != std::string::npos;
+    out.push_back(quote ? fmt::format("'{}={}'", v.key, v.value)
+                        : fmt::format("{}={}", v.key, v.value));
+  }
+  return out;
+}
+
+std::string launch_text(const Prediction& p, const Cluster& cluster, const Workload& w,
+                        const std::vector<std::string>* data_keys) {
   if (gpt_mlp(w.model)) {
-    fmt::print(
-        "\nno launch line: carousel trains the Llama block (SwiGLU MLP); the GPT-style MLP "
-        "(--mlp gelu) is the planner's arithmetic only\n");
-    return;
+    return "\nno launch line: carousel trains the Llama block (SwiGLU MLP); the GPT-style MLP "
+           "(--mlp gelu) is the planner's arithmetic only\n";
   }
-  if (!p.fits) {
-    fmt::print("\nno launch line: this layout does not fit in the devices' memory\n");
-    return;
-  }
-  fmt::print(
+  if (!p.fits) return "\nno launch line: this layout does not fit in the devices' memory\n";
+  const bool has_data =
+      data_keys && std::any_of(data_keys->begin(), data_keys->end(), [](const std::string& k) {
+        return k.starts_with("dataset_type=") || k.starts_with("'dataset_type=");
+      });
+  std::string out = fmt::format(
       "\nlaunch ({} processes, {} per node, one GPU each; add your hostfile or scheduler's "
-      "options):\n  mpirun -np {} --map-by ppr:{}:node build/bin/carousel train device=cuda {}\n",
+      "options):\n  mpirun -np {} --map-by ppr:{}:node build/bin/carousel train device=cuda {}",
       cluster.devices, cluster.devices_per_node, cluster.devices, cluster.devices_per_node, p.keys);
+  if (data_keys && !data_keys->empty()) out += fmt::format(" {}", fmt::join(*data_keys, " "));
+  out += '\n';
+  if (!has_data) {
+    out += fmt::format(
+        "  NOTE: as printed it trains on SYNTHETIC data (dataset_type=synthetic){}: add "
+        "dataset_type=tokens dataset_path=... tokenizer_path=... steps=... (docs/config.md), or "
+        "give carousel plan --config FILE with those keys\n",
+        data_keys ? ", the --config file sets no dataset_type" : "");
+  }
+  return out;
+}
+
+void print_launch(const Prediction& p, const Cluster& cluster, const Workload& w,
+                  const std::vector<std::string>* data_keys) {
+  fmt::print("{}", launch_text(p, cluster, w, data_keys));
 }
 
 std::string progress_line(const SearchProgress& p) {

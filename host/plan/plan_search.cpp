@@ -165,6 +165,13 @@ class ProgressClock {
   Clock::time_point start_, last_;
 };
 
+// Thrown from the enumeration's visitor when SearchOptions::stop says stop.
+struct Stopped {};
+bool stop_requested(const SearchOptions& o, SearchResult& r) {
+  if (!r.interrupted && o.stop && o.stop()) r.interrupted = true;
+  return r.interrupted;
+}
+
 // Every valid candidate (a config that validates) with its bound, and the memory refusals (kept
 // in `refused` with report_unfit, to simulate when nothing fits).
 std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
@@ -173,34 +180,40 @@ std::vector<Pending> enumerate(const Workload& w, const Cluster& cluster,
   for (const auto& name : options.schedules) schedule::find_schedule(name);  // unknown: an error
   result.smallest_memory = std::numeric_limits<std::int64_t>::max();
   std::vector<Pending> pending;
-  result.batch_split = for_each_layout(w, cluster, options, [&](const Candidate& c,
-                                                               const MeshLinks& links) {
-    clock.tick(result, true, nullptr);
-    Config cfg;
-    try {
-      cfg = candidate_config(w, c);
-    } catch (const Error& e) {
-      // The schedule's own constraints (R, M, groups) exclude it.
-      if (result.first_refusal.empty())
-        result.first_refusal =
-            fmt::format("S={} F={} D={} T={} C={} E={} M={} R={} {}: {}", c.stages, c.fsdp, c.data,
-                        c.tensor, c.context, c.expert, c.microbatches, c.repeats, c.schedule,
-                        e.what());
-      return;
-    }
-    ++result.candidates;
-    const std::int64_t lower = memory_lower_bound(cfg);
-    if (lower < result.smallest_memory) {
-      result.smallest_memory = lower;
-      result.smallest_candidate = c;
-    }
-    const bool fits = double(lower) <= cluster.memory_bytes;
-    if (!fits) ++result.refused_memory;
-    if (!fits && !options.report_unfit) return;
-    CostedCandidate costed = cost_candidate(cluster, c, std::move(cfg), &links);
-    const double bound = step_time_lower_bound(costed, cluster);
-    (fits ? pending : refused).push_back({std::move(costed), bound});
-  });
+  try {
+    result.batch_split = for_each_layout(w, cluster, options, [&](const Candidate& c,
+                                                                 const MeshLinks& links) {
+      if (stop_requested(options, result)) throw Stopped{};
+      clock.tick(result, true, nullptr);
+      Config cfg;
+      try {
+        cfg = candidate_config(w, c);
+      } catch (const Error& e) {
+        // The schedule's own constraints (R, M, groups) exclude it.
+        if (result.first_refusal.empty())
+          result.first_refusal =
+              fmt::format("S={} F={} D={} T={} C={} E={} M={} R={} {}: {}", c.stages, c.fsdp,
+                          c.data, c.tensor, c.context, c.expert, c.microbatches, c.repeats,
+                          c.schedule, e.what());
+        return;
+      }
+      ++result.candidates;
+      const std::int64_t lower = memory_lower_bound(cfg);
+      if (lower < result.smallest_memory) {
+        result.smallest_memory = lower;
+        result.smallest_candidate = c;
+      }
+      const bool fits = double(lower) <= cluster.memory_bytes;
+      if (!fits) ++result.refused_memory;
+      if (!fits && !options.report_unfit) return;
+      CostedCandidate costed = cost_candidate(cluster, c, std::move(cfg), &links);
+      const double bound = step_time_lower_bound(costed, cluster);
+      (fits ? pending : refused).push_back({std::move(costed), bound});
+    });
+  } catch (const Stopped&) {
+    pending.clear();  // stopped while listing: nothing simulated, nothing to rank
+    refused.clear();
+  }
   return pending;
 }
 
@@ -230,6 +243,7 @@ void simulate_in_order(const Workload& w, const Cluster& cluster, const SearchOp
   std::map<MeshKey, Prediction>& ranking = rank_unfit ? ranked.unfit : ranked.fit;
   double kth = kth_best(ranking, options.top);
   for (const Pending& p : pending) {
+    if (stop_requested(options, result)) return;
     clock.tick(result, false, &ranked.fit);
     const Candidate& c = p.costed.candidate;
     const MeshKey key = mesh_key(c);
@@ -305,6 +319,7 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
   ProgressClock clock(options);
   std::vector<Pending> refused;
   std::vector<Pending> pending = enumerate(w, cluster, options, result, clock, refused);
+  if (result.interrupted) return result;
   CAROUSEL_CHECK(result.candidates > 0 || result.batch_split,
                  "no mesh of {} devices splits a global batch of {} sequences into whole "
                  "microbatches with {} layers{}; choose a batch divisible by the data-parallel "
@@ -321,7 +336,7 @@ SearchResult search(const Workload& w, const Cluster& cluster, const SearchOptio
   // none fits (the lower bounds of the others can sit far below the device and say nothing).
   Ranked ranked;
   simulate_in_order(w, cluster, options, pending, limit, result, clock, ranked, false);
-  if (ranked.fit.empty() && options.report_unfit) {
+  if (ranked.fit.empty() && options.report_unfit && !result.interrupted) {
     // Nothing fits: the fastest of those that do not, the ones refused before simulating too.
     simulate_in_order(w, cluster, options, refused, limit, result, clock, ranked, true);
     result.unfit = !ranked.unfit.empty();

@@ -16,7 +16,8 @@
 // Pruning keeps it to seconds (under half a minute for 512 devices with T and C searched,
 // docs/performance.md): a candidate whose state and program-free working set exceed the device
 // is refused without simulating (memory_lower_bound), and the rest are simulated in order of a
-// lower bound on their step time (compute on the busiest rank plus exposed reductions) until
+// lower bound on their step time (compute on the busiest rank, the pipeline fill before it
+// and drain after it, plus exposed reductions) until
 // that bound exceeds the k-th best simulated time.
 #pragma once
 
@@ -65,6 +66,10 @@ struct SearchOptions {
   // sooner): candidates enumerated, simulated and pruned, the best so far.
   std::function<void(const SearchProgress&)> progress{};
   double progress_seconds = 3;
+  // Polled before each candidate is listed and before each is simulated: true stops the search,
+  // which returns the best simulated so far with SearchResult::interrupted (Ctrl-C in carousel
+  // plan; tests stop it after a number of polls).
+  std::function<bool()> stop{};
 };
 
 struct SearchResult {
@@ -83,6 +88,9 @@ struct SearchResult {
   bool batch_split = false;
   std::string first_refusal;
   bool unfit = false;  // `best` holds candidates that do not fit (report_unfit)
+  // SearchOptions::stop stopped it: `best` is the best of what was simulated until then (none
+  // when it stopped while listing), the counts are those reached.
+  bool interrupted = false;
 };
 
 // The address space the search needs (its estimate: the process at start-up, `candidates` kept

@@ -68,10 +68,11 @@ double all_reduce_bytes(int n, std::int64_t elements) {
 // visit(spec, elements) for each parameter's elements in [lo, hi) of `specs` laid back to back
 // (a flat buffer's padding past the last is none of them).
 template <class Visit>
-void for_each_segment(const std::vector<const ParamSpec*>& specs, std::int64_t lo, std::int64_t hi,
+void for_each_segment(std::span<const ParamSpec* const> specs, std::int64_t lo, std::int64_t hi,
                       Visit&& visit) {
   std::int64_t at = 0;
   for (const ParamSpec* spec : specs) {
+    if (at >= hi) break;  // the rest lie past the segment
     const std::int64_t n = numel(spec->shape);
     const std::int64_t here = std::min(at + n, hi) - std::max(at, lo);
     if (here > 0) visit(*spec, here);
@@ -107,13 +108,9 @@ LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int
   };
   // Each layer's parameters in table order (one tensor and expert rank's: every rank of a group
   // has the same layout).
-  std::vector<std::vector<const ParamSpec*>> layer(std::size_t(cfg.model.num_layers));
-  for (const auto& spec : table_of(cfg.model, mesh.tensor, E))
-    if (spec.layer >= 0) layer[std::size_t(spec.layer)].push_back(&spec);
   for (const StageElements& s : p.stages) {
-    std::vector<const ParamSpec*> specs;
-    for (int l = s.first_layer; l < s.first_layer + s.layers; ++l)
-      specs.insert(specs.end(), layer[std::size_t(l)].begin(), layer[std::size_t(l)].end());
+    const std::span<const ParamSpec* const> specs =
+        layer_specs_of(cfg.model, mesh.tensor, E, s.first_layer, s.layers);
     const std::int64_t lo = fsdp_rank * s.shard;
     for_each_segment(specs, lo, lo + s.shard,
                      [&](const ParamSpec& spec, std::int64_t n) { data_sum(holders(spec, false), n); });
@@ -128,8 +125,7 @@ LinkBytes optimizer_link_bytes(const Config& cfg, const sch::Layout& layout, int
   }
   // Extras: summed over their stage holders, reduce-scattered and gathered over FSDP, and this
   // FSDP rank's piece summed over its data and tensor holders.
-  std::vector<const ParamSpec*> extras;
-  for (const ParamSpec& spec : p.extras_specs) extras.push_back(&spec);
+  const std::vector<const ParamSpec*>& extras = p.extras_specs;
   for_each_segment(extras, 0, p.extras, [&](const ParamSpec& spec, std::int64_t n) {
     b.stage_sum += all_reduce_bytes(holders(spec, true).stage, n);
   });

@@ -203,5 +203,18 @@ out=$("${plan[@]}" --gpu v100 2>&1)
 [ $? -eq 2 ] || fail "--gpu v100 did not exit 2"
 grep -q "gpu=v100 is not a preset; use one of h100, h200, a100, b200" <<<"$out" || fail "bad --gpu: $out"
 
+# Ctrl-C (SIGINT) during a long search (Llama 3 405B on 16,384 H100s lists candidates for
+# seconds): it stops, prints where it was (the best so far when it had simulated some, marked
+# INTERRUPTED) and exits 130.
+cat >"$work/l405.json" <<'JSON'
+{"architectures":["LlamaForCausalLM"],"model_type":"llama","hidden_size":16384,"intermediate_size":53248,"num_hidden_layers":126,"num_attention_heads":128,"num_key_value_heads":8,"vocab_size":128256,"max_position_embeddings":8192,"rms_norm_eps":1e-05,"rope_theta":500000.0,"tie_word_embeddings":false,"hidden_act":"silu"}
+JSON
+out=$(timeout --preserve-status -s INT 3 "$bin" plan --model "$work/l405.json" --devices 16384 \
+  --gpu h100 --global-batch-tokens 16M --seq-len 8192 2>&1)
+rc=$?
+[ $rc -eq 130 ] || fail "plan interrupted by SIGINT exited $rc, not 130: $(tail -3 <<<"$out")"
+grep -Eq "^carousel plan: interrupted while|^INTERRUPTED \(Ctrl-C\)" <<<"$out" ||
+  fail "an interrupted plan did not say so: $(tail -3 <<<"$out")"
+
 [ $fails -eq 0 ] && echo "cli_users: all checks passed"
 exit $((fails > 0))

@@ -9,6 +9,10 @@
 // forward FLOPs per token and layer 2 x 45 312 + 2 T E = 92 672; the head 6 V E = 98 304.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "compute/error.h"
@@ -317,6 +321,55 @@ TEST(PlanLayout, TheGptStyleMlpHasTwoMatrices) {
               plan::table_of(moe.model);
             }).find("the GPT-style MLP is dense only"),
             std::string::npos);
+}
+
+// The launch line carries the data keys of --config's file (dataset_*, eval_*, tokenizer_path,
+// steps; not its other keys, nor defaults), quoted when the shell would split them; without
+// --config, or with a file that sets no dataset_type, it says plainly that it trains on
+// synthetic data and which keys to add. A file that does not load is one error naming it.
+TEST(PlanLayout, TheLaunchLineCarriesTheConfigsDataKeysOrSaysWhichToAdd) {
+  const plan::Workload w = testing::tiny_plan_workload(16);
+  const plan::Cluster c = cluster(4, 4);
+  const plan::Prediction p = plan::search(w, c, pinned_s2_f2()).best.at(0);
+  const std::string bare = plan::launch_text(p, c, w, nullptr);
+  EXPECT_NE(bare.find("carousel train device=cuda " + p.keys + "\n"), std::string::npos) << bare;
+  EXPECT_NE(bare.find("SYNTHETIC"), std::string::npos) << bare;
+  for (const char* key : {"dataset_type=tokens", "dataset_path=", "tokenizer_path=", "steps="})
+    EXPECT_NE(bare.find(key), std::string::npos) << key << " in " << bare;
+
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("plan_launch_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string yml = (dir / "run.yml").string();
+  {
+    std::ofstream f(yml);
+    f << "dataset_type: tokens\ndataset_path: /data/my shards/*.bin\n"
+         "tokenizer_path: /data/tok.json\nsteps: 1000\neval_interval: 50\n"
+         "eval_dataset_path: /data/val.bin\nlearning_rate: 0.001\n";
+  }
+  const std::vector<std::string> keys = plan::launch_data_keys(yml);
+  EXPECT_EQ(keys, (std::vector<std::string>{"steps=1000", "dataset_type=tokens",
+                                            "'dataset_path=/data/my shards/*.bin'",
+                                            "tokenizer_path=/data/tok.json", "eval_interval=50",
+                                            "eval_dataset_path=/data/val.bin"}));
+  const std::string line = plan::launch_text(p, c, w, &keys);
+  EXPECT_NE(line.find(p.keys + " steps=1000 dataset_type=tokens"), std::string::npos) << line;
+  EXPECT_EQ(line.find("SYNTHETIC"), std::string::npos) << line;
+  EXPECT_EQ(line.find("learning_rate"), std::string::npos) << line;
+
+  {
+    std::ofstream f(yml);
+    f << "steps: 10\n";
+  }
+  const std::vector<std::string> only_steps = plan::launch_data_keys(yml);
+  EXPECT_NE(plan::launch_text(p, c, w, &only_steps).find("SYNTHETIC"), std::string::npos);
+  {
+    std::ofstream f(yml);
+    f << "no_such_key: 1\n";
+  }
+  EXPECT_NE(testing::error_of([&] { plan::launch_data_keys(yml); }).find("--config=" + yml),
+            std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -329,5 +329,75 @@ TEST(PlanModelSource, HuggingFaceConfigReadsAsTheModelItDescribes) {
   fs::remove_all(dir);
 }
 
+// SearchOptions::stop (carousel plan's Ctrl-C) is polled once per candidate listed and once per
+// candidate about to be simulated. Stopped after the listing and two simulations, the search
+// returns those two (interrupted), never better than the full search's best; stopped at the
+// first poll, it returns nothing, interrupted, without the "no mesh splits the batch" error.
+TEST(PlanSearch, AStoppedSearchReturnsTheBestSimulatedSoFar) {
+  const plan::Workload w = testing::tiny_plan_workload(16);
+  plan::Cluster cluster = two_nodes(1e12);
+  cluster.devices = 8;
+  cluster.devices_per_node = 4;
+  std::int64_t polls = 0;
+  plan::SearchOptions options{.top = 5, .schedules = {}};
+  options.stop = [&] { return ++polls < 0; };  // counts, never stops
+  const plan::SearchResult full = plan::search(w, cluster, options);
+  ASSERT_FALSE(full.interrupted);
+  ASSERT_GE(full.simulated, 3);
+  const std::int64_t listed = polls - full.simulated - full.pruned;
+  ASSERT_GT(listed, 0);
+
+  std::int64_t left = listed + 2;  // the listing, then two simulations
+  options.stop = [&] { return left-- <= 0; };
+  const plan::SearchResult part = plan::search(w, cluster, options);
+  EXPECT_TRUE(part.interrupted);
+  EXPECT_EQ(part.candidates, full.candidates);
+  EXPECT_EQ(part.simulated, 2);
+  ASSERT_FALSE(part.best.empty());
+  EXPECT_LE(part.best.size(), 2u);
+  // (the ranking compares times in steps of 0.2 %, then bytes sent)
+  EXPECT_GE(part.best.front().step_seconds, full.best.front().step_seconds * (1 - 0.002));
+
+  options.stop = [] { return true; };
+  const plan::SearchResult none = plan::search(w, cluster, options);
+  EXPECT_TRUE(none.interrupted);
+  EXPECT_TRUE(none.best.empty());
+  EXPECT_EQ(none.candidates, 0);
+  EXPECT_EQ(none.simulated, 0);
+}
+
+// The search prunes with step_time_lower_bound: it must not pass the simulated step of any
+// candidate, pipelined or not, of every schedule (a bound above it would drop a better layout).
+// 8 devices in two nodes and a slow link, so pipelines, FSDP and the bound's start-up term
+// (ranks waiting for the first microbatch's forward) all occur.
+TEST(PlanSearch, TheStepTimeBoundNeverPassesTheSimulatedStep) {
+  const plan::Workload w = testing::tiny_plan_workload(16);
+  plan::Cluster cluster = two_nodes(1e9);
+  cluster.devices = 8;
+  cluster.devices_per_node = 4;
+  cluster.kernel_seconds = 1e-6;
+  cluster.message_seconds = 1e-6;
+  std::int64_t checked = 0, pipelined = 0;
+  plan::for_each_layout(w, cluster, {.top = 5, .schedules = {}},
+                        [&](const plan::Candidate& c, const plan::MeshLinks& links) {
+    Config cfg;
+    try {
+      cfg = plan::candidate_config(w, c);
+    } catch (const Error&) {
+      return;
+    }
+    const plan::CostedCandidate costed = plan::cost_candidate(cluster, c, std::move(cfg), &links);
+    const double bound = plan::step_time_lower_bound(costed, cluster);
+    const plan::Prediction p = plan::predict(w, cluster, costed);
+    EXPECT_LE(bound, p.step_seconds * (1 + 1e-12))
+        << "S=" << c.stages << " F=" << c.fsdp << " D=" << c.data << " M=" << c.microbatches
+        << " R=" << c.repeats << " " << c.schedule;
+    ++checked;
+    if (c.stages > 1) ++pipelined;
+  });
+  EXPECT_GT(checked, 100);
+  EXPECT_GT(pipelined, 50);
+}
+
 }  // namespace
 }  // namespace carousel
