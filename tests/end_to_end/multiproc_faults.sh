@@ -44,8 +44,10 @@ if [ $rc -eq 0 ] || [ $rc -ge 128 ]; then fail "stalled job exit code $rc (want 
 if [ $elapsed -gt 30 ]; then fail "stalled job took $elapsed s"; fi
 if ! grep -Eq "timed out after 1 s|within 1 s" <<<"$out"; then fail "no timeout error:"; echo "$out"; fi
 no_false_stop stall "$out"
-[ "$(grep -c "carousel: SIGTERM from mpirun, which is ending the job" <<<"$out")" -le 1 ] ||
-  fail "stall: more than the stalled rank said that mpirun ends the job"
+# The process that aborted is failing and says nothing; the stalled rank (and, on a loaded
+# machine, a rank whose own timeout had not fired yet) may say that mpirun ends the job.
+[ "$(grep -c "carousel: SIGTERM from mpirun, which is ending the job" <<<"$out")" -le 3 ] ||
+  fail "stall: every process said that mpirun ends the job, the failing one too"
 echo "stall: exit code $rc after $elapsed s"
 
 # 1b. A rank thread that never comes back (stalled 600 s, far past the 1 s timeout): the process
