@@ -56,8 +56,6 @@ class Linear {
   void weight_grad(Backend& be, const Tensor& dy, const Tensor& x, const Tensor& grad,
                    std::vector<DeferredWeightGrad>* deferred = nullptr) const;
 
-  const Tensor& weight() const { return weight_; }
-
  private:
   Tensor weight_;
   Layout layout_;
