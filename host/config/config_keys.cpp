@@ -294,7 +294,7 @@ const std::vector<ConfigKey>& config_keys() {
       key("pipeline_microbatch_group_size", &Config::pipeline_microbatch_group_size,
           ResumeClass::Layout,
           "interleaved_1f1b / interleaved_zb group g (S = depth-first .. M = breadth-first; "
-          "0 = S)"),
+          "0 = the smallest divisor of M that is at least S: S when S divides M)"),
       key("ici_fsdp_parallelism", &Config::ici_fsdp_parallelism, ResumeClass::Layout,
           "F: FSDP degree inside a stage (weights gathered before use)"),
       key("ici_data_parallelism", &Config::ici_data_parallelism, ResumeClass::Layout,

@@ -312,7 +312,7 @@ TEST(Broken, GeneratorConstraintsAreClear) {
                 "dualpipev"),
       std::string::npos);
   EXPECT_NE(testing::error_of([] {
-              make("interleaved_1f1b", 4, 6, 2);
+              make("interleaved_1f1b", 4, 3, 2);  // M < S: no group size fits
             }).find("S <= g <= M and M % g == 0"),
             std::string::npos);
   EXPECT_NE(testing::error_of([] {

@@ -132,6 +132,24 @@ TEST(InterleavedZb, HoldsNoMoreActivationsThanPyTorchsAtTheSameStepTime) {
   }
 }
 
+// Without pipeline_microbatch_group_size the interleaved schedules take any M >= S: g is the
+// smallest divisor of M at least S (S = 4: M = 6 -> one group of 6, M = 10 -> groups of 5, M = 12
+// -> 4, Megatron's), and each program validates, replays and meets its closed form. M < S is
+// still refused naming g.
+TEST(InterleavedGroups, AnyMicrobatchCountFromSUpChoosesItsGroupSize) {
+  for (const char* kind : {"interleaved_1f1b", "interleaved_zb"}) {
+    for (const auto& [M, g] : {std::pair{6, 6}, {10, 5}, {12, 4}, {9, 9}}) {
+      const ScheduleSpec spec{.kind = kind, .layout = Layout{4, 2, M}};
+      EXPECT_EQ(spec.group(), g) << kind << " M=" << M;
+      const Program p = generate(spec);
+      const SimResult sim = simulate(lower(p, {0, 0, false}), Costs{});
+      EXPECT_NEAR(sim.bubble_fraction, closed_form_bubble(kind, p.layout, Costs{}), 1e-12)
+          << kind << " M=" << M;
+    }
+    EXPECT_THROW(make(kind, 4, 3, 2), Error) << kind;
+  }
+}
+
 // ---- zbv -------------------------------------------------------------------------------------
 
 // docs/schedules.md, worked example: S = 2, M = 4, f = i = w = 1 per chunk. Rank 1 starts one

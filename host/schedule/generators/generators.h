@@ -31,10 +31,20 @@ namespace carousel::schedule {
 struct ScheduleSpec {
   std::string kind = "circular";  // a name in the registry (registry.h)
   Layout layout;
-  int group_size = 0;     // interleaved_1f1b microbatch group g; 0 = S (Megatron's default)
+  int group_size = 0;     // interleaved_1f1b microbatch group g; 0 = chosen (group())
   int forward_delay = 1;  // MaxText's d: 2 with pipeline_delay_activation_forwarding (circular)
 
-  int group() const { return group_size > 0 ? group_size : layout.ranks; }  // g after defaulting
+  // g after defaulting: the smallest divisor of M that is at least S — S itself when S divides
+  // M (Megatron's default), else fewer, larger groups (PyTorch's interleaved schedules pick
+  // M / max(1, M / S) and refuse when that does not divide M; this takes every M >= S). M < S
+  // gives S, which the schedule's check refuses naming both.
+  int group() const {
+    if (group_size > 0) return group_size;
+    for (int g = layout.ranks; g <= layout.microbatches; ++g) {
+      if (layout.microbatches % g == 0) return g;
+    }
+    return layout.ranks;
+  }
 };
 
 // Checks spec against the registry (unknown name, the schedule's constraints) and runs its
