@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -105,6 +106,24 @@ const std::vector<ConfigAlias>& config_aliases() {
       {"cosine_learning_rate_final_fraction", "learning_rate_final_fraction"},
   };
   return aliases;
+}
+
+std::string maxtext_equivalent(const std::string& name) {
+  static const std::map<std::string, std::string> equivalents = {
+      {"gradient_accumulation_steps",
+       "num_pipeline_microbatches (each step's batch is split into that many microbatches whose "
+       "gradients are summed)"},
+      {"profiler", "profiler_steps=N (N profiled steps written as a Chrome trace)"},
+      {"hardware", "device (hardware=gpu is device=cuda, hardware=cpu device=cpu)"},
+      {"ici_sequence_parallelism", "ici_context_parallelism (the sequence split over ranks)"},
+      {"dcn_sequence_parallelism", "dcn_context_parallelism"},
+      {"eval_per_device_batch_size", "per_device_batch_size (evaluation uses the training batch)"},
+      {"add_eos", "scripts/prepare_data.py --add-eos (separators are written into the data)"},
+      {"mlp_activations",
+       "nothing: carousel's llama MLP is SwiGLU, MaxText's [\"silu\", \"linear\"]; remove it"},
+  };
+  const auto it = equivalents.find(name);
+  return it == equivalents.end() ? std::string() : it->second;
 }
 
 bool is_unsupported_maxtext_key(const std::string& name) {

@@ -210,5 +210,9 @@ const std::vector<ConfigAlias>& config_aliases();
 // True for a MaxText config key carousel does not implement (attention, quantization,
 // scan_layers, ...): such a key is refused with "MaxText key 'K' is not supported by carousel".
 bool is_unsupported_maxtext_key(const std::string& name);
+// For such a key with a carousel counterpart, what to write instead ("" when none):
+// gradient_accumulation_steps -> num_pipeline_microbatches, profiler -> profiler_steps,
+// hardware -> device, ici_sequence_parallelism -> ici_context_parallelism, ...
+std::string maxtext_equivalent(const std::string& name);
 
 }  // namespace carousel

@@ -41,6 +41,10 @@ const ConfigKey& find_key(const std::string& name, const std::string& where) {
   for (const auto& k : config_keys()) {
     if (k.name == name) return k;
   }
+  if (const std::string instead = maxtext_equivalent(name); !instead.empty()) {
+    fail("MaxText key '{}' is not a carousel key ({}); carousel's equivalent: {}", name, where,
+         instead);
+  }
   CAROUSEL_CHECK(!is_unsupported_maxtext_key(name),
                  "MaxText key '{}' is not supported by carousel ({}); remove it "
                  "(`carousel train --help-keys` lists the keys carousel implements)",

@@ -122,6 +122,30 @@ TEST(Config, HeadDimMustBeTheDerivedOne) {
       << msg;
 }
 
+// A MaxText key with a carousel counterpart is refused naming the counterpart (issue 40: porting
+// a MaxText config was an edit-and-rerun loop without them).
+TEST(Config, MaxTextKeysWithACounterpartNameIt) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"gradient_accumulation_steps=4", "carousel's equivalent: num_pipeline_microbatches"},
+      {"profiler=xplane", "carousel's equivalent: profiler_steps=N"},
+      {"hardware=gpu", "hardware=gpu is device=cuda"},
+      {"ici_sequence_parallelism=2", "carousel's equivalent: ici_context_parallelism"},
+      {"mlp_activations=silu", "carousel's llama MLP is SwiGLU"},
+  };
+  for (const auto& [setting, words] : cases) {
+    const std::string msg = testing::error_of([&] { load_config("", {setting}); });
+    EXPECT_NE(msg.find(words), std::string::npos) << msg;
+    EXPECT_NE(msg.find("is not a carousel key (command line)"), std::string::npos) << msg;
+  }
+  // Every counterpart named is a MaxText key carousel refuses (not one it reads).
+  for (const char* key : {"gradient_accumulation_steps", "profiler", "hardware",
+                          "ici_sequence_parallelism", "dcn_sequence_parallelism",
+                          "eval_per_device_batch_size", "add_eos", "mlp_activations"}) {
+    EXPECT_TRUE(is_unsupported_maxtext_key(key)) << key;
+    EXPECT_FALSE(maxtext_equivalent(key).empty()) << key;
+  }
+}
+
 TEST(Config, MaxTextKeysCarouselLacksAreNamedAsSuch) {
   for (const char* key : {"attention", "quantize_kvcache", "scan_layers", "dcn_expert_parallelism",
                           "tokenizer_type", "eval_dataset_name"}) {
