@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -90,10 +91,23 @@ sockaddr_in address(const RendezvousConfig& cfg) {
 
 }  // namespace
 
+int env_process_count(const char* name) {
+  constexpr long kMaxProcesses = 1 << 20;  // as WORLD_SIZE is bounded above
+  const char* v = std::getenv(name);
+  if (!v || !*v) return 0;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  CAROUSEL_CHECK(errno == 0 && end != v && *end == 0 && n >= 1 && n <= kMaxProcesses,
+                 "environment variable {}='{}' is not a number of processes (a whole number in "
+                 "[1, {}], as a launcher sets it); unset it, or start the job through its launcher",
+                 name, v, kMaxProcesses);
+  return int(n);
+}
+
 int mpi_launch_size() {
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
-    const char* v = std::getenv(name);
-    if (v && *v) return std::max(1, std::atoi(v));
+    if (const int n = env_process_count(name); n > 0) return n;
   }
   return 0;
 }

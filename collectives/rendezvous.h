@@ -23,8 +23,14 @@ struct RendezvousConfig {
 RendezvousConfig rendezvous_from_env(double timeout_seconds = 300.0);
 
 // How many processes mpirun (Open MPI, MPICH or a PMI launcher such as srun) started this job
-// with, read from the launcher's environment; 0 when this process was not started that way.
+// with, read from the launcher's environment (env_process_count); 0 when this process was not
+// started that way.
 int mpi_launch_size();
+
+// A process count a launcher sets (WORLD_SIZE, OMPI_COMM_WORLD_SIZE, SLURM_NTASKS, ...): 0 when
+// unset or empty; otherwise a whole number in [1, 2^20], or carousel::Error naming the variable
+// (atoi read "abc" as 0: such a job ran as one process without a word).
+int env_process_count(const char* name);
 
 // Rank 0 passes `payload`; every rank returns rank 0's payload.
 std::vector<char> rendezvous_broadcast(const RendezvousConfig& cfg, std::vector<char> payload);

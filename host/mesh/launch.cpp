@@ -2,9 +2,7 @@
 // launchers' process counts (WORLD_SIZE, OMPI_COMM_WORLD_SIZE, ...) read strictly.
 #include "host/mesh/launch.h"
 
-#include <charconv>
 #include <cstdlib>
-#include <string>
 
 #include "collectives/rendezvous.h"
 #include "compute/error.h"
@@ -13,8 +11,6 @@
 #endif
 
 namespace carousel {
-
-constexpr int kMaxProcesses = 1 << 20;  // as rendezvous_from_env bounds WORLD_SIZE
 
 struct ProcessGroup::Impl {
 #if CAROUSEL_HAVE_MPI
@@ -26,38 +22,14 @@ struct ProcessGroup::Impl {
 ProcessGroup::ProcessGroup() : impl_(std::make_unique<Impl>()) {}
 ProcessGroup::~ProcessGroup() = default;
 
-namespace {
-
-// A process count from the environment: unset or empty is 0 (no launcher); anything else must be
-// a whole number of processes. atoi read "abc" as 0, so WORLD_SIZE=abc or OMPI_COMM_WORLD_SIZE=abc
-// ran as one process without a word.
-int process_count(const char* name) {
-  const char* text = std::getenv(name);
-  if (!text || !*text) return 0;
-  const std::string value = text;
-  int n = 0;
-  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-  CAROUSEL_CHECK(ec == std::errc() && end == value.data() + value.size() && n >= 1 &&
-                     n <= kMaxProcesses,
-                 "environment variable {}='{}' is not a number of processes (a whole number in "
-                 "[1, {}], as a launcher sets it); unset it, or start the job through its launcher",
-                 name, value, kMaxProcesses);
-  return n;
-}
-
-}  // namespace
 
 std::unique_ptr<ProcessGroup> ProcessGroup::join(double timeout_seconds) {
   std::unique_ptr<ProcessGroup> group(new ProcessGroup());
-  // MPI launchers' sizes (mpi_launch_size reads the first one set), strictly.
-  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"}) {
-    if (process_count(name) > 0) break;
-  }
   const int launched = mpi_launch_size();
   if (launched == 0) {
     // Started torchrun-style: every process would run the whole job and write the same run
     // directory. Refuse rather than train N times over each other.
-    const int world_size = process_count("WORLD_SIZE");
+    const int world_size = env_process_count("WORLD_SIZE");
     CAROUSEL_CHECK(world_size <= 1,
                    "this process was started with WORLD_SIZE={} (torchrun-style), but carousel "
                    "train runs ranks as processes only under mpirun (mpirun -np {} carousel train "
@@ -65,7 +37,7 @@ std::unique_ptr<ProcessGroup> ProcessGroup::join(double timeout_seconds) {
                    world_size, world_size);
     // Started by Slurm as one of several tasks without an MPI rendezvous (srun without --mpi,
     // or a cluster whose Open MPI lacks PMI support): same outcome, same refusal.
-    const int tasks = process_count("SLURM_NTASKS");
+    const int tasks = env_process_count("SLURM_NTASKS");
     CAROUSEL_CHECK(tasks <= 1,
                    "this process is one of SLURM_NTASKS={} Slurm tasks but no MPI rendezvous "
                    "reached it (no PMI/PMIx variables); start the job with `srun --mpi=pmix "
