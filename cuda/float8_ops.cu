@@ -19,6 +19,19 @@ __device__ inline float magnitude(T v) {
   return float(fabs(math::Convert<double>::from(v)));
 }
 
+// The amax of every thread's `m` in the block (a tree in shared memory, kThreads wide), returned
+// to every thread.
+__device__ inline float block_amax(float m, float* shared) {
+  shared[threadIdx.x] = m;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (int(threadIdx.x) < half)
+      shared[threadIdx.x] = math::amax_combine(shared[threadIdx.x], shared[threadIdx.x + half]);
+    __syncthreads();
+  }
+  return shared[0];
+}
+
 // The block's amax of its grid-stride elements into partial[blockIdx.x].
 template <class T>
 __global__ void block_amax_kernel(const T* x, std::int64_t n, float* partial) {
@@ -27,14 +40,8 @@ __global__ void block_amax_kernel(const T* x, std::int64_t n, float* partial) {
   const std::int64_t stride = std::int64_t(gridDim.x) * blockDim.x;
   for (std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     m = math::amax_combine(m, magnitude(x[i]));
-  shared[threadIdx.x] = m;
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (int(threadIdx.x) < half)
-      shared[threadIdx.x] = math::amax_combine(shared[threadIdx.x], shared[threadIdx.x + half]);
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partial[blockIdx.x] = shared[0];
+  const float block = block_amax(m, shared);
+  if (threadIdx.x == 0) partial[blockIdx.x] = block;
 }
 
 // One block: out[0] = the amax of the blocks' partials.
@@ -42,14 +49,8 @@ __global__ void combine_amax_kernel(const float* partial, int blocks, float* out
   __shared__ float shared[kThreads];
   float m = 0.0f;
   for (int i = int(threadIdx.x); i < blocks; i += kThreads) m = math::amax_combine(m, partial[i]);
-  shared[threadIdx.x] = m;
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (int(threadIdx.x) < half)
-      shared[threadIdx.x] = math::amax_combine(shared[threadIdx.x], shared[threadIdx.x + half]);
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) out[0] = shared[0];
+  const float block = block_amax(m, shared);
+  if (threadIdx.x == 0) out[0] = block;
 }
 
 template <class From, class To>
